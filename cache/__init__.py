@@ -1,0 +1,1 @@
+"""The LMDB store of every LLM result."""

@@ -1,0 +1,183 @@
+"""The LMDB store: named databases for endings, verdicts and token counts.
+
+One environment (a folder) holds every LLM result, keyed by ``keys.request_key``.
+Reads are lock-free memory-mapped lookups; writes go in batches, one transaction
+per batch (group commit: on this machine ≈2,100 synced single-record commits/s vs
+≈122,000 records/s at 100 records per commit). The map grows when full. Several
+processes may share one store: LMDB serialises writers, readers never block.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import lmdb
+import msgspec
+
+from tension.core.errors import CacheError
+
+from . import records
+
+__all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path"]
+
+DBS = ("endings", "verdicts", "tokens")
+FORMAT_VERSION = 1
+_META = b"meta"
+_INITIAL_MAP = 1 << 30  # 1 GiB of address space; the file grows only as it fills
+_MAX_GROWS = 16
+
+
+def default_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tension-run" / "llm.lmdb"
+
+
+class RunCounts(msgspec.Struct, kw_only=True):
+    """Hits and misses of one run, per database."""
+
+    hits: dict[str, int] = {}
+    misses: dict[str, int] = {}
+    writes: dict[str, int] = {}
+    finished: float = 0.0
+
+
+class Store:
+    """An open cache. ``with Store(path) as s: …`` or ``open()``/``close()``."""
+
+    def __init__(self, path: str | os.PathLike, *, map_size: int = _INITIAL_MAP, readonly: bool = False):
+        self.path = Path(path)
+        self.readonly = readonly
+        self.counts = RunCounts(hits=dict.fromkeys(DBS, 0), misses=dict.fromkeys(DBS, 0),
+                                writes=dict.fromkeys(DBS, 0))
+        try:
+            if not readonly:
+                self.path.mkdir(parents=True, exist_ok=True)
+            self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=len(DBS) + 1,
+                                 readonly=readonly, subdir=True, create=not readonly)
+        except (OSError, lmdb.Error) as e:
+            raise CacheError(f"cannot open the cache at {self.path}: {e}") from e
+        try:
+            self._dbs = {name: self.env.open_db(name.encode(), create=not readonly) for name in DBS}
+            self._meta = self.env.open_db(_META, create=not readonly)
+        except lmdb.Error as e:
+            self.env.close()
+            raise CacheError(f"cannot open the databases of the cache at {self.path}: {e}") from e
+        self._check_format()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+            self.env = None
+
+    # -- format -------------------------------------------------------------
+
+    def _check_format(self) -> None:
+        with self.env.begin(db=self._meta) as txn:
+            v = txn.get(b"format")
+        if v is None:
+            if not self.readonly:
+                self._write([(_META, b"format", str(FORMAT_VERSION).encode())], meta=True)
+            return
+        if int(v) > FORMAT_VERSION:
+            raise CacheError(f"the cache at {self.path} has format {int(v)}; this tension-run reads "
+                             f"up to {FORMAT_VERSION}: upgrade tension-run or use another --cache")
+
+    # -- reads --------------------------------------------------------------
+
+    def get(self, db: str, key: bytes) -> records.Record | None:
+        return self.get_many(db, [key])[0]
+
+    def get_many(self, db: str, keys: Sequence[bytes]) -> list[records.Record | None]:
+        """Look up many keys in one read transaction; counts hits and misses."""
+        handle = self._dbs[db]
+        out: list[records.Record | None] = []
+        try:
+            with self.env.begin(db=handle, buffers=True) as txn:
+                for k in keys:
+                    v = txn.get(k)
+                    out.append(records.decode(v) if v is not None else None)
+        except lmdb.MapResizedError:
+            # Another process grew the map; adopt its size and read again.
+            self.env.set_mapsize(0)
+            return self.get_many(db, keys)
+        except lmdb.Error as e:
+            raise CacheError(f"cannot read the cache at {self.path}: {e}") from e
+        hits = sum(r is not None for r in out)
+        self.counts.hits[db] += hits
+        self.counts.misses[db] += len(out) - hits
+        return out
+
+    # -- writes -------------------------------------------------------------
+
+    def put_many(self, items: Iterable[tuple[str, bytes, records.Record]]) -> int:
+        """Write completed records in one transaction. A key already present is
+        left as it is (values are written once). Returns how many were new."""
+        encoded = [(self._dbs[db], key, records.encode(rec), db) for db, key, rec in items]
+        if not encoded:
+            return 0
+        return self._write(encoded)
+
+    def _write(self, encoded, meta: bool = False) -> int:
+        if self.readonly:
+            raise CacheError(f"the cache at {self.path} is open read-only")
+        for _ in range(_MAX_GROWS):
+            try:
+                new = 0
+                with self.env.begin(write=True) as txn:
+                    if meta:
+                        for db, key, value in encoded:
+                            txn.put(key, value, db=self._meta)
+                        return 1
+                    for handle, key, value, name in encoded:
+                        if txn.put(key, value, db=handle, overwrite=False):
+                            new += 1
+                            self.counts.writes[name] += 1
+                return new
+            except lmdb.MapFullError:
+                self._grow()
+            except lmdb.MapResizedError:
+                self.env.set_mapsize(0)
+            except lmdb.Error as e:
+                raise CacheError(f"cannot write to the cache at {self.path}: {e} "
+                                 "(the records already written are intact)") from e
+        raise CacheError(f"the cache at {self.path} is full after growing {_MAX_GROWS} times")
+
+    def _grow(self) -> None:
+        size = self.env.info()["map_size"]
+        try:
+            self.env.set_mapsize(size * 2)
+        except lmdb.Error as e:
+            raise CacheError(f"cannot grow the cache at {self.path} beyond {size} bytes: {e}") from e
+
+    # -- stats --------------------------------------------------------------
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Entries and bytes per database."""
+        out = {}
+        with self.env.begin() as txn:
+            for name, handle in self._dbs.items():
+                st = txn.stat(handle)
+                pages = st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+                out[name] = {"entries": st["entries"], "bytes": pages * st["psize"]}
+        return out
+
+    def file_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
+
+    def save_run_counts(self) -> None:
+        self.counts.finished = time.time()
+        self._write([(_META, b"last_run", msgspec.json.encode(self.counts))], meta=True)
+
+    def last_run_counts(self) -> RunCounts | None:
+        with self.env.begin(db=self._meta) as txn:
+            v = txn.get(b"last_run")
+        return msgspec.json.decode(v, type=RunCounts) if v else None

@@ -1,0 +1,1 @@
+"""tension-run core: corpus, segmentation, prompts, client, scheduler, pipelines, CLI."""

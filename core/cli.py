@@ -1,0 +1,258 @@
+"""The `tension-run` command. Each verb calls the library function of the same
+name; this module only parses flags, prints, and chooses the exit status.
+
+Exit status: 0 all good; 1 some input or work failed (the rest was done and
+written); 2 bad usage or configuration; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .errors import ConfigError, TensionError
+
+__all__ = ["main", "build_parser"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return values
+
+
+def _add_curve_flags(p: argparse.ArgumentParser, defaults: bool = True) -> None:
+    """The curve-statistics flags. With ``defaults=False`` (score) an absent flag is
+    None, so that a config file can set the value."""
+    from tension.kernels.curves import CurveSettings
+
+    d = CurveSettings()
+
+    def default(v):
+        return v if defaults else None
+
+    g = p.add_argument_group("curve statistics (METRICS.md 1.4; defaults are the paper's)")
+    g.add_argument("--window", type=int, default=default(d.window),
+                   help=f"centered moving-average window over positions, odd (default {d.window}; 1 = none)")
+    g.add_argument("--thresholds", type=_float_list, default=default(d.thresholds), metavar="A,B,…",
+                   help="vertex-angle thresholds in degrees for the inflection rate (default 30,60,120)")
+    g.add_argument("--late-threshold", type=float, default=default(d.late_threshold),
+                   help=f"late NR averages positions with pct >= this (default {d.late_threshold})")
+    g.add_argument("--retention-window", type=int, default=default(d.retention_window),
+                   help=f"positions after a peak searched for its low (default {d.retention_window})")
+
+
+def _curve_settings(args):
+    from tension.kernels.curves import CurveSettings
+
+    try:
+        return CurveSettings(window=args.window, thresholds=tuple(args.thresholds),
+                             late_threshold=args.late_threshold, retention_window=args.retention_window)
+    except ValueError as e:
+        field, _, rest = str(e).partition(": ")
+        raise ConfigError(f"--{field.replace('_', '-')}: {rest}") from e
+
+
+def cmd_metrics(args) -> int:
+    """Story and group statistics from saved no-rate curves (no LLM needed)."""
+    from .metrics import format_group_table, metrics
+
+    settings = _curve_settings(args)
+    result = metrics(args.curves, args.out, settings)
+    for e in result.errors:
+        print(f"error: {e}", file=sys.stderr)
+    print(format_group_table(result.groups))
+    print(f"\n{len(result.curves)} stories -> {args.out}/stories.csv, {args.out}/groups.csv")
+    if result.errors:
+        print(f"{len(result.errors)} line(s) failed; see the errors above", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _bool_flag(g, name: str, help: str) -> None:
+    g.add_argument(f"--{name}", dest=name.replace("-", "_"), action=argparse.BooleanOptionalAction,
+                   default=None, help=help)
+
+
+# flag name -> (type, help). Defaults live in ScoreConfig (shown in --help from there).
+_SCORE_FLAGS = {
+    "servers": {
+        "base-url": (str, "generation server root, e.g. http://127.0.0.1:8000"),
+        "model": (str, "generation model id (default: the first the server lists; giving it "
+                       "lets a fully cached rerun send nothing)"),
+        "judge-base-url": (str, "judge server root (default: the generation server)"),
+        "judge-model": (str, "judge model id (default: the generation model)"),
+    },
+    "endings (paper 000, App. C.4)": {
+        "endings": (int, "endings per position (n)"),
+        "temperature": (float, "sampling temperature of the endings"),
+        "top-p": (float, "nucleus sampling of the endings"),
+        "max-tokens": (int, "longest ending, in tokens"),
+        "seed": (int, "sampling seed sent with every generation request"),
+    },
+    "judging (paper 000, App. C.5)": {
+        "judge-temperature": (float, "judge temperature"),
+        "judge-max-tokens": (int, "longest verdict, in tokens"),
+        "continuation-words": (int, "the continuation shown to the judge is cut to this many words"),
+    },
+    "corpus and positions (paper 000, App. C.2-C.3)": {
+        "min-words": (int, "skip stories with fewer words"),
+        "max-words": (int, "skip stories with more words"),
+        "min-anchor-words": (int, "skip positions whose last sentence has fewer words"),
+        "pct-min": (float, "keep positions with at least this share of the story's tokens revealed"),
+        "pct-max": (float, "… and at most this share"),
+        "tokenizer": (str, "token counts for pct: 'server' (its /tokenize), 'words', or a tokenizer.json path"),
+    },
+    "concurrency and reliability": {
+        "gen-concurrency": (int, "generation requests in flight"),
+        "judge-concurrency": (int, "judge requests in flight"),
+        "tokenize-concurrency": (int, "tokenize requests in flight"),
+        "timeout": (float, "seconds allowed for one request"),
+        "retries": (int, "attempts per request, the first included"),
+        "retry-seconds": (float, "give a request up after retrying this long"),
+    },
+}
+
+
+def _score_overrides(args) -> dict:
+    names = [n for group in _SCORE_FLAGS.values() for n in group]
+    names += ["reasoning-off", "warm-judge", "save-texts", "progress", "cache", "window", "thresholds",
+              "late-threshold", "retention-window"]
+    return {n.replace("-", "_"): getattr(args, n.replace("-", "_"), None) for n in names}
+
+
+def cmd_score(args) -> int:
+    """Score a corpus with the 100-Endings metric against OpenAI-compatible servers."""
+    from .config import load_config
+    from .score import score
+
+    cfg = load_config(args.config, _score_overrides(args))
+    summary = score(cfg, args.corpus, args.out)
+    for e in summary.input_errors:
+        print(f"error: {e}", file=sys.stderr)
+    for f in summary.failures:
+        print(f"error: story {f.id!r} failed at {f.stage}: {f.error}", file=sys.stderr)
+    req = summary.requests
+    print(f"{summary.stories} stories ({summary.skipped} skipped by the word filter), "
+          f"{summary.positions} positions; requests sent: {req.get('generation', 0)} generation, "
+          f"{req.get('judge', 0)} judge, {req.get('tokenize', 0)} tokenize; cache hits: "
+          + ", ".join(f"{v} {k}" for k, v in summary.cache_hits.items()))
+    if summary.status == "interrupted":
+        print(f"interrupted: completed work is in the cache. Resume with the same command:\n  "
+              f"{' '.join(sys.argv)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if summary.status == "failed":
+        print(f"error: {summary.error}\nCompleted work is in the cache; rerun the same command to "
+              "continue where this run stopped.", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"outputs in {summary.out}: positions.jsonl, stories.csv, groups.csv, run.json")
+    n_bad = len(summary.input_errors) + len(summary.failures)
+    if n_bad:
+        print(f"{n_bad} stories failed (see above); the others were scored", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_cache_stats(args) -> int:
+    """Entries and bytes per database of the cache, and the last run's hits."""
+    from tension.cache.store import Store, default_path
+
+    path = args.cache or default_path()
+    with Store(path, readonly=False) as store:
+        stats = store.stats()
+        last = store.last_run_counts()
+        size = store.file_bytes()
+    print(f"cache {path}: {size / 1e6:.1f} MB on disk")
+    print(f"{'database':<10} {'entries':>10} {'MB':>10} {'last run hits':>14} {'misses':>8} {'writes':>8}")
+    for name, st in stats.items():
+        h = last.hits.get(name, 0) if last else 0
+        m = last.misses.get(name, 0) if last else 0
+        w = last.writes.get(name, 0) if last else 0
+        print(f"{name:<10} {st['entries']:>10} {st['bytes'] / 1e6:>10.2f} {h:>14} {m:>8} {w:>8}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tension-run",
+        description="Measure narrative tension in stories with the 100-Endings metric.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("metrics", help=cmd_metrics.__doc__, description=cmd_metrics.__doc__)
+    p.add_argument("curves", metavar="CURVES.jsonl",
+                   help='one story per line: {"id", "group" (optional), "x": [pct…], "y": [no-rate…]}')
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for stories.csv and groups.csv")
+    _add_curve_flags(p)
+    p.set_defaults(func=cmd_metrics)
+
+    p = sub.add_parser("score", help=cmd_score.__doc__, description=cmd_score.__doc__
+                       + " Settings: defaults (the paper's) < --config file < flags.")
+    p.add_argument("corpus", metavar="CORPUS", help="JSON Lines (id, text, group?, …) or a folder of .txt files")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the outputs")
+    p.add_argument("--config", metavar="FILE.toml", help="settings file; keys are the flag names")
+    p.add_argument("--cache", metavar="PATH", help="LMDB cache folder (default ~/.cache/tension-run/llm.lmdb)")
+    for title, flags in _SCORE_FLAGS.items():
+        g = p.add_argument_group(title)
+        for name, (typ, help) in flags.items():
+            g.add_argument(f"--{name}", type=typ, default=None, help=help)
+        if title == "servers":
+            _bool_flag(g, "reasoning-off", "send chat_template_kwargs {enable_thinking: false} (default on)")
+        if title == "concurrency and reliability":
+            _bool_flag(g, "warm-judge", "send one judge request per position first to warm the prefix cache (default on)")
+    g = p.add_argument_group("outputs")
+    _bool_flag(g, "save-texts", "also write texts.jsonl with every ending and verdict")
+    _bool_flag(g, "progress", "show a progress bar (default on)")
+    _add_curve_flags(p, defaults=False)
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("cache", help="inspect the LMDB cache")
+    csub = p.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", required=True)
+    c = csub.add_parser("stats", help=cmd_cache_stats.__doc__, description=cmd_cache_stats.__doc__)
+    c.add_argument("--cache", metavar="PATH", help="LMDB cache folder (default ~/.cache/tension-run/llm.lmdb)")
+    c.set_defaults(func=cmd_cache_stats)
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tension-run")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except TensionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"error: {e.strerror or e}{where}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,242 @@
+"""The HTTP client for OpenAI-compatible servers (vLLM and others).
+
+One aiohttp session for the whole run; bodies encoded and decoded with msgspec.
+The client sends; it never decides how many requests run at once (the scheduler
+does). Retries wrap each request: 429 (honouring Retry-After), 5xx, connection
+errors, timeouts and unreadable bodies are retried with exponential backoff and
+jitter, bounded by a count and a total time. Other 4xx answers are not retried:
+the request itself is wrong and sending it again cannot help.
+
+    async with Client(api_key=...) as client:
+        result = await client.chat(base_url, ChatRequest(...))
+
+Base URLs are server roots (``http://host:8000``); a trailing ``/v1`` is accepted
+and dropped, since vLLM's ``/tokenize`` lives at the root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import TypeVar
+
+import aiohttp
+import msgspec
+
+from tension.cache.records import Usage
+
+from .errors import RetryBudgetError, ServerError, StatusError
+from .protocol import ChatRequest, ChatResponse, ErrorBody, ModelList, TokenizeRequest, TokenizeResponse
+
+__all__ = ["Timeouts", "RetryPolicy", "ChatResult", "Client", "normalize_base_url"]
+
+T = TypeVar("T")
+
+
+class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
+    """Seconds. `request` bounds one whole attempt (connect + send + answer)."""
+
+    connect: float = 10.0
+    request: float = 600.0
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    attempts: int = 8  # tries per request, the first included
+    total_seconds: float = 1800.0  # give up when the next wait would pass this
+    backoff: float = 0.5  # first wait; doubles each retry
+    backoff_cap: float = 30.0  # longest wait (Retry-After may ask for more, up to this)
+
+
+class ChatResult(msgspec.Struct, kw_only=True):
+    texts: list[str]
+    finish_reasons: list[str | None]
+    model: str
+    usage: Usage
+    seconds: float
+
+
+def normalize_base_url(url: str) -> str:
+    url = url.rstrip("/")
+    if url.endswith("/v1"):
+        url = url[: -len("/v1")]
+    return url
+
+
+class _Retryable(Exception):
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Client:
+    """An OpenAI-compatible client. Unopened → open (``async with``) → closed."""
+
+    def __init__(self, *, api_key: str | None = None, timeouts: Timeouts = Timeouts(),
+                 retry: RetryPolicy = RetryPolicy(), seed: int | None = None):
+        self._api_key = api_key
+        self.timeouts = timeouts
+        self.retry = retry
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+        self._rng = random.Random(seed)
+        self._enc = msgspec.json.Encoder()
+        self._chat_dec = msgspec.json.Decoder(ChatResponse)
+        self._tok_dec = msgspec.json.Decoder(TokenizeResponse)
+        self._models_dec = msgspec.json.Decoder(ModelList)
+        # Totals over the client's life; read by progress and run.json.
+        self.usage = Usage()
+        self.sent = 0  # HTTP attempts, retries included
+        self.retries = 0
+        self.followups = 0  # requests sent to complete a short answer
+
+    def __repr__(self) -> str:  # never show the key
+        state = "closed" if self._closed else ("open" if self._session else "unopened")
+        return f"<Client {state} key={'set' if self._api_key else 'none'}>"
+
+    async def __aenter__(self) -> Client:
+        if self._closed:
+            raise RuntimeError("this Client is closed; make a new one")
+        headers = {"Content-Type": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=self.timeouts.request, connect=self.timeouts.connect),
+        )
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        self._closed = True
+
+    # -- endpoints ------------------------------------------------------------
+
+    async def models(self, base_url: str) -> list[str]:
+        data = await self._call("GET", normalize_base_url(base_url) + "/v1/models", None, self._models_dec)
+        return [m.id for m in data.data]
+
+    async def tokenize(self, base_url: str, model: str, text: str) -> int:
+        body = self._enc.encode(TokenizeRequest(model=model, prompt=text))
+        url = normalize_base_url(base_url) + "/tokenize"
+        try:
+            data = await self._call("POST", url, body, self._tok_dec)
+        except StatusError as e:
+            if e.status in (404, 405):
+                raise ServerError(
+                    f"{base_url} has no /tokenize endpoint (HTTP {e.status}); token counts for pct "
+                    "need the generation model's tokenizer: pass --tokenizer PATH/tokenizer.json, "
+                    "or --tokenizer words to approximate with whitespace words") from e
+            raise
+        return data.count
+
+    async def chat(self, base_url: str, request: ChatRequest) -> ChatResult:
+        """All `request.n` choices. A short answer is completed by follow-up
+        requests for the missing ones (with the seed moved on, so a seeded
+        follow-up cannot repeat the first choices); never returned short."""
+        url = normalize_base_url(base_url) + "/v1/chat/completions"
+        t0 = time.perf_counter()
+        texts: list[str] = []
+        reasons: list[str | None] = []
+        usage = Usage()
+        model = request.model
+        req = request
+        for followup in range(self.retry.attempts + 1):
+            data = await self._call("POST", url, self._enc.encode(req), self._chat_dec)
+            usage.requests += 1
+            if data.usage is not None:
+                usage.prompt_tokens += data.usage.prompt_tokens
+                usage.completion_tokens += data.usage.completion_tokens
+                details = data.usage.prompt_tokens_details
+                usage.cached_tokens += (details.cached_tokens or 0) if details else 0
+            model = data.model or model
+            for ch in sorted(data.choices, key=lambda c: c.index)[: req.n]:
+                texts.append(ch.message.content or "")
+                reasons.append(ch.finish_reason)
+            missing = request.n - len(texts)
+            if missing <= 0:
+                self.usage.add(usage)
+                return ChatResult(texts=texts, finish_reasons=reasons, model=model, usage=usage,
+                                  seconds=time.perf_counter() - t0)
+            self.followups += 1
+            seed = None if request.seed is None else request.seed + len(texts)
+            req = msgspec.structs.replace(request, n=missing, seed=seed)
+        self.usage.add(usage)
+        raise RetryBudgetError(f"{url}: asked for {request.n} choices, got {len(texts)} after "
+                               f"{self.retry.attempts} follow-up requests")
+
+    # -- the retry loop -------------------------------------------------------
+
+    async def _call(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder):
+        if self._session is None:
+            raise RuntimeError("use `async with Client(...)` before sending")
+        policy = self.retry
+        start = time.monotonic()
+        last: Exception | None = None
+        for attempt in range(policy.attempts):
+            try:
+                return await self._attempt(method, url, body, decoder)
+            except _Retryable as e:
+                last = e
+                wait = min(policy.backoff_cap, policy.backoff * 2 ** attempt) * self._rng.uniform(0.5, 1.0)
+                if e.retry_after is not None:
+                    wait = min(policy.backoff_cap, max(wait, e.retry_after))
+            if attempt + 1 >= policy.attempts or time.monotonic() - start + wait > policy.total_seconds:
+                break
+            self.retries += 1
+            await asyncio.sleep(wait)
+        raise RetryBudgetError(
+            f"{url}: gave up after {attempt + 1} attempt(s) in {time.monotonic() - start:.1f} s "
+            f"(retry budget: {policy.attempts} attempts, {policy.total_seconds:g} s); last error: {last}",
+            last) from last
+
+    async def _attempt(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder):
+        self.sent += 1
+        try:
+            async with self._session.request(method, url, data=body) as resp:
+                data = await resp.read()
+                status = resp.status
+                retry_after = resp.headers.get("Retry-After")
+        except asyncio.TimeoutError as e:
+            raise _Retryable(f"timed out after {self.timeouts.request:g} s") from e
+        except aiohttp.ClientError as e:
+            raise _Retryable(f"{type(e).__name__}: {e}") from e
+        if status == 200:
+            try:
+                return decoder.decode(data)
+            except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                raise _Retryable(f"malformed answer ({e}): {data[:120]!r}") from e
+        message = _error_message(data)
+        if status == 429 or status >= 500:
+            raise _Retryable(f"HTTP {status}: {message}", _parse_retry_after(retry_after))
+        raise StatusError(status, url, message)
+
+
+def _error_message(data: bytes) -> str:
+    try:
+        err = msgspec.json.decode(data, type=ErrorBody)
+        if isinstance(err.error, str):
+            return err.error
+        if err.error is not None and err.error.message:
+            return err.error.message
+        if err.message:
+            return err.message
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    return data[:300].decode("utf-8", "replace")
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date; fall back to our own backoff
+

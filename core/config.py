@@ -1,0 +1,118 @@
+"""Settings of `score`: defaults are the paper's (METRICS.md 1.1–1.4); a TOML file
+(`--config`) overrides them; flags override the file."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .errors import ConfigError
+
+__all__ = ["ScoreConfig", "load_config", "API_KEY_ENV"]
+
+API_KEY_ENV = "OPENAI_API_KEY"
+
+
+class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # servers
+    base_url: str = "http://127.0.0.1:8000"
+    model: str | None = None  # None: the first model the server lists
+    judge_base_url: str | None = None  # None: the generation server
+    judge_model: str | None = None  # None: the generation model (on the same server)
+    api_key: str | None = None  # prefer the OPENAI_API_KEY environment variable
+    reasoning_off: bool = True  # send chat_template_kwargs {"enable_thinking": false}
+    # ending generation (000, App. C.4)
+    endings: int = 100
+    temperature: float = 1.2
+    top_p: float = 0.95
+    max_tokens: int = 150
+    seed: int | None = None
+    # judging (000, App. C.5)
+    judge_temperature: float = 0.0
+    judge_max_tokens: int = 10
+    continuation_words: int = 2000
+    # corpus and positions (000, App. C.2–C.3)
+    min_words: int = 500
+    max_words: int = 5000
+    min_anchor_words: int = 10
+    pct_min: float = 0.10
+    pct_max: float = 0.99
+    tokenizer: str = "server"  # "server" (/tokenize), "words", or a tokenizer.json path
+    # concurrency: requests in flight per lane (the paper's batch sizes)
+    gen_concurrency: int = 64
+    judge_concurrency: int = 512
+    tokenize_concurrency: int = 64
+    warm_judge: bool = True  # one judge request per position first, to fill the prefix cache
+    # reliability
+    timeout: float = 600.0
+    retries: int = 8
+    retry_seconds: float = 1800.0
+    # storage and outputs
+    cache: str | None = None  # None: ~/.cache/tension-run/llm.lmdb
+    save_texts: bool = False
+    progress: bool = True
+    # curve statistics (METRICS 1.4)
+    window: int = 5
+    thresholds: tuple[float, ...] = (30.0, 60.0, 120.0)
+    late_threshold: float = 0.80
+    retention_window: int = 10
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, field: str, what: str, value: Any) -> None:
+            if not ok:
+                raise ConfigError(f"{field.replace('_', '-')}: expected {what}, got {value!r}")
+
+        need(self.endings >= 1, "endings", "an integer >= 1", self.endings)
+        need(self.temperature >= 0, "temperature", "a number >= 0", self.temperature)
+        need(0 < self.top_p <= 1, "top_p", "a number in (0, 1]", self.top_p)
+        need(self.max_tokens >= 1, "max_tokens", "an integer >= 1", self.max_tokens)
+        need(self.judge_max_tokens >= 1, "judge_max_tokens", "an integer >= 1", self.judge_max_tokens)
+        need(self.continuation_words >= 1, "continuation_words", "an integer >= 1", self.continuation_words)
+        need(0 <= self.min_words <= self.max_words, "min_words", f"0 <= min-words <= max-words ({self.max_words})",
+             self.min_words)
+        need(0.0 <= self.pct_min <= self.pct_max <= 1.0, "pct_min", "0 <= pct-min <= pct-max <= 1", self.pct_min)
+        for lane in ("gen_concurrency", "judge_concurrency", "tokenize_concurrency"):
+            need(getattr(self, lane) >= 1, lane, "an integer >= 1", getattr(self, lane))
+        need(self.timeout > 0, "timeout", "seconds > 0", self.timeout)
+        need(self.retries >= 1, "retries", "an integer >= 1", self.retries)
+        need(self.base_url.startswith(("http://", "https://")), "base_url", "an http(s) URL", self.base_url)
+        if self.judge_base_url is not None:
+            need(self.judge_base_url.startswith(("http://", "https://")), "judge_base_url", "an http(s) URL",
+                 self.judge_base_url)
+
+    def resolved_api_key(self) -> str | None:
+        return os.environ.get(API_KEY_ENV) or self.api_key
+
+    def public(self) -> dict[str, Any]:
+        """The settings as recorded in run.json: never the API key."""
+        d = msgspec.to_builtins(self)
+        d["api_key"] = "(set)" if self.resolved_api_key() else None
+        return d
+
+
+def load_config(path: str | os.PathLike | None, overrides: dict[str, Any]) -> ScoreConfig:
+    """Defaults ← TOML file ← flags (``overrides``: flags the user gave, not None)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ConfigError(f"{p}: cannot read the config file: {e.strerror or e}") from e
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{p}: not valid TOML: {e}") from e
+        data = {k.replace("-", "_"): v for k, v in data.items()}
+        known = set(ScoreConfig.__struct_fields__)
+        for k in data:
+            if k not in known:
+                raise ConfigError(f"{p}: unknown key `{k}` (known: {', '.join(sorted(known))})")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return msgspec.convert(data, ScoreConfig)
+    except msgspec.ValidationError as e:
+        where = f"{path}: " if path else ""
+        raise ConfigError(f"{where}{e}") from e

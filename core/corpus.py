@@ -1,0 +1,127 @@
+"""Reading a corpus: JSON Lines (`id`, `text`, optional `group`, any other fields
+kept as metadata) or a folder of `.txt` files (id = file stem)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .errors import InputError
+from .jsonl import decode_line, iter_lines
+
+__all__ = ["Story", "Skipped", "Corpus", "read_corpus", "DEFAULT_GROUP"]
+
+DEFAULT_GROUP = "all"
+
+
+class Story(msgspec.Struct, kw_only=True):
+    id: str
+    text: str
+    group: str = DEFAULT_GROUP
+    meta: dict[str, Any] = {}
+    words: int = 0
+
+
+class Skipped(msgspec.Struct, kw_only=True):
+    id: str
+    reason: str
+
+
+class Corpus(msgspec.Struct, kw_only=True):
+    path: str
+    stories: list[Story]  # kept, in file order
+    skipped: list[Skipped]  # filtered out by a rule (not an error)
+    errors: list[InputError]  # bad records
+
+
+def read_corpus(path: str | os.PathLike, min_words: int = 500, max_words: int = 5000) -> Corpus:
+    """Every valid story, the ones the word filter left out, and an error per bad record."""
+    p = Path(path)
+    if p.is_dir():
+        records, errors = _read_folder(p)
+    else:
+        records, errors = _read_jsonl(p)
+    stories: list[Story] = []
+    skipped: list[Skipped] = []
+    for s in records:
+        s.words = len(s.text.split())
+        if s.words < min_words:
+            skipped.append(Skipped(id=s.id, reason=f"{s.words} words, fewer than --min-words {min_words}"))
+        elif s.words > max_words:
+            skipped.append(Skipped(id=s.id, reason=f"{s.words} words, more than --max-words {max_words}"))
+        else:
+            stories.append(s)
+    return Corpus(path=str(p), stories=stories, skipped=skipped, errors=errors)
+
+
+def _read_jsonl(p: Path) -> tuple[list[Story], list[InputError]]:
+    stories: list[Story] = []
+    errors: list[InputError] = []
+    seen: dict[str, int] = {}
+    path = str(p)
+    for lineno, raw in iter_lines(p):
+        try:
+            obj = decode_line(path, lineno, raw, dict)
+            story = _story(path, lineno, obj)
+            if story.id in seen:
+                raise InputError(path, lineno, "id", f"duplicate id {story.id!r} (first on line {seen[story.id]})")
+        except InputError as e:
+            errors.append(e)
+            continue
+        seen[story.id] = lineno
+        stories.append(story)
+    if not stories and not errors:
+        errors.append(InputError(path, 0, None, "no stories (the file is empty)"))
+    return stories, errors
+
+
+def _story(path: str, lineno: int, obj: dict[str, Any]) -> Story:
+    def field(name: str, required: bool) -> str | None:
+        if name not in obj:
+            if required:
+                raise InputError(path, lineno, name, "missing required field")
+            return None
+        v = obj[name]
+        if not isinstance(v, str):
+            raise InputError(path, lineno, name, f"expected a string, got {_json_type(v)}")
+        return v
+
+    sid = field("id", True)
+    text = field("text", True)
+    group = field("group", False)
+    if not sid.strip():
+        raise InputError(path, lineno, "id", "expected a non-empty string")
+    if not text.strip():
+        raise InputError(path, lineno, "text", "empty text")
+    meta = {k: v for k, v in obj.items() if k not in ("id", "text", "group")}
+    return Story(id=sid, text=text, group=group or DEFAULT_GROUP, meta=meta)
+
+
+def _json_type(v: Any) -> str:
+    return {bool: "a boolean", int: "a number", float: "a number", list: "an array",
+            dict: "an object", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _read_folder(p: Path) -> tuple[list[Story], list[InputError]]:
+    stories: list[Story] = []
+    errors: list[InputError] = []
+    files = sorted(f for f in p.iterdir() if f.suffix == ".txt" and f.is_file())
+    if not files:
+        errors.append(InputError(str(p), 0, None, "no .txt files in this folder"))
+    for f in files:
+        try:
+            text = f.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            errors.append(InputError(str(f), 0, None, f"not valid UTF-8 (byte offset {e.start})"))
+            continue
+        except OSError as e:
+            errors.append(InputError(str(f), 0, None, f"cannot read: {e.strerror or e}"))
+            continue
+        if not text.strip():
+            errors.append(InputError(str(f), 0, "text", "empty text"))
+            continue
+        stories.append(Story(id=f.stem, text=text))
+    return stories, errors

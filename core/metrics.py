@@ -1,0 +1,186 @@
+"""`tension-run metrics`: story and group statistics from saved no-rate curves.
+
+Input is JSON Lines, one story per line::
+
+    {"id": "s1", "group": "human", "x": [0.12, 0.2, ...], "y": [0.8, 0.74, ...]}
+
+(``x`` = fraction of the story revealed, strictly increasing; ``y`` = no-rate in
+[0, 1]). No LLM is involved: this is the last stage of `score`, usable alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stats
+from tension.kernels.groups import GroupStat, group_stats
+
+from .errors import InputError
+from .jsonl import atomic_write, decode_line, iter_lines
+
+__all__ = [
+    "DEFAULT_GROUP",
+    "Curve",
+    "MetricsResult",
+    "read_curves",
+    "compute",
+    "metrics",
+    "stat_columns",
+    "stories_csv",
+    "groups_csv",
+    "format_group_table",
+]
+
+DEFAULT_GROUP = "all"
+
+
+class Curve(msgspec.Struct, kw_only=True):
+    id: str
+    x: list[float]
+    y: list[float]
+    group: str = DEFAULT_GROUP
+
+
+class MetricsResult(msgspec.Struct, kw_only=True):
+    curves: list[Curve]
+    stats: BatchStats
+    settings: CurveSettings
+    groups: dict[str, dict[str, GroupStat]]  # statistic -> group -> summary
+    errors: list[InputError]
+
+
+_curve_decoder = msgspec.json.Decoder(Curve)
+
+
+def check_curve(path: str, lineno: int, c: Curve) -> None:
+    """The rules a curve must meet beyond its types (METRICS 1.4 inputs)."""
+    if not c.id:
+        raise InputError(path, lineno, "id", "expected a non-empty string")
+    if len(c.x) != len(c.y):
+        raise InputError(path, lineno, "y", f"expected {len(c.x)} values (as many as `x`), got {len(c.y)}")
+    for name, arr in (("x", c.x), ("y", c.y)):
+        for i, v in enumerate(arr):
+            if not math.isfinite(v):
+                raise InputError(path, lineno, f"{name}[{i}]", f"expected a finite number, got {v}")
+    for i in range(1, len(c.x)):
+        if not c.x[i] > c.x[i - 1]:
+            raise InputError(path, lineno, f"x[{i}]",
+                             f"expected x to increase strictly, got {c.x[i]} after {c.x[i - 1]}")
+    for i, v in enumerate(c.y):
+        if not 0.0 <= v <= 1.0:
+            raise InputError(path, lineno, f"y[{i}]", f"expected a no-rate in [0, 1], got {v}")
+
+
+def read_curves(path: str | os.PathLike) -> tuple[list[Curve], list[InputError]]:
+    """Every valid curve of the file, and an error for each bad line."""
+    path = str(path)
+    curves: list[Curve] = []
+    errors: list[InputError] = []
+    seen: dict[str, int] = {}
+    for lineno, raw in iter_lines(path):
+        try:
+            c = decode_line(path, lineno, raw, Curve, _curve_decoder)
+            check_curve(path, lineno, c)
+            if c.id in seen:
+                raise InputError(path, lineno, "id", f"duplicate id {c.id!r} (first on line {seen[c.id]})")
+        except InputError as e:
+            errors.append(e)
+            continue
+        seen[c.id] = lineno
+        curves.append(c)
+    return curves, errors
+
+
+def stat_columns(settings: CurveSettings) -> list[str]:
+    """Names of the story statistics, in output order."""
+    return ["mean_nr", "late_nr", "retain", "convergence"] + [f"ir{_fmt_angle(a)}" for a in settings.thresholds]
+
+
+def _fmt_angle(a: float) -> str:
+    return str(int(a)) if float(a).is_integer() else str(a).replace(".", "_")
+
+
+def _stat_matrix(stats: BatchStats) -> np.ndarray:
+    return np.column_stack([stats.mean_nr, stats.late_nr, stats.retain, stats.convergence, stats.ir])
+
+
+def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings()) -> tuple[BatchStats, dict[str, dict[str, GroupStat]]]:
+    """Kernels over all curves at once, then group summaries per statistic."""
+    lengths = np.fromiter((len(c.x) for c in curves), dtype=np.int64, count=len(curves))
+    offsets = np.zeros(len(curves) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    x = np.fromiter((v for c in curves for v in c.x), dtype=np.float64, count=int(offsets[-1]))
+    y = np.fromiter((v for c in curves for v in c.y), dtype=np.float64, count=int(offsets[-1]))
+    stats = batch_stats(x, y, offsets, settings)
+    labels = [c.group for c in curves]
+    matrix = _stat_matrix(stats)
+    groups = {name: group_stats(matrix[:, k], labels) for k, name in enumerate(stat_columns(settings))}
+    return stats, groups
+
+
+def _cell(v: float) -> str:
+    return "" if math.isnan(v) else f"{v:.10g}"
+
+
+def stories_csv(curves: Sequence[Curve], stats: BatchStats, settings: CurveSettings) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["id", "group", "n_positions", *stat_columns(settings), "nan_reasons"])
+    matrix = _stat_matrix(stats)
+    for i, c in enumerate(curves):
+        reasons = "; ".join(Reason(int(stats.reasons[i])).describe())
+        w.writerow([c.id, c.group, int(stats.n_positions[i]), *(_cell(v) for v in matrix[i]), reasons])
+    return buf.getvalue()
+
+
+def groups_csv(groups: dict[str, dict[str, GroupStat]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["group", "statistic", "mean", "sd", "ci95", "n", "n_nan"])
+    names = list(groups)
+    labels = list(groups[names[0]]) if names else []
+    for g in labels:
+        for name in names:
+            s = groups[name][g]
+            w.writerow([g, name, _cell(s.mean), _cell(s.sd), _cell(s.ci95), s.n, s.n_nan])
+    return buf.getvalue()
+
+
+def format_group_table(groups: dict[str, dict[str, GroupStat]]) -> str:
+    """A terminal table: one row per group, mean ± 95% half-width per statistic."""
+    names = list(groups)
+    if not names:
+        return ""
+    labels = list(groups[names[0]])
+
+    def cell(s: GroupStat) -> str:
+        if math.isnan(s.mean):
+            return "—"
+        return f"{s.mean:.3f}" if math.isnan(s.ci95) else f"{s.mean:.3f}±{s.ci95:.3f}"
+
+    n_col = [max((groups[n][g].n + groups[n][g].n_nan) for n in names) for g in labels]
+    rows = [["group", "n", *names]]
+    rows += [[g, str(n_col[i]), *(cell(groups[n][g]) for n in names)] for i, g in enumerate(labels)]
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(widths[k]) if k == 0 else c.rjust(widths[k]) for k, c in enumerate(r)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def metrics(curves_path: str | os.PathLike, out_dir: str | os.PathLike,
+            settings: CurveSettings = CurveSettings()) -> MetricsResult:
+    """Read curves, compute story and group statistics, write stories.csv and groups.csv."""
+    curves, errors = read_curves(curves_path)
+    stats, groups = compute(curves, settings)
+    out = Path(out_dir)
+    atomic_write(out / "stories.csv", stories_csv(curves, stats, settings))
+    atomic_write(out / "groups.csv", groups_csv(groups))
+    return MetricsResult(curves=curves, stats=stats, settings=settings, groups=groups, errors=errors)

@@ -1,0 +1,77 @@
+"""Every prompt the product sends, as data (paper 000, App. C.4–C.5; METRICS 1.2–1.3).
+
+The texts are the paper's, verbatim, with its LaTeX rendered: `2--3` is an en dash
+and `---` an em dash. Changing any character here changes every cache key that
+uses it — which is the point: a changed prompt can never be served a stale answer.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ENDING_SYSTEM", "ENDING_USER", "JUDGE_SYSTEM", "JUDGE_USER",
+    "ending_messages", "judge_messages", "judge_prefix", "parse_verdict",
+]
+
+ENDING_SYSTEM = "You are a fiction writer. Write only story text."
+
+ENDING_USER = (
+    "In 2\u20133 sentences, describe how you think this story ends. "
+    "No commentary, no explanation, no preamble.\n"
+    "\n"
+    "STORY SO FAR:\n"
+    "{prefix}"
+)
+
+JUDGE_SYSTEM = (
+    "You are a literary judge. You determine whether a predicted story ending captures the "
+    "general direction of the true story continuation. Answer Y if the prediction gets the broad "
+    "plot trajectory right \u2014 the same characters are involved, similar types of events unfold, "
+    "or the emotional arc matches. Minor differences in specific details, wording, or sequence are "
+    "acceptable. Answer N only if the prediction describes a fundamentally different outcome from "
+    "what actually happens."
+)
+
+JUDGE_USER = (
+    "Here is the actual continuation of a story:\n"
+    "\n"
+    "\u2014BEGIN CONTINUATION\u2014\n"
+    "{anchor} {continuation}\n"
+    "\u2014END CONTINUATION\u2014\n"
+    "\n"
+    "Here is a predicted ending:\n"
+    "\n"
+    "\u2014BEGIN PREDICTED\u2014\n"
+    "{anchor} {ending}\n"
+    "\u2014END PREDICTED\u2014\n"
+    "\n"
+    "Does the predicted ending capture the general direction of the true continuation \u2014 "
+    "similar characters involved, similar types of events, or a matching emotional arc? Answer Y "
+    "if the broad trajectory is right, even if specific details differ. Answer N only if the "
+    "prediction is fundamentally wrong about what happens. Answer ONLY Y or N.\n"
+    "\n"
+    "Judgment:"
+)
+
+
+def ending_messages(prefix: str) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": ENDING_SYSTEM},
+        {"role": "user", "content": ENDING_USER.format(prefix=prefix)},
+    ]
+
+
+def judge_messages(anchor: str, continuation: str, ending: str) -> list[dict[str, str]]:
+    user = JUDGE_USER.format(anchor=anchor, continuation=continuation, ending=ending)
+    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
+
+
+def judge_prefix(anchor: str, continuation: str) -> str:
+    """The part every judge prompt of a position shares (for prefix-cache ordering)."""
+    return JUDGE_USER.split("{anchor} {ending}")[0].format(anchor=anchor, continuation=continuation)
+
+
+def parse_verdict(text: str | None) -> tuple[bool, bool]:
+    """(match, malformed): match when the stripped, uppercased answer starts with Y;
+    malformed when it starts with neither Y nor N (still counted as no match)."""
+    t = (text or "").strip().upper()
+    return t.startswith("Y"), not (t.startswith("Y") or t.startswith("N"))

@@ -1,0 +1,84 @@
+"""The OpenAI-compatible wire format, as msgspec Structs (only the fields we use;
+unknown fields in answers are ignored)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "ChatRequest", "ChatResponse", "Choice", "ChoiceMessage", "WireUsage", "TokenizeRequest",
+    "TokenizeResponse", "ModelList", "ModelCard", "ErrorBody",
+]
+
+
+class ChatRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A /v1/chat/completions request. Fields left at None are not sent."""
+
+    model: str
+    messages: list[dict[str, str]]
+    n: int = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def key_fields(self) -> dict[str, Any]:
+        """Everything that decides the answer: the cache key hashes exactly this."""
+        return msgspec.to_builtins(self)
+
+
+class ChoiceMessage(msgspec.Struct):
+    content: str | None = None
+    role: str | None = None
+
+
+class Choice(msgspec.Struct):
+    message: ChoiceMessage
+    index: int = 0
+    finish_reason: str | None = None
+
+
+class PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
+class WireUsage(msgspec.Struct):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_tokens_details: PromptDetails | None = None
+
+
+class ChatResponse(msgspec.Struct):
+    choices: list[Choice]
+    model: str = ""
+    usage: WireUsage | None = None
+
+
+class TokenizeRequest(msgspec.Struct, kw_only=True):
+    model: str
+    prompt: str
+    add_special_tokens: bool = False
+
+
+class TokenizeResponse(msgspec.Struct):
+    count: int
+
+
+class ModelCard(msgspec.Struct):
+    id: str
+
+
+class ModelList(msgspec.Struct):
+    data: list[ModelCard]
+
+
+class ErrorDetail(msgspec.Struct):
+    message: str = ""
+
+
+class ErrorBody(msgspec.Struct):
+    error: ErrorDetail | str | None = None
+    message: str | None = None

@@ -1,0 +1,144 @@
+"""The one place that creates tasks.
+
+A ``Scheduler`` is an async context manager around an ``asyncio.TaskGroup``:
+leaving the block joins every task; a failed task cancels its siblings and the
+error comes out of the block; Ctrl-C cancels everything, and the ``finally``
+blocks of the pipeline flush what completed (trio's rules, via TaskGroup).
+
+Requests run in *lanes* (generation, judge, tokenize), each a semaphore bounding
+the requests in flight to its endpoint. Time spent waiting for a lane is recorded
+apart from the time the request took, as vLLM's benchmarks do, so a run can tell
+"the server is slow" from "we queue too much".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+import msgspec
+
+__all__ = ["LaneStats", "Scheduler"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class LaneStats(msgspec.Struct, kw_only=True):
+    limit: int
+    started: int = 0
+    finished: int = 0
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    queue_seconds: float = 0.0
+    busy_seconds: float = 0.0
+
+
+class _Lane:
+    def __init__(self, limit: int):
+        self.sem = asyncio.Semaphore(limit)
+        self.stats = LaneStats(limit=limit)
+
+
+class Scheduler:
+    """Owns the tasks and the request lanes of one run."""
+
+    def __init__(self, lanes: dict[str, int]):
+        for name, limit in lanes.items():
+            if limit < 1:
+                raise ValueError(f"lane {name!r}: limit must be >= 1, got {limit}")
+        self._limits = dict(lanes)
+        self._lanes: dict[str, _Lane] = {}
+        self._tg: asyncio.TaskGroup | None = None
+        self._work: set[asyncio.Task] = set()
+        self._services: list[asyncio.Task] = []
+
+    async def __aenter__(self) -> Scheduler:
+        # Semaphores bind to the running loop, so they are made here.
+        self._lanes = {name: _Lane(limit) for name, limit in self._limits.items()}
+        self._tg = asyncio.TaskGroup()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(self, et, exc, tb):
+        tg = self._tg
+        if et is None:
+            # Join the work first; services (e.g. the group-commit timer) run
+            # until then. A failing task cancels us here, and the TaskGroup below
+            # turns that into the task's own error.
+            try:
+                while self._work:
+                    await asyncio.wait(list(self._work))
+            except asyncio.CancelledError as e:
+                et, exc, tb = type(e), e, e.__traceback__
+        for t in self._services:
+            t.cancel()
+        self._tg = None
+        return await tg.__aexit__(et, exc, tb)
+
+    @property
+    def lane_stats(self) -> dict[str, LaneStats]:
+        return {name: lane.stats for name, lane in self._lanes.items()}
+
+    def spawn(self, coro: Awaitable[T]) -> asyncio.Task[T]:
+        """Start a task of the run's work; leaving the block waits for it."""
+        if self._tg is None:
+            raise RuntimeError("spawn() outside `async with Scheduler(...)`")
+        task = self._tg.create_task(coro)
+        self._work.add(task)
+        task.add_done_callback(self._work.discard)
+        return task
+
+    def service(self, coro: Awaitable[None]) -> asyncio.Task[None]:
+        """Start a background task that runs until all work is done, then is cancelled."""
+        if self._tg is None:
+            raise RuntimeError("service() outside `async with Scheduler(...)`")
+        task = self._tg.create_task(coro)
+        self._services.append(task)
+        return task
+
+    async def request(self, lane: str, fn: Callable[..., Awaitable[R]], *args: Any) -> R:
+        """Run one request in a lane: wait for a slot, then call ``fn(*args)``."""
+        ln = self._lanes[lane]
+        st = ln.stats
+        t0 = time.perf_counter()
+        async with ln.sem:
+            t1 = time.perf_counter()
+            st.queue_seconds += t1 - t0
+            st.started += 1
+            st.in_flight += 1
+            st.peak_in_flight = max(st.peak_in_flight, st.in_flight)
+            try:
+                return await fn(*args)
+            finally:
+                st.in_flight -= 1
+                st.finished += 1
+                st.busy_seconds += time.perf_counter() - t1
+
+    async def map(self, fn: Callable[[T], Awaitable[R]], items: Iterable[T]) -> list[R]:
+        """``fn`` over every item concurrently, as tasks of this scheduler; results in order."""
+        tasks = [self.spawn(fn(it)) for it in items]
+        return [await t for t in tasks]
+
+    async def feed(self, jobs: AsyncIterator[T] | Iterable[T], fn: Callable[[T], Awaitable[None]],
+                   max_open: int) -> None:
+        """Start ``fn(job)`` for each job in order, never more than ``max_open`` at
+        once (backpressure: the source is not read further while all are busy)."""
+        gate = asyncio.Semaphore(max_open)
+
+        async def run(job: T) -> None:
+            try:
+                await fn(job)
+            finally:
+                gate.release()
+
+        if hasattr(jobs, "__aiter__"):
+            async for job in jobs:
+                await gate.acquire()
+                self.spawn(run(job))
+        else:
+            for job in jobs:
+                await gate.acquire()
+                self.spawn(run(job))

@@ -1,0 +1,528 @@
+"""`tension-run score`: the 100-Endings pipeline (METRICS.md 1.1–1.4).
+
+    corpus ─► stories ─► sentences ─► positions (k, pct, anchor)
+       ─► generation request (n endings)   ◄─► LMDB endings
+       ─► judge requests (one per ending)  ◄─► LMDB verdicts
+       ─► no-rate(k) ─► curve ─► kernels ─► story and group statistics
+
+Every LLM answer is looked up in the cache before it is requested and committed
+to it as soon as it is complete, so a rerun costs nothing, a changed judge only
+costs verdicts, and an interrupted run continues where it stopped. Position
+results stream to ``positions.partial.jsonl`` as their records are committed; the
+final ``positions.jsonl`` is written in corpus order when the run completes, so
+it is the same bytes however the run was interrupted and resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import platform
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from tension.cache import records
+from tension.cache.keys import request_key
+from tension.cache.records import Usage
+from tension.cache.store import Store, default_path
+from tension.kernels.curves import CurveSettings
+
+from . import prompts
+from .client import Client, RetryPolicy, Timeouts, normalize_base_url
+from .protocol import ChatRequest
+from .config import ScoreConfig
+from .corpus import Corpus, Story, read_corpus
+from .errors import ConfigError, ServerError, StatusError, TensionError
+from .jsonl import atomic_write
+from .metrics import Curve, compute, groups_csv, stories_csv
+from .progress import Progress
+from .scheduler import Scheduler
+from .segment import candidates, continuation_text, prefix_text, split_sentences, story_text
+
+__all__ = ["Position", "PositionResult", "Failure", "RunSummary", "score", "score_async"]
+
+COMMIT_INTERVAL = 0.05  # seconds: group commit of completed records (DESIGN.md)
+COMMIT_BATCH = 512  # records: commit sooner when this many are waiting
+
+
+class Position(msgspec.Struct, frozen=True, kw_only=True):
+    story: int  # index in the corpus's kept stories
+    k: int
+    pct: float
+
+
+class PositionResult(msgspec.Struct, kw_only=True):
+    id: str
+    k: int
+    pct: float
+    n_endings: int
+    n_match: int
+    n_empty: int
+    n_malformed: int
+    no_rate: float
+
+
+class Failure(msgspec.Struct, kw_only=True):
+    id: str
+    stage: str
+    error: str
+
+
+class RunSummary(msgspec.Struct, kw_only=True):
+    status: str  # "complete", "failed", "interrupted"
+    out: str
+    stories: int
+    positions: int
+    failures: list[Failure]
+    input_errors: list[str]
+    skipped: int
+    requests: dict[str, int]
+    cache_hits: dict[str, int]
+    error: str | None = None
+
+
+_line_encoder = msgspec.json.Encoder()
+
+
+class _Committer:
+    """Group commit: records and finished position lines wait here ≤ 50 ms, then
+    go to LMDB in one transaction, after which the lines are appended to the
+    partial file. Runs on the event loop's thread only (no LMDB transaction is
+    ever open in another thread, so the map can grow safely)."""
+
+    def __init__(self, store: Store, partial: Path):
+        self.store = store
+        self.records: list[tuple[str, bytes, records.Record]] = []
+        self.lines: list[bytes] = []
+        self._partial = partial.open("ab")
+
+    def add(self, db: str, key: bytes, rec: records.Record) -> None:
+        self.records.append((db, key, rec))
+        if len(self.records) >= COMMIT_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.records:
+            batch, self.records = self.records, []
+            self.store.put_many(batch)
+        if self.lines:
+            lines, self.lines = self.lines, []
+            self._partial.write(b"".join(lines))
+            self._partial.flush()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(COMMIT_INTERVAL)
+            self.flush()
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self._partial.close()
+
+
+class _Run:
+    """State of one score run; methods are the pipeline's stages."""
+
+    def __init__(self, cfg: ScoreConfig, corpus: Corpus, store: Store, client: Client,
+                 out: Path, progress: Progress):
+        self.cfg = cfg
+        self.corpus = corpus
+        self.store = store
+        self.client = client
+        self.out = out
+        self.progress = progress
+        self.gen_url = normalize_base_url(cfg.base_url)
+        self.judge_url = normalize_base_url(cfg.judge_base_url or cfg.base_url)
+        self.gen_model = cfg.model or ""
+        self.judge_model = cfg.judge_model or ""
+        self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
+        self.sentences: dict[int, list[str]] = {}
+        self.results: dict[tuple[int, int], PositionResult] = {}
+        self.texts: dict[tuple[int, int], dict[str, Any]] = {}
+        self.failed: dict[int, Failure] = {}
+        self.requests = {"generation": 0, "judge": 0, "tokenize": 0, "models": 0}
+        self.usage_all = Usage()  # what every answer used, cached or not
+        self.tokenizer: Callable[[str], int] | None = None
+        self.sched: Scheduler | None = None
+        self.committer: _Committer | None = None
+        self.groups = {}
+
+    # -- setup ----------------------------------------------------------------
+
+    async def resolve_models(self) -> None:
+        """Model ids for the cache keys. Given ids are used as they are (so a
+        cached rerun sends nothing); otherwise the server's first model."""
+        if not self.gen_model:
+            self.gen_model = await self._first_model(self.gen_url, "--model")
+        if not self.judge_model:
+            same = self.judge_url == self.gen_url
+            self.judge_model = self.gen_model if same else await self._first_model(self.judge_url, "--judge-model")
+
+    async def _first_model(self, url: str, flag: str) -> str:
+        self.requests["models"] += 1
+        ids = await self.client.models(url)
+        if not ids:
+            raise ServerError(f"{url}/v1/models lists no model; pass {flag}")
+        return ids[0]
+
+    def setup_tokenizer(self) -> None:
+        t = self.cfg.tokenizer
+        if t == "server":
+            return
+        if t == "words":
+            self.tokenizer = lambda text: len(text.split())
+            return
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as e:
+            raise ConfigError("--tokenizer PATH needs the `tokenizers` package: "
+                              "pip install 'tension-run[tokenizer]'") from e
+        try:
+            tok = Tokenizer.from_file(t)
+        except Exception as e:  # the library raises its own Exception types
+            raise ConfigError(f"--tokenizer: cannot load {t}: {e}") from e
+        self.tokenizer = lambda text: len(tok.encode(text, add_special_tokens=False).ids)
+
+    # -- stage 1: positions ---------------------------------------------------
+
+    async def positions(self, si: int, story: Story) -> list[Position]:
+        sents = split_sentences(story.text)
+        self.sentences[si] = sents
+        cands = candidates(sents, self.cfg.min_anchor_words)
+        if not cands:
+            return []
+        texts = [story_text(sents)] + [prefix_text(sents, c.k) for c in cands]
+        counts = await self.token_counts(texts)
+        total = counts[0]
+        out = []
+        for c, n in zip(cands, counts[1:]):
+            pct = n / total if total else 0.0
+            if self.cfg.pct_min <= pct <= self.cfg.pct_max:
+                out.append(Position(story=si, k=c.k, pct=pct))
+        return out
+
+    async def token_counts(self, texts: list[str]) -> list[int]:
+        if self.tokenizer is not None:
+            return [self.tokenizer(t) for t in texts]
+        keys = [request_key("tokenize", {"model": self.gen_model, "prompt": t, "add_special_tokens": False})
+                for t in texts]
+        cached = self.store.get_many("tokens", keys)
+        counts = [r.count if r is not None else -1 for r in cached]
+        missing = [i for i, c in enumerate(counts) if c < 0]
+
+        async def one(i: int) -> None:
+            self.requests["tokenize"] += 1
+            n = await self.sched.request("tokenize", self.client.tokenize, self.gen_url, self.gen_model, texts[i])
+            counts[i] = n
+            self.committer.add("tokens", keys[i], records.TokenCount(count=n, model=self.gen_model,
+                                                                      created=time.time()))
+
+        await self.sched.map(one, missing)
+        return counts
+
+    # -- stage 2: endings -----------------------------------------------------
+
+    async def endings(self, pos: Position) -> records.Endings:
+        sents = self.sentences[pos.story]
+        req = generation_request(self, prompts.ending_messages(prefix_text(sents, pos.k)))
+        key = request_key("chat", req.key_fields())
+        rec = self.store.get("endings", key)
+        if rec is None:
+            self.requests["generation"] += 1
+            res = await self.sched.request("generation", self.client.chat, self.gen_url, req)
+            rec = records.Endings(texts=res.texts, finish_reasons=res.finish_reasons, model=res.model,
+                                  usage=res.usage, created=time.time(), seconds=res.seconds)
+            self.committer.add("endings", key, rec)
+            self.progress.fresh(res.usage)
+        else:
+            self.progress.hit()
+        self.usage_all.add(rec.usage)
+        return rec
+
+    # -- stage 3: verdicts ----------------------------------------------------
+
+    async def verdicts(self, pos: Position, endings: list[str]) -> list[str | None]:
+        """The raw judge answer per ending; None for an empty ending (not sent)."""
+        sents = self.sentences[pos.story]
+        anchor = sents[pos.k - 1]
+        cont = continuation_text(sents, pos.k, self.cfg.continuation_words)
+        reqs: list[tuple[int, ChatRequest, bytes]] = []
+        for i, e in enumerate(endings):
+            if e.strip():
+                req = judge_request(self, prompts.judge_messages(anchor, cont, e))
+                reqs.append((i, req, request_key("chat", req.key_fields())))
+        answers: list[str | None] = [None] * len(endings)
+        cached = self.store.get_many("verdicts", [k for _, _, k in reqs])
+        todo = []
+        for (i, req, key), rec in zip(reqs, cached):
+            if rec is None:
+                todo.append((i, req, key))
+            else:
+                answers[i] = rec.text
+                self.usage_all.add(rec.usage)
+        self.progress.hit(len(reqs) - len(todo))
+
+        async def one(item) -> None:
+            i, req, key = item
+            self.requests["judge"] += 1
+            res = await self.sched.request("judge", self.client.chat, self.judge_url, req)
+            rec = records.Verdict(text=res.texts[0], finish_reason=res.finish_reasons[0], model=res.model,
+                                  usage=res.usage, created=time.time(), seconds=res.seconds)
+            self.committer.add("verdicts", key, rec)
+            self.usage_all.add(rec.usage)
+            self.progress.fresh(res.usage)
+            answers[i] = rec.text
+
+        if todo and self.cfg.warm_judge:
+            # All judge prompts of a position share the continuation: one first
+            # fills the server's prefix cache, then the rest find it there.
+            await one(todo[0])
+            todo = todo[1:]
+        await self.sched.map(one, todo)
+        return answers
+
+    # -- one position, one story ---------------------------------------------
+
+    async def position(self, pos: Position) -> None:
+        if pos.story in self.failed:
+            return
+        story = self.corpus.stories[pos.story]
+        try:
+            rec = await self.endings(pos)
+            answers = await self.verdicts(pos, rec.texts)
+        except StatusError as e:
+            # The request itself was refused (e.g. a prompt longer than the
+            # model's context): this story fails, the others go on.
+            self.failed.setdefault(pos.story, Failure(id=story.id, stage=f"position {pos.k}", error=str(e)))
+            self.progress.position_done()
+            return
+        n_match = n_empty = n_malformed = 0
+        for a in answers:
+            if a is None:
+                n_empty += 1
+                continue
+            match, malformed = prompts.parse_verdict(a)
+            n_match += match
+            n_malformed += malformed
+        n = len(rec.texts)
+        res = PositionResult(id=story.id, k=pos.k, pct=pos.pct, n_endings=n, n_match=n_match,
+                             n_empty=n_empty, n_malformed=n_malformed, no_rate=1.0 - n_match / n)
+        self.results[(pos.story, pos.k)] = res
+        if self.cfg.save_texts:
+            self.texts[(pos.story, pos.k)] = {"id": story.id, "k": pos.k, "endings": rec.texts, "verdicts": answers}
+        self.committer.lines.append(_line_encoder.encode(res) + b"\n")
+        self.progress.position_done()
+
+    async def stream_positions(self):
+        """Positions in corpus order, each story's in ascending k (their prompts
+        share the story's prefix, which the server's prefix cache serves)."""
+        for si, story in enumerate(self.corpus.stories):
+            try:
+                ps = await self.positions(si, story)
+            except StatusError as e:
+                self.failed[si] = Failure(id=story.id, stage="tokenize", error=str(e))
+                continue
+            self.progress.add_positions(len(ps))
+            for p in ps:
+                yield p
+
+    async def run(self) -> None:
+        self.setup_tokenizer()
+        await self.resolve_models()
+        cfg = self.cfg
+        lanes = {"generation": cfg.gen_concurrency, "judge": cfg.judge_concurrency,
+                 "tokenize": cfg.tokenize_concurrency}
+        # Positions open at once: enough to keep both lanes full, few enough that
+        # the generation lane works on one story's prefix at a time.
+        max_open = cfg.gen_concurrency + max(2, 2 * math.ceil(cfg.judge_concurrency / cfg.endings))
+        sched = Scheduler(lanes)
+        self.sched = sched
+        async with sched:
+            sched.service(self.committer.run())
+            await sched.feed(self.stream_positions(), self.position, max_open)
+
+    # -- outputs ----------------------------------------------------------------
+
+    def ordered_results(self) -> list[PositionResult]:
+        return [self.results[key] for key in sorted(self.results) if key[0] not in self.failed]
+
+    def curves(self) -> list[Curve]:
+        by_story: dict[int, list[PositionResult]] = {}
+        for (si, _k), r in sorted(self.results.items()):
+            by_story.setdefault(si, []).append(r)
+        out = []
+        for si, story in enumerate(self.corpus.stories):
+            if si in self.failed:
+                continue
+            rs = by_story.get(si, [])
+            out.append(Curve(id=story.id, group=story.group, x=[r.pct for r in rs], y=[r.no_rate for r in rs]))
+        return out
+
+    def write_outputs(self) -> None:
+        out = self.out
+        atomic_write(out / "positions.jsonl", b"".join(_line_encoder.encode(r) + b"\n" for r in self.ordered_results()))
+        settings = CurveSettings(window=self.cfg.window, thresholds=tuple(self.cfg.thresholds),
+                                 late_threshold=self.cfg.late_threshold, retention_window=self.cfg.retention_window)
+        curves = self.curves()
+        stats, groups = compute(curves, settings)
+        atomic_write(out / "stories.csv", stories_csv(curves, stats, settings))
+        atomic_write(out / "groups.csv", groups_csv(groups))
+        self.groups = groups
+        if self.cfg.save_texts:
+            atomic_write(out / "texts.jsonl", b"".join(
+                _line_encoder.encode(self.texts[key]) + b"\n" for key in sorted(self.texts) if key[0] not in self.failed))
+
+
+def generation_request(run: _Run, messages) -> ChatRequest:
+    c = run.cfg
+    return ChatRequest(model=run.gen_model, messages=messages, n=c.endings, temperature=c.temperature,
+                       top_p=c.top_p, max_tokens=c.max_tokens, seed=c.seed,
+                       chat_template_kwargs=run.template_kwargs)
+
+
+def judge_request(run: _Run, messages) -> ChatRequest:
+    c = run.cfg
+    return ChatRequest(model=run.judge_model, messages=messages, n=1, temperature=c.judge_temperature,
+                       max_tokens=c.judge_max_tokens, chat_template_kwargs=run.template_kwargs)
+
+
+def _first_error(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        exc = inner[0] if inner else exc.exceptions[0]
+    return exc
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for dist in ("tension-run", "numpy", "numba", "msgspec", "aiohttp", "lmdb", "uvloop"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Path) -> RunSummary:
+    """Score a corpus; see the module docstring. Raises TensionError for problems
+    that stop the run before it starts; problems during the run end it with
+    status "failed" (or "interrupted" on cancellation), everything completed kept."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = read_corpus(corpus_path, cfg.min_words, cfg.max_words)
+    store = Store(cfg.cache or default_path())
+    partial = out / "positions.partial.jsonl"
+    partial.write_bytes(b"")
+    progress = Progress(enabled=cfg.progress, stories=len(corpus.stories))
+    t0 = time.time()
+    status, error = "complete", None
+    run: _Run | None = None
+    try:
+        async with Client(api_key=cfg.resolved_api_key(), timeouts=Timeouts(request=cfg.timeout),
+                          retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds)) as client:
+            run = _Run(cfg, corpus, store, client, out, progress)
+            run.committer = _Committer(store, partial)
+            try:
+                await run.run()
+            except asyncio.CancelledError:
+                status = "interrupted"
+                raise
+            except BaseExceptionGroup as eg:
+                first = _first_error(eg)
+                if not isinstance(first, Exception):
+                    raise
+                status, error = "failed", _describe(first)
+            except TensionError as e:
+                status, error = "failed", _describe(e)
+            finally:
+                run.committer.close()
+        if status == "complete":
+            run.write_outputs()
+    finally:
+        progress.close()
+        try:
+            store.save_run_counts()
+        finally:
+            summary = _summary(run, corpus, store, out, status, error)
+            _write_run_json(run, cfg, corpus, store, out, status, error, t0, corpus_path)
+            store.close()
+    return summary
+
+
+def _describe(e: BaseException) -> str:
+    return str(e) if isinstance(e, TensionError) else f"{type(e).__name__}: {e}"
+
+
+def _summary(run, corpus, store, out, status, error) -> RunSummary:
+    return RunSummary(
+        status=status, out=str(out), stories=len(corpus.stories),
+        positions=len(run.results) if run else 0,
+        failures=list(run.failed.values()) if run else [],
+        input_errors=[str(e) for e in corpus.errors], skipped=len(corpus.skipped),
+        requests=dict(run.requests) if run else {}, cache_hits=dict(store.counts.hits), error=error)
+
+
+def _write_run_json(run, cfg, corpus, store, out, status, error, t0, corpus_path) -> None:
+    client = run.client if run else None
+    doc = {
+        "status": status,
+        "error": error,
+        "corpus": str(corpus_path),
+        "argv": sys.argv,
+        "started": t0,
+        "wall_seconds": round(time.time() - t0, 3),
+        "config": cfg.public(),
+        "models": {"generation": run.gen_model if run else cfg.model,
+                   "judge": run.judge_model if run else cfg.judge_model},
+        "versions": _versions(),
+        "stories": {"kept": len(corpus.stories), "skipped": [msgspec.to_builtins(s) for s in corpus.skipped],
+                    "input_errors": [str(e) for e in corpus.errors],
+                    "failed": [msgspec.to_builtins(f) for f in run.failed.values()] if run else []},
+        "positions": len(run.results) if run else 0,
+        "requests": dict(run.requests) if run else {},
+        "http": {"attempts": client.sent, "retries": client.retries, "followups": client.followups} if client else {},
+        "usage_this_run": msgspec.to_builtins(client.usage) if client else {},
+        "usage_all_answers": msgspec.to_builtins(run.usage_all) if run else {},
+        "cache": {"path": str(store.path), "hits": dict(store.counts.hits), "misses": dict(store.counts.misses),
+                  "writes": dict(store.counts.writes)},
+        "lanes": {k: msgspec.to_builtins(v) for k, v in run.sched.lane_stats.items()} if run and run.sched else {},
+    }
+    atomic_write(out / "run.json", msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n")
+
+
+def score(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Path) -> RunSummary:
+    """Blocking form of ``score_async`` on uvloop (asyncio when uvloop is missing).
+    SIGTERM stops the run like Ctrl-C: completed work is committed first."""
+    try:
+        import uvloop
+        factory = uvloop.new_event_loop
+    except ImportError:
+        factory = None
+
+    async def main() -> RunSummary:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        try:
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
+            return await score_async(cfg, corpus_path, out_dir)
+        try:
+            return await score_async(cfg, corpus_path, out_dir)
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main())

@@ -1,0 +1,1 @@
+"""numba kernels for curve statistics and reader metrics."""
