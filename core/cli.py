@@ -8,6 +8,8 @@ written); 2 bad usage or configuration; 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -147,10 +149,6 @@ def cmd_score(args) -> int:
           f"{summary.positions} positions; requests sent: {req.get('generation', 0)} generation, "
           f"{req.get('judge', 0)} judge, {req.get('tokenize', 0)} tokenize; cache hits: "
           + ", ".join(f"{v} {k}" for k, v in summary.cache_hits.items()))
-    if summary.status == "interrupted":
-        print(f"interrupted: completed work is in the cache. Resume with the same command:\n  "
-              f"{' '.join(sys.argv)}", file=sys.stderr)
-        return EXIT_INTERRUPTED
     if summary.status == "failed":
         print(f"error: {summary.error}\nCompleted work is in the cache; rerun the same command to "
               "continue where this run stopped.", file=sys.stderr)
@@ -191,8 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("metrics", help=cmd_metrics.__doc__, description=cmd_metrics.__doc__)
-    p.add_argument("curves", metavar="CURVES.jsonl",
-                   help='one story per line: {"id", "group" (optional), "x": [pct…], "y": [no-rate…]}')
+    p.add_argument("curves", metavar="CURVES.jsonl|RUN_DIR",
+                   help='one story per line: {"id", "group" (optional), "x": [pct…], "y": [no-rate…]}; '
+                        "or the folder of a score run (its positions.jsonl)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for stories.csv and groups.csv")
     _add_curve_flags(p)
     p.set_defaults(func=cmd_metrics)
@@ -249,8 +248,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f" ({e.filename})" if e.filename else ""
         print(f"error: {e.strerror or e}{where}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        # Ctrl-C or SIGTERM: the run has committed what completed before stopping.
+        print("interrupted: completed work is in the cache. Resume with the same command:\n  "
+              + " ".join(shlex.quote(a) for a in sys.argv), file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

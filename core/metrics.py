@@ -79,8 +79,45 @@ def check_curve(path: str, lineno: int, c: Curve) -> None:
             raise InputError(path, lineno, f"y[{i}]", f"expected a no-rate in [0, 1], got {v}")
 
 
+class _PositionLine(msgspec.Struct):
+    id: str
+    k: int
+    pct: float
+    no_rate: float
+    group: str = DEFAULT_GROUP
+
+
+def read_run_positions(run_dir: str | os.PathLike) -> tuple[list[Curve], list[InputError]]:
+    """Curves from a score run's positions.jsonl (lines grouped by story, ascending k)."""
+    path = str(Path(run_dir) / "positions.jsonl")
+    by_id: dict[str, Curve] = {}
+    errors: list[InputError] = []
+    dec = msgspec.json.Decoder(_PositionLine)
+    for lineno, raw in iter_lines(path):
+        try:
+            p = decode_line(path, lineno, raw, _PositionLine, dec)
+        except InputError as e:
+            errors.append(e)
+            continue
+        c = by_id.setdefault(p.id, Curve(id=p.id, group=p.group, x=[], y=[]))
+        c.x.append(p.pct)
+        c.y.append(p.no_rate)
+    curves = []
+    for c in by_id.values():
+        try:
+            check_curve(path, 0, c)
+        except InputError as e:
+            errors.append(InputError(path, 0, e.field, f"story {c.id!r}: {e.message}"))
+            continue
+        curves.append(c)
+    return curves, errors
+
+
 def read_curves(path: str | os.PathLike) -> tuple[list[Curve], list[InputError]]:
-    """Every valid curve of the file, and an error for each bad line."""
+    """Every valid curve of the file, and an error for each bad line. A folder is
+    read as a score run (its positions.jsonl)."""
+    if Path(path).is_dir():
+        return read_run_positions(path)
     path = str(path)
     curves: list[Curve] = []
     errors: list[InputError] = []

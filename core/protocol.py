@@ -18,7 +18,7 @@ class ChatRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     model: str
     messages: list[dict[str, str]]
-    n: int = 1
+    n: int  # always sent (and hashed), even when 1
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None

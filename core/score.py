@@ -59,6 +59,7 @@ class Position(msgspec.Struct, frozen=True, kw_only=True):
 
 class PositionResult(msgspec.Struct, kw_only=True):
     id: str
+    group: str
     k: int
     pct: float
     n_endings: int
@@ -313,7 +314,7 @@ class _Run:
             n_match += match
             n_malformed += malformed
         n = len(rec.texts)
-        res = PositionResult(id=story.id, k=pos.k, pct=pos.pct, n_endings=n, n_match=n_match,
+        res = PositionResult(id=story.id, group=story.group, k=pos.k, pct=pos.pct, n_endings=n, n_match=n_match,
                              n_empty=n_empty, n_malformed=n_malformed, no_rate=1.0 - n_match / n)
         self.results[(pos.story, pos.k)] = res
         if self.cfg.save_texts:

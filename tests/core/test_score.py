@@ -1,0 +1,372 @@
+"""`score` end to end against the loopback OpenAI-compatible server: numbers,
+prompts, rerun semantics, interruption and faults."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import make_corpus, write_story
+from openai_server import count_tokens, expected_endings, expected_verdict
+
+from tension.cache.store import Store
+from tension.core.config import load_config
+from tension.core.score import score, score_async
+
+N = 6  # endings per position: small, so the tests run in seconds
+
+
+def cfg_for(srv, tmp_path, **kw):
+    base = {"base_url": srv.base_url, "model": "test-gen", "cache": str(tmp_path / "cache"), "endings": N,
+            "progress": False, "seed": 7}
+    base.update(kw)
+    return load_config(None, base)
+
+
+def read_positions(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "positions.jsonl").read_text().splitlines()]
+
+
+# --- an independent computation of positions, prompts and verdicts -------------
+# Written from METRICS.md 1.1-1.3 and the paper's appendix, not from core/.
+
+_SPLIT = re.compile(r"([.!?][\"\u201d\u2019)]*)\s+(?=[A-Z\u201c\"(\[])")
+
+
+def ref_sentences(text: str) -> list[str]:
+    marked = _SPLIT.sub(lambda m: m.group(1) + "\x00", text)
+    return [s.strip() for s in marked.split("\x00") if s.strip()]
+
+
+def ref_positions(text: str) -> list[tuple[int, float]]:
+    s = ref_sentences(text)
+    total = count_tokens(" ".join(s))
+    out = []
+    for k in range(1, len(s)):
+        if len(s[k - 1].split()) < 10:
+            continue
+        pct = count_tokens(" ".join(s[:k])) / total
+        if 0.10 <= pct <= 0.99:
+            out.append((k, pct))
+    return out
+
+
+def ref_generation_messages(prefix: str) -> list[dict]:
+    return [
+        {"role": "system", "content": "You are a fiction writer. Write only story text."},
+        {"role": "user", "content": "In 2\u20133 sentences, describe how you think this story ends. No commentary, "
+                                    "no explanation, no preamble.\n\nSTORY SO FAR:\n" + prefix},
+    ]
+
+
+def ref_judge_messages(anchor: str, continuation: str, ending: str) -> list[dict]:
+    system = ("You are a literary judge. You determine whether a predicted story ending captures the general "
+              "direction of the true story continuation. Answer Y if the prediction gets the broad plot trajectory "
+              "right \u2014 the same characters are involved, similar types of events unfold, or the emotional arc "
+              "matches. Minor differences in specific details, wording, or sequence are acceptable. Answer N only "
+              "if the prediction describes a fundamentally different outcome from what actually happens.")
+    user = ("Here is the actual continuation of a story:\n\n\u2014BEGIN CONTINUATION\u2014\n"
+            f"{anchor} {continuation}\n\u2014END CONTINUATION\u2014\n\nHere is a predicted ending:\n\n"
+            f"\u2014BEGIN PREDICTED\u2014\n{anchor} {ending}\n\u2014END PREDICTED\u2014\n\n"
+            "Does the predicted ending capture the general direction of the true continuation \u2014 similar "
+            "characters involved, similar types of events, or a matching emotional arc? Answer Y if the broad "
+            "trajectory is right, even if specific details differ. Answer N only if the prediction is "
+            "fundamentally wrong about what happens. Answer ONLY Y or N.\n\nJudgment:")
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def ref_no_rates(text: str, n: int, seed, yes_rate=0.3, empty_rate=0.0) -> list[tuple[int, float, float, int]]:
+    s = ref_sentences(text)
+    out = []
+    for k, pct in ref_positions(text):
+        endings = expected_endings(ref_generation_messages(" ".join(s[:k])), n, seed, empty_rate=empty_rate)
+        words = " ".join(s[k:]).split()
+        cont = " ".join(s[k:]) if len(words) <= 2000 else " ".join(words[:2000])
+        yes = sum(expected_verdict(ref_judge_messages(s[k - 1], cont, e), yes_rate=yes_rate) == "Y"
+                  for e in endings if e.strip())
+        out.append((k, pct, 1 - yes / n, sum(1 for e in endings if not e.strip())))
+    return out
+
+
+# --- tests ---------------------------------------------------------------------
+
+
+def test_no_rates_positions_and_pct_match_an_independent_computation(server, tmp_path):
+    server.empty_rate = 0.1
+    corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=1)
+    s = score(cfg_for(server, tmp_path), corpus, tmp_path / "out")
+    assert s.status == "complete", s.error
+    got = read_positions(tmp_path / "out")
+    stories = [json.loads(x) for x in corpus.read_text().splitlines()]
+    want = [(st["id"], k, pct, nr, ne) for st in stories for k, pct, nr, ne in ref_no_rates(st["text"], N, 7, 0.3, 0.1)]
+    assert len(got) == len(want) > 30
+    for g, (sid, k, pct, nr, ne) in zip(got, want):
+        assert (g["id"], g["k"]) == (sid, k)
+        assert g["pct"] == pytest.approx(pct, abs=1e-15)
+        assert g["no_rate"] == pytest.approx(nr, abs=1e-12)
+        assert g["n_endings"] == N and g["n_empty"] == ne
+    assert sum(g["n_empty"] for g in got) > 0  # the empty-ending path was exercised
+    # stories.csv holds the kernels' statistics of these very curves
+    rows = list(csv.DictReader((tmp_path / "out" / "stories.csv").read_text().splitlines()))
+    assert [r["id"] for r in rows] == [st["id"] for st in stories]
+    for r in rows:
+        ys = [g["no_rate"] for g in got if g["id"] == r["id"]]
+        assert float(r["mean_nr"]) == pytest.approx(sum(ys) / len(ys), rel=1e-9)
+        assert int(r["n_positions"]) == len(ys)
+
+
+def test_judge_prompts_hold_anchor_and_truncated_continuation(server, tmp_path):
+    import random
+    long_story = write_story(random.Random(5), 2600)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "long", "text": long_story}) + "\n")
+    s = score(cfg_for(server, tmp_path, endings=2, pct_max=0.2), corpus, tmp_path / "out")
+    assert s.status == "complete", s.error
+    judge = [r for r in server.requests if r.path == "/v1/chat/completions" and r.body["messages"][0]["content"].startswith("You are a literary judge")]
+    gen = [r for r in server.requests if r.path == "/v1/chat/completions" and r.body["n"] == 2]
+    sents = ref_sentences(long_story)
+    positions = ref_positions(long_story)
+    positions = [(k, p) for k, p in positions if p <= 0.2]
+    assert len(gen) == len(positions)
+    # one ending per judge request, each generated ending judged exactly once
+    assert len(judge) == 2 * len(positions)
+    seen = {json.dumps(r.body["messages"]) for r in judge}
+    for k, _ in positions:
+        endings = expected_endings(ref_generation_messages(" ".join(sents[:k])), 2, 7)
+        cont_words = " ".join(sents[k:]).split()
+        assert len(cont_words) > 2000  # so truncation is exercised
+        cont = " ".join(cont_words[:2000])
+        for e in endings:
+            assert json.dumps(ref_judge_messages(sents[k - 1], cont, e)) in seen
+    for r in judge:
+        assert r.body["n"] == 1 and r.body["temperature"] == 0 and r.body["max_tokens"] == 10
+        assert r.body["chat_template_kwargs"] == {"enable_thinking": False}
+        assert r.body["messages"][1]["content"].count("BEGIN PREDICTED") == 1
+    for r in gen:
+        assert (r.body["temperature"], r.body["top_p"], r.body["max_tokens"]) == (1.2, 0.95, 150)
+
+
+def test_rerun_judge_change_and_corpus_extension(server, tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=2)
+    out = tmp_path / "out"
+    first = score(cfg_for(server, tmp_path), corpus, out)
+    assert first.status == "complete"
+    before = out.joinpath("positions.jsonl").read_bytes()
+    n_first = len(server.requests)
+
+    # the same command again: nothing is sent at all
+    server.reset_records()
+    again = score(cfg_for(server, tmp_path), corpus, out)
+    assert again.status == "complete" and server.requests == []
+    assert out.joinpath("positions.jsonl").read_bytes() == before
+    assert again.cache_hits["endings"] == first.requests["generation"]
+
+    # another judge model: only judge requests, all of them to the new model
+    server.reset_records()
+    other = score(cfg_for(server, tmp_path, judge_model="test-judge"), corpus, tmp_path / "out2")
+    assert other.status == "complete"
+    assert server.count(kind="generation") == 0 and server.count(path="/tokenize") == 0
+    assert server.count(kind="judge") == first.requests["judge"] > 0
+    assert {r.body["model"] for r in server.requests} == {"test-judge"}
+
+    # two more stories: only they are requested
+    server.reset_records()
+    with corpus.open("a") as f:
+        f.write(make_corpus(tmp_path / "more.jsonl", 2, seed=3, start=3).read_text())
+    more = score(cfg_for(server, tmp_path), corpus, out)
+    assert more.status == "complete" and more.stories == 5
+    new_texts = [json.loads(x)["text"] for x in (tmp_path / "more.jsonl").read_text().splitlines()]
+    gen_prefixes = [r.body["messages"][1]["content"].split("STORY SO FAR:\n", 1)[1]
+                    for r in server.requests if r.body and r.path == "/v1/chat/completions"
+                    and "STORY SO FAR" in r.body["messages"][1]["content"]]
+    assert gen_prefixes and all(any(" ".join(ref_sentences(t)).startswith(p) for t in new_texts) for p in gen_prefixes)
+    assert out.joinpath("positions.jsonl").read_bytes().startswith(before)
+    assert n_first > 0
+
+
+def test_cancelled_run_resumes_to_identical_outputs_without_repeats(server, tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 4, seed=4)
+    clean = score(cfg_for(server, tmp_path, cache=str(tmp_path / "clean-cache")), corpus, tmp_path / "clean")
+    assert clean.status == "complete"
+    total_gen, total_judge = clean.requests["generation"], clean.requests["judge"]
+
+    server.delay = 0.002
+    cfg = cfg_for(server, tmp_path, gen_concurrency=4, judge_concurrency=8)
+
+    async def cancel_midway():
+        task = asyncio.ensure_future(score_async(cfg, corpus, tmp_path / "out"))
+        while server.count(kind="judge") < total_judge // 3 and not task.done():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    server.reset_records()
+    asyncio.run(cancel_midway())
+    run_json = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run_json["status"] == "interrupted"
+    assert not (tmp_path / "out" / "positions.jsonl").exists()
+    partial = (tmp_path / "out" / "positions.partial.jsonl").read_text().splitlines()
+    assert 0 < len(partial) < len(read_positions(tmp_path / "clean"))
+    with Store(tmp_path / "cache") as st:
+        kept = st.stats()
+
+    server.delay = 0.0
+    resumed = score(cfg, corpus, tmp_path / "out")
+    assert resumed.status == "complete"
+    assert (tmp_path / "out" / "positions.jsonl").read_bytes() == (tmp_path / "clean" / "positions.jsonl").read_bytes()
+    # nothing requested twice: every request of the resumed run made a new cache entry
+    with Store(tmp_path / "cache") as st:
+        now = st.stats()
+    assert now["endings"]["entries"] - kept["endings"]["entries"] == resumed.requests["generation"]
+    assert now["verdicts"]["entries"] - kept["verdicts"]["entries"] == resumed.requests["judge"]
+    assert resumed.requests["generation"] < total_gen and resumed.requests["judge"] < total_judge
+    assert now["verdicts"]["entries"] == clean.requests["judge"]
+
+
+def test_short_answers_are_completed(server, tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=6)
+    server.fail_next("few_choices", times=3)
+    s = score(cfg_for(server, tmp_path), corpus, tmp_path / "out")
+    assert s.status == "complete"
+    assert all(p["n_endings"] == N for p in read_positions(tmp_path / "out"))
+    gen = [r.body for r in server.requests if r.path == "/v1/chat/completions" and r.kind == "generation"]
+    followups = [b for b in gen if b["n"] < N]
+    assert len(followups) == 3 and all(b["n"] == N - N // 2 for b in followups)
+    assert all(b["seed"] == 7 + N // 2 for b in followups)  # the seed moves on: no repeated samples
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["http"]["followups"] == 3
+
+
+def test_faults_are_retried_and_outputs_unchanged(server, tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=8)
+    clean = score(cfg_for(server, tmp_path, cache=str(tmp_path / "clean-cache")), corpus, tmp_path / "clean")
+    for kind in ("500", "503", "drop", "truncate", "nonjson", "429"):
+        server.fail_next(kind, times=2)
+    server.fail_next("503", times=2, path="/tokenize")
+    s = score(cfg_for(server, tmp_path), corpus, tmp_path / "out")
+    assert s.status == "complete", s.error
+    assert server.pending_faults() == 0 and server.pending_faults("/tokenize") == 0
+    assert (tmp_path / "out" / "positions.jsonl").read_bytes() == (tmp_path / "clean" / "positions.jsonl").read_bytes()
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["http"]["retries"] == 14
+    assert clean.status == "complete"
+
+
+def test_retry_budget_ends_with_a_clear_error_and_keeps_completed_work(server, tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=9)
+    cfg = cfg_for(server, tmp_path, retries=3, gen_concurrency=2, judge_concurrency=4)
+
+    async def break_server_midway():
+        task = asyncio.ensure_future(score_async(cfg, corpus, tmp_path / "out"))
+        while server.count(kind="judge") < 60 and not task.done():
+            await asyncio.sleep(0.005)
+        server.set_fault_rates({"503": 1.0}, path=None)
+        return await task
+
+    s = asyncio.run(break_server_midway())
+    assert s.status == "failed"
+    assert "gave up after 3 attempt(s)" in s.error and "HTTP 503" in s.error
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["status"] == "failed" and run["error"] == s.error
+    with Store(tmp_path / "cache") as st:
+        kept = st.stats()["verdicts"]["entries"]
+    assert kept >= 55  # what completed before the outage is in the cache
+
+    server.clear_faults()
+    server.reset_records()
+    done = score(cfg, corpus, tmp_path / "out")
+    assert done.status == "complete"
+    assert done.cache_hits["verdicts"] >= kept
+    assert server.count(kind="judge") == done.requests["judge"]
+
+
+def test_story_refused_by_the_server_fails_alone(server, tmp_path):
+    """A 4xx (here: prompt longer than the model's context) fails that story only."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=10)
+    import random
+    with corpus.open("a") as f:
+        f.write(json.dumps({"id": "huge", "text": write_story(random.Random(1), 4900)}) + "\n")
+    server.max_model_len = 4000
+    s = score(cfg_for(server, tmp_path), corpus, tmp_path / "out")
+    assert s.status == "complete"
+    assert [f.id for f in s.failures] == ["huge"]
+    assert "HTTP 400" in s.failures[0].error
+    ids = {p["id"] for p in read_positions(tmp_path / "out")}
+    assert ids == {"story-000", "story-001"}
+
+
+def _cli(*args, env=None, **kw):
+    exe = str(Path(sys.executable).parent / "tension-run")
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})}, **kw)
+
+
+def test_cli_score_outputs_exit_status_and_secret(server, tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=11)
+    with corpus.open("a") as f:
+        f.write('{"id": "bad", "text": 5}\n')
+        f.write(json.dumps({"id": "tiny", "text": "Too short to score. " * 10}) + "\n")
+    cfgfile = tmp_path / "run.toml"
+    cfgfile.write_text(f'endings = 3\nmodel = "test-gen"\nbase-url = "{server.base_url}"\n')
+    r = _cli("score", str(corpus), "--out", str(tmp_path / "out"), "--config", str(cfgfile), "--endings", str(N),
+             "--cache", str(tmp_path / "cache"), "--no-progress", env={"OPENAI_API_KEY": "sk-secret-123"})
+    assert r.returncode == 1, r.stderr  # one bad record
+    assert f"{corpus}:3 field `text`: expected a string, got a number" in r.stderr
+    assert "2 stories (1 skipped by the word filter)" in r.stdout
+    for name in ("positions.jsonl", "stories.csv", "groups.csv", "run.json"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["config"]["endings"] == N  # the flag beat the config file
+    assert run["models"] == {"generation": "test-gen", "judge": "test-gen"}
+    assert run["stories"]["skipped"][0]["id"] == "tiny"
+    # the key never lands in outputs, logs or the cache
+    blobs = [r.stdout, r.stderr] + [p.read_bytes().decode("utf-8", "replace") for p in (tmp_path / "out").iterdir()]
+    blobs += [p.read_bytes().decode("latin-1") for p in (tmp_path / "cache").iterdir()]
+    assert not any("sk-secret-123" in b for b in blobs)
+    assert run["config"]["api_key"] == "(set)"
+
+    r = _cli("cache", "stats", "--cache", str(tmp_path / "cache"))
+    assert r.returncode == 0
+    assert re.search(r"verdicts\s+\d+", r.stdout)
+
+
+def test_cli_sigint_stops_cleanly_with_a_resume_hint(server, tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=12)
+    server.delay = 0.01
+    exe = str(Path(sys.executable).parent / "tension-run")
+    args = [exe, "score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", server.base_url,
+            "--model", "test-gen", "--endings", str(N), "--cache", str(tmp_path / "cache"), "--no-progress",
+            "--gen-concurrency", "2", "--judge-concurrency", "4"]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while server.count(kind="judge") < 40 and time.time() < deadline:
+        time.sleep(0.02)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "Resume with the same command" in err
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["status"] == "interrupted"
+    server.delay = 0.0
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "cache hits:" in r.stdout
+
+
+def test_metrics_recomputes_a_run_from_positions_alone(server, tmp_path):
+    from tension.core.cli import main
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=13)
+    assert score(cfg_for(server, tmp_path), corpus, tmp_path / "run").status == "complete"
+    assert main(["metrics", str(tmp_path / "run"), "--out", str(tmp_path / "again")]) == 0
+    for name in ("stories.csv", "groups.csv"):
+        assert (tmp_path / "again" / name).read_text() == (tmp_path / "run" / name).read_text()
