@@ -1,0 +1,970 @@
+"""A deterministic OpenAI-compatible (vLLM-flavoured) server for tests and benchmarks.
+
+It stands in for a vLLM server: the same endpoints, the same error JSON, the same
+prefix-cache counters, but answers come from hashes, not from a model, so a test can
+compute every answer in advance and runs take milliseconds. It imports nothing from
+`tension`: it is a fixed point the code under test is measured against.
+
+In a test::
+
+    with LoopbackServer(model="test-model") as srv:
+        base = srv.base_url                       # "http://127.0.0.1:PORT" (no /v1)
+        srv.fail_next("503", times=2)             # the next two chat requests fail
+        ...
+        assert srv.count(kind="judge") == 100
+
+As a process (benchmarks, kill/resume tests)::
+
+    python tests/openai_server.py --port 8123 [--model M] [--delay S]
+                                  [--fault-rate 0.1 --seed 1]
+
+prints ``listening on http://127.0.0.1:PORT`` (flushed) and serves until SIGINT/SIGTERM.
+
+Endpoints
+---------
+- ``GET /v1/models``; ``GET /health``; ``GET /metrics`` (Prometheus text:
+  ``vllm:prefix_cache_queries_total``, ``vllm:prefix_cache_hits_total`` (tokens),
+  ``vllm:request_success_total``, ``vllm:prompt_tokens_total``,
+  ``vllm:generation_tokens_total``).
+- ``POST /tokenize`` with ``prompt`` (or ``messages``): ``{"count", "max_model_len",
+  "tokens"}``. Tokens are the matches of ``\\w+|[^\\w\\s]`` (`count_tokens`).
+- ``POST /v1/chat/completions``. The request's kind is decided by its system message:
+  "fiction writer" → generation, "literary judge" → judge, anything else → other.
+
+  * generation: choice i = `expected_endings` (sha256 of last user message, seed, i);
+    a fraction ``empty_rate`` of choices is "" (chosen by the same hash).
+  * judge: "Y"/"N" from sha256 of the CONTINUATION and PREDICTED blocks
+    (`expected_verdict`), "Maybe." for a fraction ``malformed_rate``.
+  * other: "OK".
+
+  Content depends only on the request body, never on request order. ``usage`` counts
+  message contents with `count_tokens`; ``prompt_tokens_details.cached_tokens`` is the
+  longest token prefix shared with an earlier prompt, in whole blocks of
+  `BLOCK_SIZE` tokens, as vLLM's prefix cache reports it.
+
+Errors are vLLM-style JSON ``{"error": {"message", "type", "param", "code"}}``: 400 for
+a body that is not a JSON object, missing/invalid ``messages``, ``n`` < 1, negative
+temperature, a prompt plus ``max_tokens`` over ``max_model_len``; 404 for an unknown model.
+
+Faults (`FAULT_KINDS`), queued with `LoopbackServer.fail_next` or drawn at random with
+`LoopbackServer.set_fault_rates`; what a plain aiohttp client sees:
+
+==================== ==========================================================
+"500", "503"         that status with error JSON
+"429"                429 with error JSON and ``Retry-After: <retry_after>``
+"drop"               connection closed, no response (ServerDisconnectedError)
+"truncate"           200, application/json, full Content-Length, half the body,
+                     then the connection closes (ClientPayloadError on read)
+"nonjson"            200, text/html ``<html>oops</html>``
+"wrong_content_type" 200, the normal JSON body, ``Content-Type: text/plain``
+"few_choices"        the normal answer with only the first ``n // 2`` choices
+"empty_content"      the normal answer with every choice's content ""
+"slow"               sleeps ``slow_seconds`` (default 5), then answers normally
+==================== ==========================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import functools
+import hashlib
+import json as _stdjson
+import random
+import re
+import signal
+import sys
+import threading
+import time
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from aiohttp import web
+
+try:  # msgspec is a dependency of the project, but the server does not insist on it
+    import msgspec
+
+    _encode = msgspec.json.encode
+    _decode = msgspec.json.decode
+    _DecodeError: tuple[type[BaseException], ...] = (msgspec.DecodeError,)
+except ImportError:  # pragma: no cover - exercised only without msgspec
+
+    def _encode(obj: Any) -> bytes:
+        return _stdjson.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _decode(data: bytes) -> Any:
+        return _stdjson.loads(data)
+
+    _DecodeError = (ValueError, UnicodeDecodeError)
+
+__all__ = [
+    "BLOCK_SIZE",
+    "CHAT_PATH",
+    "FAULT_KINDS",
+    "KINDS",
+    "MAX_MODEL_LEN",
+    "PREFIX_CHARS",
+    "TRANSIENT_FAULTS",
+    "LoopbackServer",
+    "Recorded",
+    "classify",
+    "count_tokens",
+    "expected_endings",
+    "expected_verdict",
+    "judge_blocks",
+    "tokenize",
+]
+
+CHAT_PATH = "/v1/chat/completions"
+MAX_MODEL_LEN = 8192
+BLOCK_SIZE = 16  # cached_tokens are whole blocks of this many tokens, like vLLM's
+PREFIX_CHARS = 256  # the prefix cache compares prompts in blocks of this many characters
+KINDS = ("generation", "judge", "other")
+FAULT_KINDS = (
+    "500",
+    "503",
+    "429",
+    "drop",
+    "truncate",
+    "nonjson",
+    "wrong_content_type",
+    "few_choices",
+    "empty_content",
+    "slow",
+)
+# Faults a retrying client is expected to survive; the standalone --fault-rate default.
+TRANSIENT_FAULTS = ("500", "503", "429", "drop", "truncate")
+
+# --------------------------------------------------------------------------- tokenizer
+
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+
+def tokenize(text: str) -> list[str]:
+    """The test tokenizer: words and single punctuation marks, e.g. "Hi, you." → 4."""
+    return _TOKEN_RE.findall(text)
+
+
+def _char_class(ch: str) -> str:
+    """A stand-in ASCII character of `ch`'s class: "a" word, " " space, "." other."""
+    return "a" if _WORD_RE.match(ch) else (" " if _SPACE_RE.match(ch) else ".")
+
+
+_WORD_RE = re.compile(r"\w")
+_SPACE_RE = re.compile(r"\s")
+_NON_ASCII_RE = re.compile(r"[^\x00-\x7f]")
+# ASCII byte -> b"w" (word char), b" " (space) or b"p" (token of its own), as the regex sees it
+_CLASS_TABLE = bytes({"a": 119, " ": 32, ".": 112}[_char_class(chr(i))] for i in range(128)) + bytes(128)
+
+
+def count_tokens(text: str) -> int:
+    """Number of tokens of `text` under the test tokenizer: len(`tokenize`(text)).
+
+    Computed without building the token list (a word run counts once, every other
+    non-space character once), several times faster than the regex on long prompts.
+    """
+    if not text.isascii():
+        chars = set(_NON_ASCII_RE.findall(text))
+        if len(chars) > 64:
+            return len(_TOKEN_RE.findall(text))
+        for ch in chars:
+            text = text.replace(ch, _char_class(ch))
+    classes = text.encode("ascii").translate(_CLASS_TABLE)
+    runs = classes.replace(b"p", b" ")
+    return classes.count(b"p") + runs.count(b" w") + runs.startswith(b"w")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _count_answer(text: str) -> int:  # answers come from a small set of strings
+    return len(_TOKEN_RE.findall(text))
+
+
+def _token_id(tok: str) -> int:
+    return zlib.crc32(tok.encode()) % 50_000
+
+
+# ------------------------------------------------------------------- message helpers
+
+
+def _content_text(content: Any) -> str:
+    """A message's text: a string, or the text parts of an OpenAI content-part list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text", ""), str)
+        )
+    return ""
+
+
+def _role_text(messages: Iterable[dict], role: str) -> str:
+    return "\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == role)
+
+
+def _last_user(messages: Sequence[dict]) -> str:
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            return _content_text(m.get("content"))
+    return ""
+
+
+def classify(messages: Sequence[dict]) -> str:
+    """"generation" if a system message mentions "fiction writer", "judge" if it
+    mentions "literary judge" (case-insensitive), else "other"."""
+    system = _role_text(messages, "system").lower()
+    if "literary judge" in system:
+        return "judge"
+    if "fiction writer" in system:
+        return "generation"
+    return "other"
+
+
+# ------------------------------------------------------------------ deterministic text
+
+_NAMES = (
+    "Mara", "the stranger", "Old Tom", "the detective", "Elena", "the captain",
+    "young Pip", "the widow", "Jonah", "the innkeeper", "Sister Agnes", "the twins",
+    "Rafael", "the mayor", "Ines", "the lighthouse keeper",
+)
+_VERBS = (
+    "meets", "forgives", "confronts", "betrays", "rescues", "finally understands",
+    "buries", "marries", "outwits", "says goodbye to", "unmasks", "follows",
+    "writes to", "returns to", "chases", "sits beside",
+)
+_PLACES = (
+    "old mill", "harbor", "burned chapel", "train station", "frozen lake",
+    "village square", "lighthouse", "crossroads", "attic", "orchard", "courthouse",
+    "cliff path", "empty theater", "border post", "garden gate", "riverbank",
+)
+_CODAS = (
+    "Nothing is the same afterwards.",
+    "The secret dies with them.",
+    "Spring comes late that year.",
+    "Nobody in town ever learns the truth.",
+    "The letter is never sent.",
+    "They leave together at dawn.",
+    "The house is sold within a month.",
+    "The storm finally breaks.",
+)
+
+
+def _ending_from_digest(h: bytes) -> str:
+    a = _NAMES[h[8] % 16]
+    b = _NAMES[h[9] % 16]
+    if b == a:
+        b = _NAMES[(h[9] + 1) % 16]
+    return (
+        f"The end comes when {a} {_VERBS[h[10] % 16]} {b} at the {_PLACES[h[11] % 16]}. "
+        f"{_CODAS[h[12] % 8]}"
+    )
+
+
+def expected_endings(
+    messages: Sequence[dict], n: int, seed: Any = None, empty_rate: float = 0.0
+) -> list[str]:
+    """The `n` choices a generation request gets (seed as sent in the body; None if absent).
+
+    Choice i comes from sha256(last user message, seed, i) alone, so the first k of n
+    choices equal the k choices of the same request with n=k. A choice is "" when
+    int(digest[:8]) % 1000 < empty_rate * 1000.
+    """
+    base = hashlib.sha256()
+    base.update(_last_user(messages).encode("utf-8", "surrogatepass"))
+    base.update(b"\x00" + str(seed).encode() + b"\x00")
+    out = []
+    threshold = empty_rate * 1000
+    for i in range(n):
+        hi = base.copy()
+        hi.update(str(i).encode())
+        d = hi.digest()
+        if int.from_bytes(d[:8], "big") % 1000 < threshold:
+            out.append("")
+        else:
+            out.append(_ending_from_digest(d))
+    return out
+
+
+_DASHES = "-\u2014\u2013\u2012\u2015\u2212"  # - — – ‒ ― −
+
+
+def _block(text: str, name: str) -> str:
+    i = text.find("BEGIN " + name)
+    if i < 0:
+        return ""
+    i += len(name) + 6
+    j = text.find("END " + name, i)
+    if j < 0:
+        j = len(text)
+    # drop the marker's own dashes (right after BEGIN…, right before END…), then spaces
+    return text[i:j].lstrip(_DASHES).rstrip(_DASHES).strip()
+
+
+def judge_blocks(messages: Sequence[dict]) -> tuple[str, str]:
+    """(continuation block, predicted block) of a judge request; "" for a missing block.
+
+    A block is the text between "BEGIN X" and "END X" in the message contents; the
+    dashes that decorate the markers (—BEGIN CONTINUATION—, em dashes in the real
+    prompt, or ASCII/en dashes, or none) and surrounding whitespace are not part of it.
+    """
+    text = "\n".join(_content_text(m.get("content")) for m in messages)
+    return _block(text, "CONTINUATION"), _block(text, "PREDICTED")
+
+
+def expected_verdict(
+    messages: Sequence[dict], yes_rate: float = 0.3, malformed_rate: float = 0.0
+) -> str:
+    """The content a judge request gets: "Y", "N" or (malformed) "Maybe.".
+
+    v = int(sha256(continuation + "\\x00" + predicted)); "Maybe." when
+    (v // 1000) % 1000 < malformed_rate * 1000, else "Y" when v % 1000 < yes_rate * 1000,
+    else "N".
+    """
+    cont, pred = judge_blocks(messages)
+    v = int.from_bytes(
+        hashlib.sha256((cont + "\x00" + pred).encode("utf-8", "surrogatepass")).digest(), "big"
+    )
+    if (v // 1000) % 1000 < malformed_rate * 1000:
+        return "Maybe."
+    return "Y" if v % 1000 < yes_rate * 1000 else "N"
+
+
+# ------------------------------------------------------------------------- records
+
+
+@dataclass(slots=True)
+class Recorded:
+    """One request as the server saw it, appended when it finished.
+
+    `body` is the decoded JSON body (None for GET or a body that is not a JSON
+    object); `status` is the status line sent (200 for "truncate"), 0 when none was
+    sent ("drop", a request cancelled by shutdown); `fault` the injected fault kind or None;
+    `t` is time.monotonic() at arrival.
+    """
+
+    path: str
+    method: str
+    body: dict | None
+    status: int
+    fault: str | None
+    t: float
+
+    @property
+    def kind(self) -> str | None:
+        """generation/judge/other for chat requests (see `classify`), None otherwise."""
+        if self.path != CHAT_PATH:
+            return None
+        msgs = self.body.get("messages") if isinstance(self.body, dict) else None
+        if not isinstance(msgs, list):
+            return "other"
+        return classify([m for m in msgs if isinstance(m, dict)])
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str, etype: str, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.etype, self.param = status, message, etype, param
+
+
+def _error_payload(status: int, message: str, etype: str, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": etype, "param": param, "code": status}}
+
+
+_FAULT_STATUS = {
+    "500": (500, "InternalServerError"),
+    "503": (503, "ServiceUnavailableError"),
+    "429": (429, "RateLimitError"),
+}
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+# -------------------------------------------------------------------------- server
+
+
+class LoopbackServer:
+    """An aiohttp OpenAI-compatible server on 127.0.0.1 in a background thread.
+
+    `model` is one served model name or several. Answer knobs (`empty_rate`,
+    `yes_rate`, `malformed_rate`), timing knobs (`delay`: seconds added to every chat
+    request; `slow_seconds`: the "slow" fault) and `retry_after` (the 429 header value;
+    None omits it) are plain attributes, settable at any time from any thread.
+    """
+
+    def __init__(
+        self,
+        model: str | Sequence[str] = "test-model",
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        delay: float = 0.0,
+        empty_rate: float = 0.0,
+        yes_rate: float = 0.3,
+        malformed_rate: float = 0.0,
+        slow_seconds: float = 5.0,
+        retry_after: str | None = "0",
+        max_model_len: int = MAX_MODEL_LEN,
+        record: bool = True,
+        prefix_cache_blocks: int = 2_000_000,
+    ) -> None:
+        self.models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
+        if not self.models:
+            raise ValueError("LoopbackServer needs at least one model name")
+        self.model = self.models[0]
+        self.host = host
+        self.port = port
+        self.delay = delay
+        self.empty_rate = empty_rate
+        self.yes_rate = yes_rate
+        self.malformed_rate = malformed_rate
+        self.slow_seconds = slow_seconds
+        self.retry_after = retry_after
+        self.max_model_len = max_model_len
+        self.record = record
+        self.prefix_cache_blocks = prefix_cache_blocks
+
+        self._lock = threading.Lock()
+        self._records: list[Recorded] = []
+        self._queued: dict[str, collections.deque[str]] = {}
+        self._rates: list[tuple[str, float]] = []
+        self._rate_path: str | None = CHAT_PATH
+        self._rng = random.Random(0)
+
+        self._blocks: set[int] = set()
+        self._counters = dict.fromkeys(
+            ("prefix_cache_queries", "prefix_cache_hits", "request_success",
+             "prompt_tokens", "generation_tokens"), 0)
+
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def base_url(self) -> str:
+        """"http://127.0.0.1:PORT", the server root (append /v1 for the OpenAI API)."""
+        if not self.port:
+            raise RuntimeError("LoopbackServer is not started; call start() or use `with`")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> "LoopbackServer":
+        """Bind and serve; returns once the port is open. After stop(), start() serves
+        again on the same port (so `base_url` stays valid) with an empty prefix cache
+        and zeroed /metrics counters; records and faults are kept."""
+        if self.running:
+            raise RuntimeError("LoopbackServer is already running")
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                import uvloop
+
+                loop = uvloop.new_event_loop()
+            except ImportError:  # pragma: no cover
+                loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self._loop = loop
+            try:
+                loop.run_until_complete(self._astart())
+            except BaseException as exc:  # noqa: BLE001 - handed to start()
+                failure.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                self._drain_and_close(loop)
+
+        self._blocks = set()
+        for k in self._counters:
+            self._counters[k] = 0
+        self._thread = threading.Thread(target=run, name=f"LoopbackServer:{self.port}", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            self._thread.join()
+            self._thread = None
+            raise failure[0]
+        return self
+
+    def stop(self, grace: float = 0.1) -> None:
+        """Stop serving. In-flight requests get `grace` seconds, then are cancelled
+        (their connections close without a response). Idempotent."""
+        loop, thread = self._loop, self._thread
+        if thread is None or loop is None or not thread.is_alive():
+            self._thread = None
+            return
+        try:
+            fut = asyncio.run_coroutine_threadsafe(self._astop(grace), loop)
+            fut.result(timeout=grace * 4 + 5)
+        except Exception:  # noqa: BLE001 - shutting down regardless
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        self._thread = None
+
+    def shutdown_hard(self) -> None:
+        """Abort every connection at once (clients see a disconnect), then stop."""
+        loop = self._loop
+        if self.running and loop is not None:
+
+            def abort_all() -> None:
+                server = self._runner.server if self._runner is not None else None
+                for conn in list(getattr(server, "_connections", ()) or ()):
+                    tr = conn.transport
+                    if tr is not None:
+                        tr.abort()
+
+            done = threading.Event()
+            loop.call_soon_threadsafe(lambda: (abort_all(), done.set()))
+            done.wait(timeout=5)
+        self.stop(grace=0.01)
+
+    def __enter__(self) -> "LoopbackServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"port={self.port}" if self.running else "stopped"
+        return f"<LoopbackServer models={list(self.models)} {state}>"
+
+    async def _astart(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/v1/models", self._h_models)
+        app.router.add_get("/health", self._h_health)
+        app.router.add_get("/metrics", self._h_metrics)
+        app.router.add_post("/tokenize", self._h_tokenize)
+        app.router.add_post(CHAT_PATH, self._h_chat)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, backlog=1024)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = runner.addresses[0][1]
+
+    async def _astop(self, grace: float) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner._shutdown_timeout = max(grace, 0.001)
+            await runner.cleanup()
+
+    @staticmethod
+    def _drain_and_close(loop: asyncio.AbstractEventLoop) -> None:
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+    # ------------------------------------------------------------------- records
+
+    @property
+    def requests(self) -> list[Recorded]:
+        """A copy of the records, in order of completion."""
+        with self._lock:
+            return list(self._records)
+
+    def count(self, path: str | None = None, kind: str | None = None) -> int:
+        """Finished requests to `path` (any if None) of `kind` (any if None).
+        `kind` is "generation", "judge" or "other" and only matches chat requests."""
+        if kind is not None and kind not in KINDS:
+            raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+        with self._lock:
+            recs = list(self._records)
+        return sum(
+            1 for r in recs if (path is None or r.path == path) and (kind is None or r.kind == kind)
+        )
+
+    def reset_records(self) -> None:
+        with self._lock:
+            self._records.clear()
+
+    def _add_record(self, rec: Recorded) -> None:
+        if self.record:
+            with self._lock:
+                self._records.append(rec)
+
+    # -------------------------------------------------------------------- faults
+
+    def fail_next(self, kind: str, times: int = 1, path: str = CHAT_PATH) -> None:
+        """Queue `times` faults of `kind` for the next requests to `path`
+        (taken before any random fault)."""
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"fault kind: expected one of {FAULT_KINDS}, got {kind!r}")
+        if not _is_int(times) or times < 1:
+            raise ValueError(f"times: expected an int >= 1, got {times!r}")
+        with self._lock:
+            self._queued.setdefault(path, collections.deque()).extend([kind] * times)
+
+    def set_fault_rates(
+        self, rates: dict[str, float], seed: int = 0, path: str | None = CHAT_PATH
+    ) -> None:
+        """Inject faults at random: each request to `path` (every path if None) draws
+        one uniform number from a Random(seed) and gets kind k with probability
+        rates[k]. The rates must sum to at most 1; {} turns random faults off."""
+        for k, r in rates.items():
+            if k not in FAULT_KINDS:
+                raise ValueError(f"fault kind: expected one of {FAULT_KINDS}, got {k!r}")
+            if not _is_num(r) or r < 0:
+                raise ValueError(f"rate of {k!r}: expected a number >= 0, got {r!r}")
+        if sum(rates.values()) > 1 + 1e-9:
+            raise ValueError(f"fault rates sum to {sum(rates.values())}, more than 1")
+        with self._lock:
+            self._rates = [(k, float(r)) for k, r in rates.items() if r > 0]
+            self._rate_path = path
+            self._rng = random.Random(seed)
+
+    def clear_faults(self) -> None:
+        """Drop queued faults and turn random faults off."""
+        with self._lock:
+            self._queued.clear()
+            self._rates = []
+
+    def pending_faults(self, path: str = CHAT_PATH) -> int:
+        """Queued faults not yet used for `path`."""
+        with self._lock:
+            q = self._queued.get(path)
+            return len(q) if q else 0
+
+    def _take_fault(self, path: str) -> str | None:
+        if not self._queued and not self._rates:  # fast path, no lock
+            return None
+        with self._lock:
+            q = self._queued.get(path)
+            if q:
+                return q.popleft()
+            if self._rates and (self._rate_path is None or self._rate_path == path):
+                u = self._rng.random()
+                acc = 0.0
+                for k, r in self._rates:
+                    acc += r
+                    if u < acc:
+                        return k
+        return None
+
+    # ------------------------------------------------------------------- metrics
+
+    def metrics(self) -> dict[str, int]:
+        """Counter values as /metrics shows them (without the `vllm:` / `_total`)."""
+        return dict(self._counters)
+
+    def _cached_tokens(self, text: str, prompt_tokens: int) -> int:
+        """Approximate cached tokens of a prompt (`text` = its message contents joined).
+
+        The longest prefix shared with an earlier prompt is found in whole blocks of
+        `PREFIX_CHARS` characters (chained hashes; this prompt's blocks are remembered),
+        converted to tokens in proportion (prompt_tokens * chars / len(text)) and
+        rounded down to whole `BLOCK_SIZE` blocks. Cheap: no second tokenizer pass.
+        """
+        seen = self._blocks
+        if len(seen) > self.prefix_cache_blocks:
+            seen.clear()
+        h = 0
+        matched = 0
+        hit = True
+        for start in range(0, len(text) - PREFIX_CHARS + 1, PREFIX_CHARS):
+            h = hash((h, text[start : start + PREFIX_CHARS]))
+            if hit and h in seen:
+                matched += PREFIX_CHARS
+            else:
+                hit = False
+                seen.add(h)
+        if not matched:
+            return 0
+        return prompt_tokens * matched // len(text) // BLOCK_SIZE * BLOCK_SIZE
+
+    # ------------------------------------------------------------------ handlers
+
+    def _json(self, payload: Any, status: int = 200) -> web.Response:
+        return web.Response(body=_encode(payload), status=status, content_type="application/json")
+
+    async def _h_health(self, request: web.Request) -> web.Response:
+        self._add_record(Recorded(request.path, request.method, None, 200, None, time.monotonic()))
+        return web.Response(status=200)
+
+    async def _h_models(self, request: web.Request) -> web.Response:
+        t0 = time.monotonic()
+        created = int(time.time())
+        data = [
+            {"id": m, "object": "model", "created": created, "owned_by": "test",
+             "root": m, "max_model_len": self.max_model_len}
+            for m in self.models
+        ]
+        self._add_record(Recorded(request.path, request.method, None, 200, None, t0))
+        return self._json({"object": "list", "data": data})
+
+    async def _h_metrics(self, request: web.Request) -> web.Response:
+        t0 = time.monotonic()
+        c = self._counters
+        label = f'model_name="{self.model}"'
+        lines = []
+        for name, key, help_, extra in (
+            ("vllm:prefix_cache_queries_total", "prefix_cache_queries",
+             "Prefix cache queries, in terms of number of queried tokens.", ""),
+            ("vllm:prefix_cache_hits_total", "prefix_cache_hits",
+             "Prefix cache hits, in terms of number of cached tokens.", ""),
+            ("vllm:request_success_total", "request_success",
+             "Count of successfully processed requests.", 'finished_reason="stop",'),
+            ("vllm:prompt_tokens_total", "prompt_tokens", "Number of prefill tokens processed.", ""),
+            ("vllm:generation_tokens_total", "generation_tokens",
+             "Number of generation tokens processed.", ""),
+        ):
+            lines.append(f"# HELP {name} {help_}")
+            lines.append(f"# TYPE {name} counter")
+            lines.append(f'{name}{{engine="0",{extra}{label}}} {float(c[key])}')
+        self._add_record(Recorded(request.path, request.method, None, 200, None, t0))
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
+
+    async def _read_json(self, request: web.Request) -> tuple[Any, bool]:
+        raw = await request.read()
+        try:
+            return _decode(raw), True
+        except _DecodeError:
+            return None, False
+
+    def _check_model(self, body: dict) -> None:
+        model = body.get("model")
+        if model is None:
+            return
+        if not isinstance(model, str):
+            raise _BadRequest(400, f"model: expected a string, got {type(model).__name__}",
+                              "BadRequestError", "model")
+        if model not in self.models:
+            raise _BadRequest(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+
+    async def _h_tokenize(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=False)
+
+    async def _h_chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=True)
+
+    def _tokenize_payload(self, body: dict) -> dict:
+        self._check_model(body)
+        if "prompt" in body:
+            prompt = body["prompt"]
+            if not isinstance(prompt, str):
+                raise _BadRequest(400, f"prompt: expected a string, got {type(prompt).__name__}",
+                                  "BadRequestError", "prompt")
+            toks = tokenize(prompt)
+        elif "messages" in body:
+            toks = []
+            for m in self._check_messages(body.get("messages")):
+                toks.extend(tokenize(_content_text(m.get("content"))))
+        else:
+            raise _BadRequest(400, "expected `prompt` or `messages`", "BadRequestError", "prompt")
+        return {"count": len(toks), "max_model_len": self.max_model_len,
+                "tokens": [_token_id(t) for t in toks]}
+
+    @staticmethod
+    def _check_messages(msgs: Any) -> list[dict]:
+        if not isinstance(msgs, list) or not msgs:
+            raise _BadRequest(400, "messages: expected a non-empty list of messages",
+                              "BadRequestError", "messages")
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise _BadRequest(400, f"messages[{i}]: expected an object with a string `role`",
+                                  "BadRequestError", "messages")
+            c = m.get("content")
+            if c is not None and not isinstance(c, (str, list)):
+                raise _BadRequest(400, f"messages[{i}].content: expected a string, got "
+                                  f"{type(c).__name__}", "BadRequestError", "messages")
+        return msgs
+
+    def _chat_payload(self, body: dict, fault: str | None = None) -> dict:
+        self._check_model(body)
+        msgs = self._check_messages(body.get("messages"))
+        n = body.get("n", 1)
+        if n is None:
+            n = 1
+        if not _is_int(n) or n < 1:
+            raise _BadRequest(400, f"n: expected an int >= 1, got {n!r}", "BadRequestError", "n")
+        temp = body.get("temperature")
+        if temp is not None and (not _is_num(temp) or temp < 0):
+            raise _BadRequest(400, f"temperature: expected a number >= 0, got {temp!r}",
+                              "BadRequestError", "temperature")
+        top_p = body.get("top_p")
+        if top_p is not None and (not _is_num(top_p) or not 0 < top_p <= 1):
+            raise _BadRequest(400, f"top_p: expected a number in (0, 1], got {top_p!r}",
+                              "BadRequestError", "top_p")
+        max_tokens = body.get("max_tokens")
+        if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
+            raise _BadRequest(400, f"max_tokens: expected an int >= 1, got {max_tokens!r}",
+                              "BadRequestError", "max_tokens")
+        seed = body.get("seed")
+        if seed is not None and not _is_int(seed):
+            raise _BadRequest(400, f"seed: expected an int, got {seed!r}", "BadRequestError", "seed")
+
+        texts = [_content_text(m.get("content")) for m in msgs]
+        prompt_tokens = sum(count_tokens(t) for t in texts)
+        if prompt_tokens + (max_tokens or 0) > self.max_model_len:
+            raise _BadRequest(
+                400,
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"you requested {prompt_tokens + (max_tokens or 0)} tokens ({prompt_tokens} in "
+                f"the messages, {max_tokens or 0} in the completion). Please reduce the length "
+                f"of the messages or completion.",
+                "BadRequestError", "max_tokens")
+
+        kind = classify(msgs)
+        if kind == "generation":
+            contents = expected_endings(msgs, n, seed, self.empty_rate)
+        elif kind == "judge":
+            contents = [expected_verdict(msgs, self.yes_rate, self.malformed_rate)] * n
+        else:
+            contents = ["OK"] * n
+        if fault == "few_choices":
+            contents = contents[: n // 2]
+        elif fault == "empty_content":
+            contents = [""] * len(contents)
+
+        cached = self._cached_tokens("\x1e".join(texts), prompt_tokens)
+        completion_tokens = sum(_count_answer(c) for c in contents)
+        c = self._counters
+        c["prefix_cache_queries"] += prompt_tokens
+        c["prefix_cache_hits"] += cached
+        c["request_success"] += 1
+        c["prompt_tokens"] += prompt_tokens
+        c["generation_tokens"] += completion_tokens
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.model,
+            "choices": [
+                {"index": i, "message": {"role": "assistant", "content": text},
+                 "logprobs": None, "finish_reason": "stop", "stop_reason": None}
+                for i, text in enumerate(contents)
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": cached},
+            },
+        }
+
+    async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        """Read, apply the fault, answer, record (also when cancelled by shutdown)."""
+        t0 = time.monotonic()
+        path = request.path
+        body: Any = None
+        status = 0
+        fault = self._take_fault(path)
+        try:
+            body, ok = await self._read_json(request)
+            if chat and self.delay > 0:
+                await asyncio.sleep(self.delay)
+            if fault in _FAULT_STATUS:
+                status, etype = _FAULT_STATUS[fault]
+                resp = self._json(_error_payload(status, f"injected fault {fault}", etype), status)
+                if fault == "429" and self.retry_after is not None:
+                    resp.headers["Retry-After"] = str(self.retry_after)
+                return resp
+            if fault == "drop":
+                request.transport.close()  # FIN, no response; aiohttp then skips writing
+                return web.Response(status=204)
+            if fault == "slow":
+                await asyncio.sleep(self.slow_seconds)
+
+            if not ok or not isinstance(body, dict):
+                status = 400
+                payload = _error_payload(400, "the body is not a JSON object", "BadRequestError")
+            else:
+                try:
+                    payload = self._chat_payload(body, fault) if chat else self._tokenize_payload(body)
+                    status = 200
+                except _BadRequest as e:
+                    status = e.status
+                    payload = _error_payload(e.status, e.message, e.etype, e.param)
+
+            if fault == "nonjson":
+                status = 200
+                return web.Response(text="<html>oops</html>", content_type="text/html")
+            data = _encode(payload)
+            if fault == "wrong_content_type":
+                return web.Response(body=data, status=status, content_type="text/plain")
+            if fault == "truncate":
+                head = (
+                    f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+                    f"Connection: close\r\n\r\n"
+                ).encode()
+                tr = request.transport
+                tr.write(head + data[: len(data) // 2])
+                tr.close()  # flushes the half body, then FIN
+                return web.Response(status=204)
+            return web.Response(body=data, status=status, content_type="application/json")
+        finally:
+            if not isinstance(body, dict):
+                body = None
+            self._add_record(Recorded(path, request.method, body, status, fault, t0))
+
+
+# ----------------------------------------------------------------------- standalone
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    ap.add_argument("--model", action="append", help="served model name (repeatable)")
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds added to each chat request")
+    ap.add_argument("--fault-rate", type=float, default=0.0,
+                    help="probability that a chat request gets a fault")
+    ap.add_argument("--fault-kinds", default=",".join(TRANSIENT_FAULTS),
+                    help="comma-separated kinds sharing --fault-rate equally")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the fault RNG")
+    ap.add_argument("--empty-rate", type=float, default=0.0)
+    ap.add_argument("--yes-rate", type=float, default=0.3)
+    ap.add_argument("--malformed-rate", type=float, default=0.0)
+    ap.add_argument("--slow-seconds", type=float, default=5.0)
+    ap.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN)
+    args = ap.parse_args(argv)
+
+    srv = LoopbackServer(
+        args.model or ["test-model"], host=args.host, port=args.port, delay=args.delay,
+        empty_rate=args.empty_rate, yes_rate=args.yes_rate, malformed_rate=args.malformed_rate,
+        slow_seconds=args.slow_seconds, max_model_len=args.max_model_len, record=False,
+    )
+    if args.fault_rate > 0:
+        kinds = [k.strip() for k in args.fault_kinds.split(",") if k.strip()]
+        srv.set_fault_rates({k: args.fault_rate / len(kinds) for k in kinds}, seed=args.seed)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    srv.start()
+    print(f"listening on {srv.base_url}", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        srv.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
