@@ -131,7 +131,7 @@ class Store:
             raise CacheError(f"the cache at {self.path} is open read-only")
         for _ in range(_MAX_GROWS):
             try:
-                new = 0
+                added = dict.fromkeys(DBS, 0)
                 with self.env.begin(write=True) as txn:
                     if meta:
                         for db, key, value in encoded:
@@ -139,9 +139,12 @@ class Store:
                         return 1
                     for handle, key, value, name in encoded:
                         if txn.put(key, value, db=handle, overwrite=False):
-                            new += 1
-                            self.counts.writes[name] += 1
-                return new
+                            added[name] += 1
+                # Counted only once the transaction committed: a batch retried
+                # after the map grew must not be counted twice.
+                for name, n in added.items():
+                    self.counts.writes[name] += n
+                return sum(added.values())
             except lmdb.MapFullError:
                 self._grow()
             except lmdb.MapResizedError:

@@ -128,7 +128,8 @@ _SCORE_FLAGS = {
 
 def _score_overrides(args) -> dict:
     names = [n for group in _SCORE_FLAGS.values() for n in group]
-    names += ["reasoning-off", "warm-judge", "save-texts", "progress", "cache", "window", "thresholds",
+    names += ["reasoning-off", "warm-judge", "save-texts", "progress", "report", "gpu-hour-usd", "cache", "window",
+              "thresholds",
               "late-threshold", "retention-window"]
     return {n.replace("-", "_"): getattr(args, n.replace("-", "_"), None) for n in names}
 
@@ -157,6 +158,35 @@ def cmd_score(args) -> int:
     n_bad = len(summary.input_errors) + len(summary.failures)
     if n_bad:
         print(f"{n_bad} stories failed (see above); the others were scored", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_report(args) -> int:
+    """Tables, figures and report.md of a score run, recomputed from its positions.jsonl."""
+    from .report import report
+
+    path = report(args.run, max_curves=args.max_curves, gpu_hour_usd=args.gpu_hour_usd,
+                  settings=_curve_settings(args), n_resamples=args.resamples, seed=args.seed)
+    print(f"report: {path}")
+    return EXIT_OK
+
+
+def cmd_compare(args) -> int:
+    """Paired comparison of two runs (B − A): mean difference, bootstrap 95% interval, paired t-test."""
+    from .jsonl import atomic_write
+    from .report import compare, comparison_table
+
+    c = compare(args.run_a, args.run_b, args.pair_by, n_resamples=args.resamples, seed=args.seed)
+    print(f"{c.n_pairs} pairs by `{c.pair_by}` ({c.unpaired_a} stories only in A, {c.unpaired_b} only in B); "
+          f"B − A = {c.run_b} − {c.run_a}; ✓ = 95% bootstrap interval excludes 0\n")
+    print(comparison_table(c))
+    if args.out:
+        atomic_write(f"{args.out}/compare.md", comparison_table(c))
+        atomic_write(f"{args.out}/compare.csv", comparison_table(c, "csv"))
+        print(f"written: {args.out}/compare.md, {args.out}/compare.csv")
+    if c.n_pairs == 0:
+        print(f"error: no story of {c.run_a} pairs with one of {c.run_b} by `{c.pair_by}`", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 
@@ -213,8 +243,29 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("outputs")
     _bool_flag(g, "save-texts", "also write texts.jsonl with every ending and verdict")
     _bool_flag(g, "progress", "show a progress bar (default on)")
+    _bool_flag(g, "report", "write report.md, tables and figures at the end (default on)")
+    g.add_argument("--gpu-hour-usd", type=float, default=None, help="price of a GPU-hour, for the report's cost line")
     _add_curve_flags(p, defaults=False)
     p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("report", help=cmd_report.__doc__, description=cmd_report.__doc__)
+    p.add_argument("run", metavar="RUN_DIR", help="the --out folder of a score run")
+    p.add_argument("--max-curves", type=int, default=50, help="curve figures for at most this many stories")
+    p.add_argument("--gpu-hour-usd", type=float, default=None, help="price of a GPU-hour, for the cost line")
+    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
+    _add_curve_flags(p)
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("compare", help=cmd_compare.__doc__, description=cmd_compare.__doc__)
+    p.add_argument("run_a", metavar="RUN_A", help="baseline run folder (e.g. vanilla)")
+    p.add_argument("run_b", metavar="RUN_B", help="run folder compared with it (e.g. pipeline)")
+    p.add_argument("--pair-by", default="id", metavar="FIELD",
+                   help="pair stories by this metadata field of the corpus (default: the story id)")
+    p.add_argument("--out", metavar="DIR", help="also write compare.md and compare.csv here")
+    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("cache", help="inspect the LMDB cache")
     csub = p.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", required=True)

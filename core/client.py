@@ -47,6 +47,12 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     backoff: float = 0.5  # first wait; doubles each retry
     backoff_cap: float = 30.0  # longest wait (Retry-After may ask for more, up to this)
 
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"attempts: expected an integer >= 1, got {self.attempts}")
+        if self.total_seconds < 0 or self.backoff < 0 or self.backoff_cap < 0:
+            raise ValueError("total_seconds, backoff and backoff_cap must be >= 0")
+
 
 class ChatResult(msgspec.Struct, kw_only=True):
     texts: list[str]
@@ -97,6 +103,8 @@ class Client:
     async def __aenter__(self) -> Client:
         if self._closed:
             raise RuntimeError("this Client is closed; make a new one")
+        if self._session is not None:
+            raise RuntimeError("this Client is already open")
         headers = {"Content-Type": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
@@ -164,6 +172,8 @@ class Client:
                 self.usage.add(usage)
                 return ChatResult(texts=texts, finish_reasons=reasons, model=model, usage=usage,
                                   seconds=time.perf_counter() - t0)
+            if followup == self.retry.attempts:
+                break
             self.followups += 1
             seed = None if request.seed is None else request.seed + len(texts)
             req = msgspec.structs.replace(request, n=missing, seed=seed)

@@ -55,6 +55,8 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cache: str | None = None  # None: ~/.cache/tension-run/llm.lmdb
     save_texts: bool = False
     progress: bool = True
+    report: bool = True  # write report.md, tables and figures at the end
+    gpu_hour_usd: float | None = None  # price for the cost line of the report
     # curve statistics (METRICS 1.4)
     window: int = 5
     thresholds: tuple[float, ...] = (30.0, 60.0, 120.0)
@@ -79,10 +81,23 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             need(getattr(self, lane) >= 1, lane, "an integer >= 1", getattr(self, lane))
         need(self.timeout > 0, "timeout", "seconds > 0", self.timeout)
         need(self.retries >= 1, "retries", "an integer >= 1", self.retries)
+        need(self.judge_temperature >= 0, "judge_temperature", "a number >= 0", self.judge_temperature)
         need(self.base_url.startswith(("http://", "https://")), "base_url", "an http(s) URL", self.base_url)
         if self.judge_base_url is not None:
             need(self.judge_base_url.startswith(("http://", "https://")), "judge_base_url", "an http(s) URL",
                  self.judge_base_url)
+
+        self.curve_settings()  # check them now, not after hours of scoring
+
+    def curve_settings(self):
+        from tension.kernels.curves import CurveSettings
+
+        try:
+            return CurveSettings(window=self.window, thresholds=tuple(self.thresholds),
+                                 late_threshold=self.late_threshold, retention_window=self.retention_window)
+        except ValueError as e:
+            field, _, rest = str(e).partition(": ")
+            raise ConfigError(f"{field.replace('_', '-')}: {rest}") from e
 
     def resolved_api_key(self) -> str | None:
         return os.environ.get(API_KEY_ENV) or self.api_key

@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 
 from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stats
+from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.groups import GroupStat, group_stats
 
 from .errors import InputError
@@ -31,6 +32,7 @@ __all__ = [
     "Curve",
     "MetricsResult",
     "read_curves",
+    "read_run_positions",
     "compute",
     "metrics",
     "stat_columns",
@@ -149,8 +151,10 @@ def _stat_matrix(stats: BatchStats) -> np.ndarray:
     return np.column_stack([stats.mean_nr, stats.late_nr, stats.retain, stats.convergence, stats.ir])
 
 
-def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings()) -> tuple[BatchStats, dict[str, dict[str, GroupStat]]]:
-    """Kernels over all curves at once, then group summaries per statistic."""
+def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings(), *,
+            n_resamples: int = N_RESAMPLES, seed: int = 0) -> tuple[BatchStats, dict[str, dict[str, GroupStat]]]:
+    """Kernels over all curves at once, then group summaries per statistic
+    (with a seeded percentile bootstrap of `n_resamples`; 0 skips it)."""
     lengths = np.fromiter((len(c.x) for c in curves), dtype=np.int64, count=len(curves))
     offsets = np.zeros(len(curves) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -159,7 +163,7 @@ def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings()) 
     stats = batch_stats(x, y, offsets, settings)
     labels = [c.group for c in curves]
     matrix = _stat_matrix(stats)
-    groups = {name: group_stats(matrix[:, k], labels) for k, name in enumerate(stat_columns(settings))}
+    groups = {name: group_stats(matrix[:, k], labels, n_resamples, seed) for k, name in enumerate(stat_columns(settings))}
     return stats, groups
 
 
@@ -181,13 +185,14 @@ def stories_csv(curves: Sequence[Curve], stats: BatchStats, settings: CurveSetti
 def groups_csv(groups: dict[str, dict[str, GroupStat]]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["group", "statistic", "mean", "sd", "ci95", "n", "n_nan"])
+    w.writerow(["group", "statistic", "mean", "sd", "ci95", "boot_lo", "boot_hi", "n", "n_nan"])
     names = list(groups)
     labels = list(groups[names[0]]) if names else []
     for g in labels:
         for name in names:
             s = groups[name][g]
-            w.writerow([g, name, _cell(s.mean), _cell(s.sd), _cell(s.ci95), s.n, s.n_nan])
+            w.writerow([g, name, _cell(s.mean), _cell(s.sd), _cell(s.ci95), _cell(s.boot_lo), _cell(s.boot_hi),
+                        s.n, s.n_nan])
     return buf.getvalue()
 
 

@@ -31,7 +31,6 @@ from tension.cache import records
 from tension.cache.keys import request_key
 from tension.cache.records import Usage
 from tension.cache.store import Store, default_path
-from tension.kernels.curves import CurveSettings
 
 from . import prompts
 from .client import Client, RetryPolicy, Timeouts, normalize_base_url
@@ -370,13 +369,15 @@ class _Run:
     def write_outputs(self) -> None:
         out = self.out
         atomic_write(out / "positions.jsonl", b"".join(_line_encoder.encode(r) + b"\n" for r in self.ordered_results()))
-        settings = CurveSettings(window=self.cfg.window, thresholds=tuple(self.cfg.thresholds),
-                                 late_threshold=self.cfg.late_threshold, retention_window=self.cfg.retention_window)
+        settings = self.cfg.curve_settings()
         curves = self.curves()
         stats, groups = compute(curves, settings)
         atomic_write(out / "stories.csv", stories_csv(curves, stats, settings))
         atomic_write(out / "groups.csv", groups_csv(groups))
         self.groups = groups
+        atomic_write(out / "meta.jsonl", b"".join(
+            _line_encoder.encode({"id": st.id, "group": st.group, "words": st.words, "meta": st.meta}) + b"\n"
+            for si, st in enumerate(self.corpus.stories) if si not in self.failed))
         if self.cfg.save_texts:
             atomic_write(out / "texts.jsonl", b"".join(
                 _line_encoder.encode(self.texts[key]) + b"\n" for key in sorted(self.texts) if key[0] not in self.failed))
@@ -452,6 +453,10 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
                 run.committer.close()
         if status == "complete":
             run.write_outputs()
+            if cfg.report:
+                _write_run_json(run, cfg, corpus, store, out, status, error, t0, corpus_path)
+                from .report import report
+                report(out, gpu_hour_usd=cfg.gpu_hour_usd)
     finally:
         progress.close()
         try:

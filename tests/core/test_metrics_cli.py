@@ -34,22 +34,24 @@ s3,B,1,0.7,,,,,,,fewer than 3 positions (no inflection rate); no late position (
 
 # Group A mean_nr: mean(0.54, 0.5) = 0.52, sd = 0.02·√2 = 0.02828427125,
 # ci95 = 1.96·sd/√2 = 0.0392. late_nr: mean(0.4, 0.5) = 0.45, same sd.
+# Bootstrap of two values a < b: resampled means are a (p=1/4), (a+b)/2, b (p=1/4),
+# so with 10,000 resamples the 2.5th/97.5th percentiles are a and b.
 GROUPS_CSV = """\
-group,statistic,mean,sd,ci95,n,n_nan
-A,mean_nr,0.52,0.02828427125,0.0392,2,0
-A,late_nr,0.45,0.07071067812,0.098,2,0
-A,retain,50,,,1,1
-A,convergence,-50,,,1,1
-A,ir30,0,0,0,2,0
-A,ir60,0.2,0.2828427125,0.392,2,0
-A,ir120,0.3,0.4242640687,0.588,2,0
-B,mean_nr,0.7,,,1,0
-B,late_nr,,,,0,1
-B,retain,,,,0,1
-B,convergence,,,,0,1
-B,ir30,,,,0,1
-B,ir60,,,,0,1
-B,ir120,,,,0,1
+group,statistic,mean,sd,ci95,boot_lo,boot_hi,n,n_nan
+A,mean_nr,0.52,0.02828427125,0.0392,0.5,0.54,2,0
+A,late_nr,0.45,0.07071067812,0.098,0.4,0.5,2,0
+A,retain,50,,,,,1,1
+A,convergence,-50,,,,,1,1
+A,ir30,0,0,0,0,0,2,0
+A,ir60,0.2,0.2828427125,0.392,0,0.4,2,0
+A,ir120,0.3,0.4242640687,0.588,0,0.6,2,0
+B,mean_nr,0.7,,,,,1,0
+B,late_nr,,,,,,0,1
+B,retain,,,,,,0,1
+B,convergence,,,,,,0,1
+B,ir30,,,,,,0,1
+B,ir60,,,,,,0,1
+B,ir120,,,,,,0,1
 """
 
 

@@ -330,7 +330,7 @@ def test_cli_score_outputs_exit_status_and_secret(server, tmp_path):
     assert run["models"] == {"generation": "test-gen", "judge": "test-gen"}
     assert run["stories"]["skipped"][0]["id"] == "tiny"
     # the key never lands in outputs, logs or the cache
-    blobs = [r.stdout, r.stderr] + [p.read_bytes().decode("utf-8", "replace") for p in (tmp_path / "out").iterdir()]
+    blobs = [r.stdout, r.stderr] + [p.read_bytes().decode("utf-8", "replace") for p in (tmp_path / "out").rglob("*") if p.is_file()]
     blobs += [p.read_bytes().decode("latin-1") for p in (tmp_path / "cache").iterdir()]
     assert not any("sk-secret-123" in b for b in blobs)
     assert run["config"]["api_key"] == "(set)"

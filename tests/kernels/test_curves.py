@@ -17,20 +17,7 @@ from tension.kernels import curves
 from tension.kernels.curves import CurveSettings, Reason
 
 
-def _load_reference():
-    # No __init__.py in the test folders: load reference.py under a unique name so
-    # another folder's ``reference`` module can never be picked up instead.
-    name = "tension_tests_kernels_reference"
-    if name not in sys.modules:
-        path = pathlib.Path(__file__).with_name("reference.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-ref = _load_reference()
+import curve_reference as ref  # noqa: E402  (tests/ is on sys.path: conftest.py)
 
 NAN = float("nan")
 ALL_EMPTY = Reason.NO_POSITIONS | Reason.FEW_POSITIONS | Reason.NO_LATE | Reason.NO_PEAK

@@ -16,18 +16,7 @@ from hypothesis import strategies as st
 from tension.kernels import groups
 
 
-def _load_reference():
-    name = "tension_tests_kernels_reference"
-    if name not in sys.modules:
-        path = pathlib.Path(__file__).with_name("reference.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-ref = _load_reference()
+import curve_reference as ref  # noqa: E402  (tests/ is on sys.path: conftest.py)
 NAN = float("nan")
 HYP = dict(deadline=None, database=None)
 

@@ -1,0 +1,592 @@
+"""Client overhead: chat requests per second against one minimal loopback server.
+
+DESIGN.md: "The client must never be the bottleneck." This bench measures how many
+judge-shaped chat requests per second each contender completes against the same
+stub server (``bench/stub_server.py``: raw asyncio + uvloop, fixed answers), started
+once for the whole run, with the same concurrency and the same request bodies:
+
+- (a)   ``tension``: ``Client`` through a ``Scheduler`` lane of C, cache on. Per
+        request: ``request_key`` of the ``ChatRequest``, a ``Store.get`` (a miss:
+        the LMDB cache is fresh), ``scheduler.request("judge", client.chat, …)``,
+        then a ``Verdict`` record handed to score.py's group committer
+        (``put_many`` every <= 50 ms or 512 records).
+- (a')  ``tension-nocache``: the same without key, lookup and commit.
+- (b)   ``openai``: ``AsyncOpenAI(base_url=…/v1, api_key="x", max_retries=0)``,
+        ``asyncio.Semaphore(C)`` and ``gather``.
+- (c)   ``aiohttp``: one ``ClientSession`` (``TCPConnector(limit=0)``), a semaphore
+        of C, ``session.post`` of msgspec-encoded bytes, ``read``, msgspec decode.
+- (a'') ``score``: a DIFFERENT workload, the whole ``score_async`` pipeline on a
+        synthetic corpus (tests/conftest.make_corpus), 20 endings per position, the
+        stub answering generation (n = 20 short choices), judge and /tokenize
+        requests. Its req/s is (generation + judge requests) / wall time, from the
+        run's ``RunSummary.requests``; wall time includes reading the corpus,
+        tokenize requests and writing the outputs.
+
+Each request body is distinct (so every cache key is a miss): the judge prompt of
+``tension.core.prompts.judge_messages`` with synthetic text, ~2 KB of JSON,
+temperature 0, max_tokens 10, n 1, chat_template_kwargs {"enable_thinking": false}.
+
+Every (contender, repeat) runs in its own child process (like msgspec's bench
+runner), which builds the bodies, sends ``--warmup`` requests, then times
+``--requests`` requests and prints one JSON line. On a machine with >= 2 cores the
+stub is pinned to core 0 and the children to core 1. Repeats are interleaved
+(a, a', b, c, a'', a, a', b, c, a'', …); the table shows the median req/s and the
+median of the runs' p50/p99 latencies. Latency is one request's time inside its
+concurrency slot (queue time excluded): ``ChatResult.seconds`` for tension, the
+time around the call for openai and aiohttp. Each child checks with the stub's
+``/stats`` that every timed request reached the server.
+
+Run from the repository root::
+
+    /tmp/v2/bin/python bench/client.py
+    /tmp/v2/bin/python bench/client.py --requests 5000 --repeats 1 --json out.json
+    /tmp/v2/bin/python bench/client.py --contenders tension,aiohttp
+
+The stub alone: ``/tmp/v2/bin/python bench/stub_server.py --port 8123``; one child
+against it (for a profiler): ``… bench/client.py --child tension --port 8123``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+BANNER = 60
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+JUDGE_MODEL = "bench-judge"
+GEN_MODEL = "bench-gen"
+TEMPLATE_KWARGS = {"enable_thinking": False}
+
+LABELS = {
+    "tension": "(a) tension Client+Scheduler, cache on",
+    "tension-nocache": "(a') tension Client+Scheduler, no cache",
+    "openai": "(b) openai AsyncOpenAI",
+    "aiohttp": "(c) bare aiohttp loop",
+    "score": "(a'') tension score_async pipeline *",
+}
+ORDER = ("tension", "tension-nocache", "openai", "aiohttp", "score")
+
+# ----------------------------------------------------------------------------
+# Request bodies (identical in every child: same seed, same construction)
+
+_WORDS = ("the old keeper watched a grey boat drift past the harbour wall while rain fell on "
+          "lanterns and nets and somebody called her name from the ferry road across the water "
+          "where the letter had been hidden under a loose stone beside the chapel door").split()
+
+
+def judge_bodies(n: int, seed: int, start: int = 0) -> list[list[dict[str, str]]]:
+    """``n`` distinct judge message lists (indices start..start+n-1), ~2 KB of JSON each."""
+    from tension.core.prompts import judge_messages
+
+    rng = random.Random(seed)
+    pool = [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 18))).capitalize() + "."
+            for _ in range(997)]
+    out = []
+    for i in range(start, start + n):
+        anchor = pool[i % 997]
+        continuation = " ".join(pool[(i * 7 + k * 131) % 997] for k in range(7))
+        ending = f"{pool[(i * 13 + 5) % 997]} {pool[(i * 29 + 11) % 997]} (ending {i})"
+        out.append(judge_messages(anchor, continuation, ending))
+    return out
+
+
+def body_dict(messages) -> dict:
+    return {"model": JUDGE_MODEL, "messages": messages, "n": 1, "temperature": 0.0,
+            "max_tokens": 10, "chat_template_kwargs": TEMPLATE_KWARGS}
+
+
+def pct(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    i = min(len(sorted_values) - 1, max(0, round(q / 100 * (len(sorted_values) - 1))))
+    return sorted_values[i]
+
+
+def server_stats(base: str) -> dict[str, int]:
+    with urllib.request.urlopen(base + "/stats", timeout=10) as r:
+        return json.loads(r.read())
+
+
+# ----------------------------------------------------------------------------
+# Contenders (each runs in a child process; `bodies` is warm-up + timed)
+
+
+class Phase:
+    """Outcome of one phase: requests done, errors, latencies (s)."""
+
+    def __init__(self):
+        self.done = 0
+        self.errors = 0
+        self.first_errors: list[str] = []
+        self.latencies: list[float] = []
+
+    def error(self, e: BaseException) -> None:
+        self.errors += 1
+        if len(self.first_errors) < 10:
+            self.first_errors.append(f"{type(e).__name__}: {e}")
+
+
+async def contender_tension(base: str, warm, timed, conc: int, cache: bool) -> tuple[Phase, float, dict]:
+    from tension.cache.keys import request_key
+    from tension.cache.records import Verdict
+    from tension.cache.store import Store
+    from tension.core.client import Client
+    from tension.core.protocol import ChatRequest
+    from tension.core.scheduler import Scheduler
+    from tension.core.score import _Committer
+
+    def requests(msgs):
+        return [ChatRequest(model=JUDGE_MODEL, messages=m, n=1, temperature=0.0, max_tokens=10,
+                            chat_template_kwargs=TEMPLATE_KWARGS) for m in msgs]
+
+    warm_reqs, timed_reqs = requests(warm), requests(timed)
+    extra: dict = {}
+    with tempfile.TemporaryDirectory(prefix="bench-client-") as tmp:
+        store = Store(Path(tmp) / "llm.lmdb") if cache else None
+
+        async with Client() as client:
+
+            async def phase(reqs, tag: str) -> Phase:
+                ph = Phase()
+                async with Scheduler({"judge": conc}) as s:
+                    if cache:
+                        committer = _Committer(store, Path(tmp) / f"{tag}.partial.jsonl")
+                        s.service(committer.run())
+
+                        async def one(req):
+                            key = request_key("chat", req.key_fields())
+                            if store.get("verdicts", key) is not None:
+                                return
+                            res = await s.request("judge", client.chat, base, req)
+                            committer.add("verdicts", key, Verdict(
+                                text=res.texts[0], finish_reason=res.finish_reasons[0], model=res.model,
+                                usage=res.usage, created=time.time(), seconds=res.seconds))
+                            ph.latencies.append(res.seconds)
+                    else:
+
+                        async def one(req):
+                            res = await s.request("judge", client.chat, base, req)
+                            ph.latencies.append(res.seconds)
+
+                    await s.map(one, reqs)
+                if cache:
+                    committer.close()  # the last group commit is part of the work
+                ph.done = len(ph.latencies)
+                return ph
+
+            await phase(warm_reqs, "warm")
+            gc.collect()
+            before = server_stats(base)["chat"]
+            c0, t0 = time.process_time(), time.perf_counter()
+            ph = await phase(timed_reqs, "timed")
+            seconds, extra["cpu_seconds"] = time.perf_counter() - t0, time.process_time() - c0
+            extra["server_chat_requests"] = server_stats(base)["chat"] - before
+        if store is not None:
+            extra["cache"] = {"misses": store.counts.misses["verdicts"], "hits": store.counts.hits["verdicts"],
+                              "writes": store.counts.writes["verdicts"]}
+            store.close()
+    return ph, seconds, extra
+
+
+async def contender_openai(base: str, warm, timed, conc: int) -> tuple[Phase, float, dict]:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+    sem = asyncio.Semaphore(conc)
+
+    async def phase(msgs) -> Phase:
+        ph = Phase()
+
+        async def one(m):
+            async with sem:
+                t = time.perf_counter()
+                try:
+                    r = await client.chat.completions.create(
+                        model=JUDGE_MODEL, messages=m, n=1, temperature=0.0, max_tokens=10,
+                        extra_body={"chat_template_kwargs": TEMPLATE_KWARGS})
+                    r.choices[0].message.content
+                except Exception as e:  # failures are counted, not raised
+                    ph.error(e)
+                    return
+                ph.latencies.append(time.perf_counter() - t)
+
+        await asyncio.gather(*(one(m) for m in msgs))
+        ph.done = len(ph.latencies)
+        return ph
+
+    try:
+        await phase(warm)
+        gc.collect()
+        before = server_stats(base)["chat"]
+        c0, t0 = time.process_time(), time.perf_counter()
+        ph = await phase(timed)
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        extra = {"server_chat_requests": server_stats(base)["chat"] - before, "cpu_seconds": cpu}
+    finally:
+        await client.close()
+    return ph, seconds, extra
+
+
+async def contender_aiohttp(base: str, warm, timed, conc: int) -> tuple[Phase, float, dict]:
+    import aiohttp
+    import msgspec
+
+    enc = msgspec.json.Encoder()
+    url = base + "/v1/chat/completions"
+    headers = {"Content-Type": "application/json"}
+    sem = asyncio.Semaphore(conc)
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def phase(msgs) -> Phase:
+            ph = Phase()
+
+            async def one(m):
+                async with sem:
+                    t = time.perf_counter()
+                    try:
+                        async with session.post(url, data=enc.encode(body_dict(m)), headers=headers) as resp:
+                            data = await resp.read()
+                            if resp.status != 200:
+                                raise RuntimeError(f"HTTP {resp.status}: {data[:120]!r}")
+                        msgspec.json.decode(data)["choices"][0]["message"]["content"]
+                    except Exception as e:  # failures are counted, not raised
+                        ph.error(e)
+                        return
+                    ph.latencies.append(time.perf_counter() - t)
+
+            await asyncio.gather(*(one(m) for m in msgs))
+            ph.done = len(ph.latencies)
+            return ph
+
+        await phase(warm)
+        gc.collect()
+        before = server_stats(base)["chat"]
+        c0, t0 = time.process_time(), time.perf_counter()
+        ph = await phase(timed)
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        extra = {"server_chat_requests": server_stats(base)["chat"] - before, "cpu_seconds": cpu}
+    return ph, seconds, extra
+
+
+async def contender_score(base: str, conc: int, stories: int, seed: int) -> tuple[Phase, float, dict]:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import make_corpus
+
+    from tension.core.config import ScoreConfig
+    from tension.core.score import score_async
+
+    def config(cache: Path) -> ScoreConfig:
+        return ScoreConfig(base_url=base, model=GEN_MODEL, judge_model=JUDGE_MODEL, endings=20,
+                           cache=str(cache), progress=False, gen_concurrency=conc,
+                           judge_concurrency=conc, tokenize_concurrency=conc)
+
+    with tempfile.TemporaryDirectory(prefix="bench-score-") as tmp:
+        t = Path(tmp)
+        # Warm-up: one story (loads the numba kernels, opens the code paths).
+        warm = make_corpus(t / "warm.jsonl", 1, seed=seed + 1000)
+        s = await score_async(config(t / "warm.lmdb"), warm, t / "warm-out")
+        if s.status != "complete":
+            raise RuntimeError(f"warm-up score run {s.status}: {s.error}")
+        corpus = make_corpus(t / "corpus.jsonl", stories, seed=seed)
+        gc.collect()
+        before = server_stats(base)["requests"]
+        c0, t0 = time.process_time(), time.perf_counter()
+        s = await score_async(config(t / "llm.lmdb"), corpus, t / "out")
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        served = server_stats(base)["requests"] - before
+        if s.status != "complete":
+            raise RuntimeError(f"score run {s.status}: {s.error}")
+        run = json.loads((t / "out" / "run.json").read_text())
+    ph = Phase()
+    ph.done = s.requests["generation"] + s.requests["judge"]
+    lanes = run.get("lanes", {})
+    extra = {"requests": s.requests, "positions": s.positions, "stories": s.stories,
+             "server_requests": served, "cpu_seconds": cpu, "all_http_per_s": sum(s.requests.values()) / seconds,
+             "mean_latency_ms": {k: 1000 * v["busy_seconds"] / v["finished"]
+                                 for k, v in lanes.items() if v["finished"]},
+             "peak_in_flight": {k: v["peak_in_flight"] for k, v in lanes.items()}}
+    return ph, seconds, extra
+
+
+def child(args) -> int:
+    """Run one contender once; print one JSON line."""
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    base = f"http://127.0.0.1:{args.port}"
+    factory = None
+    if not args.no_uvloop:
+        try:
+            import uvloop
+            factory = uvloop.new_event_loop
+        except ImportError:
+            pass
+    name = args.child
+    if name == "score":
+        coro = contender_score(base, args.concurrency, args.score_stories, args.seed)
+    else:
+        # Warm-up bodies come after the timed ones, so their keys never collide.
+        timed = judge_bodies(args.requests, args.seed)
+        warm = judge_bodies(args.warmup, args.seed, start=args.requests)
+        gc.collect()
+        if name == "tension":
+            coro = contender_tension(base, warm, timed, args.concurrency, cache=True)
+        elif name == "tension-nocache":
+            coro = contender_tension(base, warm, timed, args.concurrency, cache=False)
+        elif name == "openai":
+            coro = contender_openai(base, warm, timed, args.concurrency)
+        elif name == "aiohttp":
+            coro = contender_aiohttp(base, warm, timed, args.concurrency)
+        else:
+            raise SystemExit(f"unknown contender {name!r}; known: {', '.join(ORDER)}")
+    with asyncio.Runner(loop_factory=factory) as runner:
+        ph, seconds, extra = runner.run(coro)
+    lat = sorted(ph.latencies)
+    print(json.dumps({
+        "name": name, "done": ph.done, "errors": ph.errors, "first_errors": ph.first_errors,
+        "seconds": seconds, "req_per_s": ph.done / seconds,
+        "p50_ms": 1000 * pct(lat, 50) if lat else None, "p99_ms": 1000 * pct(lat, 99) if lat else None,
+        "mean_ms": 1000 * statistics.fmean(lat) if lat else None,
+        "cpu_us_per_req": 1e6 * extra["cpu_seconds"] / ph.done if ph.done else None, **extra,
+    }), flush=True)
+    return 0
+
+
+# ----------------------------------------------------------------------------
+# Parent: config, stub, interleaved children, table
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for dist in ("tension-run", "aiohttp", "openai", "httpx", "httpx2", "msgspec", "uvloop", "lmdb"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def start_stub(port: int, cpu: int | None, no_uvloop: bool) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, str(HERE / "stub_server.py"), "--port", str(port)]
+    if cpu is not None:
+        cmd += ["--cpu", str(cpu)]
+    if no_uvloop:
+        cmd.append("--no-uvloop")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise SystemExit(f"the stub did not start ({' '.join(cmd)}): {line!r}")
+    return proc, line.removeprefix("listening on ")
+
+
+def readiness(base: str) -> None:
+    """One chat request before anything else; fail fast with a hint."""
+    from tension.core.prompts import judge_messages
+
+    body = json.dumps(body_dict(judge_messages("a", "b", "c"))).encode()
+    req = urllib.request.Request(base + "/v1/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            content = json.loads(r.read())["choices"][0]["message"]["content"]
+    except Exception as e:
+        raise SystemExit(f"readiness check failed against {base}: {e}\n"
+                         f"hint: run `{sys.executable} bench/stub_server.py --port 8123` by hand") from e
+    if content != "Y":
+        raise SystemExit(f"readiness check: expected content 'Y', got {content!r}")
+
+
+def run_child(args, name: str, port: int, cpu: int | None) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--port", str(port),
+           "--requests", str(args.requests), "--concurrency", str(args.concurrency),
+           "--warmup", str(args.warmup), "--seed", str(args.seed),
+           "--score-stories", str(args.score_stories)]
+    if cpu is not None:
+        cmd += ["--cpu", str(cpu)]
+    if args.no_uvloop:
+        cmd.append("--no-uvloop")
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=3600)
+    if r.returncode != 0 or not r.stdout.strip():
+        return {"name": name, "failed": f"exit {r.returncode}: {r.stderr.strip()[-2000:]}"}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=20_000, help="timed requests per run (default 20000)")
+    ap.add_argument("--concurrency", type=int, default=64, help="requests in flight (default 64)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per contender, interleaved (default 3)")
+    ap.add_argument("--warmup", type=int, default=500, help="untimed requests before each run (default 500)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic text (default 0)")
+    ap.add_argument("--score-stories", type=int, default=30,
+                    help="stories in the score_async corpus (default 30, ~20k requests)")
+    ap.add_argument("--contenders", default=",".join(ORDER),
+                    help=f"comma-separated subset of {','.join(ORDER)}")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin the stub and the clients to cores")
+    ap.add_argument("--no-uvloop", action="store_true", help="plain asyncio loops everywhere")
+    ap.add_argument("--json", metavar="PATH", help="also write config + results as JSON to PATH")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--cpu", type=int, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        return child(args)
+    names = [n.strip() for n in args.contenders.split(",") if n.strip()]
+    unknown = [n for n in names if n not in LABELS]
+    if unknown or not names:
+        ap.error(f"--contenders: unknown {unknown}; known: {', '.join(ORDER)}")
+    if args.requests < 1 or args.concurrency < 1 or args.repeats < 1 or args.warmup < 0:
+        ap.error("--requests, --concurrency and --repeats must be >= 1, --warmup >= 0")
+
+    import msgspec
+
+    from tension.core.protocol import ChatRequest
+
+    pin = not args.no_pin and (os.cpu_count() or 1) >= 2
+    sizes = sorted(len(msgspec.json.encode(ChatRequest(**body_dict(m))))
+                   for m in judge_bodies(200, args.seed))
+    try:
+        import uvloop  # noqa: F401
+        loop = "asyncio" if args.no_uvloop else "uvloop"
+    except ImportError:
+        loop = "asyncio"
+    config = {
+        "requests": args.requests,
+        "concurrency": args.concurrency,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "body_bytes": f"median {sizes[len(sizes) // 2]} (min {sizes[0]}, max {sizes[-1]}), judge-shaped, distinct",
+        "request": "temperature 0, max_tokens 10, n 1",
+        "server": "bench/stub_server.py (raw asyncio, fixed answer)" + (", core 0" if pin else ""),
+        "clients": f"one child process per run, {loop}" + (", core 1" if pin else ""),
+        "score_corpus": f"{args.score_stories} synthetic stories, endings=20, lanes of {args.concurrency}",
+        "contenders": ", ".join(names),
+        "seed": args.seed,
+        **versions(),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "machine": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "load_at_start": loadavg(),
+    }
+    print(" client overhead: req/s vs one loopback stub ".center(BANNER, "="))
+    for k, v in config.items():
+        print(f"{k + ':':<15}{v}")
+    print("-" * BANNER)
+
+    stub, base = start_stub(0, 0 if pin else None, args.no_uvloop)
+    port = int(base.rsplit(":", 1)[1])
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    failures = []
+    try:
+        readiness(base)
+        for rep in range(args.repeats):
+            for name in names:
+                r = run_child(args, name, port, 1 if pin else None)
+                if "failed" in r:
+                    failures.append(r)
+                    print(f"run {rep + 1}/{args.repeats} {name:<16} FAILED: {r['failed']}", flush=True)
+                    continue
+                runs[name].append(r)
+                lat = (f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms" if r["p50_ms"] is not None
+                       else "mean ms per lane " + ", ".join(f"{k} {v:.1f}" for k, v in r["mean_latency_ms"].items()))
+                print(f"run {rep + 1}/{args.repeats} {name:<16} {r['req_per_s']:>8,.0f} req/s "
+                      f"({r['done']:,} in {r['seconds']:.2f} s, {lat}, client CPU "
+                      f"{r['cpu_us_per_req']:.0f} us/req, errors {r['errors']}; load {loadavg()})", flush=True)
+                if r["errors"]:
+                    print("  first errors:\n    " + "\n    ".join(r["first_errors"]), flush=True)
+                served = r.get("server_chat_requests")
+                if served is not None and served != args.requests:
+                    print(f"  warning: the stub saw {served} chat requests, expected {args.requests}")
+    finally:
+        stub.terminate()
+        stub.wait(10)
+
+    summary = {}
+    for name, rs in runs.items():
+        if not rs:
+            continue
+        med = lambda key: statistics.median(r[key] for r in rs) if rs[0].get(key) is not None else None  # noqa: E731
+        summary[name] = {"req_per_s": med("req_per_s"), "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
+                         "cpu_us_per_req": med("cpu_us_per_req"),
+                         "runs": [r["req_per_s"] for r in rs], "errors": sum(r["errors"] for r in rs)}
+    print("-" * BANNER)
+    ref_c = summary.get("aiohttp", {}).get("req_per_s")
+    ref_b = summary.get("openai", {}).get("req_per_s")
+    head = (f"{'contender':<40} | {'req/s':>7} | {'p50 ms':>6} | {'p99 ms':>6} | "
+            f"{'vs (c) aiohttp':>14} | {'vs (b) openai':>13} | {'CPU us/req':>10}")
+    print(head)
+    print("-" * len(head))
+    for name, s in sorted(summary.items(), key=lambda kv: -kv[1]["req_per_s"]):
+        p50 = f"{s['p50_ms']:.1f}" if s["p50_ms"] is not None else "-"
+        p99 = f"{s['p99_ms']:.1f}" if s["p99_ms"] is not None else "-"
+        vc = f"{s['req_per_s'] / ref_c:.2f}x" if ref_c else "-"
+        vb = f"{s['req_per_s'] / ref_b:.1f}x" if ref_b else "-"
+        print(f"{LABELS[name]:<40} | {s['req_per_s']:>7,.0f} | {p50:>6} | {p99:>6} | {vc:>14} | {vb:>13} | "
+              f"{s['cpu_us_per_req']:>10,.0f}")
+    print("-" * len(head))
+    print(f"req/s: median of {args.repeats} interleaved runs of {args.requests:,} timed requests each "
+          f"(after {args.warmup} warm-up requests); p50/p99: median over the runs; CPU us/req: the "
+          f"client process's CPU time (user + sys) in the timed phase per request, median over the runs.")
+    if "score" in runs and runs["score"]:
+        r = runs["score"][len(runs["score"]) // 2]
+        print(f"* a different workload: score_async on {r['stories']} stories, {r['positions']} positions, "
+              f"endings=20; requests {r['requests']}; req/s = (generation + judge) / wall; all HTTP "
+              f"incl. tokenize {r['all_http_per_s']:,.0f}/s; mean latency per lane (lane stats): "
+              + ", ".join(f"{k} {v:.1f} ms" for k, v in r["mean_latency_ms"].items()))
+    goals = {}
+    a = summary.get("tension", {}).get("req_per_s")
+    if a and ref_b:
+        goals["ge_3x_openai"] = a / ref_b >= 3
+        print(f"goal (a) >= 3x (b) openai: {'met' if goals['ge_3x_openai'] else 'NOT met'} ({a / ref_b:.1f}x)")
+    if a and ref_c:
+        goals["ge_0.8x_aiohttp"] = a / ref_c >= 0.8
+        print(f"goal (a) >= 0.8x (c) bare aiohttp: {'met' if goals['ge_0.8x_aiohttp'] else 'NOT met'} "
+              f"({a / ref_c:.2f}x)")
+    for f in failures:
+        print(f"FAILED run of {f['name']}: {f['failed']}", file=sys.stderr)
+
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"config": config, "results": summary, "runs": runs, "goals": goals,
+                       "failures": failures}, fh, indent=2)
+            fh.write("\n")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

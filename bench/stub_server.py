@@ -1,0 +1,216 @@
+"""A minimal, fast OpenAI-compatible stub for client benchmarks (bench/client.py).
+
+It answers from fixed bytes so that the server costs as little CPU as possible and
+the client under test is what gets measured. Raw asyncio (uvloop when installed),
+HTTP/1.1 keep-alive with Content-Length bodies; no aiohttp in the request path.
+
+- ``POST /v1/chat/completions``: a valid ``chat.completion`` with ``n`` choices
+  (n from the body, default 1). With n = 1 the content is "Y" (a judge answer);
+  with n > 1 choice i is a short distinct ending. ``usage`` is fixed. The model is
+  echoed from the body.
+- ``POST /tokenize``: ``{"count": <whitespace words of "prompt">}``.
+- ``GET /v1/models``, ``GET /health``.
+- ``GET /stats``: ``{"requests": N, "chat": N, "tokenize": N}`` since start, so a
+  benchmark can check that every request it counted reached the server.
+
+Anything else gets a 404 JSON error; a chunked body gets 411.
+
+Run from the repository root::
+
+    /tmp/v2/bin/python bench/stub_server.py --port 8123 [--cpu 0]
+
+prints ``listening on http://127.0.0.1:PORT`` (flushed) and serves until
+SIGINT/SIGTERM. ``--cpu N`` pins the process to that core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+
+import msgspec
+
+__all__ = ["StubProtocol", "chat_body", "main"]
+
+MODELS = ("bench-gen", "bench-judge")
+_USAGE = {"prompt_tokens": 512, "completion_tokens": 1, "total_tokens": 513}
+
+
+class _ChatHead(msgspec.Struct):
+    """The only fields of a chat body the stub looks at (the rest is skipped)."""
+
+    model: str = "bench-judge"
+    n: int = 1
+
+
+class _TokenizeBody(msgspec.Struct):
+    prompt: str = ""
+
+
+_chat_dec = msgspec.json.Decoder(_ChatHead)
+_tok_dec = msgspec.json.Decoder(_TokenizeBody)
+_enc = msgspec.json.Encoder()
+
+
+def chat_body(model: str, n: int) -> bytes:
+    """The answer to a chat request for ``model`` with ``n`` choices."""
+    if n == 1:
+        contents = ["Y"]
+    else:
+        contents = [f"Choice {i}: the keeper leaves the harbour at dawn, and the letter stays hidden."
+                    for i in range(n)]
+    return _enc.encode({
+        "id": "chatcmpl-stub",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [{"index": i, "message": {"role": "assistant", "content": c},
+                     "logprobs": None, "finish_reason": "stop"} for i, c in enumerate(contents)],
+        "usage": {**_USAGE, "completion_tokens": n * (1 if n == 1 else 14),
+                  "total_tokens": 512 + n * (1 if n == 1 else 14)},
+    })
+
+
+def _response(status: int, body: bytes, close: bool = False) -> bytes:
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required"}.get(status, "Error")
+    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n")
+    if close:
+        head += "Connection: close\r\n"
+    return head.encode("ascii") + b"\r\n" + body
+
+
+def _error(status: int, message: str) -> bytes:
+    return _enc.encode({"error": {"message": message, "type": "BadRequestError", "param": None,
+                                  "code": status}})
+
+
+_MODELS_BODY = _enc.encode({"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
+_CANNED: dict[tuple[str, int], bytes] = {}  # (model, n) -> full response bytes
+COUNTS = {"requests": 0, "chat": 0, "tokenize": 0}
+
+
+def _chat(body: bytes) -> bytes:
+    try:
+        head = _chat_dec.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        return _response(400, _error(400, f"bad chat body: {e}"))
+    if head.n < 1:
+        return _response(400, _error(400, f"n: expected an int >= 1, got {head.n}"))
+    key = (head.model, head.n)
+    out = _CANNED.get(key)
+    if out is None:
+        out = _response(200, chat_body(head.model, head.n))
+        if len(_CANNED) < 4096:
+            _CANNED[key] = out
+    COUNTS["chat"] += 1
+    return out
+
+
+def _tokenize(body: bytes) -> bytes:
+    try:
+        prompt = _tok_dec.decode(body).prompt
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        return _response(400, _error(400, f"bad tokenize body: {e}"))
+    COUNTS["tokenize"] += 1
+    return _response(200, b'{"count":%d,"max_model_len":32768}' % len(prompt.split()))
+
+
+class StubProtocol(asyncio.Protocol):
+    """One connection: parse pipelined requests from a buffer, answer each at once."""
+
+    __slots__ = ("transport", "buf")
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.buf = b""
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf + data if self.buf else data
+        out = []
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                break
+            head = buf[:end]
+            lower = head.lower()
+            length = 0
+            i = lower.find(b"\r\ncontent-length:")
+            if i >= 0:
+                j = lower.find(b"\r\n", i + 2)
+                length = int(lower[i + 17: j if j >= 0 else None])
+            elif b"\r\ntransfer-encoding:" in lower:
+                out.append(_response(411, _error(411, "send a Content-Length body"), close=True))
+                self.transport.write(b"".join(out))
+                self.transport.close()
+                self.buf = b""
+                return
+            total = end + 4 + length
+            if len(buf) < total:
+                break
+            body = buf[end + 4: total]
+            buf = buf[total:]
+            line_end = head.find(b"\r\n")
+            method, _, rest = head[: line_end if line_end >= 0 else None].partition(b" ")
+            path = rest.partition(b" ")[0]
+            COUNTS["requests"] += 1
+            if method == b"POST" and path == b"/v1/chat/completions":
+                out.append(_chat(body))
+            elif method == b"POST" and path == b"/tokenize":
+                out.append(_tokenize(body))
+            elif method == b"GET" and path == b"/v1/models":
+                out.append(_response(200, _MODELS_BODY))
+            elif method == b"GET" and path == b"/health":
+                out.append(_response(200, b"{}"))
+            elif method == b"GET" and path == b"/stats":
+                out.append(_response(200, _enc.encode(COUNTS)))
+            else:
+                out.append(_response(404, _error(404, f"no route {method.decode()} {path.decode()}")))
+            if b"\r\nconnection: close" in lower:
+                self.transport.write(b"".join(out))
+                self.transport.close()
+                self.buf = b""
+                return
+        self.buf = buf
+        if out:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+
+async def serve(host: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(StubProtocol, host, port, backlog=1024, reuse_address=True)
+    port = server.sockets[0].getsockname()[1]
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"listening on http://{host}:{port}", flush=True)
+    async with server:
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    ap.add_argument("--cpu", type=int, default=None, help="pin the process to this core")
+    ap.add_argument("--no-uvloop", action="store_true", help="plain asyncio event loop")
+    args = ap.parse_args(argv)
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    factory = None
+    if not args.no_uvloop:
+        try:
+            import uvloop
+            factory = uvloop.new_event_loop
+        except ImportError:
+            pass
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve(args.host, args.port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""Reports of a run: the paper's tables (000, Table 6; 001, Tables 18–19), figures,
+``report.md``, and paired comparisons of two runs (`tension-run compare`).
+
+Everything here is recomputed from ``positions.jsonl`` (plus ``meta.jsonl`` for
+pairing fields and ``run.json`` for settings and usage), so a report can be
+rebuilt, or built with other curve settings, without any LLM.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
+from tension.kernels.curves import BatchStats, CurveSettings
+from tension.kernels.groups import GroupStat
+
+from .errors import InputError
+from .jsonl import atomic_write
+from .metrics import Curve, compute, read_run_positions, stat_columns
+
+__all__ = ["RunData", "load_run", "table6", "table18", "compare", "Comparison", "comparison_table", "report"]
+
+_TABLE_STATS = [("mean_nr", "Mean NR"), ("late_nr", "Late NR"), ("retain", "Retain")]
+
+
+class RunData(msgspec.Struct, kw_only=True):
+    dir: str
+    curves: list[Curve]
+    stats: BatchStats
+    groups: dict[str, dict[str, GroupStat]]
+    settings: CurveSettings
+    run: dict[str, Any]
+    meta: dict[str, dict[str, Any]]  # story id -> {"group", "words", "meta": {...}}
+
+    def values(self, stat: str) -> np.ndarray:
+        cols = stat_columns(self.settings)
+        k = cols.index(stat)
+        if k < 4:
+            return [self.stats.mean_nr, self.stats.late_nr, self.stats.retain, self.stats.convergence][k]
+        return self.stats.ir[:, k - 4]
+
+
+def _settings_from_run(run: dict[str, Any]) -> CurveSettings:
+    c = run.get("config", {})
+    d = CurveSettings()
+    return CurveSettings(window=c.get("window", d.window), thresholds=tuple(c.get("thresholds", d.thresholds)),
+                         late_threshold=c.get("late_threshold", d.late_threshold),
+                         retention_window=c.get("retention_window", d.retention_window))
+
+
+def load_run(run_dir: str | os.PathLike, settings: CurveSettings | None = None,
+             n_resamples: int = N_RESAMPLES, seed: int = 0) -> RunData:
+    d = Path(run_dir)
+    if not (d / "positions.jsonl").is_file():
+        raise InputError(str(d), 0, None, "not a score run: no positions.jsonl in this folder")
+    run = json.loads((d / "run.json").read_text()) if (d / "run.json").is_file() else {}
+    settings = settings or _settings_from_run(run)
+    curves, errors = read_run_positions(d)
+    if errors:
+        raise errors[0]
+    meta: dict[str, dict[str, Any]] = {}
+    if (d / "meta.jsonl").is_file():
+        for line in (d / "meta.jsonl").read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                m = json.loads(line)
+                meta[m["id"]] = m
+    stats, groups = compute(curves, settings, n_resamples=n_resamples, seed=seed)
+    return RunData(dir=str(d), curves=curves, stats=stats, groups=groups, settings=settings, run=run, meta=meta)
+
+
+# --- tables --------------------------------------------------------------------
+
+
+def _columns(settings: CurveSettings) -> list[tuple[str, str]]:
+    irs = [(c, c.upper()) for c in stat_columns(settings)[4:]]
+    return _TABLE_STATS + irs
+
+
+def _fmt(stat: str, v: float, signed: bool = False) -> str:
+    if math.isnan(v):
+        return "—"
+    sign = "+" if signed else ""
+    return f"{v:{sign}.1f}%" if stat == "retain" and not signed else (
+        f"{v:{sign}.1f}" if stat in ("retain", "convergence") else f"{v:{sign}.3f}")
+
+
+def _n(groups, g) -> int:
+    s = groups["mean_nr"][g]
+    return s.n + s.n_nan
+
+
+def table6(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fmt: str = "md") -> str:
+    """000 Table 6: `Corpus, n, Mean NR, Late NR, Retain, IR30, IR60, IR120`."""
+    cols = _columns(settings)
+    header = ["Corpus", "n"] + [label for _, label in cols]
+    rows = [[g, str(_n(groups, g))] + [_fmt(stat, groups[stat][g].mean) for stat, _ in cols]
+            for g in groups["mean_nr"]]
+    return _render(header, rows, fmt)
+
+
+def table18(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fmt: str = "md") -> str:
+    """001 Table 18 layout: every cell is `mean [bootstrap 95% interval]`."""
+    cols = _columns(settings)
+    header = ["Corpus", "n"] + [label for _, label in cols]
+    rows = []
+    for g in groups["mean_nr"]:
+        row = [g, str(_n(groups, g))]
+        for stat, _ in cols:
+            s = groups[stat][g]
+            cell = _fmt(stat, s.mean)
+            if not math.isnan(s.boot_lo):
+                cell += f" [{_fmt(stat, s.boot_lo).rstrip('%')}, {_fmt(stat, s.boot_hi).rstrip('%')}]"
+            row.append(cell)
+        rows.append(row)
+    return _render(header, rows, fmt)
+
+
+def _render(header: list[str], rows: list[list[str]], fmt: str) -> str:
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(header)
+        w.writerows(rows)
+        return buf.getvalue()
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+# --- paired comparison ---------------------------------------------------------
+
+
+class ComparisonRow(msgspec.Struct, kw_only=True):
+    stat: str
+    n_pairs: int
+    mean_a: float
+    mean_b: float
+    diff: float  # mean of (B − A) over pairs
+    lo: float
+    hi: float
+    t: float
+    p: float
+    significant: bool  # the bootstrap interval excludes 0
+
+
+class Comparison(msgspec.Struct, kw_only=True):
+    run_a: str
+    run_b: str
+    pair_by: str
+    n_pairs: int
+    unpaired_a: int
+    unpaired_b: int
+    rows: list[ComparisonRow]
+
+
+def _pair_keys(data: RunData, field: str) -> dict[Any, int]:
+    keys: dict[Any, int] = {}
+    for i, c in enumerate(data.curves):
+        if field == "id":
+            key = c.id
+        elif field == "group":
+            raise InputError(data.dir, 0, field, "cannot pair by `group`: it is shared by many stories")
+        else:
+            m = data.meta.get(c.id)
+            if m is None:
+                raise InputError(str(Path(data.dir) / "meta.jsonl"), 0, None,
+                                 f"story {c.id!r} has no metadata (was the run made by an older version?)")
+            if field not in m.get("meta", {}):
+                raise InputError(str(Path(data.dir) / "meta.jsonl"), 0, field,
+                                 f"story {c.id!r} has no field `{field}` to pair by")
+            key = json.dumps(m["meta"][field], sort_keys=True)
+        if key in keys:
+            raise InputError(data.dir, 0, field, f"two stories share the pairing value {key}; pairs must be unique")
+        keys[key] = i
+    return keys
+
+
+def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "id",
+            n_resamples: int = N_RESAMPLES, seed: int = 0, settings: CurveSettings | None = None) -> Comparison:
+    """B − A for every story statistic over stories paired by `pair_by`: mean
+    difference, paired bootstrap 95% interval, paired t-test."""
+    from scipy import stats as sps
+
+    a = load_run(run_a, settings, n_resamples=0)
+    b = load_run(run_b, settings or a.settings, n_resamples=0)
+    ka, kb = _pair_keys(a, pair_by), _pair_keys(b, pair_by)
+    shared = [k for k in ka if k in kb]
+    ia = np.array([ka[k] for k in shared], dtype=np.int64)
+    ib = np.array([kb[k] for k in shared], dtype=np.int64)
+    rows = []
+    for stat in stat_columns(a.settings):
+        va, vb = a.values(stat)[ia], b.values(stat)[ib]
+        ok = np.isfinite(va) & np.isfinite(vb)
+        va, vb = va[ok], vb[ok]
+        d = vb - va
+        lo, hi = percentile_ci(d, n_resamples, seed)
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            # identical runs give zero variance: scipy warns and returns NaN, which is the honest answer
+            warnings.simplefilter("ignore")
+            t, p = sps.ttest_rel(vb, va) if len(d) >= 2 else (math.nan, math.nan)
+        rows.append(ComparisonRow(stat=stat, n_pairs=int(len(d)), mean_a=float(va.mean()) if len(d) else math.nan,
+                                  mean_b=float(vb.mean()) if len(d) else math.nan,
+                                  diff=float(d.mean()) if len(d) else math.nan, lo=lo, hi=hi, t=float(t),
+                                  p=float(p), significant=bool(lo > 0 or hi < 0)))
+    return Comparison(run_a=str(run_a), run_b=str(run_b), pair_by=pair_by, n_pairs=len(shared),
+                      unpaired_a=len(ka) - len(shared), unpaired_b=len(kb) - len(shared), rows=rows)
+
+
+def comparison_table(c: Comparison, fmt: str = "md") -> str:
+    """001 Table 19 layout, one row per statistic: `Δ [lo, hi] ✓/n.s.` plus the t-test."""
+    header = ["Statistic", "pairs", "A", "B", "B − A [95% CI]", "", "t", "p"]
+    rows = []
+    for r in c.rows:
+        cell = _fmt(r.stat, r.diff, signed=True)
+        if not math.isnan(r.lo):
+            cell += f" [{_fmt(r.stat, r.lo, signed=True)}, {_fmt(r.stat, r.hi, signed=True)}]"
+        rows.append([r.stat, str(r.n_pairs), _fmt(r.stat, r.mean_a).rstrip("%"), _fmt(r.stat, r.mean_b).rstrip("%"),
+                     cell, "✓" if r.significant else "n.s.", "—" if math.isnan(r.t) else f"{r.t:.2f}",
+                     "—" if math.isnan(r.p) else f"{r.p:.3g}"])
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["statistic", "n_pairs", "mean_a", "mean_b", "diff", "boot_lo", "boot_hi", "significant", "t", "p"])
+        for r in c.rows:
+            w.writerow([r.stat, r.n_pairs, *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.mean_a, r.mean_b, r.diff,
+                        r.lo, r.hi)), int(r.significant), *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.t, r.p))])
+        return buf.getvalue()
+    return _render(header, rows, "md")
+
+
+# --- report.md -------------------------------------------------------------------
+
+
+def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: float | None = None,
+           settings: CurveSettings | None = None, n_resamples: int = N_RESAMPLES, seed: int = 0) -> Path:
+    """Write tables, figures and ``report.md`` into the run folder; returns its path."""
+    from .figures import bars_figure, curve_figure
+
+    data = load_run(run_dir, settings, n_resamples=n_resamples, seed=seed)
+    d = Path(run_dir)
+    figs = d / "figures"
+    (figs / "curves").mkdir(parents=True, exist_ok=True)
+    s = data.settings
+    atomic_write(d / "table6.csv", table6(data.groups, s, "csv"))
+    atomic_write(d / "table18.csv", table18(data.groups, s, "csv"))
+
+    ir_cols = stat_columns(s)[4:]
+    bars_figure(figs / "nr.png", data.groups, ["mean_nr", "late_nr"], ["Mean NR", f"Late NR (≥{s.late_threshold:.0%})"],
+                "Mean and late no-rate by group (95% bootstrap intervals)", "no-rate")
+    bars_figure(figs / "ir.png", data.groups, ir_cols, [c.upper() for c in ir_cols],
+                "Inflection rate by vertex-angle threshold", "inflection rate")
+    bars_figure(figs / "retain.png", data.groups, ["retain"], ["Retain"],
+                "Post-spike tension retention", "% of peak retained")
+    curve_files = []
+    for c in data.curves[:max_curves]:
+        name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in c.id) + ".png"
+        curve_figure(figs / "curves" / name, c.id, c.x, c.y, s)
+        curve_files.append((c.id, f"figures/curves/{name}"))
+
+    run = data.run
+    lines = [f"# tension-run report: `{d.name}`", ""]
+    if run:
+        lines += [f"Status **{run.get('status')}**, corpus `{run.get('corpus')}`, "
+                  f"{run.get('stories', {}).get('kept', len(data.curves))} stories scored, "
+                  f"{len(run.get('stories', {}).get('skipped', []))} skipped by the word filter, "
+                  f"{len(run.get('stories', {}).get('failed', []))} failed; {run.get('positions')} positions; "
+                  f"wall time {run.get('wall_seconds', 0):.1f} s.", ""]
+    lines += ["## Results (000, Table 6 layout)", "", table6(data.groups, s),
+              "## With 95% bootstrap intervals (001, Table 18 layout)", "",
+              f"{n_resamples:,} resamples over stories, seed {seed}.", "", table18(data.groups, s),
+              "## Figures", "", "![Mean and late no-rate](figures/nr.png)", "",
+              "![Inflection rate](figures/ir.png)", "", "![Retention](figures/retain.png)", ""]
+    if curve_files:
+        lines += ["### No-rate curves", "", "Raw (grey) and smoothed (blue) no-rate; triangles mark reversals "
+                  "whose vertex angle is ≤ 60° (000, Fig. 3)."
+                  + (f" First {max_curves} of {len(data.curves)} stories." if len(data.curves) > max_curves else ""), ""]
+        lines += [f"![{sid}]({path})" for sid, path in curve_files] + [""]
+    if run:
+        cfg = run.get("config", {})
+        models = run.get("models", {})
+        lines += ["## Run", "", f"- generation model `{models.get('generation')}` at `{cfg.get('base_url')}`; "
+                  f"judge model `{models.get('judge')}` at `{cfg.get('judge_base_url') or cfg.get('base_url')}`",
+                  f"- endings per position {cfg.get('endings')}, temperature {cfg.get('temperature')}, top-p "
+                  f"{cfg.get('top_p')}, max tokens {cfg.get('max_tokens')}, seed {cfg.get('seed')}; judge temperature "
+                  f"{cfg.get('judge_temperature')}, max tokens {cfg.get('judge_max_tokens')}",
+                  f"- curve settings: window {s.window}, thresholds {', '.join(f'{a:g}°' for a in s.thresholds)}, "
+                  f"late ≥ {s.late_threshold}, retention window {s.retention_window}"]
+        req = run.get("requests", {})
+        hits = run.get("cache", {}).get("hits", {})
+        u_now, u_all = run.get("usage_this_run", {}), run.get("usage_all_answers", {})
+        lines += [f"- requests sent: {req.get('generation', 0)} generation, {req.get('judge', 0)} judge, "
+                  f"{req.get('tokenize', 0)} tokenize ({run.get('http', {}).get('retries', 0)} retries); cache hits: "
+                  + ", ".join(f"{v} {k}" for k, v in hits.items()),
+                  f"- tokens this run: {u_now.get('prompt_tokens', 0):,} prompt ({u_now.get('cached_tokens', 0):,} "
+                  f"served from the server's prefix cache), {u_now.get('completion_tokens', 0):,} completion",
+                  f"- tokens of all answers (as if nothing were cached): {u_all.get('prompt_tokens', 0):,} prompt, "
+                  f"{u_all.get('completion_tokens', 0):,} completion"]
+        if gpu_hour_usd is not None:
+            hours = run.get("wall_seconds", 0) / 3600
+            lines.append(f"- cost: {hours:.3f} h of wall time × ${gpu_hour_usd:g}/GPU-hour = ${hours * gpu_hour_usd:.2f} "
+                         "per GPU serving this run")
+        v = run.get("versions", {})
+        lines += [f"- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()), ""]
+    lines += ["Files: `positions.jsonl`, `stories.csv`, `groups.csv`, `table6.csv`, `table18.csv`, `run.json`. "
+              "Rebuild with `tension-run report " + str(d) + "`.", ""]
+    atomic_write(d / "report.md", "\n".join(lines))
+    return d / "report.md"

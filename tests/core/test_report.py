@@ -1,0 +1,190 @@
+"""Reports: bootstrap and t-test against scipy, exact tables, figures whose
+triangles are the kernels' sharp reversals, compare on two runs."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+import curve_reference as ref
+from tension.core.cli import main
+from tension.core.figures import curve_figure
+from tension.core.report import compare, comparison_table, load_run, report, table6, table18
+from tension.kernels.bootstrap import percentile_ci, resample_means
+from tension.kernels.curves import CurveSettings
+
+
+def write_run(d: Path, stories: dict[str, tuple[str, list[float], list[float], dict]]) -> Path:
+    """A score-run folder made by hand: positions.jsonl and meta.jsonl only."""
+    d.mkdir(parents=True, exist_ok=True)
+    with (d / "positions.jsonl").open("w") as f:
+        for sid, (group, x, y, _) in stories.items():
+            for k, (xi, yi) in enumerate(zip(x, y), start=1):
+                f.write(json.dumps({"id": sid, "group": group, "k": k, "pct": xi, "n_endings": 100,
+                                    "n_match": round(100 * (1 - yi)), "n_empty": 0, "n_malformed": 0,
+                                    "no_rate": yi}) + "\n")
+    with (d / "meta.jsonl").open("w") as f:
+        for sid, (group, _, _, meta) in stories.items():
+            f.write(json.dumps({"id": sid, "group": group, "words": 700, "meta": meta}) + "\n")
+    return d
+
+
+def random_curve(rng: random.Random, m: int) -> tuple[list[float], list[float]]:
+    x = sorted({round(rng.uniform(0.1, 0.99), 4) for _ in range(m)})
+    return x, [rng.randint(0, 100) / 100 for _ in x]
+
+
+def random_run(d: Path, seed: int, n: int = 30, shift: float = 0.0) -> Path:
+    rng = random.Random(seed)
+    stories = {}
+    for i in range(n):
+        x, y = random_curve(rng, rng.randint(20, 60))
+        y = [min(1.0, max(0.0, v + shift)) for v in y]
+        stories[f"s{i:02d}-{seed}"] = ("human" if i % 2 else "llm", x, y, {"prompt_id": f"p{i}"})
+    return write_run(d, stories)
+
+
+# --- bootstrap -------------------------------------------------------------------
+
+
+def test_bootstrap_matches_scipy_percentile_bootstrap():
+    v = np.random.default_rng(3).random(57)
+    lo, hi = percentile_ci(v, 10_000, seed=11)
+    s = sps.bootstrap((v,), np.mean, n_resamples=10_000, method="percentile", random_state=11,
+                      vectorized=True).confidence_interval
+    # Same generator (MT19937 seeded alike), same draw order: the same interval.
+    assert (lo, hi) == pytest.approx((s.low, s.high), abs=1e-12)
+    assert lo < v.mean() < hi
+
+
+@pytest.mark.parametrize("seed", [0, 1, 12345])
+def test_bootstrap_is_seeded_and_contains_the_mean(seed):
+    v = np.random.default_rng(seed).normal(0.6, 0.1, 40)
+    assert percentile_ci(v, seed=seed) == percentile_ci(v, seed=seed)
+    lo, hi = percentile_ci(v, seed=seed)
+    assert lo < v.mean() < hi
+    # the normal interval and the bootstrap agree roughly on a symmetric sample
+    half = 1.96 * v.std(ddof=1) / math.sqrt(len(v))
+    assert (hi - lo) == pytest.approx(2 * half, rel=0.15)
+
+
+def test_bootstrap_edge_cases():
+    assert all(math.isnan(b) for b in percentile_ci([0.5]))
+    assert all(math.isnan(b) for b in percentile_ci([]))
+    assert percentile_ci([0.3, 0.3, 0.3]) == (0.3, 0.3)
+    assert percentile_ci([np.nan, 0.2, 0.4]) == (0.2, 0.4)  # NaNs dropped, two values left
+    m = resample_means([1.0, 2.0], 1000, seed=5)
+    assert set(np.unique(m)) <= {1.0, 1.5, 2.0}
+
+
+# --- tables ----------------------------------------------------------------------
+
+
+def test_tables_exact(tmp_path):
+    run = write_run(tmp_path / "r", {
+        "a1": ("human", [0.1, 0.3, 0.5, 0.7, 0.9], [0.5, 0.9, 0.3, 0.6, 0.4], {}),
+        "a2": ("human", [0.2, 0.5, 0.85], [0.5, 0.5, 0.5], {}),
+        "b1": ("llm", [0.2, 0.4, 0.6, 0.85], [0.8, 0.2, 0.4, 0.1], {}),
+    })
+    data = load_run(run, CurveSettings(window=1))
+    # a1: mean .54, late .4, retain 50%, IR 0/.4/.6 (hand-worked in test_metrics_cli)
+    # a2: flat: mean .5, late .5, no peak, IR 0.
+    # b1: mean .375, late .1; peak at j=2 (0.4 > 0.2, 0.4 > 0.1): low .1 -> 25%;
+    #     reversals at j=1 and j=2 in the unit square X=[0,.308,.615,1], Y=[1,.143,.429,0]:
+    #     j=1: legs (-.308,.857), (.308,.286): cos = .150/(.911·.420) = .393 -> 66.9°;
+    #     j=2: legs (-.308,-.286), (.385,-.429): cos = .004/(.420·.576) = .017 -> 89.0°
+    #     -> IR30 = IR60 = 0, IR120 = 2/4.
+    assert table6(data.groups, data.settings) == (
+        "| Corpus | n | Mean NR | Late NR | Retain | IR30 | IR60 | IR120 |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| human | 2 | 0.520 | 0.450 | 50.0% | 0.000 | 0.200 | 0.300 |\n"
+        "| llm | 1 | 0.375 | 0.100 | 25.0% | 0.000 | 0.000 | 0.500 |\n")
+    assert table6(data.groups, data.settings, "csv").splitlines()[1] == "human,2,0.520,0.450,50.0%,0.000,0.200,0.300"
+    t18 = table18(data.groups, data.settings)
+    assert "| human | 2 | 0.520 [0.500, 0.540] | 0.450 [0.400, 0.500] | 50.0% | 0.000 [0.000, 0.000] |" in t18
+    assert "| llm | 1 | 0.375 | 0.100 | 25.0% | 0.000 | 0.000 | 0.500 |" in t18
+
+
+# --- figures ---------------------------------------------------------------------
+
+
+def test_figure_triangles_are_the_sharp_reversals(tmp_path):
+    rng = random.Random(7)
+    checked = 0
+    for i in range(25):
+        x, y = random_curve(rng, rng.randint(3, 80))
+        window = rng.choice([1, 3, 5])
+        got = curve_figure(tmp_path / f"c{i}.png", f"c{i}", x, y, CurveSettings(window=window))
+        ys = ref.smooth(y, window)
+        ang = ref.vertex_angles(x, ys)
+        rev = ref.reversals(ys)
+        want = [j for j in range(len(x)) if rev[j] and ang[j] is not None and ang[j] <= 60 + 1e-9]
+        assert list(got) == want
+        assert (tmp_path / f"c{i}.png").stat().st_size > 5_000
+        checked += len(want)
+    assert checked > 20  # the triangles were really exercised
+
+
+def test_report_writes_tables_figures_and_markdown(tmp_path):
+    run = random_run(tmp_path / "r", 1)
+    (run / "run.json").write_text(json.dumps({"status": "complete", "corpus": "c.jsonl", "wall_seconds": 7200,
+                                              "stories": {"kept": 30}, "config": {"window": 5}}))
+    path = report(run, max_curves=3, gpu_hour_usd=2.5)
+    text = path.read_text()
+    assert "| Corpus | n | Mean NR |" in text and "![Inflection rate](figures/ir.png)" in text
+    assert "2.000 h of wall time × $2.5/GPU-hour = $5.00" in text
+    for f in ("figures/nr.png", "figures/ir.png", "figures/retain.png", "table6.csv", "table18.csv"):
+        assert (run / f).stat().st_size > 0
+    assert len(list((run / "figures" / "curves").iterdir())) == 3
+
+
+# --- compare ---------------------------------------------------------------------
+
+
+def test_compare_identical_runs_gives_zero_difference(tmp_path):
+    a = random_run(tmp_path / "a", 2)
+    c = compare(a, a, "id")
+    assert c.n_pairs == 30
+    for r in c.rows:
+        assert r.diff == 0 and r.lo == 0 and r.hi == 0 and not r.significant
+        assert math.isnan(r.p)
+
+
+def test_compare_against_scipy_on_fixed_data(tmp_path):
+    a = random_run(tmp_path / "a", 3)
+    # B: the same prompts with other stories whose no-rates sit higher
+    b = random_run(tmp_path / "b", 4, shift=0.15)
+    c = compare(a, b, "prompt_id", n_resamples=10_000, seed=0)
+    da, db = load_run(a, n_resamples=0), load_run(b, n_resamples=0)
+    va = da.values("mean_nr")
+    vb = db.values("mean_nr")  # both runs list prompts p00..p29 in the same order
+    row = next(r for r in c.rows if r.stat == "mean_nr")
+    t = sps.ttest_rel(vb, va)
+    assert row.n_pairs == 30
+    assert row.diff == pytest.approx(float(np.mean(vb - va)), abs=1e-12)
+    assert (row.t, row.p) == pytest.approx((t.statistic, t.pvalue), rel=1e-9)
+    s = sps.bootstrap((vb - va,), np.mean, n_resamples=10_000, method="percentile", random_state=0).confidence_interval
+    assert (row.lo, row.hi) == pytest.approx((s.low, s.high), abs=1e-12)
+    assert row.significant and row.lo > 0
+    table = comparison_table(c)
+    assert "| mean_nr | 30 |" in table and "✓" in table
+
+
+def test_compare_cli_and_pairing_errors(tmp_path, capsys):
+    a = random_run(tmp_path / "a", 5)
+    b = random_run(tmp_path / "b", 6)
+    assert main(["compare", str(a), str(b), "--pair-by", "prompt_id", "--out", str(tmp_path / "cmp")]) == 0
+    assert (tmp_path / "cmp" / "compare.csv").read_text().startswith("statistic,n_pairs,mean_a,mean_b,diff")
+    assert "30 pairs by `prompt_id`" in capsys.readouterr().out
+    assert main(["compare", str(a), str(b), "--pair-by", "nope"]) == 1
+    assert "has no field `nope` to pair by" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b)]) == 1  # ids differ: nothing pairs
+    assert "no story of" in capsys.readouterr().err
+    assert main(["compare", str(a), str(tmp_path)]) == 1
+    assert "not a score run" in capsys.readouterr().err
