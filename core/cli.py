@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import shlex
 import sys
+from pathlib import Path
 from collections.abc import Sequence
 
 from .errors import ConfigError, TensionError
@@ -139,7 +140,7 @@ def cmd_score(args) -> int:
     from .config import load_config
     from .score import score
 
-    cfg = load_config(args.config, _score_overrides(args))
+    cfg = load_config(args.config, _score_overrides(args), fallback=_embedded_fallback())
     summary = score(cfg, args.corpus, args.out)
     for e in summary.input_errors:
         print(f"error: {e}", file=sys.stderr)
@@ -159,6 +160,103 @@ def cmd_score(args) -> int:
     if n_bad:
         print(f"{n_bad} stories failed (see above); the others were scored", file=sys.stderr)
         return EXIT_FAILED
+    return EXIT_OK
+
+
+def _embedded_fallback() -> dict:
+    """With no --base-url, a running embedded server (`tension-run serve --embedded`)
+    is the default, with its model and the embedded profile's settings."""
+    from .embedded import running_state
+    from .profiles import EMBEDDED_SCORE_SETTINGS
+
+    st = running_state()
+    if st is None:
+        return {}
+    print(f"using the embedded server at {st.url} (model {st.model}) with the embedded profile settings; "
+          "pass --base-url to use another server", file=sys.stderr)
+    return {**EMBEDDED_SCORE_SETTINGS, "base_url": st.url, "model": st.model}
+
+
+def _embedded_settings(args):
+    from .embedded import EmbeddedSettings
+
+    kw = {"port": args.port, "enforce_eager": args.enforce_eager, "torch_find_links": args.torch_find_links,
+          "torch_index_url": args.torch_index_url}
+    return EmbeddedSettings(**{k: v for k, v in kw.items() if v is not None})
+
+
+def cmd_serve(args) -> int:
+    """Start, stop or print LLM servers: the embedded CPU server, or the paper's GPU setup."""
+    from . import embedded
+    from .profiles import paper_servers, shell_line
+
+    if args.stop:
+        stopped = embedded.stop()
+        print("stopped the embedded server" if stopped else "no embedded server was running")
+        return EXIT_OK
+    if args.profile == "paper":
+        servers = paper_servers(args.generator_path, args.judge_path, gpu=args.gpu)
+        print("# the paper's engines on one H200 (000, App. C.4-C.5); run each in its own shell:")
+        for srv in servers:
+            print(shell_line(srv))
+        g, j = servers
+        print(f"# then: tension-run score CORPUS --out DIR --base-url http://HOST:{g.port} --model {g.served_name} "
+              f"--judge-base-url http://HOST:{j.port} --judge-model {j.served_name}")
+        if args.launch:
+            import os
+            import subprocess
+
+            procs = [subprocess.Popen(srv.command(), env={**os.environ, **srv.env()}) for srv in servers]
+            print(f"launched pids {', '.join(str(p.pid) for p in procs)}; Ctrl-C stops both")
+            try:
+                for p in procs:
+                    p.wait()
+            finally:
+                for p in procs:
+                    p.terminate()
+        return EXIT_OK
+    st = embedded.start(_embedded_settings(args))
+    print(f"embedded server ready: {st.url} (model {st.model}, pid {st.pid}); log: {st.log}\n"
+          "`tension-run score CORPUS --out DIR` now uses it; `tension-run serve --stop` ends it")
+    return EXIT_OK
+
+
+def cmd_demo(args) -> int:
+    """Install what is missing, start the embedded server, score the shipped demo story, plot its curve."""
+    from importlib.resources import files
+
+    from . import embedded
+    from .config import load_config
+    from .figures import curve_figure
+    from .metrics import read_run_positions
+    from .profiles import DEMO_SCORE_SETTINGS
+    from .score import score
+
+    story = files("tension.core").joinpath("data/demo_story.jsonl")
+    started = embedded.running_state() is None
+    st = embedded.start(_embedded_settings(args))
+    try:
+        cfg = load_config(None, {"cache": args.cache, "progress": True},
+                          fallback={**DEMO_SCORE_SETTINGS, "base_url": st.url, "model": st.model})
+        print(f"scoring the demo story with {cfg.endings} endings per position (embedded profile: "
+              f"temperature {cfg.temperature}, {cfg.max_tokens} tokens, judge constrained to Y/N)", file=sys.stderr)
+        summary = score(cfg, str(story), args.out)
+    finally:
+        if started:
+            embedded.stop()
+            print("stopped the embedded server this demo started", file=sys.stderr)
+    if summary.status != "complete":
+        print(f"error: {summary.error}", file=sys.stderr)
+        return EXIT_FAILED
+    curves, _ = read_run_positions(args.out)
+    png = f"{args.out}/curve.png"
+    for c in curves:
+        curve_figure(png, c.id, c.x, c.y, cfg.curve_settings(), title=f"{c.id}: no-rate over the story")
+    print((Path(args.out) / "stories.csv").read_text())
+    req = summary.requests
+    print(f"{summary.positions} positions; requests sent {req.get('generation', 0)} generation, "
+          f"{req.get('judge', 0)} judge (0 means everything came from the cache)")
+    print(f"outputs: {args.out}/ (report.md, positions.jsonl, stories.csv, run.json); curve: {png}")
     return EXIT_OK
 
 
@@ -266,6 +364,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
     p.set_defaults(func=cmd_compare)
+
+    def add_embedded_flags(p):
+        g = p.add_argument_group("embedded server")
+        g.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default 8765)")
+        _bool_flag(g, "enforce-eager", "skip torch.compile for a fast start (default on)")
+        g.add_argument("--torch-find-links", metavar="DIR", default=None,
+                       help="folder holding the torch 2.13.0 CPU wheel (found automatically in /opt/wheels)")
+        g.add_argument("--torch-index-url", metavar="URL", default=None,
+                       help="index with CPU torch wheels, e.g. https://download.pytorch.org/whl/cpu")
+
+    p = sub.add_parser("serve", help=cmd_serve.__doc__, description=cmd_serve.__doc__)
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--embedded", action="store_true", help="start the embedded CPU server (installs it once)")
+    mode.add_argument("--stop", action="store_true", help="stop the embedded server")
+    mode.add_argument("--profile", choices=["paper"], help="print the GPU server commands of a profile")
+    p.add_argument("--launch", action="store_true", help="with --profile: also run the commands")
+    p.add_argument("--generator-path", default="/models/Qwen3-32B", help="local folder of the generator model")
+    p.add_argument("--judge-path", default="/models/Qwen3-8B", help="local folder of the judge model")
+    p.add_argument("--gpu", default="0", help="CUDA device for both engines (default %(default)s)")
+    add_embedded_flags(p)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("demo", help=cmd_demo.__doc__, description=cmd_demo.__doc__)
+    p.add_argument("--out", default="runs/demo", metavar="DIR", help="output folder (default %(default)s)")
+    p.add_argument("--cache", metavar="PATH", default=None, help="LMDB cache folder")
+    add_embedded_flags(p)
+    p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("cache", help="inspect the LMDB cache")
     csub = p.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", required=True)

@@ -34,6 +34,7 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # judging (000, App. C.5)
     judge_temperature: float = 0.0
     judge_max_tokens: int = 10
+    judge_constraint: str = "none"  # "choice": the judge may only answer Y or N (vLLM structured outputs)
     continuation_words: int = 2000
     # corpus and positions (000, App. C.2–C.3)
     min_words: int = 500
@@ -81,6 +82,8 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             need(getattr(self, lane) >= 1, lane, "an integer >= 1", getattr(self, lane))
         need(self.timeout > 0, "timeout", "seconds > 0", self.timeout)
         need(self.retries >= 1, "retries", "an integer >= 1", self.retries)
+        need(self.judge_constraint in ("none", "choice"), "judge_constraint", "'none' or 'choice'",
+             self.judge_constraint)
         need(self.judge_temperature >= 0, "judge_temperature", "a number >= 0", self.judge_temperature)
         need(self.base_url.startswith(("http://", "https://")), "base_url", "an http(s) URL", self.base_url)
         if self.judge_base_url is not None:
@@ -109,22 +112,25 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return d
 
 
-def load_config(path: str | os.PathLike | None, overrides: dict[str, Any]) -> ScoreConfig:
-    """Defaults ← TOML file ← flags (``overrides``: flags the user gave, not None)."""
-    data: dict[str, Any] = {}
+def load_config(path: str | os.PathLike | None, overrides: dict[str, Any],
+                fallback: dict[str, Any] | None = None) -> ScoreConfig:
+    """Defaults ← ``fallback`` (e.g. a profile, or the running embedded server) ←
+    TOML file ← flags (``overrides``: flags the user gave, not None)."""
+    data: dict[str, Any] = dict(fallback or {})
     if path is not None:
         p = Path(path)
         try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
+            file_data = tomllib.loads(p.read_text(encoding="utf-8"))
         except OSError as e:
             raise ConfigError(f"{p}: cannot read the config file: {e.strerror or e}") from e
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"{p}: not valid TOML: {e}") from e
-        data = {k.replace("-", "_"): v for k, v in data.items()}
+        file_data = {k.replace("-", "_"): v for k, v in file_data.items()}
         known = set(ScoreConfig.__struct_fields__)
-        for k in data:
+        for k in file_data:
             if k not in known:
                 raise ConfigError(f"{p}: unknown key `{k}` (known: {', '.join(sorted(known))})")
+        data.update(file_data)
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return msgspec.convert(data, ScoreConfig)

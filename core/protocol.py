@@ -24,6 +24,8 @@ class ChatRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     max_tokens: int | None = None
     seed: int | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    # vLLM's structured outputs, e.g. {"choice": ["Y", "N"]} for a constrained judge
+    structured_outputs: dict[str, Any] | None = None
 
     def key_fields(self) -> dict[str, Any]:
         """Everything that decides the answer: the cache key hashes exactly this."""

@@ -393,7 +393,8 @@ def generation_request(run: _Run, messages) -> ChatRequest:
 def judge_request(run: _Run, messages) -> ChatRequest:
     c = run.cfg
     return ChatRequest(model=run.judge_model, messages=messages, n=1, temperature=c.judge_temperature,
-                       max_tokens=c.judge_max_tokens, chat_template_kwargs=run.template_kwargs)
+                       max_tokens=c.judge_max_tokens, chat_template_kwargs=run.template_kwargs,
+                       structured_outputs={"choice": ["Y", "N"]} if c.judge_constraint == "choice" else None)
 
 
 def _first_error(exc: BaseException) -> BaseException:

