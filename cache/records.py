@@ -45,6 +45,7 @@ class Verdict(msgspec.Struct, tag="verdict", kw_only=True, omit_defaults=True):
     usage: Usage
     created: float
     seconds: float = 0.0
+    first_logprobs: dict[str, float] | None = None  # top log-probabilities of the first token
 
 
 class TokenCount(msgspec.Struct, tag="tokens", kw_only=True, omit_defaults=True):

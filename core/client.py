@@ -57,6 +57,7 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
 class ChatResult(msgspec.Struct, kw_only=True):
     texts: list[str]
     finish_reasons: list[str | None]
+    first_logprobs: list[dict[str, float] | None] = []  # when the request asked for logprobs
     model: str
     usage: Usage
     seconds: float
@@ -152,6 +153,7 @@ class Client:
         t0 = time.perf_counter()
         texts: list[str] = []
         reasons: list[str | None] = []
+        logprobs: list[dict[str, float] | None] = []
         usage = Usage()
         model = request.model
         req = request
@@ -167,11 +169,13 @@ class Client:
             for ch in sorted(data.choices, key=lambda c: c.index)[: req.n]:
                 texts.append(ch.message.content or "")
                 reasons.append(ch.finish_reason)
+                logprobs.append(ch.first_token_logprobs() if request.logprobs else None)
             missing = request.n - len(texts)
             if missing <= 0:
                 self.usage.add(usage)
                 return ChatResult(texts=texts, finish_reasons=reasons, model=model, usage=usage,
-                                  seconds=time.perf_counter() - t0)
+                                  seconds=time.perf_counter() - t0,
+                                  first_logprobs=logprobs if request.logprobs else [])
             if followup == self.retry.attempts:
                 break
             self.followups += 1

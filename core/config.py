@@ -34,7 +34,9 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # judging (000, App. C.5)
     judge_temperature: float = 0.0
     judge_max_tokens: int = 10
-    judge_constraint: str = "none"  # "choice": the judge may only answer Y or N (vLLM structured outputs)
+    # "choice": the judge may only answer Y or N (vLLM structured outputs);
+    # "logprobs": Y or N by the first token's Y-vs-N probability (for weak judges)
+    judge_constraint: str = "none"
     continuation_words: int = 2000
     # corpus and positions (000, App. C.2–C.3)
     min_words: int = 500
@@ -82,7 +84,8 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             need(getattr(self, lane) >= 1, lane, "an integer >= 1", getattr(self, lane))
         need(self.timeout > 0, "timeout", "seconds > 0", self.timeout)
         need(self.retries >= 1, "retries", "an integer >= 1", self.retries)
-        need(self.judge_constraint in ("none", "choice"), "judge_constraint", "'none' or 'choice'",
+        need(self.judge_constraint in ("none", "choice", "logprobs"), "judge_constraint",
+             "'none', 'choice' or 'logprobs'",
              self.judge_constraint)
         need(self.judge_temperature >= 0, "judge_temperature", "a number >= 0", self.judge_temperature)
         need(self.base_url.startswith(("http://", "https://")), "base_url", "an http(s) URL", self.base_url)

@@ -20,12 +20,14 @@ def main(out: str) -> None:
     if not (src / GGUF_NAME).is_file():
         sys.exit(f"{src} holds no {GGUF_NAME}")
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     # The weights are Q4_1-quantised; dequantised to float32 here so that vLLM
-    # loads a plain model (and save_pretrained accepts it).
+    # loads a plain model (without dequantize=True, save_pretrained refuses).
     tok = AutoTokenizer.from_pretrained(src, gguf_file=GGUF_NAME)
-    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF_NAME, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        src, gguf_file=GGUF_NAME, dtype=torch.float32,
+        quantization_config=GgufConfig(gguf_file=GGUF_NAME, dequantize=True))
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)

@@ -134,7 +134,7 @@ def install_command(python: Path, s: EmbeddedSettings, constraints: Path) -> lis
             "no source for the CPU build of torch 2.13.0: this machine has no torch-2.13.0+cpu wheel in "
             f"{', '.join(TORCH_WHEEL_DIRS)}. Pass --torch-find-links DIR (a folder with the wheel) or "
             "--torch-index-url https://download.pytorch.org/whl/cpu")
-    return cmd + [VLLM_PIN, TORCH_PIN, "gguf"]
+    return cmd + [VLLM_PIN, TORCH_PIN, "gguf", "accelerate"]
 
 
 def serve_command(python: Path, model_dir: Path, s: EmbeddedSettings) -> list[str]:

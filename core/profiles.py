@@ -67,7 +67,9 @@ EMBEDDED_SCORE_SETTINGS: dict[str, Any] = {
     "temperature": 0.8,
     "max_tokens": 48,
     "endings": 8,
-    "judge_constraint": "choice",
+    # Constrained to Y/N the 135M judge answers Y to everything (measured); its
+    # first-token Y-vs-N probabilities still separate endings.
+    "judge_constraint": "logprobs",
     "judge_max_tokens": 1,
     "gen_concurrency": 4,
     "judge_concurrency": 16,

@@ -7,9 +7,11 @@ uses it — which is the point: a changed prompt can never be served a stale ans
 
 from __future__ import annotations
 
+import math
+
 __all__ = [
     "ENDING_SYSTEM", "ENDING_USER", "JUDGE_SYSTEM", "JUDGE_USER",
-    "ending_messages", "judge_messages", "judge_prefix", "parse_verdict",
+    "ending_messages", "judge_messages", "judge_prefix", "parse_verdict", "verdict_from_logprobs",
 ]
 
 ENDING_SYSTEM = "You are a fiction writer. Write only story text."
@@ -68,6 +70,19 @@ def judge_messages(anchor: str, continuation: str, ending: str) -> list[dict[str
 def judge_prefix(anchor: str, continuation: str) -> str:
     """The part every judge prompt of a position shares (for prefix-cache ordering)."""
     return JUDGE_USER.split("{anchor} {ending}")[0].format(anchor=anchor, continuation=continuation)
+
+
+def verdict_from_logprobs(logprobs: dict[str, float] | None) -> str:
+    """"Y" or "N" by which answer the judge's first token makes more likely: the
+    summed probability of tokens reading as yes (Y, Yes, yes, …) against those
+    reading as no. "" (malformed) when neither appears among the top tokens."""
+    if not logprobs:
+        return ""
+    yes = sum(math.exp(lp) for tok, lp in logprobs.items() if tok.strip().upper().startswith("Y"))
+    no = sum(math.exp(lp) for tok, lp in logprobs.items() if tok.strip().upper().startswith("N"))
+    if yes == 0 and no == 0:
+        return ""
+    return "Y" if yes > no else "N"
 
 
 def parse_verdict(text: str | None) -> tuple[bool, bool]:

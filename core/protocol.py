@@ -26,6 +26,8 @@ class ChatRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     chat_template_kwargs: dict[str, Any] | None = None
     # vLLM's structured outputs, e.g. {"choice": ["Y", "N"]} for a constrained judge
     structured_outputs: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
 
     def key_fields(self) -> dict[str, Any]:
         """Everything that decides the answer: the cache key hashes exactly this."""
@@ -37,10 +39,35 @@ class ChoiceMessage(msgspec.Struct):
     role: str | None = None
 
 
+class TopLogprob(msgspec.Struct):
+    token: str
+    logprob: float
+
+
+class TokenLogprob(msgspec.Struct):
+    token: str
+    logprob: float
+    top_logprobs: list[TopLogprob] = []
+
+
+class ChoiceLogprobs(msgspec.Struct):
+    content: list[TokenLogprob] | None = None
+
+
 class Choice(msgspec.Struct):
     message: ChoiceMessage
     index: int = 0
     finish_reason: str | None = None
+    logprobs: ChoiceLogprobs | None = None
+
+    def first_token_logprobs(self) -> dict[str, float] | None:
+        """Top log-probabilities of the first generated token, or None."""
+        if self.logprobs is None or not self.logprobs.content:
+            return None
+        first = self.logprobs.content[0]
+        out = {t.token: t.logprob for t in first.top_logprobs}
+        out.setdefault(first.token, first.logprob)
+        return out
 
 
 class PromptDetails(msgspec.Struct):

@@ -266,7 +266,7 @@ class _Run:
             if rec is None:
                 todo.append((i, req, key))
             else:
-                answers[i] = rec.text
+                answers[i] = self._answer(rec)
                 self.usage_all.add(rec.usage)
         self.progress.hit(len(reqs) - len(todo))
 
@@ -275,11 +275,12 @@ class _Run:
             self.requests["judge"] += 1
             res = await self.sched.request("judge", self.client.chat, self.judge_url, req)
             rec = records.Verdict(text=res.texts[0], finish_reason=res.finish_reasons[0], model=res.model,
-                                  usage=res.usage, created=time.time(), seconds=res.seconds)
+                                  usage=res.usage, created=time.time(), seconds=res.seconds,
+                                  first_logprobs=res.first_logprobs[0] if res.first_logprobs else None)
             self.committer.add("verdicts", key, rec)
             self.usage_all.add(rec.usage)
             self.progress.fresh(res.usage)
-            answers[i] = rec.text
+            answers[i] = self._answer(rec)
 
         if todo and self.cfg.warm_judge:
             # All judge prompts of a position share the continuation: one first
@@ -288,6 +289,13 @@ class _Run:
             todo = todo[1:]
         await self.sched.map(one, todo)
         return answers
+
+    def _answer(self, rec: records.Verdict) -> str:
+        """The verdict text a position counts: the raw answer, or with a logprobs
+        judge the letter its first-token probabilities favour."""
+        if self.cfg.judge_constraint == "logprobs":
+            return prompts.verdict_from_logprobs(rec.first_logprobs)
+        return rec.text
 
     # -- one position, one story ---------------------------------------------
 
@@ -394,7 +402,9 @@ def judge_request(run: _Run, messages) -> ChatRequest:
     c = run.cfg
     return ChatRequest(model=run.judge_model, messages=messages, n=1, temperature=c.judge_temperature,
                        max_tokens=c.judge_max_tokens, chat_template_kwargs=run.template_kwargs,
-                       structured_outputs={"choice": ["Y", "N"]} if c.judge_constraint == "choice" else None)
+                       structured_outputs={"choice": ["Y", "N"]} if c.judge_constraint == "choice" else None,
+                       logprobs=True if c.judge_constraint == "logprobs" else None,
+                       top_logprobs=20 if c.judge_constraint == "logprobs" else None)
 
 
 def _first_error(exc: BaseException) -> BaseException:

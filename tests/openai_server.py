@@ -387,6 +387,21 @@ def _is_num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _logprobs(text: str) -> dict:
+    """OpenAI-style logprobs of the first token, when a request asks for them: the
+    answer's own first word is the likeliest, "Y" and "N" both appear among the
+    top tokens (so a Y-vs-N comparison reproduces the verdict), plus a filler."""
+    words = text.split()
+    first = words[0] if words else ""
+    top = {first: -0.2, "The": -2.0}
+    if first.upper().startswith("Y"):
+        top.update({"Y": -0.2, "N": -1.6, "No": -2.5})
+    elif first.upper().startswith("N"):
+        top.update({"N": -0.2, "Y": -1.6, "Yes": -2.5})
+    return {"content": [{"token": first, "logprob": top[first], "bytes": None,
+                         "top_logprobs": [{"token": t, "logprob": lp, "bytes": None} for t, lp in top.items()]}]}
+
+
 # -------------------------------------------------------------------------- server
 
 
@@ -856,7 +871,8 @@ class LoopbackServer:
             "model": body.get("model") or self.model,
             "choices": [
                 {"index": i, "message": {"role": "assistant", "content": text},
-                 "logprobs": None, "finish_reason": "stop", "stop_reason": None}
+                 "logprobs": _logprobs(text) if body.get("logprobs") else None,
+                 "finish_reason": "stop", "stop_reason": None}
                 for i, text in enumerate(contents)
             ],
             "usage": {

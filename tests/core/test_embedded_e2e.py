@@ -1,0 +1,80 @@
+"""End to end on the real embedded vLLM CPU server (slow: installs it once, starts
+it, scores a tiny story). CI runs this in its own step: `pytest -m slow`."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import pytest
+
+from tension.core import embedded
+from tension.core.config import load_config
+from tension.core.profiles import EMBEDDED_SCORE_SETTINGS
+from tension.core.score import score
+
+pytestmark = pytest.mark.slow
+
+# Written for this test. Eleven sentences, each long enough to be an anchor.
+STORY = (
+    "Every morning the baker on Tanner Street left one warm loaf on the step of the empty house across the road. "
+    "Nobody in the neighbourhood knew who took the loaf, but by noon it was always gone without a crumb left behind. "
+    "The baker's apprentice, a curious boy named Oskar, decided one cold Tuesday to hide behind the rain barrel and watch. "
+    "He waited through the church bells and the milk cart and the first grey drizzle of the day without seeing anyone. "
+    "Just before noon the front door of the empty house opened a hand's width and a thin arm reached out for the bread. "
+    "Oskar crept across the road, pushed the door wider, and found an old woman sitting alone in a room full of clocks. "
+    "She told him that she had once been engaged to the baker, fifty years ago, before a quarrel neither of them could remember. "
+    "Every clock in the room had stopped at a different hour, and she said each one marked a day she had almost forgiven him. "
+    "Oskar ran back to the bakery and told the baker everything he had seen, expecting the old man to be angry with him. "
+    "Instead the baker took off his apron, combed his hair with his fingers, and walked across the road for the first time in fifty years. "
+    "That afternoon, for the first time anyone could remember, the clocks in the empty house began to tick again."
+)
+
+
+def prefix_cache_hits(url: str) -> float:
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    m = re.findall(r"^vllm:prefix_cache_hits_total(?:\{[^}]*\})? ([0-9.e+]+)$", text, flags=re.M)
+    return sum(float(v) for v in m)
+
+
+@pytest.fixture(scope="module")
+def vllm_server():
+    started = embedded.running_state() is None
+    st = embedded.start(embedded.EmbeddedSettings(port=8766))
+    yield st
+    if started:
+        embedded.stop()
+
+
+def test_real_server_scores_a_tiny_story_and_reruns_from_cache(vllm_server, tmp_path):
+    corpus = tmp_path / "tiny.jsonl"
+    corpus.write_text(json.dumps({"id": "bakery", "text": STORY}) + "\n")
+    cfg = load_config(None, {
+        **EMBEDDED_SCORE_SETTINGS, "base_url": vllm_server.url, "model": vllm_server.model,
+        "endings": 4, "max_tokens": 32, "min_words": 50, "cache": str(tmp_path / "cache"),
+        "save_texts": True, "progress": False, "report": False,
+    })
+    hits_before = prefix_cache_hits(vllm_server.url)
+    first = score(cfg, corpus, tmp_path / "out")
+    assert first.status == "complete", first.error
+    positions = [json.loads(x) for x in (tmp_path / "out" / "positions.jsonl").read_text().splitlines()]
+    # 11 sentences -> candidate positions k = 1..10; pct keeps those in [0.10, 0.99]
+    assert 6 <= len(positions) <= 10
+    assert [p["k"] for p in positions] == sorted(p["k"] for p in positions)
+    texts = [json.loads(x) for x in (tmp_path / "out" / "texts.jsonl").read_text().splitlines()]
+    assert all(len(t["endings"]) == 4 for t in texts)
+    assert sum(bool(e.strip()) for t in texts for e in t["endings"]) >= 0.75 * 4 * len(texts)
+    verdicts = [v for t in texts for v in t["verdicts"] if v is not None]
+    # the logprobs judge: Y or N from the first token's probabilities ("" if neither is a top token)
+    assert verdicts and sum(v in ("Y", "N") for v in verdicts) >= 0.9 * len(verdicts)
+    assert sum(p["n_malformed"] for p in positions) <= 0.1 * len(verdicts)
+    assert all(0 <= p["no_rate"] <= 1 for p in positions)
+    # judge prompts of a position share the continuation: the server's prefix cache served them
+    assert prefix_cache_hits(vllm_server.url) > hits_before
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["usage_this_run"]["cached_tokens"] > 0
+
+    again = score(cfg, corpus, tmp_path / "out")
+    assert again.status == "complete"
+    assert again.requests == {"generation": 0, "judge": 0, "tokenize": 0, "models": 0}
