@@ -4,6 +4,7 @@ written here (no text from elsewhere), and a private cache/home per test."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -57,6 +58,17 @@ def make_corpus(path: Path, n: int, seed: int = 0, words: tuple[int, int] = (520
 def server():
     with LoopbackServer(model=["test-gen", "test-judge"]) as srv:
         yield srv
+
+
+# The real environment, before _private_home: the slow tests that run the embedded
+# server share its one installation (≈ 3.4 GB) under the real cache folder.
+REAL_ENV = {k: os.environ[k] for k in ("HOME", "XDG_CACHE_HOME") if k in os.environ}
+
+
+def real_home_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME")}
+    env.update(REAL_ENV)
+    return env
 
 
 @pytest.fixture(autouse=True)

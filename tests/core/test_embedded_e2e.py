@@ -38,8 +38,16 @@ def prefix_cache_hits(url: str) -> float:
     return sum(float(v) for v in m)
 
 
-@pytest.fixture(scope="module")
-def vllm_server():
+@pytest.fixture
+def vllm_server(monkeypatch):
+    from conftest import REAL_ENV
+
+    # the real cache folder: one installation of the server for all slow tests
+    for k in ("HOME", "XDG_CACHE_HOME"):
+        if k in REAL_ENV:
+            monkeypatch.setenv(k, REAL_ENV[k])
+        else:
+            monkeypatch.delenv(k, raising=False)
     started = embedded.running_state() is None
     st = embedded.start(embedded.EmbeddedSettings(port=8766))
     yield st
