@@ -56,14 +56,9 @@ def _add_curve_flags(p: argparse.ArgumentParser, defaults: bool = True) -> None:
 
 
 def _curve_settings(args):
-    from tension.kernels.curves import CurveSettings
+    from .config import make_curve_settings
 
-    try:
-        return CurveSettings(window=args.window, thresholds=tuple(args.thresholds),
-                             late_threshold=args.late_threshold, retention_window=args.retention_window)
-    except ValueError as e:
-        field, _, rest = str(e).partition(": ")
-        raise ConfigError(f"--{field.replace('_', '-')}: {rest}") from e
+    return make_curve_settings(args.window, args.thresholds, args.late_threshold, args.retention_window, "--")
 
 
 def cmd_metrics(args) -> int:

@@ -12,7 +12,7 @@ import msgspec
 
 from .errors import ConfigError
 
-__all__ = ["ScoreConfig", "load_config", "API_KEY_ENV"]
+__all__ = ["ScoreConfig", "load_config", "make_curve_settings", "API_KEY_ENV"]
 
 API_KEY_ENV = "OPENAI_API_KEY"
 
@@ -96,14 +96,7 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         self.curve_settings()  # check them now, not after hours of scoring
 
     def curve_settings(self):
-        from tension.kernels.curves import CurveSettings
-
-        try:
-            return CurveSettings(window=self.window, thresholds=tuple(self.thresholds),
-                                 late_threshold=self.late_threshold, retention_window=self.retention_window)
-        except ValueError as e:
-            field, _, rest = str(e).partition(": ")
-            raise ConfigError(f"{field.replace('_', '-')}: {rest}") from e
+        return make_curve_settings(self.window, self.thresholds, self.late_threshold, self.retention_window)
 
     def resolved_api_key(self) -> str | None:
         return os.environ.get(API_KEY_ENV) or self.api_key
@@ -113,6 +106,19 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         d = msgspec.to_builtins(self)
         d["api_key"] = "(set)" if self.resolved_api_key() else None
         return d
+
+
+def make_curve_settings(window, thresholds, late_threshold, retention_window, flag_prefix: str = ""):
+    """CurveSettings, with a bad value reported as a ConfigError naming the setting
+    (``flag_prefix="--"`` names it as a flag)."""
+    from tension.kernels.curves import CurveSettings
+
+    try:
+        return CurveSettings(window=window, thresholds=tuple(thresholds), late_threshold=late_threshold,
+                             retention_window=retention_window)
+    except ValueError as e:
+        field, _, rest = str(e).partition(": ")
+        raise ConfigError(f"{flag_prefix}{field.replace('_', '-')}: {rest}") from e
 
 
 def load_config(path: str | os.PathLike | None, overrides: dict[str, Any],
