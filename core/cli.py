@@ -141,6 +141,10 @@ def cmd_score(args) -> int:
         print(f"error: {e}", file=sys.stderr)
     for f in summary.failures:
         print(f"error: story {f.id!r} failed at {f.stage}: {f.error}", file=sys.stderr)
+    if summary.too_long:
+        print(f"warning: {sum(summary.too_long.values())} positions in {len(summary.too_long)} stories skipped: "
+              "their prompt would not fit the generation model's context ("
+              + ", ".join(f"{k}: {v}" for k, v in summary.too_long.items()) + ")", file=sys.stderr)
     req = summary.requests
     print(f"{summary.stories} stories ({summary.skipped} skipped by the word filter), "
           f"{summary.positions} positions; requests sent: {req.get('generation', 0)} generation, "

@@ -96,6 +96,7 @@ class Client:
         self.sent = 0  # HTTP attempts, retries included
         self.retries = 0
         self.followups = 0  # requests sent to complete a short answer
+        self.max_model_len: dict[str, int] = {}  # base URL -> context length its /tokenize reported
 
     def __repr__(self) -> str:  # never show the key
         state = "closed" if self._closed else ("open" if self._session else "unopened")
@@ -143,6 +144,8 @@ class Client:
                     "need the generation model's tokenizer: pass --tokenizer PATH/tokenizer.json, "
                     "or --tokenizer words to approximate with whitespace words") from e
             raise
+        if data.max_model_len:
+            self.max_model_len[normalize_base_url(base_url)] = data.max_model_len
         return data.count
 
     async def chat(self, base_url: str, request: ChatRequest) -> ChatResult:

@@ -45,6 +45,7 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     pct_min: float = 0.10
     pct_max: float = 0.99
     tokenizer: str = "server"  # "server" (/tokenize), "words", or a tokenizer.json path
+    max_model_len: int | None = None  # generation context; None: as the server's /tokenize reports it
     # concurrency: requests in flight per lane (the paper's batch sizes)
     gen_concurrency: int = 64
     judge_concurrency: int = 512

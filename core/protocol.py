@@ -94,6 +94,7 @@ class TokenizeRequest(msgspec.Struct, kw_only=True):
 
 class TokenizeResponse(msgspec.Struct):
     count: int
+    max_model_len: int | None = None  # vLLM reports the served context length here
 
 
 class ModelCard(msgspec.Struct):

@@ -16,7 +16,10 @@ it is the same bytes however the run was interrupted and resumed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import math
+import os
 import platform
 import signal
 import sys
@@ -48,6 +51,9 @@ __all__ = ["Position", "PositionResult", "Failure", "RunSummary", "score", "scor
 
 COMMIT_INTERVAL = 0.05  # seconds: group commit of completed records (DESIGN.md)
 COMMIT_BATCH = 512  # records: commit sooner when this many are waiting
+# Tokens a chat template adds around the messages (role markers, BOS/EOS), on top
+# of the system prompt and instruction, when checking that a prompt fits the context.
+CHAT_TEMPLATE_SLACK = 32
 
 
 class Position(msgspec.Struct, frozen=True, kw_only=True):
@@ -82,6 +88,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     failures: list[Failure]
     input_errors: list[str]
     skipped: int
+    too_long: dict[str, int]  # story id -> positions skipped because the prompt would not fit
     requests: dict[str, int]
     cache_hits: dict[str, int]
     error: str | None = None
@@ -148,6 +155,9 @@ class _Run:
         self.results: dict[tuple[int, int], PositionResult] = {}
         self.texts: dict[tuple[int, int], dict[str, Any]] = {}
         self.failed: dict[int, Failure] = {}
+        self.too_long: dict[str, int] = {}  # story id -> positions skipped: prompt over the context
+        self.context_len: int | None = cfg.max_model_len
+        self.prompt_overhead: int | None = None
         self.requests = {"generation": 0, "judge": 0, "tokenize": 0, "models": 0}
         self.usage_all = Usage()  # what every answer used, cached or not
         self.tokenizer: Callable[[str], int] | None = None
@@ -201,13 +211,39 @@ class _Run:
             return []
         texts = [story_text(sents)] + [prefix_text(sents, c.k) for c in cands]
         counts = await self.token_counts(texts)
+        limit = await self.prompt_limit()
         total = counts[0]
         out = []
         for c, n in zip(cands, counts[1:]):
             pct = n / total if total else 0.0
-            if self.cfg.pct_min <= pct <= self.cfg.pct_max:
-                out.append(Position(story=si, k=c.k, pct=pct))
+            if not self.cfg.pct_min <= pct <= self.cfg.pct_max:
+                continue
+            if limit is not None and n > limit:
+                # Sending it would only earn a 400: skip it, and say so.
+                self.too_long[story.id] = self.too_long.get(story.id, 0) + 1
+                continue
+            out.append(Position(story=si, k=c.k, pct=pct))
         return out
+
+    async def prompt_limit(self) -> int | None:
+        """Longest story prefix (in tokens) whose generation prompt, with room for
+        the endings, fits the generation model's context; None when unknown."""
+        key = request_key("context", {"model": self.gen_model})
+        if self.context_len is None:
+            learned = self.client.max_model_len.get(self.gen_url)
+            if learned is not None:
+                self.context_len = learned
+                self.committer.add("tokens", key, records.TokenCount(count=learned, model=self.gen_model,
+                                                                     created=time.time()))
+            else:
+                rec = self.store.get("tokens", key)
+                self.context_len = rec.count if rec is not None else None
+        if self.context_len is None:
+            return None
+        if self.prompt_overhead is None:
+            template = prompts.ENDING_SYSTEM + "\n" + prompts.ENDING_USER.format(prefix="")
+            self.prompt_overhead = (await self.token_counts([template]))[0] + CHAT_TEMPLATE_SLACK
+        return self.context_len - self.prompt_overhead - self.cfg.max_tokens
 
     async def token_counts(self, texts: list[str]) -> list[int]:
         if self.tokenizer is not None:
@@ -435,6 +471,33 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
+    with _out_lock(out):
+        return await _score_locked(cfg, corpus_path, out)
+
+
+@contextlib.contextmanager
+def _out_lock(out: Path):
+    """One run per output folder: a second run writing the same partial file and
+    outputs would interleave them. The lock dies with its process (even SIGKILL)."""
+    f = (out / ".tension-run.lock").open("a+")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            raise TensionError(f"--out {out} is in use by another tension-run score (pid {holder}); wait for it "
+                               "to finish or choose another folder (several runs may share one --cache)") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        yield
+    finally:
+        f.close()
+
+
+async def _score_locked(cfg: ScoreConfig, corpus_path: str | Path, out: Path) -> RunSummary:
     corpus = read_corpus(corpus_path, cfg.min_words, cfg.max_words)
     store = Store(cfg.cache or default_path())
     partial = out / "positions.partial.jsonl"
@@ -489,6 +552,7 @@ def _summary(run, corpus, store, out, status, error) -> RunSummary:
         positions=len(run.results) if run else 0,
         failures=list(run.failed.values()) if run else [],
         input_errors=[str(e) for e in corpus.errors], skipped=len(corpus.skipped),
+        too_long=dict(run.too_long) if run else {},
         requests=dict(run.requests) if run else {}, cache_hits=dict(store.counts.hits), error=error)
 
 
@@ -509,6 +573,8 @@ def _write_run_json(run, cfg, corpus, store, out, status, error, t0, corpus_path
                     "input_errors": [str(e) for e in corpus.errors],
                     "failed": [msgspec.to_builtins(f) for f in run.failed.values()] if run else []},
         "positions": len(run.results) if run else 0,
+        "positions_skipped_too_long": dict(run.too_long) if run else {},
+        "context_len": run.context_len if run else None,
         "requests": dict(run.requests) if run else {},
         "http": {"attempts": client.sent, "retries": client.retries, "followups": client.followups} if client else {},
         "usage_this_run": msgspec.to_builtins(client.usage) if client else {},

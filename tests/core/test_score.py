@@ -290,14 +290,33 @@ def test_retry_budget_ends_with_a_clear_error_and_keeps_completed_work(server, t
     assert server.count(kind="judge") == done.requests["judge"]
 
 
-def test_story_refused_by_the_server_fails_alone(server, tmp_path):
-    """A 4xx (here: prompt longer than the model's context) fails that story only."""
+def test_prefix_over_the_context_is_skipped_not_sent(server, tmp_path):
+    """A position whose prompt would not fit the model's context (as /tokenize
+    reports it) is skipped with a reason, never sent to fail."""
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=10)
     import random
     with corpus.open("a") as f:
         f.write(json.dumps({"id": "huge", "text": write_story(random.Random(1), 4900)}) + "\n")
     server.max_model_len = 4000
     s = score(cfg_for(server, tmp_path), corpus, tmp_path / "out")
+    assert s.status == "complete" and s.failures == []
+    assert set(s.too_long) == {"huge"} and s.too_long["huge"] > 10
+    assert all(r.status == 200 for r in server.requests)  # nothing was sent to fail
+    ks = [p["k"] for p in read_positions(tmp_path / "out") if p["id"] == "huge"]
+    assert ks and max(ks) < len(ref_sentences(json.loads(corpus.read_text().splitlines()[2])["text"]))
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["context_len"] == 4000 and run["positions_skipped_too_long"] == s.too_long
+
+
+def test_story_refused_by_the_server_fails_alone(server, tmp_path):
+    """A 4xx the client could not foresee (here: the context set wrongly larger than
+    the server's) fails that story only."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=10)
+    import random
+    with corpus.open("a") as f:
+        f.write(json.dumps({"id": "huge", "text": write_story(random.Random(1), 4900)}) + "\n")
+    server.max_model_len = 4000
+    s = score(cfg_for(server, tmp_path, max_model_len=100_000), corpus, tmp_path / "out")
     assert s.status == "complete"
     assert [f.id for f in s.failures] == ["huge"]
     assert "HTTP 400" in s.failures[0].error
@@ -392,3 +411,27 @@ def test_judge_constraints_change_the_request_and_the_key(server, tmp_path):
     judge = [r.body for r in server.requests if r.kind == "judge"]
     assert judge and all(b["structured_outputs"] == {"choice": ["Y", "N"]} for b in judge)
     assert plain.status == "complete"
+
+
+def test_a_second_run_on_the_same_out_folder_fails_fast(server, tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=15)
+    server.delay = 0.01
+    cfg = cfg_for(server, tmp_path)
+
+    async def two_runs():
+        first = asyncio.ensure_future(score_async(cfg, corpus, tmp_path / "out"))
+        while server.count() < 5:
+            await asyncio.sleep(0.01)
+        with pytest.raises(Exception) as e:
+            await score_async(cfg, corpus, tmp_path / "out")
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        return str(e.value)
+
+    # fcntl locks are per open file description, so a second run in the same
+    # process is refused just as one in another process would be
+    msg = asyncio.run(two_runs())
+    assert f"--out {tmp_path / 'out'} is in use by another tension-run score (pid {os.getpid()})" in msg
+    server.delay = 0.0
+    assert score(cfg, corpus, tmp_path / "out").status == "complete"  # the lock went with the first run
