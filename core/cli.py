@@ -141,6 +141,9 @@ def cmd_score(args) -> int:
         print(f"error: {e}", file=sys.stderr)
     for f in summary.failures:
         print(f"error: story {f.id!r} failed at {f.stage}: {f.error}", file=sys.stderr)
+    for sid, why in summary.no_positions.items():
+        print(f"warning: story {sid!r} has no position to score ({why}); its statistics are empty",
+              file=sys.stderr)
     if summary.too_long:
         print(f"warning: {sum(summary.too_long.values())} positions in {len(summary.too_long)} stories skipped: "
               "their prompt would not fit the generation model's context ("

@@ -89,6 +89,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     input_errors: list[str]
     skipped: int
     too_long: dict[str, int]  # story id -> positions skipped because the prompt would not fit
+    no_positions: dict[str, str]  # story id -> why it has no position (its statistics are NaN)
     requests: dict[str, int]
     cache_hits: dict[str, int]
     error: str | None = None
@@ -156,6 +157,7 @@ class _Run:
         self.texts: dict[tuple[int, int], dict[str, Any]] = {}
         self.failed: dict[int, Failure] = {}
         self.too_long: dict[str, int] = {}  # story id -> positions skipped: prompt over the context
+        self.no_positions: dict[str, str] = {}  # story id -> why no position was kept
         self.context_len: int | None = cfg.max_model_len
         self.prompt_overhead: int | None = None
         self.requests = {"generation": 0, "judge": 0, "tokenize": 0, "models": 0}
@@ -208,6 +210,9 @@ class _Run:
         self.sentences[si] = sents
         cands = candidates(sents, self.cfg.min_anchor_words)
         if not cands:
+            self.no_positions[story.id] = (
+                f"{len(sents)} sentence(s): no sentence boundary found" if len(sents) < 2 else
+                f"no sentence of >= {self.cfg.min_anchor_words} words to anchor a position")
             return []
         texts = [story_text(sents)] + [prefix_text(sents, c.k) for c in cands]
         counts = await self.token_counts(texts)
@@ -223,6 +228,8 @@ class _Run:
                 self.too_long[story.id] = self.too_long.get(story.id, 0) + 1
                 continue
             out.append(Position(story=si, k=c.k, pct=pct))
+        if not out and story.id not in self.too_long:
+            self.no_positions[story.id] = f"no position with pct in [{self.cfg.pct_min}, {self.cfg.pct_max}]"
         return out
 
     async def prompt_limit(self) -> int | None:
@@ -552,7 +559,7 @@ def _summary(run, corpus, store, out, status, error) -> RunSummary:
         positions=len(run.results) if run else 0,
         failures=list(run.failed.values()) if run else [],
         input_errors=[str(e) for e in corpus.errors], skipped=len(corpus.skipped),
-        too_long=dict(run.too_long) if run else {},
+        too_long=dict(run.too_long) if run else {}, no_positions=dict(run.no_positions) if run else {},
         requests=dict(run.requests) if run else {}, cache_hits=dict(store.counts.hits), error=error)
 
 
@@ -574,6 +581,7 @@ def _write_run_json(run, cfg, corpus, store, out, status, error, t0, corpus_path
                     "failed": [msgspec.to_builtins(f) for f in run.failed.values()] if run else []},
         "positions": len(run.results) if run else 0,
         "positions_skipped_too_long": dict(run.too_long) if run else {},
+        "stories_without_positions": dict(run.no_positions) if run else {},
         "context_len": run.context_len if run else None,
         "requests": dict(run.requests) if run else {},
         "http": {"attempts": client.sent, "retries": client.retries, "followups": client.followups} if client else {},

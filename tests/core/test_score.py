@@ -435,3 +435,20 @@ def test_a_second_run_on_the_same_out_folder_fails_fast(server, tmp_path):
     assert f"--out {tmp_path / 'out'} is in use by another tension-run score (pid {os.getpid()})" in msg
     server.delay = 0.0
     assert score(cfg, corpus, tmp_path / "out").status == "complete"  # the lock went with the first run
+
+
+def test_stories_without_positions_are_reported(server, tmp_path, capsys):
+    from tension.core.cli import main
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=16)
+    with corpus.open("a") as f:
+        f.write(json.dumps({"id": "run-on", "text": " ".join(["and then it rained"] * 150)}) + "\n")
+        f.write(json.dumps({"id": "terse", "text": "Go. " * 600}) + "\n")
+    rc = main(["score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", server.base_url, "--model",
+               "test-gen", "--endings", "2", "--cache", str(tmp_path / "cache"), "--no-progress", "--no-report"])
+    err = capsys.readouterr().err
+    assert rc == 0
+    assert "story 'run-on' has no position to score (1 sentence(s): no sentence boundary found)" in err
+    assert "story 'terse' has no position to score (no sentence of >= 10 words to anchor a position)" in err
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert set(run["stories_without_positions"]) == {"run-on", "terse"}
