@@ -132,15 +132,18 @@ def _score_overrides(args) -> dict:
 
 def cmd_score(args) -> int:
     """Score a corpus with the 100-Endings metric against OpenAI-compatible servers."""
-    from .config import load_config
+    from .config import config_file_keys, load_config
     from .score import score
 
-    cfg = load_config(args.config, _score_overrides(args), fallback=_embedded_fallback())
+    explicit = args.base_url is not None or "base_url" in config_file_keys(args.config)
+    cfg = load_config(args.config, _score_overrides(args), fallback={} if explicit else _embedded_fallback())
     summary = score(cfg, args.corpus, args.out)
     for e in summary.input_errors:
         print(f"error: {e}", file=sys.stderr)
     for f in summary.failures:
         print(f"error: story {f.id!r} failed at {f.stage}: {f.error}", file=sys.stderr)
+    for sk in summary.skipped_stories:
+        print(f"skipped: story {sk.id!r}: {sk.reason}", file=sys.stderr)
     for sid, why in summary.no_positions.items():
         print(f"warning: story {sid!r} has no position to score ({why}); its statistics are empty",
               file=sys.stderr)
@@ -160,7 +163,8 @@ def cmd_score(args) -> int:
     print(f"outputs in {summary.out}: positions.jsonl, stories.csv, groups.csv, run.json")
     n_bad = len(summary.input_errors) + len(summary.failures)
     if n_bad:
-        print(f"{n_bad} stories failed (see above); the others were scored", file=sys.stderr)
+        rest = "the others were scored" if summary.stories > len(summary.failures) else "no story could be scored"
+        print(f"{n_bad} stories failed (see above); {rest}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 

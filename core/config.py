@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -12,7 +13,7 @@ import msgspec
 
 from .errors import ConfigError
 
-__all__ = ["ScoreConfig", "load_config", "make_curve_settings", "API_KEY_ENV"]
+__all__ = ["ScoreConfig", "load_config", "config_file_keys", "make_curve_settings", "API_KEY_ENV"]
 
 API_KEY_ENV = "OPENAI_API_KEY"
 
@@ -72,6 +73,11 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             if not ok:
                 raise ConfigError(f"{field.replace('_', '-')}: expected {what}, got {value!r}")
 
+        for name in ("temperature", "top_p", "judge_temperature", "pct_min", "pct_max", "timeout", "retry_seconds",
+                     "late_threshold"):
+            # inf and nan would pass the range checks below (or reach the server as JSON null)
+            need(math.isfinite(getattr(self, name)), name, "a finite number", getattr(self, name))
+        need(self.min_anchor_words >= 0, "min_anchor_words", "an integer >= 0", self.min_anchor_words)
         need(self.endings >= 1, "endings", "an integer >= 1", self.endings)
         need(self.temperature >= 0, "temperature", "a number >= 0", self.temperature)
         need(0 < self.top_p <= 1, "top_p", "a number in (0, 1]", self.top_p)
@@ -120,6 +126,16 @@ def make_curve_settings(window, thresholds, late_threshold, retention_window, fl
     except ValueError as e:
         field, _, rest = str(e).partition(": ")
         raise ConfigError(f"{flag_prefix}{field.replace('_', '-')}: {rest}") from e
+
+
+def config_file_keys(path: str | os.PathLike | None) -> set[str]:
+    """The keys a config file sets (normalised to underscores); empty without a file."""
+    if path is None:
+        return set()
+    try:
+        return {k.replace("-", "_") for k in tomllib.loads(Path(path).read_text(encoding="utf-8"))}
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return set()  # load_config reports the problem with the file
 
 
 def load_config(path: str | os.PathLike | None, overrides: dict[str, Any],

@@ -39,7 +39,7 @@ from . import prompts
 from .client import Client, RetryPolicy, Timeouts, normalize_base_url
 from .protocol import ChatRequest
 from .config import ScoreConfig
-from .corpus import Corpus, Story, read_corpus
+from .corpus import Corpus, Skipped, Story, read_corpus
 from .errors import ConfigError, ServerError, StatusError, TensionError
 from .jsonl import atomic_write
 from .metrics import Curve, compute, groups_csv, stories_csv
@@ -88,6 +88,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     failures: list[Failure]
     input_errors: list[str]
     skipped: int
+    skipped_stories: list[Skipped]  # left out by the word filter, with the reason
     too_long: dict[str, int]  # story id -> positions skipped because the prompt would not fit
     no_positions: dict[str, str]  # story id -> why it has no position (its statistics are NaN)
     requests: dict[str, int]
@@ -134,6 +135,28 @@ class _Committer:
             self.flush()
         finally:
             self._partial.close()
+
+
+def make_tokenizer(cfg: ScoreConfig) -> Callable[[str], int] | None:
+    """A local token counter for --tokenizer words|PATH; None means the server's
+    /tokenize. Built before a run starts, so a bad path is a usage error."""
+    t = cfg.tokenizer
+    if t == "server":
+        return None
+    if t == "words":
+        return lambda text: len(text.split())
+    if not os.path.isfile(t):
+        raise ConfigError(f"--tokenizer: {t} is not a file (expected 'server', 'words' or a tokenizer.json)")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as e:
+        raise ConfigError("--tokenizer PATH needs the `tokenizers` package: "
+                          "pip install 'tension-run[tokenizer]'") from e
+    try:
+        tok = Tokenizer.from_file(t)
+    except Exception as e:  # the library raises its own Exception types
+        raise ConfigError(f"--tokenizer: cannot load {t}: {e}") from e
+    return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
 
 
 class _Run:
@@ -186,22 +209,8 @@ class _Run:
         return ids[0]
 
     def setup_tokenizer(self) -> None:
-        t = self.cfg.tokenizer
-        if t == "server":
-            return
-        if t == "words":
-            self.tokenizer = lambda text: len(text.split())
-            return
-        try:
-            from tokenizers import Tokenizer
-        except ImportError as e:
-            raise ConfigError("--tokenizer PATH needs the `tokenizers` package: "
-                              "pip install 'tension-run[tokenizer]'") from e
-        try:
-            tok = Tokenizer.from_file(t)
-        except Exception as e:  # the library raises its own Exception types
-            raise ConfigError(f"--tokenizer: cannot load {t}: {e}") from e
-        self.tokenizer = lambda text: len(tok.encode(text, add_special_tokens=False).ids)
+        self.tokenizer = make_tokenizer(self.cfg)
+
 
     # -- stage 1: positions ---------------------------------------------------
 
@@ -237,14 +246,20 @@ class _Run:
         the endings, fits the generation model's context; None when unknown."""
         key = request_key("context", {"model": self.gen_model})
         if self.context_len is None:
-            learned = self.client.max_model_len.get(self.gen_url)
-            if learned is not None:
-                self.context_len = learned
-                self.committer.add("tokens", key, records.TokenCount(count=learned, model=self.gen_model,
-                                                                     created=time.time()))
-            else:
-                rec = self.store.get("tokens", key)
-                self.context_len = rec.count if rec is not None else None
+            rec = self.store.get("tokens", key)
+            if rec is not None:
+                self.context_len = rec.count
+            elif self.tokenizer is None:
+                # Not in the cache (an older cache, or one filled with --max-model-len):
+                # ask the server, whose /tokenize reports it, rather than guess.
+                if self.gen_url not in self.client.max_model_len:
+                    self.requests["tokenize"] += 1
+                    await self.sched.request("tokenize", self.client.tokenize, self.gen_url, self.gen_model, "")
+                learned = self.client.max_model_len.get(self.gen_url)
+                if learned is not None:
+                    self.context_len = learned
+                    self.committer.add("tokens", key, records.TokenCount(count=learned, model=self.gen_model,
+                                                                         created=time.time()))
         if self.context_len is None:
             return None
         if self.prompt_overhead is None:
@@ -474,6 +489,7 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
     """Score a corpus; see the module docstring. Raises TensionError for problems
     that stop the run before it starts; problems during the run end it with
     status "failed" (or "interrupted" on cancellation), everything completed kept."""
+    make_tokenizer(cfg)  # a bad --tokenizer is a usage error, found before any work
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a folder")
@@ -538,6 +554,11 @@ async def _score_locked(cfg: ScoreConfig, corpus_path: str | Path, out: Path) ->
                 _write_run_json(run, cfg, corpus, store, out, status, error, t0, corpus_path)
                 from .report import report
                 report(out, gpu_hour_usd=cfg.gpu_hour_usd)
+    except asyncio.CancelledError:
+        # Also a stop that lands after the last position (e.g. during the final
+        # commit, or while the outputs are written): the outputs are not complete.
+        status = "interrupted"
+        raise
     finally:
         progress.close()
         try:
@@ -558,7 +579,7 @@ def _summary(run, corpus, store, out, status, error) -> RunSummary:
         status=status, out=str(out), stories=len(corpus.stories),
         positions=len(run.results) if run else 0,
         failures=list(run.failed.values()) if run else [],
-        input_errors=[str(e) for e in corpus.errors], skipped=len(corpus.skipped),
+        input_errors=[str(e) for e in corpus.errors], skipped=len(corpus.skipped), skipped_stories=list(corpus.skipped),
         too_long=dict(run.too_long) if run else {}, no_positions=dict(run.no_positions) if run else {},
         requests=dict(run.requests) if run else {}, cache_hits=dict(store.counts.hits), error=error)
 

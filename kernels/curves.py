@@ -82,6 +82,8 @@ class CurveSettings(msgspec.Struct, frozen=True, kw_only=True):
         for a in self.thresholds:
             if not 0.0 < a <= 180.0:
                 raise ValueError(f"thresholds: expected angles in (0, 180], got {a}")
+        if not 0.0 <= self.late_threshold <= 1.0:
+            raise ValueError(f"late_threshold: expected a share of the story in [0, 1], got {self.late_threshold}")
         if self.retention_window < 1:
             raise ValueError(f"retention_window: expected >= 1, got {self.retention_window}")
 
