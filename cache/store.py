@@ -47,9 +47,13 @@ class RunCounts(msgspec.Struct, kw_only=True):
 class Store:
     """An open cache. ``with Store(path) as s: …`` or ``open()``/``close()``."""
 
-    def __init__(self, path: str | os.PathLike, *, map_size: int = _INITIAL_MAP, readonly: bool = False):
+    def __init__(self, path: str | os.PathLike, *, map_size: int = _INITIAL_MAP, readonly: bool = False,
+                 max_bytes: int | None = None):
         self.path = Path(path)
         self.readonly = readonly
+        self.max_bytes = max_bytes  # the map never grows past this (None: only the disk limits it)
+        if max_bytes is not None:
+            map_size = min(map_size, max_bytes)
         self.counts = RunCounts(hits=dict.fromkeys(DBS, 0), misses=dict.fromkeys(DBS, 0),
                                 writes=dict.fromkeys(DBS, 0))
         try:
@@ -156,8 +160,14 @@ class Store:
 
     def _grow(self) -> None:
         size = self.env.info()["map_size"]
+        new = size * 2
+        if self.max_bytes is not None:
+            if size >= self.max_bytes:
+                raise CacheError(f"the cache at {self.path} is full: it reached its limit of {self.max_bytes:,} "
+                                 "bytes (--cache-max-gb); the records written so far are intact and readable")
+            new = min(new, self.max_bytes)
         try:
-            self.env.set_mapsize(size * 2)
+            self.env.set_mapsize(new)
         except lmdb.Error as e:
             raise CacheError(f"cannot grow the cache at {self.path} beyond {size} bytes: {e}") from e
 

@@ -124,7 +124,8 @@ _SCORE_FLAGS = {
 
 def _score_overrides(args) -> dict:
     names = [n for group in _SCORE_FLAGS.values() for n in group]
-    names += ["reasoning-off", "warm-judge", "save-texts", "progress", "report", "gpu-hour-usd", "cache", "window",
+    names += ["reasoning-off", "warm-judge", "save-texts", "progress", "report", "gpu-hour-usd", "cache",
+              "cache-max-gb", "window",
               "thresholds",
               "late-threshold", "retention-window"]
     return {n.replace("-", "_"): getattr(args, n.replace("-", "_"), None) for n in names}
@@ -336,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the outputs")
     p.add_argument("--config", metavar="FILE.toml", help="settings file; keys are the flag names")
     p.add_argument("--cache", metavar="PATH", help="LMDB cache folder (default ~/.cache/tension-run/llm.lmdb)")
+    p.add_argument("--cache-max-gb", type=float, metavar="GB", help="never let the cache grow past this size")
     for title, flags in _SCORE_FLAGS.items():
         g = p.add_argument_group(title)
         for name, (typ, help) in flags.items():

@@ -34,6 +34,9 @@ __all__ = ["Timeouts", "RetryPolicy", "ChatResult", "Client", "normalize_base_ur
 T = TypeVar("T")
 
 
+EMPTY_ANSWER_RETRIES = 2
+
+
 class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds. `request` bounds one whole attempt (connect + send + answer)."""
 
@@ -150,8 +153,11 @@ class Client:
 
     async def chat(self, base_url: str, request: ChatRequest) -> ChatResult:
         """All `request.n` choices. A short answer is completed by follow-up
-        requests for the missing ones (with the seed moved on, so a seeded
-        follow-up cannot repeat the first choices); never returned short."""
+        requests for the missing ones; never returned short. vLLM samples choice
+        i of a seeded request with seed + i, so a follow-up for the last m of n
+        choices asks n = m with seed + (n − m): it gets exactly the choices the
+        full answer would have held, and a seeded run is reproducible through
+        faults."""
         url = normalize_base_url(base_url) + "/v1/chat/completions"
         t0 = time.perf_counter()
         texts: list[str] = []
@@ -160,9 +166,18 @@ class Client:
         usage = Usage()
         model = request.model
         req = request
+        empty_retries = 0
         for followup in range(self.retry.attempts + 1):
             data = await self._call("POST", url, self._enc.encode(req), self._chat_dec)
             usage.requests += 1
+            if (data.choices and empty_retries < EMPTY_ANSWER_RETRIES
+                    and all(not (c.message.content or "").strip() for c in data.choices)):
+                # Every choice empty: a glitch far more often than a real answer
+                # (100 empty endings at T = 1.2?). Ask again, a bounded number of
+                # times; if it stays empty, it is the model's answer and is kept.
+                empty_retries += 1
+                self.retries += 1
+                continue
             if data.usage is not None:
                 usage.prompt_tokens += data.usage.prompt_tokens
                 usage.completion_tokens += data.usage.completion_tokens

@@ -58,6 +58,7 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     retry_seconds: float = 1800.0
     # storage and outputs
     cache: str | None = None  # None: ~/.cache/tension-run/llm.lmdb
+    cache_max_gb: float | None = None  # the cache never grows past this (None: the disk is the limit)
     save_texts: bool = False
     progress: bool = True
     report: bool = True  # write report.md, tables and figures at the end

@@ -522,7 +522,8 @@ def _out_lock(out: Path):
 
 async def _score_locked(cfg: ScoreConfig, corpus_path: str | Path, out: Path) -> RunSummary:
     corpus = read_corpus(corpus_path, cfg.min_words, cfg.max_words)
-    store = Store(cfg.cache or default_path())
+    store = Store(cfg.cache or default_path(),
+                  max_bytes=int(cfg.cache_max_gb * 1e9) if cfg.cache_max_gb else None)
     partial = out / "positions.partial.jsonl"
     partial.write_bytes(b"")
     progress = Progress(enabled=cfg.progress, stories=len(corpus.stories))

@@ -267,18 +267,21 @@ def expected_endings(
 ) -> list[str]:
     """The `n` choices a generation request gets (seed as sent in the body; None if absent).
 
-    Choice i comes from sha256(last user message, seed, i) alone, so the first k of n
-    choices equal the k choices of the same request with n=k. A choice is "" when
+    Choice i comes from sha256(last user message, seed + i) (or (None, i) unseeded),
+    so the first k of n choices equal the k choices of the same request with n=k,
+    and a follow-up with seed + k continues where a short answer stopped. A choice is "" when
     int(digest[:8]) % 1000 < empty_rate * 1000.
     """
     base = hashlib.sha256()
     base.update(_last_user(messages).encode("utf-8", "surrogatepass"))
-    base.update(b"\x00" + str(seed).encode() + b"\x00")
     out = []
     threshold = empty_rate * 1000
     for i in range(n):
         hi = base.copy()
-        hi.update(str(i).encode())
+        # As vLLM does for parallel sampling (v1/engine/parallel_sampling.py), a
+        # seeded request's choice i is sampled with seed + i: so the choices of
+        # (seed, n) equal those of (seed, k) followed by (seed + k, n - k).
+        hi.update(b"\x00" + (f"{seed + i}" if seed is not None else f"None\x00{i}").encode())
         d = hi.digest()
         if int.from_bytes(d[:8], "big") % 1000 < threshold:
             out.append("")

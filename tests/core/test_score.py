@@ -452,3 +452,44 @@ def test_stories_without_positions_are_reported(server, tmp_path, capsys):
     assert "story 'terse' has no position to score (no sentence of >= 10 words to anchor a position)" in err
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert set(run["stories_without_positions"]) == {"run-on", "terse"}
+
+
+def test_ten_percent_faults_of_every_kind_leave_the_outputs_unchanged(server, tmp_path):
+    """10% of chat and tokenize requests fail in every way the test server knows;
+    the seeded run's outputs equal a clean run's, and retries stay in bounds."""
+    from openai_server import FAULT_KINDS
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=17)
+    clean = score(cfg_for(server, tmp_path, cache=str(tmp_path / "clean-cache")), corpus, tmp_path / "clean")
+    server.slow_seconds = 3.0
+    rates = {k: 0.10 / len(FAULT_KINDS) for k in FAULT_KINDS}
+    server.set_fault_rates(rates, seed=3, path=None)
+    server.reset_records()
+    s = score(cfg_for(server, tmp_path, timeout=1.0, retries=8), corpus, tmp_path / "out")
+    server.clear_faults()
+    assert s.status == "complete", s.error
+    faults = [r.fault for r in server.requests if r.fault]
+    assert set(faults) >= {"500", "503", "429", "drop", "truncate", "nonjson", "few_choices", "empty_content"}
+    assert 0.05 < len(faults) / len(server.requests) < 0.15
+    for name in ("positions.jsonl", "stories.csv", "groups.csv"):
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "clean" / name).read_bytes(), name
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert 0 < run["http"]["retries"] <= len(faults)
+    assert clean.status == "complete"
+
+
+def test_full_cache_is_a_clear_error_and_stays_readable(server, tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=18)
+    s = score(cfg_for(server, tmp_path, cache_max_gb=0.0003), corpus, tmp_path / "out")  # 300 kB
+    assert s.status == "failed"
+    assert f"the cache at {tmp_path / 'cache'} is full: it reached its limit of 300,000 bytes" in s.error
+    from tension.cache import records
+
+    with Store(tmp_path / "cache", readonly=True) as st:
+        stats = st.stats()
+        assert stats["verdicts"]["entries"] > 0
+        with st.env.begin(db=st._dbs["endings"]) as txn:
+            assert all(len(records.decode(v).texts) == N for _, v in txn.cursor())
+    # with room again, the same command finishes from where it stopped
+    done = score(cfg_for(server, tmp_path), corpus, tmp_path / "out")
+    assert done.status == "complete" and done.cache_hits["verdicts"] >= stats["verdicts"]["entries"]
