@@ -10,6 +10,7 @@ processes may share one store: LMDB serialises writers, readers never block.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -52,6 +53,10 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         self.max_bytes = max_bytes  # the map never grows past this (None: only the disk limits it)
+        # Reads may run on one thread while a writer thread commits. Growing the map
+        # needs no transaction open in this process: reads and resizes share a lock
+        # (write transactions are serialised by LMDB and closed before a resize).
+        self._map_lock = threading.Lock()
         if max_bytes is not None:
             map_size = min(map_size, max_bytes)
         self.counts = RunCounts(hits=dict.fromkeys(DBS, 0), misses=dict.fromkeys(DBS, 0),
@@ -105,13 +110,14 @@ class Store:
         handle = self._dbs[db]
         out: list[records.Record | None] = []
         try:
-            with self.env.begin(db=handle, buffers=True) as txn:
+            with self._map_lock, self.env.begin(db=handle, buffers=True) as txn:
                 for k in keys:
                     v = txn.get(k)
                     out.append(records.decode(v) if v is not None else None)
         except lmdb.MapResizedError:
             # Another process grew the map; adopt its size and read again.
-            self.env.set_mapsize(0)
+            with self._map_lock:
+                self.env.set_mapsize(0)
             return self.get_many(db, keys)
         except lmdb.Error as e:
             raise CacheError(f"cannot read the cache at {self.path}: {e}") from e
@@ -152,7 +158,8 @@ class Store:
             except lmdb.MapFullError:
                 self._grow()
             except lmdb.MapResizedError:
-                self.env.set_mapsize(0)
+                with self._map_lock:
+                    self.env.set_mapsize(0)
             except lmdb.Error as e:
                 raise CacheError(f"cannot write to the cache at {self.path}: {e} "
                                  "(the records already written are intact)") from e
@@ -167,7 +174,8 @@ class Store:
                                  "bytes (--cache-max-gb); the records written so far are intact and readable")
             new = min(new, self.max_bytes)
         try:
-            self.env.set_mapsize(new)
+            with self._map_lock:
+                self.env.set_mapsize(new)
         except lmdb.Error as e:
             raise CacheError(f"cannot grow the cache at {self.path} beyond {size} bytes: {e}") from e
 

@@ -25,6 +25,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -102,14 +103,17 @@ _line_encoder = msgspec.json.Encoder()
 class _Committer:
     """Group commit: records and finished position lines wait here ≤ 50 ms, then
     go to LMDB in one transaction, after which the lines are appended to the
-    partial file. Runs on the event loop's thread only (no LMDB transaction is
-    ever open in another thread, so the map can grow safely)."""
+    partial file. The commit (which waits for the disk) runs on one writer
+    thread, so the event loop keeps sending requests meanwhile; batches commit in
+    order, and a line is never written before its records are durable."""
 
     def __init__(self, store: Store, partial: Path):
         self.store = store
         self.records: list[tuple[str, bytes, records.Record]] = []
         self.lines: list[bytes] = []
         self._partial = partial.open("ab")
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tension-commit")
+        self._pending: list[Future] = []
 
     def add(self, db: str, key: bytes, rec: records.Record) -> None:
         self.records.append((db, key, rec))
@@ -117,24 +121,44 @@ class _Committer:
             self.flush()
 
     def flush(self) -> None:
-        if self.records:
-            batch, self.records = self.records, []
+        """Hand what is waiting to the writer thread (returns at once)."""
+        if not self.records and not self.lines:
+            return
+        batch, self.records = self.records, []
+        lines, self.lines = self.lines, []
+        self._pending.append(self._writer.submit(self._commit, batch, lines))
+        self.check()
+
+    def _commit(self, batch, lines) -> None:
+        if batch:
             self.store.put_many(batch)
-        if self.lines:
-            lines, self.lines = self.lines, []
+        if lines:
             self._partial.write(b"".join(lines))
             self._partial.flush()
+
+    def check(self) -> None:
+        """Raise the error of a failed commit (e.g. a full cache) in the caller."""
+        done = [f for f in self._pending if f.done()]
+        self._pending = [f for f in self._pending if not f.done()]
+        for f in done:
+            f.result()
 
     async def run(self) -> None:
         while True:
             await asyncio.sleep(COMMIT_INTERVAL)
             self.flush()
+            self.check()
 
     def close(self) -> None:
+        """Commit everything still waiting and wait for the writer: after this,
+        every completed answer is on disk."""
         try:
             self.flush()
         finally:
+            self._writer.shutdown(wait=True)
             self._partial.close()
+        for f in self._pending:
+            f.result()
 
 
 def make_tokenizer(cfg: ScoreConfig) -> Callable[[str], int] | None:
@@ -548,7 +572,11 @@ async def _score_locked(cfg: ScoreConfig, corpus_path: str | Path, out: Path) ->
             except TensionError as e:
                 status, error = "failed", _describe(e)
             finally:
-                run.committer.close()
+                try:
+                    run.committer.close()
+                except TensionError as e:  # the last commit failed (e.g. the cache is full)
+                    if status == "complete":
+                        status, error = "failed", _describe(e)
         if status == "complete":
             run.write_outputs()
             if cfg.report:
