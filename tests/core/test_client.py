@@ -217,8 +217,20 @@ def test_wrong_content_type_with_valid_json_is_accepted(srv):
     assert (c.sent, c.retries) == (1, 0)
 
 
-def test_empty_content_is_returned_as_is(srv):
+def test_an_all_empty_answer_is_asked_again(srv):
     srv.fail_next("empty_content")
+
+    async def go():
+        async with Client(retry=FAST) as c:
+            return await c.chat(srv.base_url, gen_request(n=3, seed=2)), c
+
+    res, c = run(go())
+    assert res.texts == expected_endings(gen_request(n=3, seed=2).messages, 3, 2)
+    assert (c.sent, c.retries, c.followups) == (2, 1, 0)
+
+
+def test_an_answer_that_stays_empty_is_the_models_answer(srv):
+    srv.fail_next("empty_content", times=3)  # more than EMPTY_ANSWER_RETRIES
 
     async def go():
         async with Client(retry=FAST) as c:
@@ -226,7 +238,7 @@ def test_empty_content_is_returned_as_is(srv):
 
     res, c = run(go())
     assert res.texts == ["", "", ""]
-    assert (c.sent, c.retries, c.followups) == (1, 0, 0)
+    assert (c.sent, c.retries, c.followups) == (3, 2, 0)
 
 
 def test_429_honours_retry_after(srv):
