@@ -197,7 +197,12 @@ def test_sigkill_at_random_moments_then_resume_gives_the_clean_bytes(server, tmp
             torn_tails += 1
             lines = lines[:-1]
         assert all(x in clean.lines for x in lines)
-        assert not (tmp_path / "out" / "positions.jsonl").exists()
+        final_file = tmp_path / "out" / "positions.jsonl"
+        if final_file.exists():
+            # On a loaded machine the kill can land after the run wrote its outputs
+            # but before the process ended: then they must already be the clean ones.
+            assert final_file.read_bytes() == clean.positions
+            final_file.unlink()  # so the next kill is judged on its own
         if (tmp_path / "cache").exists():
             read_cache(tmp_path / "cache")  # every record decodes after every kill
 
