@@ -131,15 +131,18 @@ class Client:
 
     # -- endpoints ------------------------------------------------------------
 
-    async def models(self, base_url: str) -> list[str]:
-        data = await self._call("GET", normalize_base_url(base_url) + "/v1/models", None, self._models_dec)
+    # `retry` on an endpoint overrides the client's policy for that call (None: the
+    # client's); the replica router asks for a short one where another replica can help.
+
+    async def models(self, base_url: str, retry: RetryPolicy | None = None) -> list[str]:
+        data = await self._call("GET", normalize_base_url(base_url) + "/v1/models", None, self._models_dec, retry)
         return [m.id for m in data.data]
 
-    async def tokenize(self, base_url: str, model: str, text: str) -> int:
+    async def tokenize(self, base_url: str, model: str, text: str, retry: RetryPolicy | None = None) -> int:
         body = self._enc.encode(TokenizeRequest(model=model, prompt=text))
         url = normalize_base_url(base_url) + "/tokenize"
         try:
-            data = await self._call("POST", url, body, self._tok_dec)
+            data = await self._call("POST", url, body, self._tok_dec, retry)
         except StatusError as e:
             if e.status in (404, 405):
                 raise ServerError(
@@ -151,7 +154,7 @@ class Client:
             self.max_model_len[normalize_base_url(base_url)] = data.max_model_len
         return data.count
 
-    async def chat(self, base_url: str, request: ChatRequest) -> ChatResult:
+    async def chat(self, base_url: str, request: ChatRequest, retry: RetryPolicy | None = None) -> ChatResult:
         """All `request.n` choices. A short answer is completed by follow-up
         requests for the missing ones; never returned short. vLLM samples choice
         i of a seeded request with seed + i, so a follow-up for the last m of n
@@ -168,7 +171,7 @@ class Client:
         req = request
         empty_retries = 0
         for followup in range(self.retry.attempts + 1):
-            data = await self._call("POST", url, self._enc.encode(req), self._chat_dec)
+            data = await self._call("POST", url, self._enc.encode(req), self._chat_dec, retry)
             usage.requests += 1
             if (data.choices and empty_retries < EMPTY_ANSWER_RETRIES
                     and all(not (c.message.content or "").strip() for c in data.choices)):
@@ -205,10 +208,24 @@ class Client:
 
     # -- the retry loop -------------------------------------------------------
 
-    async def _call(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder):
+    async def fetch_text(self, url: str, timeout: float = 10.0) -> str | None:
+        """GET `url` once (no retries): the body of a 200 answer, None for anything
+        else. For optional endpoints such as a server's /metrics."""
         if self._session is None:
             raise RuntimeError("use `async with Client(...)` before sending")
-        policy = self.retry
+        try:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                if resp.status != 200:
+                    return None
+                return (await resp.read()).decode("utf-8", "replace")
+        except (asyncio.TimeoutError, aiohttp.ClientError):
+            return None
+
+    async def _call(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder,
+                    retry: RetryPolicy | None = None):
+        if self._session is None:
+            raise RuntimeError("use `async with Client(...)` before sending")
+        policy = retry or self.retry
         start = time.monotonic()
         last: Exception | None = None
         for attempt in range(policy.attempts):

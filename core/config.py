@@ -20,9 +20,11 @@ API_KEY_ENV = "OPENAI_API_KEY"
 
 class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # servers
-    base_url: str = "http://127.0.0.1:8000"
+    # A URL, several comma-separated, or (config file) a list of URLs or of
+    # {url, weight} tables: replicas of one role (core/replicas.py)
+    base_url: str | list[str | dict[str, Any]] = "http://127.0.0.1:8000"
     model: str | None = None  # None: the first model the server lists
-    judge_base_url: str | None = None  # None: the generation server
+    judge_base_url: str | list[str | dict[str, Any]] | None = None  # None: the generation servers
     judge_model: str | None = None  # None: the generation model (on the same server)
     api_key: str | None = None  # prefer the OPENAI_API_KEY environment variable
     reasoning_off: bool = True  # send chat_template_kwargs {"enable_thinking": false}
@@ -96,12 +98,23 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
              "'none', 'choice' or 'logprobs'",
              self.judge_constraint)
         need(self.judge_temperature >= 0, "judge_temperature", "a number >= 0", self.judge_temperature)
-        need(self.base_url.startswith(("http://", "https://")), "base_url", "an http(s) URL", self.base_url)
-        if self.judge_base_url is not None:
-            need(self.judge_base_url.startswith(("http://", "https://")), "judge_base_url", "an http(s) URL",
-                 self.judge_base_url)
+        self.generation_replicas()  # each raises a ConfigError naming the bad entry
+        self.judge_replicas()
 
         self.curve_settings()  # check them now, not after hours of scoring
+
+    def generation_replicas(self):
+        from .replicas import parse_replicas
+
+        return parse_replicas(self.base_url, "base_url")
+
+    def judge_replicas(self):
+        """The judge servers; the generation servers when none are given."""
+        from .replicas import parse_replicas
+
+        if self.judge_base_url is None:
+            return self.generation_replicas()
+        return parse_replicas(self.judge_base_url, "judge_base_url")
 
     def curve_settings(self):
         return make_curve_settings(self.window, self.thresholds, self.late_threshold, self.retention_window)

@@ -4,6 +4,7 @@ and tokens/s actually sent, cache hits, ETA (tqdm; silent when disabled)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from tqdm import tqdm
 
@@ -24,6 +25,7 @@ class Progress:
         self.fresh_tokens = 0
         self._t0 = time.monotonic()
         self._last = 0.0
+        self.extra: Callable[[], str] | None = None  # more postfix, e.g. per-replica requests
 
     def add_positions(self, n: int) -> None:
         self.stories_started += 1
@@ -48,7 +50,7 @@ class Progress:
             dt = max(1e-9, now - self._t0)
             self._bar.set_postfix_str(
                 f"{self.fresh_requests / dt:.1f} req/s, {self.fresh_tokens / dt:.0f} tok/s, "
-                f"{self.hits} cache hits", refresh=False)
+                f"{self.hits} cache hits" + (f", {self.extra()}" if self.extra else ""), refresh=False)
 
     def close(self) -> None:
         if self._bar is not None:

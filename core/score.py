@@ -37,7 +37,7 @@ from tension.cache.records import Usage
 from tension.cache.store import Store, default_path
 
 from . import prompts
-from .client import Client, RetryPolicy, Timeouts, normalize_base_url
+from .client import Client, RetryPolicy, Timeouts
 from .protocol import ChatRequest
 from .config import ScoreConfig
 from .corpus import Corpus, Skipped, Story, read_corpus
@@ -45,6 +45,7 @@ from .errors import ConfigError, ServerError, StatusError, TensionError
 from .jsonl import atomic_write
 from .metrics import Curve, compute, groups_csv, stories_csv
 from .progress import Progress
+from .replicas import Router
 from .scheduler import Scheduler
 from .segment import candidates, continuation_text, prefix_text, split_sentences, story_text
 
@@ -95,6 +96,10 @@ class RunSummary(msgspec.Struct, kw_only=True):
     requests: dict[str, int]
     cache_hits: dict[str, int]
     error: str | None = None
+    # role -> per-replica figures (core/replicas.py ReplicaStats), and what happened
+    # to replicas during the run ("… taken out: why", "… re-admitted")
+    replicas: dict[str, list[dict[str, Any]]] = {}
+    replica_events: list[str] = []
 
 
 _line_encoder = msgspec.json.Encoder()
@@ -194,8 +199,14 @@ class _Run:
         self.client = client
         self.out = out
         self.progress = progress
-        self.gen_url = normalize_base_url(cfg.base_url)
-        self.judge_url = normalize_base_url(cfg.judge_base_url or cfg.base_url)
+        self.replica_events: list[str] = []
+        self.gen_router = Router("generation", cfg.generation_replicas(), client, limit=cfg.gen_concurrency,
+                                 tokenize_limit=cfg.tokenize_concurrency, total_seconds=cfg.retry_seconds,
+                                 on_change=self.replica_events.append)
+        self.judge_router = Router("judge", cfg.judge_replicas(), client, limit=cfg.judge_concurrency,
+                                   total_seconds=cfg.retry_seconds, on_change=self.replica_events.append)
+        self.gen_url = self.gen_router.urls[0]
+        self.judge_url = self.judge_router.urls[0]
         self.gen_model = cfg.model or ""
         self.judge_model = cfg.judge_model or ""
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
@@ -218,11 +229,20 @@ class _Run:
 
     async def resolve_models(self) -> None:
         """Model ids for the cache keys. Given ids are used as they are (so a
-        cached rerun sends nothing); otherwise the server's first model."""
-        if not self.gen_model:
+        cached rerun sends nothing); otherwise the server's first model. Several
+        replicas of a role are each asked, and must all serve the model."""
+        gen, judge = self.gen_router, self.judge_router
+        same = judge.urls == gen.urls
+        if not gen.single:
+            self.requests["models"] += len(gen.urls)
+            self.gen_model = await gen.check_models(self.cfg.model, "--model")
+        elif not self.gen_model:
             self.gen_model = await self._first_model(self.gen_url, "--model")
-        if not self.judge_model:
-            same = self.judge_url == self.gen_url
+        if not judge.single:
+            self.requests["models"] += len(judge.urls)
+            self.judge_model = await judge.check_models(
+                self.cfg.judge_model or (self.gen_model if same else None), "--judge-model")
+        elif not self.judge_model:
             self.judge_model = self.gen_model if same else await self._first_model(self.judge_url, "--judge-model")
 
     async def _first_model(self, url: str, flag: str) -> str:
@@ -248,8 +268,8 @@ class _Run:
                 f"no sentence of >= {self.cfg.min_anchor_words} words to anchor a position")
             return []
         texts = [story_text(sents)] + [prefix_text(sents, c.k) for c in cands]
-        counts = await self.token_counts(texts)
-        limit = await self.prompt_limit()
+        counts = await self.token_counts(texts, story.id)
+        limit = await self.prompt_limit(story.id)
         total = counts[0]
         out = []
         for c, n in zip(cands, counts[1:]):
@@ -265,7 +285,7 @@ class _Run:
             self.no_positions[story.id] = f"no position with pct in [{self.cfg.pct_min}, {self.cfg.pct_max}]"
         return out
 
-    async def prompt_limit(self) -> int | None:
+    async def prompt_limit(self, affinity: str) -> int | None:
         """Longest story prefix (in tokens) whose generation prompt, with room for
         the endings, fits the generation model's context; None when unknown."""
         key = request_key("context", {"model": self.gen_model})
@@ -276,10 +296,10 @@ class _Run:
             elif self.tokenizer is None:
                 # Not in the cache (an older cache, or one filled with --max-model-len):
                 # ask the server, whose /tokenize reports it, rather than guess.
-                if self.gen_url not in self.client.max_model_len:
+                if self.gen_router.max_model_len() is None:
                     self.requests["tokenize"] += 1
-                    await self.sched.request("tokenize", self.client.tokenize, self.gen_url, self.gen_model, "")
-                learned = self.client.max_model_len.get(self.gen_url)
+                    await self.gen_router.tokenize(self.sched, affinity, self.gen_model, "")
+                learned = self.gen_router.max_model_len()
                 if learned is not None:
                     self.context_len = learned
                     self.committer.add("tokens", key, records.TokenCount(count=learned, model=self.gen_model,
@@ -288,10 +308,11 @@ class _Run:
             return None
         if self.prompt_overhead is None:
             template = prompts.ENDING_SYSTEM + "\n" + prompts.ENDING_USER.format(prefix="")
-            self.prompt_overhead = (await self.token_counts([template]))[0] + CHAT_TEMPLATE_SLACK
+            self.prompt_overhead = (await self.token_counts([template], affinity))[0] + CHAT_TEMPLATE_SLACK
         return self.context_len - self.prompt_overhead - self.cfg.max_tokens
 
-    async def token_counts(self, texts: list[str]) -> list[int]:
+    async def token_counts(self, texts: list[str], affinity: str) -> list[int]:
+        """Token counts, from the cache or from `affinity`'s generation replica."""
         if self.tokenizer is not None:
             return [self.tokenizer(t) for t in texts]
         keys = [request_key("tokenize", {"model": self.gen_model, "prompt": t, "add_special_tokens": False})
@@ -302,7 +323,7 @@ class _Run:
 
         async def one(i: int) -> None:
             self.requests["tokenize"] += 1
-            n = await self.sched.request("tokenize", self.client.tokenize, self.gen_url, self.gen_model, texts[i])
+            n = await self.gen_router.tokenize(self.sched, affinity, self.gen_model, texts[i])
             counts[i] = n
             self.committer.add("tokens", keys[i], records.TokenCount(count=n, model=self.gen_model,
                                                                       created=time.time()))
@@ -319,7 +340,7 @@ class _Run:
         rec = self.store.get("endings", key)
         if rec is None:
             self.requests["generation"] += 1
-            res = await self.sched.request("generation", self.client.chat, self.gen_url, req)
+            res = await self.gen_router.chat(self.sched, self.corpus.stories[pos.story].id, req)
             rec = records.Endings(texts=res.texts, finish_reasons=res.finish_reasons, model=res.model,
                                   usage=res.usage, created=time.time(), seconds=res.seconds)
             self.committer.add("endings", key, rec)
@@ -342,6 +363,7 @@ class _Run:
                 req = judge_request(self, prompts.judge_messages(anchor, cont, e))
                 reqs.append((i, req, request_key("chat", req.key_fields())))
         answers: list[str | None] = [None] * len(endings)
+        affinity = f"{self.corpus.stories[pos.story].id}\x00{pos.k}"  # a position's judge prompts share a prefix
         cached = self.store.get_many("verdicts", [k for _, _, k in reqs])
         todo = []
         for (i, req, key), rec in zip(reqs, cached):
@@ -355,7 +377,7 @@ class _Run:
         async def one(item) -> None:
             i, req, key = item
             self.requests["judge"] += 1
-            res = await self.sched.request("judge", self.client.chat, self.judge_url, req)
+            res = await self.judge_router.chat(self.sched, affinity, req)
             rec = records.Verdict(text=res.texts[0], finish_reason=res.finish_reasons[0], model=res.model,
                                   usage=res.usage, created=time.time(), seconds=res.seconds,
                                   first_logprobs=res.first_logprobs[0] if res.first_logprobs else None)
@@ -428,16 +450,31 @@ class _Run:
         self.setup_tokenizer()
         await self.resolve_models()
         cfg = self.cfg
-        lanes = {"generation": cfg.gen_concurrency, "judge": cfg.judge_concurrency,
-                 "tokenize": cfg.tokenize_concurrency}
-        # Positions open at once: enough to keep both lanes full, few enough that
-        # the generation lane works on one story's prefix at a time.
-        max_open = cfg.gen_concurrency + max(2, 2 * math.ceil(cfg.judge_concurrency / cfg.endings))
+        gen, judge = self.gen_router, self.judge_router
+        routers = [r for r in (gen, judge) if not r.single]
+        # One lane per replica ("generation", "judge", "tokenize" with one server).
+        lanes = {**gen.lanes(), **judge.lanes(), **gen.tokenize_lanes()}
+        # Positions open at once: enough to keep every lane full, few enough that
+        # each generation lane works on one story's prefix at a time.
+        n_gen, n_judge = len(gen.urls), len(judge.urls)
+        max_open = n_gen * cfg.gen_concurrency + max(2, 2 * math.ceil(n_judge * cfg.judge_concurrency / cfg.endings))
+        for r in routers:
+            await r.scrape_metrics("start")
+        if routers:
+            self.progress.extra = lambda: " ".join(r.postfix() for r in (gen, judge))
         sched = Scheduler(lanes)
         self.sched = sched
         async with sched:
             sched.service(self.committer.run())
+            for r in routers:
+                sched.service(r.health_loop())
             await sched.feed(self.stream_positions(), self.position, max_open)
+        for r in routers:
+            await r.scrape_metrics("end")
+
+    def replica_figures(self) -> dict[str, list[dict[str, Any]]]:
+        """Per-replica figures of each role (requests, tokens/s, failures, prefix-cache hit rate)."""
+        return {"generation": self.gen_router.figures(), "judge": self.judge_router.figures()}
 
     # -- outputs ----------------------------------------------------------------
 
@@ -610,7 +647,8 @@ def _summary(run, corpus, store, out, status, error) -> RunSummary:
         failures=list(run.failed.values()) if run else [],
         input_errors=[str(e) for e in corpus.errors], skipped=len(corpus.skipped), skipped_stories=list(corpus.skipped),
         too_long=dict(run.too_long) if run else {}, no_positions=dict(run.no_positions) if run else {},
-        requests=dict(run.requests) if run else {}, cache_hits=dict(store.counts.hits), error=error)
+        requests=dict(run.requests) if run else {}, cache_hits=dict(store.counts.hits), error=error,
+        replicas=run.replica_figures() if run else {}, replica_events=list(run.replica_events) if run else [])
 
 
 def _write_run_json(run, cfg, corpus, store, out, status, error, t0, corpus_path) -> None:
@@ -640,6 +678,8 @@ def _write_run_json(run, cfg, corpus, store, out, status, error, t0, corpus_path
         "cache": {"path": str(store.path), "hits": dict(store.counts.hits), "misses": dict(store.counts.misses),
                   "writes": dict(store.counts.writes)},
         "lanes": {k: msgspec.to_builtins(v) for k, v in run.sched.lane_stats.items()} if run and run.sched else {},
+        "replicas": run.replica_figures() if run else {},
+        "replica_events": list(run.replica_events) if run else [],
     }
     atomic_write(out / "run.json", msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n")
 
