@@ -601,6 +601,9 @@ async def _score_locked(cfg: ScoreConfig, corpus_path: str | Path, out: Path) ->
             except asyncio.CancelledError:
                 status = "interrupted"
                 raise
+            except ConfigError as e:  # found at start (e.g. replicas serving other models): a usage error
+                status, error = "failed", _describe(e)
+                raise
             except BaseExceptionGroup as eg:
                 first = _first_error(eg)
                 if not isinstance(first, Exception):

@@ -432,6 +432,7 @@ class LoopbackServer:
         max_model_len: int = MAX_MODEL_LEN,
         record: bool = True,
         prefix_cache_blocks: int = 2_000_000,
+        serve_metrics: bool = True,
     ) -> None:
         self.models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
         if not self.models:
@@ -448,6 +449,7 @@ class LoopbackServer:
         self.max_model_len = max_model_len
         self.record = record
         self.prefix_cache_blocks = prefix_cache_blocks
+        self.serve_metrics = serve_metrics  # False: /metrics answers 404, as a server without it
 
         self._lock = threading.Lock()
         self._records: list[Recorded] = []
@@ -737,6 +739,9 @@ class LoopbackServer:
 
     async def _h_metrics(self, request: web.Request) -> web.Response:
         t0 = time.monotonic()
+        if not self.serve_metrics:
+            self._add_record(Recorded(request.path, request.method, None, 404, None, t0))
+            return web.Response(status=404, text="Not Found")
         c = self._counters
         label = f'model_name="{self.model}"'
         lines = []
