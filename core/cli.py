@@ -85,10 +85,11 @@ def _bool_flag(g, name: str, help: str) -> None:
 # flag name -> (type, help). Defaults live in ScoreConfig (shown in --help from there).
 _SCORE_FLAGS = {
     "servers": {
-        "base-url": (str, "generation server root, e.g. http://127.0.0.1:8000"),
+        "base-url": (str, "generation server root, e.g. http://127.0.0.1:8000; several comma-separated "
+                          "are replicas (a story's requests stay on one; docs/scale-out.md)"),
         "model": (str, "generation model id (default: the first the server lists; giving it "
                        "lets a fully cached rerun send nothing)"),
-        "judge-base-url": (str, "judge server root (default: the generation server)"),
+        "judge-base-url": (str, "judge server root(s), comma-separated (default: the generation servers)"),
         "judge-model": (str, "judge model id (default: the generation model)"),
     },
     "endings (paper 000, App. C.4)": {
@@ -112,9 +113,9 @@ _SCORE_FLAGS = {
         "tokenizer": (str, "token counts for pct: 'server' (its /tokenize), 'words', or a tokenizer.json path"),
     },
     "concurrency and reliability": {
-        "gen-concurrency": (int, "generation requests in flight"),
-        "judge-concurrency": (int, "judge requests in flight"),
-        "tokenize-concurrency": (int, "tokenize requests in flight"),
+        "gen-concurrency": (int, "generation requests in flight (per replica)"),
+        "judge-concurrency": (int, "judge requests in flight (per replica)"),
+        "tokenize-concurrency": (int, "tokenize requests in flight (per replica)"),
         "timeout": (float, "seconds allowed for one request"),
         "retries": (int, "attempts per request, the first included"),
         "retry-seconds": (float, "give a request up after retrying this long"),
@@ -152,6 +153,7 @@ def cmd_score(args) -> int:
         print(f"warning: {sum(summary.too_long.values())} positions in {len(summary.too_long)} stories skipped: "
               "their prompt would not fit the generation model's context ("
               + ", ".join(f"{k}: {v}" for k, v in summary.too_long.items()) + ")", file=sys.stderr)
+    _print_replica_events(summary)
     req = summary.requests
     print(f"{summary.stories} stories ({summary.skipped} skipped by the word filter), "
           f"{summary.positions} positions; requests sent: {req.get('generation', 0)} generation, "
@@ -315,6 +317,54 @@ def cmd_cache_stats(args) -> int:
     return EXIT_OK
 
 
+# --- scale-out: several replicas per role (issue 8) -------------------------------
+
+
+def _print_replica_events(summary) -> None:
+    for event in summary.replica_events:
+        print(f"warning: {event}", file=sys.stderr)
+    for role, figs in summary.replicas.items():
+        if len(figs) > 1:
+            print(f"{role} replicas: " + ", ".join(
+                f"{f['url']} {f['requests']} req" + ("" if f["up"] else " (out)") for f in figs), file=sys.stderr)
+
+
+def cmd_serve_replicas(args) -> int:
+    """`serve --profile paper --replicas N`: the paper's setup once per GPU, and the
+    score command that spreads stories over them; any other serve goes to cmd_serve."""
+    if args.replicas is None or args.profile != "paper":
+        if args.replicas is not None:
+            raise ConfigError("--replicas goes with --profile paper")
+        return cmd_serve(args)
+    from .profiles import paper_replicas, replica_score_command, shell_line
+
+    try:
+        reps = paper_replicas(args.replicas, args.generator_path, args.judge_path)
+    except ValueError as e:
+        raise ConfigError(f"--{e}") from None
+    print(f"# {args.replicas} replica(s) of the paper's engines, one H200 each (000, App. C.4-C.5); "
+          "run each line in its own shell, on the GPU host:")
+    for i, rep in enumerate(reps):
+        print(f"# replica {i} (GPU {i})")
+        for srv in rep:
+            print(shell_line(srv))
+    print("# then, from any machine that reaches them (HOST: the GPU host):")
+    print(f"# {replica_score_command(reps)}")
+    if args.launch:
+        import os
+        import subprocess
+
+        procs = [subprocess.Popen(srv.command(), env={**os.environ, **srv.env()}) for rep in reps for srv in rep]
+        print(f"launched pids {', '.join(str(p.pid) for p in procs)}; Ctrl-C stops them")
+        try:
+            for p in procs:
+                p.wait()
+        finally:
+            for p in procs:
+                p.terminate()
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tension-run",
@@ -399,6 +449,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", metavar="PATH", default=None, help="LMDB cache folder")
     add_embedded_flags(p)
     p.set_defaults(func=cmd_demo)
+
+    # scale-out (issue 8): `serve --profile paper --replicas N`
+    p = sub.choices["serve"]
+    p.add_argument("--replicas", type=int, default=None, metavar="N",
+                   help="with --profile paper: N copies, one GPU each (GPU i, ports 8000+2i and 8001+2i)")
+    p.set_defaults(func=cmd_serve_replicas)
 
     p = sub.add_parser("cache", help="inspect the LMDB cache")
     csub = p.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", required=True)

@@ -16,7 +16,8 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["GpuServer", "paper_servers", "shell_line", "EMBEDDED_SCORE_SETTINGS", "DEMO_SCORE_SETTINGS"]
+__all__ = ["GpuServer", "paper_servers", "paper_replicas", "replica_score_command", "shell_line",
+           "EMBEDDED_SCORE_SETTINGS", "DEMO_SCORE_SETTINGS"]
 
 
 class GpuServer(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,6 +55,25 @@ def paper_servers(generator_path: str = "/models/Qwen3-32B", judge_path: str = "
         GpuServer(role="judge", model_path=judge_path, served_name="Qwen/Qwen3-8B", port=judge_port,
                   max_model_len=16384, gpu_memory_utilization=0.30, gpu=gpu),
     ]
+
+
+def paper_replicas(n: int, generator_path: str = "/models/Qwen3-32B", judge_path: str = "/models/Qwen3-8B",
+                   first_port: int = 8000) -> list[list[GpuServer]]:
+    """`n` copies of the paper's setup, one per GPU: replica i runs its generator
+    on port first_port + 2i and its judge on first_port + 2i + 1, on GPU i."""
+    if n < 1:
+        raise ValueError(f"replicas: expected an integer >= 1, got {n}")
+    return [paper_servers(generator_path, judge_path, gen_port=first_port + 2 * i,
+                          judge_port=first_port + 2 * i + 1, gpu=str(i)) for i in range(n)]
+
+
+def replica_score_command(replicas: list[list[GpuServer]], host: str = "HOST") -> str:
+    """The `tension-run score` line that drives these replicas (URL lists per role)."""
+    gens = [srv for rep in replicas for srv in rep if srv.role == "generation"]
+    judges = [srv for rep in replicas for srv in rep if srv.role == "judge"]
+    return ("tension-run score CORPUS --out DIR --base-url " + ",".join(f"http://{host}:{s.port}" for s in gens)
+            + f" --model {gens[0].served_name} --judge-base-url "
+            + ",".join(f"http://{host}:{s.port}" for s in judges) + f" --judge-model {judges[0].served_name}")
 
 
 def shell_line(server: GpuServer) -> str:

@@ -15,7 +15,7 @@ In a test::
 
 As a process (benchmarks, kill/resume tests)::
 
-    python tests/openai_server.py --port 8123 [--model M] [--delay S]
+    python tests/openai_server.py --port 8123 [--model M] [--delay S] [--max-concurrent K]
                                   [--fault-rate 0.1 --seed 1]
 
 prints ``listening on http://127.0.0.1:PORT`` (flushed) and serves until SIGINT/SIGTERM.
@@ -415,6 +415,8 @@ class LoopbackServer:
     `yes_rate`, `malformed_rate`), timing knobs (`delay`: seconds added to every chat
     request; `slow_seconds`: the "slow" fault) and `retry_after` (the 429 header value;
     None omits it) are plain attributes, settable at any time from any thread.
+    `max_concurrent` > 0 serves at most that many chat requests at once (set it
+    before start): a replica's capacity, for the scale-out tests and bench.
     """
 
     def __init__(
@@ -433,6 +435,7 @@ class LoopbackServer:
         record: bool = True,
         prefix_cache_blocks: int = 2_000_000,
         serve_metrics: bool = True,
+        max_concurrent: int = 0,
     ) -> None:
         self.models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
         if not self.models:
@@ -450,6 +453,10 @@ class LoopbackServer:
         self.record = record
         self.prefix_cache_blocks = prefix_cache_blocks
         self.serve_metrics = serve_metrics  # False: /metrics answers 404, as a server without it
+        # > 0: at most this many chat requests are served at once, the rest wait (a
+        # GPU's batch); with `delay`, capacity is max_concurrent / delay requests/s
+        self.max_concurrent = max_concurrent
+        self._capacity: asyncio.Semaphore | None = None
 
         self._lock = threading.Lock()
         self._records: list[Recorded] = []
@@ -512,6 +519,7 @@ class LoopbackServer:
                 self._drain_and_close(loop)
 
         self._blocks = set()
+        self._capacity = None  # a new loop: a new semaphore
         for k in self._counters:
             self._counters[k] = 0
         self._thread = threading.Thread(target=run, name=f"LoopbackServer:{self.port}", daemon=True)
@@ -900,7 +908,13 @@ class LoopbackServer:
         fault = self._take_fault(path)
         try:
             body, ok = await self._read_json(request)
-            if chat and self.delay > 0:
+            if chat and self.max_concurrent > 0:
+                if self._capacity is None:  # made in the server's own loop
+                    self._capacity = asyncio.Semaphore(self.max_concurrent)
+                async with self._capacity:
+                    if self.delay > 0:
+                        await asyncio.sleep(self.delay)
+            elif chat and self.delay > 0:
                 await asyncio.sleep(self.delay)
             if fault in _FAULT_STATUS:
                 status, etype = _FAULT_STATUS[fault]
@@ -957,6 +971,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0, help="0 picks a free port")
     ap.add_argument("--model", action="append", help="served model name (repeatable)")
     ap.add_argument("--delay", type=float, default=0.0, help="seconds added to each chat request")
+    ap.add_argument("--max-concurrent", type=int, default=0,
+                    help="chat requests served at once, the others wait (0: no limit)")
     ap.add_argument("--fault-rate", type=float, default=0.0,
                     help="probability that a chat request gets a fault")
     ap.add_argument("--fault-kinds", default=",".join(TRANSIENT_FAULTS),
@@ -973,6 +989,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model or ["test-model"], host=args.host, port=args.port, delay=args.delay,
         empty_rate=args.empty_rate, yes_rate=args.yes_rate, malformed_rate=args.malformed_rate,
         slow_seconds=args.slow_seconds, max_model_len=args.max_model_len, record=False,
+        max_concurrent=args.max_concurrent,
     )
     if args.fault_rate > 0:
         kinds = [k.strip() for k in args.fault_kinds.split(",") if k.strip()]

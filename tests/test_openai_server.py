@@ -623,3 +623,28 @@ def test_standalone_process():
         proc.terminate()
         assert proc.wait(timeout=10) == 0
         proc.stdout.close()
+
+
+# --- capacity (scale-out tests and bench) ----------------------------------------
+
+
+def test_max_concurrent_makes_requests_wait_their_turn():
+    # 6 requests, 2 at a time, 0.1 s each: three rounds, so >= 0.3 s; unlimited, one round
+    async def go(srv) -> float:
+        async with aiohttp.ClientSession() as s:
+
+            async def one(i: int) -> int:
+                async with s.post(srv.base_url + CHAT_PATH, json=chat_body(judge_messages(STORY, str(i)))) as r:
+                    await r.read()
+                    return r.status
+
+            t0 = time.monotonic()
+            assert await asyncio.gather(*[one(i) for i in range(6)]) == [200] * 6
+            return time.monotonic() - t0
+
+    with LoopbackServer(delay=0.1, max_concurrent=2) as srv:
+        assert asyncio.run(go(srv)) >= 0.3
+        assert srv.count(kind="judge") == 6
+        srv.stop()
+        srv.start()  # a new loop gets a new semaphore
+        assert asyncio.run(go(srv)) >= 0.3

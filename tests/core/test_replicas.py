@@ -330,8 +330,32 @@ def test_cli_score_with_a_comma_separated_list_and_a_replica_serving_another_mod
     rc = main(["score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", ",".join(urls(trio)),
                "--model", "test-gen", "--judge-model", "test-judge", "--endings", "2",
                "--cache", str(tmp_path / "cache"), "--no-progress", "--no-report"])
-    assert rc == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 0, err
     assert sum(srv.count(path=CHAT_PATH, kind="generation") for srv in trio) > 0
+    assert f"generation replicas: {trio[0].base_url} " in err  # the per-replica summary line
+
+
+def test_serve_profile_paper_replicas_prints_one_engine_pair_per_gpu_and_the_score_command(capsys):
+    assert main(["serve", "--profile", "paper", "--replicas", "3", "--generator-path", "/m/g",
+                 "--judge-path", "/m/j"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    engines = [line for line in out if " vllm serve " in line]
+    assert len(engines) == 6
+    ports = [int(line.split("--port ")[1].split()[0]) for line in engines]
+    gpus = [line.split("CUDA_VISIBLE_DEVICES=")[1].split()[0] for line in engines]
+    assert ports == [8000, 8001, 8002, 8003, 8004, 8005] and gpus == ["0", "0", "1", "1", "2", "2"]
+    assert all(("/m/g" in line) == (p % 2 == 0) for line, p in zip(engines, ports))
+    score_line = next(line for line in out if "tension-run score" in line)
+    flags = score_line.split()
+    gen = parse_replicas(flags[flags.index("--base-url") + 1].replace("HOST", "h"), "base_url")
+    judge = parse_replicas(flags[flags.index("--judge-base-url") + 1].replace("HOST", "h"), "judge_base_url")
+    assert [r.url for r in gen] == ["http://h:8000", "http://h:8002", "http://h:8004"]
+    assert [r.url for r in judge] == ["http://h:8001", "http://h:8003", "http://h:8005"]
+    # --replicas belongs to the GPU profile only
+    assert main(["serve", "--embedded", "--replicas", "2"]) == 2
+    assert main(["serve", "--profile", "paper", "--replicas", "0"]) == 2
+    assert "--replicas: expected an integer >= 1, got 0" in capsys.readouterr().err
 
 
 def test_weighted_replicas_from_a_config_file_and_servers_without_metrics(tmp_path):
