@@ -433,10 +433,12 @@ class _Run:
         self.committer.lines.append(_line_encoder.encode(res) + b"\n")
         self.progress.position_done()
 
-    async def stream_positions(self):
-        """Positions in corpus order, each story's in ascending k (their prompts
-        share the story's prefix, which the server's prefix cache serves)."""
-        for si, story in enumerate(self.corpus.stories):
+    async def stream_positions(self, stories: list[int] | None = None):
+        """Positions in corpus order (of `stories`, default all), each story's in
+        ascending k (their prompts share the story's prefix, which the server's
+        prefix cache serves)."""
+        for si in range(len(self.corpus.stories)) if stories is None else stories:
+            story = self.corpus.stories[si]
             try:
                 ps = await self.positions(si, story)
             except StatusError as e:
@@ -457,7 +459,11 @@ class _Run:
         # Positions open at once: enough to keep every lane full, few enough that
         # each generation lane works on one story's prefix at a time.
         n_gen, n_judge = len(gen.urls), len(judge.urls)
-        max_open = n_gen * cfg.gen_concurrency + max(2, 2 * math.ceil(n_judge * cfg.judge_concurrency / cfg.endings))
+        max_open = cfg.gen_concurrency + max(2, 2 * math.ceil(n_judge * cfg.judge_concurrency / (n_gen * cfg.endings)))
+        # With several generation replicas each is fed its own stories (those it
+        # comes first for), in corpus order: a feed in plain corpus order would
+        # keep only one or two stories, hence replicas, busy at a time.
+        shares = self.stories_by_replica()
         for r in routers:
             await r.scrape_metrics("start")
         if routers:
@@ -468,9 +474,23 @@ class _Run:
             sched.service(self.committer.run())
             for r in routers:
                 sched.service(r.health_loop())
-            await sched.feed(self.stream_positions(), self.position, max_open)
+            if len(shares) == 1:
+                await sched.feed(self.stream_positions(), self.position, max_open)
+            else:
+                await sched.map(lambda share: sched.feed(self.stream_positions(share), self.position, max_open),
+                                shares)
         for r in routers:
             await r.scrape_metrics("end")
+
+    def stories_by_replica(self) -> list[list[int]]:
+        """Story indices grouped by the generation replica that comes first for
+        them (where their requests go while it is up); one group per replica used."""
+        if self.gen_router.single:
+            return [list(range(len(self.corpus.stories)))]
+        groups: dict[str, list[int]] = {}
+        for si, story in enumerate(self.corpus.stories):
+            groups.setdefault(self.gen_router.preference(story.id)[0], []).append(si)
+        return list(groups.values())
 
     def replica_figures(self) -> dict[str, list[dict[str, Any]]]:
         """Per-replica figures of each role (requests, tokens/s, failures, prefix-cache hit rate)."""
