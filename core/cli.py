@@ -119,6 +119,8 @@ _SCORE_FLAGS = {
         "timeout": (float, "seconds allowed for one request"),
         "retries": (int, "attempts per request, the first included"),
         "retry-seconds": (float, "give a request up after retrying this long"),
+        "shard": (str, "I/N: score only shard I (0-based) of N of the stories; N processes sharing one --cache "
+                       "split a corpus, then a run without --shard writes the full outputs from the cache"),
     },
 }
 

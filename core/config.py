@@ -54,6 +54,7 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     judge_concurrency: int = 512
     tokenize_concurrency: int = 64
     warm_judge: bool = True  # one judge request per position first, to fill the prefix cache
+    shard: str | None = None  # "I/N": score only the stories of shard I (0-based) of N (core/replicas.py)
     # reliability
     timeout: float = 600.0
     retries: int = 8
@@ -99,9 +100,19 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
              self.judge_constraint)
         need(self.judge_temperature >= 0, "judge_temperature", "a number >= 0", self.judge_temperature)
         self.generation_replicas()  # each raises a ConfigError naming the bad entry
+        self.shard_spec()
         self.judge_replicas()
 
         self.curve_settings()  # check them now, not after hours of scoring
+
+    def shard_spec(self) -> tuple[int, int] | None:
+        """(I, N) of `shard`, or None to score every story."""
+        if self.shard is None:
+            return None
+        i, sep, n = self.shard.partition("/")
+        if not (sep and i.strip().isdigit() and n.strip().isdigit() and int(i) < int(n)):
+            raise ConfigError(f"shard: expected I/N with 0 <= I < N (e.g. 0/4), got {self.shard!r}")
+        return int(i), int(n)
 
     def generation_replicas(self):
         from .replicas import parse_replicas

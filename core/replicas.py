@@ -43,7 +43,7 @@ from .client import ChatResult, Client, RetryPolicy, normalize_base_url
 from .errors import ConfigError, RetryBudgetError, ServerError
 from .protocol import ChatRequest
 
-__all__ = ["Replica", "ReplicaStats", "Router", "parse_replicas", "hrw_order", "parse_prometheus",
+__all__ = ["Replica", "ReplicaStats", "Router", "parse_replicas", "hrw_order", "parse_prometheus", "in_shard",
            "FAILOVER_RETRY"]
 
 # Per-replica retries when another replica can take the request: a dead server is
@@ -113,6 +113,13 @@ def hrw_order(key: str, replicas: Sequence[Replica]) -> list[int]:
     w_i / Σw, and the order depends only on (key, url, weight) of each replica."""
     scores = [-r.weight / math.log(_unit(key, r.url)) for r in replicas]
     return sorted(range(len(replicas)), key=lambda i: (-scores[i], replicas[i].url))
+
+
+def in_shard(story_id: str, shard: int, shards: int) -> bool:
+    """Whether a story belongs to shard `shard` of `shards` (`score --shard I/N`):
+    a fixed hash of its id, so N processes on one cache split a corpus without
+    talking to each other, each story scored by exactly one."""
+    return int(_unit(story_id, "shard") * shards) == shard
 
 
 def parse_prometheus(text: str) -> dict[str, float]:

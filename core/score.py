@@ -45,7 +45,7 @@ from .errors import ConfigError, ServerError, StatusError, TensionError
 from .jsonl import atomic_write
 from .metrics import Curve, compute, groups_csv, stories_csv
 from .progress import Progress
-from .replicas import Router
+from .replicas import Router, in_shard
 from .scheduler import Scheduler
 from .segment import candidates, continuation_text, prefix_text, split_sentences, story_text
 
@@ -603,6 +603,8 @@ def _out_lock(out: Path):
 
 async def _score_locked(cfg: ScoreConfig, corpus_path: str | Path, out: Path) -> RunSummary:
     corpus = read_corpus(corpus_path, cfg.min_words, cfg.max_words)
+    if (shard := cfg.shard_spec()) is not None:  # --shard I/N: this process's share of the stories
+        corpus.stories = [st for st in corpus.stories if in_shard(st.id, *shard)]
     store = Store(cfg.cache or default_path(),
                   max_bytes=int(cfg.cache_max_gb * 1e9) if cfg.cache_max_gb else None)
     partial = out / "positions.partial.jsonl"

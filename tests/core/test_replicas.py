@@ -477,3 +477,27 @@ def test_an_unreachable_replica_at_start_is_taken_out_and_the_others_serve(trio)
 def test_module_exports():
     for name in replicas_mod.__all__:
         assert hasattr(replicas_mod, name)
+
+
+# --- --shard I/N: several score processes on one cache ------------------------------
+
+
+def test_shards_split_the_stories_and_a_last_run_collects_them_from_the_cache(tmp_path, clean_outputs):
+    corpus = make_corpus(tmp_path / "c.jsonl", 6, seed=3)
+    ids = list(story_heads(corpus))
+    with LoopbackServer(model=MODELS) as srv:
+        shards: list[list[str]] = []
+        for i in range(3):
+            s = score(cfg_for(srv.base_url, tmp_path, shard=f"{i}/3"), corpus, tmp_path / f"shard{i}")
+            assert s.status == "complete", s.error
+            rows = (tmp_path / f"shard{i}" / "stories.csv").read_text().splitlines()[1:]
+            shards.append([row.split(",")[0] for row in rows])
+        assert sorted(sum(shards, [])) == sorted(ids)  # every story in exactly one shard
+        assert sum(1 for sh in shards if sh) >= 2
+        sent = srv.count(path=CHAT_PATH)
+        s = score(cfg_for(srv.base_url, tmp_path), corpus, tmp_path / "all")
+        assert srv.count(path=CHAT_PATH) == sent  # the shards left everything in the cache
+    assert outputs(tmp_path / "all") == clean_outputs(corpus)
+    for bad in ("3/3", "1", "a/2", "-1/2"):
+        with pytest.raises(ConfigError, match=r"shard: expected I/N with 0 <= I < N"):
+            cfg_for("http://x:1", tmp_path, shard=bad)
