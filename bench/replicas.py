@@ -15,8 +15,10 @@ stays full).
 Throughput is (generation + judge requests) / wall time of ``score_async``
 (tokenize requests and writing the outputs included). Runs are interleaved
 (1, 2, 3, 1, 2, 3, …); the table shows the median over repeats, the ratio to one
-replica, and each replica's share of the requests (from run.json's per-replica
-figures).
+replica, each replica's share of the requests (from the run's per-replica
+figures), and the "split bound": total / busiest replica's requests, the speed-up
+the story split allows (story affinity keeps a story on one replica, so with few
+stories the shares are uneven and the busiest replica finishes last).
 
 Run from the repository root::
 
@@ -123,8 +125,8 @@ def main(argv=None) -> int:
 
     base = statistics.median(r["req_s"] for r in runs if r["replicas"] == counts[0])
     ceiling = args.capacity / args.delay
-    print(f"\n{'replicas':>8} | {'req/s (median)':>14} | {'best':>7} | {'vs 1':>5} | {'of capacity':>11} | "
-          "share per replica (last run)")
+    print(f"\n{'replicas':>8} | {'req/s (median)':>14} | {'best':>7} | {'vs 1':>5} | {'split bound':>11} | "
+          f"{'of capacity':>11} | share per replica (last run)")
     rows = []
     for n in counts:
         mine = [r for r in runs if r["replicas"] == n]
@@ -132,9 +134,11 @@ def main(argv=None) -> int:
         best = max(r["req_s"] for r in mine)
         last = mine[-1]["per_replica"]
         share = " / ".join(f"{x / sum(last):.2f}" for x in last)
+        bound = sum(last) / max(last)  # the speed-up the story split allows: the busiest replica finishes last
         rows.append({"replicas": n, "req_s_median": med, "req_s_best": best, "vs_first": med / base,
-                     "of_capacity": med / (n * ceiling), "share_last": last})
-        print(f"{n:>8} | {med:>14.1f} | {best:>7.1f} | {med / base:>4.2f}x | {med / (n * ceiling):>10.0%} | {share}")
+                     "split_bound": bound, "of_capacity": med / (n * ceiling), "share_last": last})
+        print(f"{n:>8} | {med:>14.1f} | {best:>7.1f} | {med / base:>4.2f}x | {bound:>10.2f}x | "
+              f"{med / (n * ceiling):>10.0%} | {share}")
     if args.json:
         Path(args.json).write_text(json.dumps({"config": config, "runs": runs, "rows": rows}, indent=2))
     return 0

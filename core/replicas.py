@@ -153,6 +153,7 @@ class ReplicaStats(msgspec.Struct, kw_only=True):
     cached_tokens: int = 0
     failures: int = 0  # calls that ran out of their retries here
     rerouted: int = 0  # requests that went on to another replica after it failed
+    stories_taken: int = 0  # stories it took over, unstarted, from a busier replica's queue
     taken_out: list[str] = []  # why it was taken out, each time
     readmitted: int = 0
     busy_seconds: float = 0.0
@@ -200,6 +201,7 @@ class Router:
         self._states = [_State(r, role, role if single else f"{role} {r.url}") for r in self.replicas]
         self.tokenize_limit = tokenize_limit  # > 0: this role also answers /tokenize, in lanes of its own
         self._changed: asyncio.Event | None = None  # made on first use, in the running loop
+        self._pinned: dict[str, _State] = {}
         self._t0 = time.monotonic()
         self._t1: float | None = None
 
@@ -223,7 +225,22 @@ class Router:
 
     def preference(self, key: str) -> list[str]:
         """The replica URLs in `key`'s preference order (up or not)."""
-        return [self._states[i].rep.url for i in hrw_order(key, self.replicas)]
+        return [st.rep.url for st in self._order(key)]
+
+    def is_up(self, url: str) -> bool:
+        return next(s for s in self._states if s.rep.url == url).up
+
+    def pin(self, key: str, url: str) -> None:
+        """Send `key`'s requests to `url` first from now on (the rest of its order
+        stays): a story taken over by an idle replica before it started."""
+        st = next(s for s in self._states if s.rep.url == url)
+        st.stats.stories_taken += 1
+        self._pinned[key] = st
+
+    def _order(self, key: str) -> list[_State]:
+        order = [self._states[i] for i in hrw_order(key, self.replicas)]
+        first = self._pinned.get(key)
+        return order if first is None else [first] + [s for s in order if s is not first]
 
     # -- start-up -----------------------------------------------------------------
 
@@ -286,7 +303,7 @@ class Router:
     async def _routed(self, sched, key: str, lane_of: Callable[[_State], str],
                       call: Callable[[str, RetryPolicy], Awaitable[Any]]):
         deadline = time.monotonic() + self.total_seconds
-        order = [self._states[i] for i in hrw_order(key, self.replicas)]
+        order = self._order(key)
         while True:
             st = next((s for s in order if s.up), None)
             if st is None:

@@ -16,6 +16,7 @@ it is the same bytes however the run was interrupted and resumed.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import fcntl
 import math
@@ -463,7 +464,7 @@ class _Run:
         # With several generation replicas each is fed its own stories (those it
         # comes first for), in corpus order: a feed in plain corpus order would
         # keep only one or two stories, hence replicas, busy at a time.
-        shares = self.stories_by_replica()
+        queues = self.story_queues()
         for r in routers:
             await r.scrape_metrics("start")
         if routers:
@@ -474,23 +475,37 @@ class _Run:
             sched.service(self.committer.run())
             for r in routers:
                 sched.service(r.health_loop())
-            if len(shares) == 1:
+            if gen.single:
                 await sched.feed(self.stream_positions(), self.position, max_open)
             else:
-                await sched.map(lambda share: sched.feed(self.stream_positions(share), self.position, max_open),
-                                shares)
+                await sched.map(lambda url: sched.feed(self.stream_positions(self.take_stories(url, queues)),
+                                                       self.position, max_open), list(queues))
         for r in routers:
             await r.scrape_metrics("end")
 
-    def stories_by_replica(self) -> list[list[int]]:
-        """Story indices grouped by the generation replica that comes first for
-        them (where their requests go while it is up); one group per replica used."""
-        if self.gen_router.single:
-            return [list(range(len(self.corpus.stories)))]
-        groups: dict[str, list[int]] = {}
+    def story_queues(self) -> dict[str, collections.deque[int]]:
+        """Generation replica URL -> the stories it comes first for, in corpus order."""
+        queues: dict[str, collections.deque[int]] = {url: collections.deque() for url in self.gen_router.urls}
         for si, story in enumerate(self.corpus.stories):
-            groups.setdefault(self.gen_router.preference(story.id)[0], []).append(si)
-        return list(groups.values())
+            queues[self.gen_router.preference(story.id)[0]].append(si)
+        return queues
+
+    def take_stories(self, url: str, queues: dict[str, collections.deque[int]]):
+        """The stories `url`'s feed opens: its own queue, then, while it is up,
+        the last unstarted story of the longest other queue, which moves to it
+        whole (pinned): with story affinity the replica with the most stories
+        would otherwise finish alone while the others idle."""
+        own = queues[url]
+        while True:
+            if own:
+                yield own.popleft()
+                continue
+            victim = max(queues.values(), key=len)
+            if not victim or not self.gen_router.is_up(url):
+                return
+            si = victim.pop()
+            self.gen_router.pin(self.corpus.stories[si].id, url)
+            yield si
 
     def replica_figures(self) -> dict[str, list[dict[str, Any]]]:
         """Per-replica figures of each role (requests, tokens/s, failures, prefix-cache hit rate)."""

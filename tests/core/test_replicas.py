@@ -236,13 +236,18 @@ def test_story_affinity_load_spread_and_same_outputs_as_one_server(trio, tmp_pat
     assert all(0.18 <= c / total <= 0.50 for c in judge_counts), judge_counts
     assert sum(1 for v in stories.values() if v) == 6
     assert len({next(iter(v)) for v in stories.values()}) >= 2  # stories spread over replicas
-    # the affinity is the documented one: each story's replica is first in its HRW order
-    reps = [Replica(url=u) for u in urls(trio)]
-    for sid, served in stories.items():
-        assert served == {hrw_order(sid, reps)[0]}
-
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     gen = run["replicas"]["generation"]
+    # the affinity is the documented one: each story's replica is first in its HRW
+    # order, but for stories an idle replica took over before they started
+    reps = [Replica(url=u) for u in urls(trio)]
+    taken = [sid for sid, served in stories.items() if served != {hrw_order(sid, reps)[0]}]
+    assert len(taken) == sum(g["stories_taken"] for g in gen)
+    # taken from the end of the owner's queue: its own stories come first in corpus order
+    order = list(heads)
+    for sid in taken:
+        kept = [o for o in order if hrw_order(o, reps)[0] == hrw_order(sid, reps)[0] and o not in taken]
+        assert all(order.index(o) < order.index(sid) for o in kept)
     assert [g["url"] for g in gen] == urls(trio)
     assert sum(g["requests"] for g in gen) == s.requests["generation"]
     assert sum(j["requests"] for j in run["replicas"]["judge"]) == s.requests["judge"] == total
@@ -266,10 +271,15 @@ def test_killing_a_replica_mid_run_gives_the_clean_outputs_and_names_it(trio, tm
     heads = story_heads(corpus)
     for srv in trio:
         srv.delay = 0.005  # so the run is still going when the kill lands
-    # Kill the replica of story-002 while it is working on that story: once it
-    # has answered a few of its generation requests, the rest are still to come.
-    target = "story-002"
-    owner = hrw_order(target, [Replica(url=u) for u in urls(trio)])[0]
+    # Kill the replica with the most stories while it works on its first one (which
+    # no other replica takes over: they take from the end of a queue): once it has
+    # answered a few of that story's generation requests, the rest are still to come.
+    reps = [Replica(url=u) for u in urls(trio)]
+    first_of = collections.defaultdict(list)
+    for sid in heads:
+        first_of[hrw_order(sid, reps)[0]].append(sid)
+    owner = max(first_of, key=lambda i: len(first_of[i]))
+    target = first_of[owner][0]
     killed: list[int] = []
 
     def killer():
@@ -373,8 +383,9 @@ def test_weighted_replicas_from_a_config_file_and_servers_without_metrics(tmp_pa
         assert s.status == "complete", s.error
         reps = cfg.generation_replicas()
         stories, _, judge_counts = who_served([a, b], heads)
-        for sid, served in stories.items():
-            assert served == {hrw_order(sid, reps)[0]}
+        taken = [sid for sid, served in stories.items() if served != {hrw_order(sid, reps)[0]}]
+        assert len(taken) == sum(g["stories_taken"] for g in s.replicas["generation"])
+        assert all(len(served) == 1 for served in stories.values())
         assert judge_counts[0] == 0 and judge_counts[1] > 0  # the judge has its own (single) server
         gen = s.replicas["generation"]
         assert [(g["url"], g["weight"]) for g in gen] == [(a.base_url, 3.0), (b.base_url, 0.5)]
@@ -501,3 +512,13 @@ def test_shards_split_the_stories_and_a_last_run_collects_them_from_the_cache(tm
     for bad in ("3/3", "1", "a/2", "-1/2"):
         with pytest.raises(ConfigError, match=r"shard: expected I/N with 0 <= I < N"):
             cfg_for("http://x:1", tmp_path, shard=bad)
+
+
+def test_pin_moves_one_key_to_the_front_and_keeps_the_rest_of_its_order():
+    reps = [Replica(url=f"http://gpu{i}:8000") for i in range(4)]
+    router = Router("generation", reps, Client(), limit=1, total_seconds=1)
+    before = router.preference("story-9")
+    router.pin("story-9", before[-1])
+    assert router.preference("story-9") == [before[-1]] + before[:-1]
+    assert router.preference("story-8") == [reps[i].url for i in hrw_order("story-8", reps)]
+    assert [f["stories_taken"] for f in router.figures() if f["url"] == before[-1]] == [1]
