@@ -522,3 +522,20 @@ def test_pin_moves_one_key_to_the_front_and_keeps_the_rest_of_its_order():
     assert router.preference("story-9") == [before[-1]] + before[:-1]
     assert router.preference("story-8") == [reps[i].url for i in hrw_order("story-8", reps)]
     assert [f["stories_taken"] for f in router.figures() if f["url"] == before[-1]] == [1]
+
+
+def test_progress_postfix_counts_requests_per_replica_and_marks_those_out(trio):
+    async def main_():
+        async with Client() as client:
+            router = Router("judge", [Replica(url=u) for u in urls(trio)], client, limit=2, total_seconds=5,
+                            failover_retry=RetryPolicy(attempts=1))
+            trio[1].stop()
+            await router.check_models("test-gen", "--judge-model")
+            async with Scheduler(router.lanes()) as sched:
+                await sched.map(lambda k: router.chat(sched, k, gen_request(1)), [f"s{i}" for i in range(20)])
+            return router
+
+    router = asyncio.run(main_())
+    n = [f["requests"] for f in router.figures()]
+    assert n[1] == 0 and n[0] + n[2] == 20
+    assert router.postfix() == f"j[{n[0]} 0! {n[2]}]"
