@@ -539,3 +539,40 @@ def test_progress_postfix_counts_requests_per_replica_and_marks_those_out(trio):
     n = [f["requests"] for f in router.figures()]
     assert n[1] == 0 and n[0] + n[2] == 20
     assert router.postfix() == f"j[{n[0]} 0! {n[2]}]"
+
+
+def test_a_replica_added_between_runs_takes_about_a_quarter_of_the_stories_and_only_those(trio):
+    keys = [f"story-{i:03d}" for i in range(240)]
+    fourth = LoopbackServer(model=MODELS).start()
+
+    def served(servers) -> dict[str, int]:
+        """story key -> index of the server that answered it (from the servers' logs)."""
+        out = {}
+        for i, srv in enumerate(servers):
+            for r in srv.requests:
+                if r.path == CHAT_PATH:
+                    out[r.body["messages"][-1]["content"].removeprefix("STORY SO FAR:\n")] = i
+            srv.reset_records()
+        return out
+
+    async def run(servers) -> None:
+        async with Client() as client:
+            router = Router("generation", [Replica(url=s.base_url) for s in servers], client, limit=8,
+                            total_seconds=5)
+            async with Scheduler(router.lanes()) as sched:
+                await sched.map(lambda k: router.chat(sched, k, ChatRequest(model="test-gen", n=1, messages=[
+                    {"role": "system", "content": "You are a fiction writer."},
+                    {"role": "user", "content": f"STORY SO FAR:\n{k}"}])), keys)
+
+    try:
+        asyncio.run(run(trio))
+        before = served(trio)
+        asyncio.run(run(trio + [fourth]))
+        after = served(trio + [fourth])
+    finally:
+        fourth.stop()
+    assert set(before) == set(after) == set(keys)
+    moved = [k for k in keys if before[k] != after[k]]
+    assert all(after[k] == 3 for k in moved)  # only to the new replica, none between the old ones
+    # expected share 1/4; binomial sd over 240 stories is 0.028, tolerance 0.09 (> 3 sd)
+    assert abs(len(moved) / len(keys) - 0.25) <= 0.09
