@@ -162,10 +162,12 @@ def test_prometheus_text_is_summed_over_label_sets():
             'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 120.0\n'
             'vllm:prefix_cache_hits_total{engine="1",model_name="m"} 30.0\n'
             'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 300\n'
+            'vllm:prefix_cache_hits_created{engine="0",model_name="m"} 1.7959871603402967e+09\n'
+            'spaced{model_name="a b}c"} 2.5\n'
             'plain_counter 7 1712345678\nbroken{a="b"} notanumber\n')
     got = parse_prometheus(text)
     assert got == {"vllm:prefix_cache_hits_total": 150.0, "vllm:prefix_cache_queries_total": 300.0,
-                   "plain_counter": 7.0}
+                   "vllm:prefix_cache_hits_created": 1.7959871603402967e+09, "spaced": 2.5, "plain_counter": 7.0}
 
 
 # --- rendezvous hashing ----------------------------------------------------------
@@ -576,3 +578,13 @@ def test_a_replica_added_between_runs_takes_about_a_quarter_of_the_stories_and_o
     assert all(after[k] == 3 for k in moved)  # only to the new replica, none between the old ones
     # expected share 1/4; binomial sd over 240 stories is 0.028, tolerance 0.09 (> 3 sd)
     assert abs(len(moved) / len(keys) - 0.25) <= 0.09
+
+
+def test_hit_rate_is_taken_over_the_run_and_survives_a_restarted_server():
+    q, h = replicas_mod.PROMETHEUS_QUERIES, replicas_mod.PROMETHEUS_HITS
+    rate = replicas_mod._hit_rate
+    assert rate({q: 1000.0, h: 900.0}, {q: 3000.0, h: 1900.0}) == 0.5  # deltas, not totals (0.63)
+    assert rate(None, {q: 400.0, h: 100.0}) == 0.25  # no start reading: since the server started
+    assert rate({q: 5000.0, h: 4000.0}, {q: 400.0, h: 300.0}) == 0.75  # restarted mid-run: counters reset
+    assert rate({q: 10.0, h: 1.0}, {q: 10.0, h: 1.0}) is None  # no query during the run
+    assert rate({q: 10.0, h: 1.0}, None) is None and rate(None, {"other": 1.0}) is None
