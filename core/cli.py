@@ -342,7 +342,7 @@ def cmd_estimate(args) -> int:
                          ending_tokens=args.ending_tokens)
     check_throughput(thr)
     est = estimate(cfg, args.corpus, thr)
-    for e in est.input_errors:
+    for e in est.input_errors + est.stories_failed:
         print(f"error: {e}", file=sys.stderr)
     print(format_estimate(est))
     if args.json:
@@ -350,7 +350,7 @@ def cmd_estimate(args) -> int:
 
         atomic_write(args.json, msgspec.json.format(msgspec.json.encode(est), indent=2) + b"\n")
         print(f"written: {args.json}")
-    return EXIT_FAILED if est.input_errors else EXIT_OK
+    return EXIT_FAILED if est.input_errors or est.stories_failed else EXIT_OK
 
 
 def cmd_bench(args) -> int:

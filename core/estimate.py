@@ -41,10 +41,10 @@ from . import prompts
 from .client import Client, RetryPolicy, Timeouts
 from .config import ScoreConfig
 from .corpus import read_corpus
-from .errors import ConfigError
+from .errors import ConfigError, StatusError
 from .progress import Progress
 from .scheduler import Scheduler
-from .score import Position, _Committer, _Run, generation_request, judge_request, make_tokenizer
+from .score import Position, _Committer, _first_error, _Run, generation_request, judge_request, make_tokenizer
 from .segment import continuation_text, prefix_text
 
 __all__ = ["Throughput", "TokenTotals", "Estimate", "estimate", "estimate_async", "format_estimate",
@@ -77,6 +77,7 @@ class Estimate(msgspec.Struct, kw_only=True):
     stories_kept: int
     stories_skipped: int
     input_errors: list[str]
+    stories_failed: list[str]  # the server refused to count their tokens (/tokenize)
     stories_without_positions: int
     positions_too_long: int
     positions: int
@@ -162,48 +163,42 @@ async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: 
     t0 = time.perf_counter()
     make_tokenizer(cfg)  # a bad --tokenizer is a usage error
     corpus = read_corpus(corpus_path, cfg.min_words, cfg.max_words)
-    store = Store(cfg.cache or default_path(),
-                  max_bytes=int(cfg.cache_max_gb * 1e9) if cfg.cache_max_gb else None)
-    progress = Progress(enabled=cfg.progress, stories=len(corpus.stories))
-    try:
-        async with Client(api_key=cfg.resolved_api_key(), timeouts=Timeouts(request=cfg.timeout),
-                          retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds)) as client:
-            run = _Run(cfg, corpus, store, client, Path("."), progress)
-            run.committer = _Committer(store, None)
-            run.setup_tokenizer()
-            # Model ids name the cache keys. A local counter needs no server: without
-            # --model the server is not asked, and the cache is not checked.
-            cache_checked = bool(cfg.model) or run.tokenizer is None
-            if cache_checked:
-                await run.resolve_models()
-            by_story: dict[int, list[Position]] = {}
-            async with Scheduler({"tokenize": cfg.tokenize_concurrency}) as sched:
-                run.sched = sched
-                sched.service(run.committer.run())
-                const = _constants(await run.token_counts(_template_pieces()))
-
-                async def one(si: int) -> None:
-                    by_story[si] = await run.positions(si, corpus.stories[si])
-                    progress.add_positions(len(by_story[si]))
-                    for _ in by_story[si]:
-                        progress.position_done()
-
-                await sched.feed(range(len(corpus.stories)), one, max(1, cfg.tokenize_concurrency // 4))
-            run.committer.close()
-    finally:
-        progress.close()
-    try:
+    with Store(cfg.cache or default_path(),
+               max_bytes=int(cfg.cache_max_gb * 1e9) if cfg.cache_max_gb else None) as store:
+        by_story: dict[int, list[Position]] = {}
+        failed: list[str] = []
+        progress = Progress(enabled=cfg.progress, stories=len(corpus.stories))
+        try:
+            async with Client(api_key=cfg.resolved_api_key(), timeouts=Timeouts(request=cfg.timeout),
+                              retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds)) as client:
+                run = _Run(cfg, corpus, store, client, Path("."), progress)
+                run.setup_tokenizer()
+                # Model ids name the cache keys. A local counter needs no server: without
+                # --model the server is not asked, and the cache is not checked.
+                cache_checked = bool(cfg.model) or run.tokenizer is None
+                if cache_checked:
+                    await run.resolve_models()
+                run.committer = _Committer(store, None)
+                try:
+                    const = await _count_positions(run, corpus, by_story, failed, progress)
+                except BaseExceptionGroup as eg:  # the scheduler's TaskGroup: raise the first real error
+                    first = _first_error(eg)
+                    raise first if isinstance(first, Exception) else eg
+                finally:
+                    run.committer.close()  # the token counts asked so far stay in the cache
+        finally:
+            progress.close()
         thr = throughput or Throughput()
         E = float(thr.ending_tokens if thr.ending_tokens is not None else cfg.max_tokens)
         tally = _Tally(cfg, const, E)
         for si in sorted(by_story):
-            story = corpus.stories[si]
-            tally.story(run.sentences[si], story.words, by_story[si])
+            tally.story(run.sentences[si], corpus.stories[si].words, by_story[si])
         est = Estimate(
             corpus=str(corpus_path), tokenizer=cfg.tokenizer, model=run.gen_model or None,
             judge_model=run.judge_model or None, stories_kept=len(corpus.stories),
             stories_skipped=len(corpus.skipped), input_errors=[str(e) for e in corpus.errors],
-            stories_without_positions=len(run.no_positions), positions_too_long=sum(run.too_long.values()),
+            stories_failed=failed, stories_without_positions=len(run.no_positions),
+            positions_too_long=sum(run.too_long.values()),
             positions=tally.positions, endings_per_position=cfg.endings, generation_requests=tally.positions,
             judge_requests=tally.positions * cfg.endings, prompt_tokens=tally.totals(), ending_tokens=E,
             output_tokens_max={"generation": tally.positions * cfg.endings * cfg.max_tokens,
@@ -215,10 +210,32 @@ async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: 
             est.generation_to_send = est.generation_requests
             est.judge_to_send = est.judge_requests
         _cost(est, thr, cfg)
-    finally:
-        store.close()
     est.seconds = time.perf_counter() - t0
     return est
+
+async def _count_positions(run: _Run, corpus, by_story: dict[int, list[Position]], failed: list[str],
+                           progress: Progress) -> dict[str, int]:
+    """The score pipeline's positions of every story, into `by_story` (token counts
+    through the scheduler's tokenize lane). Returns the token counts of the
+    prompts' fixed texts."""
+    cfg = run.cfg
+    async with Scheduler({"tokenize": cfg.tokenize_concurrency}) as sched:
+        run.sched = sched
+        sched.service(run.committer.run())
+        const = _constants(await run.token_counts(_template_pieces()))
+
+        async def one(si: int) -> None:
+            try:
+                by_story[si] = await run.positions(si, corpus.stories[si])
+            except StatusError as e:  # the server refused to count this story: it alone is left out
+                failed.append(f"story {corpus.stories[si].id!r}: {e}")
+                return
+            progress.add_positions(len(by_story[si]))
+            for _ in by_story[si]:
+                progress.position_done()
+
+        await sched.feed(range(len(corpus.stories)), one, max(1, cfg.tokenize_concurrency // 4))
+    return const
 
 
 def _coverage(est: Estimate, run: _Run, by_story: dict[int, list[Position]]) -> None:
@@ -293,6 +310,8 @@ def format_estimate(e: Estimate) -> str:
     ]
     if e.input_errors:
         lines.append(row("records with errors", f"{len(e.input_errors):,}"))
+    if e.stories_failed:
+        lines.append(row("stories the server could not count", f"{len(e.stories_failed):,}"))
     lines += [
         row("stories without a position", f"{e.stories_without_positions:,}"),
         row("positions (skipped: prompt over context)", f"{e.positions:,} ({e.positions_too_long:,})"),

@@ -167,3 +167,14 @@ def test_cli_table_json_and_bad_flags(tmp_path, capsys):
     assert main(args + ["--gen-tok-s", "-1", "--judge-req-s", "10"]) == 2
     assert "--gen-tok-s" in capsys.readouterr().err
     assert main(args + ["--bench", str(tmp_path / "missing.json")]) != 0
+
+
+def test_a_server_that_refuses_to_count_is_a_clear_error(server, tmp_path, capsys):
+    corpus = make_corpus(tmp_path / "c.jsonl", 2)
+    server.fail_next("503", times=1, path="/tokenize")  # transient: retried, no effect
+    args = ["estimate", str(corpus), "--base-url", server.base_url, "--no-progress",
+            "--cache", str(tmp_path / "cache")]
+    assert main(args + ["--model", "test-gen"]) == 0
+    assert main(args + ["--model", "nope"]) == 1  # /tokenize answers 404 for an unknown model
+    assert "/tokenize" in capsys.readouterr().err
+    assert server.count(path=CHAT_PATH) == 0
