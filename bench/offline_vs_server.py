@@ -42,32 +42,39 @@ BANNER = 60
 
 OFFLINE_CHILD = r'''
 import json, sys, time
-spec = json.load(open(sys.argv[1]))
-t0 = time.perf_counter()
-from vllm import LLM, SamplingParams
-llm = LLM(model=spec["model_dir"], dtype="float32", max_model_len=spec["max_model_len"],
-          enable_prefix_caching=True, enforce_eager=True, seed=0)
-t1 = time.perf_counter()
-g = spec["generation"]
-gp = SamplingParams(n=g["n"], temperature=g["temperature"], top_p=g["top_p"], max_tokens=g["max_tokens"],
-                    seed=g["seed"])
-outs = llm.chat(spec["generation_messages"], gp, use_tqdm=False,
-                chat_template_kwargs=spec["chat_template_kwargs"])
-t2 = time.perf_counter()
-j = spec["judge"]
-judge_msgs = []
-for pos, out in zip(spec["positions"], outs):
-    for c in out.outputs:
-        if c.text.strip():
-            user = j["user_template"].format(anchor=pos["anchor"], continuation=pos["continuation"], ending=c.text)
-            judge_msgs.append([{"role": "system", "content": j["system"]}, {"role": "user", "content": user}])
-jp = SamplingParams(n=1, temperature=j["temperature"], max_tokens=j["max_tokens"], logprobs=j["logprobs"])
-jouts = llm.chat(judge_msgs, jp, use_tqdm=False, chat_template_kwargs=spec["chat_template_kwargs"])
-t3 = time.perf_counter()
-gen_tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
-print(json.dumps({"load_seconds": t1 - t0, "generation_seconds": t2 - t1, "judge_seconds": t3 - t2,
-                  "generation_output_tokens": gen_tokens, "generation_requests": len(outs),
-                  "judge_requests": len(jouts)}))
+
+
+def main():
+    spec = json.load(open(sys.argv[1]))
+    t0 = time.perf_counter()
+    from vllm import LLM, SamplingParams
+    llm = LLM(model=spec["model_dir"], dtype="float32", max_model_len=spec["max_model_len"],
+              enable_prefix_caching=True, enforce_eager=True, seed=0)
+    t1 = time.perf_counter()
+    g = spec["generation"]
+    gp = SamplingParams(n=g["n"], temperature=g["temperature"], top_p=g["top_p"], max_tokens=g["max_tokens"],
+                        seed=g["seed"])
+    outs = llm.chat(spec["generation_messages"], gp, use_tqdm=False,
+                    chat_template_kwargs=spec["chat_template_kwargs"])
+    t2 = time.perf_counter()
+    j = spec["judge"]
+    judge_msgs = []
+    for pos, out in zip(spec["positions"], outs):
+        for c in out.outputs:
+            if c.text.strip():
+                user = j["user_template"].format(anchor=pos["anchor"], continuation=pos["continuation"], ending=c.text)
+                judge_msgs.append([{"role": "system", "content": j["system"]}, {"role": "user", "content": user}])
+    jp = SamplingParams(n=1, temperature=j["temperature"], max_tokens=j["max_tokens"], logprobs=j["logprobs"])
+    jouts = llm.chat(judge_msgs, jp, use_tqdm=False, chat_template_kwargs=spec["chat_template_kwargs"])
+    t3 = time.perf_counter()
+    gen_tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
+    print(json.dumps({"load_seconds": t1 - t0, "generation_seconds": t2 - t1, "judge_seconds": t3 - t2,
+                      "generation_output_tokens": gen_tokens, "generation_requests": len(outs),
+                      "judge_requests": len(jouts)}))
+
+
+if __name__ == "__main__":  # vLLM's engine core is a spawned process
+    main()
 '''
 
 
@@ -108,6 +115,8 @@ def main() -> int:
     finally:
         embedded.stop()
     print(format_bench(fig), flush=True)
+    if args.json:
+        save_figures(args.json + ".server.json", fig)
     base = fig.runs[0]
 
     # -- offline path: the same prompts, built the same way ------------------------
@@ -163,7 +172,6 @@ def main() -> int:
         print(f"| {r[0]:<26} | {r[1]:>15} | {r[2]:>16} | {r[3]:>16} |")
     print(f"\noffline child total incl. imports and load: {offline_total:.1f} s; goal: server / offline <= 1.0")
     if args.json:
-        save_figures(args.json + ".server.json", fig)
         Path(args.json).write_text(json.dumps({"server_start": server_start, "server_wall": server_wall,
                                                "offline": off, "ratio": server_wall / offline_wall}, indent=2))
     return 0
