@@ -28,6 +28,7 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
+from tqdm import tqdm
 
 from tension.cache.store import Store
 
@@ -142,6 +143,7 @@ def _tagged(req, run_no: int):
 
 class _Bench:
     def __init__(self, run: _Run, client: Client, opts: BenchOptions, chosen: list[Position]):
+        self.bar: tqdm | None = None  # positions done of the current run
         self.run = run
         self.cfg = run.cfg
         self.client = client
@@ -191,6 +193,8 @@ class _Bench:
                     await send("judge", run.judge_url, reqs[0])
                     reqs = reqs[1:]
                 await sched.map(lambda r: send("judge", run.judge_url, r), reqs)
+                if self.bar is not None:
+                    self.bar.update(1)
 
             await sched.map(judge_position, [(p, r) for p, r in zip(ps, gens) if r is not None])
             t2 = time.perf_counter()
@@ -266,7 +270,9 @@ async def bench_async(cfg: ScoreConfig, corpus_path: str | Path, opts: BenchOpti
                 plan += [("story order, warm-up off", "story", False), ("shuffled, warm-up on", "shuffled", True)]
             runs = []
             for i, (name, order, warm) in enumerate(plan):
-                runs.append(await b.one_run(i, name, order, warm))
+                with tqdm(total=len(chosen), unit="pos", desc=f"bench run {i + 1}/{len(plan)}",
+                          disable=not cfg.progress, dynamic_ncols=True) as b.bar:
+                    runs.append(await b.one_run(i, name, order, warm))
     finally:
         store.close()
         if tmp is not None:

@@ -457,9 +457,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     # -- estimate and bench (issue 6) --
-    def add_server_flags(p, groups):
+    def add_server_flags(p, groups, cache_help="LMDB cache folder (default ~/.cache/tension-run/llm.lmdb)"):
         p.add_argument("--config", metavar="FILE.toml", help="settings file, as for score")
-        p.add_argument("--cache", metavar="PATH", help="LMDB cache folder (default ~/.cache/tension-run/llm.lmdb)")
+        p.add_argument("--cache", metavar="PATH", help=cache_help)
         for title in groups:
             g = p.add_argument_group(title)
             for name, (typ, help) in _SCORE_FLAGS[title].items():
@@ -486,7 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help=cmd_bench.__doc__, description=cmd_bench.__doc__
                        + " Sends every request (the cache is not used). Formulas: docs/cost.md.")
     p.add_argument("--corpus", metavar="CORPUS", help="stories for the workload (default: the shipped demo story)")
-    add_server_flags(p, [t for t in _SCORE_FLAGS if not t.startswith("corpus")])
+    add_server_flags(p, [t for t in _SCORE_FLAGS if not t.startswith("corpus")],
+                     cache_help="LMDB cache for token counts only (default: a temporary one); answers are never "
+                                "taken from a cache")
     g = p.add_argument_group("workload")
     g.add_argument("--positions", type=int, default=4, help="positions of the first story (default %(default)s)")
     g.add_argument("--bench-seed", type=int, default=0, help="seed of the position choice and shuffles")
