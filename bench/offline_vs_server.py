@@ -68,9 +68,11 @@ def main():
     jouts = llm.chat(judge_msgs, jp, use_tqdm=False, chat_template_kwargs=spec["chat_template_kwargs"])
     t3 = time.perf_counter()
     gen_tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
-    print(json.dumps({"load_seconds": t1 - t0, "generation_seconds": t2 - t1, "judge_seconds": t3 - t2,
+    # vLLM writes to stdout too: the figures go to their own file.
+    with open(sys.argv[2], "w") as f:
+        json.dump({"load_seconds": t1 - t0, "generation_seconds": t2 - t1, "judge_seconds": t3 - t2,
                       "generation_output_tokens": gen_tokens, "generation_requests": len(outs),
-                      "judge_requests": len(jouts)}))
+                   "judge_requests": len(jouts)}, f)
 
 
 if __name__ == "__main__":  # vLLM's engine core is a spawned process
@@ -146,12 +148,14 @@ def main() -> int:
         child.write_text(OFFLINE_CHILD)
         env = embedded.server_env(p.root, es)
         t0 = time.perf_counter()
-        out = subprocess.run([str(p.python), str(child), str(spec_path)], env=env, capture_output=True, text=True)
+        result = Path(tmp) / "offline.json"
+        out = subprocess.run([str(p.python), str(child), str(spec_path), str(result)], env=env,
+                             capture_output=True, text=True)
         offline_total = time.perf_counter() - t0
-    if out.returncode != 0:
-        print(out.stderr[-3000:], file=sys.stderr)
-        sys.exit(f"the offline child failed with status {out.returncode}")
-    off = json.loads(out.stdout.strip().splitlines()[-1])
+        if out.returncode != 0 or not result.exists():
+            print(out.stdout[-2000:], out.stderr[-3000:], file=sys.stderr)
+            sys.exit(f"the offline child failed with status {out.returncode}")
+        off = json.loads(result.read_text())
 
     server_wall = base.generation_seconds + base.judge_seconds
     offline_wall = off["generation_seconds"] + off["judge_seconds"]
