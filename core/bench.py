@@ -56,6 +56,7 @@ class BenchOptions(msgspec.Struct, kw_only=True):
     seed: int = 0
     gpu_hour_usd: float | None = None
     variants: bool = True  # also warm-up off and shuffled positions
+    stream: bool = True  # False: plain requests, as score sends them (no time to first token)
 
 
 class Percentiles(msgspec.Struct, kw_only=True):
@@ -165,9 +166,14 @@ class _Bench:
             random.Random(self.opts.seed + run_no).shuffle(ps)
         results: dict[str, list[StreamResult]] = {"generation": [], "judge": []}
 
+        async def plain(url: str, req) -> StreamResult:
+            r = await self.client.chat(url, req)
+            return StreamResult(texts=r.texts, model=r.model, usage=r.usage, ttft=None, seconds=r.seconds, events=0)
+
         async def send(lane: str, url: str, req) -> StreamResult | None:
             try:
-                res = await sched.request(lane, self.client.chat_stream, url, _tagged(req, run_no))
+                res = await sched.request(lane, self.client.chat_stream if self.opts.stream else plain, url,
+                                          _tagged(req, run_no))
             except TensionError as e:
                 fig.failed += 1
                 if len(fig.errors) < MAX_ERRORS:

@@ -362,7 +362,7 @@ def cmd_bench(args) -> int:
     cfg = _server_config(args)
     corpus = args.corpus or str(files("tension.core").joinpath("data/demo_story.jsonl"))
     opts = BenchOptions(positions=args.positions, seed=args.bench_seed, gpu_hour_usd=args.gpu_hour_usd,
-                        variants=not args.no_variants)
+                        variants=not args.no_variants, stream=not args.no_stream)
     fig = bench(cfg, corpus, opts)
     print(format_bench(fig))
     if args.save:
@@ -494,6 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--bench-seed", type=int, default=0, help="seed of the position choice and shuffles")
     g.add_argument("--no-variants", action="store_true",
                    help="only the baseline run (positions in story order, judge warm-up on)")
+    g.add_argument("--no-stream", action="store_true",
+                   help="plain requests, as score sends them (no time to first token)")
     g.add_argument("--gpu-hour-usd", type=float, help="price of a GPU-hour, for the cost per story")
     p.add_argument("--save", metavar="FILE", help="write the figures (JSON) for `estimate --bench FILE`")
     p.set_defaults(func=cmd_bench)

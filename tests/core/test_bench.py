@@ -69,6 +69,15 @@ def test_bench_produces_every_field(server, tmp_path):
     assert tags == {"[bench run 0", "[bench run 1", "[bench run 2"}
 
 
+def test_bench_without_streaming_sends_plain_requests(server, tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 1)
+    fig = bench(_cfg(server, tmp_path), corpus, BenchOptions(positions=2, variants=False, stream=False))
+    r = fig.runs[0]
+    assert r.failed == 0 and r.generation_requests == 2 and r.judge_requests == 2 * N
+    assert all("stream" not in q.body for q in server.requests if q.kind in ("generation", "judge"))
+    assert r.ttft["generation"].count == 0 and _filled(r.latency["generation"]) and r.gen_tok_s > 0
+
+
 def test_bench_failures_are_counted_not_raised(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1)
     server.fail_next("503", times=2)
