@@ -15,13 +15,14 @@ phases, generation then judge:
 
 Runs: the baseline (positions in story order, judge warm-up on), then warm-up
 off, then positions shuffled, to show what the ordering buys. Each run tags its
-system messages with its own run number so no run finds another's prompts in the
-server's prefix cache. The figures are saved for `tension-run estimate --bench`.
+system messages with a random bench id and its run number, so no run finds
+another's prompts (of this bench or an earlier one) in the server's prefix cache. The figures are saved for `tension-run estimate --bench`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from pathlib import Path
@@ -134,17 +135,19 @@ def _percentiles(xs: list[float]) -> Percentiles:
     return Percentiles(count=len(xs), mean=float(a.mean()), p50=float(p50), p90=float(p90), p99=float(p99))
 
 
-def _tagged(req, run_no: int):
-    """The request with its system message marked by the run number: a prefix no
-    other run shares, so each run starts from a cold prefix cache."""
+def _tagged(req, tag: str):
+    """The request with its system message marked by the bench and run: a prefix
+    no other run (of this or an earlier bench) shares, so each run starts from a
+    cold prefix cache."""
     msgs = [dict(m) for m in req.messages]
-    msgs[0]["content"] = f"[bench run {run_no}] " + msgs[0]["content"]
+    msgs[0]["content"] = f"[{tag}] " + msgs[0]["content"]
     return msgspec.structs.replace(req, messages=msgs)
 
 
 class _Bench:
     def __init__(self, run: _Run, client: Client, opts: BenchOptions, chosen: list[Position]):
         self.bar: tqdm | None = None  # positions done of the current run
+        self.nonce = os.urandom(4).hex()  # this bench's prompts share no prefix with an earlier one's
         self.run = run
         self.cfg = run.cfg
         self.client = client
@@ -173,7 +176,7 @@ class _Bench:
         async def send(lane: str, url: str, req) -> StreamResult | None:
             try:
                 res = await sched.request(lane, self.client.chat_stream if self.opts.stream else plain, url,
-                                          _tagged(req, run_no))
+                                          _tagged(req, f"bench {self.nonce} run {run_no}"))
             except TensionError as e:
                 fig.failed += 1
                 if len(fig.errors) < MAX_ERRORS:

@@ -66,7 +66,12 @@ def test_bench_produces_every_field(server, tmp_path):
     assert fig.usd_per_100_stories == pytest.approx(100 * fig.usd_per_story)
     # Each run's prompts carry its own tag: no run finds another's in the prefix cache.
     tags = {g.body["messages"][0]["content"].split("]")[0] for g in gens}
-    assert tags == {"[bench run 0", "[bench run 1", "[bench run 2"}
+    assert len(tags) == 3 and all(t.startswith("[bench ") for t in tags)
+    assert {t.rsplit(" ", 1)[1] for t in tags} == {"0", "1", "2"}
+    # ... nor another bench's: a second bench gets other tags.
+    bench(_cfg(server, tmp_path), corpus, BenchOptions(positions=1, variants=False))
+    later = {r.body["messages"][0]["content"].split("]")[0] for r in server.requests if r.kind == "generation"}
+    assert len(later - tags) == 1
 
 
 def test_bench_without_streaming_sends_plain_requests(server, tmp_path):
