@@ -112,6 +112,33 @@ def _template_pieces() -> list[str]:
     return [prompts.ENDING_SYSTEM, prompts.ENDING_USER.format(prefix=""), prompts.JUDGE_SYSTEM, head, mid, tail]
 
 
+class _PrefixCountingRun(_Run):
+    """The score run, counting a story's prefixes with a local tokenizer.json from
+    one encoding of the whole story: the prefix s[0:k] is the first len(prefix)
+    characters of the story text, and its token count is the number of the story's
+    tokens that end inside it. Equal to encoding each prefix alone whenever no
+    token spans a sentence boundary — BPE and SentencePiece pre-tokenizers split at
+    the space between sentences — and it turns the O(words²) of counting every
+    prefix into one pass per story (250 s → seconds on 205 stories)."""
+
+    def setup_tokenizer(self) -> None:
+        super().setup_tokenizer()
+        self._offsets = None
+        if self.tokenizer is not None and self.cfg.tokenizer != "words":
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(self.cfg.tokenizer)
+            self._offsets = lambda text: np.fromiter(
+                (end for _, end in tok.encode(text, add_special_tokens=False).offsets), dtype=np.int64)
+
+    async def token_counts(self, texts: list[str]) -> list[int]:
+        if self._offsets is None or len(texts) < 2 or not all(texts[0].startswith(t) for t in texts[1:]):
+            return await super().token_counts(texts)
+        ends = self._offsets(texts[0])
+        lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+        return np.searchsorted(ends, lengths, side="right").tolist()
+
+
 class _Tally:
     """Per-story sums, vectorised over the story's positions."""
 
@@ -171,7 +198,7 @@ async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: 
         try:
             async with Client(api_key=cfg.resolved_api_key(), timeouts=Timeouts(request=cfg.timeout),
                               retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds)) as client:
-                run = _Run(cfg, corpus, store, client, Path("."), progress)
+                run = _PrefixCountingRun(cfg, corpus, store, client, Path("."), progress)
                 run.setup_tokenizer()
                 # Model ids name the cache keys. A local counter needs no server: without
                 # --model the server is not asked, and the cache is not checked.

@@ -178,3 +178,32 @@ def test_a_server_that_refuses_to_count_is_a_clear_error(server, tmp_path, capsy
     assert main(args + ["--model", "nope"]) == 1  # /tokenize answers 404 for an unknown model
     assert "/tokenize" in capsys.readouterr().err
     assert server.count(path=CHAT_PATH) == 0
+
+
+def test_local_tokenizer_counts_prefixes_as_encoding_each_alone(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    stories = write_unique_corpus(tmp_path / "c.jsonl", 3, seed=2)
+    # A byte-level BPE trained on the corpus itself (nothing downloaded).
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator([" ".join(s) for s in stories],
+                            tokenizers.trainers.BpeTrainer(vocab_size=300, show_progress=False))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    cfg = load_config(None, {"tokenizer": str(tmp_path / "tokenizer.json"), "endings": N, "progress": False,
+                             "cache": str(tmp_path / "cache"), "min_words": 100})
+    est = estimate(cfg, tmp_path / "c.jsonl")
+
+    def T(text):
+        return len(tok.encode(text, add_special_tokens=False).ids)
+
+    O = T(prompts.ENDING_SYSTEM) + T(prompts.ENDING_USER.format(prefix=""))
+    positions = sent = 0
+    for sents in stories:
+        total = T(" ".join(sents))
+        for k in range(1, len(sents)):
+            p = T(" ".join(sents[:k]))
+            if len(sents[k - 1].split()) >= 10 and 0.10 <= p / total <= 0.99:
+                positions += 1
+                sent += O + p
+    assert est.positions == positions > 50
+    assert est.prompt_tokens["generation"].sent == sent
