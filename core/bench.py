@@ -3,7 +3,8 @@
 A fixed, seeded workload from a corpus (default: the shipped demo story): a few
 positions of its first story, their generation requests (n endings each) and the
 judge requests of those endings — built by the score pipeline's own code, sent
-streamed and without the cache (it measures the servers). Each run has two timed
+streamed (``stream=False``: plain, as score sends them) and without the cache (it
+measures the servers). Each run has two timed
 phases, generation then judge:
 
     generation output tok/s = Σ completion tokens / generation wall time
