@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 
 __all__ = [
-    "ChatRequest", "ChatResponse", "ChatChunk", "ChunkChoice", "Delta", "Choice", "ChoiceMessage", "WireUsage", "TokenizeRequest",
-    "TokenizeResponse", "ModelList", "ModelCard", "ErrorBody",
+    "ChatRequest", "ChatResponse", "ChatChunk", "ChunkChoice", "Delta", "Choice", "ChoiceMessage", "WireUsage",
+    "TokenizeRequest", "TokenizeResponse", "ModelList", "ModelCard", "ErrorBody",
 ]
 
 

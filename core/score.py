@@ -135,7 +135,7 @@ class _Committer:
     def _commit(self, batch, lines) -> None:
         if batch:
             self.store.put_many(batch)
-        if lines:
+        if lines and self._partial is not None:
             self._partial.write(b"".join(lines))
             self._partial.flush()
 
