@@ -366,6 +366,61 @@ def cmd_serve_replicas(args) -> int:
                 p.terminate()
     return EXIT_OK
 
+# -- estimate and bench (issue 6) ------------------------------------------------
+
+def _server_config(args):
+    """Settings as score reads them: defaults < --config < flags, with the running
+    embedded server as the default when no server is named."""
+    from .config import config_file_keys, load_config
+
+    explicit = args.base_url is not None or "base_url" in config_file_keys(args.config)
+    return load_config(args.config, _score_overrides(args), fallback={} if explicit else _embedded_fallback())
+
+
+def cmd_estimate(args) -> int:
+    """Requests, tokens, cache coverage, GPU-hours and money of scoring a corpus, before any LLM call."""
+    from .estimate import Throughput, check_throughput, estimate, format_estimate, throughput_from_bench
+    from .jsonl import atomic_write
+
+    cfg = _server_config(args)
+    if args.bench:
+        thr = throughput_from_bench(args.bench, args.gpu_hour_usd)
+        for name in ("gen_tok_s", "judge_req_s", "ending_tokens"):
+            if getattr(args, name) is not None:  # a flag overrides the bench file
+                setattr(thr, name, getattr(args, name))
+    else:
+        thr = Throughput(gen_tok_s=args.gen_tok_s, judge_req_s=args.judge_req_s, gpu_hour_usd=args.gpu_hour_usd,
+                         ending_tokens=args.ending_tokens)
+    check_throughput(thr)
+    est = estimate(cfg, args.corpus, thr)
+    for e in est.input_errors + est.stories_failed:
+        print(f"error: {e}", file=sys.stderr)
+    print(format_estimate(est))
+    if args.json:
+        import msgspec
+
+        atomic_write(args.json, msgspec.json.format(msgspec.json.encode(est), indent=2) + b"\n")
+        print(f"written: {args.json}")
+    return EXIT_FAILED if est.input_errors or est.stories_failed else EXIT_OK
+
+
+def cmd_bench(args) -> int:
+    """Throughput, latency and prefix-cache hit rate of the configured servers on a fixed, seeded workload."""
+    from importlib.resources import files
+
+    from .bench import BenchOptions, bench, format_bench, save_figures
+
+    cfg = _server_config(args)
+    corpus = args.corpus or str(files("tension.core").joinpath("data/demo_story.jsonl"))
+    opts = BenchOptions(positions=args.positions, seed=args.bench_seed, gpu_hour_usd=args.gpu_hour_usd,
+                        variants=not args.no_variants, stream=not args.no_stream)
+    fig = bench(cfg, corpus, opts)
+    print(format_bench(fig))
+    if args.save:
+        save_figures(args.save, fig)
+        print(f"written: {args.save} (use it with `tension-run estimate CORPUS --bench {args.save}`)")
+    return EXIT_FAILED if fig.failed else EXIT_OK
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -457,6 +512,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replicas", type=int, default=None, metavar="N",
                    help="with --profile paper: N copies, one GPU each (GPU i, ports 8000+2i and 8001+2i)")
     p.set_defaults(func=cmd_serve_replicas)
+
+    # -- estimate and bench (issue 6) --
+    def add_server_flags(p, groups, cache_help="LMDB cache folder (default ~/.cache/tension-run/llm.lmdb)"):
+        p.add_argument("--config", metavar="FILE.toml", help="settings file, as for score")
+        p.add_argument("--cache", metavar="PATH", help=cache_help)
+        for title in groups:
+            g = p.add_argument_group(title)
+            for name, (typ, help) in _SCORE_FLAGS[title].items():
+                g.add_argument(f"--{name}", type=typ, default=None, help=help)
+            if title == "servers":
+                _bool_flag(g, "reasoning-off", "send chat_template_kwargs {enable_thinking: false} (default on)")
+        _bool_flag(p, "progress", "show a progress bar (default on)")
+
+    p = sub.add_parser("estimate", help=cmd_estimate.__doc__, description=cmd_estimate.__doc__
+                       + " Formulas: docs/cost.md.")
+    p.add_argument("corpus", metavar="CORPUS", help="JSON Lines (id, text, group?, …) or a folder of .txt files")
+    add_server_flags(p, list(_SCORE_FLAGS))
+    g = p.add_argument_group("cost")
+    g.add_argument("--gen-tok-s", type=float, help="generation output tokens per second of your servers")
+    g.add_argument("--judge-req-s", type=float, help="judge requests per second of your servers")
+    g.add_argument("--bench", metavar="FILE", help="figures saved by `tension-run bench --save FILE` "
+                                                    "(flags given as well override them)")
+    g.add_argument("--gpu-hour-usd", type=float, help="price of a GPU-hour")
+    g.add_argument("--ending-tokens", type=float, metavar="E",
+                   help="tokens per ending (default: --max-tokens, an upper bound; a --bench file measures it)")
+    p.add_argument("--json", metavar="FILE", help="also write the estimate as JSON")
+    p.set_defaults(func=cmd_estimate)
+
+    p = sub.add_parser("bench", help=cmd_bench.__doc__, description=cmd_bench.__doc__
+                       + " Sends every request (the cache is not used). Formulas: docs/cost.md.")
+    p.add_argument("--corpus", metavar="CORPUS", help="stories for the workload (default: the shipped demo story)")
+    add_server_flags(p, [t for t in _SCORE_FLAGS if not t.startswith("corpus")],
+                     cache_help="LMDB cache for token counts only (default: a temporary one); answers are never "
+                                "taken from a cache")
+    g = p.add_argument_group("workload")
+    g.add_argument("--positions", type=int, default=4, help="positions of the first story (default %(default)s)")
+    g.add_argument("--bench-seed", type=int, default=0, help="seed of the position choice and shuffles")
+    g.add_argument("--no-variants", action="store_true",
+                   help="only the baseline run (positions in story order, judge warm-up on)")
+    g.add_argument("--no-stream", action="store_true",
+                   help="plain requests, as score sends them (no time to first token)")
+    g.add_argument("--gpu-hour-usd", type=float, help="price of a GPU-hour, for the cost per story")
+    p.add_argument("--save", metavar="FILE", help="write the figures (JSON) for `estimate --bench FILE`")
+    p.set_defaults(func=cmd_bench)
+    # -- end of estimate and bench --
 
     p = sub.add_parser("cache", help="inspect the LMDB cache")
     csub = p.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", required=True)

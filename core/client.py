@@ -27,9 +27,10 @@ import msgspec
 from tension.cache.records import Usage
 
 from .errors import RetryBudgetError, ServerError, StatusError
-from .protocol import ChatRequest, ChatResponse, ErrorBody, ModelList, TokenizeRequest, TokenizeResponse
+from .protocol import (ChatChunk, ChatRequest, ChatResponse, ErrorBody, ModelList, TokenizeRequest,
+                       TokenizeResponse)
 
-__all__ = ["Timeouts", "RetryPolicy", "ChatResult", "Client", "normalize_base_url"]
+__all__ = ["Timeouts", "RetryPolicy", "ChatResult", "StreamResult", "Client", "normalize_base_url"]
 
 T = TypeVar("T")
 
@@ -66,6 +67,17 @@ class ChatResult(msgspec.Struct, kw_only=True):
     seconds: float
 
 
+class StreamResult(msgspec.Struct, kw_only=True):
+    """A streamed chat completion, timed (for `tension-run bench`)."""
+
+    texts: list[str]
+    model: str
+    usage: Usage  # from the last event (stream_options.include_usage); zeros if the server sent none
+    ttft: float | None  # seconds from sending to the first content token; None if no content came
+    seconds: float  # sending to the last event
+    events: int  # content events received (≈ tokens when the server sent no usage)
+
+
 def normalize_base_url(url: str) -> str:
     url = url.rstrip("/")
     if url.endswith("/v1"):
@@ -94,6 +106,7 @@ class Client:
         self._chat_dec = msgspec.json.Decoder(ChatResponse)
         self._tok_dec = msgspec.json.Decoder(TokenizeResponse)
         self._models_dec = msgspec.json.Decoder(ModelList)
+        self._chunk_dec = msgspec.json.Decoder(ChatChunk)
         # Totals over the client's life; read by progress and run.json.
         self.usage = Usage()
         self.sent = 0  # HTTP attempts, retries included
@@ -205,6 +218,68 @@ class Client:
         self.usage.add(usage)
         raise RetryBudgetError(f"{url}: asked for {request.n} choices, got {len(texts)} after "
                                f"{self.retry.attempts} follow-up requests")
+
+    async def chat_stream(self, base_url: str, request: ChatRequest) -> StreamResult:
+        """One streamed request, timed: time to first token and to the end. Not
+        retried and never completed by follow-ups: a benchmark measures what the
+        server does, and reports a failure instead of hiding it."""
+        if self._session is None:
+            raise RuntimeError("use `async with Client(...)` before sending")
+        url = normalize_base_url(base_url) + "/v1/chat/completions"
+        req = msgspec.structs.replace(request, stream=True, stream_options={"include_usage": True})
+        parts: dict[int, list[str]] = {}
+        usage = Usage(requests=1)
+        model = request.model
+        ttft = None
+        events = 0
+        self.sent += 1
+        t0 = time.perf_counter()
+        try:
+            async with self._session.post(url, data=self._enc.encode(req)) as resp:
+                if resp.status != 200:
+                    raise StatusError(resp.status, url, _error_message(await resp.read()))
+                async for line in resp.content:
+                    if not line.startswith(b"data:"):
+                        continue  # blank separators, comments, event names
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        break
+                    chunk = self._chunk_dec.decode(payload)
+                    model = chunk.model or model
+                    for ch in chunk.choices:
+                        if ch.delta.content:
+                            if ttft is None:
+                                ttft = time.perf_counter() - t0
+                            events += 1
+                            parts.setdefault(ch.index, []).append(ch.delta.content)
+                    if chunk.usage is not None:
+                        usage.prompt_tokens = chunk.usage.prompt_tokens
+                        usage.completion_tokens = chunk.usage.completion_tokens
+                        details = chunk.usage.prompt_tokens_details
+                        usage.cached_tokens = (details.cached_tokens or 0) if details else 0
+        except asyncio.TimeoutError as e:
+            raise ServerError(f"{url}: streamed answer timed out after {self.timeouts.request:g} s") from e
+        except aiohttp.ClientError as e:
+            raise ServerError(f"{url}: {type(e).__name__}: {e}") from e
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise ServerError(f"{url}: malformed event in the stream: {e}") from e
+        self.usage.add(usage)
+        texts = ["".join(parts.get(i, [])) for i in range(request.n)]
+        return StreamResult(texts=texts, model=model, usage=usage, ttft=ttft,
+                            seconds=time.perf_counter() - t0, events=events)
+
+    async def get_text(self, base_url: str, path: str) -> str | None:
+        """GET a text endpoint of the server root (e.g. ``/metrics``); None when the
+        server does not have it or cannot be reached (bench figures go without)."""
+        if self._session is None:
+            raise RuntimeError("use `async with Client(...)` before sending")
+        try:
+            async with self._session.get(normalize_base_url(base_url) + path) as resp:
+                if resp.status != 200:
+                    return None
+                return (await resp.read()).decode("utf-8", "replace")
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
 
     # -- the retry loop -------------------------------------------------------
 

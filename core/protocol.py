@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 
 __all__ = [
-    "ChatRequest", "ChatResponse", "Choice", "ChoiceMessage", "WireUsage", "TokenizeRequest",
-    "TokenizeResponse", "ModelList", "ModelCard", "ErrorBody",
+    "ChatRequest", "ChatResponse", "ChatChunk", "ChunkChoice", "Delta", "Choice", "ChoiceMessage", "WireUsage",
+    "TokenizeRequest", "TokenizeResponse", "ModelList", "ModelCard", "ErrorBody",
 ]
 
 
@@ -28,6 +28,10 @@ class ChatRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     structured_outputs: dict[str, Any] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
+    # Streaming (`tension-run bench` measures time to first token). Left at None
+    # by score, so its request bytes and cache keys are unchanged.
+    stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
 
     def key_fields(self) -> dict[str, Any]:
         """Everything that decides the answer: the cache key hashes exactly this."""
@@ -82,6 +86,25 @@ class WireUsage(msgspec.Struct):
 
 class ChatResponse(msgspec.Struct):
     choices: list[Choice]
+    model: str = ""
+    usage: WireUsage | None = None
+
+
+class Delta(msgspec.Struct, frozen=True):
+    content: str | None = None
+
+
+class ChunkChoice(msgspec.Struct):
+    delta: Delta = Delta()
+    index: int = 0
+    finish_reason: str | None = None
+
+
+class ChatChunk(msgspec.Struct):
+    """One server-sent event of a streamed chat completion; with
+    ``stream_options: {"include_usage": true}`` the last one carries the usage."""
+
+    choices: list[ChunkChoice] = []
     model: str = ""
     usage: WireUsage | None = None
 

@@ -41,9 +41,10 @@ import msgspec
 
 from .client import ChatResult, Client, RetryPolicy, normalize_base_url
 from .errors import ConfigError, RetryBudgetError, ServerError
+from .prometheus import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, counter, parse_samples
 from .protocol import ChatRequest
 
-__all__ = ["Replica", "ReplicaStats", "Router", "parse_replicas", "hrw_order", "parse_prometheus", "in_shard",
+__all__ = ["Replica", "ReplicaStats", "Router", "parse_replicas", "hrw_order", "in_shard",
            "FAILOVER_RETRY"]
 
 # Per-replica retries when another replica can take the request: a dead server is
@@ -52,8 +53,6 @@ FAILOVER_RETRY = RetryPolicy(attempts=2, total_seconds=10.0, backoff=0.25, backo
 PROBE_FIRST = 0.5  # seconds before the first probe of a replica taken out; doubles per failed probe
 PROBE_CAP = 30.0
 PROBE_TIMEOUT = 10.0  # one probe (or start-up check) may take this long
-PROMETHEUS_HITS = "vllm:prefix_cache_hits_total"
-PROMETHEUS_QUERIES = "vllm:prefix_cache_queries_total"
 
 
 class Replica(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -120,24 +119,6 @@ def in_shard(story_id: str, shard: int, shards: int) -> bool:
     a fixed hash of its id, so N processes on one cache split a corpus without
     talking to each other, each story scored by exactly one."""
     return int(_unit(story_id, "shard") * shards) == shard
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Counter name → value summed over its label sets (Prometheus text format)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        if "{" in line:  # name{labels} value [timestamp]
-            name, _, rest = line.partition("{")
-            fields = rest.rpartition("}")[2].split()
-        else:  # name value [timestamp]
-            name, *fields = line.split()
-        try:
-            out[name.strip()] = out.get(name.strip(), 0.0) + float(fields[0])
-        except (IndexError, ValueError):
-            continue
-    return out
 
 
 class ReplicaStats(msgspec.Struct, kw_only=True):
@@ -416,7 +397,7 @@ class Router:
         one that is down, gives no hit rate."""
         for st in self._states:
             text = await self.client.fetch_text(st.rep.url + "/metrics", timeout=PROBE_TIMEOUT)
-            values = parse_prometheus(text) if text is not None else None
+            values = parse_samples(text) if text is not None else None
             if when == "start":
                 st.metrics_start = values
             else:
@@ -442,11 +423,13 @@ class Router:
 
 
 def _hit_rate(start: dict[str, float] | None, end: dict[str, float] | None) -> float | None:
-    if end is None or PROMETHEUS_QUERIES not in end:
+    q1 = counter(end, PREFIX_CACHE_QUERIES) if end is not None else None
+    if q1 is None:
         return None
-    q1, h1 = end.get(PROMETHEUS_QUERIES, 0.0), end.get(PROMETHEUS_HITS, 0.0)
+    h1 = counter(end, PREFIX_CACHE_HITS) or 0.0
     q0 = h0 = 0.0
-    if start is not None and start.get(PROMETHEUS_QUERIES, 0.0) <= q1:  # else restarted: counters reset
-        q0, h0 = start.get(PROMETHEUS_QUERIES, 0.0), start.get(PROMETHEUS_HITS, 0.0)
+    s_q = counter(start, PREFIX_CACHE_QUERIES) if start is not None else None
+    if s_q is not None and s_q <= q1:  # else the server restarted: its counters were reset
+        q0, h0 = s_q, counter(start, PREFIX_CACHE_HITS) or 0.0
     dq = q1 - q0
     return round((h1 - h0) / dq, 6) if dq > 0 else None

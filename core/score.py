@@ -63,6 +63,8 @@ class Position(msgspec.Struct, frozen=True, kw_only=True):
     story: int  # index in the corpus's kept stories
     k: int
     pct: float
+    tokens: int = 0  # tokens of the story prefix s[0:k] (what pct is made of; `estimate` sums them)
+    story_tokens: int = 0  # tokens of the whole story
 
 
 class PositionResult(msgspec.Struct, kw_only=True):
@@ -113,11 +115,12 @@ class _Committer:
     thread, so the event loop keeps sending requests meanwhile; batches commit in
     order, and a line is never written before its records are durable."""
 
-    def __init__(self, store: Store, partial: Path):
+    def __init__(self, store: Store, partial: Path | None):
         self.store = store
         self.records: list[tuple[str, bytes, records.Record]] = []
         self.lines: list[bytes] = []
-        self._partial = partial.open("ab")
+        # No partial file: records only (`estimate` keeps the token counts it asked for).
+        self._partial = partial.open("ab") if partial is not None else None
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tension-commit")
         self._pending: list[Future] = []
 
@@ -138,7 +141,7 @@ class _Committer:
     def _commit(self, batch, lines) -> None:
         if batch:
             self.store.put_many(batch)
-        if lines:
+        if lines and self._partial is not None:
             self._partial.write(b"".join(lines))
             self._partial.flush()
 
@@ -162,7 +165,8 @@ class _Committer:
             self.flush()
         finally:
             self._writer.shutdown(wait=True)
-            self._partial.close()
+            if self._partial is not None:
+                self._partial.close()
         for f in self._pending:
             f.result()
 
@@ -281,7 +285,7 @@ class _Run:
                 # Sending it would only earn a 400: skip it, and say so.
                 self.too_long[story.id] = self.too_long.get(story.id, 0) + 1
                 continue
-            out.append(Position(story=si, k=c.k, pct=pct))
+            out.append(Position(story=si, k=c.k, pct=pct, tokens=n, story_tokens=total))
         if not out and story.id not in self.too_long:
             self.no_positions[story.id] = f"no position with pct in [{self.cfg.pct_min}, {self.cfg.pct_max}]"
         return out

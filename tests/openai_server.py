@@ -28,7 +28,9 @@ Endpoints
   ``vllm:generation_tokens_total``).
 - ``POST /tokenize`` with ``prompt`` (or ``messages``): ``{"count", "max_model_len",
   "tokens"}``. Tokens are the matches of ``\\w+|[^\\w\\s]`` (`count_tokens`).
-- ``POST /v1/chat/completions``. The request's kind is decided by its system message:
+- ``POST /v1/chat/completions``; with ``"stream": true`` the same answer as
+  server-sent events (one per word, usage last with ``stream_options.include_usage``).
+  The request's kind is decided by its system message:
   "fiction writer" → generation, "literary judge" → judge, anything else → other.
 
   * generation: choice i = `expected_endings` (sha256 of last user message, seed, i);
@@ -939,6 +941,8 @@ class LoopbackServer:
                     status = e.status
                     payload = _error_payload(e.status, e.message, e.etype, e.param)
 
+            if chat and status == 200 and body.get("stream") is True and fault is None:
+                return await self._stream(request, body, payload)
             if fault == "nonjson":
                 status = 200
                 return web.Response(text="<html>oops</html>", content_type="text/html")
@@ -960,6 +964,32 @@ class LoopbackServer:
             if not isinstance(body, dict):
                 body = None
             self._add_record(Recorded(path, request.method, body, status, fault, t0))
+
+
+    async def _stream(self, request: web.Request, body: dict, payload: dict) -> web.StreamResponse:
+        """The answer as vLLM streams it (``"stream": true``): server-sent events,
+        one per word of each choice, a finish event per choice, the usage last when
+        ``stream_options.include_usage`` is set, then ``data: [DONE]``."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        base = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
+                "model": payload["model"]}
+
+        async def event(choices: list, usage: dict | None = None) -> None:
+            await resp.write(b"data: " + _encode({**base, "choices": choices, "usage": usage}) + b"\n\n")
+
+        for ch in payload["choices"]:
+            i = ch["index"]
+            await event([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+            for piece in re.findall(r"\S+\s*", ch["message"]["content"]):
+                await event([{"index": i, "delta": {"content": piece}, "finish_reason": None}])
+            await event([{"index": i, "delta": {}, "finish_reason": ch["finish_reason"]}])
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            await event([], payload["usage"])
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
 
 
 # ----------------------------------------------------------------------- standalone

@@ -22,7 +22,8 @@ from tension.core.client import Client, RetryPolicy
 from tension.core.config import load_config
 from tension.core.errors import ConfigError, RetryBudgetError
 from tension.core.protocol import ChatRequest
-from tension.core.replicas import Replica, Router, hrw_order, parse_prometheus, parse_replicas
+from tension.core.prometheus import parse_samples
+from tension.core.replicas import Replica, Router, hrw_order, parse_replicas
 from tension.core.scheduler import Scheduler
 from tension.core.score import score
 
@@ -165,7 +166,7 @@ def test_prometheus_text_is_summed_over_label_sets():
             'vllm:prefix_cache_hits_created{engine="0",model_name="m"} 1.7959871603402967e+09\n'
             'spaced{model_name="a b}c"} 2.5\n'
             'plain_counter 7 1712345678\nbroken{a="b"} notanumber\n')
-    got = parse_prometheus(text)
+    got = parse_samples(text)
     assert got == {"vllm:prefix_cache_hits_total": 150.0, "vllm:prefix_cache_queries_total": 300.0,
                    "vllm:prefix_cache_hits_created": 1.7959871603402967e+09, "spaced": 2.5, "plain_counter": 7.0}
 
@@ -581,7 +582,7 @@ def test_a_replica_added_between_runs_takes_about_a_quarter_of_the_stories_and_o
 
 
 def test_hit_rate_is_taken_over_the_run_and_survives_a_restarted_server():
-    q, h = replicas_mod.PROMETHEUS_QUERIES, replicas_mod.PROMETHEUS_HITS
+    q, h = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
     rate = replicas_mod._hit_rate
     assert rate({q: 1000.0, h: 900.0}, {q: 3000.0, h: 1900.0}) == 0.5  # deltas, not totals (0.63)
     assert rate(None, {q: 400.0, h: 100.0}) == 0.25  # no start reading: since the server started

@@ -1,0 +1,165 @@
+"""The LMDB cache: reads/s and writes/s at realistic value sizes, and a cached rerun
+of a corpus against its cold run.
+
+1. **Store throughput** (`tension.cache.store.Store`, a fresh store in a temporary
+   folder): records of the two sizes the cache holds —
+   - an `Endings` record of ``--endings`` (100) endings of ≈ 600 characters each
+     (≈ 60 KB of msgpack: the paper's 2–3 sentence endings),
+   - a `Verdict` record ("Y", usage, timings: ≈ 50 B) —
+   written with ``put_many`` in group commits of ``--batch`` records (as score's
+   committer does, every ≤ 50 ms), then read back with ``get_many`` in random key
+   order, ``--batch`` keys per read transaction, records decoded.
+2. **Cached rerun** (goal: 0 requests, < 2 % of the cold time): `score` on a
+   synthetic corpus of ``--stories`` stories (tests/conftest.make_corpus) against
+   the loopback test server (tests/openai_server.py), cold (empty cache), then the
+   same command again (every answer from the cache; `--model` given, so not even
+   the model list is asked). Reports are off in both (`--no-report`): the figures
+   compare the pipeline, not matplotlib.
+
+Run from the repository root::
+
+    python bench/lmdb_cache.py
+    python bench/lmdb_cache.py --stories 100 --rerun-endings 10 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+BANNER = 60
+
+
+def _endings(rng: random.Random, n: int):
+    from tension.cache.records import Endings, Usage
+
+    words = "the keeper watched a grey boat drift past the harbour wall while rain fell on lanterns".split()
+    texts = []
+    for _ in range(n):
+        t = " ".join(rng.choice(words) for _ in range(110))
+        texts.append(t[:600])
+    return Endings(texts=texts, finish_reasons=["stop"] * n, model="Qwen/Qwen3-32B",
+                   usage=Usage(prompt_tokens=1500, completion_tokens=n * 70, requests=1), created=time.time(),
+                   seconds=12.5)
+
+
+def _verdict():
+    from tension.cache.records import Usage, Verdict
+
+    return Verdict(text="Y", finish_reason="stop", model="Qwen/Qwen3-8B",
+                   usage=Usage(prompt_tokens=2100, completion_tokens=1, cached_tokens=2048, requests=1),
+                   created=time.time(), seconds=0.21)
+
+
+def store_throughput(kind: str, count: int, batch: int, n_endings: int, repeats: int) -> dict:
+    from tension.cache import records
+    from tension.cache.keys import request_key
+    from tension.cache.store import Store
+
+    rng = random.Random(0)
+    rec = _endings(rng, n_endings) if kind == "endings" else _verdict()
+    size = len(records.encode(rec))
+    db = "endings" if kind == "endings" else "verdicts"
+    writes, reads = [], []
+    for r in range(repeats):
+        keys = [request_key("chat", {"i": i, "r": r}) for i in range(count)]
+        with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "c.lmdb") as store:
+            t0 = time.perf_counter()
+            for i in range(0, count, batch):
+                store.put_many([(db, k, rec) for k in keys[i:i + batch]])
+            writes.append(count / (time.perf_counter() - t0))
+            order = keys[:]
+            rng.shuffle(order)
+            t0 = time.perf_counter()
+            for i in range(0, count, batch):
+                got = store.get_many(db, order[i:i + batch])
+            reads.append(count / (time.perf_counter() - t0))
+            assert all(g is not None for g in got)
+    return {"kind": kind, "value_bytes": size, "records": count, "batch": batch,
+            "writes_per_s": statistics.median(writes), "reads_per_s": statistics.median(reads),
+            "write_mb_s": statistics.median(writes) * size / 1e6, "read_mb_s": statistics.median(reads) * size / 1e6}
+
+
+def cached_rerun(stories: int, endings: int) -> dict:
+    from conftest import make_corpus
+    from openai_server import CHAT_PATH, LoopbackServer
+
+    from tension.core.config import load_config
+    from tension.core.score import score
+
+    with tempfile.TemporaryDirectory() as tmp, LoopbackServer(model=["test-gen"], record=True) as srv:
+        tmp = Path(tmp)
+        corpus = make_corpus(tmp / "corpus.jsonl", stories, seed=1)
+        cfg = load_config(None, {"base_url": srv.base_url, "model": "test-gen", "cache": str(tmp / "cache"),
+                                 "endings": endings, "seed": 1, "progress": False, "report": False})
+        t0 = time.perf_counter()
+        cold = score(cfg, corpus, tmp / "cold")
+        cold_s = time.perf_counter() - t0
+        cold_requests = srv.count()
+        srv.reset_records()
+        t0 = time.perf_counter()
+        warm = score(cfg, corpus, tmp / "warm")
+        warm_s = time.perf_counter() - t0
+        same = (tmp / "cold" / "positions.jsonl").read_bytes() == (tmp / "warm" / "positions.jsonl").read_bytes()
+        return {"stories": stories, "endings": endings, "positions": cold.positions,
+                "cold_seconds": cold_s, "cold_requests": cold_requests, "cold_chat": cold.requests,
+                "rerun_seconds": warm_s, "rerun_requests": srv.count(), "rerun_chat": srv.count(path=CHAT_PATH),
+                "ratio": warm_s / cold_s, "same_positions_bytes": same, "status": [cold.status, warm.status]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--endings", type=int, default=100, help="endings per Endings record (default 100)")
+    ap.add_argument("--records", type=int, default=20_000, help="verdict records written and read")
+    ap.add_argument("--endings-records", type=int, default=2_000, help="Endings records written and read")
+    ap.add_argument("--batch", type=int, default=100, help="records per write / read transaction")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--stories", type=int, default=100, help="stories of the rerun corpus")
+    ap.add_argument("--rerun-endings", type=int, default=10, help="endings per position in the rerun")
+    ap.add_argument("--json", metavar="FILE")
+    args = ap.parse_args()
+
+    import lmdb
+
+    print("=" * BANNER)
+    print(f"LMDB cache bench, {platform.node()} ({os.cpu_count()} CPUs), python {platform.python_version()}, "
+          f"py-lmdb {lmdb.__version__} (LMDB {'.'.join(map(str, lmdb.version()))}), "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"config: {vars(args)}")
+    print("=" * BANNER, flush=True)
+
+    rows = [store_throughput("verdicts", args.records, args.batch, args.endings, args.repeats),
+            store_throughput("endings", args.endings_records, min(args.batch, 10), args.endings, args.repeats)]
+    print(f"| {'record':<9} | {'value B':>8} | {'batch':>5} | {'writes/s':>10} | {'MB/s w':>7} | "
+          f"{'reads/s':>10} | {'MB/s r':>7} |")
+    print(f"|{'-' * 11}|{'-' * 9}:|{'-' * 6}:|{'-' * 11}:|{'-' * 8}:|{'-' * 11}:|{'-' * 8}:|")
+    for r in rows:
+        print(f"| {r['kind']:<9} | {r['value_bytes']:>8,} | {r['batch']:>5} | {r['writes_per_s']:>10,.0f} | "
+              f"{r['write_mb_s']:>7.1f} | {r['reads_per_s']:>10,.0f} | {r['read_mb_s']:>7.1f} |", flush=True)
+
+    rr = cached_rerun(args.stories, args.rerun_endings)
+    print(f"\ncached rerun: {rr['stories']} stories, {rr['positions']} positions, n = {rr['endings']}")
+    print(f"| {'run':<7} | {'wall s':>8} | {'HTTP requests':>13} | {'vs cold':>8} |")
+    print(f"|{'-' * 9}|{'-' * 9}:|{'-' * 14}:|{'-' * 9}:|")
+    print(f"| {'cold':<7} | {rr['cold_seconds']:>8.2f} | {rr['cold_requests']:>13,} | {1:>7.2%} |")
+    print(f"| {'rerun':<7} | {rr['rerun_seconds']:>8.2f} | {rr['rerun_requests']:>13,} | {rr['ratio']:>7.2%} |")
+    print(f"cold requests by kind: {rr['cold_chat']}; positions.jsonl identical: {rr['same_positions_bytes']}; "
+          f"goal: 0 requests and < 2% of the cold time")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"store": rows, "rerun": rr}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

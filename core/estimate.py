@@ -1,0 +1,384 @@
+"""`tension-run estimate`: what scoring a corpus will cost, before any LLM call.
+
+The positions are chosen by the score pipeline's own code (`score._Run.positions`:
+the same corpus reading, word filter, splitter, token counter, pct filter and
+context check), and the requests are built by its own `generation_request` and
+`judge_request`, so the request counts and the cache look-ups are those `score`
+would make. Token counts come from the configured counter (``--tokenizer``:
+the server's ``/tokenize``, a tokenizer.json, or whitespace words).
+
+Prompt tokens, per docs/cost.md (T(x) = tokens of text x; O = T(ending system) +
+T(ending instruction); P = prefix tokens; a, c = anchor and continuation tokens;
+E = tokens per ending; n = endings per position):
+
+    generation, as sent      Σ_pos (O + P)
+    generation, computed     O + Σ_story max_pos P          (a story's prompts share O + the growing prefix)
+    judge, as sent           Σ_pos n · (H + 2a + c + M + E + U)
+    judge, computed          H + Σ_pos [(2a + c + M) + n · (E + U)]
+                             (H = judge system + header, shared by every judge prompt;
+                              M = text between continuation and predicted ending;
+                              U = text after the ending)
+
+The anchor and continuation are counted at the story's own tokens-per-word ratio
+(exact for ``--tokenizer words``), so nothing beyond what `score` tokenizes is sent
+to ``/tokenize``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from tension.cache.keys import request_key
+from tension.cache.store import Store, default_path
+
+from . import prompts
+from .client import Client, RetryPolicy, Timeouts
+from .config import ScoreConfig
+from .corpus import read_corpus
+from .errors import ConfigError, StatusError
+from .progress import Progress
+from .scheduler import Scheduler
+from .score import Position, _Committer, _first_error, _Run, generation_request, judge_request, make_tokenizer
+from .segment import continuation_text, prefix_text
+
+__all__ = ["Throughput", "TokenTotals", "Estimate", "estimate", "estimate_async", "format_estimate",
+           "COST_FORMULA"]
+
+COST_FORMULA = ("GPU-hours = (generation requests to send × n × E / gen_tok_s + "
+                "judge requests to send / judge_req_s) / 3600;  cost = GPU-hours × gpu_hour_usd")
+
+
+class Throughput(msgspec.Struct, kw_only=True):
+    """What the servers do per second, and the price of their GPU-hour."""
+
+    gen_tok_s: float | None = None  # generation output tokens per second
+    judge_req_s: float | None = None  # judge requests per second
+    gpu_hour_usd: float | None = None
+    ending_tokens: float | None = None  # E; None: max_tokens (an upper bound)
+    source: str = "flags"  # "flags" or the bench file they came from
+
+
+class TokenTotals(msgspec.Struct, kw_only=True):
+    sent: int = 0  # prompt tokens summed over every request
+    computed: int = 0  # prompt tokens a prefix-caching server must compute (shared prefixes once)
+
+
+class Estimate(msgspec.Struct, kw_only=True):
+    corpus: str
+    tokenizer: str
+    model: str | None
+    judge_model: str | None
+    stories_kept: int
+    stories_skipped: int
+    input_errors: list[str]
+    stories_failed: list[str]  # the server refused to count their tokens (/tokenize)
+    stories_without_positions: int
+    positions_too_long: int
+    positions: int
+    endings_per_position: int
+    generation_requests: int
+    judge_requests: int  # upper bound: one per ending (empty endings are not judged)
+    prompt_tokens: dict[str, TokenTotals]  # "generation", "judge"
+    ending_tokens: float  # E used for the judge prompts and the generation time
+    output_tokens_max: dict[str, int]  # "generation": n × max_tokens per position; "judge": verdicts
+    cache_checked: bool  # False when the model ids are unknown (no --model and no server asked)
+    generation_cached: int = 0
+    judge_checkable: int = 0  # judge requests whose endings are cached (so their keys are known)
+    judge_cached: int = 0
+    generation_to_send: int = 0
+    judge_to_send: int = 0
+    throughput: Throughput | None = None
+    gpu_hours: dict[str, float] | None = None  # "generation", "judge", "total"
+    usd: float | None = None
+    formula: str = COST_FORMULA
+    seconds: float = 0.0
+
+
+def _constants(counts: list[int]) -> dict[str, int]:
+    names = ["ending_system", "ending_instruction", "judge_system", "judge_head", "judge_mid", "judge_tail"]
+    return dict(zip(names, counts))
+
+
+def _template_pieces() -> list[str]:
+    """The fixed texts of the prompts, in `_constants` order."""
+    head, rest = prompts.JUDGE_USER.split("{anchor} {continuation}")
+    mid, tail = rest.split("{anchor} {ending}")
+    return [prompts.ENDING_SYSTEM, prompts.ENDING_USER.format(prefix=""), prompts.JUDGE_SYSTEM, head, mid, tail]
+
+
+class _PrefixCountingRun(_Run):
+    """The score run, counting a story's prefixes with a local tokenizer.json from
+    one encoding of the whole story: the prefix s[0:k] is the first len(prefix)
+    characters of the story text, and its token count is the number of the story's
+    tokens that end inside it. Equal to encoding each prefix alone whenever no
+    token spans a sentence boundary — BPE and SentencePiece pre-tokenizers split at
+    the space between sentences — and it turns the O(words²) of counting every
+    prefix into one pass per story (250 s → seconds on 205 stories)."""
+
+    def setup_tokenizer(self) -> None:
+        super().setup_tokenizer()
+        self._offsets = None
+        if self.tokenizer is not None and self.cfg.tokenizer != "words":
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(self.cfg.tokenizer)
+            self._offsets = lambda text: np.fromiter(
+                (end for _, end in tok.encode(text, add_special_tokens=False).offsets), dtype=np.int64)
+
+    async def token_counts(self, texts: list[str], affinity: str = "") -> list[int]:
+        if self._offsets is None or len(texts) < 2 or not all(texts[0].startswith(t) for t in texts[1:]):
+            return await super().token_counts(texts, affinity)
+        ends = self._offsets(texts[0])
+        lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+        return np.searchsorted(ends, lengths, side="right").tolist()
+
+
+class _Tally:
+    """Per-story sums, vectorised over the story's positions."""
+
+    def __init__(self, cfg: ScoreConfig, const: dict[str, int], ending_tokens: float):
+        self.cfg = cfg
+        self.n = cfg.endings
+        self.O = const["ending_system"] + const["ending_instruction"]
+        self.H = const["judge_system"] + const["judge_head"]
+        self.M = const["judge_mid"]
+        self.U = const["judge_tail"]
+        self.E = ending_tokens
+        self.gen_sent = 0
+        self.gen_computed = self.O  # the instruction: once for the whole corpus
+        self.judge_sent = 0.0
+        self.judge_computed = float(self.H)  # judge system + header: once for the corpus
+        self.positions = 0
+        self._any = False
+
+    def story(self, sents: list[str], words: int, ps: list[Position]) -> None:
+        if not ps:
+            return
+        self._any = True
+        n, cw = self.n, self.cfg.continuation_words
+        P = np.fromiter((p.tokens for p in ps), dtype=np.int64, count=len(ps))
+        k = np.fromiter((p.k for p in ps), dtype=np.int64, count=len(ps))
+        w = np.fromiter((len(s.split()) for s in sents), dtype=np.int64, count=len(sents))
+        after = w.sum() - np.cumsum(w)  # words in s[k:] at index k-1
+        ratio = ps[0].story_tokens / words if words else 1.0
+        a = w[k - 1] * ratio
+        c = np.minimum(after[k - 1], cw) * ratio
+        self.positions += len(ps)
+        self.gen_sent += int(len(ps) * self.O + P.sum())
+        self.gen_computed += int(P.max())
+        self.judge_sent += float((n * (self.H + 2 * a + c + self.M + self.E + self.U)).sum())
+        self.judge_computed += float((2 * a + c + self.M + n * (self.E + self.U)).sum())
+
+    def totals(self) -> dict[str, TokenTotals]:
+        if not self._any:
+            return {"generation": TokenTotals(), "judge": TokenTotals()}
+        return {"generation": TokenTotals(sent=self.gen_sent, computed=self.gen_computed),
+                "judge": TokenTotals(sent=round(self.judge_sent), computed=round(self.judge_computed))}
+
+
+async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: Throughput | None = None) -> Estimate:
+    """Counts, tokens, cache coverage and (given a throughput) GPU-hours and money
+    of scoring `corpus_path` with `cfg`. Sends no chat request; with
+    ``tokenizer = "server"`` it asks the generation server's ``/tokenize`` (the
+    counts are cached, so the score run after it does not ask again)."""
+    t0 = time.perf_counter()
+    make_tokenizer(cfg)  # a bad --tokenizer is a usage error
+    corpus = read_corpus(corpus_path, cfg.min_words, cfg.max_words)
+    with Store(cfg.cache or default_path(),
+               max_bytes=int(cfg.cache_max_gb * 1e9) if cfg.cache_max_gb else None) as store:
+        by_story: dict[int, list[Position]] = {}
+        failed: list[str] = []
+        progress = Progress(enabled=cfg.progress, stories=len(corpus.stories))
+        try:
+            async with Client(api_key=cfg.resolved_api_key(), timeouts=Timeouts(request=cfg.timeout),
+                              retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds)) as client:
+                run = _PrefixCountingRun(cfg, corpus, store, client, Path("."), progress)
+                run.setup_tokenizer()
+                # Model ids name the cache keys. A local counter needs no server: without
+                # --model the server is not asked, and the cache is not checked.
+                cache_checked = bool(cfg.model) or run.tokenizer is None
+                if cache_checked:
+                    await run.resolve_models()
+                run.committer = _Committer(store, None)
+                try:
+                    const = await _count_positions(run, corpus, by_story, failed, progress)
+                except BaseExceptionGroup as eg:  # the scheduler's TaskGroup: raise the first real error
+                    first = _first_error(eg)
+                    raise first if isinstance(first, Exception) else eg
+                finally:
+                    run.committer.close()  # the token counts asked so far stay in the cache
+        finally:
+            progress.close()
+        thr = throughput or Throughput()
+        E = float(thr.ending_tokens if thr.ending_tokens is not None else cfg.max_tokens)
+        tally = _Tally(cfg, const, E)
+        for si in sorted(by_story):
+            tally.story(run.sentences[si], corpus.stories[si].words, by_story[si])
+        est = Estimate(
+            corpus=str(corpus_path), tokenizer=cfg.tokenizer, model=run.gen_model or None,
+            judge_model=run.judge_model or None, stories_kept=len(corpus.stories),
+            stories_skipped=len(corpus.skipped), input_errors=[str(e) for e in corpus.errors],
+            stories_failed=failed, stories_without_positions=len(run.no_positions),
+            positions_too_long=sum(run.too_long.values()),
+            positions=tally.positions, endings_per_position=cfg.endings, generation_requests=tally.positions,
+            judge_requests=tally.positions * cfg.endings, prompt_tokens=tally.totals(), ending_tokens=E,
+            output_tokens_max={"generation": tally.positions * cfg.endings * cfg.max_tokens,
+                               "judge": tally.positions * cfg.endings * cfg.judge_max_tokens},
+            cache_checked=cache_checked)
+        if cache_checked:
+            _coverage(est, run, by_story)
+        else:
+            est.generation_to_send = est.generation_requests
+            est.judge_to_send = est.judge_requests
+        _cost(est, thr, cfg)
+    est.seconds = time.perf_counter() - t0
+    return est
+
+async def _count_positions(run: _Run, corpus, by_story: dict[int, list[Position]], failed: list[str],
+                           progress: Progress) -> dict[str, int]:
+    """The score pipeline's positions of every story, into `by_story` (token counts
+    through the scheduler's tokenize lane). Returns the token counts of the
+    prompts' fixed texts."""
+    cfg = run.cfg
+    async with Scheduler(run.gen_router.tokenize_lanes() or {"tokenize": cfg.tokenize_concurrency}) as sched:
+        run.sched = sched
+        sched.service(run.committer.run())
+        const = _constants(await run.token_counts(_template_pieces()))
+
+        async def one(si: int) -> None:
+            try:
+                by_story[si] = await run.positions(si, corpus.stories[si])
+            except StatusError as e:  # the server refused to count this story: it alone is left out
+                failed.append(f"story {corpus.stories[si].id!r}: {e}")
+                return
+            progress.add_positions(len(by_story[si]))
+            for _ in by_story[si]:
+                progress.position_done()
+
+        await sched.feed(range(len(corpus.stories)), one, max(1, cfg.tokenize_concurrency // 4))
+    return const
+
+
+def _coverage(est: Estimate, run: _Run, by_story: dict[int, list[Position]]) -> None:
+    """Exact generation keys looked up in the LMDB; judge keys where the endings
+    are there to build them from."""
+    store, cfg = run.store, run.cfg
+    gen_cached = judge_checkable = judge_cached = judge_unknown = 0
+    for si in sorted(by_story):
+        sents = run.sentences[si]
+        ps = by_story[si]
+        keys = [request_key("chat", generation_request(run, prompts.ending_messages(prefix_text(sents, p.k)))
+                            .key_fields()) for p in ps]
+        recs = store.get_many("endings", keys)
+        for p, rec in zip(ps, recs):
+            if rec is None:
+                judge_unknown += cfg.endings
+                continue
+            gen_cached += 1
+            anchor = sents[p.k - 1]
+            cont = continuation_text(sents, p.k, cfg.continuation_words)
+            jkeys = [request_key("chat", judge_request(run, prompts.judge_messages(anchor, cont, e)).key_fields())
+                     for e in rec.texts if e.strip()]
+            judge_checkable += len(jkeys)
+            judge_cached += sum(v is not None for v in store.get_many("verdicts", jkeys))
+    est.generation_cached = gen_cached
+    est.judge_checkable = judge_checkable
+    est.judge_cached = judge_cached
+    est.generation_to_send = est.generation_requests - gen_cached
+    # Cached endings: exactly their non-empty ones; the others: one per ending.
+    est.judge_to_send = (judge_checkable - judge_cached) + judge_unknown
+    est.judge_requests = judge_checkable + judge_unknown
+
+
+def _cost(est: Estimate, thr: Throughput, cfg: ScoreConfig) -> None:
+    est.throughput = thr
+    if thr.gen_tok_s is None or thr.judge_req_s is None:
+        return
+    gen_h = est.generation_to_send * cfg.endings * est.ending_tokens / thr.gen_tok_s / 3600
+    judge_h = est.judge_to_send / thr.judge_req_s / 3600
+    est.gpu_hours = {"generation": gen_h, "judge": judge_h, "total": gen_h + judge_h}
+    if thr.gpu_hour_usd is not None:
+        est.usd = (gen_h + judge_h) * thr.gpu_hour_usd
+
+
+def estimate(cfg: ScoreConfig, corpus_path: str | Path, throughput: Throughput | None = None) -> Estimate:
+    """Blocking form of `estimate_async`."""
+    return asyncio.run(estimate_async(cfg, corpus_path, throughput))
+
+
+def throughput_from_bench(path: str | Path, gpu_hour_usd: float | None) -> Throughput:
+    """The figures `tension-run bench --save FILE` wrote."""
+    from .bench import load_figures
+
+    fig = load_figures(path)
+    return Throughput(gen_tok_s=fig.gen_tok_s, judge_req_s=fig.judge_req_s,
+                      gpu_hour_usd=gpu_hour_usd if gpu_hour_usd is not None else fig.gpu_hour_usd,
+                      ending_tokens=fig.mean_ending_tokens, source=str(path))
+
+
+def format_estimate(e: Estimate) -> str:
+    """The table `tension-run estimate` prints."""
+    def row(label: str, value: str) -> str:
+        return f"{label:<44} {value}"
+
+    pt = e.prompt_tokens
+    lines = [
+        "=" * 60,
+        f"estimate of {e.corpus}  (tokens: {e.tokenizer}"
+        + (", a rough count in whitespace words" if e.tokenizer == "words" else "") + ")",
+        "=" * 60,
+        row("stories kept / skipped (word filter)", f"{e.stories_kept:,} / {e.stories_skipped:,}"),
+    ]
+    if e.input_errors:
+        lines.append(row("records with errors", f"{len(e.input_errors):,}"))
+    if e.stories_failed:
+        lines.append(row("stories the server could not count", f"{len(e.stories_failed):,}"))
+    lines += [
+        row("stories without a position", f"{e.stories_without_positions:,}"),
+        row("positions (skipped: prompt over context)", f"{e.positions:,} ({e.positions_too_long:,})"),
+        row("generation requests (n endings each)", f"{e.generation_requests:,} (n = {e.endings_per_position})"),
+        row("judge requests (≤, one per ending)", f"{e.judge_requests:,}"),
+        row("prompt tokens, generation: sent", f"{pt['generation'].sent:,}"),
+        row("                  computed with prefix cache", f"{pt['generation'].computed:,}"),
+        row("prompt tokens, judge: sent", f"{pt['judge'].sent:,}"),
+        row("                  computed with prefix cache", f"{pt['judge'].computed:,}"),
+        row("tokens per ending assumed (E)", f"{e.ending_tokens:g}"),
+        row("output tokens ≤ generation / judge",
+            f"{e.output_tokens_max['generation']:,} / {e.output_tokens_max['judge']:,}"),
+    ]
+    if e.cache_checked:
+        lines += [
+            row("cache: generation requests found", f"{e.generation_cached:,} of {e.generation_requests:,}"),
+            row("cache: judge requests found", f"{e.judge_cached:,} of {e.judge_checkable:,} checkable"),
+        ]
+    else:
+        lines.append(row("cache", "not checked (give --model to name the cache keys)"))
+    lines.append(row("to send: generation / judge", f"{e.generation_to_send:,} / {e.judge_to_send:,}"))
+    thr = e.throughput
+    if e.gpu_hours is not None and thr is not None:
+        lines += [
+            row("throughput" + (f" (from {thr.source})" if thr.source != "flags" else ""),
+                f"{thr.gen_tok_s:,.1f} gen tok/s, {thr.judge_req_s:,.2f} judge req/s"),
+            row("GPU-hours: generation / judge / total",
+                f"{e.gpu_hours['generation']:.3f} / {e.gpu_hours['judge']:.3f} / {e.gpu_hours['total']:.3f}"),
+        ]
+        if e.usd is not None:
+            lines.append(row(f"cost at ${thr.gpu_hour_usd:g}/GPU-hour", f"${e.usd:,.2f}"))
+        lines.append(f"formula: {e.formula}")
+    else:
+        lines.append("GPU-hours: give --gen-tok-s and --judge-req-s (or --bench FILE from `tension-run bench`)")
+    lines.append(f"({e.seconds:.1f} s)")
+    return "\n".join(lines)
+
+
+def check_throughput(thr: Throughput) -> None:
+    for name in ("gen_tok_s", "judge_req_s", "gpu_hour_usd", "ending_tokens"):
+        v = getattr(thr, name)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ConfigError(f"--{name.replace('_', '-')}: expected a number > 0, got {v!r}")

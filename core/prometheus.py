@@ -1,0 +1,54 @@
+"""Reading a server's ``/metrics`` (Prometheus text format 0.0.4), for the
+counters `tension-run bench` takes deltas of.
+
+vLLM names its prefix-cache counters ``vllm:prefix_cache_queries_total`` and
+``vllm:prefix_cache_hits_total`` (tokens), one sample per engine and model label
+set; versions before the rename used ``vllm:gpu_prefix_cache_*``. A counter is the
+sum of its samples over every label set.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+__all__ = ["parse_samples", "counter", "PREFIX_CACHE_HITS", "PREFIX_CACHE_QUERIES"]
+
+PREFIX_CACHE_HITS = ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits")
+PREFIX_CACHE_QUERIES = ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries")
+
+# name, optional {labels} (label values may hold spaces, braces and escaped quotes),
+# value, optional timestamp
+_SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)\s*(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)(?:\s+-?\d+)?\s*$')
+
+
+def parse_samples(text: str) -> dict[str, float]:
+    """Metric name → sum of its samples over all label sets. Comments, blank
+    lines and lines that are not samples are skipped; NaN samples are ignored."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m is None:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        if math.isnan(value):
+            continue
+        out[m.group(1)] = out.get(m.group(1), 0.0) + value
+    return out
+
+
+def counter(samples: dict[str, float], names: tuple[str, ...] | str) -> float | None:
+    """The first of `names` present, as written or with the ``_total`` suffix
+    counters carry in the text format (OpenMetrics names them without it)."""
+    for name in (names,) if isinstance(names, str) else names:
+        base = name.removesuffix("_total")
+        for candidate in (base + "_total", base):
+            if candidate in samples:
+                return samples[candidate]
+    return None
