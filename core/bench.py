@@ -35,7 +35,7 @@ from tqdm import tqdm
 from tension.cache.store import Store
 
 from . import prompts
-from .client import Client, StreamResult, Timeouts, normalize_base_url
+from .client import Client, StreamResult, Timeouts
 from .config import ScoreConfig
 from .corpus import read_corpus
 from .errors import ConfigError, InputError, TensionError
@@ -73,6 +73,8 @@ class ServerFigures(msgspec.Struct, kw_only=True):
     """One server (keyed by its base URL; replicas will each get one)."""
 
     roles: list[str]
+    requests: int = 0  # answers it gave in this run
+    output_tokens: int = 0
     metrics_available: bool = False
     prefix_cache_queries: float | None = None  # Δ over the run, tokens
     prefix_cache_hits: float | None = None
@@ -154,9 +156,13 @@ class _Bench:
         self.client = client
         self.opts = opts
         self.chosen = chosen
+        # With several replicas per role the positions are dealt out in turn, so each
+        # replica gets its share and its own figures (a position's requests stay on one).
+        self.gen_urls, self.judge_urls = run.gen_router.urls, run.judge_router.urls
         self.urls: dict[str, list[str]] = {}
-        for role, url in (("generation", run.gen_url), ("judge", run.judge_url)):
-            self.urls.setdefault(url, []).append(role)
+        for role, urls in (("generation", self.gen_urls), ("judge", self.judge_urls)):
+            for url in urls:
+                self.urls.setdefault(url, []).append(role)
 
     async def _metrics(self) -> dict[str, dict[str, float] | None]:
         texts = await asyncio.gather(*(self.client.get_text(u, "/metrics") for u in self.urls))
@@ -169,6 +175,10 @@ class _Bench:
         if order == "shuffled":
             random.Random(self.opts.seed + run_no).shuffle(ps)
         results: dict[str, list[StreamResult]] = {"generation": [], "judge": []}
+        by_url: dict[str, list[StreamResult]] = {u: [] for u in self.urls}
+        slot = {p: i for i, p in enumerate(self.chosen)}
+        gen_url = {p: self.gen_urls[slot[p] % len(self.gen_urls)] for p in ps}
+        judge_url = {p: self.judge_urls[slot[p] % len(self.judge_urls)] for p in ps}
 
         async def plain(url: str, req) -> StreamResult:
             r = await self.client.chat(url, req)
@@ -184,13 +194,16 @@ class _Bench:
                     fig.errors.append(f"{lane}: {e}")
                 return None
             results[lane].append(res)
+            by_url[url].append(res)
             return res
 
         before = await self._metrics()
-        async with Scheduler({"generation": cfg.gen_concurrency, "judge": cfg.judge_concurrency}) as sched:
+        lanes = {"generation": cfg.gen_concurrency * len(self.gen_urls),
+                 "judge": cfg.judge_concurrency * len(self.judge_urls)}
+        async with Scheduler(lanes) as sched:
             t0 = time.perf_counter()
             sents = {p: run.sentences[p.story] for p in ps}
-            gens = await sched.map(lambda p: send("generation", run.gen_url, generation_request(
+            gens = await sched.map(lambda p: send("generation", gen_url[p], generation_request(
                 run, prompts.ending_messages(prefix_text(sents[p], p.k)))), ps)
             t1 = time.perf_counter()
 
@@ -200,9 +213,9 @@ class _Bench:
                 cont = continuation_text(sents[p], p.k, cfg.continuation_words)
                 reqs = [judge_request(run, prompts.judge_messages(anchor, cont, e)) for e in res.texts if e.strip()]
                 if reqs and warm:
-                    await send("judge", run.judge_url, reqs[0])
+                    await send("judge", judge_url[p], reqs[0])
                     reqs = reqs[1:]
-                await sched.map(lambda r: send("judge", run.judge_url, r), reqs)
+                await sched.map(lambda r: send("judge", judge_url[p], r), reqs)
                 if self.bar is not None:
                     self.bar.update(1)
 
@@ -227,7 +240,8 @@ class _Bench:
             prompt = sum(r.usage.prompt_tokens for r in rs)
             fig.cached_token_rate[lane] = sum(r.usage.cached_tokens for r in rs) / prompt if prompt else None
         for url, roles in self.urls.items():
-            sf = ServerFigures(roles=roles)
+            sf = ServerFigures(roles=roles, requests=len(by_url[url]),
+                               output_tokens=sum(r.usage.completion_tokens or r.events for r in by_url[url]))
             b, a = before[url], after[url]
             if a is not None and b is not None:
                 hits = [counter(m, PREFIX_CACHE_HITS) for m in (b, a)]
@@ -293,8 +307,8 @@ async def bench_async(cfg: ScoreConfig, corpus_path: str | Path, opts: BenchOpti
         per_story = (base.generation_seconds + base.judge_seconds) / len(chosen) * len(all_ps)
     fig = BenchFigures(
         created=time.time(), corpus=str(corpus_path), story=story.id, story_positions=len(all_ps),
-        positions_benched=[p.k for p in chosen], base_url=normalize_base_url(cfg.base_url),
-        judge_base_url=run.judge_url, model=run.gen_model, judge_model=run.judge_model, endings=cfg.endings,
+        positions_benched=[p.k for p in chosen], base_url=",".join(run.gen_router.urls),
+        judge_base_url=",".join(run.judge_router.urls), model=run.gen_model, judge_model=run.judge_model, endings=cfg.endings,
         max_tokens=cfg.max_tokens, gen_concurrency=cfg.gen_concurrency, judge_concurrency=cfg.judge_concurrency,
         seed=opts.seed, gen_tok_s=base.gen_tok_s, judge_req_s=base.judge_req_s,
         mean_ending_tokens=base.mean_ending_tokens, seconds_per_story=per_story, gpu_hour_usd=opts.gpu_hour_usd,
@@ -367,6 +381,9 @@ def format_bench(f: BenchFigures) -> str:
     ]
     urls = list(f.runs[0].servers) if f.runs else []
     for url in urls:
+        if len(urls) > 1:
+            lines.append(row(f"requests / output tok, {'+'.join(f.runs[0].servers[url].roles)}",
+                             [f"{r.servers[url].requests} / {r.servers[url].output_tokens}" for r in f.runs]))
         lines.append(row(f"prefix-cache hits, {'+'.join(f.runs[0].servers[url].roles)}",
                          [_rate(r.servers[url].prefix_cache_hit_rate) if r.servers[url].metrics_available
                           else "no /metrics" for r in f.runs]))

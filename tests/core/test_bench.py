@@ -147,3 +147,23 @@ def test_score_request_bytes_are_unchanged():
 def test_bench_positions_flag_is_checked(server, tmp_path):
     with pytest.raises(ConfigError, match="--positions"):
         bench(_cfg(server, tmp_path), make_corpus(tmp_path / "c.jsonl", 1), BenchOptions(positions=0))
+
+
+def test_bench_over_replicas_gives_each_its_share_and_its_figures(server, tmp_path):
+    from openai_server import LoopbackServer
+
+    with LoopbackServer(model=["test-gen", "test-judge"]) as other:
+        urls = [server.base_url, other.base_url]
+        corpus = make_corpus(tmp_path / "c.jsonl", 1)
+        fig = bench(_cfg(server, tmp_path, base_url=",".join(urls)), corpus,
+                    BenchOptions(positions=4, variants=False, gpu_hour_usd=1.0))
+        r = fig.runs[0]
+        assert r.failed == 0 and fig.base_url == ",".join(urls)
+        assert list(r.servers) == urls
+        for srv, url in ((server, server.base_url), (other, other.base_url)):
+            sf = r.servers[url]
+            seen = [q for q in srv.requests if q.path == CHAT_PATH]
+            # positions are dealt out in turn: 2 of 4 each, with their n judge requests
+            assert sf.requests == len(seen) == 2 * (1 + N)
+            assert sf.roles == ["generation", "judge"] and sf.output_tokens > 0
+            assert sf.metrics_available and 0 < sf.prefix_cache_hit_rate <= 1
