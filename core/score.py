@@ -559,24 +559,7 @@ async def _score_locked(cfg: ScoreConfig, corpus_path: str | Path, out: Path) ->
                           retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds)) as client:
             run = _Run(cfg, corpus, store, client, out, progress)
             run.committer = _Committer(store, partial)
-            try:
-                await run.run()
-            except asyncio.CancelledError:
-                status = "interrupted"
-                raise
-            except BaseExceptionGroup as eg:
-                first = _first_error(eg)
-                if not isinstance(first, Exception):
-                    raise
-                status, error = "failed", _describe(first)
-            except TensionError as e:
-                status, error = "failed", _describe(e)
-            finally:
-                try:
-                    run.committer.close()
-                except TensionError as e:  # the last commit failed (e.g. the cache is full)
-                    if status == "complete":
-                        status, error = "failed", _describe(e)
+            status, error = await run_committed(run.run(), run.committer)
         if status == "complete":
             run.write_outputs()
             if cfg.report:
@@ -597,6 +580,29 @@ async def _score_locked(cfg: ScoreConfig, corpus_path: str | Path, out: Path) ->
             _write_run_json(run, cfg, corpus, store, out, status, error, t0, corpus_path)
             store.close()
     return summary
+
+
+async def run_committed(work, committer: _Committer) -> tuple[str, str | None]:
+    """Await a run's work, then commit whatever completed, however the work ended.
+    Returns ("complete", None) or ("failed", the first error); a cancellation
+    (Ctrl-C, SIGTERM) is re-raised after the commit."""
+    status, error = "complete", None
+    try:
+        await work
+    except BaseExceptionGroup as eg:
+        first = _first_error(eg)
+        if not isinstance(first, Exception):
+            raise
+        status, error = "failed", _describe(first)
+    except TensionError as e:
+        status, error = "failed", _describe(e)
+    finally:
+        try:
+            committer.close()
+        except TensionError as e:  # the last commit failed (e.g. the cache is full)
+            if status == "complete":
+                status, error = "failed", _describe(e)
+    return status, error
 
 
 def _describe(e: BaseException) -> str:
