@@ -477,7 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     _bool_flag(g, "reasoning-off", "send chat_template_kwargs {enable_thinking: false} (default on)")
     g.add_argument("--temperature", type=float, default=None, help="default 0.7 (whodunit 1.0)")
     g.add_argument("--max-tokens", type=int, default=None, help="per request; default 4000 (whodunit 1000)")
-    g.add_argument("--min-p", type=float, default=None, help="default 0.1 (whodunit: not sent)")
+    g.add_argument("--min-p", type=float, default=None, help="default 0.1 (whodunit: not sent); 0 sends none, for APIs that reject it")
     g.add_argument("--seed", type=int, default=None,
                    help="run seed: reference choice and request seeds derive from it and the idea id (default 0)")
     g.add_argument("--group", default=None, help="group of every output story (default: the mode; whodunit: "

@@ -40,12 +40,12 @@ from . import generation_prompts as gp
 from .client import Client, RetryPolicy, Timeouts, normalize_base_url
 from .config import API_KEY_ENV
 from .corpus import _json_type
-from .errors import ConfigError, InputError, ServerError, StatusError, TensionError
+from .errors import ConfigError, InputError, ServerError, StatusError
 from .jsonl import atomic_write, decode_line, iter_lines
 from .progress import Progress
 from .protocol import ChatRequest
 from .scheduler import Scheduler
-from .score import _Committer, _versions, run_committed
+from .score import Failure, _Committer, _versions, run_blocking, run_committed
 
 __all__ = [
     "MODES", "GenerateConfig", "Idea", "Reference", "StorySettings", "GeneratedStory", "Generator",
@@ -119,9 +119,11 @@ class GenerateConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         """(temperature, max_tokens, min_p) with the mode's defaults filled in."""
         if self.whodunit:
             return (_pick(self.temperature, WHODUNIT_TEMPERATURE), _pick(self.max_tokens, WHODUNIT_MAX_TOKENS),
-                    self.min_p)
+                    self.min_p or None)
+        # min_p 0 samples as no min_p does; it is left out of the request, for
+        # hosted APIs that reject the field.
         return (_pick(self.temperature, PIPELINE_TEMPERATURE), _pick(self.max_tokens, PIPELINE_MAX_TOKENS),
-                _pick(self.min_p, PIPELINE_MIN_P))
+                _pick(self.min_p, PIPELINE_MIN_P) or None)
 
     def public(self) -> dict[str, Any]:
         """The settings as recorded in the run file (the key's value never is)."""
@@ -209,12 +211,6 @@ class Whodunit(msgspec.Struct, kw_only=True):
     distractor: str
     revelation: int  # 1-based paragraph that reveals the culprit: the last one
     generator: Generator
-
-
-class Failure(msgspec.Struct, kw_only=True):
-    id: str
-    stage: str
-    error: str
 
 
 class GenerateSummary(msgspec.Struct, kw_only=True):
@@ -590,11 +586,5 @@ def _write_run_record(out: Path, cfg: GenerateConfig, summary: GenerateSummary, 
 
 
 def generate(cfg: GenerateConfig, ideas_path: str | os.PathLike, out_path: str | os.PathLike) -> GenerateSummary:
-    """Blocking form of ``generate_async`` on uvloop when available."""
-    try:
-        import uvloop
-        factory = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(generate_async(cfg, ideas_path, out_path))
+    """Blocking form of ``generate_async``; SIGTERM stops it like Ctrl-C."""
+    return run_blocking(lambda: generate_async(cfg, ideas_path, out_path))

@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import msgspec
-import pytest
 from openai_server import CHAT_PATH
 
 from tension.core.cli import main
@@ -350,3 +349,30 @@ def test_generated_stories_are_a_valid_score_corpus(server, tmp_path):
     assert not corpus.errors and [s.id for s in corpus.stories] == ["lamp-vanilla", "bees-vanilla", "choir-vanilla"]
     assert [s.meta["idea_id"] for s in corpus.stories] == ["lamp", "bees", "choir"]
     assert all(s.group == "vanilla" for s in corpus.stories)
+
+
+def test_api_key_from_the_named_variable_is_never_written(server, tmp_path, monkeypatch, capsys):
+    script_pipeline(server)
+    secret = "sk-planted-generate-0123456789"
+    monkeypatch.setenv("HOSTED_KEY", secret)
+    out = tmp_path / "o" / "s.jsonl"
+    code = main(["generate", str(write_ideas(tmp_path / "i.jsonl", IDEAS[:1])), "--out", str(out), "--mode", "vanilla",
+                 "--min-p", "0", "--api-key-env", "HOSTED_KEY", "--base-url", server.base_url, "--model", "test-gen",
+                 "--cache", str(tmp_path / "o" / "cache"), "--no-progress"])
+    std = capsys.readouterr()
+    assert code == 0 and secret not in std.out + std.err
+    assert "min_p" not in chats(server)[0]  # --min-p 0: the field is left out
+    assert json.loads(run_record_path(out).read_text())["config"]["api_key"] == "(set)"
+    for f in (tmp_path / "o").rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f
+
+
+def test_the_shipped_example_ideas_are_valid():
+    from tension.core.generate import read_ideas
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    ideas, errors = read_ideas(root / "ideas.jsonl")
+    assert not errors and len(ideas) == 5
+    ideas, errors = read_ideas(root / "whodunit_ideas.jsonl", whodunit=True)
+    assert not errors and len(ideas) == 2 and all(len(i.suspects) == 4 for _, i in ideas)
