@@ -376,3 +376,37 @@ def test_the_shipped_example_ideas_are_valid():
     assert not errors and len(ideas) == 5
     ideas, errors = read_ideas(root / "whodunit_ideas.jsonl", whodunit=True)
     assert not errors and len(ideas) == 2 and all(len(i.suspects) == 4 for _, i in ideas)
+
+
+def test_sigterm_stops_cleanly_and_the_same_command_resumes(server, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script_pipeline(server)
+    server.delay = 0.3
+    many = [{"id": f"i{k}", "idea": f"Idea number {k} about a bell."} for k in range(8)]
+    ideas = write_ideas(tmp_path / "ideas.jsonl", many)
+    out = tmp_path / "s.jsonl"
+    argv = [sys.executable, "-m", "tension.core.cli", "generate", str(ideas), "--out", str(out), "--mode", "vanilla",
+            "--concurrency", "1", "--base-url", server.base_url, "--model", "test-gen",
+            "--cache", str(tmp_path / "cache"), "--no-progress"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    deadline = time.monotonic() + 30
+    while server.count(path=CHAT_PATH) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Resume with the same command" in err
+    assert not out.exists()  # never a half output file
+    assert json.loads(run_record_path(out).read_text())["status"] == "interrupted"
+    done = len((tmp_path / "s.jsonl.partial").read_text().splitlines())
+    assert 2 <= done < 8  # the third may still have been on its way back
+    server.delay = 0.0
+    s = generate(cfg_for(server, tmp_path, mode="vanilla"), ideas, out)
+    assert s.status == "complete" and s.stories == 8 and s.cache_hits >= done and s.requests <= 8 - done
+    assert [r["idea_id"] for r in read_out(out)] == [f"i{k}" for k in range(8)]
