@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import os
 import random
 import sys
@@ -84,7 +85,7 @@ class GenerateConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # whodunit
     paragraphs: int = 25
     # output
-    group: str | None = None  # default: the idea's group, else the mode (whodunit: the model)
+    group: str | None = None  # default: the mode (whodunit: the idea's group, else the model)
     # concurrency and reliability
     concurrency: int = 6  # requests in flight (the paper ran 4-6 threads)
     timeout: float = 600.0
@@ -100,7 +101,7 @@ class GenerateConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
         need(self.mode in MODES, "mode", " or ".join(MODES))
         need(self.base_url.startswith(("http://", "https://")), "base_url", "an http(s) URL")
-        need(self.temperature is None or self.temperature >= 0, "temperature", "a number >= 0")
+        need(self.temperature is None or 0 <= self.temperature < math.inf, "temperature", "a finite number >= 0")
         need(self.max_tokens is None or self.max_tokens >= 1, "max_tokens", "an integer >= 1")
         need(self.min_p is None or 0 <= self.min_p <= 1, "min_p", "a number in [0, 1]")
         need(self.beats is None or self.beats >= 1, "beats", "an integer >= 1")

@@ -410,3 +410,26 @@ def test_sigterm_stops_cleanly_and_the_same_command_resumes(server, tmp_path):
     s = generate(cfg_for(server, tmp_path, mode="vanilla"), ideas, out)
     assert s.status == "complete" and s.stories == 8 and s.cache_hits >= done and s.requests <= 8 - done
     assert [r["idea_id"] for r in read_out(out)] == [f"i{k}" for k in range(8)]
+
+
+def test_study_recipe_end_to_end_vanilla_and_full_scored_and_compared_by_idea(server, tmp_path, capsys):
+    """docs/generation.md's recipe on the test server: generate both, score both,
+    `compare --pair-by idea_id` pairs every idea."""
+    import random
+
+    from conftest import write_story
+
+    server.script("extract 7 scene-level beats", "Seven beats.")
+    server.script("to-do list of the most important", "Five beats.")
+    server.script("Write the story now.", lambda m, seed, i: write_story(random.Random(seed), 130))
+    ideas = write_ideas(tmp_path / "ideas.jsonl")
+    common = ["--base-url", server.base_url, "--model", "test-gen", "--cache", str(tmp_path / "cache"),
+              "--no-progress"]
+    for mode in ("vanilla", "full"):
+        assert main(["generate", str(ideas), "--mode", mode, "--out", str(tmp_path / f"{mode}.jsonl")] + common) == 0
+        assert main(["score", str(tmp_path / f"{mode}.jsonl"), "--out", str(tmp_path / "runs" / mode), "--endings",
+                     "4", "--min-words", "50", "--no-report", "--seed", "1"] + common) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "runs" / "vanilla"), str(tmp_path / "runs" / "full"), "--pair-by",
+                 "idea_id", "--resamples", "200"]) == 0
+    assert capsys.readouterr().out.startswith("3 pairs by `idea_id` (0 stories only in A, 0 only in B)")
