@@ -46,7 +46,7 @@ from .jsonl import atomic_write, decode_line, iter_lines
 from .progress import Progress
 from .protocol import ChatRequest
 from .scheduler import Scheduler
-from .score import Failure, _Committer, _versions, run_blocking, run_committed
+from .score import Failure, _Committer, _versions, out_lock, run_blocking, run_committed
 
 __all__ = [
     "MODES", "GenerateConfig", "Idea", "Reference", "StorySettings", "GeneratedStory", "Generator",
@@ -525,6 +525,12 @@ async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike, out
     pool = reference_pool(cfg) if cfg.mode == "full" else []
     ideas, errors = read_ideas(ideas_path, cfg.whodunit)
     out.parent.mkdir(parents=True, exist_ok=True)
+    with out_lock(out, out.with_name(f".{out.name}.lock"), "generate", "file"):
+        return await _generate_locked(cfg, ideas, errors, pool, ideas_path, out)
+
+
+async def _generate_locked(cfg: GenerateConfig, ideas: list[tuple[int, Idea]], errors: list[InputError],
+                           pool: list[_Ref], ideas_path, out: Path) -> GenerateSummary:
     partial = out.with_name(out.name + ".partial")
     partial.write_bytes(b"")
     store = Store(cfg.cache or default_path())

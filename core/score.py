@@ -522,19 +522,25 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
         return await _score_locked(cfg, corpus_path, out)
 
 
-@contextlib.contextmanager
 def _out_lock(out: Path):
     """One run per output folder: a second run writing the same partial file and
-    outputs would interleave them. The lock dies with its process (even SIGKILL)."""
-    f = (out / ".tension-run.lock").open("a+")
+    outputs would interleave them."""
+    return out_lock(out, out / ".tension-run.lock", "score", "folder")
+
+
+@contextlib.contextmanager
+def out_lock(out: Path, lock_file: Path, verb: str, what: str):
+    """Hold `lock_file` for the output `out` of a `verb` run, or fail at once if
+    another run holds it. The lock dies with its process (even SIGKILL)."""
+    f = lock_file.open("a+")
     try:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
             holder = f.read().strip() or "?"
-            raise TensionError(f"--out {out} is in use by another tension-run score (pid {holder}); wait for it "
-                               "to finish or choose another folder (several runs may share one --cache)") from None
+            raise TensionError(f"--out {out} is in use by another tension-run {verb} (pid {holder}); wait for it "
+                               f"to finish or choose another {what} (several runs may share one --cache)") from None
         f.seek(0)
         f.truncate()
         f.write(str(os.getpid()))

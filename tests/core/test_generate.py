@@ -433,3 +433,18 @@ def test_study_recipe_end_to_end_vanilla_and_full_scored_and_compared_by_idea(se
     assert main(["compare", str(tmp_path / "runs" / "vanilla"), str(tmp_path / "runs" / "full"), "--pair-by",
                  "idea_id", "--resamples", "200"]) == 0
     assert capsys.readouterr().out.startswith("3 pairs by `idea_id` (0 stories only in A, 0 only in B)")
+
+
+def test_a_second_run_on_the_same_out_file_fails_fast(server, tmp_path, capsys):
+    import fcntl
+
+    out = tmp_path / "s.jsonl"
+    with (tmp_path / ".s.jsonl.lock").open("a+") as held:  # as a running generate holds it
+        held.write("4242")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code = main(["generate", str(write_ideas(tmp_path / "i.jsonl")), "--out", str(out), "--base-url",
+                     server.base_url, "--model", "test-gen", "--cache", str(tmp_path / "c"), "--no-progress"])
+    assert code == 1
+    assert f"--out {out} is in use by another tension-run generate (pid 4242)" in capsys.readouterr().err
+    assert server.count(path=CHAT_PATH) == 0 and not out.exists()
