@@ -448,3 +448,13 @@ def test_a_second_run_on_the_same_out_file_fails_fast(server, tmp_path, capsys):
     assert code == 1
     assert f"--out {out} is in use by another tension-run generate (pid 4242)" in capsys.readouterr().err
     assert server.count(path=CHAT_PATH) == 0 and not out.exists()
+
+
+def test_a_refused_request_fails_its_idea_and_the_others_go_on(server, tmp_path):
+    script_pipeline(server)
+    huge = {"id": "huge", "idea": "word " * 5000}  # with 4,000 answer tokens: over the 8,192 context → 400
+    out = tmp_path / "o.jsonl"
+    s = generate(cfg_for(server, tmp_path, mode="vanilla"), write_ideas(tmp_path / "i.jsonl", [huge, IDEAS[0]]), out)
+    assert s.status == "complete" and s.stories == 1
+    assert [(f.id, f.stage) for f in s.failures] == [("huge", "request")] and "HTTP 400" in s.failures[0].error
+    assert [r["idea_id"] for r in read_out(out)] == ["lamp"]
