@@ -318,6 +318,52 @@ def cmd_cache_stats(args) -> int:
         print(f"{name:<10} {st['entries']:>10} {st['bytes'] / 1e6:>10.2f} {h:>14} {m:>8} {w:>8}")
     return EXIT_OK
 
+# --- generate (issue 10) -----------------------------------------------------------
+
+def cmd_generate(args) -> int:
+    """Generate stories from ideas with the paper's pipeline or one of its ablations
+    (paper 000, §4, App. D), or whodunits paragraph by paragraph (paper 003).
+    Modes: vanilla = Step 2 (story) from the idea alone; beats = Step 1 (beats from
+    scratch, warmup ablated) → Step 2; full = Step 0 (warmup: 7 beats from a
+    reference title or story) → Step 1 (beats adapted to the idea) → Step 2;
+    whodunit = L paragraphs, the last revealing the culprit (fairplay input)."""
+    from .embedded import running_state
+    from .generate import GenerateConfig, generate
+
+    fields = ("mode", "base_url", "model", "api_key_env", "reasoning_off", "temperature", "max_tokens", "min_p",
+              "seed", "titles", "reference_stories", "beats", "system", "min_chars", "attempts", "paragraphs",
+              "group", "concurrency", "timeout", "retries", "retry_seconds", "cache", "progress")
+    kw = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
+    if args.base_url is None and (st := running_state()) is not None:
+        print(f"using the embedded server at {st.url} (model {st.model}); pass --base-url to use another server",
+              file=sys.stderr)
+        kw.setdefault("base_url", st.url)
+        kw.setdefault("model", st.model)
+    try:
+        cfg = GenerateConfig(**kw)
+    except TypeError as e:  # msgspec reports a wrong flag type this way
+        raise ConfigError(str(e)) from e
+    summary = generate(cfg, args.ideas, args.out)
+    for e in summary.input_errors:
+        print(f"error: {e}", file=sys.stderr)
+    for f in summary.failures:
+        print(f"error: idea {f.id!r} failed at {f.stage}: {f.error}", file=sys.stderr)
+    print(f"{summary.stories} of {summary.ideas} ideas generated ({summary.mode}, model {summary.model}); "
+          f"requests sent: {summary.requests}; cache hits: {summary.cache_hits}")
+    if summary.status == "failed":
+        print(f"error: {summary.error}\nCompleted answers are in the cache; rerun the same command to "
+              "continue where this run stopped.", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"written: {summary.out}")
+    if summary.input_errors or summary.failures:
+        print(f"{len(summary.input_errors) + len(summary.failures)} ideas failed (see above); "
+              "the others were generated", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+# --- end generate -----------------------------------------------------------------
+
 
 # --- scale-out: several replicas per role (issue 8) -------------------------------
 
@@ -557,6 +603,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", metavar="FILE", help="write the figures (JSON) for `estimate --bench FILE`")
     p.set_defaults(func=cmd_bench)
     # -- end of estimate and bench --
+
+    # --- generate (issue 10) ---
+    p = sub.add_parser("generate", help="generate stories from ideas (pipeline, ablations, whodunits)",
+                       description=cmd_generate.__doc__)
+    p.add_argument("ideas", metavar="IDEAS",
+                   help="JSON Lines (id, idea, group?; whodunit: suspects, culprit, distractor) or a folder of .txt")
+    p.add_argument("--out", required=True, metavar="STORIES.jsonl",
+                   help="output file: a score corpus (pipeline modes) or fairplay input (whodunit); "
+                        "STORIES.run.json beside it records the run")
+    p.add_argument("--mode", choices=["vanilla", "beats", "full", "whodunit"], default=None,
+                   help="vanilla: Step 2 only; beats: Steps 1-2; full: Steps 0-2 (default); whodunit")
+    g = p.add_argument_group("pipeline (paper 000, App. D)")
+    g.add_argument("--titles", metavar="paper|recommended|FILE", default=None,
+                   help="Step 0 title pool: the paper's 3 (default), its recommended 20, or a file, one per line")
+    g.add_argument("--reference-story", dest="reference_stories", action="append", metavar="FILE", default=None,
+                   help="Step 0 in full-text mode: a reference story file (repeat for a pool; one drawn per story)")
+    g.add_argument("--beats", type=int, metavar="N", default=None, help='Step 1 adds "Limit to exactly N beats."')
+    g.add_argument("--system", metavar="TEXT", default=None, help="Step 2 system prompt (default: none)")
+    g.add_argument("--min-chars", type=int, default=None, help="regenerate stories shorter than this (default 200)")
+    g.add_argument("--attempts", type=int, default=None,
+                   help="tries per story, or per whodunit paragraph, before it fails (default 5)")
+    g = p.add_argument_group("whodunit (paper 003)")
+    g.add_argument("--paragraphs", type=int, metavar="L", default=None, help="paragraphs per story (default 25)")
+    g = p.add_argument_group("server and sampling")
+    g.add_argument("--base-url", default=None, help="server root (default: the running embedded server, else "
+                                                    "http://127.0.0.1:8000); any OpenAI-compatible endpoint")
+    g.add_argument("--model", default=None, help="model id (default: the first the server lists)")
+    g.add_argument("--api-key-env", metavar="VAR", default=None,
+                   help="environment variable holding the API key (default OPENAI_API_KEY)")
+    _bool_flag(g, "reasoning-off", "send chat_template_kwargs {enable_thinking: false} (default on)")
+    g.add_argument("--temperature", type=float, default=None, help="default 0.7 (whodunit 1.0)")
+    g.add_argument("--max-tokens", type=int, default=None, help="per request; default 4000 (whodunit 1000)")
+    g.add_argument("--min-p", type=float, default=None, help="default 0.1 (whodunit: not sent); 0 sends none, for APIs that reject it")
+    g.add_argument("--seed", type=int, default=None,
+                   help="run seed: reference choice and request seeds derive from it and the idea id (default 0)")
+    g.add_argument("--group", default=None, help="group of every output story (default: the mode; whodunit: "
+                                                 "the idea's group, else the model)")
+    g.add_argument("--concurrency", type=int, default=None,
+                   help="requests in flight (default 6; lower it for a hosted API's rate limit)")
+    g.add_argument("--timeout", type=float, default=None, help="seconds per request attempt (default 600)")
+    g.add_argument("--retries", type=int, default=None, help="attempts per request, 429/5xx/drops (default 8)")
+    g.add_argument("--retry-seconds", type=float, default=None, help="give a request up after this long")
+    g.add_argument("--cache", metavar="PATH", default=None, help="LMDB cache folder")
+    _bool_flag(g, "progress", "show a progress bar (default on)")
+    p.set_defaults(func=cmd_generate)
+    # --- end generate ---
 
     p = sub.add_parser("cache", help="inspect the LMDB cache")
     csub = p.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", required=True)

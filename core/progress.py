@@ -14,9 +14,9 @@ __all__ = ["Progress"]
 
 
 class Progress:
-    def __init__(self, *, enabled: bool, stories: int):
+    def __init__(self, *, enabled: bool, stories: int, unit: str = "pos"):
         self.enabled = enabled
-        self._bar = tqdm(total=0, unit="pos", desc=f"0/{stories} stories", disable=not enabled,
+        self._bar = tqdm(total=0, unit=unit, desc=f"0/{stories} stories", disable=not enabled,
                          dynamic_ncols=True, smoothing=0.05) if enabled else None
         self.stories = stories
         self.stories_started = 0

@@ -21,6 +21,7 @@ class ChatRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     n: int  # always sent (and hashed), even when 1
     temperature: float | None = None
     top_p: float | None = None
+    min_p: float | None = None  # vLLM's minimum-probability sampling (the generate pipeline's 0.1)
     max_tokens: int | None = None
     seed: int | None = None
     chat_template_kwargs: dict[str, Any] | None = None

@@ -598,19 +598,25 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
         return await _score_locked(cfg, corpus_path, out)
 
 
-@contextlib.contextmanager
 def _out_lock(out: Path):
     """One run per output folder: a second run writing the same partial file and
-    outputs would interleave them. The lock dies with its process (even SIGKILL)."""
-    f = (out / ".tension-run.lock").open("a+")
+    outputs would interleave them."""
+    return out_lock(out, out / ".tension-run.lock", "score", "folder")
+
+
+@contextlib.contextmanager
+def out_lock(out: Path, lock_file: Path, verb: str, what: str):
+    """Hold `lock_file` for the output `out` of a `verb` run, or fail at once if
+    another run holds it. The lock dies with its process (even SIGKILL)."""
+    f = lock_file.open("a+")
     try:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
             holder = f.read().strip() or "?"
-            raise TensionError(f"--out {out} is in use by another tension-run score (pid {holder}); wait for it "
-                               "to finish or choose another folder (several runs may share one --cache)") from None
+            raise TensionError(f"--out {out} is in use by another tension-run {verb} (pid {holder}); wait for it "
+                               f"to finish or choose another {what} (several runs may share one --cache)") from None
         f.seek(0)
         f.truncate()
         f.write(str(os.getpid()))
@@ -638,26 +644,10 @@ async def _score_locked(cfg: ScoreConfig, corpus_path: str | Path, out: Path) ->
             run = _Run(cfg, corpus, store, client, out, progress)
             run.committer = _Committer(store, partial)
             try:
-                await run.run()
-            except asyncio.CancelledError:
-                status = "interrupted"
-                raise
+                status, error = await run_committed(run.run(), run.committer)
             except ConfigError as e:  # found at start (e.g. replicas serving other models): a usage error
                 status, error = "failed", _describe(e)
                 raise
-            except BaseExceptionGroup as eg:
-                first = _first_error(eg)
-                if not isinstance(first, Exception):
-                    raise
-                status, error = "failed", _describe(first)
-            except TensionError as e:
-                status, error = "failed", _describe(e)
-            finally:
-                try:
-                    run.committer.close()
-                except TensionError as e:  # the last commit failed (e.g. the cache is full)
-                    if status == "complete":
-                        status, error = "failed", _describe(e)
         if status == "complete":
             run.write_outputs()
             if cfg.report:
@@ -678,6 +668,31 @@ async def _score_locked(cfg: ScoreConfig, corpus_path: str | Path, out: Path) ->
             _write_run_json(run, cfg, corpus, store, out, status, error, t0, corpus_path)
             store.close()
     return summary
+
+
+async def run_committed(work, committer: _Committer) -> tuple[str, str | None]:
+    """Await a run's work, then commit whatever completed, however the work ended.
+    Returns ("complete", None) or ("failed", the first error); a cancellation
+    (Ctrl-C, SIGTERM) is re-raised after the commit."""
+    status, error = "complete", None
+    try:
+        await work
+    except ConfigError:  # a usage error found at start: the caller reports it as such
+        raise
+    except BaseExceptionGroup as eg:
+        first = _first_error(eg)
+        if not isinstance(first, Exception):
+            raise
+        status, error = "failed", _describe(first)
+    except TensionError as e:
+        status, error = "failed", _describe(e)
+    finally:
+        try:
+            committer.close()
+        except TensionError as e:  # the last commit failed (e.g. the cache is full)
+            if status == "complete":
+                status, error = "failed", _describe(e)
+    return status, error
 
 
 def _describe(e: BaseException) -> str:
@@ -731,21 +746,27 @@ def _write_run_json(run, cfg, corpus, store, out, status, error, t0, corpus_path
 def score(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Path) -> RunSummary:
     """Blocking form of ``score_async`` on uvloop (asyncio when uvloop is missing).
     SIGTERM stops the run like Ctrl-C: completed work is committed first."""
+    return run_blocking(lambda: score_async(cfg, corpus_path, out_dir))
+
+
+def run_blocking(make_coro):
+    """Run ``make_coro()`` on uvloop (asyncio when uvloop is missing), with SIGTERM
+    cancelling it as Ctrl-C does."""
     try:
         import uvloop
         factory = uvloop.new_event_loop
     except ImportError:
         factory = None
 
-    async def main() -> RunSummary:
+    async def main():
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         try:
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
         except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
-            return await score_async(cfg, corpus_path, out_dir)
+            return await make_coro()
         try:
-            return await score_async(cfg, corpus_path, out_dir)
+            return await make_coro()
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
 

@@ -38,6 +38,7 @@ Endpoints
   * judge: "Y"/"N" from sha256 of the CONTINUATION and PREDICTED blocks
     (`expected_verdict`), "Maybe." for a fraction ``malformed_rate``.
   * other: "OK".
+  * any kind, when a scripted answer matches (`LoopbackServer.script`): that answer.
 
   Content depends only on the request body, never on request order. ``usage`` counts
   message contents with `count_tokens`; ``prompt_tokens_details.cached_tokens`` is the
@@ -466,6 +467,7 @@ class LoopbackServer:
         self._rates: list[tuple[str, float]] = []
         self._rate_path: str | None = CHAT_PATH
         self._rng = random.Random(0)
+        self._scripts: list[tuple[str, Any]] = []
 
         self._blocks: set[int] = set()
         self._counters = dict.fromkeys(
@@ -696,6 +698,32 @@ class LoopbackServer:
                         return k
         return None
 
+    # ---------------------------------------------------------- scripted answers
+
+    def script(self, contains: str, answer: Any) -> None:
+        """Chat requests whose message contents (any role) contain `contains` get
+        `answer` as each choice instead of the hash-made text: a string, or a
+        function ``answer(messages, seed, i) -> str`` for choice i (seed as sent, or
+        None). Scripts are tried in the order added; the first match wins. Faults
+        and request records apply as usual."""
+        with self._lock:
+            self._scripts.append((contains, answer))
+
+    def clear_scripts(self) -> None:
+        with self._lock:
+            self._scripts.clear()
+
+    def _scripted(self, msgs: Sequence[dict], n: int, seed: Any) -> list[str] | None:
+        if not self._scripts:
+            return None
+        text = "\n".join(_content_text(m.get("content")) for m in msgs)
+        with self._lock:
+            scripts = list(self._scripts)
+        for contains, answer in scripts:
+            if contains in text:
+                return [answer(msgs, seed, i) if callable(answer) else answer for i in range(n)]
+        return None
+
     # ------------------------------------------------------------------- metrics
 
     def metrics(self) -> dict[str, int]:
@@ -863,7 +891,10 @@ class LoopbackServer:
                 "BadRequestError", "max_tokens")
 
         kind = classify(msgs)
-        if kind == "generation":
+        scripted = self._scripted(msgs, n, seed)
+        if scripted is not None:
+            contents = scripted
+        elif kind == "generation":
             contents = expected_endings(msgs, n, seed, self.empty_rate)
         elif kind == "judge":
             contents = [expected_verdict(msgs, self.yes_rate, self.malformed_rate)] * n

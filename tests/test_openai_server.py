@@ -648,3 +648,14 @@ def test_max_concurrent_makes_requests_wait_their_turn():
         srv.stop()
         srv.start()  # a new loop gets a new semaphore
         assert asyncio.run(go(srv)) >= 0.3
+
+def test_scripted_answers_match_by_content_first_match_wins_and_clear(srv):
+    body = chat_body(gen_messages("The bell rang twice."), n=3, seed=10)
+    srv.script("no such text", "never")
+    srv.script("rang twice", lambda m, seed, i: f"{m[-1]['content'][-20:]}|{seed}|{i}")
+    srv.script("bell", "later match, not used")
+    out = chat(srv, body)
+    assert contents(out) == ["The bell rang twice.|10|0", "The bell rang twice.|10|1", "The bell rang twice.|10|2"]
+    assert srv.requests[-1].body["seed"] == 10  # still recorded as usual
+    srv.clear_scripts()
+    assert contents(chat(srv, body)) == expected_endings(body["messages"], 3, 10)
