@@ -315,6 +315,77 @@ def cmd_cache_stats(args) -> int:
     return EXIT_OK
 
 
+# --- fair-play metrics (issue 9a) -------------------------------------------
+
+
+def _add_fairplay_metric_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the fair-play metrics (METRICS.md 2.2-2.3), shared by
+    `fairplay-metrics` and `fairplay`."""
+    from tension.kernels.fairplay import FairPlaySettings
+
+    d = FairPlaySettings()
+    p.add_argument("--actual", metavar="CSV", default=None,
+                   help="human guesses per paragraph: columns id, reader, paragraph, guess (a suspect, "
+                        "or empty / 'not sure'); they become the actual reader")
+    g = p.add_argument_group("fair-play metrics (METRICS.md 2.2-2.3; defaults are the paper's)")
+    g.add_argument("--eps", type=float, default=d.eps, help=f"clip probabilities inside log (default {d.eps:g})")
+    g.add_argument("--eps-surprise", type=float, default=d.eps_surprise,
+                   help=f"weak surprise: U >= log|Y| - this (default {d.eps_surprise:g})")
+    g.add_argument("--delta-surprise", type=float, default=d.delta_surprise,
+                   help=f"strong surprise: U >= log|Y| + this (default {d.delta_surprise:g})")
+    g.add_argument("--early-steps", type=_float_list, default=d.early_steps, metavar="I,J,…",
+                   help="paragraphs checked for early convergence, M*(i)_culprit > 0.5 (default 1,3,5)")
+    g.add_argument("--bins", type=int, default=d.bins,
+                   help=f"relative positions of the pooled reading curves (default {d.bins})")
+    g.add_argument("--max-plots", type=int, default=20, help="reading-curve plots for at most this many stories "
+                                                            "(default %(default)s)")
+    g.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default %(default)s)")
+    g.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
+
+
+def _fairplay_settings(args):
+    from tension.kernels.fairplay import FairPlaySettings
+
+    if any(not float(i).is_integer() for i in args.early_steps):
+        raise ConfigError(f"--early-steps: expected paragraph numbers, got {args.early_steps}")
+    try:
+        return FairPlaySettings(eps=args.eps, eps_surprise=args.eps_surprise, delta_surprise=args.delta_surprise,
+                                early_steps=tuple(int(i) for i in args.early_steps), bins=args.bins)
+    except ValueError as e:
+        raise ConfigError(f"--{str(e).split(':')[0].replace('_', '-')}: {str(e).split(': ', 1)[1]}") from None
+
+
+def _print_fairplay_summary(summary) -> int:
+    for w in summary.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    for e in summary.errors:
+        print(f"error: {e}", file=sys.stderr)
+    md = summary.out / "groups.md"
+    if md.exists():
+        print(md.read_text())
+    print(f"{summary.stories} stories -> {summary.out}/: " + ", ".join(summary.files)
+          + f", fairplay.json, {summary.plots} plots in plots/")
+    if summary.errors:
+        print(f"{len(summary.errors)} line(s) failed; see the errors above", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_fairplay_metrics(args) -> int:
+    """Fair-play scores (S, C_UB, FP_UB, …) from saved per-paragraph reader distributions (no LLM needed)."""
+    from .fairplay_metrics import fairplay_metrics
+
+    if args.max_plots < 0 or args.resamples < 0:
+        raise ConfigError("--max-plots and --resamples: expected >= 0")
+    summary = fairplay_metrics(args.readers, args.out, actual_csv=args.actual, settings=_fairplay_settings(args),
+                               max_plots=args.max_plots, n_resamples=args.resamples, seed=args.seed,
+                               progress=args.progress)
+    return _print_fairplay_summary(summary)
+
+
+# --- end fair-play metrics (issue 9a) ---------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tension-run",
@@ -399,6 +470,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", metavar="PATH", default=None, help="LMDB cache folder")
     add_embedded_flags(p)
     p.set_defaults(func=cmd_demo)
+
+    # --- fair-play metrics (issue 9a) ---
+    p = sub.add_parser("fairplay-metrics", help=cmd_fairplay_metrics.__doc__,
+                       description=cmd_fairplay_metrics.__doc__)
+    p.add_argument("readers", metavar="READERS.jsonl",
+                   help='one story per line: {"id", "group"?, "suspects", "culprit", "distractor"?, '
+                        '"revelation"?, "L", "readers": {"gullible": [[p…] or null, …], …}}')
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="folder for stories.csv, steps.jsonl, groups.csv/md, curves.csv, distributions.jsonl, plots/")
+    _add_fairplay_metric_flags(p)
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                   help="show a progress bar while plotting (default on)")
+    p.set_defaults(func=cmd_fairplay_metrics)
+    # --- end fair-play metrics (issue 9a) ---
 
     p = sub.add_parser("cache", help="inspect the LMDB cache")
     csub = p.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", required=True)
