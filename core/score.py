@@ -647,21 +647,27 @@ def _write_run_json(run, cfg, corpus, store, out, status, error, t0, corpus_path
 def score(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Path) -> RunSummary:
     """Blocking form of ``score_async`` on uvloop (asyncio when uvloop is missing).
     SIGTERM stops the run like Ctrl-C: completed work is committed first."""
+    return run_blocking(lambda: score_async(cfg, corpus_path, out_dir))
+
+
+def run_blocking(make_coro: Callable[[], Any]) -> Any:
+    """Run the coroutine ``make_coro()`` to its end on uvloop (asyncio when uvloop is
+    missing), SIGTERM cancelling it like Ctrl-C. Shared by the blocking commands."""
     try:
         import uvloop
         factory = uvloop.new_event_loop
     except ImportError:
         factory = None
 
-    async def main() -> RunSummary:
+    async def main():
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         try:
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
         except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
-            return await score_async(cfg, corpus_path, out_dir)
+            return await make_coro()
         try:
-            return await score_async(cfg, corpus_path, out_dir)
+            return await make_coro()
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
 

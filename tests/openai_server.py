@@ -36,6 +36,8 @@ Endpoints
   * judge: "Y"/"N" from sha256 of the CONTINUATION and PREDICTED blocks
     (`expected_verdict`), "Maybe." for a fraction ``malformed_rate``.
   * other: "OK".
+  * scripted: a function added with `LoopbackServer.respond` answers first when it
+    returns something (answers by prompt content, e.g. a reader's JSON).
 
   Content depends only on the request body, never on request order. ``usage`` counts
   message contents with `count_tokens`; ``prompt_tokens_details.cached_tokens`` is the
@@ -448,6 +450,7 @@ class LoopbackServer:
         self.max_model_len = max_model_len
         self.record = record
         self.prefix_cache_blocks = prefix_cache_blocks
+        self.responders: list[Any] = []  # see `respond`
 
         self._lock = threading.Lock()
         self._records: list[Recorded] = []
@@ -464,6 +467,26 @@ class LoopbackServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
+
+    # ------------------------------------------------------------ scripted answers
+
+    def respond(self, fn) -> None:
+        """Script answers by prompt content: ``fn(messages, n, seed)`` returns the
+        choices' contents (a list of n strings, or one string for every choice), or
+        None to leave the request to the next responder and then to the default
+        answers above. Responders are asked in the order they were added; the
+        request's kind (`classify`) is unchanged."""
+        with self._lock:
+            self.responders.append(fn)
+
+    def _scripted(self, msgs: list[dict], n: int, seed: Any) -> list[str] | None:
+        with self._lock:
+            responders = list(self.responders)
+        for fn in responders:
+            out = fn(msgs, n, seed)
+            if out is not None:
+                return [out] * n if isinstance(out, str) else list(out)[:n]
+        return None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -848,7 +871,10 @@ class LoopbackServer:
                 "BadRequestError", "max_tokens")
 
         kind = classify(msgs)
-        if kind == "generation":
+        scripted = self._scripted(msgs, n, seed)
+        if scripted is not None:
+            contents = scripted
+        elif kind == "generation":
             contents = expected_endings(msgs, n, seed, self.empty_rate)
         elif kind == "judge":
             contents = [expected_verdict(msgs, self.yes_rate, self.malformed_rate)] * n
