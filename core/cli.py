@@ -410,6 +410,9 @@ _FAIRPLAY_FLAGS = {
                                                             "culprit; given: the generator prompt names it"),
         "reader-temperature": ("reader_temperature", float, "reader sampling temperature (default 0)"),
         "reader-max-tokens": ("reader_max_tokens", int, "longest reader answer (default 512)"),
+        "judge-temperature": ("judge_temperature", float, "culprit-judge temperature (default 0)"),
+        "retry-temperature": ("retry_temperature", float, "a re-ask after an unusable answer samples at least "
+                                                          "this hot (default 0.7)"),
         "judge-max-tokens": ("judge_max_tokens", int, "longest culprit-judge answer (default 64)"),
         "generator-max-tokens": ("generator_max_tokens", int, "longest continuation paragraph (default: the "
                                                               "generator record's)"),
@@ -423,6 +426,8 @@ _FAIRPLAY_FLAGS = {
                                               "grouped into --segments chunks (default paragraphs)"),
         "segments": ("segments", int, "L for `text` records (default 25)"),
         "max-suspects": ("max_suspects", int, "at most this many extracted suspects (default 4)"),
+        "extract-words": ("extract_words", int, "suspect extraction reads the story's first words only "
+                                                "(default 3000)"),
     },
     "concurrency and reliability": {
         "reader-concurrency": ("reader_concurrency", int, "reader and extraction requests in flight"),

@@ -185,7 +185,8 @@ def test_readers_end_to_end_values_metrics_and_rerun(server, tmp_path):
     assert (tmp_path / "out2" / "readers.jsonl").read_bytes() == (tmp_path / "out" / "readers.jsonl").read_bytes()
 
 
-def test_given_mode_names_the_culprit_and_changes_the_keys(server, tmp_path):
+def test_given_mode_names_the_culprit_and_keeps_the_key_out_of_outputs(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-4242")
     server.respond(scripted)
     stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1")])
     cfg = cfg_for(server, tmp_path, readers=("know_it_all",), checkpoints=[5], know_it_all_culprit="given")
@@ -195,6 +196,12 @@ def test_given_mode_names_the_culprit_and_changes_the_keys(server, tmp_path):
     assert "Culprit: Tobias Fenn." in req.body["messages"][1]["content"]
     (s1,) = read_readers(tmp_path / "out")
     assert set(s1["readers"]) == {"know_it_all"}
+    assert s1["readers"]["know_it_all"][4] == [0.0, 1.0, 0.0]
+    for f in (tmp_path / "out").rglob("*"):
+        if f.is_file():
+            assert b"sk-secret-4242" not in f.read_bytes(), f
+    run_json = json.loads((tmp_path / "out" / "fairplay_run.json").read_text())
+    assert run_json["config"]["api_key"] == "(set)" and run_json["summary"]["requests"]["generation"] == 1
 
 
 def test_unusable_answers_are_retried_with_a_new_seed_then_recorded(server, tmp_path):
@@ -327,3 +334,15 @@ def test_config_errors_name_the_setting(tmp_path):
     toml.write_text('[fairplay]\nkk = 3\n')
     with pytest.raises(ConfigError, match="unknown key `kk`"):
         load_fairplay_config(toml, {})
+
+
+def test_docs_name_only_real_flags():
+    """Every --flag the readers section of docs/fairplay.md names exists."""
+    from tension.core.cli import build_parser
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "fairplay.md").read_text()
+    section = doc.split("<!-- readers section (issue 9b) -->")[1].split("<!-- end readers section")[0]
+    sub = build_parser()._subparsers._group_actions[0].choices["fairplay"]
+    known = {o for a in sub._actions for o in a.option_strings}
+    named = set(re.findall(r"(--[a-z][a-z-]+)", section)) - {"--embedded"}  # of `serve`
+    assert named and named <= known, named - known
