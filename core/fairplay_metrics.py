@@ -533,7 +533,10 @@ def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | 
                 for s in stories if s.renormalised]
     if actual_csv is not None:
         replaced = [s.id for s in stories if READERS[ACTUAL] in s.probs]
-        n_actual, csv_errors = read_actual(actual_csv, stories)
+        try:
+            n_actual, csv_errors = read_actual(actual_csv, stories)
+        except InputError as e:  # unreadable or headerless: the other readers still count
+            n_actual, csv_errors = 0, [e]
         errors += csv_errors
         if replaced and n_actual:
             warnings.append(f"the actual reader of {len(replaced)} story(ies) in {readers} was replaced by "
@@ -580,7 +583,7 @@ def _plots(stories, c, pooled, out, max_plots, progress, reading_curve_figure, p
         reading_curve_figure(out / "plots" / "stories" / f"{_safe(s.id)}.png", s, c.steps.p_true[:, a:b],
                              c.steps.p_distractor[:, a:b], c.present[j])
         n += 1
-    for g, pc in pooled.items():
+    for g, pc in (pooled.items() if max_plots > 0 else ()):  # --max-plots 0: no figures at all
         pooled_figure(out / "plots" / f"pooled_{_safe(g)}.png", g, pc, settings)
         n += 1
     return n

@@ -207,8 +207,9 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
         for r in range(R):
             C[s, r] = hit_rate[s, r]
             C_pw[s, r] = ptm[s, r]
-            FP[s, r] = np.nan if r == GULLIBLE else hit_rate[s, r] - (1.0 - S[s])
-            FP_pw[s, r] = np.nan if r == GULLIBLE else ptm[s, r] - (1.0 - S_pw[s])
+            # C − (1 − S) written as C_M − C_M0, so equal rates give exactly 0.
+            FP[s, r] = np.nan if r == GULLIBLE else hit_rate[s, r] - hit_rate[s, GULLIBLE]
+            FP_pw[s, r] = np.nan if r == GULLIBLE else ptm[s, r] - ptm[s, GULLIBLE]
         fp = FP[s, KNOW_IT_ALL]
         insufficient[s] = np.nan if math.isnan(fp) else (1.0 if fp < 1.0 / L[s] - tie_eps else 0.0)
         for e in range(early_steps.shape[0]):

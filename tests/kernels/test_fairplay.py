@@ -269,7 +269,7 @@ def assert_story(steps, sc, soff, j, x, settings):
         assert same(e, got)
 
 
-@settings(max_examples=150, **HYP)
+@settings(max_examples=100, **HYP)
 @given(st.lists(stories(), min_size=1, max_size=5), st.sampled_from([1e-6, 1e-3]),
        st.sampled_from([0.1, 0.3]))
 def test_batch_matches_reference(batch, eps, surprise):
@@ -279,7 +279,7 @@ def test_batch_matches_reference(batch, eps, surprise):
         assert_story(steps, sc, soff, j, x, s)
 
 
-@settings(max_examples=60, **HYP)
+@settings(max_examples=40, **HYP)
 @given(st.lists(stories(), min_size=1, max_size=6), st.integers(1, 12))
 def test_pooled_curves_match_reference(batch, bins):
     s = FairPlaySettings(bins=bins)
