@@ -408,6 +408,9 @@ _FAIRPLAY_FLAGS = {
                                                       "generator shown to it (default 0)"),
         "know-it-all-culprit": ("know_it_all_culprit", str, "blind (default): continuations are not told the "
                                                             "culprit; given: the generator prompt names it"),
+        "reader-constraint": ("reader_constraint", str, "json: vLLM structured outputs hold reader and judge "
+                                                        "answers to the asked JSON shape (for weak models); "
+                                                        "none (default): free answers, as in the paper"),
         "reader-temperature": ("reader_temperature", float, "reader sampling temperature (default 0)"),
         "reader-max-tokens": ("reader_max_tokens", int, "longest reader answer (default 512)"),
         "judge-temperature": ("judge_temperature", float, "culprit-judge temperature (default 0)"),

@@ -73,6 +73,9 @@ class FairPlayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     checkpoints: int | list[int] = 19  # a count spread over 3..L-4 (paper: 19), or the paragraphs
     previous_stories: int = 0  # experienced reader: earlier stories of the same generator
     know_it_all_culprit: str = "blind"  # what the continuations' prompts say for {culprit}
+    # "json": vLLM structured outputs hold answers to the asked JSON shape (for weak
+    # models); "none": the paper's free answers, parsed defensively
+    reader_constraint: str = "none"
     reader_temperature: float = 0.0
     reader_max_tokens: int = 512
     judge_temperature: float = 0.0
@@ -116,6 +119,7 @@ class FairPlayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                  "paragraph numbers >= 1")
         need(self.previous_stories >= 0, "previous_stories", "an integer >= 0")
         need(self.know_it_all_culprit in KNOW_IT_ALL_CULPRIT, "know_it_all_culprit", "'blind' or 'given'")
+        need(self.reader_constraint in ("none", "json"), "reader_constraint", "'none' or 'json'")
         for name in ("reader_temperature", "judge_temperature", "retry_temperature"):
             need(math.isfinite(getattr(self, name)) and getattr(self, name) >= 0, name, "a number >= 0")
         for name in ("reader_max_tokens", "judge_max_tokens", "segments", "max_suspects", "extract_words",
@@ -369,6 +373,25 @@ def checkpoint_paragraphs(spec: int | list[int], L: int) -> list[int]:
     return sorted({round(lo + (hi - lo) * j / (spec - 1)) for j in range(spec)})
 
 
+def distribution_schema(suspects: list[str]) -> dict[str, Any]:
+    """The reader answer's JSON shape, for --reader-constraint json: the suspects
+    in the asked order and one probability each (a sum of 1 is not expressible;
+    the parser renormalises)."""
+    n = len(suspects)
+    return {"type": "object", "required": ["suspects", "probabilities"], "additionalProperties": False,
+            "properties": {
+                "suspects": {"type": "array", "prefixItems": [{"const": s} for s in suspects],
+                             "minItems": n, "maxItems": n},
+                "probabilities": {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1},
+                                  "minItems": n, "maxItems": n}}}
+
+
+def culprit_schema(suspects: list[str]) -> dict[str, Any]:
+    """The culprit judge's JSON shape: one of the suspects, or null."""
+    return {"type": "object", "required": ["culprit"], "additionalProperties": False,
+            "properties": {"culprit": {"anyOf": [{"enum": list(suspects)}, {"type": "null"}]}}}
+
+
 # --------------------------------------------------------------------------- the run
 
 
@@ -457,7 +480,7 @@ class _Run:
         return res.texts
 
     async def ask_parsed(self, lane: str, url: str, model: str, messages, temperature: float, max_tokens: int,
-                         parse, seed_offset: int = 0):
+                         parse, schema: dict[str, Any] | None = None):
         """Ask until `parse(answer)` has no error: the first try at `temperature`,
         each re-ask at least `retry_temperature` with the next seed. Returns the
         last parse result (with its error when every try failed)."""
@@ -466,8 +489,10 @@ class _Run:
         for attempt in range(cfg.parse_retries + 1):
             req = ChatRequest(model=model, messages=messages, n=1,
                               temperature=temperature if attempt == 0 else max(temperature, cfg.retry_temperature),
-                              max_tokens=max_tokens, seed=cfg.seed + seed_offset + attempt,
-                              chat_template_kwargs=self.template_kwargs)
+                              max_tokens=max_tokens, seed=cfg.seed + attempt,
+                              chat_template_kwargs=self.template_kwargs,
+                              structured_outputs={"json": schema} if schema and cfg.reader_constraint == "json"
+                              else None)
             (text,) = await self.chat(lane, url, req, "verdicts")
             result = parse(text)
             if result.error is None:
@@ -489,9 +514,12 @@ class _Run:
         def parse(answer: str) -> _R:
             return _R(*parse_suspect_list(answer))
 
+        schema = {"type": "object", "required": ["suspects"], "additionalProperties": False,
+                  "properties": {"suspects": {"type": "array", "items": {"type": "string"}, "minItems": 2,
+                                              "maxItems": cfg.max_suspects}}}
         res = await self.ask_parsed("reader", self.judge_url, self.judge_model,
                                     rp.extract_messages(text, cfg.max_suspects), cfg.judge_temperature,
-                                    cfg.reader_max_tokens, parse)
+                                    cfg.reader_max_tokens, parse, schema)
         if res.error is not None:
             raise InputError(st.id, 0, "suspects", f"suspect extraction failed: {res.error}")
         names: list[str] = []
@@ -519,7 +547,8 @@ class _Run:
             messages = rp.experienced_messages(prefix, st.suspects, st.L, self.previous_stories(job.story))
         res = await self.ask_parsed("reader", self.reader_url, self.reader_model, messages,
                                     cfg.reader_temperature, cfg.reader_max_tokens,
-                                    lambda text: parse_distribution(text, st.suspects))
+                                    lambda text: parse_distribution(text, st.suspects),
+                                    distribution_schema(st.suspects))
         if res.error is not None:
             self.fail(job, f"unusable answer after {cfg.parse_retries + 1} tries: {res.error}")
         else:
@@ -572,7 +601,8 @@ class _Run:
             paragraphs.append(text)
         return await self.ask_parsed("judge", self.judge_url, self.judge_model,
                                      rp.culprit_messages(paragraphs, st.suspects), cfg.judge_temperature,
-                                     cfg.judge_max_tokens, lambda text: parse_culprit(text, st.suspects))
+                                     cfg.judge_max_tokens, lambda text: parse_culprit(text, st.suspects),
+                                     culprit_schema(st.suspects))
 
     async def continue_paragraph(self, st: WhodunitStory, paragraphs: list[str], k: int | None, n: int
                                  ) -> list[str]:

@@ -238,6 +238,22 @@ def test_unusable_answers_are_retried_with_a_new_seed_then_recorded(server, tmp_
     assert (out / "stories.csv").exists()
 
 
+def test_json_constraint_sends_the_answer_shape(server, tmp_path):
+    server.respond(scripted)
+    stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1")])
+    cfg = cfg_for(server, tmp_path, readers=("gullible", "know_it_all"), checkpoints=[5], reader_constraint="json")
+    assert fairplay(cfg, stories, tmp_path / "out", FAST).status == "complete"
+    bodies = [r.body for r in server.requests if r.path == "/v1/chat/completions"]
+    reader = next(b for b in bodies if "ignoring the interest" in user_text(b["messages"]))
+    schema = reader["structured_outputs"]["json"]
+    assert schema["properties"]["suspects"]["prefixItems"] == [{"const": s} for s in SUSPECTS]
+    assert schema["properties"]["probabilities"]["minItems"] == 3
+    judge = next(b for b in bodies if "true culprit?" in user_text(b["messages"]))
+    assert judge["structured_outputs"]["json"]["properties"]["culprit"]["anyOf"][0] == {"enum": SUSPECTS}
+    gen = [b for b in bodies if b["messages"][0]["content"] == GEN_SYSTEM]
+    assert gen and all("structured_outputs" not in b for b in gen)  # story text is never constrained
+
+
 def test_bad_input_lines_are_reported_and_the_rest_runs(server, tmp_path, capsys):
     server.respond(scripted)
     good = story_record("ok", generator=False)
