@@ -22,6 +22,12 @@ _LABEL = {"gullible": "gullible M0", "experienced": "experienced M+", "know_it_a
           "actual": "actual readers"}
 
 
+def _legend(ax, ncol: int = 1) -> None:
+    # A story whose readers all failed has nothing to label; matplotlib warns then.
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6.5, loc="upper left", ncol=ncol)
+
+
 def _line(ax, i, p, **kw):
     """Plot defined points only; M(0) = 1/|Y| starts every line."""
     ok = ~np.isnan(p)
@@ -56,7 +62,7 @@ def reading_curve_figure(path: str | Path, story, p_true: np.ndarray, p_distract
         ax.set_ylabel("M(i) of the suspect")
         ax.set_title(f"{story.id} ({story.group})", fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6.5, loc="upper left", ncol=2)
+        _legend(ax, ncol=2)
         fig.tight_layout()
         fig.savefig(path)
     finally:
@@ -86,7 +92,7 @@ def pooled_figure(path: str | Path, group: str, pc: PooledCurves, settings: Fair
         ax.set_ylabel("share of argmax hits")
         ax.set_title(f"pooled reading curves: {group} ({settings.confidence:.0%} Clopper–Pearson)", fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6.5, loc="upper left")
+        _legend(ax)
         fig.tight_layout()
         fig.savefig(path)
     finally:

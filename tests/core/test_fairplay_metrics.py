@@ -240,3 +240,16 @@ def test_missing_file_exits_1(tmp_path, capsys):
     rc = main(["fairplay-metrics", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "out")])
     assert rc == 1
     assert "nope.jsonl: cannot open" in capsys.readouterr().err
+
+
+def test_plots_of_stories_with_nothing_to_draw(tmp_path):
+    # every value a parse failure, and a story with no reader at all: the plots are
+    # drawn (axes, uniform line) without a legend and without a warning
+    empty = {"id": "empty", "suspects": ["X", "Y"], "culprit": "X", "L": 3, "readers": {"gullible": [None] * 3}}
+    none = {"id": "none", "suspects": ["X", "Y"], "culprit": "X", "L": 2}
+    readers = write_jsonl(tmp_path / "readers.jsonl", [empty, none])
+    summary = fairplay_metrics(readers, tmp_path / "out", max_plots=5)
+    assert summary.errors == [] and summary.plots == 3  # two stories, one pooled figure
+    assert (tmp_path / "out" / "plots" / "stories" / "empty.png").read_bytes()[:4] == b"\x89PNG"
+    rows = read_stories(tmp_path / "out")
+    assert rows["empty"]["S"] == "" and rows["empty"]["steps_gullible"] == "0"
