@@ -727,7 +727,9 @@ async def _fairplay_locked(cfg: FairPlayConfig, stories_path, out: Path, metrics
         async with Client(api_key=cfg.resolved_api_key(), timeouts=Timeouts(request=cfg.timeout),
                           retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds)) as client:
             run = _Run(cfg, stories, store, client, progress)
-            run.committer = _Committer(store, out / "readers.partial.jsonl")
+            partial = out / "readers.partial.jsonl"
+            partial.write_bytes(b"")  # this run's values as they are committed (earlier ones are cached)
+            run.committer = _Committer(store, partial)
             try:
                 if stories:
                     await run.run(extract)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -252,6 +253,59 @@ def test_json_constraint_sends_the_answer_shape(server, tmp_path):
     assert judge["structured_outputs"]["json"]["properties"]["culprit"]["anyOf"][0] == {"enum": SUSPECTS}
     gen = [b for b in bodies if b["messages"][0]["content"] == GEN_SYSTEM]
     assert gen and all("structured_outputs" not in b for b in gen)  # story text is never constrained
+
+
+def test_experienced_reader_sees_earlier_stories_of_the_same_generator(server, tmp_path):
+    server.respond(scripted)
+    other_gen = {**GENERATOR, "model": "other-model"}
+    rows = [story_record("a1"), story_record("n1", generator=False), {**story_record("b1"), "generator": other_gen},
+            story_record("a2"), story_record("n2", generator=False)]
+    stories = write_jsonl(tmp_path / "stories.jsonl", rows)
+    cfg = cfg_for(server, tmp_path, readers=("experienced",), previous_stories=2)
+    assert fairplay(cfg, stories, tmp_path / "out", FAST).status == "complete"
+    shown: dict[str, set[str]] = {}
+    for r in server.requests:
+        if r.path != "/v1/chat/completions":
+            continue
+        text = user_text(r.body["messages"])
+        head, _, current = text.partition("STORY FOR PREDICTION ##")
+        sid = re.search(r"Scene 1 of (\w+)", current).group(1)
+        shown.setdefault(sid, set()).update(re.findall(r"Scene 1 of (\w+)", head))
+    # a2 sees a1 (same generator model), not b1; n2 sees n1 (no generator, same group)
+    assert shown == {"a1": set(), "n1": set(), "b1": set(), "a2": {"a1"}, "n2": {"n1"}}
+
+
+def test_an_interrupted_run_keeps_its_answers_and_resumes(server, tmp_path):
+    import asyncio
+
+    from tension.core.fairplay import fairplay_async
+
+    server.respond(scripted)
+    server.delay = 0.05
+    stories = write_jsonl(tmp_path / "stories.jsonl", [story_record(f"s{j}", generator=False) for j in range(4)])
+    cfg = cfg_for(server, tmp_path, readers=("gullible",), reader_concurrency=2)
+
+    async def cut_short():
+        task = asyncio.ensure_future(fairplay_async(cfg, stories, tmp_path / "out", FAST))
+        while sum(r.path == "/v1/chat/completions" for r in server.requests) < 6:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cut_short())
+    time.sleep(0.5)  # requests in flight at the stop finish on the server; they were not committed
+    sent = sum(r.path == "/v1/chat/completions" for r in server.requests)
+    assert 6 <= sent < 4 * L
+    partial = (tmp_path / "out" / "readers.partial.jsonl").read_text().splitlines()
+    assert len(partial) >= 4  # the answers that completed were committed before the stop
+    assert not (tmp_path / "out" / "readers.jsonl").exists()
+    server.delay = 0.0
+    run = fairplay(cfg, stories, tmp_path / "out", FAST)
+    assert run.status == "complete" and run.cache_hits["verdicts"] >= len(partial)
+    total = sum(r.path == "/v1/chat/completions" for r in server.requests)
+    assert total - sent <= 4 * L - len(partial)  # only what was missing was asked
+    assert [len(s["readers"]["gullible"]) for s in read_readers(tmp_path / "out")] == [L] * 4
 
 
 def test_bad_input_lines_are_reported_and_the_rest_runs(server, tmp_path, capsys):
