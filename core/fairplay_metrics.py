@@ -51,7 +51,7 @@ __all__ = [
 DEFAULT_GROUP = "all"
 ALL_STORIES = "(all)"  # the pooled curves over every story
 NOT_SURE = "not sure"  # an actual reader's guess that names nobody (like an empty one)
-RENORM_TOL = 1e-6  # a row whose sum is further than this from 1 counts as renormalised
+RENORM_TOL = 0.01  # every row is divided by its sum; one further than this from 1 is also reported
 # The intelligence gap needs the brilliant reader M1; none is available, so M*
 # stands in for it (METRICS 2.2). Written into every output that carries Δintel.
 INTEL_NOTE = "intelligence gap: M1 (brilliant reader) approximated by M* (know-it-all)"

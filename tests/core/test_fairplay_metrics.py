@@ -253,3 +253,35 @@ def test_plots_of_stories_with_nothing_to_draw(tmp_path):
     assert (tmp_path / "out" / "plots" / "stories" / "empty.png").read_bytes()[:4] == b"\x89PNG"
     rows = read_stories(tmp_path / "out")
     assert rows["empty"]["S"] == "" and rows["empty"]["steps_gullible"] == "0"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("doc, start, end", [
+    ("docs/fairplay.md", "<!-- metrics section (issue 9a) -->", "<!-- end metrics section"),
+    ("README.md", "<!-- fairplay metrics (issue 9a) -->", "<!-- end fairplay metrics"),
+])
+def test_docs_name_only_real_flags(doc, start, end):
+    import re
+
+    from tension.core.cli import build_parser
+
+    section = (ROOT / doc).read_text().split(start)[1].split(end)[0]
+    sub = build_parser()._subparsers._group_actions[0].choices["fairplay-metrics"]
+    known = {o for a in sub._actions for o in a.option_strings}
+    named = set(re.findall(r"(--[a-z][a-z-]+)", section))
+    assert named and named <= known, named - known
+
+
+def test_the_readme_example_runs(tmp_path, capsys):
+    ex = ROOT / "examples"
+    rc = main(["fairplay-metrics", str(ex / "fairplay_readers.jsonl"), "--actual", str(ex / "fairplay_guesses.csv"),
+               "--out", str(tmp_path / "out"), "--max-plots", "0", "--resamples", "200"])
+    assert rc == 0, capsys.readouterr().err
+    rows = read_stories(tmp_path / "out")
+    # the synthetic "deus" stories lack an intelligence gap far more often than the "fair" ones
+    fair = [r for r in rows.values() if r["group"] == "fair"]
+    deus = [r for r in rows.values() if r["group"] == "deus"]
+    assert sum(r["insufficient_gap"] == "1" for r in deus) > sum(r["insufficient_gap"] == "1" for r in fair)
+    assert all(r["C_AR"] for r in fair[:3]) and not any(r["C_AR"] for r in fair[3:])
