@@ -401,6 +401,11 @@ class ReaderFailure(msgspec.Struct, kw_only=True):
     error: str
 
 
+class _Names(msgspec.Struct):
+    names: list[str] | None
+    error: str | None
+
+
 class _Job(msgspec.Struct, frozen=True):
     story: int
     reader: str
@@ -429,8 +434,9 @@ class _Run:
     """State of one fairplay run; methods are its stages."""
 
     def __init__(self, cfg: FairPlayConfig, stories: list[WhodunitStory], store: Store, client: Client,
-                 progress: Progress):
+                 progress: Progress, path: str = ""):
         self.cfg = cfg
+        self.path = path  # of the stories file, for error messages
         self.stories = stories
         self.store = store
         self.client = client
@@ -507,12 +513,8 @@ class _Run:
         words = rp.story_join(st.segments).split()
         text = " ".join(words[: cfg.extract_words])
 
-        class _R(msgspec.Struct):
-            names: list[str] | None
-            error: str | None
-
-        def parse(answer: str) -> _R:
-            return _R(*parse_suspect_list(answer))
+        def parse(answer: str) -> _Names:
+            return _Names(*parse_suspect_list(answer))
 
         schema = {"type": "object", "required": ["suspects"], "additionalProperties": False,
                   "properties": {"suspects": {"type": "array", "items": {"type": "string"}, "minItems": 2,
@@ -521,7 +523,7 @@ class _Run:
                                     rp.extract_messages(text, cfg.max_suspects), cfg.judge_temperature,
                                     cfg.reader_max_tokens, parse, schema)
         if res.error is not None:
-            raise InputError(st.id, 0, "suspects", f"suspect extraction failed: {res.error}")
+            raise InputError(self.path, st.line, "suspects", f"missing, and the extraction failed: {res.error}")
         names: list[str] = []
         for n in res.names:  # the labels' spelling wins: "Baron Gruner" → "Adelbert Gruner"
             for label in (st.culprit, st.distractor):
@@ -726,7 +728,7 @@ async def _fairplay_locked(cfg: FairPlayConfig, stories_path, out: Path, metrics
     try:
         async with Client(api_key=cfg.resolved_api_key(), timeouts=Timeouts(request=cfg.timeout),
                           retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds)) as client:
-            run = _Run(cfg, stories, store, client, progress)
+            run = _Run(cfg, stories, store, client, progress, str(stories_path))
             partial = out / "readers.partial.jsonl"
             partial.write_bytes(b"")  # this run's values as they are committed (earlier ones are cached)
             run.committer = _Committer(store, partial)

@@ -368,6 +368,19 @@ def test_suspects_extracted_text_segmented_and_labels_as_lists(server, tmp_path)
     assert max(prefix_len(p) for p in prompts) == 12
 
 
+def test_a_failed_extraction_is_reported_with_file_and_line(server, tmp_path):
+    server.respond(lambda msgs, n, seed: "Everyone is a suspect." if "List the suspects" in user_text(msgs) else None)
+    rows = [story_record("ok", generator=False), {"id": "x", "segments": ["a", "b"], "culprit": "Ann"}]
+    path = write_jsonl(tmp_path / "stories.jsonl", rows)
+    server.respond(scripted)
+    run = fairplay(cfg_for(server, tmp_path, readers=("gullible",), parse_retries=1), path, tmp_path / "out", FAST)
+    assert run.status == "complete" and run.failed_stories == ["x"]
+    assert [r["id"] for r in read_readers(tmp_path / "out")] == ["ok"]
+    doc = json.loads((tmp_path / "out" / "fairplay_run.json").read_text())
+    (f,) = doc["failures"]["x"]
+    assert f["reader"] == "suspects" and f["error"].startswith(f"{path}:2 field `suspects`: missing, and the extraction")
+
+
 def test_suspects_file_and_no_extraction(tmp_path):
     sus = write_jsonl(tmp_path / "sus.jsonl", [{"id": "h1", "suspects": ["A. Holder", "Sir George"]}])
     rows = [{"id": "h1", "segments_25": ["x", "y", "z"], "suspects": None, "culprit": ["sir george"]},
