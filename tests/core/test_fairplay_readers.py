@@ -429,3 +429,20 @@ def test_docs_name_only_real_flags():
     known = {o for a in sub._actions for o in a.option_strings}
     named = set(re.findall(r"(--[a-z][a-z-]+)", section)) - {"--embedded"}  # of `serve`
     assert named and named <= known, named - known
+
+
+def test_a_server_that_stays_down_fails_the_run_honestly(tmp_path, capsys):
+    from openai_server import LoopbackServer
+
+    with LoopbackServer(model="test-judge") as srv:
+        base = srv.base_url
+    stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1", generator=False)])
+    code = main(["fairplay", str(stories), "--out", str(tmp_path / "out"), "--reader-base-url", base,
+                 "--reader-model", "test-judge", "--cache", str(tmp_path / "cache"), "--retries", "1",
+                 "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "gave up after 1 attempt" in err and "rerun the same command" in err
+    assert not (tmp_path / "out" / "readers.jsonl").exists()
+    doc = json.loads((tmp_path / "out" / "fairplay_run.json").read_text())
+    assert doc["summary"]["status"] == "failed"
