@@ -127,10 +127,24 @@ def _suspect_index(path, line, field, name: str, suspects: list[str]) -> int:
 
 
 def _check_rows(path, line, reader, rows, L, K) -> tuple[np.ndarray, int]:
+    """The reader's (L, K) matrix, NaN rows for nulls, each row divided by its sum;
+    and how many rows were off 1 by more than rounding."""
     if len(rows) != L:
         raise InputError(path, line, f"readers.{reader}", f"expected {L} entries (one per paragraph), got {len(rows)}")
     out = np.full((L, K), np.nan)
-    renorm = 0
+    idx = [i for i, row in enumerate(rows) if row is not None]
+    if not idx:
+        return out, 0
+    # One numpy pass checks every row; the per-value loop runs only to name a bad one.
+    arr = np.array([rows[i] for i in idx], dtype=np.float64) if all(len(rows[i]) == K for i in idx) else None
+    if arr is None or not np.isfinite(arr).all() or (arr < 0).any() or (arr.sum(axis=1) <= 0).any():
+        _name_bad_row(path, line, reader, rows, K)
+    totals = arr.sum(axis=1)
+    out[idx] = arr / totals[:, None]
+    return out, int((np.abs(totals - 1.0) > RENORM_TOL).sum())
+
+
+def _name_bad_row(path, line, reader, rows, K) -> None:
     for i, row in enumerate(rows):
         if row is None:
             continue
@@ -143,13 +157,9 @@ def _check_rows(path, line, reader, rows, L, K) -> tuple[np.ndarray, int]:
                 raise InputError(path, line, f"{field}[{y}]", f"paragraph {i + 1}: expected a finite number, got {v}")
             if v < 0:
                 raise InputError(path, line, f"{field}[{y}]", f"paragraph {i + 1}: expected a probability >= 0, got {v}")
-        total = math.fsum(row)
-        if total <= 0:
+        if math.fsum(row) <= 0:
             raise InputError(path, line, field, f"paragraph {i + 1}: the probabilities sum to 0")
-        if abs(total - 1.0) > RENORM_TOL:
-            renorm += 1
-        out[i] = np.asarray(row, dtype=np.float64) / total
-    return out, renorm
+    raise AssertionError("a row failed the numpy check but no value is bad")  # pragma: no cover
 
 
 def check_record(path: str, line: int, r: ReaderRecord) -> Story:
@@ -390,7 +400,7 @@ def stories_csv(stories: Sequence[Story], c: Computed, settings: FairPlaySetting
 
 
 def _jlist(a: np.ndarray) -> list:
-    return [None if math.isnan(v) else float(v) for v in a]
+    return np.where(np.isnan(a), None, a).tolist()
 
 
 def steps_jsonl(stories: Sequence[Story], c: Computed) -> bytes:

@@ -116,10 +116,11 @@ class StoryScores(msgspec.Struct, frozen=True, kw_only=True):
 
 
 @numba.njit(cache=True, nogil=True)
-def _row_ok(p, a, k):
+def _row_sum(probs, r, a, k):
+    """Sum of a row, or 0 when it holds a NaN (no value) or anything non-finite."""
     s = 0.0
     for y in range(k):
-        v = p[a + y]
+        v = probs[r, a + y]
         if not math.isfinite(v):
             return 0.0
         s += v
@@ -134,22 +135,38 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
            weak_share, strong_share):
     R = probs.shape[0]
     n = L.shape[0]
+    # per-reader running state of one story
+    prev = np.empty(R)
+    nst = np.empty(R, dtype=np.int64)
+    nh = np.empty(R)
+    npt = np.empty(R)
+    nu = np.empty(R, dtype=np.int64)
+    nw = np.empty(R, dtype=np.int64)
+    nstr = np.empty(R, dtype=np.int64)
     for s in range(n):
         k = K[s]
         logk = math.log(k)
         ys = culprit[s]
         d = distractor[s]
-        for r in range(R):
-            prev = logk
-            nst = 0
-            nh = 0.0
-            npt = 0.0
-            nu = 0
-            nw = 0
-            nstr = 0
-            for i in range(L[s]):
-                a = poff[s] + i * k
-                o = soff[s] + i
+        prev[:] = logk
+        nst[:] = 0
+        nh[:] = 0.0
+        npt[:] = 0.0
+        nu[:] = 0
+        nw[:] = 0
+        nstr[:] = 0
+        for i in range(L[s]):
+            a = poff[s] + i * k
+            o = soff[s] + i
+            # M*(i) is shared by every reader's U at this paragraph.
+            ktot = _row_sum(probs, KNOW_IT_ALL, a, k)
+            hstar = 0.0
+            if ktot > 0.0:
+                for y in range(k):
+                    w = probs[KNOW_IT_ALL, a + y] / ktot
+                    if w > 0.0:
+                        hstar -= w * math.log(max(w, eps))
+            for r in range(R):
                 U[r, o] = np.nan
                 seff[r, o] = np.nan
                 dcoh[r, o] = np.nan
@@ -159,7 +176,7 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
                 hit[r, o] = np.nan
                 p_true[r, o] = np.nan
                 p_dist[r, o] = np.nan
-                tot = _row_ok(probs[r], a, k)
+                tot = _row_sum(probs, r, a, k)
                 if not tot > 0.0:
                     continue
                 pt = probs[r, a + ys] / tot
@@ -172,36 +189,34 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
                 p_true[r, o] = pt
                 if d >= 0:
                     p_dist[r, o] = probs[r, a + d] / tot
-                nst += 1
-                nh += h
-                npt += pt
-                ktot = _row_ok(probs[KNOW_IT_ALL], a, k)
+                nst[r] += 1
+                nh[r] += h
+                npt[r] += pt
                 if not ktot > 0.0:
                     continue
                 u = 0.0
-                hstar = 0.0
                 for y in range(k):
                     w = probs[KNOW_IT_ALL, a + y] / ktot
                     if w > 0.0:
                         u -= w * math.log(max(probs[r, a + y] / tot, eps))
-                        hstar -= w * math.log(max(w, eps))
                 U[r, o] = u
-                seff[r, o] = prev - u
-                prev = u
+                seff[r, o] = prev[r] - u
+                prev[r] = u
                 dcoh[r, o] = logk - u
                 dintel[r, o] = u - hstar
                 wk = u >= logk - eps_s
                 sg = u >= logk + delta_s
                 weak[r, o] = 1.0 if wk else 0.0
                 strong[r, o] = 1.0 if sg else 0.0
-                nu += 1
-                nw += 1 if wk else 0
-                nstr += 1 if sg else 0
-            n_steps[s, r] = nst
-            hit_rate[s, r] = nh / nst if nst > 0 else np.nan
-            ptm[s, r] = npt / nst if nst > 0 else np.nan
-            weak_share[s, r] = nw / nu if nu > 0 else np.nan
-            strong_share[s, r] = nstr / nu if nu > 0 else np.nan
+                nu[r] += 1
+                nw[r] += 1 if wk else 0
+                nstr[r] += 1 if sg else 0
+        for r in range(R):
+            n_steps[s, r] = nst[r]
+            hit_rate[s, r] = nh[r] / nst[r] if nst[r] > 0 else np.nan
+            ptm[s, r] = npt[r] / nst[r] if nst[r] > 0 else np.nan
+            weak_share[s, r] = nw[r] / nu[r] if nu[r] > 0 else np.nan
+            strong_share[s, r] = nstr[r] / nu[r] if nu[r] > 0 else np.nan
         S[s] = 1.0 - hit_rate[s, GULLIBLE]
         S_pw[s] = 1.0 - ptm[s, GULLIBLE]
         for r in range(R):
@@ -217,10 +232,9 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
             early[s, e] = np.nan
             if i <= L[s]:
                 a = poff[s] + (i - 1) * k
-                ktot = _row_ok(probs[KNOW_IT_ALL], a, k)
+                ktot = _row_sum(probs, KNOW_IT_ALL, a, k)
                 if ktot > 0.0:
                     early[s, e] = 1.0 if probs[KNOW_IT_ALL, a + ys] / ktot > early_threshold else 0.0
-
 
 
 def _check_layout(probs, poff, soff, L, K, culprit, distractor):
