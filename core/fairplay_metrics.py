@@ -37,14 +37,27 @@ from .jsonl import atomic_write, decode_line, iter_lines
 
 __all__ = [
     "DEFAULT_GROUP",
+    "ALL_STORIES",
     "NOT_SURE",
+    "INTEL_NOTE",
     "ReaderRecord",
     "Story",
+    "Computed",
+    "GroupRow",
     "FairPlaySummary",
+    "check_record",
     "read_readers",
     "read_actual",
     "compute",
+    "score_columns",
+    "score_matrix",
+    "group_rows",
     "stories_csv",
+    "steps_jsonl",
+    "groups_csv",
+    "groups_md",
+    "curves_csv",
+    "distributions_jsonl",
     "fairplay_metrics",
 ]
 
@@ -541,6 +554,8 @@ def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | 
     stories, errors = read_readers(readers)
     warnings = [f"{s.id}: {s.renormalised} distribution(s) did not sum to 1 and were renormalised"
                 for s in stories if s.renormalised]
+    if not stories and not errors:
+        warnings.append(f"no story in {readers}")
     if actual_csv is not None:
         replaced = [s.id for s in stories if READERS[ACTUAL] in s.probs]
         try:
@@ -588,7 +603,7 @@ def _plots(stories, c, pooled, out, max_plots, progress, reading_curve_figure, p
 
     chosen = stories[:max(0, max_plots)]
     n = 0
-    for j, s in enumerate(tqdm(chosen, desc="reading curves", unit="plot", disable=not progress)):
+    for j, s in enumerate(tqdm(chosen, desc="reading curves", unit="plot", disable=not (progress and chosen))):
         a, b = int(c.soff[j]), int(c.soff[j + 1])
         reading_curve_figure(out / "plots" / "stories" / f"{_safe(s.id)}.png", s, c.steps.p_true[:, a:b],
                              c.steps.p_distractor[:, a:b], c.present[j])

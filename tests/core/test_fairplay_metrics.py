@@ -285,3 +285,15 @@ def test_the_readme_example_runs(tmp_path, capsys):
     deus = [r for r in rows.values() if r["group"] == "deus"]
     assert sum(r["insufficient_gap"] == "1" for r in deus) > sum(r["insufficient_gap"] == "1" for r in fair)
     assert all(r["C_AR"] for r in fair[:3]) and not any(r["C_AR"] for r in fair[3:])
+
+
+@pytest.mark.parametrize("module", ["tension.core.fairplay_metrics", "tension.core.fairplay_figures",
+                                    "tension.kernels.fairplay"])
+def test_exported_members(module):
+    import importlib
+
+    mod = importlib.import_module(module)
+    for name in mod.__all__:
+        assert hasattr(mod, name), name
+    public = {n for n, v in vars(mod).items() if not n.startswith("_") and getattr(v, "__module__", None) == module}
+    assert public <= set(mod.__all__), public - set(mod.__all__)
