@@ -525,7 +525,8 @@ def curves_csv(pooled: dict[str, PooledCurves], settings: FairPlaySettings) -> s
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["group", "reader", "bin", "position", "n", "hits", "hit_rate", "cp_lo", "cp_hi",
-                "p_true_mean_pw", "p_distractor_mean_pw", "n_distractor"])
+                "p_true_mean_pw", "p_distractor_mean_pw", "n_distractor", "n_U", "U_mean", "SEff_mean",
+                "dcoh_mean", "dintel_mean"])
     B = settings.bins
     for g, pc in pooled.items():
         for r, name in enumerate(READERS):
@@ -537,7 +538,8 @@ def curves_csv(pooled: dict[str, PooledCurves], settings: FairPlaySettings) -> s
                 w.writerow([g, name, b + 1, _cell((b + 1) / B), int(pc.n[r, b]), int(pc.hits[r, b]),
                             _cell(pc.hit_rate[r, b]), _cell(pc.cp_lo[r, b]), _cell(pc.cp_hi[r, b]),
                             _cell(pc.p_true_mean[r, b]), _cell(pc.p_distractor_mean[r, b]),
-                            int(pc.n_distractor[r, b])])
+                            int(pc.n_distractor[r, b]), int(pc.n_U[r, b]), _cell(pc.U_mean[r, b]),
+                            _cell(pc.seff_mean[r, b]), _cell(pc.dcoh_mean[r, b]), _cell(pc.dintel_mean[r, b])])
     return buf.getvalue()
 
 

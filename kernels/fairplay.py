@@ -305,10 +305,18 @@ class PooledCurves(msgspec.Struct, frozen=True, kw_only=True):
     p_true_mean: np.ndarray  # probability-weighted: mean M(i)_{y*}
     p_distractor_mean: np.ndarray  # mean M(i)_{distractor} over steps whose story has one
     n_distractor: np.ndarray
+    # Group means of the information quantities (their expectation over stories,
+    # METRICS 2.2) over the steps with a U.
+    n_U: np.ndarray
+    U_mean: np.ndarray
+    seff_mean: np.ndarray
+    dcoh_mean: np.ndarray
+    dintel_mean: np.ndarray
 
 
 @numba.njit(cache=True, nogil=True)
-def _pool(hit, p_true, p_dist, soff, L, stories, B, n, hits, pt, pd, nd):
+def _pool(hit, p_true, p_dist, U, seff, dcoh, dintel, soff, L, stories, B, n, hits, pt, pd, nd, nu, su, ss, sc,
+          si):
     R = hit.shape[0]
     for s in stories:
         for i in range(1, L[s] + 1):
@@ -325,6 +333,13 @@ def _pool(hit, p_true, p_dist, soff, L, stories, B, n, hits, pt, pd, nd):
                 if not math.isnan(v):
                     nd[r, b] += 1
                     pd[r, b] += v
+                u = U[r, o]
+                if not math.isnan(u):
+                    nu[r, b] += 1
+                    su[r, b] += u
+                    ss[r, b] += seff[r, o]
+                    sc[r, b] += dcoh[r, o]
+                    si[r, b] += dintel[r, o]
 
 
 def clopper_pearson(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
@@ -348,14 +363,12 @@ def pooled_curves(steps: StepArrays, soff, L, stories=None,
     idx = np.arange(len(L), dtype=np.int64) if stories is None else np.asarray(stories, dtype=np.int64)
     R = steps.hit.shape[0]
     B = int(settings.bins)
-    n = np.zeros((R, B))
-    hits = np.zeros((R, B))
-    pt = np.zeros((R, B))
-    pd = np.zeros((R, B))
-    nd = np.zeros((R, B))
-    _pool(steps.hit, steps.p_true, steps.p_distractor, soff, L, idx, B, n, hits, pt, pd, nd)
+    n, hits, pt, pd, nd, nu, su, ss, sc, si = (np.zeros((R, B)) for _ in range(10))
+    _pool(steps.hit, steps.p_true, steps.p_distractor, steps.U, steps.seff, steps.dcoh, steps.dintel, soff, L, idx,
+          B, n, hits, pt, pd, nd, nu, su, ss, sc, si)
     lo, hi = clopper_pearson(hits, n, settings.confidence)
     with np.errstate(invalid="ignore", divide="ignore"):
         return PooledCurves(n=n.astype(np.int64), hits=hits.astype(np.int64), hit_rate=hits / n, cp_lo=lo,
                             cp_hi=hi, p_true_mean=pt / n, p_distractor_mean=pd / nd,
-                            n_distractor=nd.astype(np.int64))
+                            n_distractor=nd.astype(np.int64), n_U=nu.astype(np.int64), U_mean=su / nu,
+                            seff_mean=ss / nu, dcoh_mean=sc / nu, dintel_mean=si / nu)

@@ -111,9 +111,10 @@ def story_scores(story, early_steps=(1, 3, 5), eps=1e-6, eps_s=0.1, delta_s=0.1)
 
 
 def pooled(stories, bins):
-    """Per reader and bin: [n, hits, sum of p_true]; bin of step i (1-based) of a
-    story of L paragraphs is the b with b/B < i/L <= (b+1)/B."""
-    table = {n: [[0, 0, 0.0] for _ in range(bins)] for n in NAMES}
+    """Per reader and bin: [n, hits, sum of p_true, n_U, sum U, sum SEff, sum Δcoh,
+    sum Δintel]; bin of step i (1-based) of a story of L paragraphs is the b with
+    b/B < i/L <= (b+1)/B."""
+    table = {n: [[0, 0, 0.0, 0, 0.0, 0.0, 0.0, 0.0] for _ in range(bins)] for n in NAMES}
     for story in stories:
         L = story["L"]
         for n in NAMES:
@@ -125,4 +126,10 @@ def pooled(stories, bins):
                 cell[0] += 1
                 cell[1] += int(step["hit"])
                 cell[2] += step["p_true"]
+                if step["U"] is not None:
+                    cell[3] += 1
+                    cell[4] += step["U"]
+                    cell[5] += step["seff"]
+                    cell[6] += step["dcoh"]
+                    cell[7] += step["dintel"]
     return table

@@ -288,8 +288,13 @@ def test_pooled_curves_match_reference(batch, bins):
     table = ref.pooled(batch, bins)
     for r, name in enumerate(NAMES):
         for b in range(bins):
-            n, hits, psum = table[name][b]
-            assert pc.n[r, b] == n and pc.hits[r, b] == hits
+            n, hits, psum, nu, su, ss, sc, si = table[name][b]
+            assert pc.n[r, b] == n and pc.hits[r, b] == hits and pc.n_U[r, b] == nu
+            if nu:
+                for got, total in ((pc.U_mean, su), (pc.seff_mean, ss), (pc.dcoh_mean, sc), (pc.dintel_mean, si)):
+                    assert got[r, b] == pytest.approx(total / nu, rel=1e-9, abs=1e-12)
+            else:
+                assert math.isnan(pc.U_mean[r, b])
             if n:
                 assert pc.hit_rate[r, b] == pytest.approx(hits / n)
                 assert pc.p_true_mean[r, b] == pytest.approx(psum / n)
