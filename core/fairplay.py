@@ -313,6 +313,10 @@ def _story(path: str, line: int, obj: dict, cfg: FairPlayConfig, suspects_map: d
             raise InputError(path, line, "generator", str(e)) from e
         if generator.L != L:
             raise InputError(path, line, "generator.L", f"{generator.L}, but the story has {L} segments")
+        for field in ("paragraph_prompt", "final_prompt"):
+            if "{story}" not in getattr(generator, field):
+                # a continuation that cannot see the story would estimate nothing
+                raise InputError(path, line, f"generator.{field}", "has no {story} placeholder")
     story = WhodunitStory(id=sid, line=line, group=group, segments=segments, suspects=list(suspects or []),
                           culprit=culprit, distractor=distractor, revelation=revelation, generator=generator)
     return story, suspects is None

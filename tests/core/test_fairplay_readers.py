@@ -320,6 +320,7 @@ def test_bad_input_lines_are_reported_and_the_rest_runs(server, tmp_path, capsys
         {"id": "c4", "culprit": CULPRIT, "suspects": SUSPECTS},
         story_record("ok", generator=False),
         story_record("c5", generator=False, distractor=["Ines Harrow", "Mara Quill"]),
+        {**story_record("c6"), "generator": {**GENERATOR, "final_prompt": "Reveal the culprit."}},
     ]
     path = write_jsonl(tmp_path / "stories.jsonl", rows)
     out = tmp_path / "out"
@@ -336,6 +337,7 @@ def test_bad_input_lines_are_reported_and_the_rest_runs(server, tmp_path, capsys
     assert f"{p}:6 field `segments`: missing" in err
     assert f"{p}:7 field `id`: duplicate id 'ok' (first on line 1)" in err
     assert f"{p}:8 field `distractor`: expected one name, got a list of 2" in err
+    assert f"{p}:9 field `generator.final_prompt`: has no {{story}} placeholder" in err
     assert [r["id"] for r in read_readers(out)] == ["ok"]
 
 
