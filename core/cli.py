@@ -590,9 +590,10 @@ def build_parser() -> argparse.ArgumentParser:
     # --- fair-play metrics (issue 9a) ---
     p = sub.add_parser("fairplay-metrics", help=cmd_fairplay_metrics.__doc__,
                        description=cmd_fairplay_metrics.__doc__)
-    p.add_argument("readers", metavar="READERS.jsonl",
+    p.add_argument("readers", metavar="READERS.jsonl|RUN_DIR",
                    help='one story per line: {"id", "group"?, "suspects", "culprit", "distractor"?, '
-                        '"revelation"?, "L", "readers": {"gullible": [[p…] or null, …], …}}')
+                        '"revelation"?, "L", "readers": {"gullible": [[p…] or null, …], …}}; '
+                        "or the folder of a fairplay run (its readers.jsonl)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="folder for stories.csv, steps.jsonl, groups.csv/md, curves.csv, distributions.jsonl, plots/")
     _add_fairplay_metric_flags(p)

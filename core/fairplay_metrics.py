@@ -546,13 +546,15 @@ def curves_csv(pooled: dict[str, PooledCurves], settings: FairPlaySettings) -> s
 def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | Path | None = None,
                      settings: FairPlaySettings | None = None, max_plots: int = 20,
                      n_resamples: int = N_RESAMPLES, seed: int = 0, progress: bool = False) -> FairPlaySummary:
-    """Read READERS.jsonl (and human guesses), compute METRICS 2.2–2.3, write
+    """Read READERS.jsonl (or a `fairplay` run folder's) and human guesses, compute METRICS 2.2–2.3, write
     stories.csv, steps.jsonl, groups.csv, groups.md, curves.csv,
     distributions.jsonl, fairplay.json and reading-curve plots into ``out``."""
     from .fairplay_figures import pooled_figure, reading_curve_figure
 
     settings = settings or FairPlaySettings()
     out = Path(out)
+    if Path(readers).is_dir():  # the --out folder of a `fairplay` run
+        readers = Path(readers) / "readers.jsonl"
     stories, errors = read_readers(readers)
     warnings = [f"{s.id}: {s.renormalised} distribution(s) did not sum to 1 and were renormalised"
                 for s in stories if s.renormalised]

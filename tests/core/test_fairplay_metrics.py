@@ -297,3 +297,11 @@ def test_exported_members(module):
         assert hasattr(mod, name), name
     public = {n for n, v in vars(mod).items() if not n.startswith("_") and getattr(v, "__module__", None) == module}
     assert public <= set(mod.__all__), public - set(mod.__all__)
+
+
+def test_a_fairplay_run_folder_is_read(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "readers.jsonl", [FAIR])
+    summary = fairplay_metrics(run, tmp_path / "out", max_plots=0)
+    assert summary.stories == 1 and read_stories(tmp_path / "out")["fair"]["FP_UB"] == "0.8"
