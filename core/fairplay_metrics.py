@@ -373,7 +373,8 @@ def _flag(v: float) -> str:
 def score_columns(settings: FairPlaySettings) -> list[str]:
     """The numeric story columns of stories.csv after ``id, group, L`` (output order)."""
     cols = ["S", "C_UB", "FP_UB", "C_ER", "FP_ER", "C_AR", "FP_AR", "insufficient_gap",
-            "S_pw", "C_UB_pw", "FP_UB_pw", "C_ER_pw", "FP_ER_pw", "C_AR_pw", "FP_AR_pw"]
+            "S_pw", "C_UB_pw", "FP_UB_pw", "C_ER_pw", "FP_ER_pw", "C_AR_pw", "FP_AR_pw",
+            "FP_UB_shared", "FP_ER_shared", "FP_AR_shared"]
     cols += [f"early_{i}" for i in settings.early_steps]
     cols += [f"weak_surprise_{READERS[GULLIBLE]}", f"strong_surprise_{READERS[GULLIBLE]}"]
     return cols
@@ -389,6 +390,7 @@ def score_matrix(c: Computed, settings: FairPlaySettings) -> np.ndarray:
     cols.append(sc.S_pw)
     for r in (KNOW_IT_ALL, EXPERIENCED, ACTUAL):
         cols += [sc.C_pw[:, r], sc.FP_pw[:, r]]
+    cols += [sc.FP_shared[:, r] for r in (KNOW_IT_ALL, EXPERIENCED, ACTUAL)]
     cols += [sc.early[:, e] for e in range(len(settings.early_steps))]
     cols += [sc.weak_share[:, GULLIBLE], sc.strong_share[:, GULLIBLE]]
     return np.column_stack(cols) if len(sc.S) else np.empty((0, len(cols)))

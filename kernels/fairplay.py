@@ -19,7 +19,9 @@ Conventions where METRICS is silent (docs/fairplay.md says why):
   (``U(0) = log K``), so ``Σ SEff = Δcoh`` over the recorded steps;
 * a hit needs ``M(i)_{y*}`` above every other suspect by more than ``tie_eps``;
 * averages (S, C, FP, probability-weighted versions) run over the steps where
-  the reader has a value; ``FP = C − (1 − S)``.
+  the reader has a value; ``FP = C − (1 − S)``; ``FP_shared`` is the other form
+  of METRICS 2.3, ``mean_i (hit_M(i) − hit_M0(i))`` over the paragraphs where
+  both readers have a value (equal to FP when their paragraphs are the same).
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ class StoryScores(msgspec.Struct, frozen=True, kw_only=True):
     early: np.ndarray  # (n, len(early_steps)) M*(i)_{y*} > threshold: 1.0 / 0.0 / NaN
     weak_share: np.ndarray  # (n, R) share of defined-U steps with weak surprise
     strong_share: np.ndarray  # (n, R) … with strong surprise
+    FP_shared: np.ndarray  # (n, R) mean of hit_M − hit_M0 over paragraphs where both have a value
 
 
 # ----------------------------------------------------------------------------
@@ -132,7 +135,7 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
            early_steps, early_threshold,
            U, seff, dcoh, dintel, weak, strong, hit, p_true, p_dist,
            n_steps, hit_rate, ptm, S, C, FP, S_pw, C_pw, FP_pw, insufficient, early,
-           weak_share, strong_share):
+           weak_share, strong_share, FP_shared):
     R = probs.shape[0]
     n = L.shape[0]
     # per-reader running state of one story
@@ -143,6 +146,8 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
     nu = np.empty(R, dtype=np.int64)
     nw = np.empty(R, dtype=np.int64)
     nstr = np.empty(R, dtype=np.int64)
+    nsh = np.empty(R, dtype=np.int64)
+    dsh = np.empty(R)
     for s in range(n):
         k = K[s]
         logk = math.log(k)
@@ -155,6 +160,8 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
         nu[:] = 0
         nw[:] = 0
         nstr[:] = 0
+        nsh[:] = 0
+        dsh[:] = 0.0
         for i in range(L[s]):
             a = poff[s] + i * k
             o = soff[s] + i
@@ -192,6 +199,10 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
                 nst[r] += 1
                 nh[r] += h
                 npt[r] += pt
+                hg = hit[GULLIBLE, o]  # the gullible reader comes first (r = 0)
+                if r != GULLIBLE and not math.isnan(hg):
+                    nsh[r] += 1
+                    dsh[r] += h - hg
                 if not ktot > 0.0:
                     continue
                 u = 0.0
@@ -217,6 +228,7 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
             ptm[s, r] = npt[r] / nst[r] if nst[r] > 0 else np.nan
             weak_share[s, r] = nw[r] / nu[r] if nu[r] > 0 else np.nan
             strong_share[s, r] = nstr[r] / nu[r] if nu[r] > 0 else np.nan
+            FP_shared[s, r] = dsh[r] / nsh[r] if nsh[r] > 0 else np.nan
         S[s] = 1.0 - hit_rate[s, GULLIBLE]
         S_pw[s] = 1.0 - ptm[s, GULLIBLE]
         for r in range(R):
@@ -275,7 +287,7 @@ def batch_fairplay(probs, L, K, culprit, distractor, settings: FairPlaySettings 
     step = {name: np.empty((R, T)) for name in StepArrays.__struct_fields__}
     early_steps = np.asarray(settings.early_steps, dtype=np.int64)
     per = {name: np.empty((n, R)) for name in ("n_steps", "hit_rate", "p_true_mean", "C", "FP", "C_pw", "FP_pw",
-                                                "weak_share", "strong_share")}
+                                                "weak_share", "strong_share", "FP_shared")}
     flat = {name: np.empty(n) for name in ("S", "S_pw", "insufficient_gap")}
     early = np.empty((n, len(early_steps)))
     _batch(probs, poff, soff, L, K, culprit, distractor, float(settings.eps), float(settings.eps_surprise),
@@ -283,7 +295,8 @@ def batch_fairplay(probs, L, K, culprit, distractor, settings: FairPlaySettings 
            step["U"], step["seff"], step["dcoh"], step["dintel"], step["weak"], step["strong"], step["hit"],
            step["p_true"], step["p_distractor"],
            per["n_steps"], per["hit_rate"], per["p_true_mean"], flat["S"], per["C"], per["FP"], flat["S_pw"],
-           per["C_pw"], per["FP_pw"], flat["insufficient_gap"], early, per["weak_share"], per["strong_share"])
+           per["C_pw"], per["FP_pw"], flat["insufficient_gap"], early, per["weak_share"], per["strong_share"],
+           per["FP_shared"])
     per["n_steps"] = per["n_steps"].astype(np.int64)
     scores = StoryScores(early=early, **per, **flat)
     return StepArrays(**step), scores, soff

@@ -16,6 +16,7 @@ Conventions (docs/fairplay.md):
 * weak surprise ``U ≥ log K − eps_s``, strong ``U ≥ log K + delta_s``;
 * hit: the culprit's probability beats every other suspect's by more than 1e-12;
 * S, C, FP over each reader's own recorded steps, ``FP = C − (1 − S)``;
+  ``FP_shared`` = mean of ``hit_M − hit_M0`` over paragraphs where both exist;
   ``insufficient = FP_UB < 1/L``; early: ``M*(i)_{y*} > 0.5``.
 """
 
@@ -93,6 +94,9 @@ def story_scores(story, early_steps=(1, 3, 5), eps=1e-6, eps_s=0.1, delta_s=0.1)
         res[f"FP_{tag}"] = res[f"C_{tag}"] - (1.0 - S)
         res[f"C_{tag}_pw"] = mean(probs[n])
         res[f"FP_{tag}_pw"] = res[f"C_{tag}_pw"] - (1.0 - S_pw)
+        shared = [a["hit"] - b["hit"] for a, b in zip(steps[n], steps["gullible"])
+                  if a["hit"] is not None and b["hit"] is not None]
+        res[f"FP_{tag}_shared"] = mean(shared)
     fp = res["FP_UB"]
     res["insufficient_gap"] = NAN if math.isnan(fp) else (1.0 if fp < 1.0 / story["L"] else 0.0)
     star_rows = story["readers"].get("know_it_all")

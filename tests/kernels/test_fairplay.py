@@ -180,6 +180,10 @@ class TestScores:
         assert seff[1] == pytest.approx(LOG4 + math.log(0.7)) and seff[3] == pytest.approx(-math.log(0.7))
         assert np.nansum(seff) == pytest.approx(col(steps, "dcoh", "gullible")[3])
         assert math.isnan(col(steps, "hit", "gullible")[2])
+        # FP_UB = C_UB − (1 − S) = 1 − 2/3 over each reader's own paragraphs; over
+        # the shared ones (2 and 4, both hits for both readers) the difference is 0
+        assert sc.FP[0, fp.KNOW_IT_ALL] == pytest.approx(1 / 3)
+        assert sc.FP_shared[0, fp.KNOW_IT_ALL] == 0.0 and math.isnan(sc.FP_shared[0, fp.GULLIBLE])
 
     def test_one_paragraph(self):
         _, sc, _ = run([story({"gullible": [[0.2, 0.5, 0.2, 0.1]], "know_it_all": [ONE_HOT]})])
@@ -260,7 +264,7 @@ def assert_story(steps, sc, soff, j, x, settings):
         assert sc.n_steps[j, r] == exp["n_steps"][name]
     pairs = [("S", sc.S[j]), ("S_pw", sc.S_pw[j]), ("insufficient_gap", sc.insufficient_gap[j])]
     for r, tag in ((fp.KNOW_IT_ALL, "UB"), (fp.EXPERIENCED, "ER"), (fp.ACTUAL, "AR")):
-        pairs += [(f"C_{tag}", sc.C[j, r]), (f"FP_{tag}", sc.FP[j, r]),
+        pairs += [(f"C_{tag}", sc.C[j, r]), (f"FP_{tag}", sc.FP[j, r]), (f"FP_{tag}_shared", sc.FP_shared[j, r]),
                   (f"C_{tag}_pw", sc.C_pw[j, r]), (f"FP_{tag}_pw", sc.FP_pw[j, r])]
     pairs += [("weak_share", sc.weak_share[j, fp.GULLIBLE]), ("strong_share", sc.strong_share[j, fp.GULLIBLE])]
     for name, got in pairs:
