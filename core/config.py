@@ -13,7 +13,7 @@ import msgspec
 
 from .errors import ConfigError
 
-__all__ = ["ScoreConfig", "load_config", "config_file_keys", "make_curve_settings", "API_KEY_ENV"]
+__all__ = ["ScoreConfig", "load_config", "config_file_keys", "make_curve_settings", "read_config_file", "API_KEY_ENV"]
 
 API_KEY_ENV = "OPENAI_API_KEY"
 
@@ -170,13 +170,7 @@ def load_config(path: str | os.PathLike | None, overrides: dict[str, Any],
     data: dict[str, Any] = dict(fallback or {})
     if path is not None:
         p = Path(path)
-        try:
-            file_data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise ConfigError(f"{p}: cannot read the config file: {e.strerror or e}") from e
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{p}: not valid TOML: {e}") from e
-        file_data = {k.replace("-", "_"): v for k, v in file_data.items()}
+        file_data = {k.replace("-", "_"): v for k, v in read_config_file(p).items()}
         known = set(ScoreConfig.__struct_fields__)
         for k in file_data:
             if k not in known:
@@ -188,3 +182,15 @@ def load_config(path: str | os.PathLike | None, overrides: dict[str, Any],
     except msgspec.ValidationError as e:
         where = f"{path}: " if path else ""
         raise ConfigError(f"{where}{e}") from e
+
+
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """The TOML document of a --config file; an unreadable or invalid file is a
+    ConfigError naming it. (Shared by the commands that take --config.)"""
+    p = Path(path)
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the config file: {e.strerror or e}") from e
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: not valid TOML: {e}") from e

@@ -749,9 +749,9 @@ def score(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Path) -> Run
     return run_blocking(lambda: score_async(cfg, corpus_path, out_dir))
 
 
-def run_blocking(make_coro):
-    """Run ``make_coro()`` on uvloop (asyncio when uvloop is missing), with SIGTERM
-    cancelling it as Ctrl-C does."""
+def run_blocking(make_coro: Callable[[], Any]) -> Any:
+    """Run the coroutine ``make_coro()`` to its end on uvloop (asyncio when uvloop is
+    missing), SIGTERM cancelling it like Ctrl-C. Shared by the blocking commands."""
     try:
         import uvloop
         factory = uvloop.new_event_loop

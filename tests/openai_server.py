@@ -38,7 +38,9 @@ Endpoints
   * judge: "Y"/"N" from sha256 of the CONTINUATION and PREDICTED blocks
     (`expected_verdict`), "Maybe." for a fraction ``malformed_rate``.
   * other: "OK".
-  * any kind, when a scripted answer matches (`LoopbackServer.script`): that answer.
+  * scripted (any kind): a responder added with `LoopbackServer.respond` (a function
+    of the messages) or `LoopbackServer.script` (a substring and its answer) answers
+    first when it matches (answers by prompt content, e.g. a reader's JSON).
 
   Content depends only on the request body, never on request order. ``usage`` counts
   message contents with `count_tokens`; ``prompt_tokens_details.cached_tokens`` is the
@@ -461,13 +463,14 @@ class LoopbackServer:
         self.max_concurrent = max_concurrent
         self._capacity: asyncio.Semaphore | None = None
 
+        self.responders: list[Any] = []  # see `respond`
+
         self._lock = threading.Lock()
         self._records: list[Recorded] = []
         self._queued: dict[str, collections.deque[str]] = {}
         self._rates: list[tuple[str, float]] = []
         self._rate_path: str | None = CHAT_PATH
         self._rng = random.Random(0)
-        self._scripts: list[tuple[str, Any]] = []
 
         self._blocks: set[int] = set()
         self._counters = dict.fromkeys(
@@ -477,6 +480,26 @@ class LoopbackServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
+
+    # ------------------------------------------------------------ scripted answers
+
+    def respond(self, fn) -> None:
+        """Script answers by prompt content: ``fn(messages, n, seed)`` returns the
+        choices' contents (a list of n strings, or one string for every choice), or
+        None to leave the request to the next responder and then to the default
+        answers above. Responders are asked in the order they were added; the
+        request's kind (`classify`) is unchanged."""
+        with self._lock:
+            self.responders.append(fn)
+
+    def _scripted(self, msgs: list[dict], n: int, seed: Any) -> list[str] | None:
+        with self._lock:
+            responders = list(self.responders)
+        for fn in responders:
+            out = fn(msgs, n, seed)
+            if out is not None:
+                return [out] * n if isinstance(out, str) else list(out)[:n]
+        return None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -698,31 +721,22 @@ class LoopbackServer:
                         return k
         return None
 
-    # ---------------------------------------------------------- scripted answers
-
     def script(self, contains: str, answer: Any) -> None:
         """Chat requests whose message contents (any role) contain `contains` get
         `answer` as each choice instead of the hash-made text: a string, or a
         function ``answer(messages, seed, i) -> str`` for choice i (seed as sent, or
-        None). Scripts are tried in the order added; the first match wins. Faults
-        and request records apply as usual."""
-        with self._lock:
-            self._scripts.append((contains, answer))
+        None). A responder like those of `respond`, asked in the same order."""
+        def fn(msgs, n, seed):
+            if contains not in "\n".join(_content_text(m.get("content")) for m in msgs):
+                return None
+            return [answer(msgs, seed, i) if callable(answer) else answer for i in range(n)]
+
+        self.respond(fn)
 
     def clear_scripts(self) -> None:
+        """Forget every scripted answer (`script` and `respond`)."""
         with self._lock:
-            self._scripts.clear()
-
-    def _scripted(self, msgs: Sequence[dict], n: int, seed: Any) -> list[str] | None:
-        if not self._scripts:
-            return None
-        text = "\n".join(_content_text(m.get("content")) for m in msgs)
-        with self._lock:
-            scripts = list(self._scripts)
-        for contains, answer in scripts:
-            if contains in text:
-                return [answer(msgs, seed, i) if callable(answer) else answer for i in range(n)]
-        return None
+            self.responders.clear()
 
     # ------------------------------------------------------------------- metrics
 

@@ -1,0 +1,99 @@
+"""Fair-play figures as PNG files (matplotlib, headless): a story's reading curves
+(true-culprit and distractor probability per reader over paragraphs, revelation
+marked; paper 003, Fig. 3C–D) and the pooled hit curves with Clopper–Pearson
+bands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no screen: CI, servers, GPU boxes
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from tension.kernels.fairplay import READERS, FairPlaySettings, PooledCurves  # noqa: E402
+
+__all__ = ["reading_curve_figure", "pooled_figure"]
+
+_LABEL = {"gullible": "gullible M0", "experienced": "experienced M+", "know_it_all": "know-it-all M*",
+          "actual": "actual readers"}
+
+
+def _legend(ax, ncol: int = 1) -> None:
+    # A story whose readers all failed has nothing to label; matplotlib warns then.
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6.5, loc="upper left", ncol=ncol)
+
+
+def _line(ax, i, p, **kw):
+    """Plot defined points only; M(0) = 1/|Y| starts every line."""
+    ok = ~np.isnan(p)
+    ax.plot(i[ok], p[ok], **kw)
+
+
+def reading_curve_figure(path: str | Path, story, p_true: np.ndarray, p_distractor: np.ndarray,
+                         present: np.ndarray) -> None:
+    """``p_true``/``p_distractor`` are (R, L) per reader in READERS order; a reader
+    with ``present[r]`` False is not drawn."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    K = len(story.suspects)
+    i = np.arange(0, story.L + 1)
+    fig, ax = plt.subplots(figsize=(8, 3.8), dpi=110)
+    try:
+        for r, name in enumerate(READERS):
+            if not present[r]:
+                continue
+            color = f"C{r}"
+            _line(ax, i, np.concatenate([[1.0 / K], p_true[r]]), color=color, lw=1.8, marker="o", ms=2.5,
+                  label=f"{_LABEL[name]}: {story.suspects[story.culprit]} (culprit)")
+            if story.distractor >= 0:
+                _line(ax, i, np.concatenate([[1.0 / K], p_distractor[r]]), color=color, lw=1.1, ls="--",
+                      label=f"{_LABEL[name]}: {story.suspects[story.distractor]} (distractor)")
+        if story.revelation is not None:
+            ax.axvline(story.revelation, color="0.3", ls=":", lw=1.2, label=f"revelation (¶{story.revelation})")
+        ax.axhline(1.0 / K, color="0.75", lw=0.8)
+        ax.set_xlim(0, story.L)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("paragraph i (0 = nothing read, uniform)")
+        ax.set_ylabel("M(i) of the suspect")
+        ax.set_title(f"{story.id} ({story.group})", fontsize=10)
+        ax.grid(alpha=0.3)
+        _legend(ax, ncol=2)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+
+
+def pooled_figure(path: str | Path, group: str, pc: PooledCurves, settings: FairPlaySettings) -> None:
+    """Hit rate per reader over relative position, with the Clopper–Pearson band,
+    and the probability-weighted mean M(i)_{y*} dotted beside it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    x = (np.arange(settings.bins) + 1) / settings.bins
+    fig, ax = plt.subplots(figsize=(8, 3.8), dpi=110)
+    try:
+        for r, name in enumerate(READERS):
+            if not pc.n[r].any():
+                continue
+            ok = pc.n[r] > 0
+            ax.plot(x[ok], pc.hit_rate[r][ok], color=f"C{r}", lw=1.8, marker="o", ms=2.5,
+                    label=f"{_LABEL[name]} hit rate")
+            ax.fill_between(x[ok], pc.cp_lo[r][ok], pc.cp_hi[r][ok], color=f"C{r}", alpha=0.15)
+            ax.plot(x[ok], pc.p_true_mean[r][ok], color=f"C{r}", lw=1.0, ls=":",
+                    label=f"{_LABEL[name]} mean M(i)_y* (probability-weighted)")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("relative position i / L")
+        ax.set_ylabel("share of argmax hits")
+        ax.set_title(f"pooled reading curves: {group} ({settings.confidence:.0%} Clopper–Pearson)", fontsize=10)
+        ax.grid(alpha=0.3)
+        _legend(ax)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)

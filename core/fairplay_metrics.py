@@ -1,0 +1,624 @@
+"""`tension-run fairplay-metrics`: fair-play scores from saved reader distributions.
+
+Input is READERS.jsonl, one story per line (what `tension-run fairplay` writes)::
+
+    {"id": "s1", "group": "gen-A", "suspects": ["Ann", "Bob", "Cy", "Di"],
+     "culprit": "Bob", "distractor": "Cy", "revelation": 25, "L": 25,
+     "readers": {"gullible": [[0.25, 0.25, 0.25, 0.25], …], "know_it_all": [null, …]}}
+
+Each reader is a list of L entries (paragraphs 1 … L), each a list of
+probabilities in the order of ``suspects`` or null where the reader has no value.
+Human guesses can come from a CSV (``id, reader, paragraph, guess``). No LLM is
+involved; the numbers are METRICS.md 2.2–2.3 (kernels/fairplay.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from tension.kernels.bootstrap import N_RESAMPLES
+from tension.kernels.fairplay import (
+    ACTUAL, GULLIBLE, KNOW_IT_ALL, EXPERIENCED, READERS, FairPlaySettings, PooledCurves, StepArrays,
+    StoryScores, batch_fairplay, clopper_pearson, pooled_curves,
+)
+from tension.kernels.groups import describe
+
+from .errors import InputError
+from .jsonl import atomic_write, decode_line, iter_lines
+
+__all__ = [
+    "DEFAULT_GROUP",
+    "ALL_STORIES",
+    "NOT_SURE",
+    "INTEL_NOTE",
+    "ReaderRecord",
+    "Story",
+    "Computed",
+    "GroupRow",
+    "FairPlaySummary",
+    "check_record",
+    "read_readers",
+    "read_actual",
+    "compute",
+    "score_columns",
+    "score_matrix",
+    "group_rows",
+    "stories_csv",
+    "steps_jsonl",
+    "groups_csv",
+    "groups_md",
+    "curves_csv",
+    "distributions_jsonl",
+    "fairplay_metrics",
+]
+
+DEFAULT_GROUP = "all"
+ALL_STORIES = "(all)"  # the pooled curves over every story
+NOT_SURE = "not sure"  # an actual reader's guess that names nobody (like an empty one)
+RENORM_TOL = 0.01  # every row is divided by its sum; one further than this from 1 is also reported
+# The intelligence gap needs the brilliant reader M1; none is available, so M*
+# stands in for it (METRICS 2.2). Written into every output that carries Δintel.
+INTEL_NOTE = "intelligence gap: M1 (brilliant reader) approximated by M* (know-it-all)"
+
+# Column labels of the scores per reader.
+_C = {KNOW_IT_ALL: "UB", EXPERIENCED: "ER", ACTUAL: "AR"}
+
+
+class ReaderRecord(msgspec.Struct, kw_only=True):
+    """One line of READERS.jsonl as decoded (before the checks of ``check_record``)."""
+
+    id: str
+    suspects: list[str]
+    culprit: str | list[str]
+    L: int
+    group: str | None = None
+    distractor: str | list[str] | None = None
+    revelation: int | None = None
+    readers: dict[str, list[list[float] | None]] = {}
+    extracted_suspects: bool = False
+    failures: list[dict] = []
+
+
+class Story(msgspec.Struct, kw_only=True):
+    """A checked story: distributions normalised, NaN rows where a reader has no value."""
+
+    id: str
+    group: str
+    suspects: list[str]
+    culprit: int
+    distractor: int  # -1: none
+    revelation: int | None
+    L: int
+    probs: dict[str, np.ndarray]  # reader -> (L, K)
+    extracted_suspects: bool = False
+    n_failures: int = 0
+    renormalised: int = 0  # rows whose sum was not 1
+    line: int = 0
+
+
+class FairPlaySummary(msgspec.Struct, kw_only=True):
+    stories: int
+    errors: list[str]
+    out: Path
+    warnings: list[str] = []
+    plots: int = 0
+    files: list[str] = []
+
+
+_decoder = msgspec.json.Decoder(ReaderRecord)
+
+
+# ----------------------------------------------------------------------------
+# Reading and checking
+
+
+def _one_name(path, line, field, value) -> str:
+    if isinstance(value, list):
+        if len(value) != 1:
+            raise InputError(path, line, field, f"expected a name or a one-element list, got {len(value)} names")
+        return value[0]
+    return value
+
+
+def _suspect_index(path, line, field, name: str, suspects: list[str]) -> int:
+    if name in suspects:
+        return suspects.index(name)
+    folded = [s.casefold().strip() for s in suspects]
+    key = name.casefold().strip()
+    if folded.count(key) == 1:
+        return folded.index(key)
+    raise InputError(path, line, field, f"expected one of the suspects {suspects}, got {name!r}")
+
+
+def _check_rows(path, line, reader, rows, L, K) -> tuple[np.ndarray, int]:
+    """The reader's (L, K) matrix, NaN rows for nulls, each row divided by its sum;
+    and how many rows were off 1 by more than rounding."""
+    if len(rows) != L:
+        raise InputError(path, line, f"readers.{reader}", f"expected {L} entries (one per paragraph), got {len(rows)}")
+    out = np.full((L, K), np.nan)
+    idx = [i for i, row in enumerate(rows) if row is not None]
+    if not idx:
+        return out, 0
+    # One numpy pass checks every row; the per-value loop runs only to name a bad one.
+    arr = np.array([rows[i] for i in idx], dtype=np.float64) if all(len(rows[i]) == K for i in idx) else None
+    if arr is None or not np.isfinite(arr).all() or (arr < 0).any() or (arr.sum(axis=1) <= 0).any():
+        _name_bad_row(path, line, reader, rows, K)
+    totals = arr.sum(axis=1)
+    out[idx] = arr / totals[:, None]
+    return out, int((np.abs(totals - 1.0) > RENORM_TOL).sum())
+
+
+def _name_bad_row(path, line, reader, rows, K) -> None:
+    for i, row in enumerate(rows):
+        if row is None:
+            continue
+        field = f"readers.{reader}[{i}]"
+        if len(row) != K:
+            raise InputError(path, line, field, f"paragraph {i + 1}: expected {K} probabilities (one per suspect), "
+                             f"got {len(row)}")
+        for y, v in enumerate(row):
+            if not math.isfinite(v):
+                raise InputError(path, line, f"{field}[{y}]", f"paragraph {i + 1}: expected a finite number, got {v}")
+            if v < 0:
+                raise InputError(path, line, f"{field}[{y}]", f"paragraph {i + 1}: expected a probability >= 0, got {v}")
+        if math.fsum(row) <= 0:
+            raise InputError(path, line, field, f"paragraph {i + 1}: the probabilities sum to 0")
+    raise AssertionError("a row failed the numpy check but no value is bad")  # pragma: no cover
+
+
+def check_record(path: str, line: int, r: ReaderRecord) -> Story:
+    """The rules of a READERS.jsonl record beyond its types; raises InputError."""
+    if not r.id:
+        raise InputError(path, line, "id", "expected a non-empty string")
+    K = len(r.suspects)
+    if K < 2:
+        raise InputError(path, line, "suspects", f"expected at least 2 suspects, got {K}")
+    folded = [s.casefold().strip() for s in r.suspects]
+    for y, s in enumerate(folded):
+        if not s:
+            raise InputError(path, line, f"suspects[{y}]", "expected a non-empty name")
+        if folded.index(s) != y:
+            raise InputError(path, line, f"suspects[{y}]", f"duplicate suspect {r.suspects[y]!r}")
+    if r.L < 1:
+        raise InputError(path, line, "L", f"expected at least 1 paragraph, got {r.L}")
+    culprit = _suspect_index(path, line, "culprit", _one_name(path, line, "culprit", r.culprit), r.suspects)
+    distractor = -1
+    if r.distractor is not None and r.distractor != []:
+        distractor = _suspect_index(path, line, "distractor", _one_name(path, line, "distractor", r.distractor),
+                                    r.suspects)
+        if distractor == culprit:
+            raise InputError(path, line, "distractor", f"the distractor is the culprit ({r.suspects[culprit]!r})")
+    if r.revelation is not None and not 1 <= r.revelation <= r.L:
+        raise InputError(path, line, "revelation", f"expected a paragraph in 1..{r.L}, got {r.revelation}")
+    probs: dict[str, np.ndarray] = {}
+    renorm = 0
+    for name, rows in r.readers.items():
+        if name not in READERS:
+            raise InputError(path, line, f"readers.{name}", f"unknown reader; expected one of {list(READERS)}")
+        probs[name], n = _check_rows(path, line, name, rows, r.L, K)
+        renorm += n
+    return Story(id=r.id, group=r.group if r.group else DEFAULT_GROUP, suspects=list(r.suspects), culprit=culprit,
+                 distractor=distractor, revelation=r.revelation, L=r.L, probs=probs,
+                 extracted_suspects=r.extracted_suspects, n_failures=len(r.failures), renormalised=renorm, line=line)
+
+
+def _non_finite_path(value, path="") -> str | None:
+    """Where Python's json found NaN/Infinity (which msgspec refuses as JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    if isinstance(value, dict):
+        items = ((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for p, v in items:
+        found = _non_finite_path(v, p)
+        if found is not None:
+            return found
+    return None
+
+
+def _decode(path: str, line: int, raw: bytes) -> ReaderRecord:
+    try:
+        return decode_line(path, line, raw, ReaderRecord, _decoder)
+    except InputError as e:
+        # NaN and Infinity are not JSON, but Python writes them: name the field.
+        try:
+            where = _non_finite_path(json.loads(raw))
+        except ValueError:
+            where = None
+        if where is not None:
+            raise InputError(path, line, where, "expected a finite number, got NaN or Infinity") from e
+        raise
+
+
+def read_readers(path: str | os.PathLike) -> tuple[list[Story], list[InputError]]:
+    """Every valid story of the file, and an error for each bad line."""
+    path = str(path)
+    stories: list[Story] = []
+    errors: list[InputError] = []
+    seen: dict[str, int] = {}
+    for line, raw in iter_lines(path):
+        try:
+            st = check_record(path, line, _decode(path, line, raw))
+            if st.id in seen:
+                raise InputError(path, line, "id", f"duplicate id {st.id!r} (first on line {seen[st.id]})")
+        except InputError as e:
+            errors.append(e)
+            continue
+        seen[st.id] = line
+        stories.append(st)
+    return stories, errors
+
+
+def read_actual(path: str | os.PathLike, stories: Sequence[Story]) -> tuple[int, list[InputError]]:
+    """Set each story's actual reader from human guesses in a CSV with columns
+    ``id, reader, paragraph, guess``. Per paragraph, M(i) = the share of readers
+    naming each suspect among those who named one; an empty guess or "not sure"
+    names nobody and is left out (so is a paragraph where nobody named anyone:
+    null). Returns (stories given an actual reader, errors of bad rows)."""
+    path = str(path)
+    by_id = {s.id: s for s in stories}
+    errors: list[InputError] = []
+    counts: dict[str, np.ndarray] = {}
+    seen: dict[tuple[str, str, int], int] = {}
+    try:
+        f = open(path, newline="", encoding="utf-8")
+    except OSError as e:
+        raise InputError(path, 0, None, f"cannot open: {e.strerror or e}") from e
+    with f:
+        rows = csv.DictReader(f)
+        missing = [c for c in ("id", "reader", "paragraph", "guess") if c not in (rows.fieldnames or [])]
+        if missing:
+            raise InputError(path, 1, missing[0], f"missing column; expected columns id, reader, paragraph, guess, "
+                                                  f"got {rows.fieldnames}")
+        try:
+            for row in rows:
+                line = rows.line_num
+                try:
+                    _count_guess(path, line, row, by_id, counts, seen)
+                except InputError as e:
+                    errors.append(e)
+        except (csv.Error, UnicodeDecodeError) as e:
+            errors.append(InputError(path, rows.line_num, None, f"unreadable CSV ({e}); rows after it were skipped"))
+    for sid, c in counts.items():
+        st = by_id[sid]
+        totals = c.sum(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            st.probs[READERS[ACTUAL]] = np.where(totals > 0, c / totals, np.nan)
+    return len(counts), errors
+
+
+def _count_guess(path, line, row, by_id, counts, seen) -> None:
+    sid = (row["id"] or "").strip()
+    st = by_id.get(sid)
+    if st is None:
+        raise InputError(path, line, "id", f"no story {sid!r} in the readers file (or its line failed)")
+    try:
+        i = int((row["paragraph"] or "").strip())
+    except ValueError:
+        raise InputError(path, line, "paragraph", f"expected a paragraph number, got {row['paragraph']!r}") from None
+    if not 1 <= i <= st.L:
+        raise InputError(path, line, "paragraph", f"expected a paragraph in 1..{st.L}, got {i}")
+    reader = (row["reader"] or "").strip()
+    key = (sid, reader, i)
+    if key in seen:
+        raise InputError(path, line, "reader", f"reader {reader!r} already guessed paragraph {i} of {sid!r} "
+                                                f"(line {seen[key]})")
+    seen[key] = line
+    guess = (row["guess"] or "").strip()
+    c = counts.setdefault(sid, np.zeros((st.L, len(st.suspects))))
+    if not guess or guess.casefold() == NOT_SURE:
+        return
+    folded = [s.casefold().strip() for s in st.suspects]
+    if guess.casefold() not in folded:
+        raise InputError(path, line, "guess", f"expected one of the suspects {st.suspects}, empty or "
+                                              f"{NOT_SURE!r}, got {guess!r}")
+    c[i - 1, folded.index(guess.casefold())] += 1
+
+
+# ----------------------------------------------------------------------------
+# Computing
+
+
+class Computed(msgspec.Struct, kw_only=True):
+    steps: StepArrays
+    scores: StoryScores
+    soff: np.ndarray
+    present: np.ndarray  # (n, R) bool: the reader is in the story's record
+
+
+def compute(stories: Sequence[Story], settings: FairPlaySettings = FairPlaySettings()) -> Computed:
+    """Pack every story and run the kernels once."""
+    n = len(stories)
+    L = np.array([s.L for s in stories], dtype=np.int64)
+    K = np.array([len(s.suspects) for s in stories], dtype=np.int64)
+    probs = np.full((len(READERS), int((L * K).sum())), np.nan)
+    present = np.zeros((n, len(READERS)), dtype=bool)
+    a = 0
+    for j, s in enumerate(stories):
+        b = a + s.L * len(s.suspects)
+        for r, name in enumerate(READERS):
+            if name in s.probs:
+                probs[r, a:b] = s.probs[name].ravel()
+                present[j, r] = True
+        a = b
+    steps, scores, soff = batch_fairplay(probs, L, K, np.array([s.culprit for s in stories], dtype=np.int64),
+                                         np.array([s.distractor for s in stories], dtype=np.int64), settings)
+    return Computed(steps=steps, scores=scores, soff=soff, present=present)
+
+
+# ----------------------------------------------------------------------------
+# Outputs
+
+
+def _cell(v: float) -> str:
+    return "" if v is None or math.isnan(v) else f"{v:.10g}"
+
+
+def _flag(v: float) -> str:
+    return "" if math.isnan(v) else str(int(v))
+
+
+def score_columns(settings: FairPlaySettings) -> list[str]:
+    """The numeric story columns of stories.csv after ``id, group, L`` (output order)."""
+    cols = ["S", "C_UB", "FP_UB", "C_ER", "FP_ER", "C_AR", "FP_AR", "insufficient_gap",
+            "S_pw", "C_UB_pw", "FP_UB_pw", "C_ER_pw", "FP_ER_pw", "C_AR_pw", "FP_AR_pw",
+            "FP_UB_shared", "FP_ER_shared", "FP_AR_shared"]
+    cols += [f"early_{i}" for i in settings.early_steps]
+    cols += [f"weak_surprise_{READERS[GULLIBLE]}", f"strong_surprise_{READERS[GULLIBLE]}"]
+    return cols
+
+
+def score_matrix(c: Computed, settings: FairPlaySettings) -> np.ndarray:
+    """(n, len(score_columns)) values; NaN where a reader is absent or undefined."""
+    sc = c.scores
+    cols = [sc.S]
+    for r in (KNOW_IT_ALL, EXPERIENCED, ACTUAL):
+        cols += [sc.C[:, r], sc.FP[:, r]]
+    cols.append(sc.insufficient_gap)
+    cols.append(sc.S_pw)
+    for r in (KNOW_IT_ALL, EXPERIENCED, ACTUAL):
+        cols += [sc.C_pw[:, r], sc.FP_pw[:, r]]
+    cols += [sc.FP_shared[:, r] for r in (KNOW_IT_ALL, EXPERIENCED, ACTUAL)]
+    cols += [sc.early[:, e] for e in range(len(settings.early_steps))]
+    cols += [sc.weak_share[:, GULLIBLE], sc.strong_share[:, GULLIBLE]]
+    return np.column_stack(cols) if len(sc.S) else np.empty((0, len(cols)))
+
+
+_FLAG_COLUMNS = ("insufficient_gap", "early_")
+
+
+def stories_csv(stories: Sequence[Story], c: Computed, settings: FairPlaySettings) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    names = score_columns(settings)
+    tail = [f"steps_{r}" for r in READERS] + ["n_suspects", "extracted_suspects", "n_failures", "renormalised"]
+    w.writerow(["id", "group", "L", *names, *tail])
+    m = score_matrix(c, settings)
+    for j, s in enumerate(stories):
+        cells = [_flag(v) if name.startswith(_FLAG_COLUMNS) else _cell(v) for name, v in zip(names, m[j])]
+        steps = [str(int(c.scores.n_steps[j, r])) if c.present[j, r] else "" for r in range(len(READERS))]
+        w.writerow([s.id, s.group, s.L, *cells, *steps, len(s.suspects), int(s.extracted_suspects), s.n_failures,
+                    s.renormalised])
+    return buf.getvalue()
+
+
+def _jlist(a: np.ndarray) -> list:
+    return np.where(np.isnan(a), None, a).tolist()
+
+
+def steps_jsonl(stories: Sequence[Story], c: Computed) -> bytes:
+    """One line per story and present reader: the per-paragraph quantities."""
+    st = c.steps
+    enc = msgspec.json.Encoder()
+    lines = []
+    for j, s in enumerate(stories):
+        a, b = int(c.soff[j]), int(c.soff[j + 1])
+        for r, name in enumerate(READERS):
+            if not c.present[j, r]:
+                continue
+            lines.append(enc.encode({
+                "id": s.id, "group": s.group, "reader": name, "i": list(range(1, s.L + 1)),
+                "U": _jlist(st.U[r, a:b]), "SEff": _jlist(st.seff[r, a:b]), "dcoh": _jlist(st.dcoh[r, a:b]),
+                "dintel": _jlist(st.dintel[r, a:b]), "weak_surprise": _jlist(st.weak[r, a:b]),
+                "strong_surprise": _jlist(st.strong[r, a:b]), "hit": _jlist(st.hit[r, a:b]),
+                "p_true": _jlist(st.p_true[r, a:b]), "p_distractor": _jlist(st.p_distractor[r, a:b]),
+                "log_n_suspects": math.log(len(s.suspects)), "note": INTEL_NOTE,
+            }))
+    return b"".join(x + b"\n" for x in lines)
+
+
+def distributions_jsonl(stories: Sequence[Story]) -> bytes:
+    """The normalised reader distributions, in the READERS.jsonl schema."""
+    enc = msgspec.json.Encoder()
+    out = []
+    for s in stories:
+        readers = {name: [None if np.isnan(row[0]) else [float(v) for v in row] for row in s.probs[name]]
+                   for name in READERS if name in s.probs}
+        out.append(enc.encode({
+            "id": s.id, "group": s.group, "suspects": s.suspects, "culprit": s.suspects[s.culprit],
+            "distractor": s.suspects[s.distractor] if s.distractor >= 0 else None, "revelation": s.revelation,
+            "L": s.L, "readers": readers, "extracted_suspects": s.extracted_suspects,
+        }))
+    return b"".join(x + b"\n" for x in out)
+
+
+class GroupRow(msgspec.Struct, kw_only=True):
+    group: str
+    statistic: str
+    mean: float
+    lo: float
+    hi: float
+    interval: str  # "bootstrap" (means) or "clopper-pearson" (shares of stories)
+    n: int
+    n_nan: int
+
+
+def group_rows(stories: Sequence[Story], c: Computed, settings: FairPlaySettings, *,
+               n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[GroupRow]:
+    """Per group (first-appearance order) and statistic: the mean of the story
+    values with a percentile-bootstrap interval, or for the 0/1 flags the share
+    of stories with a Clopper–Pearson interval."""
+    names = score_columns(settings)
+    m = score_matrix(c, settings)
+    index: dict[str, list[int]] = {}
+    for j, s in enumerate(stories):
+        index.setdefault(s.group, []).append(j)
+    rows = []
+    for g, idx in index.items():
+        for k, name in enumerate(names):
+            v = m[idx, k]
+            ok = v[np.isfinite(v)]
+            if name.startswith(_FLAG_COLUMNS):
+                lo, hi = clopper_pearson(ok.sum(), ok.size, settings.confidence)
+                mean = float(ok.mean()) if ok.size else math.nan
+                rows.append(GroupRow(group=g, statistic=name, mean=mean, lo=float(lo), hi=float(hi),
+                                     interval="clopper-pearson", n=int(ok.size), n_nan=int(v.size - ok.size)))
+            else:
+                d = describe(v, n_resamples, seed)
+                rows.append(GroupRow(group=g, statistic=name, mean=d.mean, lo=d.boot_lo, hi=d.boot_hi,
+                                     interval="bootstrap", n=d.n, n_nan=d.n_nan))
+    return rows
+
+
+def groups_csv(rows: Sequence[GroupRow]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["group", "statistic", "mean", "lo", "hi", "interval", "n", "n_nan"])
+    for r in rows:
+        w.writerow([r.group, r.statistic, _cell(r.mean), _cell(r.lo), _cell(r.hi), r.interval, r.n, r.n_nan])
+    return buf.getvalue()
+
+
+_MD_STATS = ("S", "C_UB", "FP_UB", "C_ER", "FP_ER", "C_AR", "FP_AR", "insufficient_gap")
+
+
+def groups_md(rows: Sequence[GroupRow], statistics: Sequence[str] = _MD_STATS) -> str:
+    """The headline table: one row per group, ``mean [lo, hi]`` per statistic."""
+    by = {(r.group, r.statistic): r for r in rows}
+    groups = list(dict.fromkeys(r.group for r in rows))
+
+    def cell(r: GroupRow | None) -> str:
+        if r is None or math.isnan(r.mean):
+            return "—"
+        if math.isnan(r.lo):
+            return f"{r.mean:.3f}"
+        return f"{r.mean:.3f} [{r.lo:.3f}, {r.hi:.3f}]"
+
+    n = {g: max(by[(g, s)].n + by[(g, s)].n_nan for s in statistics if (g, s) in by) for g in groups}
+    lines = ["| group | n | " + " | ".join(statistics) + " |", "|---|---|" + "---|" * len(statistics)]
+    lines += [f"| {g} | {n[g]} | " + " | ".join(cell(by.get((g, s))) for s in statistics) + " |" for g in groups]
+    return "\n".join(lines) + "\n"
+
+
+def curves_csv(pooled: dict[str, PooledCurves], settings: FairPlaySettings) -> str:
+    """Pooled hit curves per group, reader and relative-position bin."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["group", "reader", "bin", "position", "n", "hits", "hit_rate", "cp_lo", "cp_hi",
+                "p_true_mean_pw", "p_distractor_mean_pw", "n_distractor", "n_U", "U_mean", "SEff_mean",
+                "dcoh_mean", "dintel_mean"])
+    B = settings.bins
+    for g, pc in pooled.items():
+        for r, name in enumerate(READERS):
+            if not pc.n[r].any():
+                continue
+            for b in range(B):
+                if not pc.n[r, b]:
+                    continue
+                w.writerow([g, name, b + 1, _cell((b + 1) / B), int(pc.n[r, b]), int(pc.hits[r, b]),
+                            _cell(pc.hit_rate[r, b]), _cell(pc.cp_lo[r, b]), _cell(pc.cp_hi[r, b]),
+                            _cell(pc.p_true_mean[r, b]), _cell(pc.p_distractor_mean[r, b]),
+                            int(pc.n_distractor[r, b]), int(pc.n_U[r, b]), _cell(pc.U_mean[r, b]),
+                            _cell(pc.seff_mean[r, b]), _cell(pc.dcoh_mean[r, b]), _cell(pc.dintel_mean[r, b])])
+    return buf.getvalue()
+
+
+def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | Path | None = None,
+                     settings: FairPlaySettings | None = None, max_plots: int = 20,
+                     n_resamples: int = N_RESAMPLES, seed: int = 0, progress: bool = False) -> FairPlaySummary:
+    """Read READERS.jsonl (or a `fairplay` run folder's) and human guesses, compute METRICS 2.2–2.3, write
+    stories.csv, steps.jsonl, groups.csv, groups.md, curves.csv,
+    distributions.jsonl, fairplay.json and reading-curve plots into ``out``."""
+    from .fairplay_figures import pooled_figure, reading_curve_figure
+
+    settings = settings or FairPlaySettings()
+    out = Path(out)
+    if Path(readers).is_dir():  # the --out folder of a `fairplay` run
+        readers = Path(readers) / "readers.jsonl"
+    stories, errors = read_readers(readers)
+    warnings = [f"{s.id}: {s.renormalised} distribution(s) did not sum to 1 and were renormalised"
+                for s in stories if s.renormalised]
+    if not stories and not errors:
+        warnings.append(f"no story in {readers}")
+    if actual_csv is not None:
+        replaced = [s.id for s in stories if READERS[ACTUAL] in s.probs]
+        try:
+            n_actual, csv_errors = read_actual(actual_csv, stories)
+        except InputError as e:  # unreadable or headerless: the other readers still count
+            n_actual, csv_errors = 0, [e]
+        errors += csv_errors
+        if replaced and n_actual:
+            warnings.append(f"the actual reader of {len(replaced)} story(ies) in {readers} was replaced by "
+                            f"the guesses in {actual_csv} where it has any")
+    c = compute(stories, settings)
+    rows = group_rows(stories, c, settings, n_resamples=n_resamples, seed=seed)
+    pooled = {ALL_STORIES: pooled_curves(c.steps, c.soff, [s.L for s in stories], None, settings)} \
+        if stories else {}
+    groups = list(dict.fromkeys(s.group for s in stories))
+    if len(groups) > 1:
+        for g in groups:
+            idx = [j for j, s in enumerate(stories) if s.group == g]
+            pooled[g] = pooled_curves(c.steps, c.soff, [s.L for s in stories], idx, settings)
+    files = {
+        "stories.csv": stories_csv(stories, c, settings),
+        "steps.jsonl": steps_jsonl(stories, c),
+        "groups.csv": groups_csv(rows),
+        "groups.md": groups_md(rows),
+        "curves.csv": curves_csv(pooled, settings),
+        "distributions.jsonl": distributions_jsonl(stories),
+    }
+    for name, data in files.items():
+        atomic_write(out / name, data)
+    plots = _plots(stories, c, pooled, out, max_plots, progress, reading_curve_figure, pooled_figure, settings)
+    summary = FairPlaySummary(stories=len(stories), errors=[str(e) for e in errors], out=out, warnings=warnings,
+                              plots=plots, files=list(files))
+    atomic_write(out / "fairplay.json", msgspec.json.format(msgspec.json.encode({
+        "readers": str(readers), "actual_csv": None if actual_csv is None else str(actual_csv),
+        "settings": settings, "stories": len(stories), "errors": summary.errors, "warnings": warnings,
+        "notes": [INTEL_NOTE, "S, C and FP average hits over each reader's recorded paragraphs (METRICS 2.3); "
+                              "*_pw columns are the probability-weighted versions (mean M(i)_{y*})"],
+        "n_resamples": n_resamples, "seed": seed,
+    })))
+    return summary
+
+
+def _plots(stories, c, pooled, out, max_plots, progress, reading_curve_figure, pooled_figure, settings) -> int:
+    from tqdm import tqdm
+
+    chosen = stories[:max(0, max_plots)]
+    n = 0
+    for j, s in enumerate(tqdm(chosen, desc="reading curves", unit="plot", disable=not (progress and chosen))):
+        a, b = int(c.soff[j]), int(c.soff[j + 1])
+        reading_curve_figure(out / "plots" / "stories" / f"{_safe(s.id)}.png", s, c.steps.p_true[:, a:b],
+                             c.steps.p_distractor[:, a:b], c.present[j])
+        n += 1
+    for g, pc in (pooled.items() if max_plots > 0 else ()):  # --max-plots 0: no figures at all
+        pooled_figure(out / "plots" / f"pooled_{_safe(g)}.png", g, pc, settings)
+        n += 1
+    return n
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:100] or "_"

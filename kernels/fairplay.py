@@ -1,0 +1,387 @@
+"""Fair-play reader metrics (METRICS.md 2.2–2.3, paper 003) as numba kernels.
+
+Many stories are processed in one call. A story ``s`` has ``L[s]`` paragraphs and
+``K[s]`` suspects; every reader gives one distribution over the suspects after
+each paragraph ``i = 1 … L`` (``M(0)`` is uniform and not stored). The readers'
+distributions are packed CSR-style into one ``(R, Σ L·K)`` array ``probs``:
+story ``s`` of reader ``r`` is ``probs[r, poff[s]:poff[s+1]]`` read as an
+``L[s] × K[s]`` matrix. A row of NaN is a step where that reader has no value
+(know-it-all off its checkpoints, a parse failure); an absent reader is all NaN.
+Per-step outputs are packed the same way by paragraph: ``soff[s] = Σ L`` before
+``s``.
+
+Conventions where METRICS is silent (docs/fairplay.md says why):
+
+* rows are divided by their sum before use; probabilities are clipped at
+  ``eps`` only inside the logarithm, ``U = −Σ M*_y log max(M_y, eps)``;
+* ``U`` is defined where both ``M*(i)`` and ``M(i)`` have a value; step
+  effectiveness at a recorded step is the drop since the previous recorded step
+  (``U(0) = log K``), so ``Σ SEff = Δcoh`` over the recorded steps;
+* a hit needs ``M(i)_{y*}`` above every other suspect by more than ``tie_eps``;
+* averages (S, C, FP, probability-weighted versions) run over the steps where
+  the reader has a value; ``FP = C − (1 − S)``; ``FP_shared`` is the other form
+  of METRICS 2.3, ``mean_i (hit_M(i) − hit_M0(i))`` over the paragraphs where
+  both readers have a value (equal to FP when their paragraphs are the same).
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+import numba
+import numpy as np
+from scipy.stats import beta
+
+__all__ = [
+    "READERS",
+    "GULLIBLE",
+    "EXPERIENCED",
+    "KNOW_IT_ALL",
+    "ACTUAL",
+    "FairPlaySettings",
+    "StepArrays",
+    "StoryScores",
+    "batch_fairplay",
+    "pooled_curves",
+    "PooledCurves",
+    "clopper_pearson",
+]
+
+# Reader order of the packed arrays.
+READERS = ("gullible", "experienced", "know_it_all", "actual")
+GULLIBLE, EXPERIENCED, KNOW_IT_ALL, ACTUAL = range(4)
+
+
+class FairPlaySettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The choices METRICS 2.2–2.3 fixes; every one is a flag of `fairplay-metrics`."""
+
+    eps: float = 1e-6  # clip inside log
+    eps_surprise: float = 0.1  # weak surprise: U >= log|Y| - eps_surprise
+    delta_surprise: float = 0.1  # strong surprise: U >= log|Y| + delta_surprise
+    tie_eps: float = 1e-12  # a lead this small is a tie (a miss)
+    early_steps: tuple[int, ...] = (1, 3, 5)  # early convergence checked after these paragraphs
+    early_threshold: float = 0.5  # … as M*(i)_{y*} > this
+    bins: int = 25  # relative positions of the pooled reading curves
+    confidence: float = 0.95  # Clopper–Pearson level of the pooled hit curves
+
+    def __post_init__(self) -> None:
+        for name in ("eps", "eps_surprise", "delta_surprise", "tie_eps", "early_threshold", "confidence"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or v < 0:
+                raise ValueError(f"{name}: expected a finite number >= 0, got {v}")
+        if not 0.0 < self.eps < 1.0:
+            raise ValueError(f"eps: expected a probability in (0, 1), got {self.eps}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"confidence: expected a level in (0, 1), got {self.confidence}")
+        if self.bins < 1:
+            raise ValueError(f"bins: expected >= 1, got {self.bins}")
+        if any(i < 1 for i in self.early_steps):
+            raise ValueError(f"early_steps: expected paragraph numbers >= 1, got {self.early_steps}")
+
+
+class StepArrays(msgspec.Struct, frozen=True, kw_only=True):
+    """Per reader and paragraph, packed by ``soff`` (shape ``(R, Σ L)``).
+    NaN where undefined; ``hit``, ``weak`` and ``strong`` are 1.0 / 0.0 / NaN."""
+
+    U: np.ndarray  # uninformedness H(M*(i); M(i))
+    seff: np.ndarray  # step effectiveness since the previous recorded step
+    dcoh: np.ndarray  # clue effectiveness log|Y| − U
+    dintel: np.ndarray  # intelligence gap Δcoh_{M*} − Δcoh_M (M1 approximated by M*)
+    weak: np.ndarray
+    strong: np.ndarray
+    hit: np.ndarray
+    p_true: np.ndarray  # M(i)_{y*}
+    p_distractor: np.ndarray  # M(i)_{distractor}; NaN without a distractor
+
+
+class StoryScores(msgspec.Struct, frozen=True, kw_only=True):
+    """Per story (length n; per-reader arrays are ``(n, R)``)."""
+
+    n_steps: np.ndarray  # (n, R) steps with a value
+    hit_rate: np.ndarray  # (n, R) mean hit over them
+    p_true_mean: np.ndarray  # (n, R) mean M(i)_{y*} (probability-weighted)
+    S: np.ndarray
+    C: np.ndarray  # (n, R): C_UB at KNOW_IT_ALL, C_ER, C_AR; the gullible column is 1 − S
+    FP: np.ndarray  # (n, R): C − (1 − S); NaN at GULLIBLE
+    S_pw: np.ndarray
+    C_pw: np.ndarray
+    FP_pw: np.ndarray
+    insufficient_gap: np.ndarray  # FP_UB < 1/L: 1.0 / 0.0 / NaN
+    early: np.ndarray  # (n, len(early_steps)) M*(i)_{y*} > threshold: 1.0 / 0.0 / NaN
+    weak_share: np.ndarray  # (n, R) share of defined-U steps with weak surprise
+    strong_share: np.ndarray  # (n, R) … with strong surprise
+    FP_shared: np.ndarray  # (n, R) mean of hit_M − hit_M0 over paragraphs where both have a value
+
+
+# ----------------------------------------------------------------------------
+# Kernels
+
+
+@numba.njit(cache=True, nogil=True)
+def _row_sum(probs, r, a, k):
+    """Sum of a row, or 0 when it holds a NaN (no value) or anything non-finite."""
+    s = 0.0
+    for y in range(k):
+        v = probs[r, a + y]
+        if not math.isfinite(v):
+            return 0.0
+        s += v
+    return s
+
+
+@numba.njit(cache=True, nogil=True)
+def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, tie_eps,
+           early_steps, early_threshold,
+           U, seff, dcoh, dintel, weak, strong, hit, p_true, p_dist,
+           n_steps, hit_rate, ptm, S, C, FP, S_pw, C_pw, FP_pw, insufficient, early,
+           weak_share, strong_share, FP_shared):
+    R = probs.shape[0]
+    n = L.shape[0]
+    # per-reader running state of one story
+    prev = np.empty(R)
+    nst = np.empty(R, dtype=np.int64)
+    nh = np.empty(R)
+    npt = np.empty(R)
+    nu = np.empty(R, dtype=np.int64)
+    nw = np.empty(R, dtype=np.int64)
+    nstr = np.empty(R, dtype=np.int64)
+    nsh = np.empty(R, dtype=np.int64)
+    dsh = np.empty(R)
+    for s in range(n):
+        k = K[s]
+        logk = math.log(k)
+        ys = culprit[s]
+        d = distractor[s]
+        prev[:] = logk
+        nst[:] = 0
+        nh[:] = 0.0
+        npt[:] = 0.0
+        nu[:] = 0
+        nw[:] = 0
+        nstr[:] = 0
+        nsh[:] = 0
+        dsh[:] = 0.0
+        for i in range(L[s]):
+            a = poff[s] + i * k
+            o = soff[s] + i
+            # M*(i) is shared by every reader's U at this paragraph.
+            ktot = _row_sum(probs, KNOW_IT_ALL, a, k)
+            hstar = 0.0
+            if ktot > 0.0:
+                for y in range(k):
+                    w = probs[KNOW_IT_ALL, a + y] / ktot
+                    if w > 0.0:
+                        hstar -= w * math.log(max(w, eps))
+            for r in range(R):
+                U[r, o] = np.nan
+                seff[r, o] = np.nan
+                dcoh[r, o] = np.nan
+                dintel[r, o] = np.nan
+                weak[r, o] = np.nan
+                strong[r, o] = np.nan
+                hit[r, o] = np.nan
+                p_true[r, o] = np.nan
+                p_dist[r, o] = np.nan
+                tot = _row_sum(probs, r, a, k)
+                if not tot > 0.0:
+                    continue
+                pt = probs[r, a + ys] / tot
+                best_other = -1.0
+                for y in range(k):
+                    if y != ys:
+                        best_other = max(best_other, probs[r, a + y] / tot)
+                h = 1.0 if pt - best_other > tie_eps else 0.0
+                hit[r, o] = h
+                p_true[r, o] = pt
+                if d >= 0:
+                    p_dist[r, o] = probs[r, a + d] / tot
+                nst[r] += 1
+                nh[r] += h
+                npt[r] += pt
+                hg = hit[GULLIBLE, o]  # the gullible reader comes first (r = 0)
+                if r != GULLIBLE and not math.isnan(hg):
+                    nsh[r] += 1
+                    dsh[r] += h - hg
+                if not ktot > 0.0:
+                    continue
+                u = 0.0
+                for y in range(k):
+                    w = probs[KNOW_IT_ALL, a + y] / ktot
+                    if w > 0.0:
+                        u -= w * math.log(max(probs[r, a + y] / tot, eps))
+                U[r, o] = u
+                seff[r, o] = prev[r] - u
+                prev[r] = u
+                dcoh[r, o] = logk - u
+                dintel[r, o] = u - hstar
+                wk = u >= logk - eps_s
+                sg = u >= logk + delta_s
+                weak[r, o] = 1.0 if wk else 0.0
+                strong[r, o] = 1.0 if sg else 0.0
+                nu[r] += 1
+                nw[r] += 1 if wk else 0
+                nstr[r] += 1 if sg else 0
+        for r in range(R):
+            n_steps[s, r] = nst[r]
+            hit_rate[s, r] = nh[r] / nst[r] if nst[r] > 0 else np.nan
+            ptm[s, r] = npt[r] / nst[r] if nst[r] > 0 else np.nan
+            weak_share[s, r] = nw[r] / nu[r] if nu[r] > 0 else np.nan
+            strong_share[s, r] = nstr[r] / nu[r] if nu[r] > 0 else np.nan
+            FP_shared[s, r] = dsh[r] / nsh[r] if nsh[r] > 0 else np.nan
+        S[s] = 1.0 - hit_rate[s, GULLIBLE]
+        S_pw[s] = 1.0 - ptm[s, GULLIBLE]
+        for r in range(R):
+            C[s, r] = hit_rate[s, r]
+            C_pw[s, r] = ptm[s, r]
+            # C − (1 − S) written as C_M − C_M0, so equal rates give exactly 0.
+            FP[s, r] = np.nan if r == GULLIBLE else hit_rate[s, r] - hit_rate[s, GULLIBLE]
+            FP_pw[s, r] = np.nan if r == GULLIBLE else ptm[s, r] - ptm[s, GULLIBLE]
+        fp = FP[s, KNOW_IT_ALL]
+        insufficient[s] = np.nan if math.isnan(fp) else (1.0 if fp < 1.0 / L[s] - tie_eps else 0.0)
+        for e in range(early_steps.shape[0]):
+            i = early_steps[e]
+            early[s, e] = np.nan
+            if i <= L[s]:
+                a = poff[s] + (i - 1) * k
+                ktot = _row_sum(probs, KNOW_IT_ALL, a, k)
+                if ktot > 0.0:
+                    early[s, e] = 1.0 if probs[KNOW_IT_ALL, a + ys] / ktot > early_threshold else 0.0
+
+
+def _check_layout(probs, poff, soff, L, K, culprit, distractor):
+    n = len(L)
+    if probs.ndim != 2 or probs.shape[0] != len(READERS):
+        raise ValueError(f"probs: expected shape ({len(READERS)}, N), got {probs.shape}")
+    for name, arr, m in (("poff", poff, n + 1), ("soff", soff, n + 1), ("K", K, n), ("culprit", culprit, n),
+                         ("distractor", distractor, n)):
+        if arr.shape != (m,):
+            raise ValueError(f"{name}: expected {m} values, got shape {arr.shape}")
+    if n and (np.any(L < 1) or np.any(K < 2)):
+        raise ValueError("every story needs L >= 1 paragraphs and K >= 2 suspects")
+    if poff[0] != 0 or soff[0] != 0 or np.any(np.diff(poff) != L * K) or np.any(np.diff(soff) != L):
+        raise ValueError("offsets do not match L and K (poff steps L·K, soff steps L, both from 0)")
+    if poff[-1] != probs.shape[1]:
+        raise ValueError(f"probs has {probs.shape[1]} columns, offsets need {poff[-1]}")
+    if np.any((culprit < 0) | (culprit >= K)) or np.any((distractor < -1) | (distractor >= K)):
+        raise ValueError("culprit/distractor index out of range of the story's suspects")
+
+
+def batch_fairplay(probs, L, K, culprit, distractor, settings: FairPlaySettings = FairPlaySettings()
+                   ) -> tuple[StepArrays, StoryScores, np.ndarray]:
+    """Every story's per-step quantities and scores (see the module docstring).
+    ``distractor`` is −1 for a story without one. Returns (steps, scores, soff)."""
+    probs = np.ascontiguousarray(probs, dtype=np.float64)
+    L = np.ascontiguousarray(L, dtype=np.int64)
+    K = np.ascontiguousarray(K, dtype=np.int64)
+    culprit = np.ascontiguousarray(culprit, dtype=np.int64)
+    distractor = np.ascontiguousarray(distractor, dtype=np.int64)
+    n = len(L)
+    poff = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(L * K, out=poff[1:])
+    soff = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(L, out=soff[1:])
+    _check_layout(probs, poff, soff, L, K, culprit, distractor)
+    R = len(READERS)
+    T = int(soff[-1])
+    step = {name: np.empty((R, T)) for name in StepArrays.__struct_fields__}
+    early_steps = np.asarray(settings.early_steps, dtype=np.int64)
+    per = {name: np.empty((n, R)) for name in ("n_steps", "hit_rate", "p_true_mean", "C", "FP", "C_pw", "FP_pw",
+                                                "weak_share", "strong_share", "FP_shared")}
+    flat = {name: np.empty(n) for name in ("S", "S_pw", "insufficient_gap")}
+    early = np.empty((n, len(early_steps)))
+    _batch(probs, poff, soff, L, K, culprit, distractor, float(settings.eps), float(settings.eps_surprise),
+           float(settings.delta_surprise), float(settings.tie_eps), early_steps, float(settings.early_threshold),
+           step["U"], step["seff"], step["dcoh"], step["dintel"], step["weak"], step["strong"], step["hit"],
+           step["p_true"], step["p_distractor"],
+           per["n_steps"], per["hit_rate"], per["p_true_mean"], flat["S"], per["C"], per["FP"], flat["S_pw"],
+           per["C_pw"], per["FP_pw"], flat["insufficient_gap"], early, per["weak_share"], per["strong_share"],
+           per["FP_shared"])
+    per["n_steps"] = per["n_steps"].astype(np.int64)
+    scores = StoryScores(early=early, **per, **flat)
+    return StepArrays(**step), scores, soff
+
+
+# ----------------------------------------------------------------------------
+# Pooled reading curves
+
+
+class PooledCurves(msgspec.Struct, frozen=True, kw_only=True):
+    """Per reader (R) and relative-position bin (B). Bin b holds the steps i of
+    every story with ``ceil(i·B/L) = b + 1``, i.e. ``i/L`` in ``(b/B, (b+1)/B]``."""
+
+    n: np.ndarray  # (R, B) steps pooled
+    hits: np.ndarray  # (R, B) hits among them
+    hit_rate: np.ndarray
+    cp_lo: np.ndarray  # Clopper–Pearson interval of hit_rate
+    cp_hi: np.ndarray
+    p_true_mean: np.ndarray  # probability-weighted: mean M(i)_{y*}
+    p_distractor_mean: np.ndarray  # mean M(i)_{distractor} over steps whose story has one
+    n_distractor: np.ndarray
+    # Group means of the information quantities (their expectation over stories,
+    # METRICS 2.2) over the steps with a U.
+    n_U: np.ndarray
+    U_mean: np.ndarray
+    seff_mean: np.ndarray
+    dcoh_mean: np.ndarray
+    dintel_mean: np.ndarray
+
+
+@numba.njit(cache=True, nogil=True)
+def _pool(hit, p_true, p_dist, U, seff, dcoh, dintel, soff, L, stories, B, n, hits, pt, pd, nd, nu, su, ss, sc,
+          si):
+    R = hit.shape[0]
+    for s in stories:
+        for i in range(1, L[s] + 1):
+            b = (i * B + L[s] - 1) // L[s] - 1
+            o = soff[s] + i - 1
+            for r in range(R):
+                h = hit[r, o]
+                if math.isnan(h):
+                    continue
+                n[r, b] += 1
+                hits[r, b] += h
+                pt[r, b] += p_true[r, o]
+                v = p_dist[r, o]
+                if not math.isnan(v):
+                    nd[r, b] += 1
+                    pd[r, b] += v
+                u = U[r, o]
+                if not math.isnan(u):
+                    nu[r, b] += 1
+                    su[r, b] += u
+                    ss[r, b] += seff[r, o]
+                    sc[r, b] += dcoh[r, o]
+                    si[r, b] += dintel[r, o]
+
+
+def clopper_pearson(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Exact binomial interval (beta quantiles); NaN where n = 0."""
+    k = np.asarray(k, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    a = (1.0 - level) / 2.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lo = np.where(k > 0, beta.ppf(a, np.maximum(k, 1e-300), n - k + 1), 0.0)
+        hi = np.where(k < n, beta.ppf(1.0 - a, k + 1, np.maximum(n - k, 1e-300)), 1.0)
+    empty = n <= 0
+    return np.where(empty, np.nan, lo), np.where(empty, np.nan, hi)
+
+
+def pooled_curves(steps: StepArrays, soff, L, stories=None,
+                  settings: FairPlaySettings = FairPlaySettings()) -> PooledCurves:
+    """Hits and probabilities pooled across ``stories`` (indices; default all)
+    at each relative position, with Clopper–Pearson intervals."""
+    L = np.ascontiguousarray(L, dtype=np.int64)
+    soff = np.ascontiguousarray(soff, dtype=np.int64)
+    idx = np.arange(len(L), dtype=np.int64) if stories is None else np.asarray(stories, dtype=np.int64)
+    R = steps.hit.shape[0]
+    B = int(settings.bins)
+    n, hits, pt, pd, nd, nu, su, ss, sc, si = (np.zeros((R, B)) for _ in range(10))
+    _pool(steps.hit, steps.p_true, steps.p_distractor, steps.U, steps.seff, steps.dcoh, steps.dintel, soff, L, idx,
+          B, n, hits, pt, pd, nd, nu, su, ss, sc, si)
+    lo, hi = clopper_pearson(hits, n, settings.confidence)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return PooledCurves(n=n.astype(np.int64), hits=hits.astype(np.int64), hit_rate=hits / n, cp_lo=lo,
+                            cp_hi=hi, p_true_mean=pt / n, p_distractor_mean=pd / nd,
+                            n_distractor=nd.astype(np.int64), n_U=nu.astype(np.int64), U_mean=su / nu,
+                            seff_mean=ss / nu, dcoh_mean=sc / nu, dintel_mean=si / nu)

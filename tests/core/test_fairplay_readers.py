@@ -1,0 +1,465 @@
+"""`fairplay` end to end against the loopback server with scripted readers: the
+values in readers.jsonl, the know-it-all's continuations and prompts, S / C_UB /
+FP_UB by hand, retries and failures, reruns from the cache, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tension.core.cli import main
+from tension.core.fairplay import (FairPlayConfig, checkpoint_paragraphs, fairplay, load_fairplay_config,
+                                  read_stories, segment_text)
+
+SUSPECTS = ["Mara Quill", "Tobias Fenn", "Ines Harrow"]
+CULPRIT, DISTRACTOR = "Tobias Fenn", "Ines Harrow"
+L = 6
+K = 4
+FAST = {"n_resamples": 50, "max_plots": 1}  # metrics options: few bootstrap resamples and plots
+GEN_SYSTEM = "You are a skilled author of detective fiction, writing one paragraph at a time."
+GENERATOR = {
+    "model": "test-gen", "system": GEN_SYSTEM, "temperature": 1.0, "max_tokens": 80, "L": L,
+    "paragraph_prompt": "Write paragraph {i} of {L}. Suspects: {suspects}. Culprit: {culprit}. "
+                        "Distractor: {distractor}.\nSTORY SO FAR:\n{story}",
+    "final_prompt": "Write the final paragraph {i} of {L}; reveal the culprit. Suspects: {suspects}. "
+                    "Culprit: {culprit}.\nSTORY SO FAR:\n{story}",
+}
+
+
+def scene(sid: str, j: int) -> str:
+    # Braces and a placeholder-like word in the text: rendering must leave them alone.
+    return f"Scene {j} of {sid}: the lamp {{flickers}} while someone mutters '{{culprit}}' by the door."
+
+
+def story_record(sid: str, generator: bool = True, **kw) -> dict:
+    rec = {"id": sid, "group": "g1", "segments": [scene(sid, j) for j in range(1, L + 1)], "suspects": SUSPECTS,
+           "culprit": CULPRIT, "distractor": DISTRACTOR, "revelation": L}
+    if generator:
+        rec["generator"] = GENERATOR
+    rec.update(kw)
+    return rec
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def user_text(msgs) -> str:
+    return "\n".join(m["content"] for m in msgs if m["role"] == "user")
+
+
+def prefix_len(text: str) -> int:
+    return len(re.findall(r"Scene \d+ of ", text))
+
+
+# --- the scripted readers: expected distributions, written out independently --------
+
+def gullible_expected(i: int) -> list[float]:
+    # face value: the distractor looks guilty until the revelation in the last paragraph
+    return [0.05, 0.9, 0.05] if i == L else [0.3, 0.1, 0.6]
+
+
+def experienced_expected(i: int) -> list[float]:
+    return [0.1, 0.7, 0.2] if i >= 3 else [1 / 3, 1 / 3, 1 / 3]
+
+
+def kia_culprit_share(c: int) -> int:
+    """Continuations (of K) after checkpoint c that end with the true culprit."""
+    return min(K, c - 1)
+
+
+def gullible_answer(i: int) -> str:
+    p = gullible_expected(i)
+    if i % 3 == 0:  # fenced, names reordered and lower-cased
+        return ("```json\n" + json.dumps({"suspects": ["ines harrow", "mara quill", "tobias fenn"],
+                                          "probabilities": [p[2], p[0], p[1]]}) + "\n```")
+    if i % 3 == 1:  # the paper's format
+        return json.dumps({"suspects": SUSPECTS, "probabilities": p, "distractor_probabilities": [0, 0, 1]})
+    # prose around a name-keyed object in percent
+    return "Here is my estimate: " + json.dumps({"probabilities": {s: f"{100 * x:g}%" for s, x in zip(SUSPECTS, p)}}) \
+        + " Hope this helps."
+
+
+def scripted(msgs, n, seed):
+    text = user_text(msgs)
+    system = "\n".join(m["content"] for m in msgs if m["role"] == "system")
+    if "ignoring the interest of the writer" in text:
+        return gullible_answer(prefix_len(text))
+    if "(PARTIAL) STORY FOR PREDICTION" in text:
+        p = experienced_expected(prefix_len(text))
+        return json.dumps({"suspects": SUSPECTS, "probabilities": p})
+    if system == GEN_SYSTEM:
+        i = int(re.search(r"paragraph (\d+) of", text).group(1))
+        if "final paragraph" not in text:
+            return [f"Later part {i}, draw {(seed or 0) + j}." for j in range(n)]
+        c = prefix_len(text)
+        out = []
+        for j in range(n):
+            k = (seed or 0) + j  # continuation k samples with seed 0 + k throughout
+            name = CULPRIT if k < kia_culprit_share(c) else DISTRACTOR
+            out.append(f"In the end, {name} is unmasked as the culprit.")
+        return out
+    if "reveal at its end as the true culprit" in text:
+        m = re.search(r"In the end, (.+?) is unmasked", text)
+        return json.dumps({"culprit": m.group(1).lower() if m else None})
+    return None
+
+
+def cfg_for(srv, tmp_path, **kw) -> FairPlayConfig:
+    base = {"base_url": srv.base_url, "reader_model": "test-judge", "cache": str(tmp_path / "cache"),
+            "progress": False, "k": K, "checkpoints": [1, 3, 5]}
+    base.update(kw)
+    return load_fairplay_config(None, base)
+
+
+def read_readers(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "readers.jsonl").read_text().splitlines()]
+
+
+def close(a, b):
+    return a is not None and all(abs(x - y) < 1e-9 for x, y in zip(a, b, strict=True))
+
+
+def test_readers_end_to_end_values_metrics_and_rerun(server, tmp_path):
+    server.respond(scripted)
+    stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1"), story_record("s2", generator=False)])
+    cfg = cfg_for(server, tmp_path)
+    run = fairplay(cfg, stories, tmp_path / "out", FAST)
+    assert run.status == "complete", run.error
+    assert run.reader_failures == 0 and run.input_errors == []
+    s1, s2 = read_readers(tmp_path / "out")
+    assert s1["id"] == "s1" and s1["L"] == L and s1["suspects"] == SUSPECTS and s1["culprit"] == CULPRIT
+    assert s1["extracted_suspects"] is False and s1["failures"] == [] and s1["revelation"] == L
+    for i in range(1, L + 1):
+        assert close(s1["readers"]["gullible"][i - 1], gullible_expected(i)), i
+        assert close(s1["readers"]["experienced"][i - 1], experienced_expected(i)), i
+    kia = s1["readers"]["know_it_all"]
+    for i in range(1, L + 1):
+        if i in (1, 3, 5):
+            share = kia_culprit_share(i) / K
+            assert close(kia[i - 1], [0.0, share, 1 - share]), i
+        else:
+            assert kia[i - 1] is None
+    assert "know_it_all" not in s2["readers"]  # no generator: no know-it-all
+    assert close(s2["readers"]["gullible"][0], gullible_expected(1))
+
+    # Requests: per story L gullible + L experienced; K chains per checkpoint: one
+    # n=K request for the first paragraph, then one per further paragraph each.
+    reqs = [r for r in server.requests if r.path == "/v1/chat/completions"]
+    gen = [r for r in reqs if r.body["messages"][0]["content"] == GEN_SYSTEM]
+    assert len(gen) == sum(1 + K * (L - c - 1) for c in (1, 3, 5))
+    assert len(reqs) == 2 * (2 * L) + len(gen) + 3 * K
+    first = [r for r in gen if r.body["n"] == K]
+    assert sorted(r.body["seed"] for r in first) == [0, 0, 0]
+    # The generator template rendered literally: braces in the story stay, the
+    # continuation is blind to the culprit by default.
+    r3 = next(r for r in first if prefix_len(r.body["messages"][1]["content"]) == 3)
+    expected = ("Write paragraph 4 of 6. Suspects: Mara Quill, Tobias Fenn, Ines Harrow. Culprit: "
+                "the suspect the story so far has set up to be the culprit. Distractor: the suspect the story so "
+                "far has set up to be the distractor.\nSTORY SO FAR:\n" + "\n\n".join(scene("s1", j) for j in (1, 2, 3)))
+    assert r3.body["messages"][1]["content"] == expected
+    assert r3.body["temperature"] == 1.0 and r3.body["max_tokens"] == 80 and r3.body["model"] == "test-gen"
+
+    # S, C_UB, FP_UB by hand (METRICS 2.3): gullible hits only at paragraph L;
+    # know-it-all at checkpoints 1, 3, 5: miss (all distractor), tie 2/4 (a miss), hit.
+    rows = {r["id"]: r for r in csv.DictReader((tmp_path / "out" / "stories.csv").read_text().splitlines())}
+    S = 1 - 1 / L
+    C_UB = 1 / 3
+    assert float(rows["s1"]["S"]) == pytest.approx(S)
+    assert float(rows["s1"]["C_UB"]) == pytest.approx(C_UB)
+    assert float(rows["s1"]["FP_UB"]) == pytest.approx(C_UB - (1 - S))
+    # experienced: hits from paragraph 3 on (paragraphs 1-2 are uniform: ties)
+    assert float(rows["s1"]["C_ER"]) == pytest.approx(4 / L)
+    assert rows["s2"]["C_UB"] == ""
+
+    # A rerun sends nothing: every answer comes from the cache.
+    before = len(server.requests)
+    again = fairplay(cfg, stories, tmp_path / "out2", FAST)
+    assert again.status == "complete"
+    assert len(server.requests) == before
+    assert (tmp_path / "out2" / "readers.jsonl").read_bytes() == (tmp_path / "out" / "readers.jsonl").read_bytes()
+
+
+def test_given_mode_names_the_culprit_and_keeps_the_key_out_of_outputs(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-4242")
+    server.respond(scripted)
+    stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1")])
+    cfg = cfg_for(server, tmp_path, readers=("know_it_all",), checkpoints=[5], know_it_all_culprit="given")
+    assert fairplay(cfg, stories, tmp_path / "out", FAST).status == "complete"
+    (req,) = [r for r in server.requests if r.path == "/v1/chat/completions"
+              and r.body["messages"][0]["content"] == GEN_SYSTEM]
+    assert "Culprit: Tobias Fenn." in req.body["messages"][1]["content"]
+    (s1,) = read_readers(tmp_path / "out")
+    assert set(s1["readers"]) == {"know_it_all"}
+    assert s1["readers"]["know_it_all"][4] == [0.0, 1.0, 0.0]
+    for f in (tmp_path / "out").rglob("*"):
+        if f.is_file():
+            assert b"sk-secret-4242" not in f.read_bytes(), f
+    run_json = json.loads((tmp_path / "out" / "fairplay_run.json").read_text())
+    assert run_json["config"]["api_key"] == "(set)" and run_json["summary"]["requests"]["generation"] == 1
+
+
+def test_unusable_answers_are_retried_with_a_new_seed_then_recorded(server, tmp_path):
+    def flaky(msgs, n, seed):
+        text = user_text(msgs)
+        if "ignoring the interest of the writer" not in text:
+            return None
+        i = prefix_len(text)
+        if i == 2 and seed == 0:
+            return "I cannot tell yet."  # retried: the next seed answers
+        if i == 4:
+            return json.dumps({"suspects": SUSPECTS, "probabilities": [0.5, -0.1, 0.6]})  # never usable
+        return json.dumps({"suspects": SUSPECTS, "probabilities": gullible_expected(i)})
+
+    server.respond(flaky)
+    stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1", generator=False)])
+    out = tmp_path / "out"
+    code = main(["fairplay", str(stories), "--out", str(out), "--reader-base-url", server.base_url,
+                 "--reader-model", "test-judge", "--cache", str(tmp_path / "cache"), "--readers", "gullible",
+                 "--parse-retries", "2", "--no-progress", "--resamples", "50"])
+    assert code == 1  # a value failed: the exit status says so, the rest is written
+    (s1,) = read_readers(out)
+    g = s1["readers"]["gullible"]
+    assert close(g[1], gullible_expected(2))
+    assert g[3] is None
+    (f,) = s1["failures"]
+    assert f["reader"] == "gullible" and f["paragraph"] == 4 and "negative" in f["error"]
+    seeds = sorted(r.body["seed"] for r in server.requests
+                   if r.path == "/v1/chat/completions" and prefix_len(user_text(r.body["messages"])) == 4)
+    assert seeds == [0, 1, 2]  # first try + 2 re-asks, each a new cache key
+    temps = [r.body["temperature"] for r in server.requests
+             if r.path == "/v1/chat/completions" and prefix_len(user_text(r.body["messages"])) == 2]
+    assert temps == [0.0, 0.7]  # a re-ask samples
+    assert (out / "stories.csv").exists()
+
+
+def test_json_constraint_sends_the_answer_shape(server, tmp_path):
+    server.respond(scripted)
+    stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1")])
+    cfg = cfg_for(server, tmp_path, readers=("gullible", "know_it_all"), checkpoints=[5], reader_constraint="json")
+    assert fairplay(cfg, stories, tmp_path / "out", FAST).status == "complete"
+    bodies = [r.body for r in server.requests if r.path == "/v1/chat/completions"]
+    reader = next(b for b in bodies if "ignoring the interest" in user_text(b["messages"]))
+    schema = reader["structured_outputs"]["json"]
+    assert schema["properties"]["suspects"]["prefixItems"] == [{"const": s} for s in SUSPECTS]
+    assert schema["properties"]["probabilities"]["minItems"] == 3
+    judge = next(b for b in bodies if "true culprit?" in user_text(b["messages"]))
+    assert judge["structured_outputs"]["json"]["properties"]["culprit"]["anyOf"][0] == {"enum": SUSPECTS}
+    gen = [b for b in bodies if b["messages"][0]["content"] == GEN_SYSTEM]
+    assert gen and all("structured_outputs" not in b for b in gen)  # story text is never constrained
+
+
+def test_experienced_reader_sees_earlier_stories_of_the_same_generator(server, tmp_path):
+    server.respond(scripted)
+    other_gen = {**GENERATOR, "model": "other-model"}
+    rows = [story_record("a1"), story_record("n1", generator=False), {**story_record("b1"), "generator": other_gen},
+            story_record("a2"), story_record("n2", generator=False)]
+    stories = write_jsonl(tmp_path / "stories.jsonl", rows)
+    cfg = cfg_for(server, tmp_path, readers=("experienced",), previous_stories=2)
+    assert fairplay(cfg, stories, tmp_path / "out", FAST).status == "complete"
+    shown: dict[str, set[str]] = {}
+    for r in server.requests:
+        if r.path != "/v1/chat/completions":
+            continue
+        text = user_text(r.body["messages"])
+        head, _, current = text.partition("STORY FOR PREDICTION ##")
+        sid = re.search(r"Scene 1 of (\w+)", current).group(1)
+        shown.setdefault(sid, set()).update(re.findall(r"Scene 1 of (\w+)", head))
+    # a2 sees a1 (same generator model), not b1; n2 sees n1 (no generator, same group)
+    assert shown == {"a1": set(), "n1": set(), "b1": set(), "a2": {"a1"}, "n2": {"n1"}}
+
+
+def test_an_interrupted_run_keeps_its_answers_and_resumes(server, tmp_path):
+    import asyncio
+
+    from tension.core.fairplay import fairplay_async
+
+    server.respond(scripted)
+    server.delay = 0.05
+    stories = write_jsonl(tmp_path / "stories.jsonl", [story_record(f"s{j}", generator=False) for j in range(4)])
+    cfg = cfg_for(server, tmp_path, readers=("gullible",), reader_concurrency=2)
+
+    async def cut_short():
+        task = asyncio.ensure_future(fairplay_async(cfg, stories, tmp_path / "out", FAST))
+        while sum(r.path == "/v1/chat/completions" for r in server.requests) < 6:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cut_short())
+    time.sleep(0.5)  # requests in flight at the stop finish on the server; they were not committed
+    sent = sum(r.path == "/v1/chat/completions" for r in server.requests)
+    assert 6 <= sent < 4 * L
+    partial = (tmp_path / "out" / "readers.partial.jsonl").read_text().splitlines()
+    assert len(partial) >= 4  # the answers that completed were committed before the stop
+    assert not (tmp_path / "out" / "readers.jsonl").exists()
+    server.delay = 0.0
+    run = fairplay(cfg, stories, tmp_path / "out", FAST)
+    assert run.status == "complete" and run.cache_hits["verdicts"] >= len(partial)
+    total = sum(r.path == "/v1/chat/completions" for r in server.requests)
+    assert total - sent <= 4 * L - len(partial)  # only what was missing was asked
+    assert [len(s["readers"]["gullible"]) for s in read_readers(tmp_path / "out")] == [L] * 4
+
+
+def test_without_seeds_each_re_ask_is_still_a_new_request(server, tmp_path):
+    server.respond(lambda msgs, n, seed: "No idea." if "ignoring the interest" in user_text(msgs) else None)
+    server.respond(scripted)
+    rec = {**story_record("s1", segments=[scene("s1", 1), "b"], revelation=2), "generator": {**GENERATOR, "L": 2}}
+    stories = write_jsonl(tmp_path / "stories.jsonl", [rec])
+    cfg = cfg_for(server, tmp_path, readers=("gullible", "know_it_all"), checkpoints=[1], parse_retries=3,
+                  seeds=False)
+    run = fairplay(cfg, stories, tmp_path / "out", FAST)
+    assert run.reader_failures == 2
+    bodies = [r.body for r in server.requests if r.path == "/v1/chat/completions"]
+    assert all("seed" not in b for b in bodies)
+    temps = sorted(b["temperature"] for b in bodies if "ignoring the interest" in user_text(b["messages"]))
+    assert temps == [0.0, 0.0, 0.7, 0.7, 0.71, 0.71, 0.72, 0.72]  # two paragraphs, 1 + 3 tries each
+
+
+def test_bad_input_lines_are_reported_and_the_rest_runs(server, tmp_path, capsys):
+    server.respond(scripted)
+    good = story_record("ok", generator=False)
+    rows = [
+        good,
+        "{not json",
+        story_record("c1", generator=False, culprit="Nobody Known"),
+        story_record("c2", generator=False, revelation=9),
+        {**story_record("c3", generator=False), "generator": {"model": "m"}},
+        {"id": "c4", "culprit": CULPRIT, "suspects": SUSPECTS},
+        story_record("ok", generator=False),
+        story_record("c5", generator=False, distractor=["Ines Harrow", "Mara Quill"]),
+        {**story_record("c6"), "generator": {**GENERATOR, "final_prompt": "Reveal the culprit."}},
+    ]
+    path = write_jsonl(tmp_path / "stories.jsonl", rows)
+    out = tmp_path / "out"
+    code = main(["fairplay", str(path), "--out", str(out), "--reader-base-url", server.base_url,
+                 "--reader-model", "test-judge", "--cache", str(tmp_path / "cache"), "--readers", "gullible",
+                 "--no-progress", "--resamples", "50"])
+    err = capsys.readouterr().err
+    assert code == 1
+    p = str(path)
+    assert f"{p}:2: not valid JSON" in err
+    assert f"{p}:3 field `culprit`: 'Nobody Known' is not one of the suspects" in err
+    assert f"{p}:4 field `revelation`: expected a paragraph number 1..6" in err
+    assert f"{p}:5 field `generator`:" in err
+    assert f"{p}:6 field `segments`: missing" in err
+    assert f"{p}:7 field `id`: duplicate id 'ok' (first on line 1)" in err
+    assert f"{p}:8 field `distractor`: expected one name, got a list of 2" in err
+    assert f"{p}:9 field `generator.final_prompt`: has no {{story}} placeholder" in err
+    assert [r["id"] for r in read_readers(out)] == ["ok"]
+
+
+def test_suspects_extracted_text_segmented_and_labels_as_lists(server, tmp_path):
+    def extraction(msgs, n, seed):
+        text = user_text(msgs)
+        if "List the suspects" in text:
+            return 'Suspects: {"suspects": ["Baron Fenn", "Mara Quill", "Old Gus", "Pip", "Ada"]}'
+        if "ignoring the interest of the writer" in text:
+            names = re.search(r"The suspects are: (.+?)\. Please", text).group(1).split(", ")
+            return json.dumps({"probabilities": dict(zip(names, [0.1, 0.2, 0.3, 0.4]))})
+        return None
+
+    server.respond(extraction)
+    text = "\n\n".join(scene("t1", j) for j in range(1, 13))
+    rows = [{"id": "t1", "text": text, "suspects": None, "culprit": ["Tobias Fenn"], "distractor": None}]
+    path = write_jsonl(tmp_path / "stories.jsonl", rows)
+    cfg = cfg_for(server, tmp_path, readers=("gullible",), segments=4)
+    run = fairplay(cfg, path, tmp_path / "out", FAST)
+    assert run.status == "complete"
+    (t1,) = read_readers(tmp_path / "out")
+    assert t1["extracted_suspects"] is True
+    # the culprit label's spelling wins; at most 4 suspects, the culprit kept
+    assert t1["suspects"] == ["Tobias Fenn", "Mara Quill", "Old Gus", "Pip"]
+    assert t1["L"] == 4 and t1["distractor"] is None and t1["group"] is None
+    assert t1["readers"]["gullible"] == [[0.1, 0.2, 0.3, 0.4]] * 4
+    prompts = [user_text(r.body["messages"]) for r in server.requests if r.path == "/v1/chat/completions"]
+    assert sum("List the suspects" in p for p in prompts) == 1
+    # the chunks: 12 paragraphs in 4 chunks of 3, the reader's last prefix is the whole text
+    assert max(prefix_len(p) for p in prompts) == 12
+
+
+def test_a_failed_extraction_is_reported_with_file_and_line(server, tmp_path):
+    server.respond(lambda msgs, n, seed: "Everyone is a suspect." if "List the suspects" in user_text(msgs) else None)
+    rows = [story_record("ok", generator=False), {"id": "x", "segments": ["a", "b"], "culprit": "Ann"}]
+    path = write_jsonl(tmp_path / "stories.jsonl", rows)
+    server.respond(scripted)
+    run = fairplay(cfg_for(server, tmp_path, readers=("gullible",), parse_retries=1), path, tmp_path / "out", FAST)
+    assert run.status == "complete" and run.failed_stories == ["x"]
+    assert [r["id"] for r in read_readers(tmp_path / "out")] == ["ok"]
+    doc = json.loads((tmp_path / "out" / "fairplay_run.json").read_text())
+    (f,) = doc["failures"]["x"]
+    assert f["reader"] == "suspects" and f["error"].startswith(f"{path}:2 field `suspects`: missing, and the extraction")
+
+
+def test_suspects_file_and_no_extraction(tmp_path):
+    sus = write_jsonl(tmp_path / "sus.jsonl", [{"id": "h1", "suspects": ["A. Holder", "Sir George"]}])
+    rows = [{"id": "h1", "segments_25": ["x", "y", "z"], "suspects": None, "culprit": ["sir george"]},
+            {"id": "h2", "segments_25": ["x", "y"], "suspects": None, "culprit": "B"}]
+    path = write_jsonl(tmp_path / "stories.jsonl", rows)
+    cfg = load_fairplay_config(None, {"suspects_file": str(sus), "extract_suspects": False})
+    stories, extract, errors = read_stories(path, cfg)
+    assert [s.id for s in stories] == ["h1"] and extract == []
+    assert stories[0].culprit == "Sir George" and stories[0].L == 3
+    assert len(errors) == 1 and "field `suspects`: missing" in str(errors[0])
+
+
+def test_checkpoint_placement_and_segmentation():
+    assert checkpoint_paragraphs(19, 25) == list(range(3, 22))  # the paper's 19
+    assert checkpoint_paragraphs(3, 25) == [3, 12, 21]
+    assert checkpoint_paragraphs([0, 5, 30, 5], 25) == [5]
+    assert checkpoint_paragraphs(1, 25) == [12]
+    assert segment_text("a\n\nb\n\nc\n\nd\n\ne", "paragraphs", 3) == ["a\n\nb", "c\n\nd", "e"]
+    assert segment_text("a\n\nb", "paragraphs", 25) == ["a", "b"]
+    assert segment_text("One here. Two there. Three now.", "sentences", 2) == ["One here. Two there.", "Three now."]
+
+
+def test_config_errors_name_the_setting(tmp_path):
+    from tension.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="readers"):
+        load_fairplay_config(None, {"readers": ("gullible", "wise")})
+    with pytest.raises(ConfigError, match="know-it-all-culprit"):
+        load_fairplay_config(None, {"know_it_all_culprit": "maybe"})
+    toml = tmp_path / "c.toml"
+    toml.write_text('base_url = "http://h:1"\nendings = 5\n[fairplay]\nk = 3\n')
+    cfg = load_fairplay_config(toml, {"k": None})
+    assert cfg.base_url == "http://h:1" and cfg.k == 3  # a score key is ignored, [fairplay] read
+    toml.write_text('[fairplay]\nkk = 3\n')
+    with pytest.raises(ConfigError, match="unknown key `kk`"):
+        load_fairplay_config(toml, {})
+
+
+def test_docs_name_only_real_flags():
+    """Every --flag the readers section of docs/fairplay.md names exists."""
+    from tension.core.cli import build_parser
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "fairplay.md").read_text()
+    section = doc.split("<!-- readers section (issue 9b) -->")[1].split("<!-- end readers section")[0]
+    sub = build_parser()._subparsers._group_actions[0].choices["fairplay"]
+    known = {o for a in sub._actions for o in a.option_strings}
+    named = set(re.findall(r"(--[a-z][a-z-]+)", section)) - {"--embedded"}  # of `serve`
+    assert named and named <= known, named - known
+
+
+def test_a_server_that_stays_down_fails_the_run_honestly(tmp_path, capsys):
+    from openai_server import LoopbackServer
+
+    with LoopbackServer(model="test-judge") as srv:
+        base = srv.base_url
+    stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1", generator=False)])
+    code = main(["fairplay", str(stories), "--out", str(tmp_path / "out"), "--reader-base-url", base,
+                 "--reader-model", "test-judge", "--cache", str(tmp_path / "cache"), "--retries", "1",
+                 "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "gave up after 1 attempt" in err and "rerun the same command" in err
+    assert not (tmp_path / "out" / "readers.jsonl").exists()
+    doc = json.loads((tmp_path / "out" / "fairplay_run.json").read_text())
+    assert doc["summary"]["status"] == "failed"
