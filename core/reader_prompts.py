@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from .generation_prompts import render_whodunit, story_so_far
+
 __all__ = [
     "GULLIBLE", "EXPERIENCED", "PREVIOUS_BLOCK", "CULPRIT_SYSTEM", "CULPRIT_USER", "EXTRACT_SYSTEM",
     "EXTRACT_USER", "GENERATOR_PLACEHOLDERS", "BLIND_CULPRIT", "BLIND_DISTRACTOR", "fill", "render_generator",
@@ -150,8 +152,9 @@ def render_generator(template: str, *, i: int, L: int, suspects: Sequence[str], 
     """A generator prompt with its literal placeholders ``{i} {L} {suspects}
     {culprit} {distractor} {story}`` filled: suspects comma-separated, the story so
     far as `story_join` of the paragraphs before paragraph i."""
-    return fill(template, {"i": i, "L": L, "suspects": suspect_list(suspects), "culprit": culprit,
-                           "distractor": distractor or "", "story": story_join(story)})
+    # generate's own renderer: the know-it-all continues exactly as the story was written
+    return render_whodunit(template, i=i, L=L, suspects=list(suspects), culprit=culprit,
+                           distractor=distractor or "", story=story_so_far(list(story)))
 
 
 def _example(n: int) -> str:
