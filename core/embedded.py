@@ -229,6 +229,38 @@ def ensure_installed(s: EmbeddedSettings = EmbeddedSettings(), p: Paths | None =
     _say(f"installed in {time.time() - t0:.0f} s")
 
 
+# vLLM 0.32's model runner rewinds a seeded request's torch generator when it drops
+# the token sampled for a prompt still being prefilled in chunks. CPU generators
+# have no offset, so the first seeded request whose prompt is split over engine
+# steps (long prompts arriving together: every `score` of a longer story) kills the
+# engine with "CPU Generator does not use offset" (vLLM-based forks skip the rewind
+# for CPU generators; e.g. RBLN-SW/vllm-rbln#1025). We skip it the same way in our
+# private environment. The dropped draw still advances the generator, so a chunked
+# request's sample depends on how it was chunked: reproducible through our cache,
+# not bit-for-bit across servers.
+SEED_REWIND_OLD = """            if gen is not None:
+                gen.set_offset(gen.get_offset() - 4)"""
+SEED_REWIND_NEW = """            if gen is not None and gen.device.type != "cpu":  # tension-run: CPU generators have no offset
+                gen.set_offset(gen.get_offset() - 4)"""
+
+
+def patch_seed_rewind(venv: Path) -> str:
+    """Apply the fix above to the environment's vLLM: "patched", "already" (done
+    before) or "absent" (the code is not there: another vLLM version, left alone)."""
+    found = sorted(venv.glob("lib/python3*/site-packages/vllm/v1/worker/gpu_model_runner.py"))
+    if not found:
+        return "absent"
+    text = found[0].read_text(encoding="utf-8")
+    if SEED_REWIND_NEW in text:
+        return "already"
+    if text.count(SEED_REWIND_OLD) != 1:
+        return "absent"
+    found[0].write_text(text.replace(SEED_REWIND_OLD, SEED_REWIND_NEW), encoding="utf-8")
+    for cached in found[0].parent.glob("__pycache__/gpu_model_runner.*.pyc"):
+        cached.unlink()
+    return "patched"
+
+
 def ensure_model(p: Paths | None = None) -> Path:
     """Convert the package's GGUF to a model folder vLLM can load (once, ≈ 40 s)."""
     p = p or paths()
@@ -311,6 +343,9 @@ def start(s: EmbeddedSettings = EmbeddedSettings(), p: Paths | None = None, *,
                             f"--port, or stop that program (e.g. `ss -ltnp 'sport = :{s.port}'` shows it)")
     if command is None:
         ensure_installed(s, p)
+        if patch_seed_rewind(p.venv) == "absent":
+            _say("note: could not apply the seeded-sampling fix to this vLLM (another version?); seeded "
+                 "requests with long prompts may stop its engine")
         model_dir = ensure_model(p)
         command = serve_command(p.python, model_dir, s)
         env = server_env(p.root, s)

@@ -136,3 +136,24 @@ def test_stale_state_file_is_ignored():
 def test_serve_stop_cli_when_nothing_runs(capsys):
     assert main(["serve", "--stop"]) == 0
     assert "no embedded server was running" in capsys.readouterr().out
+
+
+def test_seed_rewind_fix_is_applied_once_and_only_to_the_known_code(tmp_path):
+    from tension.core.embedded import SEED_REWIND_NEW, SEED_REWIND_OLD, patch_seed_rewind
+
+    venv = tmp_path / "venv"
+    assert patch_seed_rewind(venv) == "absent"  # no vLLM at all
+    f = venv / "lib/python3.11/site-packages/vllm/v1/worker/gpu_model_runner.py"
+    f.parent.mkdir(parents=True)
+    before = "def _bookkeeping_sync(self):\n        for i in idx:\n            gen = gens.get(int(i))\n"
+    after = "\n\n        req_ids = self.input_batch.req_ids.copy()\n"
+    f.write_text(before + SEED_REWIND_OLD + after)
+    pyc = f.parent / "__pycache__" / "gpu_model_runner.cpython-311.pyc"
+    pyc.parent.mkdir()
+    pyc.write_bytes(b"stale")
+    assert patch_seed_rewind(venv) == "patched"
+    assert f.read_text() == before + SEED_REWIND_NEW + after and not pyc.exists()
+    assert patch_seed_rewind(venv) == "already"
+    assert f.read_text() == before + SEED_REWIND_NEW + after
+    f.write_text("def _bookkeeping_sync(self):\n    pass\n")  # another vLLM: left as it is
+    assert patch_seed_rewind(venv) == "absent" and f.read_text() == "def _bookkeeping_sync(self):\n    pass\n"
