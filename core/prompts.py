@@ -104,5 +104,8 @@ def verdict_from_logprobs(logprobs: dict[str, float] | None) -> str:
 def parse_verdict(text: str | None) -> tuple[bool, bool]:
     """(match, malformed): match when the stripped, uppercased answer starts with Y;
     malformed when it starts with neither Y nor N (still counted as no match)."""
-    t = (text or "").strip().upper()
-    return t.startswith("Y"), not (t.startswith("Y") or t.startswith("N"))
+    # Only the first character decides, and str.upper maps character by character:
+    # upper-casing that one character is the same test as upper-casing the whole answer.
+    first = (text or "").lstrip()[:1].upper()
+    match = first.startswith("Y")
+    return match, not (match or first.startswith("N"))

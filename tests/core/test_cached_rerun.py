@@ -178,3 +178,36 @@ def test_read_only_open_of_a_cache_without_the_positions_database(tmp_path):
         rec = records.JudgedPosition(texts=["Y", None], usage=records.Usage(requests=1), judged=1, created=1.0)
         st.put_many([("positions", key, rec)])
         assert st.get("positions", key) == rec
+
+
+# --- per-position helpers a rerun runs for every position: same results as before --
+
+def ref_parse_verdict(text):
+    t = (text or "").strip().upper()
+    return t.startswith("Y"), not (t.startswith("Y") or t.startswith("N"))
+
+
+def ref_continuation(sentences, k, max_words):
+    text = " ".join(sentences[k:])
+    words = text.split()
+    return text if len(words) <= max_words else " ".join(words[:max_words])
+
+
+def test_parse_verdict_equals_the_whole_string_reference():
+    rng = random.Random(5)
+    alphabet = ["y", "Y", "n", "N", " ", "\n", "\t", "\u00a0", "\u0149", "\u00df", "\u1e8f", "x", "\u0345", "es", "o"]
+    cases = [None, "", " ", "Y", "n", " yes", "\u0149o", "\u00dfY", "\u1e8f"]
+    cases += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6))) for _ in range(3000)]
+    for text in cases:
+        assert prompts.parse_verdict(text) == ref_parse_verdict(text), repr(text)
+
+
+def test_continuation_text_equals_the_full_split_reference():
+    from tension.core.segment import continuation_text
+
+    rng = random.Random(6)
+    for _ in range(800):
+        sents = ["".join(rng.choice("ab  \n\t.\u2003") for _ in range(rng.randint(0, 30))) for _ in range(rng.randint(1, 8))]
+        k = rng.randint(0, len(sents))
+        m = rng.randint(0, 25)
+        assert continuation_text(sents, k, m) == ref_continuation(sents, k, m)
