@@ -167,7 +167,7 @@ async def contender_tension(base: str, warm, timed, conc: int, cache: bool) -> t
                         s.service(committer.run())
 
                         async def one(req):
-                            key = request_key("chat", req.key_fields())
+                            key = request_key("chat", req)
                             if store.get("verdicts", key) is not None:
                                 return
                             res = await s.request("judge", client.chat, base, req)

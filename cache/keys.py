@@ -29,6 +29,10 @@ def request_key(kind: str, request: Any) -> bytes:
     """Key of one request. `kind` separates request types that could share a body
     (e.g. "chat" and "tokenize"); `request` must hold everything that decides the
     answer (model id, sampling parameters, messages, n) and nothing else — never
-    the base URL (replicas share answers) and never an API key."""
+    the base URL (replicas share answers) and never an API key.
+
+    A msgspec Struct may be passed as it is: the sorted encoder writes its fields
+    (defaults omitted) exactly as it writes their `msgspec.to_builtins` dict, so
+    the key is the same and the copy is saved (tests/cache/test_keys.py)."""
     h = hashlib.blake2b(canonical([kind, request]), digest_size=16)
     return KEY_ALGO_BLAKE2B_128 + h.digest()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["Usage", "Endings", "Verdict", "TokenCount", "Record", "encode", "decode"]
+__all__ = ["Usage", "Endings", "Verdict", "JudgedPosition", "TokenCount", "Record", "encode", "decode"]
 
 
 class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -48,13 +48,26 @@ class Verdict(msgspec.Struct, tag="verdict", kw_only=True, omit_defaults=True):
     first_logprobs: dict[str, float] | None = None  # top log-probabilities of the first token
 
 
+class JudgedPosition(msgspec.Struct, tag="judged", kw_only=True, omit_defaults=True):
+    """The n judge answers of one position, raw and in ending order, written once
+    every one of them is known: a rerun reads them with one lookup instead of n
+    verdict keys. It is a summary of the `Verdict` records, which stay the truth:
+    without it the pipeline reads those."""
+
+    texts: list[str | None]  # the judge's answer per ending; None for an empty ending (never sent)
+    first_logprobs: list[dict[str, float] | None] = []  # per ending, when the judge returned logprobs
+    usage: Usage  # summed over the verdicts
+    judged: int  # verdicts it stands for (non-empty endings)
+    created: float
+
+
 class TokenCount(msgspec.Struct, tag="tokens", kw_only=True, omit_defaults=True):
     count: int
     model: str
     created: float
 
 
-Record = Endings | Verdict | TokenCount
+Record = Endings | Verdict | JudgedPosition | TokenCount
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Record)

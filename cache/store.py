@@ -1,4 +1,4 @@
-"""The LMDB store: named databases for endings, verdicts and token counts.
+"""The LMDB store: named databases for endings, verdicts, judged positions and token counts.
 
 One environment (a folder) holds every LLM result, keyed by ``keys.request_key``.
 Reads are lock-free memory-mapped lookups; writes go in batches, one transaction
@@ -24,7 +24,9 @@ from . import records
 
 __all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path"]
 
-DBS = ("endings", "verdicts", "tokens")
+# "positions" (added later, no format change): one record per judged position, so a
+# rerun reads a position's n verdicts with one lookup; older caches simply lack it.
+DBS = ("endings", "verdicts", "tokens", "positions")
 FORMAT_VERSION = 1
 _META = b"meta"
 _INITIAL_MAP = 1 << 30  # 1 GiB of address space; the file grows only as it fills
@@ -69,12 +71,22 @@ class Store:
         except (OSError, lmdb.Error) as e:
             raise CacheError(f"cannot open the cache at {self.path}: {e}") from e
         try:
-            self._dbs = {name: self.env.open_db(name.encode(), create=not readonly) for name in DBS}
+            self._dbs = {name: self._open_db(name) for name in DBS}
             self._meta = self.env.open_db(_META, create=not readonly)
         except lmdb.Error as e:
             self.env.close()
             raise CacheError(f"cannot open the databases of the cache at {self.path}: {e}") from e
         self._check_format()
+
+    def _open_db(self, name: str):
+        """A database's handle; None for one a read-only open finds missing (a cache
+        written before that database existed), which then reads as empty."""
+        try:
+            return self.env.open_db(name.encode(), create=not self.readonly)
+        except lmdb.NotFoundError:
+            if self.readonly:
+                return None
+            raise
 
     def __enter__(self) -> Store:
         return self
@@ -108,6 +120,9 @@ class Store:
     def get_many(self, db: str, keys: Sequence[bytes]) -> list[records.Record | None]:
         """Look up many keys in one read transaction; counts hits and misses."""
         handle = self._dbs[db]
+        if handle is None:
+            self.counts.misses[db] += len(keys)
+            return [None] * len(keys)
         out: list[records.Record | None] = []
         try:
             with self._map_lock, self.env.begin(db=handle, buffers=True) as txn:
@@ -186,6 +201,9 @@ class Store:
         out = {}
         with self.env.begin() as txn:
             for name, handle in self._dbs.items():
+                if handle is None:
+                    out[name] = {"entries": 0, "bytes": 0}
+                    continue
                 st = txn.stat(handle)
                 pages = st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
                 out[name] = {"entries": st["entries"], "bytes": pages * st["psize"]}

@@ -273,17 +273,21 @@ def _coverage(est: Estimate, run: _Run, by_story: dict[int, list[Position]]) -> 
     for si in sorted(by_story):
         sents = run.sentences[si]
         ps = by_story[si]
-        keys = [request_key("chat", generation_request(run, prompts.ending_messages(prefix_text(sents, p.k)))
-                            .key_fields()) for p in ps]
+        keys = [request_key("chat", generation_request(run, prompts.ending_messages(prefix_text(sents, p.k))))
+                for p in ps]
         recs = store.get_many("endings", keys)
         for p, rec in zip(ps, recs):
             if rec is None:
                 judge_unknown += cfg.endings
                 continue
             gen_cached += 1
-            anchor = sents[p.k - 1]
-            cont = continuation_text(sents, p.k, cfg.continuation_words)
-            jkeys = [request_key("chat", judge_request(run, prompts.judge_messages(anchor, cont, e)).key_fields())
+            head, tail = prompts.judge_parts(sents[p.k - 1], continuation_text(sents, p.k, cfg.continuation_words))
+            judged = store.get("positions", run.position_key(head, tail, rec.texts))
+            if judged is not None:  # a judged position: all its verdicts are there
+                judge_checkable += judged.judged
+                judge_cached += judged.judged
+                continue
+            jkeys = [request_key("chat", judge_request(run, prompts.judge_messages_from_parts(head, tail, e)))
                      for e in rec.texts if e.strip()]
             judge_checkable += len(jkeys)
             judge_cached += sum(v is not None for v in store.get_many("verdicts", jkeys))

@@ -11,7 +11,8 @@ import math
 
 __all__ = [
     "ENDING_SYSTEM", "ENDING_USER", "JUDGE_SYSTEM", "JUDGE_USER",
-    "ending_messages", "judge_messages", "judge_prefix", "parse_verdict", "verdict_from_logprobs",
+    "ending_messages", "judge_messages", "judge_parts", "judge_messages_from_parts", "judge_prefix",
+    "parse_verdict", "verdict_from_logprobs",
 ]
 
 ENDING_SYSTEM = "You are a fiction writer. Write only story text."
@@ -69,7 +70,22 @@ def judge_messages(anchor: str, continuation: str, ending: str) -> list[dict[str
 
 def judge_prefix(anchor: str, continuation: str) -> str:
     """The part every judge prompt of a position shares (for prefix-cache ordering)."""
-    return JUDGE_USER.split("{anchor} {ending}")[0].format(anchor=anchor, continuation=continuation)
+    return _JUDGE_HEAD.format(anchor=anchor, continuation=continuation)
+
+
+_JUDGE_HEAD, _JUDGE_TAIL = JUDGE_USER.split("{anchor} {ending}")
+_JUDGE_TAIL = _JUDGE_TAIL.format()  # no field there; format() only to read the template as format() would
+
+
+def judge_parts(anchor: str, continuation: str) -> tuple[str, str]:
+    """(head, tail) such that a position's judge user text for `ending` is
+    head + ending + tail, the same string `judge_messages` formats: a position
+    formats the long continuation once, not once per ending."""
+    return _JUDGE_HEAD.format(anchor=anchor, continuation=continuation) + anchor + " ", _JUDGE_TAIL
+
+
+def judge_messages_from_parts(head: str, tail: str, ending: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": head + ending + tail}]
 
 
 def verdict_from_logprobs(logprobs: dict[str, float] | None) -> str:
@@ -88,5 +104,8 @@ def verdict_from_logprobs(logprobs: dict[str, float] | None) -> str:
 def parse_verdict(text: str | None) -> tuple[bool, bool]:
     """(match, malformed): match when the stripped, uppercased answer starts with Y;
     malformed when it starts with neither Y nor N (still counted as no match)."""
-    t = (text or "").strip().upper()
-    return t.startswith("Y"), not (t.startswith("Y") or t.startswith("N"))
+    # Only the first character decides, and str.upper maps character by character:
+    # upper-casing that one character is the same test as upper-casing the whole answer.
+    first = (text or "").lstrip()[:1].upper()
+    match = first.startswith("Y")
+    return match, not (match or first.startswith("N"))

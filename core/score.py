@@ -341,7 +341,7 @@ class _Run:
     async def endings(self, pos: Position) -> records.Endings:
         sents = self.sentences[pos.story]
         req = generation_request(self, prompts.ending_messages(prefix_text(sents, pos.k)))
-        key = request_key("chat", req.key_fields())
+        key = request_key("chat", req)
         rec = self.store.get("endings", key)
         if rec is None:
             self.requests["generation"] += 1
@@ -358,16 +358,47 @@ class _Run:
     # -- stage 3: verdicts ----------------------------------------------------
 
     async def verdicts(self, pos: Position, endings: list[str]) -> list[str | None]:
-        """The raw judge answer per ending; None for an empty ending (not sent)."""
+        """The verdict per ending (see `_answer`); None for an empty ending (not sent).
+        A rerun reads them from the position's record; without it (a new position,
+        or a cache from before that record existed) from the n verdict records,
+        asking the judge for those missing, and then writes the position's record."""
         sents = self.sentences[pos.story]
-        anchor = sents[pos.k - 1]
-        cont = continuation_text(sents, pos.k, self.cfg.continuation_words)
+        head, tail = prompts.judge_parts(sents[pos.k - 1],
+                                         continuation_text(sents, pos.k, self.cfg.continuation_words))
+        pkey = self.position_key(head, tail, endings)
+        judged = self.store.get("positions", pkey)
+        if judged is not None:
+            # The record stands for its verdicts: count them as the cache hits they replace.
+            self.store.counts.hits["verdicts"] += judged.judged
+            self.progress.hit(judged.judged)
+            self.usage_all.add(judged.usage)
+            logprobs = judged.first_logprobs or [None] * len(judged.texts)
+            return [None if t is None else self._answer(t, lp) for t, lp in zip(judged.texts, logprobs)]
+        texts, logprobs, usage = await self.judge(pos, head, tail, endings)
+        self.committer.add("positions", pkey, records.JudgedPosition(
+            texts=texts, first_logprobs=logprobs if any(lp is not None for lp in logprobs) else [],
+            usage=usage, judged=sum(t is not None for t in texts), created=time.time()))
+        return [None if t is None else self._answer(t, lp) for t, lp in zip(texts, logprobs)]
+
+    def position_key(self, head: str, tail: str, endings: list[str]) -> bytes:
+        """Key of a position's judged record: everything its n judge requests are made
+        of (the request without the user text, whose head and tail are shared and
+        whose middle is the ending), so it changes whenever any of their keys would."""
+        return request_key("judged", {"request": judge_request(self, []), "system": prompts.JUDGE_SYSTEM,
+                                      "head": head, "tail": tail, "endings": endings})
+
+    async def judge(self, pos: Position, head: str, tail: str, endings: list[str]):
+        """The raw judge answers per ending (None for an empty ending), their first-token
+        logprobs, and the usage summed over them: from the verdict records, the
+        missing ones from the judge."""
         reqs: list[tuple[int, ChatRequest, bytes]] = []
         for i, e in enumerate(endings):
             if e.strip():
-                req = judge_request(self, prompts.judge_messages(anchor, cont, e))
-                reqs.append((i, req, request_key("chat", req.key_fields())))
-        answers: list[str | None] = [None] * len(endings)
+                req = judge_request(self, prompts.judge_messages_from_parts(head, tail, e))
+                reqs.append((i, req, request_key("chat", req)))
+        texts: list[str | None] = [None] * len(endings)
+        logprobs: list[dict[str, float] | None] = [None] * len(endings)
+        usage = Usage()
         affinity = f"{self.corpus.stories[pos.story].id}\x00{pos.k}"  # a position's judge prompts share a prefix
         cached = self.store.get_many("verdicts", [k for _, _, k in reqs])
         todo = []
@@ -375,8 +406,8 @@ class _Run:
             if rec is None:
                 todo.append((i, req, key))
             else:
-                answers[i] = self._answer(rec)
-                self.usage_all.add(rec.usage)
+                texts[i], logprobs[i] = rec.text, rec.first_logprobs
+                usage.add(rec.usage)
         self.progress.hit(len(reqs) - len(todo))
 
         async def one(item) -> None:
@@ -387,9 +418,9 @@ class _Run:
                                   usage=res.usage, created=time.time(), seconds=res.seconds,
                                   first_logprobs=res.first_logprobs[0] if res.first_logprobs else None)
             self.committer.add("verdicts", key, rec)
-            self.usage_all.add(rec.usage)
+            usage.add(rec.usage)
             self.progress.fresh(res.usage)
-            answers[i] = self._answer(rec)
+            texts[i], logprobs[i] = rec.text, rec.first_logprobs
 
         if todo and self.cfg.warm_judge:
             # All judge prompts of a position share the continuation: one first
@@ -397,14 +428,15 @@ class _Run:
             await one(todo[0])
             todo = todo[1:]
         await self.sched.map(one, todo)
-        return answers
+        self.usage_all.add(usage)
+        return texts, logprobs, usage
 
-    def _answer(self, rec: records.Verdict) -> str:
+    def _answer(self, text: str, first_logprobs: dict[str, float] | None) -> str:
         """The verdict text a position counts: the raw answer, or with a logprobs
         judge the letter its first-token probabilities favour."""
         if self.cfg.judge_constraint == "logprobs":
-            return prompts.verdict_from_logprobs(rec.first_logprobs)
-        return rec.text
+            return prompts.verdict_from_logprobs(first_logprobs)
+        return text
 
     # -- one position, one story ---------------------------------------------
 

@@ -60,5 +60,7 @@ def continuation_text(sentences: Sequence[str], k: int, max_words: int = 2000) -
     """`" ".join(s[k:])`, cut to its first `max_words` whitespace words when longer
     (only then is its whitespace normalised)."""
     text = " ".join(sentences[k:])
-    words = text.split()
+    # Splitting at most max_words times gives the same first words without
+    # cutting the rest of a long story into a list (a cached rerun does this per position).
+    words = text.split(maxsplit=max_words)
     return text if len(words) <= max_words else " ".join(words[:max_words])

@@ -105,9 +105,9 @@ def test_hit_miss_write_counters(path):
         s.get_many("endings", [key("chat", 0), key("chat", 1), key("chat", 9)])
         s.get("tokens", key("tok", 0))
         s.get("verdicts", key("judge", 0))
-        assert s.counts.writes == {"endings": 3, "verdicts": 0, "tokens": 1}
-        assert s.counts.hits == {"endings": 2, "verdicts": 0, "tokens": 1}
-        assert s.counts.misses == {"endings": 1, "verdicts": 1, "tokens": 0}
+        assert s.counts.writes == {"endings": 3, "verdicts": 0, "tokens": 1, "positions": 0}
+        assert s.counts.hits == {"endings": 2, "verdicts": 0, "tokens": 1, "positions": 0}
+        assert s.counts.misses == {"endings": 1, "verdicts": 1, "tokens": 0, "positions": 0}
 
 
 def test_stats_entries(path):
@@ -116,7 +116,7 @@ def test_stats_entries(path):
                    + [("verdicts", key("judge", 0), verdict(0))])
         st = s.stats()
         assert set(st) == set(DBS)
-        assert {db: st[db]["entries"] for db in DBS} == {"endings": 4, "verdicts": 1, "tokens": 0}
+        assert {db: st[db]["entries"] for db in DBS} == {"endings": 4, "verdicts": 1, "tokens": 0, "positions": 0}
         assert st["endings"]["bytes"] > 0
         assert st["tokens"]["bytes"] == 0
         assert s.file_bytes() > 0

@@ -69,7 +69,8 @@ def read_cache(path: Path) -> dict[str, dict[bytes, object]]:
     """Every record of every database, decoded (a record that does not decode fails
     the test), reduced to what the server answered (no timings or usage)."""
     out: dict[str, dict[bytes, object]] = {}
-    kinds = {"endings": records.Endings, "verdicts": records.Verdict, "tokens": records.TokenCount}
+    kinds = {"endings": records.Endings, "verdicts": records.Verdict, "tokens": records.TokenCount,
+             "positions": records.JudgedPosition}
     with Store(path, readonly=True) as store:
         for name in DBS:
             got: dict[bytes, object] = {}
@@ -84,6 +85,9 @@ def read_cache(path: Path) -> dict[str, dict[bytes, object]]:
                         got[key] = tuple(rec.texts)
                     elif isinstance(rec, records.Verdict):
                         got[key] = rec.text
+                    elif isinstance(rec, records.JudgedPosition):
+                        assert len(rec.texts) == N and rec.judged == sum(t is not None for t in rec.texts)
+                        got[key] = tuple(rec.texts)
                     else:
                         got[key] = rec.count
             stats = store.stats()[name]["entries"]

@@ -357,6 +357,7 @@ def test_cli_score_outputs_exit_status_and_secret(server, tmp_path):
     r = _cli("cache", "stats", "--cache", str(tmp_path / "cache"))
     assert r.returncode == 0
     assert re.search(r"verdicts\s+\d+", r.stdout)
+    assert re.search(r"positions\s+[1-9]\d*", r.stdout)  # the judged-position records
 
 
 def test_cli_sigint_stops_cleanly_with_a_resume_hint(server, tmp_path):
