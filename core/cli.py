@@ -196,6 +196,21 @@ def _embedded_settings(args):
     return EmbeddedSettings(**{k: v for k, v in kw.items() if v is not None})
 
 
+def _launch(servers, which: str) -> None:
+    """Run the engines' commands here until Ctrl-C, then stop them all."""
+    import os
+    import subprocess
+
+    procs = [subprocess.Popen(srv.command(), env={**os.environ, **srv.env()}) for srv in servers]
+    print(f"launched pids {', '.join(str(p.pid) for p in procs)}; Ctrl-C stops {which}")
+    try:
+        for p in procs:
+            p.wait()
+    finally:
+        for p in procs:
+            p.terminate()
+
+
 def cmd_serve(args) -> int:
     """Start, stop or print LLM servers: the embedded CPU server, or the paper's GPU setup."""
     from . import embedded
@@ -214,17 +229,7 @@ def cmd_serve(args) -> int:
         print(f"# then: tension-run score CORPUS --out DIR --base-url http://HOST:{g.port} --model {g.served_name} "
               f"--judge-base-url http://HOST:{j.port} --judge-model {j.served_name}")
         if args.launch:
-            import os
-            import subprocess
-
-            procs = [subprocess.Popen(srv.command(), env={**os.environ, **srv.env()}) for srv in servers]
-            print(f"launched pids {', '.join(str(p.pid) for p in procs)}; Ctrl-C stops both")
-            try:
-                for p in procs:
-                    p.wait()
-            finally:
-                for p in procs:
-                    p.terminate()
+            _launch(servers, "both")
         return EXIT_OK
     st = embedded.start(_embedded_settings(args))
     print(f"embedded server ready: {st.url} (model {st.model}, pid {st.pid}); log: {st.log}\n"
@@ -399,17 +404,7 @@ def cmd_serve_replicas(args) -> int:
     print("# then, from any machine that reaches them (HOST: the GPU host):")
     print(f"# {replica_score_command(reps)}")
     if args.launch:
-        import os
-        import subprocess
-
-        procs = [subprocess.Popen(srv.command(), env={**os.environ, **srv.env()}) for rep in reps for srv in rep]
-        print(f"launched pids {', '.join(str(p.pid) for p in procs)}; Ctrl-C stops them")
-        try:
-            for p in procs:
-                p.wait()
-        finally:
-            for p in procs:
-                p.terminate()
+        _launch([srv for rep in reps for srv in rep], "them")
     return EXIT_OK
 
 # -- estimate and bench (issue 6) ------------------------------------------------
