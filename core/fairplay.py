@@ -36,13 +36,13 @@ from tension.cache.store import Store, default_path
 from . import reader_prompts as rp
 from .client import Client, RetryPolicy, Timeouts, normalize_base_url
 from .config import API_KEY_ENV, read_config_file
-from .errors import ConfigError, InputError, ServerError, StatusError, TensionError
+from .errors import ConfigError, InputError, ServerError, StatusError
 from .jsonl import atomic_write, decode_line, iter_lines
 from .progress import Progress
 from .protocol import ChatRequest
 from .reader_parse import match_suspect, parse_culprit, parse_distribution, parse_suspect_list
 from .scheduler import Scheduler
-from .score import _Committer, _describe, _first_error, _out_lock, _versions
+from .score import _Committer, _out_lock, _versions, run_committed
 from .segment import split_sentences
 
 __all__ = ["READERS", "FairPlayConfig", "Generator", "WhodunitStory", "ReaderFailure", "FairPlayRun",
@@ -744,25 +744,10 @@ async def _fairplay_locked(cfg: FairPlayConfig, stories_path, out: Path, metrics
             partial = out / "readers.partial.jsonl"
             partial.write_bytes(b"")  # this run's values as they are committed (earlier ones are cached)
             run.committer = _Committer(store, partial)
-            try:
-                if stories:
-                    await run.run(extract)
-            except asyncio.CancelledError:
-                status = "interrupted"
-                raise
-            except BaseExceptionGroup as eg:
-                first = _first_error(eg)
-                if not isinstance(first, Exception):
-                    raise
-                status, error = "failed", _describe(first)
-            except TensionError as e:
-                status, error = "failed", _describe(e)
-            finally:
-                try:
-                    run.committer.close()
-                except TensionError as e:
-                    if status == "complete":
-                        status, error = "failed", _describe(e)
+            if stories:
+                status, error = await run_committed(run.run(extract), run.committer)
+            else:
+                run.committer.close()
         progress.close()
         if status == "complete" and stories:
             atomic_write(out / "readers.jsonl", run.readers_jsonl())
