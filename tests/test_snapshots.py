@@ -1,0 +1,218 @@
+"""Snapshots that hold the user-visible surface still while the code moves.
+
+Written before the architecture refactor (issue 14) against the code as it was,
+and kept after it: every verb's flags (option strings, destination, default,
+type), the keys of the three run-record files, and the output bytes of `score`,
+`generate`, `fairplay`, `metrics` and `fairplay-metrics` on the loopback server
+with fixed seeds. A deliberate change to any of them is made here, in the same
+commit, so the diff shows it.
+
+Regenerate after a deliberate change with ``TENSION_UPDATE_SNAPSHOTS=1 pytest
+tests/test_snapshots.py`` and read the diff of ``tests/snapshots/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from conftest import make_corpus
+
+from tension.core.cli import build_parser, main
+
+SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
+UPDATE = os.environ.get("TENSION_UPDATE_SNAPSHOTS") == "1"
+ROOT = Path(__file__).resolve().parent.parent
+
+# Flags added on purpose since the snapshot was taken, per verb (issue 14: consistent
+# flags across verbs). Every other difference from the snapshot is a regression.
+ADDED = {
+    "score": set(),
+}
+
+
+def _compare(name: str, got) -> None:
+    path = SNAPSHOTS / name
+    if UPDATE or not path.exists():
+        if not UPDATE:
+            pytest.fail(f"{path} is missing: run with TENSION_UPDATE_SNAPSHOTS=1 to create it")
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+        return
+    want = json.loads(path.read_text())
+    assert got == want
+
+
+# --- flags -----------------------------------------------------------------------
+
+def _type_name(a: argparse.Action) -> str:
+    if isinstance(a, argparse.BooleanOptionalAction):
+        return "bool"
+    if a.type is None:
+        return "flag" if a.nargs == 0 else "str"
+    return getattr(a.type, "__name__", repr(a.type)).lstrip("_")
+
+
+def _verbs(parser: argparse.ArgumentParser, prefix: str = ""):
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in a.choices.items():
+                yield from _verbs(sub, f"{prefix}{name} ")
+    if prefix:
+        yield prefix.strip(), parser
+
+
+def flag_table() -> dict[str, dict[str, dict]]:
+    out = {}
+    for verb, p in _verbs(build_parser()):
+        flags = {}
+        for a in p._actions:
+            if not a.option_strings or isinstance(a, argparse._HelpAction):
+                continue
+            if isinstance(a, argparse._SubParsersAction):
+                continue
+            default = a.default if isinstance(a.default, (int, float, str, bool, type(None))) else repr(a.default)
+            flags[max(a.option_strings, key=len)] = {
+                "dest": a.dest, "default": default, "type": _type_name(a),
+                "choices": list(a.choices) if a.choices else None, "required": a.required}
+        out[verb] = flags
+    return out
+
+
+def test_every_verbs_flags_are_as_snapshotted():
+    got = flag_table()
+    path = SNAPSHOTS / "flags.json"
+    if UPDATE:
+        _compare("flags.json", got)
+        return
+    want = json.loads(path.read_text())
+    assert sorted(got) == sorted(want), "verbs added or removed"
+    for verb, flags in want.items():
+        for flag, spec in flags.items():
+            assert flag in got[verb], f"{verb}: {flag} is gone"
+            assert got[verb][flag] == spec, f"{verb} {flag}"
+        extra = set(got[verb]) - set(flags)
+        assert extra == ADDED.get(verb, set()), f"{verb}: flags added without a snapshot entry: {extra}"
+
+
+# --- outputs and run records on the loopback server ------------------------------
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _keys(doc, depth: int = 2, prefix: str = "") -> list[str]:
+    """Key paths of a JSON object down to `depth` levels, in file order (the order
+    is part of the format a user's scripts may read)."""
+    out = []
+    if isinstance(doc, dict) and depth > 0:
+        for k, v in doc.items():
+            out.append(prefix + k)
+            if k not in ("config", "cache", "lanes", "requests", "versions", "replicas", "usage_this_run",
+                         "usage_all_answers", "settings", "sampling"):
+                out += _keys(v, depth - 1, prefix + k + ".")
+    return out
+
+
+def _score_run(server, tmp_path: Path) -> Path:
+    corpus = make_corpus(tmp_path / "corpus.jsonl", 3, seed=11)
+    out = tmp_path / "score"
+    rc = main(["score", str(corpus), "--out", str(out), "--base-url", server.base_url, "--model", "test-gen",
+               "--judge-model", "test-judge", "--endings", "6", "--seed", "5", "--save-texts", "--no-progress",
+               "--cache", str(tmp_path / "cache"), "--gpu-hour-usd", "3.5"])
+    assert rc == 0
+    return out
+
+
+def _generate_runs(server, tmp_path: Path) -> tuple[Path, Path]:
+    long = "The ferry left without her, and the harbour lights went out one by one. " * 4
+    server.script("extract 7 scene-level beats", lambda m, seed, i: f"WARMUP[{seed}] " + m[-1]["content"][7:40])
+    server.script("to-do list of the most important", lambda m, seed, i: f"BEATS[{seed}] for "
+                  + m[-1]["content"][-30:])
+    server.script("Write the story now.", lambda m, seed, i: f"STORY[{seed}] " + long)
+
+    def paragraph(m, seed, i):
+        k = re.search(r"paragraph (\d+) of", m[-1]["content"]).group(1)
+        return f"Paragraph {k}: the {{brass}} key, and Bo looked away (seed {seed}, choice {i})."
+
+    server.script("Continue the story.", paragraph)
+    server.script("Finish the story.", lambda m, seed, i: "At last Bo is named; the key was in his coat.")
+    ideas = tmp_path / "ideas.jsonl"
+    ideas.write_text("".join(json.dumps(i) + "\n" for i in [
+        {"id": "lamp", "idea": "A lighthouse keeper finds a letter addressed to her, dated next year."},
+        {"id": "bees", "idea": "Two beekeepers feud over a swarm on the fence.", "group": "rural"}]))
+    who = tmp_path / "who.jsonl"
+    who.write_text(json.dumps({"id": "w1", "group": "g", "idea": "A key goes missing from a lighthouse.",
+                               "suspects": ["Ada", "Bo", "Cy"], "culprit": "Bo", "distractor": "Cy"}) + "\n")
+    common = ["--base-url", server.base_url, "--model", "test-gen", "--cache", str(tmp_path / "cache"),
+              "--no-progress", "--seed", "3"]
+    full = tmp_path / "full.jsonl"
+    assert main(["generate", str(ideas), "--out", str(full), "--mode", "full", *common]) == 0
+    whodunits = tmp_path / "whodunits.jsonl"
+    assert main(["generate", str(who), "--out", str(whodunits), "--mode", "whodunit", "--paragraphs", "6",
+                 *common]) == 0
+    return full, whodunits
+
+
+def _reader_answers(msgs, n, seed):
+    """Readers answer a distribution over Ada, Bo, Cy made from a hash of the prompt;
+    the culprit judge names whoever the continuation names."""
+    text = "\n".join(m["content"] for m in msgs)
+    if "reveal at its end as the true culprit" in text:
+        return json.dumps({"culprit": "Bo" if "Bo is named" in text else "Cy"})
+    if "probabilities" in text.lower():
+        h = hashlib.sha256(text.encode() + str(seed).encode()).digest()
+        w = [1 + h[0] % 7, 1 + h[1] % 7, 1 + h[2] % 7]
+        return json.dumps({"suspects": ["Ada", "Bo", "Cy"], "probabilities": [x / sum(w) for x in w]})
+    return None
+
+
+def _fairplay_run(server, tmp_path: Path, whodunits: Path) -> Path:
+    server.respond(_reader_answers)
+    out = tmp_path / "fp"
+    rc = main(["fairplay", str(whodunits), "--out", str(out), "--reader-base-url", server.base_url,
+               "--reader-model", "test-judge", "--k", "2", "--checkpoints", "2,4", "--cache",
+               str(tmp_path / "cache"), "--no-progress", "--max-plots", "0", "--resamples", "200"])
+    assert rc == 0
+    return out
+
+
+def test_outputs_and_run_records_are_as_snapshotted(server, tmp_path):
+    digests: dict[str, str] = {}
+    records: dict[str, list[str]] = {}
+
+    out = _score_run(server, tmp_path)
+    for name in ("positions.jsonl", "stories.csv", "groups.csv", "meta.jsonl", "texts.jsonl", "table6.csv",
+                 "table18.csv"):
+        digests[f"score/{name}"] = _digest(out / name)
+    records["score run.json"] = _keys(json.loads((out / "run.json").read_text()))
+
+    full, whodunits = _generate_runs(server, tmp_path)
+    digests["generate/full.jsonl"] = _digest(full)
+    digests["generate/whodunits.jsonl"] = _digest(whodunits)
+    records["generate STORIES.run.json"] = _keys(json.loads(full.with_name("full.run.json").read_text()))
+
+    fp = _fairplay_run(server, tmp_path, whodunits)
+    for name in ("readers.jsonl", "stories.csv", "steps.jsonl", "curves.csv", "distributions.jsonl"):
+        digests[f"fairplay/{name}"] = _digest(fp / name)
+    records["fairplay fairplay_run.json"] = _keys(json.loads((fp / "fairplay_run.json").read_text()))
+
+    m = tmp_path / "metrics"
+    assert main(["metrics", str(ROOT / "examples" / "sample_curves.jsonl"), "--out", str(m)]) == 0
+    for name in ("stories.csv", "groups.csv"):
+        digests[f"metrics/{name}"] = _digest(m / name)
+
+    f = tmp_path / "fpm"
+    assert main(["fairplay-metrics", str(ROOT / "examples" / "fairplay_readers.jsonl"), "--actual",
+                 str(ROOT / "examples" / "fairplay_guesses.csv"), "--out", str(f), "--max-plots", "0",
+                 "--no-progress"]) == 0
+    for name in ("stories.csv", "steps.jsonl", "groups.csv", "curves.csv", "distributions.jsonl"):
+        digests[f"fairplay-metrics/{name}"] = _digest(f / name)
+
+    _compare("outputs.json", digests)
+    _compare("run_records.json", records)
