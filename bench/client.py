@@ -23,7 +23,7 @@ once for the whole run, with the same concurrency and the same request bodies:
         tokenize requests and writing the outputs.
 
 Each request body is distinct (so every cache key is a miss): the judge prompt of
-``tension.core.prompts.judge_messages`` with synthetic text, ~2 KB of JSON,
+``tension.core.prompts.score.judge_messages`` with synthetic text, ~2 KB of JSON,
 temperature 0, max_tokens 10, n 1, chat_template_kwargs {"enable_thinking": false}.
 
 Every (contender, repeat) runs in its own child process (like msgspec's bench
@@ -89,7 +89,7 @@ _WORDS = ("the old keeper watched a grey boat drift past the harbour wall while 
 
 def judge_bodies(n: int, seed: int, start: int = 0) -> list[list[dict[str, str]]]:
     """``n`` distinct judge message lists (indices start..start+n-1), ~2 KB of JSON each."""
-    from tension.core.prompts import judge_messages
+    from tension.core.prompts.score import judge_messages
 
     rng = random.Random(seed)
     pool = [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 18))).capitalize() + "."
@@ -143,10 +143,10 @@ async def contender_tension(base: str, warm, timed, conc: int, cache: bool) -> t
     from tension.cache.keys import request_key
     from tension.cache.records import Verdict
     from tension.cache.store import Store
-    from tension.core.client import Client
-    from tension.core.protocol import ChatRequest
-    from tension.core.scheduler import Scheduler
-    from tension.core.score import _Committer
+    from tension.core.llm.client import Client
+    from tension.core.llm.protocol import ChatRequest
+    from tension.core.run.scheduler import Scheduler
+    from tension.core.pipelines.score import _Committer
 
     def requests(msgs):
         return [ChatRequest(model=JUDGE_MODEL, messages=m, n=1, temperature=0.0, max_tokens=10,
@@ -287,7 +287,7 @@ async def contender_score(base: str, conc: int, stories: int, seed: int) -> tupl
     from conftest import make_corpus
 
     from tension.core.config import ScoreConfig
-    from tension.core.score import score_async
+    from tension.core.pipelines.score import score_async
 
     def config(cache: Path) -> ScoreConfig:
         return ScoreConfig(base_url=base, model=GEN_MODEL, judge_model=JUDGE_MODEL, endings=20,
@@ -416,7 +416,7 @@ def start_stub(port: int, cpu: int | None, no_uvloop: bool) -> tuple[subprocess.
 
 def readiness(base: str) -> None:
     """One chat request before anything else; fail fast with a hint."""
-    from tension.core.prompts import judge_messages
+    from tension.core.prompts.score import judge_messages
 
     body = json.dumps(body_dict(judge_messages("a", "b", "c"))).encode()
     req = urllib.request.Request(base + "/v1/chat/completions", data=body,
@@ -475,7 +475,7 @@ def main(argv=None) -> int:
 
     import msgspec
 
-    from tension.core.protocol import ChatRequest
+    from tension.core.llm.protocol import ChatRequest
 
     pin = not args.no_pin and (os.cpu_count() or 1) >= 2
     sizes = sorted(len(msgspec.json.encode(ChatRequest(**body_dict(m))))

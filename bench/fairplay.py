@@ -163,7 +163,7 @@ def write_readers(path: Path, probs, culprit, distractor, n: int) -> None:
 
 
 def end_to_end(probs, culprit, distractor, n: int, resamples: int) -> dict:
-    from tension.core import fairplay_metrics as fm
+    from tension.core.reports import fairplay_metrics as fm
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "readers.jsonl"

@@ -97,7 +97,7 @@ def cached_rerun(stories: int, endings: int) -> dict:
     from openai_server import LoopbackServer
 
     from tension.core.config import load_config
-    from tension.core.score import score
+    from tension.core.pipelines.score import score
 
     with tempfile.TemporaryDirectory() as tmp, LoopbackServer(model=["test-gen"], record=True) as srv:
         tmp = Path(tmp)

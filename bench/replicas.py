@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from conftest import make_corpus  # noqa: E402
 
 from tension.core.config import load_config  # noqa: E402
-from tension.core.score import score_async  # noqa: E402
+from tension.core.pipelines.score import score_async  # noqa: E402
 
 
 def start_replica(delay: float, capacity: int) -> tuple[subprocess.Popen, str]:

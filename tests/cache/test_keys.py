@@ -9,7 +9,7 @@ import pytest
 
 from tension.cache import keys as keys_mod
 from tension.cache.keys import KEY_ALGO_BLAKE2B_128, KEY_SIZE, canonical, request_key
-from tension.core.protocol import ChatRequest
+from tension.core.llm.protocol import ChatRequest
 
 MESSAGES = [
     {"role": "system", "content": "You are a literary judge."},

@@ -463,7 +463,7 @@ def test_bug_bad_tokenizer_flag_is_a_usage_error(server, tmp_path, capsys):
 
 
 def test_bug_embedded_profile_ignored_when_base_url_given(server, tmp_path, capsys):
-    from tension.core import embedded
+    from tension.core.serving import embedded
 
     state = embedded.paths().state
     state.parent.mkdir(parents=True, exist_ok=True)  # the private HOME of this test

@@ -7,19 +7,18 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from pathlib import Path
 
 import msgspec
 import pytest
 from conftest import make_corpus
 from openai_server import CHAT_PATH, expected_endings
 
-from tension.core.bench import BenchOptions, bench, load_figures
+from tension.core.pipelines.bench import BenchOptions, bench, load_figures
 from tension.core.cli import main
-from tension.core.client import Client
+from tension.core.llm.client import Client
 from tension.core.config import load_config
 from tension.core.errors import ConfigError, StatusError
-from tension.core.protocol import ChatRequest
+from tension.core.llm.protocol import ChatRequest
 
 N = 4
 

@@ -17,10 +17,10 @@ from conftest import make_corpus
 
 from tension.cache import records
 from tension.cache.store import Store
-from tension.core import prompts
+from tension.core.prompts import score as prompts
 from tension.core.config import load_config
-from tension.core.protocol import ChatRequest
-from tension.core.score import score
+from tension.core.llm.protocol import ChatRequest
+from tension.core.pipelines.score import score
 from tension.cache.keys import request_key
 
 N = 6
@@ -203,7 +203,7 @@ def test_parse_verdict_equals_the_whole_string_reference():
 
 
 def test_continuation_text_equals_the_full_split_reference():
-    from tension.core.segment import continuation_text
+    from tension.core.inputs.segment import continuation_text
 
     rng = random.Random(6)
     for _ in range(800):

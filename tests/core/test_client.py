@@ -8,10 +8,10 @@ import time
 import pytest
 from aiohttp import web
 
-from tension.core import client as client_mod
-from tension.core.client import Client, ChatResult, RetryPolicy, Timeouts, normalize_base_url
+from tension.core.llm import client as client_mod
+from tension.core.llm.client import Client, ChatResult, RetryPolicy, Timeouts, normalize_base_url
 from tension.core.errors import RetryBudgetError, ServerError, StatusError, TensionError
-from tension.core.protocol import ChatRequest
+from tension.core.llm.protocol import ChatRequest
 
 # tests/conftest.py puts tests/ on sys.path
 from openai_server import CHAT_PATH, LoopbackServer, count_tokens, expected_endings

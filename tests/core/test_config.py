@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tension.core import config as config_mod
+from tension.core.config import score as config_mod
 from tension.core.config import API_KEY_ENV, ScoreConfig, load_config
 from tension.core.errors import ConfigError, TensionError
 

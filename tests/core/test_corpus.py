@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tension.core import corpus as corpus_mod
-from tension.core.corpus import DEFAULT_GROUP, Skipped, read_corpus
+from tension.core.inputs import corpus as corpus_mod
+from tension.core.inputs.corpus import DEFAULT_GROUP, Skipped, read_corpus
 from tension.core.errors import InputError, TensionError
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tension.core import embedded
+from tension.core.serving import embedded
 from tension.core.cli import main
-from tension.core.embedded import EmbeddedError, EmbeddedSettings
-from tension.core.profiles import paper_servers, shell_line
+from tension.core.serving.embedded import EmbeddedError, EmbeddedSettings
+from tension.core.serving.profiles import paper_servers, shell_line
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -139,7 +139,7 @@ def test_serve_stop_cli_when_nothing_runs(capsys):
 
 
 def test_seed_rewind_fix_is_applied_once_and_only_to_the_known_code(tmp_path):
-    from tension.core.embedded import SEED_REWIND_NEW, SEED_REWIND_OLD, patch_seed_rewind
+    from tension.core.serving.embedded import SEED_REWIND_NEW, SEED_REWIND_OLD, patch_seed_rewind
 
     venv = tmp_path / "venv"
     assert patch_seed_rewind(venv) == "absent"  # no vLLM at all

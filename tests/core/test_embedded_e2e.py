@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
-from tension.core import embedded
+from tension.core.serving import embedded
 from tension.core.config import load_config
-from tension.core.profiles import EMBEDDED_SCORE_SETTINGS
-from tension.core.score import score
+from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
+from tension.core.pipelines.score import score
 
 pytestmark = pytest.mark.slow
 

@@ -12,11 +12,11 @@ import pytest
 from conftest import make_corpus
 from openai_server import CHAT_PATH, count_tokens
 
-from tension.core import prompts
+from tension.core.prompts import score as prompts
 from tension.core.cli import main
 from tension.core.config import load_config
-from tension.core.estimate import Throughput, estimate
-from tension.core.score import score
+from tension.core.pipelines.estimate import Throughput, estimate
+from tension.core.pipelines.score import score
 
 N = 5  # endings per position
 E = 7  # words per ending in the independent count (= --ending-tokens)

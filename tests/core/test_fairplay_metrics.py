@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tension.core.cli import main
-from tension.core.fairplay_metrics import fairplay_metrics
+from tension.core.reports.fairplay_metrics import fairplay_metrics
 
 U4 = [0.25, 0.25, 0.25, 0.25]
 SUSPECTS = ["Ada", "Ben", "Cal", "Dora"]
@@ -287,7 +287,7 @@ def test_the_readme_example_runs(tmp_path, capsys):
     assert all(r["C_AR"] for r in fair[:3]) and not any(r["C_AR"] for r in fair[3:])
 
 
-@pytest.mark.parametrize("module", ["tension.core.fairplay_metrics", "tension.core.fairplay_figures",
+@pytest.mark.parametrize("module", ["tension.core.reports.fairplay_metrics", "tension.core.reports.fairplay_figures",
                                     "tension.kernels.fairplay"])
 def test_exported_members(module):
     import importlib

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tension.core.cli import main
-from tension.core.fairplay import (FairPlayConfig, checkpoint_paragraphs, fairplay, load_fairplay_config,
+from tension.core.pipelines.fairplay import (FairPlayConfig, checkpoint_paragraphs, fairplay, load_fairplay_config,
                                   read_stories, segment_text)
 
 SUSPECTS = ["Mara Quill", "Tobias Fenn", "Ines Harrow"]
@@ -278,7 +278,7 @@ def test_experienced_reader_sees_earlier_stories_of_the_same_generator(server, t
 def test_an_interrupted_run_keeps_its_answers_and_resumes(server, tmp_path):
     import asyncio
 
-    from tension.core.fairplay import fairplay_async
+    from tension.core.pipelines.fairplay import fairplay_async
 
     server.respond(scripted)
     server.delay = 0.05

@@ -12,8 +12,8 @@ import msgspec
 from openai_server import CHAT_PATH
 
 from tension.core.cli import main
-from tension.core.generate import GenerateConfig, generate, run_record_path
-from tension.core.generation_prompts import render_whodunit
+from tension.core.pipelines.generate import GenerateConfig, generate, run_record_path
+from tension.core.prompts.generate import render_whodunit
 
 # The paper's prompts (000, App. D.4), typed here from the paper, not from core/.
 EXTRACT = ("extract 7 scene-level beats. For each beat describe: (1) the concrete action, (2) the specific "
@@ -340,7 +340,7 @@ def test_bad_settings_are_usage_errors(server, tmp_path, capsys):
 
 
 def test_generated_stories_are_a_valid_score_corpus(server, tmp_path):
-    from tension.core.corpus import read_corpus
+    from tension.core.inputs.corpus import read_corpus
 
     script_pipeline(server)
     out = tmp_path / "v.jsonl"
@@ -369,7 +369,7 @@ def test_api_key_from_the_named_variable_is_never_written(server, tmp_path, monk
 
 
 def test_the_shipped_example_ideas_are_valid():
-    from tension.core.generate import read_ideas
+    from tension.core.pipelines.generate import read_ideas
 
     root = Path(__file__).resolve().parents[2] / "examples"
     ideas, errors = read_ideas(root / "ideas.jsonl")

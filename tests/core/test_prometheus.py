@@ -8,8 +8,8 @@ from pathlib import Path
 
 import msgspec
 
-from tension.core.prometheus import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, counter, parse_samples
-from tension.core.protocol import ChatChunk
+from tension.core.llm.prometheus import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, counter, parse_samples
+from tension.core.llm.protocol import ChatChunk
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REAL = (FIXTURES / "vllm_0.32.0_cpu_metrics.txt").read_text()

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from tension.core import reader_prompts as rp
-from tension.core.reader_parse import (json_objects, match_suspect, parse_culprit, parse_distribution,
+from tension.core.prompts import readers as rp
+from tension.core.prompts.answers import (json_objects, match_suspect, parse_culprit, parse_distribution,
                                        parse_suspect_list)
 
 SUS = ["Mara Quill", "Tobias Fenn", "Ines Harrow", "Old Gus"]

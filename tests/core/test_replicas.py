@@ -16,16 +16,16 @@ import pytest
 from conftest import make_corpus
 from openai_server import CHAT_PATH, LoopbackServer, judge_blocks
 
-from tension.core import replicas as replicas_mod
+from tension.core.llm import replicas as replicas_mod
 from tension.core.cli import main
-from tension.core.client import Client, RetryPolicy
+from tension.core.llm.client import Client, RetryPolicy
 from tension.core.config import load_config
 from tension.core.errors import ConfigError, RetryBudgetError
-from tension.core.protocol import ChatRequest
-from tension.core.prometheus import parse_samples
-from tension.core.replicas import Replica, Router, hrw_order, parse_replicas
-from tension.core.scheduler import Scheduler
-from tension.core.score import score
+from tension.core.llm.protocol import ChatRequest
+from tension.core.llm.prometheus import parse_samples
+from tension.core.llm.replicas import Replica, Router, hrw_order, parse_replicas
+from tension.core.run.scheduler import Scheduler
+from tension.core.pipelines.score import score
 
 N = 4  # endings per position
 MODELS = ["test-gen", "test-judge"]

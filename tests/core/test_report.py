@@ -14,8 +14,8 @@ from scipy import stats as sps
 
 import curve_reference as ref
 from tension.core.cli import main
-from tension.core.figures import curve_figure
-from tension.core.report import compare, comparison_table, load_run, report, table6, table18
+from tension.core.reports.figures import curve_figure
+from tension.core.reports.report import compare, comparison_table, load_run, report, table6, table18
 from tension.kernels.bootstrap import percentile_ci, resample_means
 from tension.kernels.curves import CurveSettings
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from tension.core import scheduler as scheduler_mod
-from tension.core.scheduler import LaneStats, Scheduler
+from tension.core.run import scheduler as scheduler_mod
+from tension.core.run.scheduler import LaneStats, Scheduler
 
 
 def run(coro):

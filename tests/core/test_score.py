@@ -20,7 +20,7 @@ from openai_server import count_tokens, expected_endings, expected_verdict
 
 from tension.cache.store import Store
 from tension.core.config import load_config
-from tension.core.score import score, score_async
+from tension.core.pipelines.score import score, score_async
 
 N = 6  # endings per position: small, so the tests run in seconds
 
@@ -393,7 +393,7 @@ def test_metrics_recomputes_a_run_from_positions_alone(server, tmp_path):
 
 
 def test_judge_constraints_change_the_request_and_the_key(server, tmp_path):
-    from tension.core.prompts import verdict_from_logprobs
+    from tension.core.prompts.score import verdict_from_logprobs
 
     assert verdict_from_logprobs({"The": -0.1, "Yes": -1.0, "No": -1.2, "N": -3.0}) == "Y"
     assert verdict_from_logprobs({"The": -0.1, "Y": -2.0, "No": -1.2}) == "N"

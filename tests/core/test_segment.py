@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tension.core import segment
-from tension.core.segment import (
+from tension.core.inputs import segment
+from tension.core.inputs.segment import (
     MIN_SENT_WORDS,
     Candidate,
     candidates,

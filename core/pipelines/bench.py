@@ -34,17 +34,17 @@ from tqdm import tqdm
 
 from tension.cache.store import Store
 
-from . import prompts
-from .client import Client, StreamResult, Timeouts
-from .config import ScoreConfig
-from .corpus import read_corpus
-from .errors import ConfigError, InputError, TensionError
-from .jsonl import atomic_write
-from .progress import Progress
-from .prometheus import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, counter, parse_samples
-from .scheduler import Scheduler
-from .score import Position, _Committer, _Run, generation_request, judge_request
-from .segment import continuation_text, prefix_text
+from tension.core.prompts import score as prompts
+from tension.core.llm.client import Client, StreamResult, Timeouts
+from tension.core.config import ScoreConfig
+from tension.core.inputs.corpus import read_corpus
+from tension.core.errors import ConfigError, InputError, TensionError
+from tension.core.inputs.jsonl import atomic_write
+from tension.core.run.progress import Progress
+from tension.core.llm.prometheus import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, counter, parse_samples
+from tension.core.run.scheduler import Scheduler
+from tension.core.pipelines.score import Position, _Committer, _Run, generation_request, judge_request
+from tension.core.inputs.segment import continuation_text, prefix_text
 
 __all__ = ["BenchOptions", "Percentiles", "ServerFigures", "RunFigures", "BenchFigures", "bench", "bench_async",
            "format_bench", "save_figures", "load_figures"]

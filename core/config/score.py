@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from .errors import ConfigError
+from tension.core.errors import ConfigError
 
 __all__ = ["ScoreConfig", "load_config", "config_file_keys", "make_curve_settings", "read_config_file", "API_KEY_ENV"]
 
@@ -115,13 +115,13 @@ class ScoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return int(i), int(n)
 
     def generation_replicas(self):
-        from .replicas import parse_replicas
+        from tension.core.llm.replicas import parse_replicas
 
         return parse_replicas(self.base_url, "base_url")
 
     def judge_replicas(self):
         """The judge servers; the generation servers when none are given."""
-        from .replicas import parse_replicas
+        from tension.core.llm.replicas import parse_replicas
 
         if self.judge_base_url is None:
             return self.generation_replicas()

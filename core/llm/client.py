@@ -26,8 +26,8 @@ import msgspec
 
 from tension.cache.records import Usage
 
-from .errors import RetryBudgetError, ServerError, StatusError
-from .protocol import (ChatChunk, ChatRequest, ChatResponse, ErrorBody, ModelList, TokenizeRequest,
+from tension.core.errors import RetryBudgetError, ServerError, StatusError
+from tension.core.llm.protocol import (ChatChunk, ChatRequest, ChatResponse, ErrorBody, ModelList, TokenizeRequest,
                        TokenizeResponse)
 
 __all__ = ["Timeouts", "RetryPolicy", "ChatResult", "StreamResult", "Client", "normalize_base_url"]

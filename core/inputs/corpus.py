@@ -9,8 +9,8 @@ from typing import Any
 
 import msgspec
 
-from .errors import InputError
-from .jsonl import decode_line, iter_lines
+from tension.core.errors import InputError
+from tension.core.inputs.jsonl import decode_line, iter_lines
 
 __all__ = ["Story", "Skipped", "Corpus", "read_corpus", "DEFAULT_GROUP"]
 

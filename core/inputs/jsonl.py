@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import msgspec
 
-from .errors import InputError
+from tension.core.errors import InputError
 
 __all__ = ["iter_lines", "decode_line", "atomic_write"]
 

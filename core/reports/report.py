@@ -24,9 +24,9 @@ from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
 from tension.kernels.curves import BatchStats, CurveSettings
 from tension.kernels.groups import GroupStat
 
-from .errors import InputError
-from .jsonl import atomic_write
-from .metrics import Curve, compute, read_run_positions, stat_columns
+from tension.core.errors import InputError
+from tension.core.inputs.jsonl import atomic_write
+from tension.core.reports.metrics import Curve, compute, read_run_positions, stat_columns
 
 __all__ = ["RunData", "load_run", "table6", "table18", "compare", "Comparison", "comparison_table", "report"]
 
@@ -244,7 +244,7 @@ def comparison_table(c: Comparison, fmt: str = "md") -> str:
 def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: float | None = None,
            settings: CurveSettings | None = None, n_resamples: int = N_RESAMPLES, seed: int = 0) -> Path:
     """Write tables, figures and ``report.md`` into the run folder; returns its path."""
-    from .figures import bars_figure, curve_figure
+    from tension.core.reports.figures import bars_figure, curve_figure
 
     data = load_run(run_dir, settings, n_resamples=n_resamples, seed=seed)
     d = Path(run_dir)
@@ -310,7 +310,7 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
             lines.append(f"- cost: {hours:.3f} h of wall time × ${gpu_hour_usd:g}/GPU-hour = ${hours * gpu_hour_usd:.2f} "
                          "per GPU serving this run")
         v = run.get("versions", {})
-        lines += [f"- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()), ""]
+        lines += ["- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()), ""]
     lines += ["Files: `positions.jsonl`, `stories.csv`, `groups.csv`, `table6.csv`, `table18.csv`, `run.json`. "
               "Rebuild with `tension-run report " + str(d) + "`.", ""]
     atomic_write(d / "report.md", "\n".join(lines))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from .generation_prompts import render_whodunit, story_so_far
+from tension.core.prompts.generate import render_whodunit, story_so_far
 
 __all__ = [
     "GULLIBLE", "EXPERIENCED", "PREVIOUS_BLOCK", "CULPRIT_SYSTEM", "CULPRIT_USER", "EXTRACT_SYSTEM",

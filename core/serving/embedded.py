@@ -32,7 +32,7 @@ from pathlib import Path
 
 import msgspec
 
-from .errors import TensionError
+from tension.core.errors import TensionError
 
 __all__ = [
     "EmbeddedError", "EmbeddedSettings", "ServerState", "Paths", "paths", "find_torch_wheel_dir",

@@ -24,8 +24,8 @@ from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stat
 from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.groups import GroupStat, group_stats
 
-from .errors import InputError
-from .jsonl import atomic_write, decode_line, iter_lines
+from tension.core.errors import InputError
+from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
 
 __all__ = [
     "DEFAULT_GROUP",

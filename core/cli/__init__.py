@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from collections.abc import Sequence
 
-from .errors import ConfigError, TensionError
+from tension.core.errors import ConfigError, TensionError
 
 __all__ = ["main", "build_parser"]
 
@@ -56,14 +56,14 @@ def _add_curve_flags(p: argparse.ArgumentParser, defaults: bool = True) -> None:
 
 
 def _curve_settings(args):
-    from .config import make_curve_settings
+    from tension.core.config import make_curve_settings
 
     return make_curve_settings(args.window, args.thresholds, args.late_threshold, args.retention_window, "--")
 
 
 def cmd_metrics(args) -> int:
     """Story and group statistics from saved no-rate curves (no LLM needed)."""
-    from .metrics import format_group_table, metrics
+    from tension.core.reports.metrics import format_group_table, metrics
 
     settings = _curve_settings(args)
     result = metrics(args.curves, args.out, settings)
@@ -136,8 +136,8 @@ def _score_overrides(args) -> dict:
 
 def cmd_score(args) -> int:
     """Score a corpus with the 100-Endings metric against OpenAI-compatible servers."""
-    from .config import config_file_keys, load_config
-    from .score import score
+    from tension.core.config import config_file_keys, load_config
+    from tension.core.pipelines.score import score
 
     explicit = args.base_url is not None or "base_url" in config_file_keys(args.config)
     cfg = load_config(args.config, _score_overrides(args), fallback={} if explicit else _embedded_fallback())
@@ -177,8 +177,8 @@ def cmd_score(args) -> int:
 def _embedded_fallback() -> dict:
     """With no --base-url, a running embedded server (`tension-run serve --embedded`)
     is the default, with its model and the embedded profile's settings."""
-    from .embedded import running_state
-    from .profiles import EMBEDDED_SCORE_SETTINGS
+    from tension.core.serving.embedded import running_state
+    from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
 
     st = running_state()
     if st is None:
@@ -189,7 +189,7 @@ def _embedded_fallback() -> dict:
 
 
 def _embedded_settings(args):
-    from .embedded import EmbeddedSettings
+    from tension.core.serving.embedded import EmbeddedSettings
 
     kw = {"port": args.port, "enforce_eager": args.enforce_eager, "torch_find_links": args.torch_find_links,
           "torch_index_url": args.torch_index_url}
@@ -213,8 +213,8 @@ def _launch(servers, which: str) -> None:
 
 def cmd_serve(args) -> int:
     """Start, stop or print LLM servers: the embedded CPU server, or the paper's GPU setup."""
-    from . import embedded
-    from .profiles import paper_servers, shell_line
+    from tension.core.serving import embedded
+    from tension.core.serving.profiles import paper_servers, shell_line
 
     if args.stop:
         stopped = embedded.stop()
@@ -241,12 +241,12 @@ def cmd_demo(args) -> int:
     """Install what is missing, start the embedded server, score the shipped demo story, plot its curve."""
     from importlib.resources import files
 
-    from . import embedded
-    from .config import load_config
-    from .figures import curve_figure
-    from .metrics import read_run_positions
-    from .profiles import DEMO_SCORE_SETTINGS
-    from .score import score
+    from tension.core.serving import embedded
+    from tension.core.config import load_config
+    from tension.core.reports.figures import curve_figure
+    from tension.core.reports.metrics import read_run_positions
+    from tension.core.serving.profiles import DEMO_SCORE_SETTINGS
+    from tension.core.pipelines.score import score
 
     story = files("tension.core").joinpath("data/demo_story.jsonl")
     started = embedded.running_state() is None
@@ -278,7 +278,7 @@ def cmd_demo(args) -> int:
 
 def cmd_report(args) -> int:
     """Tables, figures and report.md of a score run, recomputed from its positions.jsonl."""
-    from .report import report
+    from tension.core.reports.report import report
 
     path = report(args.run, max_curves=args.max_curves, gpu_hour_usd=args.gpu_hour_usd,
                   settings=_curve_settings(args), n_resamples=args.resamples, seed=args.seed)
@@ -288,8 +288,8 @@ def cmd_report(args) -> int:
 
 def cmd_compare(args) -> int:
     """Paired comparison of two runs (B − A): mean difference, bootstrap 95% interval, paired t-test."""
-    from .jsonl import atomic_write
-    from .report import compare, comparison_table
+    from tension.core.inputs.jsonl import atomic_write
+    from tension.core.reports.report import compare, comparison_table
 
     c = compare(args.run_a, args.run_b, args.pair_by, n_resamples=args.resamples, seed=args.seed)
     print(f"{c.n_pairs} pairs by `{c.pair_by}` ({c.unpaired_a} stories only in A, {c.unpaired_b} only in B); "
@@ -332,8 +332,8 @@ def cmd_generate(args) -> int:
     scratch, warmup ablated) → Step 2; full = Step 0 (warmup: 7 beats from a
     reference title or story) → Step 1 (beats adapted to the idea) → Step 2;
     whodunit = L paragraphs, the last revealing the culprit (fairplay input)."""
-    from .embedded import running_state
-    from .generate import GenerateConfig, generate
+    from tension.core.serving.embedded import running_state
+    from tension.core.pipelines.generate import GenerateConfig, generate
 
     fields = ("mode", "base_url", "model", "api_key_env", "reasoning_off", "temperature", "max_tokens", "min_p",
               "seed", "titles", "reference_stories", "beats", "system", "min_chars", "attempts", "paragraphs",
@@ -389,7 +389,7 @@ def cmd_serve_replicas(args) -> int:
         if args.replicas is not None:
             raise ConfigError("--replicas goes with --profile paper")
         return cmd_serve(args)
-    from .profiles import paper_replicas, replica_score_command, shell_line
+    from tension.core.serving.profiles import paper_replicas, replica_score_command, shell_line
 
     try:
         reps = paper_replicas(args.replicas, args.generator_path, args.judge_path)
@@ -412,7 +412,7 @@ def cmd_serve_replicas(args) -> int:
 def _server_config(args):
     """Settings as score reads them: defaults < --config < flags, with the running
     embedded server as the default when no server is named."""
-    from .config import config_file_keys, load_config
+    from tension.core.config import config_file_keys, load_config
 
     explicit = args.base_url is not None or "base_url" in config_file_keys(args.config)
     return load_config(args.config, _score_overrides(args), fallback={} if explicit else _embedded_fallback())
@@ -420,8 +420,8 @@ def _server_config(args):
 
 def cmd_estimate(args) -> int:
     """Requests, tokens, cache coverage, GPU-hours and money of scoring a corpus, before any LLM call."""
-    from .estimate import Throughput, check_throughput, estimate, format_estimate, throughput_from_bench
-    from .jsonl import atomic_write
+    from tension.core.pipelines.estimate import Throughput, check_throughput, estimate, format_estimate, throughput_from_bench
+    from tension.core.inputs.jsonl import atomic_write
 
     cfg = _server_config(args)
     if args.bench:
@@ -449,7 +449,7 @@ def cmd_bench(args) -> int:
     """Throughput, latency and prefix-cache hit rate of the configured servers on a fixed, seeded workload."""
     from importlib.resources import files
 
-    from .bench import BenchOptions, bench, format_bench, save_figures
+    from tension.core.pipelines.bench import BenchOptions, bench, format_bench, save_figures
 
     cfg = _server_config(args)
     corpus = args.corpus or str(files("tension.core").joinpath("data/demo_story.jsonl"))
@@ -521,7 +521,7 @@ def _print_fairplay_summary(summary) -> int:
 
 def cmd_fairplay_metrics(args) -> int:
     """Fair-play scores (S, C_UB, FP_UB, …) from saved per-paragraph reader distributions (no LLM needed)."""
-    from .fairplay_metrics import fairplay_metrics
+    from tension.core.reports.fairplay_metrics import fairplay_metrics
 
     if args.max_plots < 0 or args.resamples < 0:
         raise ConfigError("--max-plots and --resamples: expected >= 0")
@@ -611,8 +611,8 @@ def _fairplay_overrides(args) -> dict:
 def cmd_fairplay(args) -> int:
     """Run the gullible, experienced and know-it-all readers over whodunits, paragraph by paragraph,
     write readers.jsonl, then the fair-play metrics (S, C_UB, FP_UB, ...)."""
-    from .config import config_file_keys
-    from .fairplay import fairplay, load_fairplay_config
+    from tension.core.config import config_file_keys
+    from tension.core.pipelines.fairplay import fairplay, load_fairplay_config
 
     explicit = args.reader_base_url is not None or "base_url" in config_file_keys(args.config)
     fallback = {}
@@ -912,6 +912,3 @@ def main(argv: Sequence[str] | None = None) -> int:
               + " ".join(shlex.quote(a) for a in sys.argv), file=sys.stderr)
         return EXIT_INTERRUPTED
 
-
-if __name__ == "__main__":
-    sys.exit(main())

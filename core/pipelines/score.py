@@ -37,18 +37,18 @@ from tension.cache.keys import request_key
 from tension.cache.records import Usage
 from tension.cache.store import Store, default_path
 
-from . import prompts
-from .client import Client, RetryPolicy, Timeouts
-from .protocol import ChatRequest
-from .config import ScoreConfig
-from .corpus import Corpus, Skipped, Story, read_corpus
-from .errors import ConfigError, ServerError, StatusError, TensionError
-from .jsonl import atomic_write
-from .metrics import Curve, compute, groups_csv, stories_csv
-from .progress import Progress
-from .replicas import Router, in_shard
-from .scheduler import Scheduler
-from .segment import candidates, continuation_text, prefix_text, split_sentences, story_text
+from tension.core.prompts import score as prompts
+from tension.core.llm.client import Client, RetryPolicy, Timeouts
+from tension.core.llm.protocol import ChatRequest
+from tension.core.config import ScoreConfig
+from tension.core.inputs.corpus import Corpus, Skipped, Story, read_corpus
+from tension.core.errors import ConfigError, ServerError, StatusError, TensionError
+from tension.core.inputs.jsonl import atomic_write
+from tension.core.reports.metrics import Curve, compute, groups_csv, stories_csv
+from tension.core.run.progress import Progress
+from tension.core.llm.replicas import Router, in_shard
+from tension.core.run.scheduler import Scheduler
+from tension.core.inputs.segment import candidates, continuation_text, prefix_text, split_sentences, story_text
 
 __all__ = ["Position", "PositionResult", "Failure", "RunSummary", "score", "score_async"]
 
@@ -684,7 +684,7 @@ async def _score_locked(cfg: ScoreConfig, corpus_path: str | Path, out: Path) ->
             run.write_outputs()
             if cfg.report:
                 _write_run_json(run, cfg, corpus, store, out, status, error, t0, corpus_path)
-                from .report import report
+                from tension.core.reports.report import report
                 report(out, gpu_hour_usd=cfg.gpu_hour_usd)
     except asyncio.CancelledError:
         # Also a stop that lands after the last position (e.g. during the final

@@ -39,10 +39,10 @@ from typing import Any
 
 import msgspec
 
-from .client import ChatResult, Client, RetryPolicy, normalize_base_url
-from .errors import ConfigError, RetryBudgetError, ServerError
-from .prometheus import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, counter, parse_samples
-from .protocol import ChatRequest
+from tension.core.llm.client import ChatResult, Client, RetryPolicy, normalize_base_url
+from tension.core.errors import ConfigError, RetryBudgetError, ServerError
+from tension.core.llm.prometheus import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, counter, parse_samples
+from tension.core.llm.protocol import ChatRequest
 
 __all__ = ["Replica", "ReplicaStats", "Router", "parse_replicas", "hrw_order", "in_shard",
            "FAILOVER_RETRY"]

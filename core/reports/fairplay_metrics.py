@@ -32,8 +32,8 @@ from tension.kernels.fairplay import (
 )
 from tension.kernels.groups import describe
 
-from .errors import InputError
-from .jsonl import atomic_write, decode_line, iter_lines
+from tension.core.errors import InputError
+from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -551,7 +551,7 @@ def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | 
     """Read READERS.jsonl (or a `fairplay` run folder's) and human guesses, compute METRICS 2.2–2.3, write
     stories.csv, steps.jsonl, groups.csv, groups.md, curves.csv,
     distributions.jsonl, fairplay.json and reading-curve plots into ``out``."""
-    from .fairplay_figures import pooled_figure, reading_curve_figure
+    from tension.core.reports.fairplay_figures import pooled_figure, reading_curve_figure
 
     settings = settings or FairPlaySettings()
     out = Path(out)

@@ -37,15 +37,15 @@ import numpy as np
 from tension.cache.keys import request_key
 from tension.cache.store import Store, default_path
 
-from . import prompts
-from .client import Client, RetryPolicy, Timeouts
-from .config import ScoreConfig
-from .corpus import read_corpus
-from .errors import ConfigError, StatusError
-from .progress import Progress
-from .scheduler import Scheduler
-from .score import Position, _Committer, _first_error, _Run, generation_request, judge_request, make_tokenizer
-from .segment import continuation_text, prefix_text
+from tension.core.prompts import score as prompts
+from tension.core.llm.client import Client, RetryPolicy, Timeouts
+from tension.core.config import ScoreConfig
+from tension.core.inputs.corpus import read_corpus
+from tension.core.errors import ConfigError, StatusError
+from tension.core.run.progress import Progress
+from tension.core.run.scheduler import Scheduler
+from tension.core.pipelines.score import Position, _Committer, _first_error, _Run, generation_request, judge_request, make_tokenizer
+from tension.core.inputs.segment import continuation_text, prefix_text
 
 __all__ = ["Throughput", "TokenTotals", "Estimate", "estimate", "estimate_async", "format_estimate",
            "COST_FORMULA"]
@@ -318,7 +318,7 @@ def estimate(cfg: ScoreConfig, corpus_path: str | Path, throughput: Throughput |
 
 def throughput_from_bench(path: str | Path, gpu_hour_usd: float | None) -> Throughput:
     """The figures `tension-run bench --save FILE` wrote."""
-    from .bench import load_figures
+    from tension.core.pipelines.bench import load_figures
 
     fig = load_figures(path)
     return Throughput(gen_tok_s=fig.gen_tok_s, judge_req_s=fig.judge_req_s,
