@@ -53,6 +53,7 @@ class GenerateConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     retries: int = 8
     retry_seconds: float = 1800.0
     cache: str | None = None
+    cache_max_gb: float | None = None  # never let the cache grow past this size
     progress: bool = True
 
     def __post_init__(self) -> None:

@@ -257,6 +257,25 @@ class Router:
         self.model = model
         return model
 
+    async def resolve_model(self, given: str | None, flag: str, requests: dict[str, int] | None = None) -> str:
+        """The role's model id for the cache keys. On one server a given id is used
+        as it is (so a fully cached rerun sends nothing), else the server's first
+        listed model; several replicas are each asked (`check_models`). Each
+        /v1/models request is counted in `requests["models"]`."""
+        asked = len(self._states) if not self.single else (0 if given else 1)
+        if requests is not None and asked:
+            requests["models"] = requests.get("models", 0) + asked
+        if not self.single:
+            return await self.check_models(given, flag)
+        if not given:
+            url = self._states[0].rep.url
+            ids = await self.client.models(url)
+            if not ids:
+                raise ServerError(f"{url}/v1/models lists no model; pass {flag}")
+            given = ids[0]
+        self.model = given
+        return given
+
     # -- requests -------------------------------------------------------------------
 
     async def chat(self, sched, key: str, request: ChatRequest) -> ChatResult:

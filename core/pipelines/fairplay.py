@@ -18,30 +18,23 @@ filled in. Requests run through the Scheduler's lanes ("reader", "generation",
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from tension.cache import records
-from tension.cache.keys import request_key
-from tension.cache.store import Store, default_path
 
 from tension.core.prompts import readers as rp
-from tension.core.llm.client import Client, RetryPolicy, Timeouts, normalize_base_url
 from tension.core.config.fairplay import READERS, FairPlayConfig, load_fairplay_config
-from tension.core.errors import ConfigError, InputError, ServerError, StatusError
+from tension.core.errors import InputError, StatusError
 from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
 from tension.core.run.progress import Progress
 from tension.core.llm.protocol import ChatRequest
 from tension.core.prompts.answers import match_suspect, parse_culprit, parse_distribution, parse_suspect_list
-from tension.core.run.scheduler import Scheduler
-from tension.core.pipelines.score import _Committer, _out_lock, _versions, run_committed
+from tension.core.llm.replicas import Router, parse_replicas
+from tension.core.run.lifecycle import LOCK_NAME, Run, client_for, open_store, out_lock, prepare_out_dir, run_blocking
 from tension.core.inputs.segment import split_sentences
 
 __all__ = ["READERS", "FairPlayConfig", "Generator", "WhodunitStory", "ReaderFailure", "FairPlayRun",
@@ -313,62 +306,44 @@ class FairPlayRun(msgspec.Struct, kw_only=True):
 _enc = msgspec.json.Encoder()
 
 
-class _Run:
-    """State of one fairplay run; methods are its stages."""
+class ReaderRun:
+    """The readers of one fairplay run: its jobs (story, reader, paragraph), their
+    cached requests, the values and failures, and readers.jsonl."""
 
-    def __init__(self, cfg: FairPlayConfig, stories: list[WhodunitStory], store: Store, client: Client,
-                 progress: Progress, path: str = ""):
+    def __init__(self, cfg: FairPlayConfig, stories: list[WhodunitStory], run: Run, path: str = ""):
         self.cfg = cfg
         self.path = path  # of the stories file, for error messages
         self.stories = stories
-        self.store = store
-        self.client = client
-        self.progress = progress
-        self.reader_url = normalize_base_url(cfg.base_url)
-        self.judge_url = normalize_base_url(cfg.judge_base_url or cfg.base_url)
-        self.gen_url = normalize_base_url(cfg.generator_base_url or cfg.base_url)
+        self.run = run
+        limit = {"reader": cfg.reader_concurrency, "judge": cfg.judge_concurrency, "generation": cfg.gen_concurrency}
+        url = {"reader": cfg.base_url, "judge": cfg.judge_base_url or cfg.base_url,
+               "generation": cfg.generator_base_url or cfg.base_url}
+        self.routers = {role: Router(role, parse_replicas(url[role], "base_url"), run.client, limit=limit[role],
+                                     total_seconds=cfg.retry_seconds) for role in limit}
         self.reader_model = cfg.reader_model or ""
         self.judge_model = cfg.judge_model or ""
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
         self.values: list[dict[str, list[list[float] | None]]] = [{} for _ in stories]
         self.failures: list[list[ReaderFailure]] = [[] for _ in stories]
-        self.requests = {"reader": 0, "generation": 0, "judge": 0, "models": 0}
-        self.sched: Scheduler | None = None
-        self.committer: _Committer | None = None
+        self.metrics = None  # the metrics' summary, once they ran
 
     async def resolve_models(self) -> None:
         """Model ids for the cache keys; given ids are used as they are, so a fully
         cached rerun sends nothing."""
-        if not self.reader_model:
-            self.requests["models"] += 1
-            ids = await self.client.models(self.reader_url)
-            if not ids:
-                raise ServerError(f"{self.reader_url}/v1/models lists no model; pass --reader-model")
-            self.reader_model = ids[0]
+        self.reader_model = await self.routers["reader"].resolve_model(self.cfg.reader_model, "--reader-model",
+                                                                       self.run.requests)
         self.judge_model = self.judge_model or self.reader_model
 
     # -- one cached chat request ----------------------------------------------
 
-    async def chat(self, lane: str, url: str, req: ChatRequest, db: str) -> list[str]:
-        """The answer texts of `req`: from the cache, or asked and committed."""
-        key = request_key("chat", req.key_fields())
-        rec = self.store.get(db, key)
-        if rec is not None:
-            self.progress.hit()
-            return rec.texts if db == "endings" else [rec.text]
-        self.requests[lane] += 1
-        res = await self.sched.request(lane, self.client.chat, url, req)
-        if db == "endings":
-            rec = records.Endings(texts=res.texts, finish_reasons=res.finish_reasons, model=res.model,
-                                  usage=res.usage, created=time.time(), seconds=res.seconds)
-        else:
-            rec = records.Verdict(text=res.texts[0], finish_reason=res.finish_reasons[0], model=res.model,
-                                  usage=res.usage, created=time.time(), seconds=res.seconds)
-        self.committer.add(db, key, rec)
-        self.progress.fresh(res.usage)
-        return res.texts
+    async def chat(self, role: str, server: str, req: ChatRequest, db: str) -> list[str]:
+        """The answer texts of `req`, sent to the `server` role's router: from the
+        cache, or asked and committed. Requests are counted under `role`."""
+        router = self.routers[server]
+        rec = await self.run.chat.one(db, req, lambda r: router.chat(self.run.sched, "", r), role=role)
+        return rec.texts if db == "endings" else [rec.text]
 
-    async def ask_parsed(self, lane: str, url: str, model: str, messages, temperature: float, max_tokens: int,
+    async def ask_parsed(self, role: str, server: str, model: str, messages, temperature: float, max_tokens: int,
                          parse, schema: dict[str, Any] | None = None):
         """Ask until `parse(answer)` has no error: the first try at `temperature`,
         each re-ask at least `retry_temperature` with the next seed. Returns the
@@ -385,7 +360,7 @@ class _Run:
                               chat_template_kwargs=self.template_kwargs,
                               structured_outputs={"json": schema} if schema and cfg.reader_constraint == "json"
                               else None)
-            (text,) = await self.chat(lane, url, req, "verdicts")
+            (text,) = await self.chat(role, server, req, "verdicts")
             result = parse(text)
             if result.error is None:
                 return result
@@ -405,7 +380,7 @@ class _Run:
         schema = {"type": "object", "required": ["suspects"], "additionalProperties": False,
                   "properties": {"suspects": {"type": "array", "items": {"type": "string"}, "minItems": 2,
                                               "maxItems": cfg.max_suspects}}}
-        res = await self.ask_parsed("reader", self.judge_url, self.judge_model,
+        res = await self.ask_parsed("reader", "judge", self.judge_model,
                                     rp.extract_messages(text, cfg.max_suspects), cfg.judge_temperature,
                                     cfg.reader_max_tokens, parse, schema)
         if res.error is not None:
@@ -433,7 +408,7 @@ class _Run:
             messages = rp.gullible_messages(prefix, st.suspects)
         else:
             messages = rp.experienced_messages(prefix, st.suspects, st.L, self.previous_stories(job.story))
-        res = await self.ask_parsed("reader", self.reader_url, self.reader_model, messages,
+        res = await self.ask_parsed("reader", "reader", self.reader_model, messages,
                                     cfg.reader_temperature, cfg.reader_max_tokens,
                                     lambda text: parse_distribution(text, st.suspects),
                                     distribution_schema(st.suspects))
@@ -463,7 +438,7 @@ class _Run:
         cfg = self.cfg
         c = job.paragraph
         first = await self.continue_paragraph(st, list(st.segments[:c]), None, cfg.k)
-        verdicts = await self.sched.map(
+        verdicts = await self.run.sched.map(
             lambda k: self.continuation_culprit(st, list(st.segments[:c]) + [first[k]], k), range(cfg.k))
         counts = [0] * len(st.suspects)
         nobody = unusable = 0
@@ -487,7 +462,7 @@ class _Run:
         while len(paragraphs) < st.L:
             (text,) = await self.continue_paragraph(st, paragraphs, k, 1)
             paragraphs.append(text)
-        return await self.ask_parsed("judge", self.judge_url, self.judge_model,
+        return await self.ask_parsed("judge", "judge", self.judge_model,
                                      rp.culprit_messages(paragraphs, st.suspects), cfg.judge_temperature,
                                      cfg.judge_max_tokens, lambda text: parse_culprit(text, st.suspects),
                                      culprit_schema(st.suspects))
@@ -511,13 +486,13 @@ class _Run:
                           max_tokens=self.cfg.generator_max_tokens or g.max_tokens,
                           seed=self.cfg.seed + (k or 0) if self.cfg.seeds else None,
                           chat_template_kwargs=self.template_kwargs)
-        return [t.strip() for t in await self.chat("generation", self.gen_url, req, "endings")]
+        return [t.strip() for t in await self.chat("generation", "generation", req, "endings")]
 
     # -- bookkeeping ----------------------------------------------------------
 
     def record(self, job: _Job, probs: list[float]) -> None:
         self.values[job.story][job.reader][job.paragraph - 1] = probs
-        self.committer.lines.append(_enc.encode({"id": self.stories[job.story].id, "reader": job.reader,
+        self.run.committer.lines.append(_enc.encode({"id": self.stories[job.story].id, "reader": job.reader,
                                                  "paragraph": job.paragraph, "probabilities": probs}) + b"\n")
 
     def fail(self, job: _Job, error: str) -> None:
@@ -533,7 +508,7 @@ class _Run:
             # This request was refused (e.g. a prompt over the context): this value
             # fails, the rest go on.
             self.fail(job, str(e))
-        self.progress.position_done()
+        self.run.progress.position_done()
 
     async def jobs(self, extract: list[int]):
         """Every (story, reader, paragraph) in input order; a story's suspects are
@@ -556,18 +531,15 @@ class _Run:
                     paragraphs = range(1, st.L + 1)
                 self.values[si][reader] = [None] * st.L
                 jobs += [_Job(si, reader, p) for p in paragraphs]
-            self.progress.add_positions(len(jobs))
+            self.run.progress.add_positions(len(jobs))
             for job in jobs:
                 yield job
 
-    async def run(self, extract: list[int]) -> None:
+    async def read(self, extract: list[int]) -> None:
         await self.resolve_models()
         cfg = self.cfg
-        sched = Scheduler({"reader": cfg.reader_concurrency, "generation": cfg.gen_concurrency,
-                           "judge": cfg.judge_concurrency})
-        self.sched = sched
-        async with sched:
-            sched.service(self.committer.run())
+        lanes = {lane: n for router in self.routers.values() for lane, n in router.lanes().items()}
+        async with self.run.scheduler(lanes) as sched:
             await sched.feed(self.jobs(extract), self.run_job, cfg.reader_concurrency + cfg.gen_concurrency)
 
     # -- outputs --------------------------------------------------------------
@@ -593,95 +565,66 @@ class _Run:
 async def fairplay_async(cfg: FairPlayConfig, stories_path: str | os.PathLike, out_dir: str | os.PathLike,
                          metrics_options: dict[str, Any] | None = None) -> FairPlayRun:
     """Run the readers over a stories file and write DIR/readers.jsonl, then the
-    metrics (core/fairplay_metrics.py). Problems before the start raise
+    metrics (reports/fairplay_metrics.py). Problems before the start raise
     TensionError; during the run they end it with status "failed", all completed
     answers kept in the cache."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out}: exists and is not a folder")
-    out.mkdir(parents=True, exist_ok=True)
-    with _out_lock(out):
-        return await _fairplay_locked(cfg, stories_path, out, metrics_options)
-
-
-async def _fairplay_locked(cfg: FairPlayConfig, stories_path, out: Path, metrics_options) -> FairPlayRun:
-    stories, extract, errors = read_stories(stories_path, cfg)
-    store = Store(cfg.cache or default_path(), max_bytes=int(cfg.cache_max_gb * 1e9) if cfg.cache_max_gb else None)
-    progress = Progress(enabled=cfg.progress, stories=len(stories))
-    t0 = time.time()
-    status, error = "complete", None
-    run: _Run | None = None
-    metrics = None
-    try:
-        async with Client(api_key=cfg.resolved_api_key(), timeouts=Timeouts(request=cfg.timeout),
-                          retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds)) as client:
-            run = _Run(cfg, stories, store, client, progress, str(stories_path))
-            partial = out / "readers.partial.jsonl"
-            partial.write_bytes(b"")  # this run's values as they are committed (earlier ones are cached)
-            run.committer = _Committer(store, partial)
+    out = prepare_out_dir(out_dir)
+    with out_lock(out, out / LOCK_NAME, "fairplay", "folder"):
+        stories, extract, errors = read_stories(stories_path, cfg)
+        run = Run(store=open_store(cfg.cache, cfg.cache_max_gb), client=client_for(cfg, cfg.resolved_api_key()),
+                  progress=Progress(enabled=cfg.progress, stories=len(stories)),
+                  partial=out / "readers.partial.jsonl", record_path=out / "fairplay_run.json",
+                  record=lambda run: _record(readers, run, errors, out, stories_path),
+                  roles=("reader", "generation", "judge", "models"))
+        readers = ReaderRun(cfg, stories, run, str(stories_path))
+        async with run:
             if stories:
-                status, error = await run_committed(run.run(extract), run.committer)
-            else:
-                run.committer.close()
-        progress.close()
-        if status == "complete" and stories:
-            atomic_write(out / "readers.jsonl", run.readers_jsonl())
-            metrics = _metrics(out, cfg, metrics_options)
-    except asyncio.CancelledError:
-        status = "interrupted"
-        raise
-    finally:
-        progress.close()
-        try:
-            store.save_run_counts()
-        finally:
-            summary = _summary(run, stories, errors, store, out, status, error, metrics)
-            _write_run_json(summary, cfg, run, stories_path, t0)
-            store.close()
-    return summary
+                await run.work(readers.read(extract))
+            run.progress.close()  # before the metrics' own progress bar
+            if run.status == "complete" and stories:
+                atomic_write(out / "readers.jsonl", readers.readers_jsonl())
+                readers.metrics = _metrics(out, cfg, metrics_options)
+    return _summary(readers, run, errors, out)
 
 
 def _metrics(out: Path, cfg: FairPlayConfig, options: dict[str, Any] | None):
-    """The metrics (core/fairplay_metrics.py) over the readers just written;
+    """The metrics (reports/fairplay_metrics.py) over the readers just written;
     `options` are its keyword settings (settings, max_plots, n_resamples, seed)."""
     from tension.core.reports.fairplay_metrics import fairplay_metrics
 
     return fairplay_metrics(out / "readers.jsonl", out, actual_csv=cfg.actual, **(options or {}))
 
 
-def _summary(run, stories, errors, store, out, status, error, metrics) -> FairPlayRun:
-    failures = run.failures if run else [[] for _ in stories]
+def _summary(readers: ReaderRun, run: Run, errors, out: Path) -> FairPlayRun:
+    failures = readers.failures
     return FairPlayRun(
-        status=status, out=str(out), stories=len(stories), input_errors=[str(e) for e in errors],
+        status=run.status, out=str(out), stories=len(readers.stories), input_errors=[str(e) for e in errors],
         reader_failures=sum(len(f) for f in failures),
-        failed_stories=[st.id for st, f in zip(stories, failures) if f],
-        requests=dict(run.requests) if run else {}, cache_hits=dict(store.counts.hits),
-        metrics=metrics, error=error)
+        failed_stories=[st.id for st, f in zip(readers.stories, failures) if f],
+        requests=dict(run.requests), cache_hits=dict(run.store.counts.hits),
+        metrics=readers.metrics, error=run.error)
 
 
-def _write_run_json(summary: FairPlayRun, cfg: FairPlayConfig, run: _Run | None, stories_path, t0: float) -> None:
-    doc = {
-        "command": "fairplay", "stories_file": str(stories_path), "argv": sys.argv, "started": t0,
-        "wall_seconds": round(time.time() - t0, 3), "config": cfg.public(),
-        "models": {"reader": run.reader_model if run else cfg.reader_model,
-                   "judge": run.judge_model if run else cfg.judge_model},
-        "versions": _versions(),
+def _record(readers: ReaderRun, run: Run, errors, out: Path, stories_path) -> dict[str, Any]:
+    summary = _summary(readers, run, errors, out)
+    return {
+        "command": "fairplay", "stories_file": str(stories_path), **run.timing(), "config": readers.cfg.public(),
+        "models": {"reader": readers.reader_model or readers.cfg.reader_model,
+                   "judge": readers.judge_model or readers.cfg.judge_model},
+        "versions": run.versions(),
         "summary": msgspec.to_builtins(msgspec.structs.replace(summary, metrics=None)),
         "metrics": {"stories": summary.metrics.stories, "errors": list(summary.metrics.errors)}
         if summary.metrics is not None else None,
         "failures": {st.id: [msgspec.to_builtins(f) for f in fs]
-                     for st, fs in zip(run.stories, run.failures) if fs} if run else {},
-        "http": {"attempts": run.client.sent, "retries": run.client.retries} if run else {},
-        "usage_this_run": msgspec.to_builtins(run.client.usage) if run else {},
-        "lanes": {k: msgspec.to_builtins(v) for k, v in run.sched.lane_stats.items()} if run and run.sched else {},
+                     for st, fs in zip(readers.stories, readers.failures) if fs},
+        "http": run.http(),
+        "usage_this_run": run.usage_this_run(),
+        "lanes": run.lanes(),
     }
-    atomic_write(Path(summary.out) / "fairplay_run.json", msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n")
 
 
 def fairplay(cfg: FairPlayConfig, stories_path: str | os.PathLike, out_dir: str | os.PathLike,
              metrics_options: dict[str, Any] | None = None) -> FairPlayRun:
     """Blocking form of `fairplay_async` (uvloop when installed); SIGTERM stops it
     like Ctrl-C, completed answers committed first."""
-    from tension.core.pipelines.score import run_blocking
-
     return run_blocking(lambda: fairplay_async(cfg, stories_path, out_dir, metrics_options))

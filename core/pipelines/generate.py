@@ -20,32 +20,25 @@ when the run completes.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import random
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from tension.cache import records
-from tension.cache.keys import request_key
-from tension.cache.records import Usage
-from tension.cache.store import Store, default_path
 
 from tension.core.prompts import generate as gp
-from tension.core.llm.client import Client, RetryPolicy, Timeouts, normalize_base_url
 from tension.core.config.generate import MODES, GenerateConfig
 from tension.core.inputs.corpus import _json_type
-from tension.core.errors import ConfigError, InputError, ServerError, StatusError
+from tension.core.errors import ConfigError, InputError, StatusError
 from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
 from tension.core.run.progress import Progress
 from tension.core.llm.protocol import ChatRequest
-from tension.core.run.scheduler import Scheduler
-from tension.core.pipelines.score import Failure, _Committer, _versions, out_lock, run_blocking, run_committed
+from tension.core.llm.replicas import Router, parse_replicas
+from tension.core.run.lifecycle import Run, client_for, open_store, out_lock, run_blocking
+from tension.core.run.record import Failure
 
 __all__ = [
     "MODES", "GenerateConfig", "Idea", "Reference", "StorySettings", "GeneratedStory", "Generator",
@@ -283,53 +276,33 @@ def choose_reference(pool: list[_Ref], seed: int, idea_id: str) -> _Ref:
 
 # --- the run --------------------------------------------------------------------
 
-class _Run:
-    def __init__(self, cfg: GenerateConfig, ideas: list[tuple[int, Idea]], store: Store, client: Client,
-                 progress: Progress, pool: list[_Ref]):
+class StoryWriter:
+    """The stories of one generate run: each idea's steps, their requests through
+    the run's cached call, and the output lines in idea order."""
+
+    def __init__(self, cfg: GenerateConfig, ideas: list[tuple[int, Idea]], pool: list[_Ref], run: Run):
         self.cfg = cfg
         self.ideas = ideas
-        self.store = store
-        self.client = client
-        self.progress = progress
         self.pool = pool
-        self.url = normalize_base_url(cfg.base_url)
+        self.run = run
+        self.router = Router("generation", parse_replicas(cfg.base_url, "base_url"), run.client,
+                             limit=cfg.concurrency, total_seconds=cfg.retry_seconds)
         self.model = cfg.model or ""
         self.temperature, self.max_tokens, self.min_p = cfg.sampling()
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
         self.done: dict[int, bytes] = {}  # idea index -> output line
         self.failed: list[Failure] = []
-        self.requests = 0
-        self.hits = 0
-        self.usage_all = Usage()
-        self.sched: Scheduler | None = None
-        self.committer: _Committer | None = None
-
-    async def resolve_model(self) -> None:
-        if not self.model:
-            ids = await self.client.models(self.url)
-            if not ids:
-                raise ServerError(f"{self.url}/v1/models lists no model; pass --model")
-            self.model = ids[0]
 
     async def chat(self, messages: list[dict[str, str]], seed: int) -> str:
         """One answer: from the cache, else from the server (then committed)."""
         req = ChatRequest(model=self.model, messages=messages, n=1, temperature=self.temperature,
                           max_tokens=self.max_tokens, min_p=self.min_p, seed=seed,
                           chat_template_kwargs=self.template_kwargs)
-        key = request_key("chat", req.key_fields())
-        rec = self.store.get("endings", key)
-        if rec is None:
-            self.requests += 1
-            res = await self.sched.request("generation", self.client.chat, self.url, req)
-            rec = records.Endings(texts=res.texts, finish_reasons=res.finish_reasons, model=res.model,
-                                  usage=res.usage, created=time.time(), seconds=res.seconds)
-            self.committer.add("endings", key, rec)
-            self.progress.fresh(res.usage)
-        else:
-            self.hits += 1
-            self.progress.hit()
-        self.usage_all.add(rec.usage)
+        rec = await self.run.chat.one("endings", req, self._send, role="generation")
         return rec.texts[0]
+
+    def _send(self, req: ChatRequest):
+        return self.router.chat(self.run.sched, "", req)
 
     async def one(self, job: tuple[int, Idea]) -> None:
         index, idea = job
@@ -341,13 +314,13 @@ class _Run:
             stage = "story" if isinstance(e, _GaveUp) else "request"
             self.failed.append(Failure(id=idea.id, stage=stage, error=str(e)))
             if not self.cfg.whodunit:
-                self.progress.position_done()
+                self.run.progress.position_done()
             return
         line = msgspec.json.encode(rec) + b"\n"
         self.done[index] = line
-        self.committer.lines.append(line)
+        self.run.committer.lines.append(line)
         if not self.cfg.whodunit:
-            self.progress.position_done()
+            self.run.progress.position_done()
 
     async def story(self, idea: Idea) -> GeneratedStory:
         cfg = self.cfg
@@ -392,7 +365,7 @@ class _Run:
     async def whodunit(self, idea: Idea) -> Whodunit:
         L = self.cfg.paragraphs
         seed = story_seed(self.cfg.seed, idea.id)
-        self.progress.add_positions(L)
+        self.run.progress.add_positions(L)
         segments: list[str] = []
         for i in range(1, L + 1):
             template = gp.WHODUNIT_FINAL if i == L else gp.WHODUNIT_PARAGRAPH
@@ -401,7 +374,7 @@ class _Run:
             messages = [{"role": "system", "content": gp.WHODUNIT_SYSTEM}, _user(prompt)]
             text, _ = await self.until_long_enough(messages, seed, 1, f"paragraph {i}")
             segments.append(text)
-            self.progress.position_done()
+            self.run.progress.position_done()
         gen = Generator(model=self.model, system=gp.WHODUNIT_SYSTEM, paragraph_prompt=gp.WHODUNIT_PARAGRAPH,
                         final_prompt=gp.WHODUNIT_FINAL, temperature=self.temperature, max_tokens=self.max_tokens,
                         L=L)
@@ -409,14 +382,11 @@ class _Run:
                         suspects=idea.suspects, culprit=idea.culprit, distractor=idea.distractor, revelation=L,
                         generator=gen)
 
-    async def run(self) -> None:
-        await self.resolve_model()
-        sched = Scheduler({"generation": self.cfg.concurrency})
-        self.sched = sched
+    async def write(self) -> None:
+        self.model = await self.router.resolve_model(self.cfg.model, "--model")
         # A pipeline story waits on one request at a time, a whodunit too: one open
         # story per lane slot keeps the lane full.
-        async with sched:
-            sched.service(self.committer.run())
+        async with self.run.scheduler(self.router.lanes()) as sched:
             await sched.feed(list(enumerate(idea for _, idea in self.ideas)), self.one, self.cfg.concurrency)
 
     def output(self) -> bytes:
@@ -441,44 +411,28 @@ async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike, out
     ideas, errors = read_ideas(ideas_path, cfg.whodunit)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out_lock(out, out.with_name(f".{out.name}.lock"), "generate", "file"):
-        return await _generate_locked(cfg, ideas, errors, pool, ideas_path, out)
+        progress = Progress(enabled=cfg.progress, stories=len(ideas), unit="paragraph" if cfg.whodunit else "story")
+        if not cfg.whodunit:
+            for _ in ideas:
+                progress.add_positions(1)
+        run = Run(store=open_store(cfg.cache, cfg.cache_max_gb),
+                  client=client_for(cfg, os.environ.get(cfg.api_key_env) or None), progress=progress,
+                  partial=out.with_name(out.name + ".partial"), record_path=run_record_path(out),
+                  record=lambda run: _record(writer, run, errors, ideas_path, out), roles=("generation",))
+        writer = StoryWriter(cfg, ideas, pool, run)
+        async with run:
+            await run.work(writer.write())
+            if run.status == "complete":
+                atomic_write(out, writer.output())
+    return _summary(writer, run, errors, out)
 
 
-async def _generate_locked(cfg: GenerateConfig, ideas: list[tuple[int, Idea]], errors: list[InputError],
-                           pool: list[_Ref], ideas_path, out: Path) -> GenerateSummary:
-    partial = out.with_name(out.name + ".partial")
-    partial.write_bytes(b"")
-    store = Store(cfg.cache or default_path())
-    progress = Progress(enabled=cfg.progress, stories=len(ideas), unit="paragraph" if cfg.whodunit else "story")
-    if not cfg.whodunit:
-        for _ in ideas:
-            progress.add_positions(1)
-    t0 = time.time()
-    status, error, run = "complete", None, None
-    try:
-        async with Client(api_key=os.environ.get(cfg.api_key_env) or None, timeouts=Timeouts(request=cfg.timeout),
-                          retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds)) as client:
-            run = _Run(cfg, ideas, store, client, progress, pool)
-            run.committer = _Committer(store, partial)
-            status, error = await run_committed(run.run(), run.committer)
-        if status == "complete":
-            atomic_write(out, run.output())
-    except asyncio.CancelledError:
-        status = "interrupted"
-        raise
-    finally:
-        progress.close()
-        try:
-            store.save_run_counts()
-        finally:
-            summary = GenerateSummary(
-                status=status, out=str(out), mode=cfg.mode, model=run.model if run else cfg.model,
-                ideas=len(ideas), stories=len(run.done) if run else 0, failures=run.failed if run else [],
-                input_errors=[str(e) for e in errors], requests=run.requests if run else 0,
-                cache_hits=run.hits if run else 0, error=error)
-            _write_run_record(out, cfg, summary, run, t0, ideas_path)
-            store.close()
-    return summary
+def _summary(writer: StoryWriter, run: Run, errors: list[InputError], out: Path) -> GenerateSummary:
+    cfg = writer.cfg
+    return GenerateSummary(
+        status=run.status, out=str(out), mode=cfg.mode, model=writer.model or cfg.model, ideas=len(writer.ideas),
+        stories=len(writer.done), failures=writer.failed, input_errors=[str(e) for e in errors],
+        requests=run.requests["generation"], cache_hits=run.progress.hits, error=run.error)
 
 
 def run_record_path(out: Path) -> Path:
@@ -487,24 +441,20 @@ def run_record_path(out: Path) -> Path:
     return out.with_name(stem + ".run.json")
 
 
-def _write_run_record(out: Path, cfg: GenerateConfig, summary: GenerateSummary, run: _Run | None, t0: float,
-                      ideas_path) -> None:
-    client = run.client if run else None
-    doc = {
-        **msgspec.to_builtins(summary),
+def _record(writer: StoryWriter, run: Run, errors: list[InputError], ideas_path, out: Path) -> dict[str, Any]:
+    cfg = writer.cfg
+    return {
+        **msgspec.to_builtins(_summary(writer, run, errors, out)),
         "ideas_file": str(ideas_path),
-        "argv": sys.argv,
-        "started": t0,
-        "wall_seconds": round(time.time() - t0, 3),
+        **run.timing(),
         "config": cfg.public(),
         "sampling": dict(zip(("temperature", "max_tokens", "min_p"), cfg.sampling())),
-        "versions": _versions(),
-        "http": {"attempts": client.sent, "retries": client.retries} if client else {},
-        "usage_this_run": msgspec.to_builtins(client.usage) if client else {},
-        "usage_all_answers": msgspec.to_builtins(run.usage_all) if run else {},
-        "lanes": {k: msgspec.to_builtins(v) for k, v in run.sched.lane_stats.items()} if run and run.sched else {},
+        "versions": run.versions(),
+        "http": run.http(),
+        "usage_this_run": run.usage_this_run(),
+        "usage_all_answers": run.usage_all_answers(),
+        "lanes": run.lanes(),
     }
-    atomic_write(run_record_path(out), msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n")
 
 
 def generate(cfg: GenerateConfig, ideas_path: str | os.PathLike, out_path: str | os.PathLike) -> GenerateSummary:

@@ -47,6 +47,7 @@ from tension.core.inputs.jsonl import atomic_write
 from tension.core.reports.metrics import Curve, compute, groups_csv, stories_csv
 from tension.core.run.progress import Progress
 from tension.core.llm.replicas import Router, in_shard
+from tension.core.run.record import Failure
 from tension.core.run.scheduler import Scheduler
 from tension.core.inputs.segment import candidates, continuation_text, prefix_text, split_sentences, story_text
 
@@ -77,12 +78,6 @@ class PositionResult(msgspec.Struct, kw_only=True):
     n_empty: int
     n_malformed: int
     no_rate: float
-
-
-class Failure(msgspec.Struct, kw_only=True):
-    id: str
-    stage: str
-    error: str
 
 
 class RunSummary(msgspec.Struct, kw_only=True):

@@ -1,0 +1,98 @@
+"""The one cached LLM call: every chat answer of every pipeline comes through here.
+
+    request ─► key (hash of the exact request) ─► LMDB lookup
+       hit:  the stored record
+       miss: `send(request)` (a router lane) ─► record ─► committer (group commit)
+
+so keys, records and counts are the same for every pipeline. Two databases hold
+the answers: "endings" a whole request's n texts (score's endings, generate's
+stories and paragraphs, the know-it-all's continuations), "verdicts" a request's
+one text (the judge's verdicts, the readers' answers); the names are historical
+and part of the cache format.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from tension.cache import records
+from tension.cache.keys import request_key
+from tension.cache.store import Store
+from tension.core.llm.client import ChatResult
+from tension.core.llm.protocol import ChatRequest
+
+__all__ = ["Send", "CachedChat", "endings_record", "verdict_record"]
+
+Send = Callable[[ChatRequest], Awaitable[ChatResult]]
+Answer = records.Endings | records.Verdict
+
+
+def endings_record(res: ChatResult) -> records.Endings:
+    return records.Endings(texts=res.texts, finish_reasons=res.finish_reasons, model=res.model,
+                           usage=res.usage, created=time.time(), seconds=res.seconds)
+
+
+def verdict_record(res: ChatResult) -> records.Verdict:
+    return records.Verdict(text=res.texts[0], finish_reason=res.finish_reasons[0], model=res.model,
+                           usage=res.usage, created=time.time(), seconds=res.seconds,
+                           first_logprobs=res.first_logprobs[0] if res.first_logprobs else None)
+
+
+_RECORD = {"endings": endings_record, "verdicts": verdict_record}
+
+
+class CachedChat:
+    """Answers from the cache by the hash of the exact request, else from `send`,
+    then handed to the committer. Counts requests sent per role (`requests`), cache
+    hits on the progress bar and the usage of every answer, cached or not."""
+
+    def __init__(self, store: Store, committer, progress, requests: dict[str, int], usage_all: records.Usage):
+        self.store = store
+        self.committer = committer
+        self.progress = progress
+        self.requests = requests
+        self.usage_all = usage_all
+
+    async def one(self, db: str, req: ChatRequest, send: Send, *, role: str) -> Answer:
+        """The record answering `req`: cached, or sent and committed."""
+        key = request_key("chat", req)
+        rec = self.store.get(db, key)
+        if rec is None:
+            rec = await self._send(db, key, req, send, role)
+        else:
+            self.progress.hit()
+        self.usage_all.add(rec.usage)
+        return rec
+
+    async def many(self, db: str, reqs: Sequence[ChatRequest], send: Send, *, role: str, sched,
+                   warm_first: bool = False) -> list[Answer]:
+        """The records answering `reqs`, in order: the cached ones read in one
+        transaction, the others sent through `sched`. With `warm_first`, one request
+        goes alone before the rest fan out: requests that share a long prefix (a
+        position's judge prompts) then find it in the server's prefix cache."""
+        keys = [request_key("chat", r) for r in reqs]
+        out: list[Answer | None] = list(self.store.get_many(db, keys))
+        todo = [i for i, rec in enumerate(out) if rec is None]
+        self.progress.hit(len(reqs) - len(todo))
+        for rec in out:
+            if rec is not None:
+                self.usage_all.add(rec.usage)
+
+        async def one(i: int) -> None:
+            out[i] = await self._send(db, keys[i], reqs[i], send, role)
+            self.usage_all.add(out[i].usage)
+
+        if todo and warm_first:
+            await one(todo[0])
+            todo = todo[1:]
+        await sched.map(one, todo)
+        return out
+
+    async def _send(self, db: str, key: bytes, req: ChatRequest, send: Send, role: str) -> Answer:
+        self.requests[role] = self.requests.get(role, 0) + 1
+        res = await send(req)
+        rec = _RECORD[db](res)
+        self.committer.add(db, key, rec)
+        self.progress.fresh(res.usage)
+        return rec

@@ -1,0 +1,133 @@
+"""Group commit of completed LLM records, and the end of a run's work.
+
+Records wait here at most `COMMIT_INTERVAL` seconds, then go to LMDB in one
+transaction: on this machine LMDB did about 2,100 synced single-record commits/s
+but about 122,000 records/s at 100 records a commit, and several GPUs' judge
+traffic exceeds the first figure. Output lines that depend on those records (a
+position's result, a reader's value) are appended to the run's partial file only
+after their records are durable, so a stopped run resumes from the cache and its
+partial file never claims work the cache lacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from tension.cache import records
+from tension.cache.store import Store
+from tension.core.errors import ConfigError, TensionError
+
+__all__ = ["COMMIT_INTERVAL", "COMMIT_BATCH", "Committer", "run_committed", "first_error", "describe"]
+
+COMMIT_INTERVAL = 0.05  # seconds a completed record may wait for its commit
+COMMIT_BATCH = 512  # records: commit sooner when this many are waiting
+
+
+class Committer:
+    """Records and finished output lines wait here ≤ 50 ms, then go to LMDB in one
+    transaction, after which the lines are appended to the partial file. The
+    commit (which waits for the disk) runs on one writer thread, so the event loop
+    keeps sending requests meanwhile; batches commit in order."""
+
+    def __init__(self, store: Store, partial: Path | None):
+        self.store = store
+        self.records: list[tuple[str, bytes, records.Record]] = []
+        self.lines: list[bytes] = []
+        # No partial file: records only (`estimate` keeps the token counts it asked for).
+        self._partial = partial.open("ab") if partial is not None else None
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tension-commit")
+        self._pending: list[Future] = []
+        self._closed = False
+
+    def add(self, db: str, key: bytes, rec: records.Record) -> None:
+        self.records.append((db, key, rec))
+        if len(self.records) >= COMMIT_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand what is waiting to the writer thread (returns at once)."""
+        if not self.records and not self.lines:
+            return
+        batch, self.records = self.records, []
+        lines, self.lines = self.lines, []
+        self._pending.append(self._writer.submit(self._commit, batch, lines))
+        self.check()
+
+    def _commit(self, batch, lines) -> None:
+        if batch:
+            self.store.put_many(batch)
+        if lines and self._partial is not None:
+            self._partial.write(b"".join(lines))
+            self._partial.flush()
+
+    def check(self) -> None:
+        """Raise the error of a failed commit (e.g. a full cache) in the caller."""
+        done = [f for f in self._pending if f.done()]
+        self._pending = [f for f in self._pending if not f.done()]
+        for f in done:
+            f.result()
+
+    async def run(self) -> None:
+        """The commit loop, run as a scheduler service for the whole run."""
+        while True:
+            await asyncio.sleep(COMMIT_INTERVAL)
+            self.flush()
+            self.check()
+
+    def close(self) -> None:
+        """Commit everything still waiting and wait for the writer: after this,
+        every completed answer is on disk. A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.flush()
+        finally:
+            self._writer.shutdown(wait=True)
+            if self._partial is not None:
+                self._partial.close()
+        for f in self._pending:
+            f.result()
+
+
+async def run_committed(work: Awaitable[None], committer: Committer) -> tuple[str, str | None]:
+    """Await a run's work, then commit whatever completed, however the work ended.
+    Returns ("complete", None) or ("failed", the first error); a cancellation
+    (Ctrl-C, SIGTERM) and a ConfigError (a usage error found at start, which the
+    CLI reports as such) are re-raised after the commit."""
+    status, error = "complete", None
+    try:
+        await work
+    except ConfigError:
+        raise
+    except BaseExceptionGroup as eg:
+        first = first_error(eg)
+        if not isinstance(first, Exception):
+            raise
+        status, error = "failed", describe(first)
+    except TensionError as e:
+        status, error = "failed", describe(e)
+    finally:
+        try:
+            committer.close()
+        except TensionError as e:  # the last commit failed (e.g. the cache is full)
+            if status == "complete":
+                status, error = "failed", describe(e)
+    return status, error
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        exc = inner[0] if inner else exc.exceptions[0]
+    return exc
+
+
+def describe(e: BaseException) -> str:
+    """An error as the run record and the CLI state it: our errors by their own
+    text, anything else with its type."""
+    return str(e) if isinstance(e, TensionError) else f"{type(e).__name__}: {e}"
