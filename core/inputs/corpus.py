@@ -10,12 +10,10 @@ from typing import Any
 import msgspec
 
 from tension.core.errors import InputError
-from tension.core.inputs.jsonl import decode_line, iter_lines
+from tension.core.formats import DEFAULT_GROUP
+from tension.core.inputs.jsonl import decode_line, iter_lines, json_type
 
 __all__ = ["Story", "Skipped", "Corpus", "read_corpus", "DEFAULT_GROUP"]
-
-DEFAULT_GROUP = "all"
-
 
 class Story(msgspec.Struct, kw_only=True):
     id: str
@@ -86,7 +84,7 @@ def _story(path: str, lineno: int, obj: dict[str, Any]) -> Story:
             return None
         v = obj[name]
         if not isinstance(v, str):
-            raise InputError(path, lineno, name, f"expected a string, got {_json_type(v)}")
+            raise InputError(path, lineno, name, f"expected a string, got {json_type(v)}")
         return v
 
     sid = field("id", True)
@@ -98,11 +96,6 @@ def _story(path: str, lineno: int, obj: dict[str, Any]) -> Story:
         raise InputError(path, lineno, "text", "empty text")
     meta = {k: v for k, v in obj.items() if k not in ("id", "text", "group")}
     return Story(id=sid, text=text, group=group or DEFAULT_GROUP, meta=meta)
-
-
-def _json_type(v: Any) -> str:
-    return {bool: "a boolean", int: "a number", float: "a number", list: "an array",
-            dict: "an object", type(None): "null"}.get(type(v), type(v).__name__)
 
 
 def _read_folder(p: Path) -> tuple[list[Story], list[InputError]]:

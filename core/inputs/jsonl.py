@@ -8,13 +8,13 @@ import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
 from tension.core.errors import InputError
 
-__all__ = ["iter_lines", "decode_line", "atomic_write"]
+__all__ = ["iter_lines", "decode_line", "json_type", "atomic_write"]
 
 T = TypeVar("T")
 
@@ -69,6 +69,12 @@ def decode_line(path: str | os.PathLike, lineno: int, raw: bytes, type: type[T],
 
 def _raise(path, lineno, field, msg, cause):
     raise InputError(str(path), lineno, field or None, msg) from cause
+
+
+def json_type(v: Any) -> str:
+    """A decoded JSON value's type as an error message names it ("an array")."""
+    return {bool: "a boolean", int: "a number", float: "a number", list: "an array",
+            dict: "an object", type(None): "null"}.get(type(v), type(v).__name__)
 
 
 def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:

@@ -31,9 +31,10 @@ import msgspec
 
 from tension.core.prompts import generate as gp
 from tension.core.config.generate import MODES, GenerateConfig
-from tension.core.inputs.corpus import _json_type
 from tension.core.errors import ConfigError, InputError, StatusError
-from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
+from tension.core.formats import Generator
+from tension.core.inputs.ideas import Idea, Reference, ReferencePrompt, read_ideas, reference_pool
+from tension.core.inputs.jsonl import atomic_write
 from tension.core.run.progress import Progress
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import Router, parse_replicas
@@ -46,23 +47,6 @@ __all__ = [
 ]
 
 # --- records --------------------------------------------------------------------
-
-class Idea(msgspec.Struct, kw_only=True):
-    id: str
-    idea: str
-    group: str | None = None
-    suspects: list[str] = []
-    culprit: str = ""
-    distractor: str = ""
-
-
-class Reference(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """The Step 0 reference of a story: a title of the pool, or a story file."""
-
-    kind: str  # "title" or "text"
-    name: str  # the title as sent, or the file's stem
-    sha256: str | None = None  # of the file's text (text mode), so the exact reference is known
-
 
 class StorySettings(msgspec.Struct, kw_only=True):
     temperature: float
@@ -96,19 +80,6 @@ class GeneratedStory(msgspec.Struct, kw_only=True):
     idea_group: str | None = None
 
 
-class Generator(msgspec.Struct, kw_only=True):
-    """How a whodunit was generated, so a reader can continue it from any paragraph:
-    system + render_whodunit(paragraph_prompt, …) for i < L, final_prompt for i = L."""
-
-    model: str
-    system: str
-    paragraph_prompt: str
-    final_prompt: str
-    temperature: float
-    max_tokens: int
-    L: int
-
-
 class Whodunit(msgspec.Struct, kw_only=True):
     """One output line of `--mode whodunit`: the `fairplay` input format."""
 
@@ -140,127 +111,6 @@ class _GaveUp(Exception):
     """Every attempt of one story (or paragraph) came back too short."""
 
 
-# --- inputs ---------------------------------------------------------------------
-
-def read_ideas(path: str | os.PathLike, whodunit: bool = False) -> tuple[list[tuple[int, Idea]], list[InputError]]:
-    """(line, idea) pairs in file order and an error per bad record. A folder holds
-    one idea per .txt file (id = file stem; line 0)."""
-    p = Path(path)
-    if p.is_dir():
-        return _read_idea_folder(p, whodunit)
-    ideas: list[tuple[int, Idea]] = []
-    errors: list[InputError] = []
-    seen: dict[str, int] = {}
-    for lineno, raw in iter_lines(p):
-        try:
-            obj = decode_line(str(p), lineno, raw, dict)
-            idea = _idea(str(p), lineno, obj, whodunit)
-            if idea.id in seen:
-                raise InputError(str(p), lineno, "id", f"duplicate id {idea.id!r} (first on line {seen[idea.id]})")
-        except InputError as e:
-            errors.append(e)
-            continue
-        seen[idea.id] = lineno
-        ideas.append((lineno, idea))
-    if not ideas and not errors:
-        errors.append(InputError(str(p), 0, None, "no ideas (the file is empty)"))
-    return ideas, errors
-
-
-def _idea(path: str, lineno: int, obj: dict[str, Any], whodunit: bool) -> Idea:
-    def text(name: str, required: bool = True) -> str | None:
-        if name not in obj:
-            if required:
-                raise InputError(path, lineno, name, "missing required field")
-            return None
-        v = obj[name]
-        if not isinstance(v, str):
-            raise InputError(path, lineno, name, f"expected a string, got {_json_type(v)}")
-        if not v.strip():
-            raise InputError(path, lineno, name, "expected a non-empty string")
-        return v
-
-    idea = Idea(id=text("id"), idea=text("idea"), group=text("group", required=False))
-    if not whodunit:
-        return idea
-    suspects = obj.get("suspects")
-    if not isinstance(suspects, list) or len(suspects) < 2:
-        got = "nothing" if suspects is None else _json_type(suspects) if not isinstance(suspects, list) \
-            else f"{len(suspects)} name(s)"
-        raise InputError(path, lineno, "suspects", f"expected a list of at least 2 names, got {got}")
-    for j, s in enumerate(suspects):
-        if not isinstance(s, str) or not s.strip():
-            got = "an empty string" if isinstance(s, str) else _json_type(s)
-            raise InputError(path, lineno, f"suspects[{j}]", f"expected a non-empty string, got {got}")
-    if len(set(suspects)) != len(suspects):
-        raise InputError(path, lineno, "suspects", "names must be distinct")
-    idea.suspects = list(suspects)
-    idea.culprit = text("culprit")
-    idea.distractor = text("distractor")
-    for name, value in (("culprit", idea.culprit), ("distractor", idea.distractor)):
-        if value not in suspects:
-            raise InputError(path, lineno, name, f"{value!r} is not one of the suspects")
-    if idea.distractor == idea.culprit:
-        raise InputError(path, lineno, "distractor", "must differ from the culprit")
-    return idea
-
-
-def _read_idea_folder(p: Path, whodunit: bool) -> tuple[list[tuple[int, Idea]], list[InputError]]:
-    files = sorted(f for f in p.iterdir() if f.suffix == ".txt" and f.is_file())
-    if not files:
-        return [], [InputError(str(p), 0, None, "no .txt files in this folder")]
-    if whodunit:
-        return [], [InputError(str(p), 0, "suspects", "whodunit ideas need suspects, culprit and distractor: "
-                                                      "give them as JSON Lines")]
-    ideas, errors = [], []
-    for f in files:
-        try:
-            text = f.read_bytes().decode("utf-8")
-        except (UnicodeDecodeError, OSError) as e:
-            errors.append(InputError(str(f), 0, None, f"cannot read as UTF-8 text: {e}"))
-            continue
-        if not text.strip():
-            errors.append(InputError(str(f), 0, "idea", "empty file"))
-            continue
-        ideas.append((0, Idea(id=f.stem, idea=text.strip())))
-    return ideas, errors
-
-
-class _Ref(msgspec.Struct, frozen=True):
-    reference: Reference
-    prompt: str  # the Step 0 prompt
-
-
-def reference_pool(cfg: GenerateConfig) -> list[_Ref]:
-    """Step 0's references: the given story files (full-text mode), else titles."""
-    if cfg.reference_stories:
-        pool = []
-        for path in cfg.reference_stories:
-            try:
-                text = Path(path).read_bytes().decode("utf-8").strip()
-            except (OSError, UnicodeDecodeError) as e:
-                raise ConfigError(f"--reference-story {path}: cannot read as UTF-8 text: {e}") from e
-            if not text:
-                raise ConfigError(f"--reference-story {path}: the file is empty")
-            ref = Reference(kind="text", name=Path(path).stem, sha256=hashlib.sha256(text.encode()).hexdigest())
-            pool.append(_Ref(ref, gp.WARMUP_TEXT.format(story=text)))
-        return pool
-    if cfg.titles == "paper":
-        titles = list(gp.PAPER_TITLES)
-    elif cfg.titles == "recommended":
-        titles = list(gp.RECOMMENDED_TITLES)
-    else:
-        try:
-            lines = Path(cfg.titles).read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"--titles {cfg.titles}: expected 'paper', 'recommended' or a readable file "
-                              f"with one title per line ({e})") from e
-        titles = [t.strip() for t in lines if t.strip() and not t.lstrip().startswith("#")]
-        if not titles:
-            raise ConfigError(f"--titles {cfg.titles}: no titles in the file")
-    return [_Ref(Reference(kind="title", name=t), gp.WARMUP_TITLE.format(ref_name=t)) for t in titles]
-
-
 def story_seed(seed: int, idea_id: str) -> int:
     """The seed of one story's requests: a function of the run seed and the idea
     id, so stories differ from each other and a rerun asks the same requests."""
@@ -268,7 +118,7 @@ def story_seed(seed: int, idea_id: str) -> int:
     return int.from_bytes(h, "big") >> 2  # < 2**30: room for + attempt in a signed int32
 
 
-def choose_reference(pool: list[_Ref], seed: int, idea_id: str) -> _Ref:
+def choose_reference(pool: list[ReferencePrompt], seed: int, idea_id: str) -> ReferencePrompt:
     """The paper draws one reference at random per story; ours is drawn from a
     Random seeded by (run seed, idea id): reproducible, independent of order."""
     return random.Random(f"{seed}:{idea_id}").choice(pool)
@@ -280,7 +130,7 @@ class StoryWriter:
     """The stories of one generate run: each idea's steps, their requests through
     the run's cached call, and the output lines in idea order."""
 
-    def __init__(self, cfg: GenerateConfig, ideas: list[tuple[int, Idea]], pool: list[_Ref], run: Run):
+    def __init__(self, cfg: GenerateConfig, ideas: list[tuple[int, Idea]], pool: list[ReferencePrompt], run: Run):
         self.cfg = cfg
         self.ideas = ideas
         self.pool = pool

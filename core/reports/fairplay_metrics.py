@@ -33,6 +33,7 @@ from tension.kernels.fairplay import (
 from tension.kernels.groups import describe
 
 from tension.core.errors import InputError
+from tension.core.formats import DEFAULT_GROUP
 from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
 
 __all__ = [
@@ -61,7 +62,6 @@ __all__ = [
     "fairplay_metrics",
 ]
 
-DEFAULT_GROUP = "all"
 ALL_STORIES = "(all)"  # the pooled curves over every story
 NOT_SURE = "not sure"  # an actual reader's guess that names nobody (like an empty one)
 RENORM_TOL = 0.01  # every row is divided by its sum; one further than this from 1 is also reported

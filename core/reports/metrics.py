@@ -25,6 +25,7 @@ from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.groups import GroupStat, group_stats
 
 from tension.core.errors import InputError
+from tension.core.formats import DEFAULT_GROUP, PositionLine
 from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
 
 __all__ = [
@@ -40,9 +41,6 @@ __all__ = [
     "groups_csv",
     "format_group_table",
 ]
-
-DEFAULT_GROUP = "all"
-
 
 class Curve(msgspec.Struct, kw_only=True):
     id: str
@@ -81,23 +79,15 @@ def check_curve(path: str, lineno: int, c: Curve) -> None:
             raise InputError(path, lineno, f"y[{i}]", f"expected a no-rate in [0, 1], got {v}")
 
 
-class _PositionLine(msgspec.Struct):
-    id: str
-    k: int
-    pct: float
-    no_rate: float
-    group: str = DEFAULT_GROUP
-
-
 def read_run_positions(run_dir: str | os.PathLike) -> tuple[list[Curve], list[InputError]]:
     """Curves from a score run's positions.jsonl (lines grouped by story, ascending k)."""
     path = str(Path(run_dir) / "positions.jsonl")
     by_id: dict[str, Curve] = {}
     errors: list[InputError] = []
-    dec = msgspec.json.Decoder(_PositionLine)
+    dec = msgspec.json.Decoder(PositionLine)
     for lineno, raw in iter_lines(path):
         try:
-            p = decode_line(path, lineno, raw, _PositionLine, dec)
+            p = decode_line(path, lineno, raw, PositionLine, dec)
         except InputError as e:
             errors.append(e)
             continue
