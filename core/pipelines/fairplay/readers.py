@@ -1,47 +1,29 @@
-"""`tension-run fairplay`: the LLM readers of a whodunit, paragraph by paragraph
-(METRICS.md 2.1; paper 003), then the fair-play metrics.
+"""How the readers of paper 003 are asked (docs/fairplay.md): the gullible and
+experienced readers by prompt, the know-it-all by K continuations of the story by
+its own generator, each named a culprit by a judge; and the suspect extraction.
 
-    stories.jsonl ─► stories (segments, suspects, culprit, generator?)
-       ─► [suspect extraction]                        ◄─► LMDB verdicts
-       ─► gullible / experienced reader per prefix    ◄─► LMDB verdicts (raw answers)
-       ─► know-it-all per checkpoint: K continuations ◄─► LMDB endings (one per paragraph)
-              ─► culprit of each finished continuation ◄─► LMDB verdicts
-       ─► readers.jsonl (the `fairplay-metrics` input) ─► fairplay_metrics()
-
-Raw answers are cached and parsed when used (core/reader_parse.py), so a rerun
-sends nothing and a better parser needs no new requests. An answer that cannot be
-parsed is asked again with the next seed (a new cache key), at most
-`parse_retries` times, then recorded in the story's `failures`; no number is ever
-filled in. Requests run through the Scheduler's lanes ("reader", "generation",
-"judge") and the client; completed answers are group-committed as in `score`.
+Raw answers are cached and parsed when used (prompts/answers.py), so a rerun sends
+nothing and a better parser needs no new requests. An answer that cannot be parsed
+is asked again with the next seed (a new cache key), at most `parse_retries` times;
+no number is ever filled in.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
-
-from tension.core.prompts import readers as rp
-from tension.core.config.fairplay import READERS, FairPlayConfig, load_fairplay_config
-from tension.core.errors import InputError, StatusError
-from tension.core.formats import Generator
-from tension.core.inputs.jsonl import atomic_write
-from tension.core.inputs.whodunits import WhodunitStory, read_stories, segment_text
-from tension.core.run.progress import Progress
+from tension.core.config.fairplay import FairPlayConfig
+from tension.core.errors import InputError
+from tension.core.inputs.whodunits import WhodunitStory
 from tension.core.llm.protocol import ChatRequest
-from tension.core.prompts.answers import match_suspect, parse_culprit, parse_distribution, parse_suspect_list
 from tension.core.llm.replicas import Router, parse_replicas
-from tension.core.run.lifecycle import LOCK_NAME, Run, client_for, open_store, out_lock, prepare_out_dir, run_blocking
+from tension.core.prompts import readers as rp
+from tension.core.prompts.answers import match_suspect, parse_culprit, parse_distribution, parse_suspect_list
+from tension.core.run.lifecycle import Run
 
-__all__ = ["READERS", "FairPlayConfig", "Generator", "WhodunitStory", "ReaderFailure", "FairPlayRun",
-           "load_fairplay_config", "read_stories", "segment_text", "checkpoint_paragraphs", "fairplay",
-           "fairplay_async"]
-
-# --------------------------------------------------------------------------- checkpoints and schemas
+__all__ = ["Job", "Value", "Readers", "checkpoint_paragraphs", "distribution_schema", "culprit_schema"]
 
 
 def checkpoint_paragraphs(spec: int | list[int], L: int) -> list[int]:
@@ -77,13 +59,20 @@ def culprit_schema(suspects: list[str]) -> dict[str, Any]:
             "properties": {"culprit": {"anyOf": [{"enum": list(suspects)}, {"type": "null"}]}}}
 
 
-# --------------------------------------------------------------------------- the run
+class Job(msgspec.Struct, frozen=True):
+    """One reader value to find: a story's reader at a paragraph (for the
+    know-it-all: the checkpoint its continuations start after)."""
 
-
-class ReaderFailure(msgspec.Struct, kw_only=True):
+    story: int
     reader: str
-    paragraph: int | None
-    error: str
+    paragraph: int
+
+
+class Value(NamedTuple):
+    """A reader's distribution over the suspects, or why there is none."""
+
+    probs: list[float] | None
+    error: str | None
 
 
 class _Names(msgspec.Struct):
@@ -91,33 +80,10 @@ class _Names(msgspec.Struct):
     error: str | None
 
 
-class _Job(msgspec.Struct, frozen=True):
-    story: int
-    reader: str
-    paragraph: int  # for know_it_all: the checkpoint
-
-
-class FairPlayRun(msgspec.Struct, kw_only=True):
-    """What a `fairplay` run did; the CLI prints it and picks the exit status."""
-
-    status: str  # "complete", "failed", "interrupted"
-    out: str
-    stories: int
-    input_errors: list[str]
-    reader_failures: int  # values recorded as failures (null in readers.jsonl)
-    failed_stories: list[str]  # ids with at least one failure
-    requests: dict[str, int]
-    cache_hits: dict[str, int]
-    metrics: Any = None  # the FairPlaySummary of the metrics, when they ran
-    error: str | None = None
-
-
-_enc = msgspec.json.Encoder()
-
-
-class ReaderRun:
-    """The readers of one fairplay run: its jobs (story, reader, paragraph), their
-    cached requests, the values and failures, and readers.jsonl."""
+class Readers:
+    """How each reader of paper 003 is asked, through the run's cached call: the
+    prompted readers, the know-it-all's continuations and culprit judge, and the
+    suspect extraction. Each asking method returns a `Value`; the caller records it."""
 
     def __init__(self, cfg: FairPlayConfig, stories: list[WhodunitStory], run: Run, path: str = ""):
         self.cfg = cfg
@@ -132,9 +98,6 @@ class ReaderRun:
         self.reader_model = cfg.reader_model or ""
         self.judge_model = cfg.judge_model or ""
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
-        self.values: list[dict[str, list[list[float] | None]]] = [{} for _ in stories]
-        self.failures: list[list[ReaderFailure]] = [[] for _ in stories]
-        self.metrics = None  # the metrics' summary, once they ran
 
     async def resolve_models(self) -> None:
         """Model ids for the cache keys; given ids are used as they are, so a fully
@@ -209,7 +172,7 @@ class ReaderRun:
 
     # -- readers --------------------------------------------------------------
 
-    async def prompted_reader(self, job: _Job) -> None:
+    async def prompted_reader(self, job: Job) -> Value:
         st = self.stories[job.story]
         cfg = self.cfg
         prefix = st.segments[: job.paragraph]
@@ -222,9 +185,8 @@ class ReaderRun:
                                     lambda text: parse_distribution(text, st.suspects),
                                     distribution_schema(st.suspects))
         if res.error is not None:
-            self.fail(job, f"unusable answer after {cfg.parse_retries + 1} tries: {res.error}")
-        else:
-            self.record(job, res.probs)
+            return Value(None, f"unusable answer after {cfg.parse_retries + 1} tries: {res.error}")
+        return Value(res.probs, None)
 
     def previous_stories(self, si: int) -> list[str]:
         """The `previous_stories` stories before this one in the input that share its
@@ -240,7 +202,7 @@ class ReaderRun:
         earlier = [o for o in self.stories[:si] if same(o)]
         return [rp.story_join(o.segments) for o in earlier[-n:]]
 
-    async def know_it_all(self, job: _Job) -> None:
+    async def know_it_all(self, job: Job) -> Value:
         """K continuations from after paragraph `job.paragraph` to L, each named a
         culprit by the judge; the relative frequencies over the suspects."""
         st = self.stories[job.story]
@@ -260,10 +222,9 @@ class ReaderRun:
                 counts[res.index] += 1
         named = sum(counts)
         if named == 0:
-            self.fail(job, f"none of {cfg.k} continuations names a suspect as culprit "
-                           f"({nobody} name nobody, {unusable} unusable judge answers)")
-            return
-        self.record(job, [x / named for x in counts])
+            return Value(None, f"none of {cfg.k} continuations names a suspect as culprit "
+                               f"({nobody} name nobody, {unusable} unusable judge answers)")
+        return Value([x / named for x in counts], None)
 
     async def continuation_culprit(self, st: WhodunitStory, paragraphs: list[str], k: int):
         """Write continuation k to the end, then ask the judge whom it reveals."""
@@ -296,144 +257,3 @@ class ReaderRun:
                           seed=self.cfg.seed + (k or 0) if self.cfg.seeds else None,
                           chat_template_kwargs=self.template_kwargs)
         return [t.strip() for t in await self.chat("generation", "generation", req, "endings")]
-
-    # -- bookkeeping ----------------------------------------------------------
-
-    def record(self, job: _Job, probs: list[float]) -> None:
-        self.values[job.story][job.reader][job.paragraph - 1] = probs
-        self.run.committer.lines.append(_enc.encode({"id": self.stories[job.story].id, "reader": job.reader,
-                                                 "paragraph": job.paragraph, "probabilities": probs}) + b"\n")
-
-    def fail(self, job: _Job, error: str) -> None:
-        self.failures[job.story].append(ReaderFailure(reader=job.reader, paragraph=job.paragraph, error=error))
-
-    async def run_job(self, job: _Job) -> None:
-        try:
-            if job.reader == "know_it_all":
-                await self.know_it_all(job)
-            else:
-                await self.prompted_reader(job)
-        except StatusError as e:
-            # This request was refused (e.g. a prompt over the context): this value
-            # fails, the rest go on.
-            self.fail(job, str(e))
-        self.run.progress.position_done()
-
-    async def jobs(self, extract: list[int]):
-        """Every (story, reader, paragraph) in input order; a story's suspects are
-        extracted before its first job."""
-        todo = set(extract)
-        for si, st in enumerate(self.stories):
-            if si in todo:
-                try:
-                    await self.extract_suspects(si)
-                except (InputError, StatusError) as e:
-                    self.failures[si].append(ReaderFailure(reader="suspects", paragraph=None, error=str(e)))
-                    continue
-            jobs = []
-            for reader in self.cfg.readers:
-                if reader == "know_it_all":
-                    if st.generator is None:
-                        continue
-                    paragraphs = checkpoint_paragraphs(self.cfg.checkpoints, st.L)
-                else:
-                    paragraphs = range(1, st.L + 1)
-                self.values[si][reader] = [None] * st.L
-                jobs += [_Job(si, reader, p) for p in paragraphs]
-            self.run.progress.add_positions(len(jobs))
-            for job in jobs:
-                yield job
-
-    async def read(self, extract: list[int]) -> None:
-        await self.resolve_models()
-        cfg = self.cfg
-        lanes = {lane: n for router in self.routers.values() for lane, n in router.lanes().items()}
-        async with self.run.scheduler(lanes) as sched:
-            await sched.feed(self.jobs(extract), self.run_job, cfg.reader_concurrency + cfg.gen_concurrency)
-
-    # -- outputs --------------------------------------------------------------
-
-    def readers_jsonl(self) -> bytes:
-        """The contract of `fairplay-metrics` (docs/fairplay.md), in input order;
-        stories whose suspects could not be found are left out."""
-        lines = []
-        for st, values, fails in zip(self.stories, self.values, self.failures):
-            if not st.suspects:
-                continue
-            lines.append(_enc.encode({
-                "id": st.id, "group": st.group, "suspects": st.suspects, "culprit": st.culprit,
-                "distractor": st.distractor, "revelation": st.revelation, "L": st.L, "readers": values,
-                "extracted_suspects": st.extracted_suspects, "failures": [msgspec.to_builtins(f) for f in fails],
-            }) + b"\n")
-        return b"".join(lines)
-
-
-# --------------------------------------------------------------------------- entry points
-
-
-async def fairplay_async(cfg: FairPlayConfig, stories_path: str | os.PathLike, out_dir: str | os.PathLike,
-                         metrics_options: dict[str, Any] | None = None) -> FairPlayRun:
-    """Run the readers over a stories file and write DIR/readers.jsonl, then the
-    metrics (reports/fairplay_metrics.py). Problems before the start raise
-    TensionError; during the run they end it with status "failed", all completed
-    answers kept in the cache."""
-    out = prepare_out_dir(out_dir)
-    with out_lock(out, out / LOCK_NAME, "fairplay", "folder"):
-        stories, extract, errors = read_stories(stories_path, cfg)
-        run = Run(store=open_store(cfg.cache, cfg.cache_max_gb), client=client_for(cfg, cfg.resolved_api_key()),
-                  progress=Progress(enabled=cfg.progress, stories=len(stories)),
-                  partial=out / "readers.partial.jsonl", record_path=out / "fairplay_run.json",
-                  record=lambda run: _record(readers, run, errors, out, stories_path),
-                  roles=("reader", "generation", "judge", "models"))
-        readers = ReaderRun(cfg, stories, run, str(stories_path))
-        async with run:
-            if stories:
-                await run.work(readers.read(extract))
-            run.progress.close()  # before the metrics' own progress bar
-            if run.status == "complete" and stories:
-                atomic_write(out / "readers.jsonl", readers.readers_jsonl())
-                readers.metrics = _metrics(out, cfg, metrics_options)
-    return _summary(readers, run, errors, out)
-
-
-def _metrics(out: Path, cfg: FairPlayConfig, options: dict[str, Any] | None):
-    """The metrics (reports/fairplay_metrics.py) over the readers just written;
-    `options` are its keyword settings (settings, max_plots, n_resamples, seed)."""
-    from tension.core.reports.fairplay_metrics import fairplay_metrics
-
-    return fairplay_metrics(out / "readers.jsonl", out, actual_csv=cfg.actual, **(options or {}))
-
-
-def _summary(readers: ReaderRun, run: Run, errors, out: Path) -> FairPlayRun:
-    failures = readers.failures
-    return FairPlayRun(
-        status=run.status, out=str(out), stories=len(readers.stories), input_errors=[str(e) for e in errors],
-        reader_failures=sum(len(f) for f in failures),
-        failed_stories=[st.id for st, f in zip(readers.stories, failures) if f],
-        requests=dict(run.requests), cache_hits=dict(run.store.counts.hits),
-        metrics=readers.metrics, error=run.error)
-
-
-def _record(readers: ReaderRun, run: Run, errors, out: Path, stories_path) -> dict[str, Any]:
-    summary = _summary(readers, run, errors, out)
-    return {
-        "command": "fairplay", "stories_file": str(stories_path), **run.timing(), "config": readers.cfg.public(),
-        "models": {"reader": readers.reader_model or readers.cfg.reader_model,
-                   "judge": readers.judge_model or readers.cfg.judge_model},
-        "versions": run.versions(),
-        "summary": msgspec.to_builtins(msgspec.structs.replace(summary, metrics=None)),
-        "metrics": {"stories": summary.metrics.stories, "errors": list(summary.metrics.errors)}
-        if summary.metrics is not None else None,
-        "failures": {st.id: [msgspec.to_builtins(f) for f in fs]
-                     for st, fs in zip(readers.stories, readers.failures) if fs},
-        "http": run.http(),
-        "usage_this_run": run.usage_this_run(),
-        "lanes": run.lanes(),
-    }
-
-
-def fairplay(cfg: FairPlayConfig, stories_path: str | os.PathLike, out_dir: str | os.PathLike,
-             metrics_options: dict[str, Any] | None = None) -> FairPlayRun:
-    """Blocking form of `fairplay_async` (uvloop when installed); SIGTERM stops it
-    like Ctrl-C, completed answers committed first."""
-    return run_blocking(lambda: fairplay_async(cfg, stories_path, out_dir, metrics_options))
