@@ -199,6 +199,30 @@ def _finite(a):
     return True
 
 
+@numba.njit(cache=True, nogil=True)
+def _retention_into(yr, retention_window, retain, convergence, i):
+    """Retention and convergence of curve `yr` (METRICS 1.4) into row i; False
+    when the curve has no peak, so both stay undefined."""
+    m = yr.shape[0]
+    npk = 0
+    rsum = 0.0
+    csum = 0.0
+    for j in range(1, m - 1):
+        if _sign(yr[j] - yr[j - 1]) > 0 and _sign(yr[j] - yr[j + 1]) > 0:
+            hi = min(m, j + 1 + retention_window)
+            low = yr[j + 1]
+            for q in range(j + 2, hi):
+                low = min(low, yr[q])
+            rsum += low / yr[j]
+            csum += (low - yr[j]) / yr[j]
+            npk += 1
+    if npk == 0:
+        return False
+    retain[i] = 100.0 * rsum / npk
+    convergence[i] = 100.0 * csum / npk
+    return True
+
+
 # ----------------------------------------------------------------------------
 # The batch kernel
 
@@ -251,22 +275,7 @@ def _batch(x, y, offsets, half, thresholds, late_threshold, retention_window,
             flags |= 4
 
         # Post-spike retention on the raw curve.
-        npk = 0
-        rsum = 0.0
-        csum = 0.0
-        for j in range(1, m - 1):
-            if _sign(yr[j] - yr[j - 1]) > 0 and _sign(yr[j] - yr[j + 1]) > 0:
-                hi = min(m, j + 1 + retention_window)
-                low = yr[j + 1]
-                for q in range(j + 2, hi):
-                    low = min(low, yr[q])
-                rsum += low / yr[j]
-                csum += (low - yr[j]) / yr[j]
-                npk += 1
-        if npk > 0:
-            retain[i] = 100.0 * rsum / npk
-            convergence[i] = 100.0 * csum / npk
-        else:
+        if not _retention_into(yr, retention_window, retain, convergence, i):
             flags |= 8
 
         # Inflection rate on the smoothed curve in the unit square.

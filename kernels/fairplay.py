@@ -131,6 +131,102 @@ def _row_sum(probs, r, a, k):
 
 
 @numba.njit(cache=True, nogil=True)
+def _story_scores(s, L, tie_eps, nst, nh, npt, nu, nw, nstr, nsh, dsh, n_steps, hit_rate, ptm,
+                  weak_share, strong_share, FP_shared, S, C, FP, S_pw, C_pw, FP_pw, insufficient):
+    """Story s's scores from its readers' running totals (see `_batch`)."""
+    R = nst.shape[0]
+    for r in range(R):
+        n_steps[s, r] = nst[r]
+        hit_rate[s, r] = nh[r] / nst[r] if nst[r] > 0 else np.nan
+        ptm[s, r] = npt[r] / nst[r] if nst[r] > 0 else np.nan
+        weak_share[s, r] = nw[r] / nu[r] if nu[r] > 0 else np.nan
+        strong_share[s, r] = nstr[r] / nu[r] if nu[r] > 0 else np.nan
+        FP_shared[s, r] = dsh[r] / nsh[r] if nsh[r] > 0 else np.nan
+    S[s] = 1.0 - hit_rate[s, GULLIBLE]
+    S_pw[s] = 1.0 - ptm[s, GULLIBLE]
+    for r in range(R):
+        C[s, r] = hit_rate[s, r]
+        C_pw[s, r] = ptm[s, r]
+        # C − (1 − S) written as C_M − C_M0, so equal rates give exactly 0.
+        FP[s, r] = np.nan if r == GULLIBLE else hit_rate[s, r] - hit_rate[s, GULLIBLE]
+        FP_pw[s, r] = np.nan if r == GULLIBLE else ptm[s, r] - ptm[s, GULLIBLE]
+    fp = FP[s, KNOW_IT_ALL]
+    insufficient[s] = np.nan if math.isnan(fp) else (1.0 if fp < 1.0 / L - tie_eps else 0.0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _early(probs, poff, k, L, ys, i, threshold):
+    """Early convergence at paragraph i: M*(i)_culprit > threshold (1.0 / 0.0), NaN
+    when the story is shorter or M* has no value there."""
+    if i > L:
+        return np.nan
+    a = poff + (i - 1) * k
+    ktot = _row_sum(probs, KNOW_IT_ALL, a, k)
+    if not ktot > 0.0:
+        return np.nan
+    return 1.0 if probs[KNOW_IT_ALL, a + ys] / ktot > threshold else 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def _paragraph(probs, a, k, o, ys, d, logk, hstar, ktot, eps, eps_s, delta_s, tie_eps,
+               U, seff, dcoh, dintel, weak, strong, hit, p_true, p_dist,
+               prev, nst, nh, npt, nu, nw, nstr, nsh, dsh):
+    """Every reader's values at one paragraph (column o; its probabilities start at
+    `a`), and their running totals (see `_batch`). M*(i) (`ktot`, `hstar`) is shared
+    by every reader's U."""
+    R = probs.shape[0]
+    for r in range(R):
+        U[r, o] = np.nan
+        seff[r, o] = np.nan
+        dcoh[r, o] = np.nan
+        dintel[r, o] = np.nan
+        weak[r, o] = np.nan
+        strong[r, o] = np.nan
+        hit[r, o] = np.nan
+        p_true[r, o] = np.nan
+        p_dist[r, o] = np.nan
+        tot = _row_sum(probs, r, a, k)
+        if not tot > 0.0:
+            continue
+        pt = probs[r, a + ys] / tot
+        best_other = -1.0
+        for y in range(k):
+            if y != ys:
+                best_other = max(best_other, probs[r, a + y] / tot)
+        h = 1.0 if pt - best_other > tie_eps else 0.0
+        hit[r, o] = h
+        p_true[r, o] = pt
+        if d >= 0:
+            p_dist[r, o] = probs[r, a + d] / tot
+        nst[r] += 1
+        nh[r] += h
+        npt[r] += pt
+        hg = hit[GULLIBLE, o]  # the gullible reader comes first (r = 0)
+        if r != GULLIBLE and not math.isnan(hg):
+            nsh[r] += 1
+            dsh[r] += h - hg
+        if not ktot > 0.0:
+            continue
+        u = 0.0
+        for y in range(k):
+            w = probs[KNOW_IT_ALL, a + y] / ktot
+            if w > 0.0:
+                u -= w * math.log(max(probs[r, a + y] / tot, eps))
+        U[r, o] = u
+        seff[r, o] = prev[r] - u
+        prev[r] = u
+        dcoh[r, o] = logk - u
+        dintel[r, o] = u - hstar
+        wk = u >= logk - eps_s
+        sg = u >= logk + delta_s
+        weak[r, o] = 1.0 if wk else 0.0
+        strong[r, o] = 1.0 if sg else 0.0
+        nu[r] += 1
+        nw[r] += 1 if wk else 0
+        nstr[r] += 1 if sg else 0
+
+
+@numba.njit(cache=True, nogil=True)
 def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, tie_eps,
            early_steps, early_threshold,
            U, seff, dcoh, dintel, weak, strong, hit, p_true, p_dist,
@@ -138,7 +234,11 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
            weak_share, strong_share, FP_shared):
     R = probs.shape[0]
     n = L.shape[0]
-    # per-reader running state of one story
+    # Per-reader running state of one story: prev = U of the previous step (log k
+    # before the first); nst = steps with a value, nh = their hits, npt = their
+    # M(i)_culprit sum; nu = steps with a defined U, nw / nstr = weak / strong
+    # surprises among them; nsh = steps where the gullible reader has a value too,
+    # dsh = the sum of hit − gullible hit over them.
     prev = np.empty(R)
     nst = np.empty(R, dtype=np.int64)
     nh = np.empty(R)
@@ -173,80 +273,13 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
                     w = probs[KNOW_IT_ALL, a + y] / ktot
                     if w > 0.0:
                         hstar -= w * math.log(max(w, eps))
-            for r in range(R):
-                U[r, o] = np.nan
-                seff[r, o] = np.nan
-                dcoh[r, o] = np.nan
-                dintel[r, o] = np.nan
-                weak[r, o] = np.nan
-                strong[r, o] = np.nan
-                hit[r, o] = np.nan
-                p_true[r, o] = np.nan
-                p_dist[r, o] = np.nan
-                tot = _row_sum(probs, r, a, k)
-                if not tot > 0.0:
-                    continue
-                pt = probs[r, a + ys] / tot
-                best_other = -1.0
-                for y in range(k):
-                    if y != ys:
-                        best_other = max(best_other, probs[r, a + y] / tot)
-                h = 1.0 if pt - best_other > tie_eps else 0.0
-                hit[r, o] = h
-                p_true[r, o] = pt
-                if d >= 0:
-                    p_dist[r, o] = probs[r, a + d] / tot
-                nst[r] += 1
-                nh[r] += h
-                npt[r] += pt
-                hg = hit[GULLIBLE, o]  # the gullible reader comes first (r = 0)
-                if r != GULLIBLE and not math.isnan(hg):
-                    nsh[r] += 1
-                    dsh[r] += h - hg
-                if not ktot > 0.0:
-                    continue
-                u = 0.0
-                for y in range(k):
-                    w = probs[KNOW_IT_ALL, a + y] / ktot
-                    if w > 0.0:
-                        u -= w * math.log(max(probs[r, a + y] / tot, eps))
-                U[r, o] = u
-                seff[r, o] = prev[r] - u
-                prev[r] = u
-                dcoh[r, o] = logk - u
-                dintel[r, o] = u - hstar
-                wk = u >= logk - eps_s
-                sg = u >= logk + delta_s
-                weak[r, o] = 1.0 if wk else 0.0
-                strong[r, o] = 1.0 if sg else 0.0
-                nu[r] += 1
-                nw[r] += 1 if wk else 0
-                nstr[r] += 1 if sg else 0
-        for r in range(R):
-            n_steps[s, r] = nst[r]
-            hit_rate[s, r] = nh[r] / nst[r] if nst[r] > 0 else np.nan
-            ptm[s, r] = npt[r] / nst[r] if nst[r] > 0 else np.nan
-            weak_share[s, r] = nw[r] / nu[r] if nu[r] > 0 else np.nan
-            strong_share[s, r] = nstr[r] / nu[r] if nu[r] > 0 else np.nan
-            FP_shared[s, r] = dsh[r] / nsh[r] if nsh[r] > 0 else np.nan
-        S[s] = 1.0 - hit_rate[s, GULLIBLE]
-        S_pw[s] = 1.0 - ptm[s, GULLIBLE]
-        for r in range(R):
-            C[s, r] = hit_rate[s, r]
-            C_pw[s, r] = ptm[s, r]
-            # C − (1 − S) written as C_M − C_M0, so equal rates give exactly 0.
-            FP[s, r] = np.nan if r == GULLIBLE else hit_rate[s, r] - hit_rate[s, GULLIBLE]
-            FP_pw[s, r] = np.nan if r == GULLIBLE else ptm[s, r] - ptm[s, GULLIBLE]
-        fp = FP[s, KNOW_IT_ALL]
-        insufficient[s] = np.nan if math.isnan(fp) else (1.0 if fp < 1.0 / L[s] - tie_eps else 0.0)
+            _paragraph(probs, a, k, o, ys, d, logk, hstar, ktot, eps, eps_s, delta_s, tie_eps,
+                       U, seff, dcoh, dintel, weak, strong, hit, p_true, p_dist,
+                       prev, nst, nh, npt, nu, nw, nstr, nsh, dsh)
+        _story_scores(s, L[s], tie_eps, nst, nh, npt, nu, nw, nstr, nsh, dsh, n_steps, hit_rate, ptm,
+                      weak_share, strong_share, FP_shared, S, C, FP, S_pw, C_pw, FP_pw, insufficient)
         for e in range(early_steps.shape[0]):
-            i = early_steps[e]
-            early[s, e] = np.nan
-            if i <= L[s]:
-                a = poff[s] + (i - 1) * k
-                ktot = _row_sum(probs, KNOW_IT_ALL, a, k)
-                if ktot > 0.0:
-                    early[s, e] = 1.0 if probs[KNOW_IT_ALL, a + ys] / ktot > early_threshold else 0.0
+            early[s, e] = _early(probs, poff[s], k, L[s], ys, early_steps[e], early_threshold)
 
 
 def _check_layout(probs, poff, soff, L, K, culprit, distractor):
