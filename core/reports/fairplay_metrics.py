@@ -34,7 +34,7 @@ from tension.kernels.groups import describe
 
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
-from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
+from tension.core.inputs.jsonl import atomic_write, decode_line, read_records
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -244,21 +244,7 @@ def _decode(path: str, line: int, raw: bytes) -> ReaderRecord:
 
 def read_readers(path: str | os.PathLike) -> tuple[list[Story], list[InputError]]:
     """Every valid story of the file, and an error for each bad line."""
-    path = str(path)
-    stories: list[Story] = []
-    errors: list[InputError] = []
-    seen: dict[str, int] = {}
-    for line, raw in iter_lines(path):
-        try:
-            st = check_record(path, line, _decode(path, line, raw))
-            if st.id in seen:
-                raise InputError(path, line, "id", f"duplicate id {st.id!r} (first on line {seen[st.id]})")
-        except InputError as e:
-            errors.append(e)
-            continue
-        seen[st.id] = line
-        stories.append(st)
-    return stories, errors
+    return read_records(path, check_record, decode=_decode)
 
 
 def read_actual(path: str | os.PathLike, stories: Sequence[Story]) -> tuple[int, list[InputError]]:
