@@ -1,4 +1,5 @@
-"""The input readers' modules export what they name, and nothing public of theirs is left out."""
+"""Modules export what their __all__ names, nothing public of theirs is left out, and the names
+that moved are still importable where they were."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 
 @pytest.mark.parametrize("module", ["tension.core.inputs.ideas", "tension.core.inputs.whodunits",
                                     "tension.core.inputs.readers", "tension.core.inputs.jsonl",
-                                    "tension.core.inputs.corpus", "tension.core.formats"])
+                                    "tension.core.inputs.corpus", "tension.core.formats",
+                                    "tension.core.reports.filenames", "tension.core.serving.settings",
+                                    "tension.core.serving.install", "tension.core.serving.embedded"])
 def test_exported_members(module):
     mod = importlib.import_module(module)
     for name in mod.__all__:
@@ -26,3 +29,11 @@ def test_the_readers_checks_are_importable_from_fairplay_metrics():
 
     for name in ("ReaderRecord", "ScoredWhodunit", "check_record", "read_readers", "read_actual", "NOT_SURE"):
         assert getattr(fm, name) is getattr(readers, name)
+
+
+def test_embedded_still_offers_the_install_steps_and_settings():
+    from tension.core.serving import embedded, install, settings
+
+    assert embedded.install_command is install.install_command
+    assert embedded.ensure_installed is install.ensure_installed
+    assert embedded.EmbeddedSettings is settings.EmbeddedSettings and embedded.paths is settings.paths
