@@ -67,10 +67,6 @@ ALL_STORIES = "(all)"  # the pooled curves over every story
 # stands in for it (METRICS 2.2). Written into every output that carries Δintel.
 INTEL_NOTE = "intelligence gap: M1 (brilliant reader) approximated by M* (know-it-all)"
 
-# Column labels of the scores per reader.
-_C = {KNOW_IT_ALL: "UB", EXPERIENCED: "ER", ACTUAL: "AR"}
-
-
 class FairPlaySummary(msgspec.Struct, kw_only=True):
     stories: int
     errors: list[str]

@@ -13,7 +13,8 @@ import pytest
                                     "tension.core.inputs.readers", "tension.core.inputs.jsonl",
                                     "tension.core.inputs.corpus", "tension.core.formats",
                                     "tension.core.reports.filenames", "tension.core.serving.settings",
-                                    "tension.core.serving.install", "tension.core.serving.embedded"])
+                                    "tension.core.serving.install", "tension.core.serving.embedded",
+                                    "tension.core.prompts.fill"])
 def test_exported_members(module):
     mod = importlib.import_module(module)
     for name in mod.__all__:
@@ -37,3 +38,10 @@ def test_embedded_still_offers_the_install_steps_and_settings():
     assert embedded.install_command is install.install_command
     assert embedded.ensure_installed is install.ensure_installed
     assert embedded.EmbeddedSettings is settings.EmbeddedSettings and embedded.paths is settings.paths
+
+
+def test_one_placeholder_filler_under_its_old_names():
+    from tension.core.prompts import fill, generate, readers
+
+    assert generate.render_whodunit is fill.render_whodunit and readers.fill is fill.fill
+    assert generate.story_so_far is fill.story_join and readers.story_join is fill.story_join
