@@ -1,4 +1,4 @@
-"""The readers' prompts, as templates (paper 003, SI; METRICS.md 2.1).
+"""The readers' prompts, as templates (paper 003, SI; docs/fairplay.md, "The readers").
 
 - `GULLIBLE`: the paper's gullible-reader prompt, verbatim except that "four" and
   the A–D example follow the story's number of suspects (for four they are the

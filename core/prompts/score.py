@@ -1,4 +1,4 @@
-"""Every prompt the product sends, as data (paper 000, App. C.4–C.5; METRICS 1.2–1.3).
+"""Every prompt the product sends, as data (paper 000, App. C.4–C.5; docs/metrics.md 1.2–1.3).
 
 The texts are the paper's, verbatim, with its LaTeX rendered: `2--3` is an en dash
 and `---` an em dash. Changing any character here changes every cache key that

