@@ -21,6 +21,7 @@ import msgspec
 from tension.core.errors import CacheError
 
 from . import records
+from .paths import cache_root
 
 __all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path"]
 
@@ -34,8 +35,7 @@ _MAX_GROWS = 16
 
 
 def default_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tension-run" / "llm.lmdb"
+    return cache_root() / "llm.lmdb"
 
 
 class RunCounts(msgspec.Struct, kw_only=True):

@@ -5,7 +5,6 @@
     ├── ConfigError         a flag or config key is bad
     ├── CacheError          the LMDB store cannot be opened, read or written
     └── ServerError         an LLM server could not give a usable answer
-        ├── TransportError  connection refused/reset, timeout, malformed body
         ├── StatusError     an HTTP error status that retries did not cure
         └── RetryBudgetError  retries ran out (count or total time)
 
@@ -21,7 +20,6 @@ __all__ = [
     "ConfigError",
     "CacheError",
     "ServerError",
-    "TransportError",
     "StatusError",
     "RetryBudgetError",
 ]
@@ -56,10 +54,6 @@ class CacheError(TensionError):
 
 class ServerError(TensionError):
     """An LLM server did not give a usable answer."""
-
-
-class TransportError(ServerError):
-    """Connection failure, timeout or an unreadable body."""
 
 
 class StatusError(ServerError):

@@ -11,7 +11,7 @@ import msgspec
 
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
-from tension.core.inputs.jsonl import decode_line, iter_lines, json_type
+from tension.core.inputs.jsonl import read_records, string_field
 
 __all__ = ["Story", "Skipped", "Corpus", "read_corpus", "DEFAULT_GROUP"]
 
@@ -41,7 +41,7 @@ def read_corpus(path: str | os.PathLike, min_words: int = 500, max_words: int = 
     if p.is_dir():
         records, errors = _read_folder(p)
     else:
-        records, errors = _read_jsonl(p)
+        records, errors = read_records(p, _story, empty="stories")
     stories: list[Story] = []
     skipped: list[Skipped] = []
     for s in records:
@@ -55,41 +55,10 @@ def read_corpus(path: str | os.PathLike, min_words: int = 500, max_words: int = 
     return Corpus(path=str(p), stories=stories, skipped=skipped, errors=errors)
 
 
-def _read_jsonl(p: Path) -> tuple[list[Story], list[InputError]]:
-    stories: list[Story] = []
-    errors: list[InputError] = []
-    seen: dict[str, int] = {}
-    path = str(p)
-    for lineno, raw in iter_lines(p):
-        try:
-            obj = decode_line(path, lineno, raw, dict)
-            story = _story(path, lineno, obj)
-            if story.id in seen:
-                raise InputError(path, lineno, "id", f"duplicate id {story.id!r} (first on line {seen[story.id]})")
-        except InputError as e:
-            errors.append(e)
-            continue
-        seen[story.id] = lineno
-        stories.append(story)
-    if not stories and not errors:
-        errors.append(InputError(path, 0, None, "no stories (the file is empty)"))
-    return stories, errors
-
-
 def _story(path: str, lineno: int, obj: dict[str, Any]) -> Story:
-    def field(name: str, required: bool) -> str | None:
-        if name not in obj:
-            if required:
-                raise InputError(path, lineno, name, "missing required field")
-            return None
-        v = obj[name]
-        if not isinstance(v, str):
-            raise InputError(path, lineno, name, f"expected a string, got {json_type(v)}")
-        return v
-
-    sid = field("id", True)
-    text = field("text", True)
-    group = field("group", False)
+    sid = string_field(path, lineno, obj, "id")
+    text = string_field(path, lineno, obj, "text")
+    group = string_field(path, lineno, obj, "group", required=False)
     if not sid.strip():
         raise InputError(path, lineno, "id", "expected a non-empty string")
     if not text.strip():

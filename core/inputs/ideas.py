@@ -12,7 +12,7 @@ import msgspec
 
 from tension.core.config.generate import GenerateConfig
 from tension.core.errors import ConfigError, InputError
-from tension.core.inputs.jsonl import decode_line, iter_lines, json_type
+from tension.core.inputs.jsonl import json_type, read_records, string_field
 from tension.core.prompts import generate as gp
 
 __all__ = ["Idea", "Reference", "ReferencePrompt", "read_ideas", "reference_pool"]
@@ -48,35 +48,14 @@ def read_ideas(path: str | os.PathLike, whodunit: bool = False) -> tuple[list[tu
     p = Path(path)
     if p.is_dir():
         return _read_idea_folder(p, whodunit)
-    ideas: list[tuple[int, Idea]] = []
-    errors: list[InputError] = []
-    seen: dict[str, int] = {}
-    for lineno, raw in iter_lines(p):
-        try:
-            obj = decode_line(str(p), lineno, raw, dict)
-            idea = _idea(str(p), lineno, obj, whodunit)
-            if idea.id in seen:
-                raise InputError(str(p), lineno, "id", f"duplicate id {idea.id!r} (first on line {seen[idea.id]})")
-        except InputError as e:
-            errors.append(e)
-            continue
-        seen[idea.id] = lineno
-        ideas.append((lineno, idea))
-    if not ideas and not errors:
-        errors.append(InputError(str(p), 0, None, "no ideas (the file is empty)"))
-    return ideas, errors
+    return read_records(p, lambda path, lineno, obj: (lineno, _idea(path, lineno, obj, whodunit)),
+                        id_of=lambda pair: pair[1].id, empty="ideas")
 
 
 def _idea(path: str, lineno: int, obj: dict[str, Any], whodunit: bool) -> Idea:
     def text(name: str, required: bool = True) -> str | None:
-        if name not in obj:
-            if required:
-                raise InputError(path, lineno, name, "missing required field")
-            return None
-        v = obj[name]
-        if not isinstance(v, str):
-            raise InputError(path, lineno, name, f"expected a string, got {json_type(v)}")
-        if not v.strip():
+        v = string_field(path, lineno, obj, name, required)
+        if v is not None and not v.strip():
             raise InputError(path, lineno, name, "expected a non-empty string")
         return v
 

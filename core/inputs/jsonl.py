@@ -3,10 +3,11 @@ field, and writing output files atomically."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,7 +15,7 @@ import msgspec
 
 from tension.core.errors import InputError
 
-__all__ = ["iter_lines", "decode_line", "json_type", "atomic_write"]
+__all__ = ["iter_lines", "decode_line", "read_records", "string_field", "json_type", "atomic_write"]
 
 T = TypeVar("T")
 
@@ -69,6 +70,48 @@ def decode_line(path: str | os.PathLike, lineno: int, raw: bytes, type: type[T],
 
 def _raise(path, lineno, field, msg, cause):
     raise InputError(str(path), lineno, field or None, msg) from cause
+
+
+def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *,
+                 decode: Callable[[str, int, bytes], Any] = functools.partial(decode_line, type=dict),
+                 id_of: Callable[[T], str] = lambda item: item.id,
+                 empty: str | None = None) -> tuple[list[T], list[InputError]]:
+    """Every good record of a JSON Lines file in file order, and an InputError per
+    bad line: blank lines are skipped, each line is decoded by ``decode(path, line,
+    raw)`` and made a record by ``parse(path, line, value)`` (either may raise
+    InputError), and a record whose id an earlier one has is an error. A file with
+    neither records nor errors is an error "no EMPTY (the file is empty)" when
+    ``empty`` names what it should hold."""
+    path = str(path)
+    items: list[T] = []
+    errors: list[InputError] = []
+    seen: dict[str, int] = {}
+    for lineno, raw in iter_lines(path):
+        try:
+            item = parse(path, lineno, decode(path, lineno, raw))
+            key = id_of(item)
+            if key in seen:
+                raise InputError(path, lineno, "id", f"duplicate id {key!r} (first on line {seen[key]})")
+        except InputError as e:
+            errors.append(e)
+            continue
+        seen[key] = lineno
+        items.append(item)
+    if empty and not items and not errors:
+        errors.append(InputError(path, 0, None, f"no {empty} (the file is empty)"))
+    return items, errors
+
+
+def string_field(path: str, lineno: int, obj: dict[str, Any], name: str, required: bool = True) -> str | None:
+    """``obj[name]``, which must be a string; None when it is absent and not required."""
+    if name not in obj:
+        if required:
+            raise InputError(path, lineno, name, "missing required field")
+        return None
+    v = obj[name]
+    if not isinstance(v, str):
+        raise InputError(path, lineno, name, f"expected a string, got {json_type(v)}")
+    return v
 
 
 def json_type(v: Any) -> str:

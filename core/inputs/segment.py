@@ -1,4 +1,4 @@
-"""Sentences and positions of a story (METRICS.md 1.1; paper 000, App. C.2–C.3)."""
+"""Sentences and positions of a story (docs/metrics.md 1.1; paper 000, App. C.2–C.3)."""
 
 from __future__ import annotations
 

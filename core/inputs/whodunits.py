@@ -14,7 +14,7 @@ import msgspec
 from tension.core.config.fairplay import FairPlayConfig
 from tension.core.errors import InputError
 from tension.core.formats import Generator
-from tension.core.inputs.jsonl import decode_line, iter_lines
+from tension.core.inputs.jsonl import decode_line, iter_lines, read_records
 from tension.core.inputs.segment import split_sentences
 from tension.core.prompts.answers import match_suspect
 
@@ -26,7 +26,7 @@ class WhodunitStory(msgspec.Struct, kw_only=True):
     line: int
     group: str | None
     segments: list[str]
-    suspects: list[str]
+    suspects: list[str]  # empty until extracted, when neither the story nor --suspects names them
     culprit: str
     distractor: str | None
     revelation: int | None
@@ -97,8 +97,8 @@ def _canonical(path: str, line: int, field: str, name: str, suspects: list[str])
 
 
 def _story(path: str, line: int, obj: dict, cfg: FairPlayConfig, suspects_map: dict[str, list[str]]
-           ) -> tuple[WhodunitStory, bool]:
-    """One validated story, and whether its suspects still have to be extracted."""
+           ) -> WhodunitStory:
+    """One validated story; no suspects if they have to be extracted."""
     sid = obj.get("id")
     if not isinstance(sid, str) or not sid.strip():
         raise InputError(path, line, "id", "missing required field" if sid is None else
@@ -154,9 +154,8 @@ def _story(path: str, line: int, obj: dict, cfg: FairPlayConfig, suspects_map: d
             if "{story}" not in getattr(generator, field):
                 # a continuation that cannot see the story would estimate nothing
                 raise InputError(path, line, f"generator.{field}", "has no {story} placeholder")
-    story = WhodunitStory(id=sid, line=line, group=group, segments=segments, suspects=list(suspects or []),
-                          culprit=culprit, distractor=distractor, revelation=revelation, generator=generator)
-    return story, suspects is None
+    return WhodunitStory(id=sid, line=line, group=group, segments=segments, suspects=list(suspects or []),
+                         culprit=culprit, distractor=distractor, revelation=revelation, generator=generator)
 
 
 def read_suspects_file(path: str) -> dict[str, list[str]]:
@@ -176,25 +175,9 @@ def read_stories(path: str | os.PathLike, cfg: FairPlayConfig
                  ) -> tuple[list[WhodunitStory], list[int], list[InputError]]:
     """Valid stories in file order, the indices of those whose suspects must be
     extracted, and one error per bad record."""
-    path = str(path)
     suspects_map = read_suspects_file(cfg.suspects_file) if cfg.suspects_file else {}
-    stories: list[WhodunitStory] = []
-    extract: list[int] = []
-    errors: list[InputError] = []
-    seen: dict[str, int] = {}
-    for line, raw in iter_lines(path):
-        try:
-            obj = decode_line(path, line, raw, dict)
-            story, needs = _story(path, line, obj, cfg, suspects_map)
-            if story.id in seen:
-                raise InputError(path, line, "id", f"duplicate id {story.id!r} (first on line {seen[story.id]})")
-        except InputError as e:
-            errors.append(e)
-            continue
-        seen[story.id] = line
-        if needs:
-            extract.append(len(stories))
-        stories.append(story)
-    if not stories and not errors:
-        errors.append(InputError(path, 0, None, "no stories (the file is empty)"))
+    stories, errors = read_records(path, lambda p, line, obj: _story(p, line, obj, cfg, suspects_map),
+                                   empty="stories")
+    # Suspects given in the story or the --suspects file are at least two names.
+    extract = [j for j, story in enumerate(stories) if not story.suspects]
     return stories, extract, errors

@@ -1,5 +1,5 @@
 """Reading the readers' answers: JSON probabilities over suspects, a named culprit,
-a suspect list (METRICS.md 2.1, "parse defensively").
+a suspect list (docs/fairplay.md, "Parsing and retries").
 
 Models wrap JSON in code fences or prose, rename or reorder suspects, give
 probabilities that do not sum to 1. What is unambiguous is repaired and the repair

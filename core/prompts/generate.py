@@ -16,7 +16,7 @@ so `str.format` cannot be used, and another program (the know-it-all reader of
 
 from __future__ import annotations
 
-import re
+from tension.core.prompts.fill import render_whodunit, story_join
 
 __all__ = [
     "PAPER_TITLES", "RECOMMENDED_TITLES", "WARMUP_TITLE", "WARMUP_TEXT", "ADAPT_WITH_WARMUP",
@@ -158,21 +158,5 @@ WHODUNIT_FINAL = (
     "{story}"
 )
 
-_PLACEHOLDER = re.compile(r"\{(i|L|suspects|culprit|distractor|story)\}")
-
-
-def story_so_far(segments: list[str]) -> str:
-    """The `{story}` of a whodunit prompt: the paragraphs written so far, one blank
-    line between them ("" before the first paragraph)."""
-    return "\n\n".join(segments)
-
-
-def render_whodunit(template: str, *, i: int, L: int, suspects: list[str], culprit: str, distractor: str,
-                    story: str) -> str:
-    """A whodunit prompt for paragraph `i` (1-based) of `L`: each placeholder `{i}`,
-    `{L}`, `{suspects}` (names joined by ", "), `{culprit}`, `{distractor}`, `{story}`
-    replaced by its value in one pass. Braces that are not one of these placeholders,
-    and braces inside the values, are left as they are."""
-    values = {"i": str(i), "L": str(L), "suspects": ", ".join(suspects), "culprit": culprit,
-              "distractor": distractor, "story": story}
-    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+# The `{story}` of a whodunit prompt, under the name the generate pipeline calls it by.
+story_so_far = story_join

@@ -1,4 +1,4 @@
-"""The readers' prompts, as templates (paper 003, SI; METRICS.md 2.1).
+"""The readers' prompts, as templates (paper 003, SI; docs/fairplay.md, "The readers").
 
 - `GULLIBLE`: the paper's gullible-reader prompt, verbatim except that "four" and
   the A–D example follow the story's number of suspects (for four they are the
@@ -21,14 +21,13 @@ that uses it, so a changed prompt is never served an old answer.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from tension.core.prompts.generate import render_whodunit, story_so_far
+from tension.core.prompts.fill import fill, render_whodunit, story_join, suspect_list
 
 __all__ = [
     "GULLIBLE", "EXPERIENCED", "PREVIOUS_BLOCK", "CULPRIT_SYSTEM", "CULPRIT_USER", "EXTRACT_SYSTEM",
-    "EXTRACT_USER", "GENERATOR_PLACEHOLDERS", "BLIND_CULPRIT", "BLIND_DISTRACTOR", "fill", "render_generator",
+    "EXTRACT_USER", "BLIND_CULPRIT", "BLIND_DISTRACTOR", "fill", "render_generator",
     "gullible_messages", "experienced_messages", "culprit_messages", "extract_messages", "story_join",
 ]
 
@@ -123,28 +122,10 @@ EXTRACT_USER = (
     "name as the story writes it."
 )
 
-GENERATOR_PLACEHOLDERS = ("i", "L", "suspects", "culprit", "distractor", "story")
 # In "blind" mode the know-it-all's continuations are not told the true culprit
 # (see docs/fairplay.md): these stand in for {culprit} and {distractor}.
 BLIND_CULPRIT = "the suspect the story so far has set up to be the culprit"
 BLIND_DISTRACTOR = "the suspect the story so far has set up to be the distractor"
-
-
-def fill(template: str, values: Mapping[str, object]) -> str:
-    """Replace each ``{name}`` of `values` in one pass; other braces stay as they are."""
-    if not values:
-        return template
-    pattern = re.compile(r"\{(" + "|".join(re.escape(k) for k in values) + r")\}")
-    return pattern.sub(lambda m: str(values[m.group(1)]), template)
-
-
-def story_join(paragraphs: Sequence[str]) -> str:
-    """A story (or prefix) as one text: paragraphs separated by a blank line."""
-    return "\n\n".join(paragraphs)
-
-
-def suspect_list(suspects: Sequence[str]) -> str:
-    return ", ".join(suspects)
 
 
 def render_generator(template: str, *, i: int, L: int, suspects: Sequence[str], culprit: str,
@@ -153,8 +134,8 @@ def render_generator(template: str, *, i: int, L: int, suspects: Sequence[str], 
     {culprit} {distractor} {story}`` filled: suspects comma-separated, the story so
     far as `story_join` of the paragraphs before paragraph i."""
     # generate's own renderer: the know-it-all continues exactly as the story was written
-    return render_whodunit(template, i=i, L=L, suspects=list(suspects), culprit=culprit,
-                           distractor=distractor or "", story=story_so_far(list(story)))
+    return render_whodunit(template, i=i, L=L, suspects=suspects, culprit=culprit,
+                           distractor=distractor or "", story=story_join(story))
 
 
 def _example(n: int) -> str:

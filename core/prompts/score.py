@@ -1,4 +1,4 @@
-"""Every prompt the product sends, as data (paper 000, App. C.4–C.5; METRICS 1.2–1.3).
+"""Every prompt the product sends, as data (paper 000, App. C.4–C.5; docs/metrics.md 1.2–1.3).
 
 The texts are the paper's, verbatim, with its LaTeX rendered: `2--3` is an en dash
 and `---` an em dash. Changing any character here changes every cache key that
@@ -11,7 +11,7 @@ import math
 
 __all__ = [
     "ENDING_SYSTEM", "ENDING_USER", "JUDGE_SYSTEM", "JUDGE_USER",
-    "ending_messages", "judge_messages", "judge_parts", "judge_messages_from_parts", "judge_prefix",
+    "ending_messages", "judge_messages", "judge_parts", "judge_messages_from_parts",
     "parse_verdict", "verdict_from_logprobs",
 ]
 
@@ -66,11 +66,6 @@ def ending_messages(prefix: str) -> list[dict[str, str]]:
 def judge_messages(anchor: str, continuation: str, ending: str) -> list[dict[str, str]]:
     user = JUDGE_USER.format(anchor=anchor, continuation=continuation, ending=ending)
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
-
-
-def judge_prefix(anchor: str, continuation: str) -> str:
-    """The part every judge prompt of a position shares (for prefix-cache ordering)."""
-    return _JUDGE_HEAD.format(anchor=anchor, continuation=continuation)
 
 
 _JUDGE_HEAD, _JUDGE_TAIL = JUDGE_USER.split("{anchor} {ending}")

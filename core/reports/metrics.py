@@ -11,6 +11,7 @@ Input is JSON Lines, one story per line::
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 import os
@@ -26,7 +27,7 @@ from tension.kernels.groups import GroupStat, group_stats
 
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP, PositionLine
-from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
+from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines, read_records
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -61,7 +62,7 @@ _curve_decoder = msgspec.json.Decoder(Curve)
 
 
 def check_curve(path: str, lineno: int, c: Curve) -> None:
-    """The rules a curve must meet beyond its types (METRICS 1.4 inputs)."""
+    """The rules a curve must meet beyond its types (docs/metrics.md 1.4)."""
     if not c.id:
         raise InputError(path, lineno, "id", "expected a non-empty string")
     if len(c.x) != len(c.y):
@@ -110,22 +111,13 @@ def read_curves(path: str | os.PathLike) -> tuple[list[Curve], list[InputError]]
     read as a score run (its positions.jsonl)."""
     if Path(path).is_dir():
         return read_run_positions(path)
-    path = str(path)
-    curves: list[Curve] = []
-    errors: list[InputError] = []
-    seen: dict[str, int] = {}
-    for lineno, raw in iter_lines(path):
-        try:
-            c = decode_line(path, lineno, raw, Curve, _curve_decoder)
-            check_curve(path, lineno, c)
-            if c.id in seen:
-                raise InputError(path, lineno, "id", f"duplicate id {c.id!r} (first on line {seen[c.id]})")
-        except InputError as e:
-            errors.append(e)
-            continue
-        seen[c.id] = lineno
-        curves.append(c)
-    return curves, errors
+    decode = functools.partial(decode_line, type=Curve, decoder=_curve_decoder)
+    return read_records(path, _checked_curve, decode=decode)
+
+
+def _checked_curve(path: str, lineno: int, c: Curve) -> Curve:
+    check_curve(path, lineno, c)
+    return c
 
 
 def stat_columns(settings: CurveSettings) -> list[str]:

@@ -26,6 +26,7 @@ from tension.kernels.groups import GroupStat
 
 from tension.core.errors import InputError
 from tension.core.inputs.jsonl import atomic_write
+from tension.core.reports.filenames import safe_filename
 from tension.core.reports.metrics import Curve, compute, read_run_positions, stat_columns
 
 __all__ = ["RunData", "load_run", "table6", "table18", "compare", "Comparison", "comparison_table", "report"]
@@ -263,7 +264,7 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
                 "Post-spike tension retention", "% of peak retained")
     curve_files = []
     for c in data.curves[:max_curves]:
-        name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in c.id) + ".png"
+        name = safe_filename(c.id) + ".png"
         curve_figure(figs / "curves" / name, c.id, c.x, c.y, s)
         curve_files.append((c.id, f"figures/curves/{name}"))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tension.core.serving import embedded
+from tension.core.serving import embedded, install
 from tension.core.cli import main
 from tension.core.serving.embedded import EmbeddedError, EmbeddedSettings
 from tension.core.serving.profiles import paper_servers, shell_line
@@ -56,7 +56,7 @@ def test_install_command_pins_the_cpu_torch(tmp_path):
 
 
 def test_install_without_a_torch_source_says_what_to_do(monkeypatch):
-    monkeypatch.setattr(embedded, "find_torch_wheel_dir", lambda *a: None)
+    monkeypatch.setattr(install, "find_torch_wheel_dir", lambda *a: None)
     with pytest.raises(EmbeddedError, match="--torch-find-links DIR .* --torch-index-url"):
         embedded.install_command(Path("py"), EmbeddedSettings(), Path("c"))
 
@@ -139,7 +139,7 @@ def test_serve_stop_cli_when_nothing_runs(capsys):
 
 
 def test_seed_rewind_fix_is_applied_once_and_only_to_the_known_code(tmp_path):
-    from tension.core.serving.embedded import SEED_REWIND_NEW, SEED_REWIND_OLD, patch_seed_rewind
+    from tension.core.serving.install import SEED_REWIND_NEW, SEED_REWIND_OLD, patch_seed_rewind
 
     venv = tmp_path / "venv"
     assert patch_seed_rewind(venv) == "absent"  # no vLLM at all

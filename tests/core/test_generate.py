@@ -13,7 +13,7 @@ from openai_server import CHAT_PATH
 
 from tension.core.cli import main
 from tension.core.pipelines.generate import GenerateConfig, generate, run_record_path
-from tension.core.prompts.generate import render_whodunit
+from tension.core.prompts.fill import render_whodunit
 
 # The paper's prompts (000, App. D.4), typed here from the paper, not from core/.
 EXTRACT = ("extract 7 scene-level beats. For each beat describe: (1) the concrete action, (2) the specific "

