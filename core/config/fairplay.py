@@ -30,16 +30,17 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     # --base-url and --model name the readers' server as they name score's servers;
     # --reader-base-url and --reader-model, their first names, stay as aliases.
     base_url: Annotated[str, flag(
-        "the readers' server root", SERVERS, flag="base-url", aliases=("reader-base-url",), dest="reader_base_url",
-        default="the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
+        "the readers' server root", SERVERS, flag="base-url", aliases=("reader-base-url",), metavar="URL",
+        dest="reader_base_url", default="the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
     reader_model: Annotated[str | None, flag("reader model id (default: the first the server lists)", SERVERS,
-                                             flag="model", aliases=("reader-model",))] = None
+                                             flag="model", aliases=("reader-model",), metavar="MODEL")] = None
     judge_base_url: Annotated[str | None, flag(
-        "server of the culprit judge and suspect extraction (default: the readers' server)", SERVERS)] = None
+        "server of the culprit judge and suspect extraction (default: the readers' server)", SERVERS,
+        metavar="URL")] = None
     judge_model: Annotated[str | None, flag("culprit judge / extraction model (default: the reader model)",
                                             SERVERS)] = None
     generator_base_url: Annotated[str | None, flag("know-it-all generator server (default: the readers' server)",
-                                                   SERVERS)] = None
+                                                   SERVERS, metavar="URL")] = None
     generator_model: Annotated[str | None, flag("generator model id (default: each story's generator.model)",
                                                 SERVERS)] = None
     api_key: ApiKey = None

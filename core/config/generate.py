@@ -34,7 +34,7 @@ class GenerateConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     mode: Annotated[str, flag("vanilla: Step 2 only; beats: Steps 1-2; full: Steps 0-2; whodunit: paragraph by "
                               "paragraph (paper 003)", PIPELINE, choices=MODES)] = "full"
     # servers
-    base_url: Annotated[str, flag("server root; any OpenAI-compatible endpoint", SERVERS,
+    base_url: Annotated[str, flag("server root; any OpenAI-compatible endpoint", SERVERS, metavar="URL",
                                   default="the running embedded server, else http://127.0.0.1:8000")
                         ] = "http://127.0.0.1:8000"
     model: Annotated[str | None, flag("model id (default: the first the server lists)", SERVERS)] = None

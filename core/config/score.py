@@ -32,13 +32,14 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     # servers
     base_url: Annotated[URLs, flag(
         "generation server root, e.g. http://127.0.0.1:8000; several comma-separated are replicas (a story's "
-        "requests stay on one; docs/scale-out.md)", SERVERS,
+        "requests stay on one; docs/scale-out.md)", SERVERS, metavar="URL",
         default="the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
     model: Annotated[str | None, flag(
         "generation model id (default: the first the server lists; giving it lets a fully cached rerun send "
         "nothing)", SERVERS)] = None
     judge_base_url: Annotated[URLs | None, flag(
-        "judge server root(s), comma-separated (default: the generation servers)", SERVERS)] = None
+        "judge server root(s), comma-separated (default: the generation servers)", SERVERS,
+        metavar="URL")] = None
     judge_model: Annotated[str | None, flag("judge model id (default: the generation model)", SERVERS)] = None
     api_key: ApiKey = None
     reasoning_off: ReasoningOff = True
