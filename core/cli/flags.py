@@ -34,7 +34,7 @@ CONFIG_ONLY: dict[type, dict[str, str]] = {
     FairPlayConfig: {"api_key": _API_KEY_REASON},
     FairPlaySettings: {"tie_eps": "METRICS 2.2 fixes it; set from Python only",
                        "early_threshold": "METRICS 2.3 fixes it (> 0.5); set from Python only",
-                       "confidence": "the 95% of every interval the outputs report; set from Python only"},
+                       "confidence": "the 95% level of the pooled hit curves' intervals; set from Python only"},
 }
 
 # The environment variables a verb that talks to a server reads, for its --help.
