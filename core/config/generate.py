@@ -78,8 +78,8 @@ class GenerateConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     retries: Retries = 8
     retry_seconds: RetrySeconds = 1800.0
     cache: CachePath = None
-    cache_max_gb: CacheMaxGB = None
     progress: Progress = True
+    cache_max_gb: CacheMaxGB = None  # added last, so the record's keys keep their order
 
     def __post_init__(self) -> None:
         check = self.check
