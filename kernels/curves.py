@@ -19,6 +19,8 @@ import msgspec
 import numba
 import numpy as np
 
+from tension.kernels.settings import CurveSettings
+
 __all__ = [
     "TIE_EPS",
     "ANGLE_EPS",
@@ -64,28 +66,6 @@ _REASON_TEXT = {
     Reason.NO_PEAK: "no peak (retain/convergence undefined)",
     Reason.NAN_INPUT: "NaN or infinite value in the curve",
 }
-
-
-class CurveSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """The choices METRICS 1.4 fixes; every one is a flag of `tension-run metrics`."""
-
-    window: int = 5
-    thresholds: tuple[float, ...] = (30.0, 60.0, 120.0)
-    late_threshold: float = 0.80
-    retention_window: int = 10
-
-    def __post_init__(self) -> None:
-        if self.window < 1 or self.window % 2 == 0:
-            raise ValueError(f"window: expected an odd integer >= 1, got {self.window}")
-        if not self.thresholds:
-            raise ValueError("thresholds: expected at least one angle")
-        for a in self.thresholds:
-            if not 0.0 < a <= 180.0:
-                raise ValueError(f"thresholds: expected angles in (0, 180], got {a}")
-        if not 0.0 <= self.late_threshold <= 1.0:
-            raise ValueError(f"late_threshold: expected a share of the story in [0, 1], got {self.late_threshold}")
-        if self.retention_window < 1:
-            raise ValueError(f"retention_window: expected >= 1, got {self.retention_window}")
 
 
 class StoryStats(msgspec.Struct, frozen=True, kw_only=True):

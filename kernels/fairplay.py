@@ -33,6 +33,8 @@ import numba
 import numpy as np
 from scipy.stats import beta
 
+from tension.kernels.settings import FairPlaySettings
+
 __all__ = [
     "READERS",
     "GULLIBLE",
@@ -51,33 +53,6 @@ __all__ = [
 # Reader order of the packed arrays.
 READERS = ("gullible", "experienced", "know_it_all", "actual")
 GULLIBLE, EXPERIENCED, KNOW_IT_ALL, ACTUAL = range(4)
-
-
-class FairPlaySettings(msgspec.Struct, frozen=True, kw_only=True):
-    """The choices METRICS 2.2–2.3 fixes; every one is a flag of `fairplay-metrics`."""
-
-    eps: float = 1e-6  # clip inside log
-    eps_surprise: float = 0.1  # weak surprise: U >= log|Y| - eps_surprise
-    delta_surprise: float = 0.1  # strong surprise: U >= log|Y| + delta_surprise
-    tie_eps: float = 1e-12  # a lead this small is a tie (a miss)
-    early_steps: tuple[int, ...] = (1, 3, 5)  # early convergence checked after these paragraphs
-    early_threshold: float = 0.5  # … as M*(i)_{y*} > this
-    bins: int = 25  # relative positions of the pooled reading curves
-    confidence: float = 0.95  # Clopper–Pearson level of the pooled hit curves
-
-    def __post_init__(self) -> None:
-        for name in ("eps", "eps_surprise", "delta_surprise", "tie_eps", "early_threshold", "confidence"):
-            v = getattr(self, name)
-            if not math.isfinite(v) or v < 0:
-                raise ValueError(f"{name}: expected a finite number >= 0, got {v}")
-        if not 0.0 < self.eps < 1.0:
-            raise ValueError(f"eps: expected a probability in (0, 1), got {self.eps}")
-        if not 0.0 < self.confidence < 1.0:
-            raise ValueError(f"confidence: expected a level in (0, 1), got {self.confidence}")
-        if self.bins < 1:
-            raise ValueError(f"bins: expected >= 1, got {self.bins}")
-        if any(i < 1 for i in self.early_steps):
-            raise ValueError(f"early_steps: expected paragraph numbers >= 1, got {self.early_steps}")
 
 
 class StepArrays(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,15 +1,14 @@
-"""Settings of `generate`: the paper's defaults per mode (000, App. D.2; 003, SI)."""
+"""Settings of `generate`: the paper's defaults per mode (000, App. D.2; 003, SI).
+Each field's metadata is its flag's help and group."""
 
 from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Annotated
 
-import msgspec
-
-from tension.core.config.score import API_KEY_ENV
-from tension.core.errors import ConfigError
+from tension.core.config.settings import (API_KEY_ENV, CONCURRENCY, OUTPUTS, SERVERS, CacheMaxGB, CachePath, Progress,
+                                          ReasoningOff, Retries, RetrySeconds, Settings, Timeout, flag)
 
 __all__ = ["MODES", "GenerateConfig", "PIPELINE_TEMPERATURE", "PIPELINE_MAX_TOKENS", "PIPELINE_MIN_P",
            "WHODUNIT_TEMPERATURE", "WHODUNIT_MAX_TOKENS"]
@@ -23,56 +22,79 @@ WHODUNIT_TEMPERATURE = 1.0  # 003: "All generations used temperature = 1"
 # runaway answer fill the context that the later paragraphs need.
 WHODUNIT_MAX_TOKENS = 1000
 
+# flag groups of --help
+PIPELINE = "pipeline (paper 000, App. D)"
+WHODUNIT = "whodunit (paper 003)"
+SAMPLING = "sampling"
 
-class GenerateConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    mode: str = "full"
+
+class GenerateConfig(Settings, kw_only=True, forbid_unknown_fields=True):
+    flag_prefix = "--"
+
+    mode: Annotated[str, flag("vanilla: Step 2 only; beats: Steps 1-2; full: Steps 0-2; whodunit: paragraph by "
+                              "paragraph (paper 003)", PIPELINE, choices=MODES)] = "full"
     # servers
-    base_url: str = "http://127.0.0.1:8000"
-    model: str | None = None  # None: the first model the server lists
-    api_key_env: str = API_KEY_ENV  # the key is read from this environment variable
-    reasoning_off: bool = True  # chat_template_kwargs {"enable_thinking": false}
+    base_url: Annotated[str, flag("server root; any OpenAI-compatible endpoint", SERVERS, metavar="URL",
+                                  default="the running embedded server, else http://127.0.0.1:8000")
+                        ] = "http://127.0.0.1:8000"
+    model: Annotated[str | None, flag("model id (default: the first the server lists)", SERVERS)] = None
+    api_key_env: Annotated[str, flag("environment variable holding the API key", SERVERS,
+                                     metavar="VAR")] = API_KEY_ENV
+    reasoning_off: ReasoningOff = True
     # sampling; None = the mode's paper default (see the constants above)
-    temperature: float | None = None
-    max_tokens: int | None = None
-    min_p: float | None = None  # pipeline default 0.1; whodunits send none
-    seed: int = 0
+    temperature: Annotated[float | None, flag(
+        f"sampling temperature (default: {PIPELINE_TEMPERATURE}; whodunit {WHODUNIT_TEMPERATURE})",
+        SAMPLING)] = None
+    max_tokens: Annotated[int | None, flag(
+        f"longest answer, per request (default: {PIPELINE_MAX_TOKENS}; whodunit {WHODUNIT_MAX_TOKENS})",
+        SAMPLING)] = None
+    min_p: Annotated[float | None, flag(
+        f"min_p sampling (default: {PIPELINE_MIN_P}; whodunit: not sent); 0 sends none, for APIs that reject it",
+        SAMPLING)] = None
+    seed: Annotated[int, flag("run seed: reference choice and request seeds derive from it and the idea id",
+                              SAMPLING)] = 0
     # pipeline
-    titles: str = "paper"  # "paper" (3), "recommended" (20) or a file with one title per line
-    reference_stories: list[str] = []  # files: Step 0 in full-text mode, one chosen per story
-    beats: int | None = None  # Step 1: "Limit to exactly N beats."
-    system: str | None = None  # Step 2 system prompt (the paper's is not printed; none by default)
-    min_chars: int = 200  # shorter stories are regenerated
-    attempts: int = 5  # tries per story (per paragraph for whodunits), the first included
+    titles: Annotated[str, flag("Step 0 title pool: the paper's 3, its recommended 20, or a file, one per line",
+                                PIPELINE, metavar="paper|recommended|FILE")] = "paper"
+    reference_stories: Annotated[list[str], flag(
+        "Step 0 in full-text mode: a reference story file (repeat for a pool; one drawn per story)", PIPELINE,
+        flag="reference-story", metavar="FILE")] = []
+    beats: Annotated[int | None, flag('Step 1 adds "Limit to exactly N beats." (default: no limit)', PIPELINE,
+                                      metavar="N")] = None
+    system: Annotated[str | None, flag("Step 2 system prompt (default: none)", PIPELINE, metavar="TEXT")] = None
+    min_chars: Annotated[int, flag("regenerate stories shorter than this", PIPELINE)] = 200
+    attempts: Annotated[int, flag("tries per story, or per whodunit paragraph, before it fails",
+                                  PIPELINE)] = 5
     # whodunit
-    paragraphs: int = 25
+    paragraphs: Annotated[int, flag("paragraphs per story", WHODUNIT, metavar="L")] = 25
     # output
-    group: str | None = None  # default: the mode (whodunit: the idea's group, else the model)
+    group: Annotated[str | None, flag(
+        "group of every output story (default: the mode; whodunit: the idea's group, else the model)",
+        OUTPUTS)] = None
     # concurrency and reliability
-    concurrency: int = 6  # requests in flight (the paper ran 4-6 threads)
-    timeout: float = 600.0
-    retries: int = 8
-    retry_seconds: float = 1800.0
-    cache: str | None = None
-    cache_max_gb: float | None = None  # never let the cache grow past this size
-    progress: bool = True
+    concurrency: Annotated[int, flag("requests in flight (the paper ran 4-6 threads; lower it for a hosted "
+                                     "API's rate limit)", CONCURRENCY)] = 6
+    timeout: Timeout = 600.0
+    retries: Retries = 8
+    retry_seconds: RetrySeconds = 1800.0
+    cache: CachePath = None
+    progress: Progress = True
+    cache_max_gb: CacheMaxGB = None  # added last, so the record's keys keep their order
 
     def __post_init__(self) -> None:
-        def need(ok: bool, field: str, what: str) -> None:
-            if not ok:
-                raise ConfigError(f"--{field.replace('_', '-')}: expected {what}, got {getattr(self, field)!r}")
-
-        need(self.mode in MODES, "mode", " or ".join(MODES))
-        need(self.base_url.startswith(("http://", "https://")), "base_url", "an http(s) URL")
-        need(self.temperature is None or 0 <= self.temperature < math.inf, "temperature", "a finite number >= 0")
-        need(self.max_tokens is None or self.max_tokens >= 1, "max_tokens", "an integer >= 1")
-        need(self.min_p is None or 0 <= self.min_p <= 1, "min_p", "a number in [0, 1]")
-        need(self.beats is None or self.beats >= 1, "beats", "an integer >= 1")
-        need(self.min_chars >= 0, "min_chars", "an integer >= 0")
-        need(self.attempts >= 1, "attempts", "an integer >= 1")
-        need(self.paragraphs >= 1, "paragraphs", "an integer >= 1")
-        need(self.concurrency >= 1, "concurrency", "an integer >= 1")
-        need(self.timeout > 0, "timeout", "seconds > 0")
-        need(self.retries >= 1, "retries", "an integer >= 1")
+        check = self.check
+        check(self.mode in MODES, "mode", " or ".join(MODES))
+        check(self.base_url.startswith(("http://", "https://")), "base_url", "an http(s) URL")
+        check(self.temperature is None or 0 <= self.temperature < math.inf, "temperature", "a finite number >= 0")
+        check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens", "an integer >= 1")
+        check(self.min_p is None or 0 <= self.min_p <= 1, "min_p", "a number in [0, 1]")
+        check(self.beats is None or self.beats >= 1, "beats", "an integer >= 1")
+        check(self.min_chars >= 0, "min_chars", "an integer >= 0")
+        check(self.attempts >= 1, "attempts", "an integer >= 1")
+        check(self.paragraphs >= 1, "paragraphs", "an integer >= 1")
+        check(self.concurrency >= 1, "concurrency", "an integer >= 1")
+        check(self.timeout > 0, "timeout", "seconds > 0")
+        check(self.retries >= 1, "retries", "an integer >= 1")
 
     @property
     def whodunit(self) -> bool:
@@ -88,11 +110,9 @@ class GenerateConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return (_pick(self.temperature, PIPELINE_TEMPERATURE), _pick(self.max_tokens, PIPELINE_MAX_TOKENS),
                 _pick(self.min_p, PIPELINE_MIN_P) or None)
 
-    def public(self) -> dict[str, Any]:
-        """The settings as recorded in the run file (the key's value never is)."""
-        d = msgspec.to_builtins(self)
-        d["api_key"] = "(set)" if os.environ.get(self.api_key_env) else None
-        return d
+    def resolved_api_key(self) -> str | None:
+        """The key is read from the environment variable `api_key_env` names, only."""
+        return os.environ.get(self.api_key_env)
 
 
 def _pick(value, default):

@@ -266,7 +266,7 @@ async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike, out
             for _ in ideas:
                 progress.add_positions(1)
         run = Run(store=open_store(cfg.cache, cfg.cache_max_gb),
-                  client=client_for(cfg, os.environ.get(cfg.api_key_env) or None), progress=progress,
+                  client=client_for(cfg, cfg.resolved_api_key() or None), progress=progress,
                   partial=out.with_name(out.name + ".partial"), record_path=run_record_path(out),
                   record=lambda run: _record(writer, run, errors, ideas_path, out), roles=("generation",))
         writer = StoryWriter(cfg, ideas, pool, run)

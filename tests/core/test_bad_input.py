@@ -68,8 +68,10 @@ def _story_text(words: int, seed: int = 9) -> str:
 
 
 def _base_args(server, tmp_path: Path, corpus: Path | str, *extra: str) -> list[str]:
-    return ["score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", server.base_url,
-            "--model", "test-gen", "--endings", "3", "--cache", str(tmp_path / "cache"),
+    base = {"--out": str(tmp_path / "out"), "--base-url": server.base_url, "--model": "test-gen", "--endings": "3",
+            "--cache": str(tmp_path / "cache")}
+    # a flag given twice is a usage error: a flag in `extra` replaces its base value
+    return ["score", str(corpus), *(x for f, v in base.items() if f not in extra for x in (f, v)),
             "--no-progress", "--no-report", *extra]
 
 

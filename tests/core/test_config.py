@@ -1,12 +1,17 @@
-"""Settings of `score`: paper defaults < TOML file < flags (METRICS.md 1.1-1.3)."""
+"""Settings: paper defaults < TOML file < flags (METRICS.md 1.1-1.3) for `score`, and
+the parts every settings Struct shares (the loader, the value check, the public record)."""
 
 from __future__ import annotations
 
 import pytest
 
+import tension.core.config as config_pkg
 from tension.core.config import score as config_mod
-from tension.core.config import API_KEY_ENV, ScoreConfig, load_config
+from tension.core.config import (API_KEY_ENV, FairPlayConfig, GenerateConfig, ScoreConfig, build_settings, load_config,
+                                 load_fairplay_config, load_settings, public)
+from tension.core.config import settings as settings_mod
 from tension.core.errors import ConfigError, TensionError
+from tension.kernels.settings import CurveSettings, FairPlaySettings
 
 
 @pytest.fixture(autouse=True)
@@ -20,9 +25,10 @@ def _toml(tmp_path, text: str):
     return p
 
 
-def test_all_is_exported():
-    for name in config_mod.__all__:
-        assert hasattr(config_mod, name), name
+@pytest.mark.parametrize("module", [config_mod, config_pkg, settings_mod], ids=lambda m: m.__name__)
+def test_all_is_exported(module):
+    for name in module.__all__:
+        assert hasattr(module, name), name
 
 
 def test_api_key_env_name():
@@ -225,3 +231,77 @@ def test_bad_curve_and_judge_values_are_config_errors(key, value, flag):
     with pytest.raises(ConfigError) as ei:
         load_config(None, {key: value})
     assert flag in str(ei.value)
+
+
+# ------------------------------------------------------------------- shared parts
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: ScoreConfig(endings=0), "endings: expected an integer >= 1, got 0"),  # score: the key's name
+    (lambda: GenerateConfig(beats=0), "--beats: expected an integer >= 1, got 0"),  # generate: the flag's
+    (lambda: FairPlayConfig(k=0), "k: expected an integer >= 1, got 0"),
+    (lambda: FairPlayConfig(max_suspects=1), "max-suspects: expected an integer >= 2, got 1"),
+    (lambda: GenerateConfig(base_url="gpu:1"), "--base-url: expected an http(s) URL, got 'gpu:1'"),
+])
+def test_each_struct_names_a_bad_value_as_it_always_has(make, message):
+    with pytest.raises(ConfigError) as ei:
+        make()
+    assert str(ei.value) == message
+
+
+def test_generate_config_file_takes_the_fields_as_keys(tmp_path):
+    p = _toml(tmp_path, 'mode = "vanilla"\nmax-tokens = 200\nseed = 3\n')
+    cfg = load_settings(GenerateConfig, p, {"seed": 4, "model": None}, fallback={"model": "m", "mode": "beats"})
+    assert (cfg.mode, cfg.max_tokens, cfg.seed, cfg.model) == ("vanilla", 200, 4, "m")  # fallback < file < flags
+    with pytest.raises(ConfigError, match=r"unknown key `endings` \(known: .*paragraphs"):
+        load_settings(GenerateConfig, _toml(tmp_path, "endings = 5\n"), {})
+
+
+def test_a_table_reads_another_verbs_file(tmp_path):
+    p = _toml(tmp_path, 'base_url = "http://h:1"\nendings = 5\n[fairplay]\nk = 3\nreader-max-tokens = 9\n')
+    cfg = load_fairplay_config(p, {"k": None})
+    assert (cfg.base_url, cfg.k, cfg.reader_max_tokens) == ("http://h:1", 3, 9)  # endings: not fairplay's, ignored
+    with pytest.raises(ConfigError, match=r"unknown key `kk` in \[fairplay\]"):
+        load_settings(FairPlayConfig, _toml(tmp_path, "[fairplay]\nkk = 3\n"), {}, table="fairplay")
+    with pytest.raises(ConfigError, match=r"\[fairplay\] must be a table"):
+        load_fairplay_config(_toml(tmp_path, "fairplay = 3\n"), {})
+
+
+@pytest.mark.parametrize("cfg", [ScoreConfig(api_key="sk-secret"), FairPlayConfig(api_key="sk-secret"),
+                                 GenerateConfig(api_key_env="MY_KEY")], ids=lambda c: type(c).__name__)
+def test_public_records_whether_a_key_is_set_never_the_key(cfg, monkeypatch):
+    monkeypatch.setenv("MY_KEY", "sk-secret")
+    pub = public(cfg)
+    assert pub["api_key"] == "(set)" and "sk-secret" not in repr(pub)
+    assert set(pub) == set(type(cfg).__struct_fields__) | {"api_key"}
+    assert cfg.public() == pub
+
+
+def test_generate_reads_its_key_only_from_the_named_variable(monkeypatch):
+    monkeypatch.setenv(API_KEY_ENV, "sk-default")
+    assert GenerateConfig(api_key_env="MY_KEY").resolved_api_key() is None
+    assert public(GenerateConfig(api_key_env="MY_KEY"))["api_key"] is None
+    assert GenerateConfig().resolved_api_key() == "sk-default"
+
+
+@pytest.mark.parametrize(("struct", "values", "message"), [
+    (CurveSettings, {"window": 4}, "--window: expected an odd integer >= 1, got 4"),
+    (FairPlaySettings, {"early_steps": (0,)}, "--early-steps: expected paragraph numbers >= 1, got (0,)"),
+])
+def test_build_settings_names_the_bad_setting_as_a_flag(struct, values, message):
+    with pytest.raises(ConfigError) as ei:
+        build_settings(struct, "--", **values)
+    assert str(ei.value) == message
+    assert build_settings(struct).__class__ is struct
+
+
+def test_kernel_settings_are_the_kernels_own():
+    from tension.kernels import curves, fairplay
+
+    assert curves.CurveSettings is CurveSettings and fairplay.FairPlaySettings is FairPlaySettings
+
+
+def test_score_curve_keys_default_to_the_curve_settings():
+    d, c = ScoreConfig(), CurveSettings()
+    assert (d.window, d.thresholds, d.late_threshold, d.retention_window) == (
+        c.window, c.thresholds, c.late_threshold, c.retention_window)

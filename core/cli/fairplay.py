@@ -1,0 +1,124 @@
+"""`fairplay` (the LLM readers of whodunits, then the metrics) and
+`fairplay-metrics` (the metrics from saved reader distributions)."""
+
+from __future__ import annotations
+
+import sys
+
+from tension.core.cli.flags import (SERVER_ENV, OnceBool, Verb, add_bootstrap_flags, add_settings_flags,
+                                    group_for, overrides)
+from tension.core.cli.messages import EXIT_FAILED, print_errors, print_fairplay_summary, print_stopped
+from tension.core.config.fairplay import FairPlayConfig
+from tension.core.errors import ConfigError
+from tension.kernels.settings import FAIRPLAY_GROUP, FairPlaySettings
+
+__all__ = ["VERBS", "cmd_fairplay", "cmd_fairplay_metrics"]
+
+
+def cmd_fairplay_metrics(args) -> int:
+    """Fair-play scores (S, C_UB, FP_UB, …) from saved per-paragraph reader distributions (no LLM needed)."""
+    from tension.core.reports.fairplay_metrics import fairplay_metrics
+
+    options = _metrics_options(args)
+    summary = fairplay_metrics(args.readers, args.out, actual_csv=args.actual, settings=options["settings"],
+                               max_plots=args.max_plots, n_resamples=args.resamples, seed=args.seed,
+                               progress=args.progress)
+    return print_fairplay_summary(summary)
+
+
+def cmd_fairplay(args) -> int:
+    """Run the gullible, experienced and know-it-all readers over whodunits, paragraph by paragraph,
+    write readers.jsonl, then the fair-play metrics (S, C_UB, FP_UB, ...).
+
+    Settings: defaults (the paper's) < --config file < flags. See docs/fairplay.md."""
+    from tension.core.cli.score import embedded_fallback
+    from tension.core.config import config_file_keys, load_fairplay_config
+    from tension.core.pipelines.fairplay import fairplay
+
+    explicit = args.reader_base_url is not None or "base_url" in config_file_keys(args.config)
+    fallback = {}
+    if not explicit:
+        emb = embedded_fallback()
+        fallback = {"base_url": emb["base_url"], "reader_model": emb["model"]} if emb else {}
+    cfg = load_fairplay_config(args.config, overrides(args, FairPlayConfig, parse={"checkpoints": _checkpoints}),
+                               fallback=fallback)
+    summary = fairplay(cfg, args.stories, args.out, _metrics_options(args))
+    print_errors(summary.input_errors)
+    if summary.reader_failures:
+        failed = summary.failed_stories
+        print(f"error: {summary.reader_failures} reader value(s) failed in {len(failed)} "
+              f"stories ({', '.join(failed[:5])}{', ...' if len(failed) > 5 else ''}); "
+              f"they are null in readers.jsonl, the reasons in its `failures` and in fairplay_run.json",
+              file=sys.stderr)
+    req = summary.requests
+    print(f"{summary.stories} stories; requests sent: {req.get('reader', 0)} reader, {req.get('generation', 0)} "
+          f"generation, {req.get('judge', 0)} judge; cache hits: "
+          + ", ".join(f"{v} {k}" for k, v in summary.cache_hits.items()))
+    if summary.status != "complete":
+        print_stopped(summary.error, "answers are")
+        return EXIT_FAILED
+    print(f"readers: {summary.out}/readers.jsonl (run record: fairplay_run.json)")
+    code = print_fairplay_summary(summary.metrics) if summary.metrics is not None else EXIT_FAILED
+    if summary.input_errors or summary.reader_failures:
+        return EXIT_FAILED
+    return code
+
+
+def _checkpoints(text: str) -> int | list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()] if "," in text else int(text)
+    except ValueError:
+        raise ConfigError(f"--checkpoints: expected a count or comma-separated paragraphs, got {text!r}") from None
+
+
+def _metrics_options(args) -> dict:
+    """The metrics' settings and options from their flags."""
+    from tension.core.config import build_settings
+
+    if args.max_plots < 0 or args.resamples < 0:
+        raise ConfigError("--max-plots and --resamples: expected >= 0")
+    if any(not float(i).is_integer() for i in args.early_steps):
+        raise ConfigError(f"--early-steps: expected paragraph numbers, got {args.early_steps}")
+    values = {**overrides(args, FairPlaySettings), "early_steps": tuple(int(i) for i in args.early_steps)}
+    return {"settings": build_settings(FairPlaySettings, "--", **values), "max_plots": args.max_plots,
+            "n_resamples": args.resamples, "seed": args.seed}
+
+
+def _metric_flags(p) -> None:
+    """The flags of the fair-play metrics (METRICS.md 2.2-2.3), shared by both verbs."""
+    add_settings_flags(p, FairPlaySettings, defaults=True)
+    g = group_for(p, FAIRPLAY_GROUP)
+    g.add_argument("--max-plots", type=int, default=20,
+                   help="reading-curve plots for at most this many stories (default: %(default)s)")
+    add_bootstrap_flags(g)
+
+
+def _fairplay_metrics_flags(p) -> None:
+    p.add_argument("readers", metavar="READERS.jsonl|RUN_DIR",
+                   help='one story per line: {"id", "group"?, "suspects", "culprit", "distractor"?, '
+                        '"revelation"?, "L", "readers": {"gullible": [[p…] or null, …], …}}; '
+                        "or the folder of a fairplay run (its readers.jsonl)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="folder for stories.csv, steps.jsonl, groups.csv/md, curves.csv, distributions.jsonl, plots/")
+    add_settings_flags(p, FairPlayConfig, ["actual"])
+    _metric_flags(p)
+    p.add_argument("--progress", action=OnceBool, default=True, help="show a progress bar while plotting")
+
+
+def _fairplay_flags(p) -> None:
+    p.add_argument("stories", metavar="STORIES", help="JSON Lines: id, segments (or segments_25, or text), "
+                   "suspects, culprit, distractor?, revelation?, group?, generator?")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for readers.jsonl and the metrics")
+    p.add_argument("--config", metavar="FILE.toml", help="settings file: the keys fairplay knows, and a "
+                   "[fairplay] table")
+    add_settings_flags(p, FairPlayConfig)
+    _metric_flags(p)
+
+
+_METRIC_FLAGS = frozenset({"max_plots", "resamples", "seed"})
+VERBS = [
+    Verb("fairplay", cmd_fairplay, _fairplay_flags, (FairPlayConfig, FairPlaySettings),
+         frozenset({"stories", "out", "config"}) | _METRIC_FLAGS, SERVER_ENV),
+    Verb("fairplay-metrics", cmd_fairplay_metrics, _fairplay_metrics_flags, (FairPlaySettings,),
+         frozenset({"readers", "out", "actual", "progress"}) | _METRIC_FLAGS),
+]

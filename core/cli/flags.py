@@ -1,0 +1,228 @@
+"""Flags from the settings: each verb's settings flags are built from the fields of
+the Struct they fill (their help, group, name and default are the field's
+metadata and default), and read back into that Struct's keys by `overrides`.
+
+Every flag that takes one value may be given once: a repeated one is a usage
+error naming it, never silently the last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import types
+import typing
+import weakref
+from collections.abc import Callable, Iterable
+from functools import cache
+from typing import Any
+
+import msgspec
+
+from tension.core.config import FairPlayConfig, ScoreConfig
+from tension.kernels.settings import FairPlaySettings
+
+__all__ = ["Verb", "Once", "OnceBool", "FlagSpec", "CONFIG_ONLY", "SERVER_ENV", "flag_specs", "fields_in",
+           "add_settings_flags", "overrides", "float_list", "group_for", "add_bootstrap_flags"]
+
+_API_KEY_REASON = ("a secret: the OPENAI_API_KEY environment variable or the config file, never the command "
+                   "line (shell history, ps)")
+# Settings fields that are no flag, and why. A field missing both a flag group
+# and an entry here fails tests/core/test_cli.py.
+CONFIG_ONLY: dict[type, dict[str, str]] = {
+    ScoreConfig: {"api_key": _API_KEY_REASON,
+                  "max_model_len": "the server's /tokenize reports it; a config key for servers that do not"},
+    FairPlayConfig: {"api_key": _API_KEY_REASON},
+    FairPlaySettings: {"tie_eps": "METRICS 2.2 fixes it; set from Python only",
+                       "early_threshold": "METRICS 2.3 fixes it (> 0.5); set from Python only",
+                       "confidence": "the 95% level of the pooled hit curves' intervals; set from Python only"},
+}
+
+# The environment variables a verb that talks to a server reads, for its --help.
+SERVER_ENV = ("environment: OPENAI_API_KEY holds the API key (sent as a bearer token, never written to logs, "
+              "outputs or the cache); XDG_CACHE_HOME moves ~/.cache, which holds the LMDB cache and the embedded "
+              "server. OPENAI_BASE_URL is not read: name the server with --base-url.")
+
+
+class Verb(msgspec.Struct, frozen=True):
+    """One verb of the command: its name ("cache stats" for a nested one), the
+    function it runs (whose docstring is its help), the function that adds its
+    flags, the settings Structs those flags fill and the destinations of its
+    flags that are no settings field (positionals, --out, --config, …)."""
+
+    name: str
+    run: Callable[[argparse.Namespace], int]
+    add_flags: Callable[[argparse.ArgumentParser], None]
+    settings: tuple[type, ...] = ()
+    verb_only: frozenset[str] = frozenset()
+    epilog: str | None = None
+
+
+class Once(argparse.Action):
+    """Stores a flag's value; a second one is a usage error naming the flag."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _first_time(self, namespace, values)
+        setattr(namespace, self.dest, values)
+
+
+class OnceBool(argparse.BooleanOptionalAction):
+    """--x / --no-x, given at most once."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _first_time(self, namespace, not option_string.startswith("--no-"))
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _first_time(action: argparse.Action, namespace: argparse.Namespace, value: Any) -> None:
+    # The namespace remembers which destinations were set from the command line:
+    # a default can equal a given value, so the value alone cannot tell.
+    given = vars(namespace).setdefault("flags_given", set())
+    if action.dest in given:
+        raise argparse.ArgumentError(action, f"given twice ({getattr(namespace, action.dest)!r}, then {value!r}); "
+                                             "give it once")
+    given.add(action.dest)
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return values
+
+
+class FlagSpec(msgspec.Struct, frozen=True):
+    """The flag of one settings field."""
+
+    field: str
+    names: tuple[str, ...]  # option strings, the flag's own name first
+    dest: str
+    group: str
+    description: str
+    kind: Any  # bool, int, float, str, float_list, or "append" (a list field: the flag repeats)
+    comma_list: bool  # a tuple of strings, given as "a,b,c"
+    default: Any  # the Struct's
+    default_text: str | None  # the default as --help shows it; None: the description says it
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+
+    def help(self, description: str | None = None) -> str:
+        text = description or self.description
+        if self.default_text is not None:
+            text += f" (default: {self.default_text})"
+        return text.replace("%", "%%")  # argparse formats help with %
+
+
+@cache
+def flag_specs(struct: type) -> tuple[FlagSpec, ...]:
+    """The flags of a settings Struct's fields that have a flag group, in field order."""
+    specs = []
+    for f in msgspec.structs.fields(struct):
+        meta = next((m for m in typing.get_args(f.type)[1:] if isinstance(m, msgspec.Meta)), None)
+        extra = (meta.extra or {}) if meta is not None else {}
+        if "group" not in extra:
+            continue
+        tp = typing.get_args(f.type)[0]
+        default = f.default_factory() if f.default is msgspec.NODEFAULT else f.default
+        name = extra.get("flag", f.name.replace("_", "-"))
+        specs.append(FlagSpec(
+            field=f.name, names=tuple(f"--{n}" for n in (name, *extra.get("aliases", ()))),
+            dest=extra.get("dest", f.name), group=extra["group"], description=meta.description,
+            kind=_kind(tp), comma_list=_kind(tp) is str and typing.get_origin(tp) is tuple,
+            default=default, default_text=extra.get("default", _shown(default)), metavar=extra.get("metavar"),
+            choices=extra.get("choices")))
+    return tuple(specs)
+
+
+def _kind(tp) -> Any:
+    """How a field's flag reads its value. A field of several shapes (a URL or a
+    list of them; a count or a list of paragraphs) takes the text as given."""
+    shapes = [t for t in typing.get_args(tp) if t is not type(None)] \
+        if typing.get_origin(tp) in (typing.Union, types.UnionType) else [tp]
+    if len(shapes) > 1:
+        return str
+    (t,) = shapes
+    if typing.get_origin(t) is list:
+        return "append"
+    if typing.get_origin(t) is tuple:
+        return float_list if typing.get_args(t)[0] in (int, float) else str
+    return t
+
+
+def _shown(value: Any) -> str | None:
+    if value is None or value == [] or value == ():
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (tuple, list)):
+        return ",".join(_shown(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def fields_in(struct: type, *groups: str, skip: Iterable[str] = ()) -> list[str]:
+    """The fields of `struct` whose flags are in these groups, but not `skip`."""
+    return [s.field for s in flag_specs(struct) if s.group in groups and s.field not in set(skip)]
+
+
+_groups: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def group_for(parser: argparse.ArgumentParser, title: str):
+    """The parser's flag group of this title, made on first use (--help lists the
+    groups in that order)."""
+    groups = _groups.setdefault(parser, {})
+    if title not in groups:
+        groups[title] = parser.add_argument_group(title)
+    return groups[title]
+
+
+def add_settings_flags(parser: argparse.ArgumentParser, struct: type, fields: Iterable[str] | None = None, *,
+                       defaults: bool = False, group: str | None = None, help: dict[str, str] | None = None) -> None:
+    """Add the flags of `struct`'s fields (all that have a group, or `fields`).
+
+    ``defaults=False``: an absent flag is None, so a config file or a fallback
+    can set the value (the Struct's default is still shown in --help);
+    ``defaults=True``: an absent flag is the Struct's default. ``group`` puts the
+    flags under another title, ``help`` gives a verb its own wording of a field."""
+    wanted = None if fields is None else set(fields)
+    for spec in flag_specs(struct):
+        if wanted is not None and spec.field not in wanted:
+            continue
+        g = group_for(parser, group or spec.group)
+        kw: dict[str, Any] = {"dest": spec.dest, "help": spec.help((help or {}).get(spec.field)),
+                              "default": spec.default if defaults else None}
+        if spec.kind is bool:
+            g.add_argument(*spec.names, action=OnceBool, **kw)
+        elif spec.kind == "append":
+            g.add_argument(*spec.names, action="append", metavar=spec.metavar, **kw)
+        else:
+            g.add_argument(*spec.names, action=Once, type=spec.kind, metavar=spec.metavar, choices=spec.choices,
+                           **kw)
+
+
+def overrides(args: argparse.Namespace, struct: type,
+              parse: dict[str, Callable[[Any], Any]] | None = None) -> dict[str, Any]:
+    """The values of `struct`'s fields that are flags of this verb, by field name,
+    None where the flag was not given. ``parse`` turns a field's flag text into
+    its value where the flag's type cannot (e.g. a count or a list)."""
+    out = {}
+    for spec in flag_specs(struct):
+        if not hasattr(args, spec.dest):
+            continue  # not a flag of this verb
+        value = getattr(args, spec.dest)
+        if value is not None and parse and spec.field in parse:
+            value = parse[spec.field](value)
+        elif value is not None and spec.comma_list:
+            value = tuple(v.strip() for v in value.split(",") if v.strip())
+        out[spec.field] = value
+    return out
+
+
+def add_bootstrap_flags(g) -> None:
+    """--resamples and --seed of the bootstrap intervals (report, compare, the fair-play metrics)."""
+    g.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")

@@ -1,0 +1,67 @@
+"""`generate`: stories from ideas, with the settings of GenerateConfig."""
+
+from __future__ import annotations
+
+import sys
+
+from tension.core.cli.flags import Verb, add_settings_flags, overrides
+from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_errors, print_stopped
+from tension.core.config.generate import GenerateConfig
+
+__all__ = ["VERBS", "cmd_generate"]
+
+ENV = ("environment: the variable --api-key-env names (default OPENAI_API_KEY) holds the API key (sent as a "
+       "bearer token, never written to logs, outputs or the cache); XDG_CACHE_HOME moves ~/.cache, which holds "
+       "the LMDB cache and the embedded server. OPENAI_BASE_URL is not read: name the server with --base-url.")
+
+
+def cmd_generate(args) -> int:
+    """Generate stories from ideas: the paper's pipeline, its ablations, or whodunits.
+
+    The pipeline and its ablations are paper 000 (§4, App. D); whodunits, written
+    paragraph by paragraph, paper 003. Modes: vanilla = Step 2 (story) from the
+    idea alone; beats = Step 1 (beats from scratch, warmup ablated) → Step 2;
+    full = Step 0 (warmup: 7 beats from a reference title or story) → Step 1
+    (beats adapted to the idea) → Step 2; whodunit = L paragraphs, the last
+    revealing the culprit (fairplay input).
+    Settings: defaults (the paper's) < --config file < flags."""
+    from tension.core.config import config_file_keys, load_settings
+    from tension.core.pipelines.generate import generate
+    from tension.core.serving.embedded import running_state
+
+    fallback = {}
+    explicit = args.base_url is not None or "base_url" in config_file_keys(args.config)
+    if not explicit and (st := running_state()) is not None:
+        print(f"using the embedded server at {st.url} (model {st.model}); pass --base-url to use another server",
+              file=sys.stderr)
+        fallback = {"base_url": st.url, "model": st.model}
+    cfg = load_settings(GenerateConfig, args.config, overrides(args, GenerateConfig), fallback)
+    summary = generate(cfg, args.ideas, args.out)
+    print_errors(summary.input_errors)
+    for f in summary.failures:
+        print(f"error: idea {f.id!r} failed at {f.stage}: {f.error}", file=sys.stderr)
+    print(f"{summary.stories} of {summary.ideas} ideas generated ({summary.mode}, model {summary.model}); "
+          f"requests sent: {summary.requests}; cache hits: {summary.cache_hits}")
+    if summary.status == "failed":
+        print_stopped(summary.error, "answers are")
+        return EXIT_FAILED
+    print(f"written: {summary.out}")
+    if summary.input_errors or summary.failures:
+        print(f"{len(summary.input_errors) + len(summary.failures)} ideas failed (see above); "
+              "the others were generated", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _generate_flags(p) -> None:
+    p.add_argument("ideas", metavar="IDEAS",
+                   help="JSON Lines (id, idea, group?; whodunit: suspects, culprit, distractor) or a folder of .txt")
+    p.add_argument("--out", required=True, metavar="STORIES.jsonl",
+                   help="output file: a score corpus (pipeline modes) or fairplay input (whodunit); "
+                        "STORIES.run.json beside it records the run")
+    p.add_argument("--config", metavar="FILE.toml", help="settings file; its keys are the flags' names")
+    add_settings_flags(p, GenerateConfig)
+
+
+VERBS = [Verb("generate", cmd_generate, _generate_flags, (GenerateConfig,), frozenset({"ideas", "out", "config"}),
+              ENV)]

@@ -1,0 +1,95 @@
+"""`metrics`, `report` and `compare`: numbers from saved runs, no LLM."""
+
+from __future__ import annotations
+
+import sys
+
+from tension.core.cli.flags import Verb, add_bootstrap_flags, add_settings_flags
+from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_errors
+from tension.kernels.settings import CurveSettings
+
+__all__ = ["VERBS", "cmd_metrics", "cmd_report", "cmd_compare"]
+
+
+def cmd_metrics(args) -> int:
+    """Story and group statistics from saved no-rate curves (no LLM needed)."""
+    from tension.core.reports.metrics import format_group_table, metrics
+
+    result = metrics(args.curves, args.out, _curve_settings(args))
+    print_errors(result.errors)
+    print(format_group_table(result.groups))
+    print(f"\n{len(result.curves)} stories -> {args.out}/stories.csv, {args.out}/groups.csv")
+    if result.errors:
+        print(f"{len(result.errors)} line(s) failed; see the errors above", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_report(args) -> int:
+    """Tables, figures and report.md of a score run, recomputed from its positions.jsonl."""
+    from tension.core.reports.report import report
+
+    path = report(args.run, max_curves=args.max_curves, gpu_hour_usd=args.gpu_hour_usd,
+                  settings=_curve_settings(args), n_resamples=args.resamples, seed=args.seed)
+    print(f"report: {path}")
+    return EXIT_OK
+
+
+def cmd_compare(args) -> int:
+    """Paired comparison of two runs (B − A): mean difference, bootstrap 95% interval, paired t-test."""
+    from tension.core.inputs.jsonl import atomic_write
+    from tension.core.reports.report import compare, comparison_table
+
+    c = compare(args.run_a, args.run_b, args.pair_by, n_resamples=args.resamples, seed=args.seed)
+    print(f"{c.n_pairs} pairs by `{c.pair_by}` ({c.unpaired_a} stories only in A, {c.unpaired_b} only in B); "
+          f"B − A = {c.run_b} − {c.run_a}; ✓ = 95% bootstrap interval excludes 0\n")
+    print(comparison_table(c))
+    if args.out:
+        atomic_write(f"{args.out}/compare.md", comparison_table(c))
+        atomic_write(f"{args.out}/compare.csv", comparison_table(c, "csv"))
+        print(f"written: {args.out}/compare.md, {args.out}/compare.csv")
+    if c.n_pairs == 0:
+        print(f"error: no story of {c.run_a} pairs with one of {c.run_b} by `{c.pair_by}`", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _curve_settings(args):
+    from tension.core.config import make_curve_settings
+
+    return make_curve_settings(args.window, args.thresholds, args.late_threshold, args.retention_window, "--")
+
+
+def _metrics_flags(p) -> None:
+    p.add_argument("curves", metavar="CURVES.jsonl|RUN_DIR",
+                   help='one story per line: {"id", "group" (optional), "x": [pct…], "y": [no-rate…]}; '
+                        "or the folder of a score run (its positions.jsonl)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for stories.csv and groups.csv")
+    add_settings_flags(p, CurveSettings, defaults=True)
+
+
+def _report_flags(p) -> None:
+    p.add_argument("run", metavar="RUN_DIR", help="the --out folder of a score run")
+    p.add_argument("--max-curves", type=int, default=50,
+                   help="curve figures for at most this many stories (default: %(default)s)")
+    p.add_argument("--gpu-hour-usd", type=float, default=None, help="price of a GPU-hour, for the cost line")
+    add_bootstrap_flags(p)
+    add_settings_flags(p, CurveSettings, defaults=True)
+
+
+def _compare_flags(p) -> None:
+    p.add_argument("run_a", metavar="RUN_A", help="baseline run folder (e.g. vanilla)")
+    p.add_argument("run_b", metavar="RUN_B", help="run folder compared with it (e.g. pipeline)")
+    p.add_argument("--pair-by", default="id", metavar="FIELD",
+                   help="pair stories by this metadata field of the corpus (default: the story id)")
+    p.add_argument("--out", metavar="DIR", help="also write compare.md and compare.csv here")
+    add_bootstrap_flags(p)
+
+
+_BOOTSTRAP = frozenset({"resamples", "seed"})
+VERBS = [
+    Verb("metrics", cmd_metrics, _metrics_flags, (CurveSettings,), frozenset({"curves", "out"})),
+    Verb("report", cmd_report, _report_flags, (CurveSettings,),
+         frozenset({"run", "max_curves", "gpu_hour_usd"}) | _BOOTSTRAP),
+    Verb("compare", cmd_compare, _compare_flags, (), frozenset({"run_a", "run_b", "pair_by", "out"}) | _BOOTSTRAP),
+]

@@ -1,0 +1,180 @@
+"""`score`, `estimate` and `bench`: the verbs whose settings are ScoreConfig."""
+
+from __future__ import annotations
+
+import sys
+
+from tension.core.cli.flags import (SERVER_ENV, Verb, add_settings_flags, fields_in, group_for, overrides)
+from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_errors, print_replica_events, print_stopped
+from tension.core.config.score import CONCURRENCY, CORPUS, ENDINGS, JUDGING, SERVERS, ScoreConfig
+
+__all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench", "server_config", "embedded_fallback"]
+
+CORPUS_HELP = "JSON Lines (id, text, group?, …) or a folder of .txt files"
+
+
+def cmd_score(args) -> int:
+    """Score a corpus with the 100-Endings metric against OpenAI-compatible servers.
+
+    Settings: defaults (the paper's) < --config file < flags."""
+    from tension.core.pipelines.score import score
+
+    summary = score(server_config(args), args.corpus, args.out)
+    print_errors(summary.input_errors)
+    for f in summary.failures:
+        print(f"error: story {f.id!r} failed at {f.stage}: {f.error}", file=sys.stderr)
+    for sk in summary.skipped_stories:
+        print(f"skipped: story {sk.id!r}: {sk.reason}", file=sys.stderr)
+    for sid, why in summary.no_positions.items():
+        print(f"warning: story {sid!r} has no position to score ({why}); its statistics are empty",
+              file=sys.stderr)
+    if summary.too_long:
+        print(f"warning: {sum(summary.too_long.values())} positions in {len(summary.too_long)} stories skipped: "
+              "their prompt would not fit the generation model's context ("
+              + ", ".join(f"{k}: {v}" for k, v in summary.too_long.items()) + ")", file=sys.stderr)
+    print_replica_events(summary)
+    req = summary.requests
+    print(f"{summary.stories} stories ({summary.skipped} skipped by the word filter), "
+          f"{summary.positions} positions; requests sent: {req.get('generation', 0)} generation, "
+          f"{req.get('judge', 0)} judge, {req.get('tokenize', 0)} tokenize; cache hits: "
+          + ", ".join(f"{v} {k}" for k, v in summary.cache_hits.items()))
+    if summary.status == "failed":
+        print_stopped(summary.error, "work is")
+        return EXIT_FAILED
+    print(f"outputs in {summary.out}: positions.jsonl, stories.csv, groups.csv, run.json")
+    n_bad = len(summary.input_errors) + len(summary.failures)
+    if n_bad:
+        rest = "the others were scored" if summary.stories > len(summary.failures) else "no story could be scored"
+        print(f"{n_bad} stories failed (see above); {rest}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_estimate(args) -> int:
+    """Requests, tokens, cache coverage, GPU-hours and money of scoring a corpus, before any LLM call.
+
+    Formulas: docs/cost.md."""
+    from tension.core.inputs.jsonl import atomic_write
+    from tension.core.pipelines.estimate import (Throughput, check_throughput, estimate, format_estimate,
+                                                 throughput_from_bench)
+
+    cfg = server_config(args)
+    if args.bench:
+        thr = throughput_from_bench(args.bench, args.gpu_hour_usd)
+        for name in ("gen_tok_s", "judge_req_s", "ending_tokens"):
+            if getattr(args, name) is not None:  # a flag overrides the bench file
+                setattr(thr, name, getattr(args, name))
+    else:
+        thr = Throughput(gen_tok_s=args.gen_tok_s, judge_req_s=args.judge_req_s, gpu_hour_usd=args.gpu_hour_usd,
+                         ending_tokens=args.ending_tokens)
+    check_throughput(thr)
+    est = estimate(cfg, args.corpus, thr)
+    print_errors(est.input_errors + est.stories_failed)
+    print(format_estimate(est))
+    if args.json:
+        import msgspec
+
+        atomic_write(args.json, msgspec.json.format(msgspec.json.encode(est), indent=2) + b"\n")
+        print(f"written: {args.json}")
+    return EXIT_FAILED if est.input_errors or est.stories_failed else EXIT_OK
+
+
+def cmd_bench(args) -> int:
+    """Throughput, latency and prefix-cache hit rate of the configured servers on a fixed, seeded workload.
+
+    Sends every request (the cache is not used). Formulas: docs/cost.md."""
+    from importlib.resources import files
+
+    from tension.core.pipelines.bench import BenchOptions, bench, format_bench, save_figures
+
+    cfg = server_config(args)
+    corpus = args.corpus or str(files("tension.core").joinpath("data/demo_story.jsonl"))
+    opts = BenchOptions(positions=args.positions, seed=args.bench_seed, gpu_hour_usd=args.gpu_hour_usd,
+                        variants=not args.no_variants, stream=not args.no_stream)
+    fig = bench(cfg, corpus, opts)
+    print(format_bench(fig))
+    if args.save:
+        save_figures(args.save, fig)
+        print(f"written: {args.save} (use it with `tension-run estimate CORPUS --bench {args.save}`)")
+    return EXIT_FAILED if fig.failed else EXIT_OK
+
+
+def server_config(args) -> ScoreConfig:
+    """Settings as score reads them: defaults < --config < flags, with the running
+    embedded server as the default when no server is named."""
+    from tension.core.config import config_file_keys, load_config
+
+    explicit = args.base_url is not None or "base_url" in config_file_keys(args.config)
+    return load_config(args.config, overrides(args, ScoreConfig), fallback={} if explicit else embedded_fallback())
+
+
+def embedded_fallback() -> dict:
+    """With no --base-url, a running embedded server (`tension-run serve --embedded`)
+    is the default, with its model and the embedded profile's settings."""
+    from tension.core.serving.embedded import running_state
+    from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
+
+    st = running_state()
+    if st is None:
+        return {}
+    print(f"using the embedded server at {st.url} (model {st.model}) with the embedded profile settings; "
+          "pass --base-url to use another server", file=sys.stderr)
+    return {**EMBEDDED_SCORE_SETTINGS, "base_url": st.url, "model": st.model}
+
+
+def _score_flags(p) -> None:
+    p.add_argument("corpus", metavar="CORPUS", help=CORPUS_HELP)
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the outputs")
+    p.add_argument("--config", metavar="FILE.toml", help="settings file; its keys are the flags' names")
+    add_settings_flags(p, ScoreConfig)
+
+
+# estimate and bench read the server and request settings of score, not its outputs
+_ESTIMATE_FIELDS = fields_in(ScoreConfig, SERVERS, ENDINGS, JUDGING, CORPUS, CONCURRENCY, skip={"warm_judge"})
+
+
+def _server_flags(p, fields: list[str], cache_help: str | None = None) -> None:
+    p.add_argument("--config", metavar="FILE.toml", help="settings file, as for score")
+    add_settings_flags(p, ScoreConfig, ["cache", "progress", *fields], help={"cache": cache_help} if cache_help
+                       else None)
+
+
+def _estimate_flags(p) -> None:
+    p.add_argument("corpus", metavar="CORPUS", help=CORPUS_HELP)
+    _server_flags(p, _ESTIMATE_FIELDS)
+    g = group_for(p, "cost")
+    g.add_argument("--gen-tok-s", type=float, help="generation output tokens per second of your servers")
+    g.add_argument("--judge-req-s", type=float, help="judge requests per second of your servers")
+    g.add_argument("--bench", metavar="FILE", help="figures saved by `tension-run bench --save FILE` "
+                                                    "(flags given as well override them)")
+    add_settings_flags(p, ScoreConfig, ["gpu_hour_usd"], group="cost", help={"gpu_hour_usd": "price of a GPU-hour"})
+    g.add_argument("--ending-tokens", type=float, metavar="E",
+                   help="tokens per ending (default: --max-tokens, an upper bound; a --bench file measures it)")
+    p.add_argument("--json", metavar="FILE", help="also write the estimate as JSON")
+
+
+def _bench_flags(p) -> None:
+    p.add_argument("--corpus", metavar="CORPUS", help="stories for the workload (default: the shipped demo story)")
+    _server_flags(p, [f for f in _ESTIMATE_FIELDS if f not in fields_in(ScoreConfig, CORPUS)],
+                  cache_help="LMDB cache for token counts only (default: a temporary one); answers are never "
+                             "taken from a cache")
+    g = group_for(p, "workload")
+    g.add_argument("--positions", type=int, default=4, help="positions of the first story (default: %(default)s)")
+    g.add_argument("--bench-seed", type=int, default=0, help="seed of the position choice and shuffles "
+                                                             "(default: %(default)s)")
+    g.add_argument("--no-variants", action="store_true",
+                   help="only the baseline run (positions in story order, judge warm-up on)")
+    g.add_argument("--no-stream", action="store_true",
+                   help="plain requests, as score sends them (no time to first token)")
+    add_settings_flags(p, ScoreConfig, ["gpu_hour_usd"], group="workload",
+                       help={"gpu_hour_usd": "price of a GPU-hour, for the cost per story"})
+    p.add_argument("--save", metavar="FILE", help="write the figures (JSON) for `estimate --bench FILE`")
+
+
+VERBS = [
+    Verb("score", cmd_score, _score_flags, (ScoreConfig,), frozenset({"corpus", "out", "config"}), SERVER_ENV),
+    Verb("estimate", cmd_estimate, _estimate_flags, (ScoreConfig,),
+         frozenset({"corpus", "config", "gen_tok_s", "judge_req_s", "bench", "ending_tokens", "json"}), SERVER_ENV),
+    Verb("bench", cmd_bench, _bench_flags, (ScoreConfig,),
+         frozenset({"corpus", "config", "positions", "bench_seed", "no_variants", "no_stream", "save"}), SERVER_ENV),
+]

@@ -1,0 +1,176 @@
+"""`serve` (the embedded CPU server, or the paper's GPU servers, once or per GPU)
+and `demo` (the embedded server scoring the shipped story)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tension.core.cli.flags import OnceBool, Verb, group_for
+from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
+from tension.core.errors import ConfigError
+
+__all__ = ["VERBS", "cmd_serve", "cmd_demo", "EMBEDDED_FLAGS"]
+
+ENV = "environment: XDG_CACHE_HOME moves ~/.cache, which holds the embedded server and the LMDB cache."
+# The flags of EmbeddedSettings (core/serving/embedded.py) that the CLI offers.
+# Their help names the defaults as text: reading them from the Struct would import
+# the serving module on every start-up.
+EMBEDDED_FLAGS = ("port", "enforce_eager", "torch_find_links", "torch_index_url")
+
+
+def cmd_serve(args) -> int:
+    """Start, stop or print LLM servers: the embedded CPU server, or the paper's GPU setup."""
+    from tension.core.serving import embedded
+
+    if args.replicas is not None and args.profile != "paper":
+        raise ConfigError("--replicas goes with --profile paper")
+    if args.stop:
+        stopped = embedded.stop()
+        print("stopped the embedded server" if stopped else "no embedded server was running")
+        return EXIT_OK
+    if args.profile == "paper":
+        servers = _paper(args) if args.replicas is None else _paper_replicas(args)
+        if args.launch:
+            _launch(servers, "both" if args.replicas is None else "them")
+        return EXIT_OK
+    st = embedded.start(_embedded_settings(args))
+    print(f"embedded server ready: {st.url} (model {st.model}, pid {st.pid}); log: {st.log}\n"
+          "`tension-run score CORPUS --out DIR` now uses it; `tension-run serve --stop` ends it")
+    return EXIT_OK
+
+
+def _paper(args) -> list:
+    """Print the paper's two engines for one H200 and the score command; return them."""
+    from tension.core.serving.profiles import paper_servers, shell_line
+
+    servers = paper_servers(args.generator_path, args.judge_path, gpu=args.gpu)
+    print("# the paper's engines on one H200 (000, App. C.4-C.5); run each in its own shell:")
+    for srv in servers:
+        print(shell_line(srv))
+    g, j = servers
+    print(f"# then: tension-run score CORPUS --out DIR --base-url http://HOST:{g.port} --model {g.served_name} "
+          f"--judge-base-url http://HOST:{j.port} --judge-model {j.served_name}")
+    return servers
+
+
+def _paper_replicas(args) -> list:
+    """The paper's setup once per GPU, and the score command that spreads stories over them."""
+    from tension.core.serving.profiles import paper_replicas, replica_score_command, shell_line
+
+    try:
+        reps = paper_replicas(args.replicas, args.generator_path, args.judge_path)
+    except ValueError as e:
+        raise ConfigError(f"--{e}") from None
+    print(f"# {args.replicas} replica(s) of the paper's engines, one H200 each (000, App. C.4-C.5); "
+          "run each line in its own shell, on the GPU host:")
+    for i, rep in enumerate(reps):
+        print(f"# replica {i} (GPU {i})")
+        for srv in rep:
+            print(shell_line(srv))
+    print("# then, from any machine that reaches them (HOST: the GPU host):")
+    print(f"# {replica_score_command(reps)}")
+    return [srv for rep in reps for srv in rep]
+
+
+def _launch(servers, which: str) -> None:
+    """Run the engines' commands here until Ctrl-C, then stop them all."""
+    import os
+    import subprocess
+
+    procs = [subprocess.Popen(srv.command(), env={**os.environ, **srv.env()}) for srv in servers]
+    print(f"launched pids {', '.join(str(p.pid) for p in procs)}; Ctrl-C stops {which}")
+    try:
+        for p in procs:
+            p.wait()
+    finally:
+        for p in procs:
+            p.terminate()
+
+
+def cmd_demo(args) -> int:
+    """Install what is missing, start the embedded server, score the shipped demo story, plot its curve."""
+    from importlib.resources import files
+
+    from tension.core.config import load_config
+    from tension.core.pipelines.score import score
+    from tension.core.reports.figures import curve_figure
+    from tension.core.reports.metrics import read_run_positions
+    from tension.core.serving import embedded
+    from tension.core.serving.profiles import DEMO_SCORE_SETTINGS
+
+    story = files("tension.core").joinpath("data/demo_story.jsonl")
+    started = embedded.running_state() is None
+    st = embedded.start(_embedded_settings(args))
+    try:
+        cfg = load_config(None, {"cache": args.cache, "progress": True},
+                          fallback={**DEMO_SCORE_SETTINGS, "base_url": st.url, "model": st.model})
+        print(f"scoring the demo story with {cfg.endings} endings per position (embedded profile: "
+              f"temperature {cfg.temperature}, {cfg.max_tokens} tokens, judge constrained to Y/N)", file=sys.stderr)
+        summary = score(cfg, str(story), args.out)
+    finally:
+        if started:
+            embedded.stop()
+            print("stopped the embedded server this demo started", file=sys.stderr)
+    if summary.status != "complete":
+        print(f"error: {summary.error}", file=sys.stderr)
+        return EXIT_FAILED
+    curves, _ = read_run_positions(args.out)
+    png = f"{args.out}/curve.png"
+    for c in curves:
+        curve_figure(png, c.id, c.x, c.y, cfg.curve_settings(), title=f"{c.id}: no-rate over the story")
+    print((Path(args.out) / "stories.csv").read_text())
+    req = summary.requests
+    print(f"{summary.positions} positions; requests sent {req.get('generation', 0)} generation, "
+          f"{req.get('judge', 0)} judge (0 means everything came from the cache)")
+    print(f"outputs: {args.out}/ (report.md, positions.jsonl, stories.csv, run.json); curve: {png}")
+    return EXIT_OK
+
+
+def _embedded_settings(args):
+    from tension.core.serving.embedded import EmbeddedSettings
+
+    kw = {name: getattr(args, name) for name in EMBEDDED_FLAGS}
+    return EmbeddedSettings(**{k: v for k, v in kw.items() if v is not None})
+
+
+def _embedded_flags(p) -> None:
+    g = group_for(p, "embedded server")
+    g.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: 8765)")
+    g.add_argument("--enforce-eager", action=OnceBool, default=None,
+                   help="skip torch.compile for a fast start (default: on)")
+    g.add_argument("--torch-find-links", metavar="DIR", default=None,
+                   help="folder holding the torch 2.13.0 CPU wheel (default: found in /opt/wheels)")
+    g.add_argument("--torch-index-url", metavar="URL", default=None,
+                   help="index with CPU torch wheels, e.g. https://download.pytorch.org/whl/cpu")
+
+
+def _serve_flags(p) -> None:
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--embedded", action="store_true", help="start the embedded CPU server (installs it once)")
+    mode.add_argument("--stop", action="store_true", help="stop the embedded server")
+    mode.add_argument("--profile", choices=["paper"], help="print the GPU server commands of a profile")
+    p.add_argument("--launch", action="store_true", help="with --profile: also run the commands")
+    p.add_argument("--replicas", type=int, default=None, metavar="N",
+                   help="with --profile paper: N copies, one GPU each (GPU i, ports 8000+2i and 8001+2i)")
+    p.add_argument("--generator-path", default="/models/Qwen3-32B",
+                   help="local folder of the generator model (default: %(default)s)")
+    p.add_argument("--judge-path", default="/models/Qwen3-8B",
+                   help="local folder of the judge model (default: %(default)s)")
+    p.add_argument("--gpu", default="0", help="CUDA device for both engines (default: %(default)s)")
+    _embedded_flags(p)
+
+
+def _demo_flags(p) -> None:
+    p.add_argument("--out", default="runs/demo", metavar="DIR", help="output folder (default: %(default)s)")
+    p.add_argument("--cache", metavar="PATH", default=None, help="LMDB cache folder")
+    _embedded_flags(p)
+
+
+_EMBEDDED = frozenset(EMBEDDED_FLAGS)
+VERBS = [
+    Verb("serve", cmd_serve, _serve_flags, (),
+         frozenset({"embedded", "stop", "profile", "launch", "replicas", "generator_path", "judge_path", "gpu"})
+         | _EMBEDDED, ENV),
+    Verb("demo", cmd_demo, _demo_flags, (), frozenset({"out", "cache"}) | _EMBEDDED, ENV),
+]

@@ -1,0 +1,154 @@
+"""What every settings Struct shares: the field metadata the CLI builds its flags
+from, the one loader (defaults < fallback < TOML file < flags), the value check,
+the API key and the record of the settings without it."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, TypeVar
+
+import msgspec
+
+from tension.core.errors import ConfigError
+
+__all__ = ["API_KEY_ENV", "Settings", "flag", "public", "load_settings", "read_config_file", "config_file_keys",
+           "build_settings", "SERVERS", "CONCURRENCY", "OUTPUTS", "ApiKey", "ReasoningOff", "Timeout", "Retries",
+           "RetrySeconds", "CachePath", "CacheMaxGB", "Progress"]
+
+API_KEY_ENV = "OPENAI_API_KEY"
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def flag(description: str, group: str | None = None, **extra: Any) -> msgspec.Meta:
+    """A field's metadata: its help text and, for a field that is a flag, the help
+    group it is listed under. ``extra`` may name the flag when it differs from the
+    field (``flag="reader-seed"``), its ``aliases`` and its ``metavar``. Without a
+    group the field is a config key only (cli.flags.CONFIG_ONLY says why). A Meta
+    with only a description and extra adds no constraint: decoding is unchanged."""
+    if group is not None:
+        extra = {"group": group, **extra}
+    return msgspec.Meta(description=description, extra=extra or None)
+
+
+# flag groups of --help that every verb talking to servers has
+SERVERS = "servers"
+CONCURRENCY = "concurrency and reliability"
+OUTPUTS = "storage and outputs"
+
+# The fields those verbs share, as types: one help text for each on every verb.
+ApiKey = Annotated[str | None, flag(f"API key; the {API_KEY_ENV} environment variable wins")]
+ReasoningOff = Annotated[bool, flag("send chat_template_kwargs {enable_thinking: false}", SERVERS)]
+Timeout = Annotated[float, flag("seconds allowed for one request", CONCURRENCY)]
+Retries = Annotated[int, flag("attempts per request, the first included (429, 5xx, dropped connections)",
+                              CONCURRENCY)]
+RetrySeconds = Annotated[float, flag("give a request up after retrying this long", CONCURRENCY)]
+CachePath = Annotated[str | None, flag("LMDB cache folder (default: ~/.cache/tension-run/llm.lmdb)", OUTPUTS,
+                                       metavar="PATH")]
+CacheMaxGB = Annotated[float | None, flag("never let the cache grow past this size (default: the disk is the limit)",
+                                          OUTPUTS, metavar="GB")]
+Progress = Annotated[bool, flag("show a progress bar", OUTPUTS)]
+
+
+class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Base of ScoreConfig, GenerateConfig and FairPlayConfig."""
+
+    # A bad value's message names the setting with this prefix: "--" where the
+    # message has always named it as a flag (generate), "" elsewhere.
+    flag_prefix: ClassVar[str] = ""
+
+    def check(self, ok: bool, field: str, what: str) -> None:
+        """Raise a ConfigError naming `field`, what was expected and its value, unless ok."""
+        if not ok:
+            raise ConfigError(f"{self.flag_prefix}{field.replace('_', '-')}: expected {what}, "
+                              f"got {getattr(self, field)!r}")
+
+    def resolved_api_key(self) -> str | None:
+        """The environment variable first, then the config file's `api_key`."""
+        return os.environ.get(API_KEY_ENV) or getattr(self, "api_key", None)
+
+    def public(self) -> dict[str, Any]:
+        return public(self)
+
+
+def public(cfg: Settings) -> dict[str, Any]:
+    """The settings as a run record keeps them: plain data, and for the API key only
+    whether one is set, never its value."""
+    d = msgspec.to_builtins(cfg)
+    d["api_key"] = "(set)" if cfg.resolved_api_key() else None
+    return d
+
+
+def load_settings(struct: type[S], path: str | os.PathLike | None, overrides: dict[str, Any],
+                  fallback: dict[str, Any] | None = None, table: str | None = None) -> S:
+    """Defaults ← ``fallback`` (e.g. a profile, or the running embedded server) ←
+    TOML file ← flags (``overrides``: None means the flag was not given).
+
+    Without ``table`` every key of the file must be a field. With ``table`` (e.g.
+    "fairplay") the file may be another verb's: its top-level keys that are
+    fields are used and the rest ignored, and the keys of its [table], all of
+    which must be fields, win."""
+    data: dict[str, Any] = dict(fallback or {})
+    if path is not None:
+        data.update(_file_settings(struct, Path(path), table))
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return msgspec.convert(data, struct)
+    except msgspec.ValidationError as e:
+        where = f"{path}: " if path else ""
+        raise ConfigError(f"{where}{e}") from e
+
+
+def _file_settings(struct: type, p: Path, table: str | None) -> dict[str, Any]:
+    doc = read_config_file(p)
+    known = set(struct.__struct_fields__)
+    if table is None:
+        data = {k.replace("-", "_"): v for k, v in doc.items()}
+        for k in data:
+            if k not in known:
+                raise ConfigError(f"{p}: unknown key `{k}` (known: {', '.join(sorted(known))})")
+        return data
+    inner = doc.pop(table, {})
+    data = {k.replace("-", "_"): v for k, v in doc.items() if k.replace("-", "_") in known}
+    if not isinstance(inner, dict):
+        raise ConfigError(f"{p}: [{table}] must be a table")
+    for k, v in inner.items():
+        if k.replace("-", "_") not in known:
+            raise ConfigError(f"{p}: unknown key `{k}` in [{table}] (known: {', '.join(sorted(known))})")
+        data[k.replace("-", "_")] = v
+    return data
+
+
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """The TOML document of a --config file; an unreadable or invalid file is a
+    ConfigError naming it."""
+    p = Path(path)
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the config file: {e.strerror or e}") from e
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: not valid TOML: {e}") from e
+
+
+def config_file_keys(path: str | os.PathLike | None) -> set[str]:
+    """The keys a config file sets (normalised to underscores); empty without a file."""
+    if path is None:
+        return set()
+    try:
+        return {k.replace("-", "_") for k in tomllib.loads(Path(path).read_text(encoding="utf-8"))}
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return set()  # load_settings reports the problem with the file
+
+
+def build_settings(struct: type[S], prefix: str = "", **values: Any) -> S:
+    """A kernel settings Struct (CurveSettings, FairPlaySettings) from values, a
+    ValueError of its checks ("field: …") reported as a ConfigError naming the
+    setting; ``prefix="--"`` names it as a flag."""
+    try:
+        return struct(**values)
+    except ValueError as e:
+        field, _, rest = str(e).partition(": ")
+        raise ConfigError(f"{prefix}{field.replace('_', '-')}: {rest}") from e
