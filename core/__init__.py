@@ -1,1 +1,2 @@
-"""tension-run core: corpus, segmentation, prompts, client, scheduler, pipelines, CLI."""
+"""tension-run core, in layers (docs/architecture.md): cli → pipelines → run, llm, prompts,
+inputs, reports, serving, config → errors, formats."""
