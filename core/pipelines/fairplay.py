@@ -34,7 +34,8 @@ from tension.core.inputs.whodunits import WhodunitStory, read_stories, segment_t
 from tension.core.run.progress import Progress
 from tension.core.llm.protocol import ChatRequest
 from tension.core.prompts.answers import match_suspect, parse_culprit, parse_distribution, parse_suspect_list
-from tension.core.llm.replicas import Router, parse_replicas
+from tension.core.llm.replicas import parse_replicas
+from tension.core.llm.router import Router
 from tension.core.run.lifecycle import LOCK_NAME, Run, client_for, open_store, out_lock, prepare_out_dir, run_blocking
 
 __all__ = ["READERS", "FairPlayConfig", "Generator", "WhodunitStory", "ReaderFailure", "FairPlayRun",
