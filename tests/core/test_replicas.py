@@ -1,4 +1,4 @@
-"""Several replicas per role (core/replicas.py): three loopback servers stand in
+"""Several replicas per role (core/llm/replicas.py and core/llm/router.py): three loopback servers stand in
 for three GPUs. Story affinity, load spread, failover with identical outputs,
 re-admission, the rendezvous-hashing share that moves when a replica is added,
 model checks and the config forms."""
