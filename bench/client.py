@@ -8,7 +8,7 @@ once for the whole run, with the same concurrency and the same request bodies:
 - (a)   ``tension``: ``Client`` through a ``Scheduler`` lane of C, cache on. Per
         request: ``request_key`` of the ``ChatRequest``, a ``Store.get`` (a miss:
         the LMDB cache is fresh), ``scheduler.request("judge", client.chat, …)``,
-        then a ``Verdict`` record handed to score.py's group committer
+        then a ``Verdict`` record handed to the run's group committer
         (``put_many`` every <= 50 ms or 512 records).
 - (a')  ``tension-nocache``: the same without key, lookup and commit.
 - (b)   ``openai``: ``AsyncOpenAI(base_url=…/v1, api_key="x", max_retries=0)``,
@@ -146,7 +146,7 @@ async def contender_tension(base: str, warm, timed, conc: int, cache: bool) -> t
     from tension.core.llm.client import Client
     from tension.core.llm.protocol import ChatRequest
     from tension.core.run.scheduler import Scheduler
-    from tension.core.pipelines.score import _Committer
+    from tension.core.run.commit import Committer
 
     def requests(msgs):
         return [ChatRequest(model=JUDGE_MODEL, messages=m, n=1, temperature=0.0, max_tokens=10,
@@ -163,7 +163,7 @@ async def contender_tension(base: str, warm, timed, conc: int, cache: bool) -> t
                 ph = Phase()
                 async with Scheduler({"judge": conc}) as s:
                     if cache:
-                        committer = _Committer(store, Path(tmp) / f"{tag}.partial.jsonl")
+                        committer = Committer(store, Path(tmp) / f"{tag}.partial.jsonl")
                         s.service(committer.run())
 
                         async def one(req):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import TypeVar
 
 import aiohttp
 import msgspec
@@ -31,9 +30,6 @@ from tension.core.llm.protocol import (ChatChunk, ChatRequest, ChatResponse, Err
                        TokenizeResponse)
 
 __all__ = ["Timeouts", "RetryPolicy", "ChatResult", "StreamResult", "Client", "normalize_base_url"]
-
-T = TypeVar("T")
-
 
 EMPTY_ANSWER_RETRIES = 2
 
@@ -268,13 +264,15 @@ class Client:
         return StreamResult(texts=texts, model=model, usage=usage, ttft=ttft,
                             seconds=time.perf_counter() - t0, events=events)
 
-    async def get_text(self, base_url: str, path: str) -> str | None:
-        """GET a text endpoint of the server root (e.g. ``/metrics``); None when the
-        server does not have it or cannot be reached (bench figures go without)."""
+    async def get_text(self, base_url: str, path: str, timeout: float = 10.0) -> str | None:
+        """GET a text endpoint of the server root (e.g. ``/metrics``) once, without
+        retries: the body of a 200 answer, None for anything else or a server that
+        cannot be reached (figures from optional endpoints go without)."""
         if self._session is None:
             raise RuntimeError("use `async with Client(...)` before sending")
+        url = normalize_base_url(base_url) + path
         try:
-            async with self._session.get(normalize_base_url(base_url) + path) as resp:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 if resp.status != 200:
                     return None
                 return (await resp.read()).decode("utf-8", "replace")
@@ -282,19 +280,6 @@ class Client:
             return None
 
     # -- the retry loop -------------------------------------------------------
-
-    async def fetch_text(self, url: str, timeout: float = 10.0) -> str | None:
-        """GET `url` once (no retries): the body of a 200 answer, None for anything
-        else. For optional endpoints such as a server's /metrics."""
-        if self._session is None:
-            raise RuntimeError("use `async with Client(...)` before sending")
-        try:
-            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-                if resp.status != 200:
-                    return None
-                return (await resp.read()).decode("utf-8", "replace")
-        except (asyncio.TimeoutError, aiohttp.ClientError):
-            return None
 
     async def _call(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder,
                     retry: RetryPolicy | None = None):

@@ -1,5 +1,5 @@
 """Reading a server's ``/metrics`` (Prometheus text format 0.0.4), for the
-counters `tension-run bench` takes deltas of.
+counters `tension-run bench` and the replica router take deltas of.
 
 vLLM names its prefix-cache counters ``vllm:prefix_cache_queries_total`` and
 ``vllm:prefix_cache_hits_total`` (tokens), one sample per engine and model label
@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["parse_samples", "counter", "PREFIX_CACHE_HITS", "PREFIX_CACHE_QUERIES"]
+__all__ = ["parse_samples", "counter", "prefix_cache_delta", "prefix_cache_hit_rate", "PREFIX_CACHE_HITS",
+           "PREFIX_CACHE_QUERIES"]
 
 PREFIX_CACHE_HITS = ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits")
 PREFIX_CACHE_QUERIES = ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries")
@@ -52,3 +53,29 @@ def counter(samples: dict[str, float], names: tuple[str, ...] | str) -> float | 
             if candidate in samples:
                 return samples[candidate]
     return None
+
+
+def prefix_cache_delta(start: dict[str, float] | None, end: dict[str, float] | None
+                       ) -> tuple[float, float] | None:
+    """(Δ hits, Δ queries) of the prefix cache, in tokens, between two readings of
+    /metrics; None when the end reading has no query counter. A missing start
+    reading counts from zero (since the server started), and so does one larger
+    than the end: the server restarted and reset its counters."""
+    q1 = counter(end, PREFIX_CACHE_QUERIES) if end is not None else None
+    if q1 is None:
+        return None
+    h1 = counter(end, PREFIX_CACHE_HITS) or 0.0
+    q0 = h0 = 0.0
+    s_q = counter(start, PREFIX_CACHE_QUERIES) if start is not None else None
+    if s_q is not None and s_q <= q1:
+        q0, h0 = s_q, counter(start, PREFIX_CACHE_HITS) or 0.0
+    return h1 - h0, q1 - q0
+
+
+def prefix_cache_hit_rate(start: dict[str, float] | None, end: dict[str, float] | None) -> float | None:
+    """Δ hits / Δ queries between two readings (`prefix_cache_delta`); None without
+    the counters or without a query in between."""
+    delta = prefix_cache_delta(start, end)
+    if delta is None or delta[1] <= 0:
+        return None
+    return delta[0] / delta[1]

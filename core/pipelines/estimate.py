@@ -1,10 +1,9 @@
 """`tension-run estimate`: what scoring a corpus will cost, before any LLM call.
 
-The positions are chosen by the score pipeline's own code (`score._Run.positions`:
-the same corpus reading, word filter, splitter, token counter, pct filter and
-context check), and the requests are built by its own `generation_request` and
-`judge_request`, so the request counts and the cache look-ups are those `score`
-would make. Token counts come from the configured counter (``--tokenizer``:
+The positions are chosen by the score pipeline's own code (`PositionFinder`: the
+same corpus reading, word filter, splitter, token counter, pct filter and context
+check), and the requests are built by its own `ScoreRequests`, so the request
+counts and the cache look-ups are those `score` would make. Token counts come from the configured counter (``--tokenizer``:
 the server's ``/tokenize``, a tokenizer.json, or whitespace words).
 
 Prompt tokens, per docs/cost.md (T(x) = tokens of text x; O = T(ending system) +
@@ -26,7 +25,6 @@ to ``/tokenize``.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from pathlib import Path
@@ -35,17 +33,16 @@ import msgspec
 import numpy as np
 
 from tension.cache.keys import request_key
-from tension.cache.store import Store, default_path
-
-from tension.core.prompts import score as prompts
-from tension.core.llm.client import Client, RetryPolicy, Timeouts
+from tension.cache.store import Store
 from tension.core.config import ScoreConfig
-from tension.core.inputs.corpus import read_corpus
 from tension.core.errors import ConfigError, StatusError
+from tension.core.inputs.corpus import Corpus, read_corpus
+from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
+from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
+from tension.core.prompts import score as prompts
+from tension.core.run.commit import first_error
+from tension.core.run.lifecycle import Run, client_for, open_store, run_blocking
 from tension.core.run.progress import Progress
-from tension.core.run.scheduler import Scheduler
-from tension.core.pipelines.score import Position, _Committer, _first_error, _Run, generation_request, judge_request, make_tokenizer
-from tension.core.inputs.segment import continuation_text, prefix_text
 
 __all__ = ["Throughput", "TokenTotals", "Estimate", "estimate", "estimate_async", "format_estimate",
            "COST_FORMULA"]
@@ -112,31 +109,31 @@ def _template_pieces() -> list[str]:
     return [prompts.ENDING_SYSTEM, prompts.ENDING_USER.format(prefix=""), prompts.JUDGE_SYSTEM, head, mid, tail]
 
 
-class _PrefixCountingRun(_Run):
-    """The score run, counting a story's prefixes with a local tokenizer.json from
-    one encoding of the whole story: the prefix s[0:k] is the first len(prefix)
+def prefix_counter(cfg: ScoreConfig) -> Counter | None:
+    """The local counter of --tokenizer PATH, counting a story's prefixes from one
+    encoding of the whole story: the prefix s[0:k] is the first len(prefix)
     characters of the story text, and its token count is the number of the story's
     tokens that end inside it. Equal to encoding each prefix alone whenever no
     token spans a sentence boundary — BPE and SentencePiece pre-tokenizers split at
     the space between sentences — and it turns the O(words²) of counting every
-    prefix into one pass per story (250 s → seconds on 205 stories)."""
+    prefix into one pass per story (250 s → seconds on 205 stories). Texts that are
+    not prefixes of the first are encoded each alone; other counters as they are."""
+    each = local_counter(cfg)
+    if each is None or cfg.tokenizer == "words":
+        return each
+    from tokenizers import Tokenizer
 
-    def setup_tokenizer(self) -> None:
-        super().setup_tokenizer()
-        self._offsets = None
-        if self.tokenizer is not None and self.cfg.tokenizer != "words":
-            from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(cfg.tokenizer)
 
-            tok = Tokenizer.from_file(self.cfg.tokenizer)
-            self._offsets = lambda text: np.fromiter(
-                (end for _, end in tok.encode(text, add_special_tokens=False).offsets), dtype=np.int64)
-
-    async def token_counts(self, texts: list[str], affinity: str = "") -> list[int]:
-        if self._offsets is None or len(texts) < 2 or not all(texts[0].startswith(t) for t in texts[1:]):
-            return await super().token_counts(texts, affinity)
-        ends = self._offsets(texts[0])
+    def count(texts: list[str]) -> list[int]:
+        if len(texts) < 2 or not all(texts[0].startswith(t) for t in texts[1:]):
+            return each(texts)
+        ends = np.fromiter((end for _, end in tok.encode(texts[0], add_special_tokens=False).offsets),
+                           dtype=np.int64)
         lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
         return np.searchsorted(ends, lengths, side="right").tolist()
+
+    return count
 
 
 class _Tally:
@@ -188,51 +185,34 @@ async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: 
     ``tokenizer = "server"`` it asks the generation server's ``/tokenize`` (the
     counts are cached, so the score run after it does not ask again)."""
     t0 = time.perf_counter()
-    make_tokenizer(cfg)  # a bad --tokenizer is a usage error
+    count = prefix_counter(cfg)  # a bad --tokenizer is a usage error
     corpus = read_corpus(corpus_path, cfg.min_words, cfg.max_words)
-    with Store(cfg.cache or default_path(),
-               max_bytes=int(cfg.cache_max_gb * 1e9) if cfg.cache_max_gb else None) as store:
+    # Records only (the token counts it asks for are kept), no record file; an
+    # estimate is not the cache's "last run".
+    run = Run(store=open_store(cfg.cache, cfg.cache_max_gb), client=client_for(cfg, cfg.resolved_api_key()),
+              progress=Progress(enabled=cfg.progress, stories=len(corpus.stories)), partial=None,
+              roles=("tokenize", "models"), last_run=False)
+    async with run:
+        gen, judge = score_routers(cfg, run.client)
+        finder = PositionFinder(cfg, run, gen, count)
+        # Model ids name the cache keys. A local counter needs no server: without
+        # --model the server is not asked, and the cache is not checked.
+        cache_checked = bool(cfg.model) or count is None
+        reqs = (await resolve_models(cfg, gen, judge, run.requests) if cache_checked
+                else ScoreRequests(cfg, cfg.model or "", cfg.judge_model or ""))
         by_story: dict[int, list[Position]] = {}
         failed: list[str] = []
-        progress = Progress(enabled=cfg.progress, stories=len(corpus.stories))
         try:
-            async with Client(api_key=cfg.resolved_api_key(), timeouts=Timeouts(request=cfg.timeout),
-                              retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds)) as client:
-                run = _PrefixCountingRun(cfg, corpus, store, client, Path("."), progress)
-                run.setup_tokenizer()
-                # Model ids name the cache keys. A local counter needs no server: without
-                # --model the server is not asked, and the cache is not checked.
-                cache_checked = bool(cfg.model) or run.tokenizer is None
-                if cache_checked:
-                    await run.resolve_models()
-                run.committer = _Committer(store, None)
-                try:
-                    const = await _count_positions(run, corpus, by_story, failed, progress)
-                except BaseExceptionGroup as eg:  # the scheduler's TaskGroup: raise the first real error
-                    first = _first_error(eg)
-                    raise first if isinstance(first, Exception) else eg
-                finally:
-                    run.committer.close()  # the token counts asked so far stay in the cache
-        finally:
-            progress.close()
+            const = await _count_positions(run, finder, corpus, by_story, failed)
+        except BaseExceptionGroup as eg:  # the scheduler's TaskGroup: raise the first real error
+            first = first_error(eg)
+            raise first if isinstance(first, Exception) else eg
+        run.progress.close()
         thr = throughput or Throughput()
-        E = float(thr.ending_tokens if thr.ending_tokens is not None else cfg.max_tokens)
-        tally = _Tally(cfg, const, E)
-        for si in sorted(by_story):
-            tally.story(run.sentences[si], corpus.stories[si].words, by_story[si])
-        est = Estimate(
-            corpus=str(corpus_path), tokenizer=cfg.tokenizer, model=run.gen_model or None,
-            judge_model=run.judge_model or None, stories_kept=len(corpus.stories),
-            stories_skipped=len(corpus.skipped), input_errors=[str(e) for e in corpus.errors],
-            stories_failed=failed, stories_without_positions=len(run.no_positions),
-            positions_too_long=sum(run.too_long.values()),
-            positions=tally.positions, endings_per_position=cfg.endings, generation_requests=tally.positions,
-            judge_requests=tally.positions * cfg.endings, prompt_tokens=tally.totals(), ending_tokens=E,
-            output_tokens_max={"generation": tally.positions * cfg.endings * cfg.max_tokens,
-                               "judge": tally.positions * cfg.endings * cfg.judge_max_tokens},
-            cache_checked=cache_checked)
+        est = _estimate(cfg, corpus, str(corpus_path), finder, reqs, by_story, const, thr,
+                        failed=failed, cache_checked=cache_checked)
         if cache_checked:
-            _coverage(est, run, by_story)
+            _coverage(est, run.store, reqs, finder, by_story)
         else:
             est.generation_to_send = est.generation_requests
             est.judge_to_send = est.judge_requests
@@ -240,20 +220,40 @@ async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: 
     est.seconds = time.perf_counter() - t0
     return est
 
-async def _count_positions(run: _Run, corpus, by_story: dict[int, list[Position]], failed: list[str],
-                           progress: Progress) -> dict[str, int]:
+
+def _estimate(cfg: ScoreConfig, corpus: Corpus, corpus_path: str, finder: PositionFinder, reqs: ScoreRequests,
+              by_story: dict[int, list[Position]], const: dict[str, int], thr: Throughput, *,
+              failed: list[str], cache_checked: bool) -> Estimate:
+    """The counts and token totals of the positions found."""
+    E = float(thr.ending_tokens if thr.ending_tokens is not None else cfg.max_tokens)
+    tally = _Tally(cfg, const, E)
+    for si in sorted(by_story):
+        tally.story(finder.sentences[si], corpus.stories[si].words, by_story[si])
+    return Estimate(
+        corpus=corpus_path, tokenizer=cfg.tokenizer, model=reqs.gen_model or None,
+        judge_model=reqs.judge_model or None, stories_kept=len(corpus.stories),
+        stories_skipped=len(corpus.skipped), input_errors=[str(e) for e in corpus.errors],
+        stories_failed=failed, stories_without_positions=len(finder.no_positions),
+        positions_too_long=sum(finder.too_long.values()),
+        positions=tally.positions, endings_per_position=cfg.endings, generation_requests=tally.positions,
+        judge_requests=tally.positions * cfg.endings, prompt_tokens=tally.totals(), ending_tokens=E,
+        output_tokens_max={"generation": tally.positions * cfg.endings * cfg.max_tokens,
+                           "judge": tally.positions * cfg.endings * cfg.judge_max_tokens},
+        cache_checked=cache_checked)
+
+
+async def _count_positions(run: Run, finder: PositionFinder, corpus: Corpus, by_story: dict[int, list[Position]],
+                           failed: list[str]) -> dict[str, int]:
     """The score pipeline's positions of every story, into `by_story` (token counts
     through the scheduler's tokenize lane). Returns the token counts of the
     prompts' fixed texts."""
-    cfg = run.cfg
-    async with Scheduler(run.gen_router.tokenize_lanes() or {"tokenize": cfg.tokenize_concurrency}) as sched:
-        run.sched = sched
-        sched.service(run.committer.run())
-        const = _constants(await run.token_counts(_template_pieces()))
+    cfg, progress = finder.cfg, run.progress
+    async with run.scheduler(finder.router.tokenize_lanes() or {"tokenize": cfg.tokenize_concurrency}) as sched:
+        const = _constants(await finder.token_counts(_template_pieces(), ""))
 
         async def one(si: int) -> None:
             try:
-                by_story[si] = await run.positions(si, corpus.stories[si])
+                by_story[si] = await finder.positions(si, corpus.stories[si])
             except StatusError as e:  # the server refused to count this story: it alone is left out
                 failed.append(f"story {corpus.stories[si].id!r}: {e}")
                 return
@@ -265,30 +265,28 @@ async def _count_positions(run: _Run, corpus, by_story: dict[int, list[Position]
     return const
 
 
-def _coverage(est: Estimate, run: _Run, by_story: dict[int, list[Position]]) -> None:
+def _coverage(est: Estimate, store: Store, reqs: ScoreRequests, finder: PositionFinder,
+              by_story: dict[int, list[Position]]) -> None:
     """Exact generation keys looked up in the LMDB; judge keys where the endings
     are there to build them from."""
-    store, cfg = run.store, run.cfg
+    n = reqs.cfg.endings
     gen_cached = judge_checkable = judge_cached = judge_unknown = 0
     for si in sorted(by_story):
-        sents = run.sentences[si]
+        sents = finder.sentences[si]
         ps = by_story[si]
-        keys = [request_key("chat", generation_request(run, prompts.ending_messages(prefix_text(sents, p.k))))
-                for p in ps]
-        recs = store.get_many("endings", keys)
+        recs = store.get_many("endings", [request_key("chat", reqs.endings(sents, p.k)) for p in ps])
         for p, rec in zip(ps, recs):
             if rec is None:
-                judge_unknown += cfg.endings
+                judge_unknown += n
                 continue
             gen_cached += 1
-            head, tail = prompts.judge_parts(sents[p.k - 1], continuation_text(sents, p.k, cfg.continuation_words))
-            judged = store.get("positions", run.position_key(head, tail, rec.texts))
+            head, tail = reqs.judge_parts(sents, p.k)
+            judged = store.get("positions", reqs.position_key(head, tail, rec.texts))
             if judged is not None:  # a judged position: all its verdicts are there
                 judge_checkable += judged.judged
                 judge_cached += judged.judged
                 continue
-            jkeys = [request_key("chat", judge_request(run, prompts.judge_messages_from_parts(head, tail, e)))
-                     for e in rec.texts if e.strip()]
+            jkeys = [request_key("chat", r) for _, r in reqs.verdicts(head, tail, rec.texts)]
             judge_checkable += len(jkeys)
             judge_cached += sum(v is not None for v in store.get_many("verdicts", jkeys))
     est.generation_cached = gen_cached
@@ -312,13 +310,14 @@ def _cost(est: Estimate, thr: Throughput, cfg: ScoreConfig) -> None:
 
 
 def estimate(cfg: ScoreConfig, corpus_path: str | Path, throughput: Throughput | None = None) -> Estimate:
-    """Blocking form of `estimate_async`."""
-    return asyncio.run(estimate_async(cfg, corpus_path, throughput))
+    """Blocking form of `estimate_async` (uvloop when installed); SIGTERM stops it
+    like Ctrl-C, the token counts asked so far committed first."""
+    return run_blocking(lambda: estimate_async(cfg, corpus_path, throughput))
 
 
 def throughput_from_bench(path: str | Path, gpu_hour_usd: float | None) -> Throughput:
     """The figures `tension-run bench --save FILE` wrote."""
-    from tension.core.pipelines.bench import load_figures
+    from tension.core.pipelines.bench_figures import load_figures
 
     fig = load_figures(path)
     return Throughput(gen_tok_s=fig.gen_tok_s, judge_req_s=fig.judge_req_s,

@@ -37,7 +37,8 @@ from tension.core.inputs.ideas import Idea, Reference, ReferencePrompt, read_ide
 from tension.core.inputs.jsonl import atomic_write
 from tension.core.run.progress import Progress
 from tension.core.llm.protocol import ChatRequest
-from tension.core.llm.replicas import Router, parse_replicas
+from tension.core.llm.replicas import parse_replicas
+from tension.core.llm.router import Router
 from tension.core.run.lifecycle import Run, client_for, open_store, out_lock, run_blocking
 from tension.core.run.record import Failure
 

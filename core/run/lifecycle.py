@@ -49,17 +49,20 @@ class Run:
 
     `requests` counts the requests sent per role, starting from `roles` (so a run
     record lists every role, with 0 where none was needed); `chat` is the one
-    cached LLM call, bound to this run's store, committer and progress bar."""
+    cached LLM call, bound to this run's store, committer and progress bar.
+    `last_run=False` keeps the store's counts out of the cache's "last run" (`cache
+    stats`): for commands that only look (estimate, bench)."""
 
     def __init__(self, *, store: Store, client: Client, progress: Progress, partial: Path | None,
                  record_path: Path | None = None, record: Callable[[Run], dict[str, Any]] | None = None,
-                 roles: tuple[str, ...] = ()):
+                 roles: tuple[str, ...] = (), last_run: bool = True):
         self.store = store
         self.client = client
         self.progress = progress
         self.partial = partial
         self.record_path = record_path
         self.build_record = record
+        self.last_run = last_run
         self.status = "complete"
         self.error: str | None = None
         self.requests: dict[str, int] = dict.fromkeys(roles, 0)
@@ -119,10 +122,16 @@ class Run:
     async def _close(self) -> None:
         try:
             await self.client.__aexit__(None, None, None)
+        except asyncio.CancelledError:
+            # A stop that lands while the client closes (a signal sent during the
+            # final commit): the caller sees an interruption, and so does the record.
+            self.status = "interrupted"
+            raise
         finally:
             self.progress.close()
             try:
-                self.store.save_run_counts()
+                if self.last_run:
+                    self.store.save_run_counts()
             finally:
                 try:
                     self.write_record()

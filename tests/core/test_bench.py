@@ -12,6 +12,7 @@ import msgspec
 import pytest
 from conftest import make_corpus
 from openai_server import CHAT_PATH, expected_endings
+from sigterm import run_until_sigterm
 
 from tension.core.pipelines.bench import BenchOptions, bench, load_figures
 from tension.core.cli import main
@@ -166,3 +167,28 @@ def test_bench_over_replicas_gives_each_its_share_and_its_figures(server, tmp_pa
             assert sf.requests == len(seen) == 2 * (1 + N)
             assert sf.roles == ["generation", "judge"] and sf.output_tokens > 0
             assert sf.metrics_available and 0 < sf.prefix_cache_hit_rate <= 1
+
+
+def test_bench_honours_the_retry_budget(server, tmp_path):
+    """--retries is the client's attempts per request (plain requests are retried;
+    a streamed one never is, as a benchmark reports what the server did)."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 1)
+    opts = BenchOptions(positions=2, variants=False, stream=False)
+    server.fail_next("503", times=2)
+    fig = bench(_cfg(server, tmp_path, retries=1), corpus, opts)  # one attempt: both faults are failures
+    assert fig.failed == 2 and all("503" in e for e in fig.runs[0].errors)
+    server.fail_next("503", times=2)
+    fig = bench(_cfg(server, tmp_path, retries=5, retry_seconds=30), corpus, opts)
+    assert fig.failed == 0 and fig.runs[0].generation_requests == 2 and fig.runs[0].judge_requests == 2 * N
+    assert server.pending_faults() == 0
+
+
+def test_sigterm_stops_bench_cleanly(server, tmp_path):
+    server.delay = 0.5
+    corpus = make_corpus(tmp_path / "c.jsonl", 1)
+    code, err = run_until_sigterm(
+        ["bench", "--corpus", str(corpus), "--base-url", server.base_url, "--model", "test-gen", "--endings",
+         str(N), "--positions", "4", "--no-progress", "--cache", str(tmp_path / "cache")],
+        lambda: server.count(path=CHAT_PATH) >= 1)
+    assert code == 130, err
+    assert "interrupted" in err and "Traceback" not in err

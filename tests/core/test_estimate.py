@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import make_corpus
 from openai_server import CHAT_PATH, count_tokens
+from sigterm import run_until_sigterm
 
 from tension.core.prompts import score as prompts
 from tension.core.cli import main
@@ -207,3 +208,35 @@ def test_local_tokenizer_counts_prefixes_as_encoding_each_alone(tmp_path):
                 sent += O + p
     assert est.positions == positions > 50
     assert est.prompt_tokens["generation"].sent == sent
+
+
+def test_sigterm_stops_estimate_cleanly_and_keeps_the_counts_asked(server, tmp_path):
+    from tension.cache.store import Store
+
+    server.slow_seconds = 0.3
+    server.fail_next("slow", times=1000, path="/tokenize")
+    corpus = make_corpus(tmp_path / "c.jsonl", 3)
+    cache = tmp_path / "cache"
+    code, err = run_until_sigterm(
+        ["estimate", str(corpus), "--base-url", server.base_url, "--model", "test-gen", "--no-progress",
+         "--tokenize-concurrency", "4", "--cache", str(cache)],
+        lambda: server.count(path="/tokenize") >= 2)
+    assert code == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    with Store(cache, readonly=True) as st:
+        assert st.stats()["tokens"]["entries"] >= 2  # the counts answered before the stop were committed
+
+
+def test_an_estimate_is_not_the_caches_last_run(server, tmp_path):
+    """`cache stats` shows the last run's hits: an estimate only looks, and leaves them."""
+    from tension.cache.store import Store
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 1)
+    cfg = load_config(None, {"base_url": server.base_url, "model": "test-gen", "endings": N,
+                             "cache": str(tmp_path / "cache"), "progress": False, "report": False})
+    assert score(cfg, corpus, tmp_path / "out").status == "complete"
+    with Store(tmp_path / "cache") as st:
+        before = st.last_run_counts()
+    assert estimate(cfg, corpus).generation_cached > 0
+    with Store(tmp_path / "cache") as st:
+        assert before is not None and st.last_run_counts() == before

@@ -26,7 +26,8 @@ from tension.cache import records
 from tension.cache.keys import request_key
 from tension.cache.store import DBS, Store
 from tension.core.config import load_config
-from tension.core.pipelines.score import COMMIT_BATCH, score
+from tension.core.pipelines.score import score
+from tension.core.run.commit import COMMIT_BATCH
 
 N = 6  # endings per position
 GEN_CONC, JUDGE_CONC, TOKENIZE_CONC = 4, 16, 64  # the lanes of every run here (tokenize: the default)
@@ -353,16 +354,16 @@ def test_stop_signal_during_the_final_commit_never_leaves_complete_without_outpu
     """In-process, so that the signal lands in that window every time: the signal is
     sent by the run itself while it commits its last batch (a real SIGTERM, handled
     by the handler `score` installs)."""
-    from tension.core.pipelines import score as score_mod
+    from tension.core.run.commit import Committer
 
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=32)
-    original = score_mod._Committer.close
+    original = Committer.close
 
     def close_with_signal(self):
         os.kill(os.getpid(), signal.SIGTERM)
         return original(self)
 
-    monkeypatch.setattr(score_mod._Committer, "close", close_with_signal)
+    monkeypatch.setattr(Committer, "close", close_with_signal)
     out = tmp_path / "out"
     try:
         status = score(in_process_cfg(server.base_url, tmp_path / "cache"), corpus, out).status

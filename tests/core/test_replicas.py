@@ -1,4 +1,4 @@
-"""Several replicas per role (core/replicas.py): three loopback servers stand in
+"""Several replicas per role (core/llm/replicas.py and core/llm/router.py): three loopback servers stand in
 for three GPUs. Story affinity, load spread, failover with identical outputs,
 re-admission, the rendezvous-hashing share that moves when a replica is added,
 model checks and the config forms."""
@@ -22,8 +22,10 @@ from tension.core.llm.client import Client, RetryPolicy
 from tension.core.config import load_config
 from tension.core.errors import ConfigError, RetryBudgetError
 from tension.core.llm.protocol import ChatRequest
-from tension.core.llm.prometheus import parse_samples
-from tension.core.llm.replicas import Replica, Router, hrw_order, parse_replicas
+from tension.core.llm import router as router_mod
+from tension.core.llm.prometheus import parse_samples, prefix_cache_hit_rate
+from tension.core.llm.replicas import Replica, hrw_order, parse_replicas
+from tension.core.llm.router import Router
 from tension.core.run.scheduler import Scheduler
 from tension.core.pipelines.score import score
 
@@ -489,8 +491,9 @@ def test_an_unreachable_replica_at_start_is_taken_out_and_the_others_serve(trio)
 
 
 def test_module_exports():
-    for name in replicas_mod.__all__:
-        assert hasattr(replicas_mod, name)
+    for mod in (replicas_mod, router_mod):
+        for name in mod.__all__:
+            assert hasattr(mod, name)
 
 
 # --- --shard I/N: several score processes on one cache ------------------------------
@@ -583,7 +586,7 @@ def test_a_replica_added_between_runs_takes_about_a_quarter_of_the_stories_and_o
 
 def test_hit_rate_is_taken_over_the_run_and_survives_a_restarted_server():
     q, h = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
-    rate = replicas_mod._hit_rate
+    rate = prefix_cache_hit_rate
     assert rate({q: 1000.0, h: 900.0}, {q: 3000.0, h: 1900.0}) == 0.5  # deltas, not totals (0.63)
     assert rate(None, {q: 400.0, h: 100.0}) == 0.25  # no start reading: since the server started
     assert rate({q: 5000.0, h: 4000.0}, {q: 400.0, h: 300.0}) == 0.75  # restarted mid-run: counters reset

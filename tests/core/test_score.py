@@ -496,3 +496,12 @@ def test_full_cache_is_a_clear_error_and_stays_readable(server, tmp_path):
     # with room again, the same command finishes from where it stopped
     done = score(cfg_for(server, tmp_path), corpus, tmp_path / "out")
     assert done.status == "complete" and done.cache_hits["verdicts"] >= stats["verdicts"]["entries"]
+
+
+def test_module_exports():
+    import importlib
+
+    for name in ("", ".positions", ".requests", ".judge", ".feed", ".outputs"):
+        mod = importlib.import_module("tension.core.pipelines.score" + name)
+        assert mod.__all__ and all(hasattr(mod, n) for n in mod.__all__), name
+    from tension.core.pipelines.score import Failure, Position, PositionResult, RunSummary  # noqa: F401 - the public names

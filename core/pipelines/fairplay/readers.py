@@ -18,7 +18,8 @@ from tension.core.config.fairplay import FairPlayConfig
 from tension.core.errors import InputError
 from tension.core.inputs.whodunits import WhodunitStory
 from tension.core.llm.protocol import ChatRequest
-from tension.core.llm.replicas import Router, parse_replicas
+from tension.core.llm.replicas import parse_replicas
+from tension.core.llm.router import Router
 from tension.core.prompts import readers as rp
 from tension.core.prompts.answers import match_suspect, parse_culprit, parse_distribution, parse_suspect_list
 from tension.core.run.lifecycle import Run

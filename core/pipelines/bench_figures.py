@@ -1,0 +1,171 @@
+"""The figures of `tension-run bench`: what ``--save`` writes (JSON), what
+`tension-run estimate --bench FILE` reads, and the table the command prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from tension.core.errors import ConfigError
+from tension.core.inputs.jsonl import atomic_write
+
+__all__ = ["Percentiles", "ServerFigures", "RunFigures", "BenchFigures", "percentiles", "format_bench",
+           "save_figures", "load_figures", "FIGURES_VERSION"]
+
+FIGURES_VERSION = 1
+
+
+class Percentiles(msgspec.Struct, kw_only=True):
+    count: int = 0
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+class ServerFigures(msgspec.Struct, kw_only=True):
+    """One server (keyed by its base URL; replicas will each get one)."""
+
+    roles: list[str]
+    requests: int = 0  # answers it gave in this run
+    output_tokens: int = 0
+    metrics_available: bool = False
+    prefix_cache_queries: float | None = None  # Δ over the run, tokens
+    prefix_cache_hits: float | None = None
+    prefix_cache_hit_rate: float | None = None
+
+
+class RunFigures(msgspec.Struct, kw_only=True):
+    name: str
+    order: str  # "story" or "shuffled"
+    warm_judge: bool
+    generation_requests: int = 0
+    judge_requests: int = 0
+    failed: int = 0
+    errors: list[str] = []
+    generation_seconds: float = 0.0
+    judge_seconds: float = 0.0
+    generation_output_tokens: int = 0
+    gen_tok_s: float | None = None
+    judge_req_s: float | None = None
+    mean_ending_tokens: float | None = None
+    ttft: dict[str, Percentiles] = {}  # "generation", "judge"; seconds
+    latency: dict[str, Percentiles] = {}  # end to end, seconds
+    cached_token_rate: dict[str, float | None] = {}  # from usage.prompt_tokens_details.cached_tokens
+    servers: dict[str, ServerFigures] = {}
+
+
+class BenchFigures(msgspec.Struct, kw_only=True):
+    """What `--save` writes and `estimate --bench` reads (the baseline's figures on top)."""
+
+    version: int = FIGURES_VERSION
+    created: float
+    corpus: str
+    story: str
+    story_positions: int
+    positions_benched: list[int]
+    base_url: str
+    judge_base_url: str
+    model: str
+    judge_model: str
+    endings: int
+    max_tokens: int
+    gen_concurrency: int
+    judge_concurrency: int
+    seed: int
+    gen_tok_s: float | None
+    judge_req_s: float | None
+    mean_ending_tokens: float | None
+    seconds_per_story: float | None
+    gpu_hour_usd: float | None = None
+    usd_per_story: float | None = None
+    usd_per_100_stories: float | None = None
+    failed: int = 0
+    runs: list[RunFigures] = []
+
+
+def percentiles(xs: list[float]) -> Percentiles:
+    if not xs:
+        return Percentiles()
+    a = np.asarray(xs, dtype=float)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return Percentiles(count=len(xs), mean=float(a.mean()), p50=float(p50), p90=float(p90), p99=float(p99))
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def save_figures(path: str | Path, fig: BenchFigures) -> None:
+    atomic_write(path, msgspec.json.format(_encoder.encode(fig), indent=2) + b"\n")
+
+
+def load_figures(path: str | Path) -> BenchFigures:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError(f"--bench {path}: cannot read it: {e.strerror or e}") from e
+    try:
+        return msgspec.json.decode(data, type=BenchFigures)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise ConfigError(f"--bench {path}: not a file written by `tension-run bench --save`: {e}") from e
+
+
+def _ms(p: Percentiles) -> str:
+    if not p.count:
+        return "–"
+    return f"{p.p50 * 1e3:,.0f} / {p.p90 * 1e3:,.0f} / {p.p99 * 1e3:,.0f}"
+
+
+def _rate(x: float | None, fmt: str = "{:.1%}") -> str:
+    return "–" if x is None else fmt.format(x)
+
+
+def format_bench(f: BenchFigures) -> str:
+    """The report `tension-run bench` prints: configuration, then one column per run."""
+    def row(label: str, values: list[str]) -> str:
+        return f"{label:<34}" + "".join(f"{v:>26}" for v in values)
+
+    lines = [
+        "=" * 60,
+        f"bench: {f.model} at {f.base_url}; judge {f.judge_model} at {f.judge_base_url}",
+        f"story {f.story!r} of {f.corpus}: positions k = {f.positions_benched} (the story has {f.story_positions}); "
+        f"n = {f.endings}, max_tokens = {f.max_tokens}; concurrency {f.gen_concurrency} / "
+        f"{f.judge_concurrency}; seed {f.seed}",
+        "=" * 60,
+        row("", [r.name.split(":")[0] if ":" in r.name else r.name for r in f.runs]),
+        row("order / judge warm-up", [f"{r.order} / {'on' if r.warm_judge else 'off'}" for r in f.runs]),
+        row("generation requests / s", [f"{r.generation_requests} / {r.generation_seconds:.2f}" for r in f.runs]),
+        row("generation output tok/s", [_rate(r.gen_tok_s, "{:,.1f}") for r in f.runs]),
+        row("mean tokens per ending", [_rate(r.mean_ending_tokens, "{:.1f}") for r in f.runs]),
+        row("judge requests / s", [f"{r.judge_requests} / {r.judge_seconds:.2f}" for r in f.runs]),
+        row("judge req/s", [_rate(r.judge_req_s, "{:,.2f}") for r in f.runs]),
+        row("TTFT gen p50/p90/p99 (ms)", [_ms(r.ttft.get("generation", Percentiles())) for r in f.runs]),
+        row("TTFT judge p50/p90/p99 (ms)", [_ms(r.ttft.get("judge", Percentiles())) for r in f.runs]),
+        row("latency gen p50/p90/p99 (ms)", [_ms(r.latency.get("generation", Percentiles())) for r in f.runs]),
+        row("latency judge p50/p90/p99 (ms)", [_ms(r.latency.get("judge", Percentiles())) for r in f.runs]),
+        row("cached_tokens share gen / judge", [
+            f"{_rate(r.cached_token_rate.get('generation'))} / {_rate(r.cached_token_rate.get('judge'))}"
+            for r in f.runs]),
+    ]
+    urls = list(f.runs[0].servers) if f.runs else []
+    for url in urls:
+        if len(urls) > 1:
+            lines.append(row(f"requests / output tok, {'+'.join(f.runs[0].servers[url].roles)}",
+                             [f"{r.servers[url].requests} / {r.servers[url].output_tokens}" for r in f.runs]))
+        lines.append(row(f"prefix-cache hits, {'+'.join(f.runs[0].servers[url].roles)}",
+                         [_rate(r.servers[url].prefix_cache_hit_rate) if r.servers[url].metrics_available
+                          else "no /metrics" for r in f.runs]))
+        lines.append(f"    ({url}: Δ vllm:prefix_cache_hits / Δ vllm:prefix_cache_queries)")
+    lines.append(row("failed requests", [str(r.failed) for r in f.runs]))
+    for r in f.runs:
+        for e in r.errors:
+            lines.append(f"  error ({r.name}): {e}")
+    if f.seconds_per_story is not None:
+        lines.append(f"seconds per story ({f.story_positions} positions, baseline): {f.seconds_per_story:,.1f}")
+    if f.usd_per_story is not None:
+        lines.append(f"cost at ${f.gpu_hour_usd:g}/GPU-hour: ${f.usd_per_story:.4f} per story, "
+                     f"${f.usd_per_100_stories:.2f} per 100 stories "
+                     "(= seconds per story / 3600 × price; one GPU serving both models)")
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""What a complete score run writes into its folder: positions.jsonl (in corpus
+order, the same bytes however often the run was resumed), stories.csv and
+groups.csv (core/reports/metrics.py), meta.jsonl and, with --save-texts,
+texts.jsonl. Stories that failed are left out of every file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from tension.core.config import ScoreConfig
+from tension.core.inputs.corpus import Story
+from tension.core.inputs.jsonl import atomic_write
+from tension.core.pipelines.score.positions import Position
+from tension.core.prompts import score as prompts
+from tension.core.reports.metrics import Curve, compute, groups_csv, stories_csv
+from tension.core.run.record import Failure
+
+__all__ = ["PositionResult", "position_result", "position_line", "write_outputs"]
+
+_line_encoder = msgspec.json.Encoder()
+
+
+class PositionResult(msgspec.Struct, kw_only=True):
+    """One line of positions.jsonl."""
+
+    id: str
+    group: str
+    k: int
+    pct: float
+    n_endings: int
+    n_match: int
+    n_empty: int
+    n_malformed: int
+    no_rate: float
+
+
+def position_result(story: Story, pos: Position, endings: list[str], answers: list[str | None]) -> PositionResult:
+    """The tally of a position's verdicts (None: an empty ending, not judged)."""
+    n_match = n_empty = n_malformed = 0
+    for a in answers:
+        if a is None:
+            n_empty += 1
+            continue
+        match, malformed = prompts.parse_verdict(a)
+        n_match += match
+        n_malformed += malformed
+    n = len(endings)
+    return PositionResult(id=story.id, group=story.group, k=pos.k, pct=pos.pct, n_endings=n, n_match=n_match,
+                          n_empty=n_empty, n_malformed=n_malformed, no_rate=1.0 - n_match / n)
+
+
+def position_line(res: PositionResult) -> bytes:
+    return _line_encoder.encode(res) + b"\n"
+
+
+def write_outputs(out: Path, cfg: ScoreConfig, stories: list[Story], results: dict[tuple[int, int], PositionResult],
+                  texts: dict[tuple[int, int], dict[str, Any]], failed: dict[int, Failure]) -> None:
+    """Every output file; `results` and `texts` are keyed by (story index, k)."""
+    atomic_write(out / "positions.jsonl", b"".join(
+        position_line(results[key]) for key in sorted(results) if key[0] not in failed))
+    settings = cfg.curve_settings()
+    curves = _curves(stories, results, failed)
+    stats, groups = compute(curves, settings)
+    atomic_write(out / "stories.csv", stories_csv(curves, stats, settings))
+    atomic_write(out / "groups.csv", groups_csv(groups))
+    atomic_write(out / "meta.jsonl", b"".join(
+        _line_encoder.encode({"id": st.id, "group": st.group, "words": st.words, "meta": st.meta}) + b"\n"
+        for si, st in enumerate(stories) if si not in failed))
+    if cfg.save_texts:
+        atomic_write(out / "texts.jsonl", b"".join(
+            _line_encoder.encode(texts[key]) + b"\n" for key in sorted(texts) if key[0] not in failed))
+
+
+def _curves(stories: list[Story], results: dict[tuple[int, int], PositionResult],
+            failed: dict[int, Failure]) -> list[Curve]:
+    by_story: dict[int, list[PositionResult]] = {}
+    for (si, _k), r in sorted(results.items()):
+        by_story.setdefault(si, []).append(r)
+    out = []
+    for si, story in enumerate(stories):
+        if si in failed:
+            continue
+        rs = by_story.get(si, [])
+        out.append(Curve(id=story.id, group=story.group, x=[r.pct for r in rs], y=[r.no_rate for r in rs]))
+    return out

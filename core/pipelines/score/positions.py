@@ -1,0 +1,173 @@
+"""The positions of a story (docs/metrics.md 1.1): its sentences, the candidates
+whose anchor is long enough, their token counts, the pct filter and the context
+check. `score`, `estimate` and `bench` all choose positions here, so they agree
+on what a run sends.
+
+Token counts come from a local counter (``--tokenizer words|PATH``) or, by
+default, from the generation replicas' ``/tokenize``, cached in the "tokens"
+database; so does the context length, which bounds the prefixes worth sending.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from tension.cache import records
+from tension.cache.keys import request_key
+from tension.core.config import ScoreConfig
+from tension.core.errors import ConfigError
+from tension.core.inputs.corpus import Story
+from tension.core.inputs.segment import candidates, prefix_text, split_sentences, story_text
+from tension.core.llm.router import Router
+from tension.core.prompts import score as prompts
+from tension.core.run.lifecycle import Run
+
+__all__ = ["Position", "PositionFinder", "Counter", "make_tokenizer", "local_counter", "CHAT_TEMPLATE_SLACK"]
+
+# Tokens a chat template adds around the messages (role markers, BOS/EOS), on top
+# of the system prompt and instruction, when checking that a prompt fits the context.
+CHAT_TEMPLATE_SLACK = 32
+
+# Token counts of a batch of texts, counted here (None: the server's /tokenize).
+Counter = Callable[[list[str]], list[int]]
+
+
+class Position(msgspec.Struct, frozen=True, kw_only=True):
+    story: int  # index in the corpus's kept stories
+    k: int
+    pct: float
+    tokens: int = 0  # tokens of the story prefix s[0:k] (what pct is made of; `estimate` sums them)
+    story_tokens: int = 0  # tokens of the whole story
+
+
+def make_tokenizer(cfg: ScoreConfig) -> Callable[[str], int] | None:
+    """A local token counter for --tokenizer words|PATH; None means the server's
+    /tokenize. Built before a run starts, so a bad path is a usage error."""
+    t = cfg.tokenizer
+    if t == "server":
+        return None
+    if t == "words":
+        return lambda text: len(text.split())
+    if not os.path.isfile(t):
+        raise ConfigError(f"--tokenizer: {t} is not a file (expected 'server', 'words' or a tokenizer.json)")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as e:
+        raise ConfigError("--tokenizer PATH needs the `tokenizers` package: "
+                          "pip install 'tension-run[tokenizer]'") from e
+    try:
+        tok = Tokenizer.from_file(t)
+    except Exception as e:  # the library raises its own Exception types
+        raise ConfigError(f"--tokenizer: cannot load {t}: {e}") from e
+    return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
+
+
+def local_counter(cfg: ScoreConfig) -> Counter | None:
+    """`make_tokenizer` over a batch of texts; None for the server's /tokenize."""
+    tok = make_tokenizer(cfg)
+    return None if tok is None else lambda texts: [tok(t) for t in texts]
+
+
+class PositionFinder:
+    """The positions of each story of a run, and what was left out and why.
+
+    `count` counts tokens locally (None: the generation replicas' /tokenize,
+    through the run's scheduler, the counts cached). The generation model id, which
+    names the token and context records, is the router's once resolved."""
+
+    def __init__(self, cfg: ScoreConfig, run: Run, router: Router, count: Counter | None):
+        self.cfg = cfg
+        self.run = run
+        self.router = router
+        self.count = count
+        self.sentences: dict[int, list[str]] = {}  # story index -> its sentences
+        self.too_long: dict[str, int] = {}  # story id -> positions skipped: prompt over the context
+        self.no_positions: dict[str, str] = {}  # story id -> why no position was kept
+        self.context_len: int | None = cfg.max_model_len
+        self.prompt_overhead: int | None = None
+
+    @property
+    def model(self) -> str:
+        return self.router.model or ""
+
+    async def positions(self, si: int, story: Story) -> list[Position]:
+        cfg = self.cfg
+        sents = split_sentences(story.text)
+        self.sentences[si] = sents
+        cands = candidates(sents, cfg.min_anchor_words)
+        if not cands:
+            self.no_positions[story.id] = (
+                f"{len(sents)} sentence(s): no sentence boundary found" if len(sents) < 2 else
+                f"no sentence of >= {cfg.min_anchor_words} words to anchor a position")
+            return []
+        texts = [story_text(sents)] + [prefix_text(sents, c.k) for c in cands]
+        counts = await self.token_counts(texts, story.id)
+        limit = await self.prompt_limit(story.id)
+        total = counts[0]
+        out = []
+        for c, n in zip(cands, counts[1:]):
+            pct = n / total if total else 0.0
+            if not cfg.pct_min <= pct <= cfg.pct_max:
+                continue
+            if limit is not None and n > limit:
+                # Sending it would only earn a 400: skip it, and say so.
+                self.too_long[story.id] = self.too_long.get(story.id, 0) + 1
+                continue
+            out.append(Position(story=si, k=c.k, pct=pct, tokens=n, story_tokens=total))
+        if not out and story.id not in self.too_long:
+            self.no_positions[story.id] = f"no position with pct in [{cfg.pct_min}, {cfg.pct_max}]"
+        return out
+
+    async def prompt_limit(self, affinity: str) -> int | None:
+        """Longest story prefix (in tokens) whose generation prompt, with room for
+        the endings, fits the generation model's context; None when unknown."""
+        if self.context_len is None:
+            await self._learn_context_len(affinity)
+        if self.context_len is None:
+            return None
+        if self.prompt_overhead is None:
+            template = prompts.ENDING_SYSTEM + "\n" + prompts.ENDING_USER.format(prefix="")
+            self.prompt_overhead = (await self.token_counts([template], affinity))[0] + CHAT_TEMPLATE_SLACK
+        return self.context_len - self.prompt_overhead - self.cfg.max_tokens
+
+    async def _learn_context_len(self, affinity: str) -> None:
+        key = request_key("context", {"model": self.model})
+        rec = self.run.store.get("tokens", key)
+        if rec is not None:
+            self.context_len = rec.count
+            return
+        if self.count is not None:
+            return
+        # Not in the cache (an older cache, or one filled with --max-model-len):
+        # ask the server, whose /tokenize reports it, rather than guess.
+        if self.router.max_model_len() is None:
+            self.run.requests["tokenize"] += 1
+            await self.router.tokenize(self.run.sched, affinity, self.model, "")
+        learned = self.router.max_model_len()
+        if learned is not None:
+            self.context_len = learned
+            self.run.committer.add("tokens", key, records.TokenCount(count=learned, model=self.model,
+                                                                     created=time.time()))
+
+    async def token_counts(self, texts: list[str], affinity: str) -> list[int]:
+        """Token counts, counted here, or from the cache or `affinity`'s generation replica."""
+        if self.count is not None:
+            return self.count(texts)
+        model, run = self.model, self.run
+        keys = [request_key("tokenize", {"model": model, "prompt": t, "add_special_tokens": False}) for t in texts]
+        cached = run.store.get_many("tokens", keys)
+        counts = [r.count if r is not None else -1 for r in cached]
+        missing = [i for i, c in enumerate(counts) if c < 0]
+
+        async def one(i: int) -> None:
+            run.requests["tokenize"] += 1
+            n = await self.router.tokenize(run.sched, affinity, model, texts[i])
+            counts[i] = n
+            run.committer.add("tokens", keys[i], records.TokenCount(count=n, model=model, created=time.time()))
+
+        await run.sched.map(one, missing)
+        return counts

@@ -1,0 +1,90 @@
+"""The requests `score` sends, and the servers it sends them to.
+
+`ScoreRequests` builds a position's generation request (n endings) and its judge
+requests (one per ending) from the settings and the resolved model ids; every
+byte of them is part of a cache key, so `estimate` (which looks the keys up) and
+`bench` (which sends them) build theirs here too, without a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from tension.cache.keys import request_key
+from tension.core.config import ScoreConfig
+from tension.core.inputs.segment import continuation_text, prefix_text
+from tension.core.llm.client import Client
+from tension.core.llm.protocol import ChatRequest
+from tension.core.llm.router import Router
+from tension.core.prompts import score as prompts
+
+__all__ = ["ScoreRequests", "score_routers", "resolve_models"]
+
+
+class ScoreRequests:
+    """A run's requests, given its settings and model ids."""
+
+    def __init__(self, cfg: ScoreConfig, gen_model: str, judge_model: str):
+        self.cfg = cfg
+        self.gen_model = gen_model
+        self.judge_model = judge_model
+        self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
+
+    def generation(self, messages) -> ChatRequest:
+        c = self.cfg
+        return ChatRequest(model=self.gen_model, messages=messages, n=c.endings, temperature=c.temperature,
+                           top_p=c.top_p, max_tokens=c.max_tokens, seed=c.seed,
+                           chat_template_kwargs=self.template_kwargs)
+
+    def judge(self, messages) -> ChatRequest:
+        c = self.cfg
+        logprobs = c.judge_constraint == "logprobs"
+        return ChatRequest(model=self.judge_model, messages=messages, n=1, temperature=c.judge_temperature,
+                           max_tokens=c.judge_max_tokens, chat_template_kwargs=self.template_kwargs,
+                           structured_outputs={"choice": ["Y", "N"]} if c.judge_constraint == "choice" else None,
+                           logprobs=True if logprobs else None, top_logprobs=20 if logprobs else None)
+
+    def position_key(self, head: str, tail: str, endings: list[str]) -> bytes:
+        """Key of a position's judged record: everything its n judge requests are made
+        of (the request without the user text, whose head and tail are shared and
+        whose middle is the ending), so it changes whenever any of their keys would."""
+        return request_key("judged", {"request": self.judge([]), "system": prompts.JUDGE_SYSTEM,
+                                      "head": head, "tail": tail, "endings": endings})
+
+    # -- of one position: the story's sentences and k ------------------------------
+
+    def endings(self, sentences: Sequence[str], k: int) -> ChatRequest:
+        """The generation request of the position: n endings of the prefix s[0:k]."""
+        return self.generation(prompts.ending_messages(prefix_text(sentences, k)))
+
+    def judge_parts(self, sentences: Sequence[str], k: int) -> tuple[str, str]:
+        """The (head, tail) every judge prompt of the position shares (around its ending)."""
+        return prompts.judge_parts(sentences[k - 1], continuation_text(sentences, k, self.cfg.continuation_words))
+
+    def verdicts(self, head: str, tail: str, endings: Sequence[str]) -> list[tuple[int, ChatRequest]]:
+        """The judge request of each non-empty ending, with the ending's index (an
+        empty ending is not judged)."""
+        return [(i, self.judge(prompts.judge_messages_from_parts(head, tail, e)))
+                for i, e in enumerate(endings) if e.strip()]
+
+
+def score_routers(cfg: ScoreConfig, client: Client, on_change: Callable[[str], None] | None = None
+                  ) -> tuple[Router, Router]:
+    """The generation router (which also answers /tokenize) and the judge router."""
+    gen = Router("generation", cfg.generation_replicas(), client, limit=cfg.gen_concurrency,
+                 tokenize_limit=cfg.tokenize_concurrency, total_seconds=cfg.retry_seconds, on_change=on_change)
+    judge = Router("judge", cfg.judge_replicas(), client, limit=cfg.judge_concurrency,
+                   total_seconds=cfg.retry_seconds, on_change=on_change)
+    return gen, judge
+
+
+async def resolve_models(cfg: ScoreConfig, gen: Router, judge: Router, requests: dict[str, int]) -> ScoreRequests:
+    """The requests with the model ids of the cache keys: given ids as they are (so a
+    cached rerun sends nothing), else the server's first model; several replicas of
+    a role are each asked, and must all serve the model. The judge defaults to the
+    generation model when it runs on the same servers."""
+    gen_model = await gen.resolve_model(cfg.model, "--model", requests)
+    same = judge.urls == gen.urls
+    judge_model = await judge.resolve_model(cfg.judge_model or (gen_model if same else None), "--judge-model",
+                                            requests)
+    return ScoreRequests(cfg, gen_model, judge_model)
