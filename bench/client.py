@@ -1,8 +1,9 @@
 """Client overhead: chat requests per second against one minimal loopback server.
 
-DESIGN.md: "The client must never be the bottleneck." This bench measures how many
-judge-shaped chat requests per second each contender completes against the same
-stub server (``bench/stub_server.py``: raw asyncio + uvloop, fixed answers), started
+The client must never be the bottleneck: one client process drives many replicas
+(docs/scale-out.md). This bench measures how many judge-shaped chat requests per
+second each contender completes against the same stub server
+(``bench/stub_server.py``: raw asyncio + uvloop, fixed answers), started
 once for the whole run, with the same concurrency and the same request bodies:
 
 - (a)   ``tension``: ``Client`` through a ``Scheduler`` lane of C, cache on. Per
@@ -38,11 +39,11 @@ time around the call for openai and aiohttp. Each child checks with the stub's
 
 Run from the repository root::
 
-    /tmp/v2/bin/python bench/client.py
-    /tmp/v2/bin/python bench/client.py --requests 5000 --repeats 1 --json out.json
-    /tmp/v2/bin/python bench/client.py --contenders tension,aiohttp
+    .venv/bin/python bench/client.py
+    .venv/bin/python bench/client.py --requests 5000 --repeats 1 --json out.json
+    .venv/bin/python bench/client.py --contenders tension,aiohttp
 
-The stub alone: ``/tmp/v2/bin/python bench/stub_server.py --port 8123``; one child
+The stub alone: ``.venv/bin/python bench/stub_server.py --port 8123``; one child
 against it (for a profiler): ``… bench/client.py --child tension --port 8123``.
 """
 

@@ -1,4 +1,4 @@
-"""Throughput of the fair-play kernel (METRICS.md 2.2–2.3) against plain numpy,
+"""Throughput of the fair-play kernel (docs/fairplay.md) against plain numpy,
 and of the whole `fairplay-metrics` library call.
 
 Contenders, on the same packed arrays:

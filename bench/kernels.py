@@ -1,4 +1,4 @@
-"""Throughput of the curve-statistics kernel (METRICS.md 1.4) against plain numpy.
+"""Throughput of the curve-statistics kernel (docs/metrics.md 1.4) against plain numpy.
 
 Measures positions per second of ``tension.kernels.curves.batch_stats`` (the numba
 batch kernel: one serial ``@njit`` loop over CSR-packed curves) and of a
@@ -31,8 +31,8 @@ never reaches BLAS.
 
 Run from the repository root::
 
-    /tmp/v2/bin/python bench/kernels.py
-    /tmp/v2/bin/python bench/kernels.py --n 20000 --seed 1 --json out.json
+    .venv/bin/python bench/kernels.py
+    .venv/bin/python bench/kernels.py --n 20000 --seed 1 --json out.json
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _sign_eps(d):
 
 
 def numpy_story(x, y, window=5, thresholds=(30.0, 60.0, 120.0), late=0.80, retention=10):
-    """METRICS 1.4 for one story, vectorised numpy.
+    """docs/metrics.md 1.4 for one story, vectorised numpy.
 
     Returns (mean_nr, late_nr, retain, convergence, ir) with ``ir`` an array.
     """

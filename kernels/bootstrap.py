@@ -1,4 +1,4 @@
-"""Percentile bootstrap of a mean (METRICS.md 1.5): resample stories with
+"""Percentile bootstrap of a mean (docs/metrics.md 1.5): resample stories with
 replacement, 10,000 times by default, seeded, and take the 2.5th and 97.5th
 percentiles of the resampled means. A paired comparison bootstraps the mean of
 the per-pair differences the same way."""

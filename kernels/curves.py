@@ -1,4 +1,4 @@
-"""Curve statistics of the 100-Endings metric (METRICS.md 1.4) as numba kernels.
+"""Curve statistics of the 100-Endings metric (docs/metrics.md 1.4) as numba kernels.
 
 Many stories are processed in one call. Curves are packed CSR-style: one flat
 ``x`` (pct revealed), one flat ``y`` (no-rate) and ``offsets`` of length n+1, so
@@ -37,7 +37,7 @@ __all__ = [
     "batch_stats",
 ]
 
-# METRICS 1.4: differences within 1e-12 count as zero, so summation noise never
+# docs/metrics.md 1.4: differences within 1e-12 count as zero, so summation noise never
 # creates or removes a reversal or a peak.
 TIE_EPS = 1e-12
 # arccos of an exact 60° vertex can come out as 60.00000000000001; an angle within
@@ -181,7 +181,7 @@ def _finite(a):
 
 @numba.njit(cache=True, nogil=True)
 def _retention_into(yr, retention_window, retain, convergence, i):
-    """Retention and convergence of curve `yr` (METRICS 1.4) into row i; False
+    """Retention and convergence of curve `yr` (docs/metrics.md 1.4) into row i; False
     when the curve has no peak, so both stay undefined."""
     m = yr.shape[0]
     npk = 0
@@ -336,7 +336,7 @@ def story_stats(x, y, settings: CurveSettings = CurveSettings()) -> StoryStats:
 
 
 def smooth(y, window: int = 5) -> np.ndarray:
-    """Centered moving average; the window shrinks at the ends (METRICS 1.4)."""
+    """Centered moving average; the window shrinks at the ends (docs/metrics.md 1.4)."""
     CurveSettings(window=window)  # validates
     y = np.ascontiguousarray(y, dtype=np.float64)
     out = np.empty_like(y)

@@ -1,4 +1,4 @@
-"""Fair-play reader metrics (METRICS.md 2.2–2.3, paper 003) as numba kernels.
+"""Fair-play reader metrics (docs/fairplay.md, paper 003) as numba kernels.
 
 Many stories are processed in one call. A story ``s`` has ``L[s]`` paragraphs and
 ``K[s]`` suspects; every reader gives one distribution over the suspects after
@@ -10,7 +10,7 @@ story ``s`` of reader ``r`` is ``probs[r, poff[s]:poff[s+1]]`` read as an
 Per-step outputs are packed the same way by paragraph: ``soff[s] = Σ L`` before
 ``s``.
 
-Conventions where METRICS is silent (docs/fairplay.md says why):
+Conventions the definitions leave open (docs/fairplay.md says why):
 
 * rows are divided by their sum before use; probabilities are clipped at
   ``eps`` only inside the logarithm, ``U = −Σ M*_y log max(M_y, eps)``;
@@ -20,7 +20,7 @@ Conventions where METRICS is silent (docs/fairplay.md says why):
 * a hit needs ``M(i)_{y*}`` above every other suspect by more than ``tie_eps``;
 * averages (S, C, FP, probability-weighted versions) run over the steps where
   the reader has a value; ``FP = C − (1 − S)``; ``FP_shared`` is the other form
-  of METRICS 2.3, ``mean_i (hit_M(i) − hit_M0(i))`` over the paragraphs where
+  of the definition (docs/fairplay.md), ``mean_i (hit_M(i) − hit_M0(i))`` over the paragraphs where
   both readers have a value (equal to FP when their paragraphs are the same).
 """
 
@@ -327,7 +327,7 @@ class PooledCurves(msgspec.Struct, frozen=True, kw_only=True):
     p_distractor_mean: np.ndarray  # mean M(i)_{distractor} over steps whose story has one
     n_distractor: np.ndarray
     # Group means of the information quantities (their expectation over stories,
-    # METRICS 2.2) over the steps with a U.
+    # docs/fairplay.md) over the steps with a U.
     n_U: np.ndarray
     U_mean: np.ndarray
     seff_mean: np.ndarray

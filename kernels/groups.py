@@ -1,4 +1,4 @@
-"""Group statistics over story values (METRICS.md 1.5): mean, sample sd, the normal
+"""Group statistics over story values (docs/metrics.md 1.5): mean, sample sd, the normal
 95% half-width ``1.96·sd/√n``, the percentile-bootstrap 95% interval, n, and how
 many NaNs were left out."""
 

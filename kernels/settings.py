@@ -1,4 +1,4 @@
-"""The settings of the kernels: the choices METRICS.md 1.4 and 2.2–2.3 fix, with the
+"""The settings of the kernels: the choices docs/metrics.md 1.4 and 2.2–2.3 fix, with the
 paper's defaults.
 
 They live apart from the kernels so that reading them (the CLI builds its flags
@@ -18,8 +18,8 @@ import msgspec
 __all__ = ["CURVE_GROUP", "CurveSettings", "FAIRPLAY_GROUP", "FairPlaySettings", "LateThreshold",
            "RetentionWindow", "Thresholds", "Window"]
 
-CURVE_GROUP = "curve statistics (METRICS.md 1.4; defaults are the paper's)"
-FAIRPLAY_GROUP = "fair-play metrics (METRICS.md 2.2-2.3; defaults are the paper's)"
+CURVE_GROUP = "curve statistics (docs/metrics.md 1.4; defaults are the paper's)"
+FAIRPLAY_GROUP = "fair-play metrics (docs/fairplay.md; defaults are the paper's)"
 
 
 def _curve(description: str, **extra) -> msgspec.Meta:
@@ -40,7 +40,7 @@ RetentionWindow = Annotated[int, _curve("positions after a peak searched for its
 
 
 class CurveSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """The choices METRICS 1.4 fixes; every one is a flag of `tension-run metrics`."""
+    """The choices docs/metrics.md 1.4 fixes; every one is a flag of `tension-run metrics`."""
 
     window: Window = 5
     thresholds: Thresholds = (30.0, 60.0, 120.0)
@@ -62,7 +62,7 @@ class CurveSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FairPlaySettings(msgspec.Struct, frozen=True, kw_only=True):
-    """The choices METRICS 2.2–2.3 fixes; the ones with a group are flags of
+    """The choices docs/fairplay.md fixes; the ones with a group are flags of
     `fairplay-metrics` and `fairplay`, the others are set from Python only."""
 
     eps: Annotated[float, _fairplay("clip probabilities inside log")] = 1e-6

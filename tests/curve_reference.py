@@ -1,10 +1,10 @@
-"""Plain-Python reference for METRICS.md 1.4 (curves) and 1.5 (groups).
+"""Plain-Python reference for docs/metrics.md 1.4 (curves) and 1.5 (groups).
 
 Written from the specification text only, as slowly and literally as possible:
 lists, loops and the ``math`` module, no numpy and no numba. The kernels in
 ``tension.kernels`` are checked against these functions.
 
-Conventions fixed by METRICS.md 1.4 that this file follows:
+Conventions fixed by docs/metrics.md 1.4 that this file follows:
 
 * smoothing: ``ŷ[j] = mean(y[max(0, j-h) : min(m, j+h+1)])`` with ``h = w // 2``;
 * unit square: each axis rescaled by the curve's own min and max;

@@ -85,7 +85,7 @@ def _metrics_options(args) -> dict:
 
 
 def _metric_flags(p) -> None:
-    """The flags of the fair-play metrics (METRICS.md 2.2-2.3), shared by both verbs."""
+    """The flags of the fair-play metrics (docs/fairplay.md), shared by both verbs."""
     add_settings_flags(p, FairPlaySettings, defaults=True)
     g = group_for(p, FAIRPLAY_GROUP)
     g.add_argument("--max-plots", type=int, default=20,

@@ -32,8 +32,8 @@ CONFIG_ONLY: dict[type, dict[str, str]] = {
     ScoreConfig: {"api_key": _API_KEY_REASON,
                   "max_model_len": "the server's /tokenize reports it; a config key for servers that do not"},
     FairPlayConfig: {"api_key": _API_KEY_REASON},
-    FairPlaySettings: {"tie_eps": "METRICS 2.2 fixes it; set from Python only",
-                       "early_threshold": "METRICS 2.3 fixes it (> 0.5); set from Python only",
+    FairPlaySettings: {"tie_eps": "the definitions fix it (docs/fairplay.md); set from Python only",
+                       "early_threshold": "the definitions fix it (> 0.5, docs/fairplay.md); set from Python only",
                        "confidence": "the 95% level of the pooled hit curves' intervals; set from Python only"},
 }
 

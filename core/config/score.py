@@ -1,5 +1,5 @@
 """Settings of `score` (also read by `estimate` and `bench`): defaults are the
-paper's (METRICS.md 1.1–1.4); a TOML file (`--config`) overrides them; flags
+paper's (docs/metrics.md 1.1–1.4); a TOML file (`--config`) overrides them; flags
 override the file. Each field's metadata is its flag's help and group."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     report: Annotated[bool, flag("write report.md, tables and figures at the end", OUTPUTS)] = True
     gpu_hour_usd: Annotated[float | None, flag("price of a GPU-hour, for the report's cost line",
                                                OUTPUTS)] = None
-    # curve statistics (METRICS 1.4): help and defaults are CurveSettings'
+    # curve statistics (docs/metrics.md 1.4): help and defaults are CurveSettings'
     window: Window = _CURVE.window
     thresholds: Thresholds = _CURVE.thresholds
     late_threshold: LateThreshold = _CURVE.late_threshold

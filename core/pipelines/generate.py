@@ -30,6 +30,7 @@ import msgspec
 
 
 from tension.core.prompts import generate as gp
+from tension.core.prompts.fill import story_join
 from tension.core.config.generate import MODES, GenerateConfig
 from tension.core.errors import ConfigError, InputError, StatusError
 from tension.core.formats import Generator
@@ -221,7 +222,7 @@ class StoryWriter:
         for i in range(1, L + 1):
             template = gp.WHODUNIT_FINAL if i == L else gp.WHODUNIT_PARAGRAPH
             prompt = gp.render_whodunit(template, i=i, L=L, suspects=idea.suspects, culprit=idea.culprit,
-                                        distractor=idea.distractor, story=gp.story_so_far(segments))
+                                        distractor=idea.distractor, story=story_join(segments))
             messages = [{"role": "system", "content": gp.WHODUNIT_SYSTEM}, _user(prompt)]
             text, _ = await self.until_long_enough(messages, seed, 1, f"paragraph {i}")
             segments.append(text)

@@ -16,12 +16,12 @@ so `str.format` cannot be used, and another program (the know-it-all reader of
 
 from __future__ import annotations
 
-from tension.core.prompts.fill import render_whodunit, story_join
+from tension.core.prompts.fill import render_whodunit
 
 __all__ = [
     "PAPER_TITLES", "RECOMMENDED_TITLES", "WARMUP_TITLE", "WARMUP_TEXT", "ADAPT_WITH_WARMUP",
     "ADAPT_FROM_SCRATCH", "BEATS_CONSTRAINT", "WRITE_WITH_BEATS", "WRITE_VANILLA",
-    "WHODUNIT_SYSTEM", "WHODUNIT_PARAGRAPH", "WHODUNIT_FINAL", "render_whodunit", "story_so_far",
+    "WHODUNIT_SYSTEM", "WHODUNIT_PARAGRAPH", "WHODUNIT_FINAL", "render_whodunit",
 ]
 
 # Step 0, title mode: the paper's pool (App. D.4.1) and the 20 it recommends.
@@ -157,6 +157,3 @@ WHODUNIT_FINAL = (
     "Previous paragraphs:\n"
     "{story}"
 )
-
-# The `{story}` of a whodunit prompt, under the name the generate pipeline calls it by.
-story_so_far = story_join

@@ -1,4 +1,4 @@
-"""Settings: paper defaults < TOML file < flags (METRICS.md 1.1-1.3) for `score`, and
+"""Settings: paper defaults < TOML file < flags (docs/metrics.md 1.1-1.3) for `score`, and
 the parts every settings Struct shares (the loader, the value check, the public record)."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def test_defaults_are_the_papers(cfg):
     # the paper's batch sizes
     assert cfg.gen_concurrency == 64
     assert cfg.judge_concurrency == 512
-    # METRICS 1.4
+    # docs/metrics.md 1.4
     assert cfg.window == 5
     assert tuple(cfg.thresholds) == (30.0, 60.0, 120.0)
     assert cfg.late_threshold == 0.80
@@ -220,7 +220,7 @@ def test_public_never_contains_the_key(monkeypatch, where):
 @pytest.mark.parametrize(
     ("key", "value", "flag"),
     [
-        ("window", 4, "window"),  # METRICS 1.4: an odd window >= 1
+        ("window", 4, "window"),  # docs/metrics.md 1.4: an odd window >= 1
         ("window", 0, "window"),
         ("retention_window", 0, "retention-window"),
         ("thresholds", [200.0], "thresholds"),

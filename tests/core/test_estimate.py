@@ -42,7 +42,7 @@ def write_unique_corpus(path: Path, n_stories: int, seed: int = 0) -> list[list[
 
 
 def independent_count(stories: list[list[str]], cfg) -> dict:
-    """Positions from METRICS 1.1 (pct in whitespace words), the prompts built from
+    """Positions from docs/metrics.md 1.1 (pct in whitespace words), the prompts built from
     the prompt texts, tokens = whitespace words; computed = distinct token prefixes."""
     def words(messages):
         return [w for m in messages for w in m["content"].split()]

@@ -44,4 +44,4 @@ def test_one_placeholder_filler_under_its_old_names():
     from tension.core.prompts import fill, generate, readers
 
     assert generate.render_whodunit is fill.render_whodunit and readers.fill is fill.fill
-    assert generate.story_so_far is fill.story_join and readers.story_join is fill.story_join
+    assert readers.story_join is fill.story_join

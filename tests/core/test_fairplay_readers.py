@@ -166,7 +166,7 @@ def test_readers_end_to_end_values_metrics_and_rerun(server, tmp_path):
     assert r3.body["messages"][1]["content"] == expected
     assert r3.body["temperature"] == 1.0 and r3.body["max_tokens"] == 80 and r3.body["model"] == "test-gen"
 
-    # S, C_UB, FP_UB by hand (METRICS 2.3): gullible hits only at paragraph L;
+    # S, C_UB, FP_UB by hand (docs/fairplay.md): gullible hits only at paragraph L;
     # know-it-all at checkpoints 1, 3, 5: miss (all distractor), tie 2/4 (a miss), hit.
     rows = {r["id"]: r for r in csv.DictReader((tmp_path / "out" / "stories.csv").read_text().splitlines())}
     S = 1 - 1 / L

@@ -33,9 +33,10 @@ def test_generator_reads_a_hand_written_one():
     assert (g.temperature, g.max_tokens, g.L) == (1.0, 1024, 2)
 
 
-def test_position_line_has_the_writers_fields_in_order():
-    # score still defines its own PositionResult; the two must stay the same record
-    assert PositionLine.__struct_fields__ == score.PositionResult.__struct_fields__
+def test_position_line_is_what_score_writes_and_keeps_its_key_order():
+    assert score.PositionResult is PositionLine  # one definition for the writer and the reader
+    assert PositionLine.__struct_fields__ == ("id", "group", "k", "pct", "n_endings", "n_match", "n_empty",
+                                              "n_malformed", "no_rate")
     res = score.PositionResult(id="s", group="g", k=3, pct=0.25, n_endings=100, n_match=40, n_empty=1,
                                n_malformed=2, no_rate=0.6)
     line = msgspec.json.encode(res)

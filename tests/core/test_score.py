@@ -37,7 +37,7 @@ def read_positions(out: Path) -> list[dict]:
 
 
 # --- an independent computation of positions, prompts and verdicts -------------
-# Written from METRICS.md 1.1-1.3 and the paper's appendix, not from core/.
+# Written from docs/metrics.md 1.1-1.3 and the paper's appendix, not from core/.
 
 _SPLIT = re.compile(r"([.!?][\"\u201d\u2019)]*)\s+(?=[A-Z\u201c\"(\[])")
 

@@ -1,4 +1,4 @@
-"""The paper's sentence splitter and candidate positions (METRICS.md 1.1)."""
+"""The paper's sentence splitter and candidate positions (docs/metrics.md 1.1)."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_whitespace_between_sentences_is_dropped_and_punctuation_kept():
 
 def test_boundary_regex_is_the_papers():
     pat = segment.SENTENCE_BOUNDARY.pattern
-    # closing quotes/parens and the opening class of METRICS.md 1.1
+    # closing quotes/parens and the opening class of docs/metrics.md 1.1
     for ch in ('"', "\u201d", "\u2019", ")"):
         assert segment.SENTENCE_BOUNDARY.search(f"a.{ch} B"), ch
     for ch in ("A", "Z", "\u201c", '"', "(", "["):

@@ -1,4 +1,4 @@
-"""Plain-Python reference for METRICS.md 2.2–2.3 (fair-play reader metrics).
+"""Plain-Python reference for docs/fairplay.md (fair-play reader metrics).
 
 Written from the specification text and docs/fairplay.md only, slowly and
 literally: lists, loops and ``math``; no numpy, no numba. The kernels in

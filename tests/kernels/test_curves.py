@@ -1,4 +1,4 @@
-"""Curve statistics (METRICS.md 1.4): tension.kernels.curves against hand-worked
+"""Curve statistics (docs/metrics.md 1.4): tension.kernels.curves against hand-worked
 examples and against the plain-Python reference in ``tests/curve_reference.py``."""
 
 from __future__ import annotations
@@ -405,7 +405,7 @@ class TestLateNR:
         assert st_.mean_nr == pytest.approx(0.32)  # 1.6 / 5
 
     def test_late_threshold_tie(self):
-        # METRICS 1.4: |a - b| <= 1e-12 counts as zero in every comparison, so an
+        # docs/metrics.md 1.4: |a - b| <= 1e-12 counts as zero in every comparison, so an
         # x within 1e-12 below 0.8 is on the threshold (late); 1e-11 below is not.
         x = [0.1, 0.5, 0.8 - 5e-13, 0.9]
         y = [0.1, 0.2, 0.3, 0.6]

@@ -1,4 +1,4 @@
-"""Fair-play kernels (METRICS.md 2.2–2.3): tension.kernels.fairplay against
+"""Fair-play kernels (docs/fairplay.md): tension.kernels.fairplay against
 hand-worked cases and against the plain-Python reference in
 ``tests/kernels/fairplay_reference.py`` on random distributions."""
 

@@ -1,4 +1,4 @@
-"""Group statistics (METRICS.md 1.5): tension.kernels.groups against hand-worked
+"""Group statistics (docs/metrics.md 1.5): tension.kernels.groups against hand-worked
 values, the plain-Python reference, numpy and scipy."""
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from tension.core.config import ScoreConfig
+from tension.core.formats import PositionLine
 from tension.core.inputs.corpus import Story
 from tension.core.inputs.jsonl import atomic_write
 from tension.core.pipelines.score.positions import Position
@@ -23,18 +24,9 @@ __all__ = ["PositionResult", "position_result", "position_line", "write_outputs"
 _line_encoder = msgspec.json.Encoder()
 
 
-class PositionResult(msgspec.Struct, kw_only=True):
-    """One line of positions.jsonl."""
-
-    id: str
-    group: str
-    k: int
-    pct: float
-    n_endings: int
-    n_match: int
-    n_empty: int
-    n_malformed: int
-    no_rate: float
+# A line of positions.jsonl, as `score` writes it and `metrics`/`report` read it back:
+# one definition for both (core/formats.py).
+PositionResult = PositionLine
 
 
 def position_result(story: Story, pos: Position, endings: list[str], answers: list[str | None]) -> PositionResult:
