@@ -463,3 +463,20 @@ def test_a_server_that_stays_down_fails_the_run_honestly(tmp_path, capsys):
     assert not (tmp_path / "out" / "readers.jsonl").exists()
     doc = json.loads((tmp_path / "out" / "fairplay_run.json").read_text())
     assert doc["summary"]["status"] == "failed"
+
+
+def test_a_second_run_on_the_same_out_folder_fails_fast_naming_fairplay(server, tmp_path, capsys):
+    import fcntl
+
+    stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1", generator=False)])
+    out = tmp_path / "out"
+    out.mkdir()
+    with (out / ".tension-run.lock").open("a+") as held:  # as a running fairplay holds it
+        held.write("4242")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code = main(["fairplay", str(stories), "--out", str(out), "--base-url", server.base_url, "--model",
+                     "test-judge", "--cache", str(tmp_path / "cache"), "--no-progress"])
+    assert code == 1
+    assert f"--out {out} is in use by another tension-run fairplay (pid 4242)" in capsys.readouterr().err
+    assert server.count(path="/v1/chat/completions") == 0 and not (out / "readers.jsonl").exists()

@@ -458,3 +458,14 @@ def test_a_refused_request_fails_its_idea_and_the_others_go_on(server, tmp_path)
     assert s.status == "complete" and s.stories == 1
     assert [(f.id, f.stage) for f in s.failures] == [("huge", "request")] and "HTTP 400" in s.failures[0].error
     assert [r["idea_id"] for r in read_out(out)] == ["lamp"]
+
+
+def test_cache_max_gb_bounds_the_cache_and_the_run_resumes_with_room(server, tmp_path):
+    # Stories of ~100 kB each: the third cannot fit a 300 kB cache.
+    server.script("Write the story now.", lambda m, seed, i: f"STORY[{seed}] " + LONG * 400)
+    ideas = write_ideas(tmp_path / "ideas.jsonl")
+    s = generate(cfg_for(server, tmp_path, mode="vanilla", cache_max_gb=0.0003), ideas, tmp_path / "v.jsonl")
+    assert s.status == "failed"
+    assert f"the cache at {tmp_path / 'cache'} is full: it reached its limit of 300,000 bytes" in s.error
+    done = generate(cfg_for(server, tmp_path, mode="vanilla"), ideas, tmp_path / "v.jsonl")
+    assert done.status == "complete" and done.stories == 3
