@@ -143,62 +143,15 @@ def _early(probs, poff, k, L, ys, i, threshold):
 
 
 @numba.njit(cache=True, nogil=True)
-def _paragraph(probs, a, k, o, ys, d, logk, hstar, ktot, eps, eps_s, delta_s, tie_eps,
-               U, seff, dcoh, dintel, weak, strong, hit, p_true, p_dist,
-               prev, nst, nh, npt, nu, nw, nstr, nsh, dsh):
-    """Every reader's values at one paragraph (column o; its probabilities start at
-    `a`), and their running totals (see `_batch`). M*(i) (`ktot`, `hstar`) is shared
-    by every reader's U."""
-    R = probs.shape[0]
-    for r in range(R):
-        U[r, o] = np.nan
-        seff[r, o] = np.nan
-        dcoh[r, o] = np.nan
-        dintel[r, o] = np.nan
-        weak[r, o] = np.nan
-        strong[r, o] = np.nan
-        hit[r, o] = np.nan
-        p_true[r, o] = np.nan
-        p_dist[r, o] = np.nan
-        tot = _row_sum(probs, r, a, k)
-        if not tot > 0.0:
-            continue
-        pt = probs[r, a + ys] / tot
-        best_other = -1.0
-        for y in range(k):
-            if y != ys:
-                best_other = max(best_other, probs[r, a + y] / tot)
-        h = 1.0 if pt - best_other > tie_eps else 0.0
-        hit[r, o] = h
-        p_true[r, o] = pt
-        if d >= 0:
-            p_dist[r, o] = probs[r, a + d] / tot
-        nst[r] += 1
-        nh[r] += h
-        npt[r] += pt
-        hg = hit[GULLIBLE, o]  # the gullible reader comes first (r = 0)
-        if r != GULLIBLE and not math.isnan(hg):
-            nsh[r] += 1
-            dsh[r] += h - hg
-        if not ktot > 0.0:
-            continue
-        u = 0.0
+def _entropy(probs, a, k, ktot, eps):
+    """H(M*(i)) of the know-it-all's row (0 when it has no value)."""
+    h = 0.0
+    if ktot > 0.0:
         for y in range(k):
             w = probs[KNOW_IT_ALL, a + y] / ktot
             if w > 0.0:
-                u -= w * math.log(max(probs[r, a + y] / tot, eps))
-        U[r, o] = u
-        seff[r, o] = prev[r] - u
-        prev[r] = u
-        dcoh[r, o] = logk - u
-        dintel[r, o] = u - hstar
-        wk = u >= logk - eps_s
-        sg = u >= logk + delta_s
-        weak[r, o] = 1.0 if wk else 0.0
-        strong[r, o] = 1.0 if sg else 0.0
-        nu[r] += 1
-        nw[r] += 1 if wk else 0
-        nstr[r] += 1 if sg else 0
+                h -= w * math.log(max(w, eps))
+    return h
 
 
 @numba.njit(cache=True, nogil=True)
@@ -209,48 +162,72 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
            weak_share, strong_share, FP_shared):
     R = probs.shape[0]
     n = L.shape[0]
-    # Per-reader running state of one story: prev = U of the previous step (log k
-    # before the first); nst = steps with a value, nh = their hits, npt = their
-    # M(i)_culprit sum; nu = steps with a defined U, nw / nstr = weak / strong
-    # surprises among them; nsh = steps where the gullible reader has a value too,
-    # dsh = the sum of hit − gullible hit over them.
-    prev = np.empty(R)
-    nst = np.empty(R, dtype=np.int64)
-    nh = np.empty(R)
-    npt = np.empty(R)
-    nu = np.empty(R, dtype=np.int64)
-    nw = np.empty(R, dtype=np.int64)
-    nstr = np.empty(R, dtype=np.int64)
-    nsh = np.empty(R, dtype=np.int64)
-    dsh = np.empty(R)
+    # Per-reader running state of one story: prev = U of the previous step (log k before
+    # the first); nst = steps with a value, nh = their hits, npt = their M(i)_culprit sum;
+    # nu = steps with a U, nw / nstr = weak / strong surprises among them; nsh = steps where
+    # the gullible reader has a value too, dsh = the sum of hit − gullible hit over them.
+    prev, nh, npt, dsh = np.empty(R), np.empty(R), np.empty(R), np.empty(R)
+    nst, nu, nw = np.empty(R, dtype=np.int64), np.empty(R, dtype=np.int64), np.empty(R, dtype=np.int64)
+    nstr, nsh = np.empty(R, dtype=np.int64), np.empty(R, dtype=np.int64)
     for s in range(n):
         k = K[s]
         logk = math.log(k)
         ys = culprit[s]
         d = distractor[s]
+        # NaN until set: a reader without a value at a paragraph keeps it.
+        for arr in (U, seff, dcoh, dintel, weak, strong, hit, p_true, p_dist):
+            arr[:, soff[s]:soff[s + 1]] = np.nan
         prev[:] = logk
-        nst[:] = 0
-        nh[:] = 0.0
-        npt[:] = 0.0
-        nu[:] = 0
-        nw[:] = 0
-        nstr[:] = 0
-        nsh[:] = 0
-        dsh[:] = 0.0
+        for acc in (nst, nu, nw, nstr, nsh):
+            acc[:] = 0
+        for acc in (nh, npt, dsh):
+            acc[:] = 0.0
         for i in range(L[s]):
             a = poff[s] + i * k
             o = soff[s] + i
             # M*(i) is shared by every reader's U at this paragraph.
             ktot = _row_sum(probs, KNOW_IT_ALL, a, k)
-            hstar = 0.0
-            if ktot > 0.0:
+            hstar = _entropy(probs, a, k, ktot, eps)
+            for r in range(R):
+                tot = _row_sum(probs, r, a, k)
+                if not tot > 0.0:
+                    continue
+                pt = probs[r, a + ys] / tot
+                best_other = -1.0
+                for y in range(k):
+                    if y != ys:
+                        best_other = max(best_other, probs[r, a + y] / tot)
+                h = 1.0 if pt - best_other > tie_eps else 0.0
+                hit[r, o] = h
+                p_true[r, o] = pt
+                if d >= 0:
+                    p_dist[r, o] = probs[r, a + d] / tot
+                nst[r] += 1
+                nh[r] += h
+                npt[r] += pt
+                hg = hit[GULLIBLE, o]  # the gullible reader comes first (r = 0)
+                if r != GULLIBLE and not math.isnan(hg):
+                    nsh[r] += 1
+                    dsh[r] += h - hg
+                if not ktot > 0.0:
+                    continue
+                u = 0.0
                 for y in range(k):
                     w = probs[KNOW_IT_ALL, a + y] / ktot
                     if w > 0.0:
-                        hstar -= w * math.log(max(w, eps))
-            _paragraph(probs, a, k, o, ys, d, logk, hstar, ktot, eps, eps_s, delta_s, tie_eps,
-                       U, seff, dcoh, dintel, weak, strong, hit, p_true, p_dist,
-                       prev, nst, nh, npt, nu, nw, nstr, nsh, dsh)
+                        u -= w * math.log(max(probs[r, a + y] / tot, eps))
+                U[r, o] = u
+                seff[r, o] = prev[r] - u
+                prev[r] = u
+                dcoh[r, o] = logk - u
+                dintel[r, o] = u - hstar
+                wk = u >= logk - eps_s
+                sg = u >= logk + delta_s
+                weak[r, o] = 1.0 if wk else 0.0
+                strong[r, o] = 1.0 if sg else 0.0
+                nu[r] += 1
+                nw[r] += 1 if wk else 0
+                nstr[r] += 1 if sg else 0
         _story_scores(s, L[s], tie_eps, nst, nh, npt, nu, nw, nstr, nsh, dsh, n_steps, hit_rate, ptm,
                       weak_share, strong_share, FP_shared, S, C, FP, S_pw, C_pw, FP_pw, insufficient)
         for e in range(early_steps.shape[0]):
