@@ -257,9 +257,9 @@ async def _count_positions(run: Run, finder: PositionFinder, corpus: Corpus, by_
             except StatusError as e:  # the server refused to count this story: it alone is left out
                 failed.append(f"story {corpus.stories[si].id!r}: {e}")
                 return
-            progress.add_positions(len(by_story[si]))
+            progress.item_started(len(by_story[si]))
             for _ in by_story[si]:
-                progress.position_done()
+                progress.unit_done()
 
         await sched.feed(range(len(corpus.stories)), one, max(1, cfg.tokenize_concurrency // 4))
     return const

@@ -166,13 +166,13 @@ class StoryWriter:
             stage = "story" if isinstance(e, _GaveUp) else "request"
             self.failed.append(Failure(id=idea.id, stage=stage, error=str(e)))
             if not self.cfg.whodunit:
-                self.run.progress.position_done()
+                self.run.progress.unit_done()
             return
         line = msgspec.json.encode(rec) + b"\n"
         self.done[index] = line
         self.run.committer.lines.append(line)
         if not self.cfg.whodunit:
-            self.run.progress.position_done()
+            self.run.progress.unit_done()
 
     async def story(self, idea: Idea) -> GeneratedStory:
         cfg = self.cfg
@@ -217,7 +217,7 @@ class StoryWriter:
     async def whodunit(self, idea: Idea) -> Whodunit:
         L = self.cfg.paragraphs
         seed = story_seed(self.cfg.seed, idea.id)
-        self.run.progress.add_positions(L)
+        self.run.progress.item_started(L)
         segments: list[str] = []
         for i in range(1, L + 1):
             template = gp.WHODUNIT_FINAL if i == L else gp.WHODUNIT_PARAGRAPH
@@ -226,7 +226,7 @@ class StoryWriter:
             messages = [{"role": "system", "content": gp.WHODUNIT_SYSTEM}, _user(prompt)]
             text, _ = await self.until_long_enough(messages, seed, 1, f"paragraph {i}")
             segments.append(text)
-            self.run.progress.position_done()
+            self.run.progress.unit_done()
         gen = Generator(model=self.model, system=gp.WHODUNIT_SYSTEM, paragraph_prompt=gp.WHODUNIT_PARAGRAPH,
                         final_prompt=gp.WHODUNIT_FINAL, temperature=self.temperature, max_tokens=self.max_tokens,
                         L=L)
@@ -266,7 +266,7 @@ async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike, out
         progress = Progress(enabled=cfg.progress, stories=len(ideas), unit="paragraph" if cfg.whodunit else "story")
         if not cfg.whodunit:
             for _ in ideas:
-                progress.add_positions(1)
+                progress.item_started(1)
         run = Run(store=open_store(cfg.cache, cfg.cache_max_gb),
                   client=client_for(cfg, cfg.resolved_api_key() or None), progress=progress,
                   partial=out.with_name(out.name + ".partial"), record_path=run_record_path(out),

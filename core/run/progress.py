@@ -1,5 +1,7 @@
-"""The progress bar of long runs: positions done of those known so far, requests/s
-and tokens/s actually sent, cache hits, ETA (tqdm; silent when disabled)."""
+"""The progress bar of long runs: units done (score's positions, generate's stories
+or paragraphs, fairplay's reader values) of those known so far, items started
+(stories, ideas) of all, requests/s and tokens/s actually sent, cache hits, ETA
+(tqdm; silent when disabled)."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ class Progress:
         self._last = 0.0
         self.extra: Callable[[], str] | None = None  # more postfix, e.g. per-replica requests
 
-    def add_positions(self, n: int) -> None:
+    def item_started(self, n: int) -> None:
+        """An item (a story, an idea) starts, with `n` units of work."""
         self.stories_started += 1
         if self._bar is not None:
             self._bar.total += n
@@ -40,7 +43,7 @@ class Progress:
         self.fresh_requests += usage.requests
         self.fresh_tokens += usage.completion_tokens
 
-    def position_done(self) -> None:
+    def unit_done(self) -> None:
         if self._bar is None:
             return
         self._bar.update(1)

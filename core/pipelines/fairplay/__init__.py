@@ -97,7 +97,7 @@ class ReaderRun:
             self.record(job, value.probs)
         else:
             self.fail(job, value.error)
-        self.run.progress.position_done()
+        self.run.progress.unit_done()
 
     async def jobs(self, extract: list[int]):
         """Every (story, reader, paragraph) in input order; a story's suspects are
@@ -120,7 +120,7 @@ class ReaderRun:
                     paragraphs = range(1, st.L + 1)
                 self.values[si][reader] = [None] * st.L
                 jobs += [Job(si, reader, p) for p in paragraphs]
-            self.run.progress.add_positions(len(jobs))
+            self.run.progress.item_started(len(jobs))
             for job in jobs:
                 yield job
 

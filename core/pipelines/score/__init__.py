@@ -111,14 +111,14 @@ class Scoring:
             # The request itself was refused (e.g. a prompt longer than the
             # model's context): this story fails, the others go on.
             self.failed.setdefault(pos.story, Failure(id=story.id, stage=f"position {pos.k}", error=str(e)))
-            run.progress.position_done()
+            run.progress.unit_done()
             return
         res = position_result(story, pos, rec.texts, answers)
         self.results[(pos.story, pos.k)] = res
         if self.cfg.save_texts:
             self.texts[(pos.story, pos.k)] = {"id": story.id, "k": pos.k, "endings": rec.texts, "verdicts": answers}
         run.committer.lines.append(position_line(res))
-        run.progress.position_done()
+        run.progress.unit_done()
 
     def write_outputs(self, out: Path) -> None:
         write_outputs(out, self.cfg, self.corpus.stories, self.results, self.texts, self.failed)

@@ -67,7 +67,7 @@ class PositionFeed:
             except StatusError as e:
                 self.failed[si] = Failure(id=story.id, stage="tokenize", error=str(e))
                 continue
-            self.progress.add_positions(len(ps))
+            self.progress.item_started(len(ps))
             for p in ps:
                 yield p
 
