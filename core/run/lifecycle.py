@@ -120,23 +120,21 @@ class Run:
             await self._close()
 
     async def _close(self) -> None:
-        try:
-            await self.client.__aexit__(None, None, None)
-        except asyncio.CancelledError:
-            # A stop that lands while the client closes (a signal sent during the
-            # final commit): the caller sees an interruption, and so does the record.
-            self.status = "interrupted"
-            raise
-        finally:
-            self.progress.close()
+        # Each step runs even when one before it failed; ExitStack runs them in
+        # reverse order of registration: progress, run counts, record, store.
+        with contextlib.ExitStack() as later:
+            later.callback(self.store.close)
+            later.callback(self.write_record)
+            if self.last_run:
+                later.callback(self.store.save_run_counts)
+            later.callback(self.progress.close)
             try:
-                if self.last_run:
-                    self.store.save_run_counts()
-            finally:
-                try:
-                    self.write_record()
-                finally:
-                    self.store.close()
+                await self.client.__aexit__(None, None, None)
+            except asyncio.CancelledError:
+                # A stop that lands while the client closes (a signal sent during the
+                # final commit): the caller sees an interruption, and so does the record.
+                self.status = "interrupted"
+                raise
 
     def write_record(self) -> None:
         """Write the run record as it stands (the pipeline's `record(run)`)."""

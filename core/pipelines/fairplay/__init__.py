@@ -163,17 +163,17 @@ async def fairplay_async(cfg: FairPlayConfig, stories_path: str | os.PathLike, o
         run = Run(store=open_store(cfg.cache, cfg.cache_max_gb), client=client_for(cfg, cfg.resolved_api_key()),
                   progress=Progress(enabled=cfg.progress, stories=len(stories)),
                   partial=out / "readers.partial.jsonl", record_path=out / "fairplay_run.json",
-                  record=lambda run: _record(readers, run, errors, out, stories_path),
+                  record=lambda run: _record(reading, run, errors, out, stories_path),
                   roles=("reader", "generation", "judge", "models"))
-        readers = ReaderRun(cfg, stories, run, str(stories_path))
+        reading = ReaderRun(cfg, stories, run, str(stories_path))
         async with run:
             if stories:
-                await run.work(readers.read(extract))
+                await run.work(reading.read(extract))
             run.progress.close()  # before the metrics' own progress bar
             if run.status == "complete" and stories:
-                atomic_write(out / "readers.jsonl", readers.readers_jsonl())
-                readers.metrics = _metrics(out, cfg, metrics_options)
-    return _summary(readers, run, errors, out)
+                atomic_write(out / "readers.jsonl", reading.readers_jsonl())
+                reading.metrics = _metrics(out, cfg, metrics_options)
+    return _summary(reading, run, errors, out)
 
 
 def _metrics(out: Path, cfg: FairPlayConfig, options: dict[str, Any] | None):
@@ -184,28 +184,28 @@ def _metrics(out: Path, cfg: FairPlayConfig, options: dict[str, Any] | None):
     return fairplay_metrics(out / "readers.jsonl", out, actual_csv=cfg.actual, **(options or {}))
 
 
-def _summary(readers: ReaderRun, run: Run, errors, out: Path) -> FairPlayRun:
-    failures = readers.failures
+def _summary(reading: ReaderRun, run: Run, errors, out: Path) -> FairPlayRun:
+    failures = reading.failures
     return FairPlayRun(
-        status=run.status, out=str(out), stories=len(readers.stories), input_errors=[str(e) for e in errors],
+        status=run.status, out=str(out), stories=len(reading.stories), input_errors=[str(e) for e in errors],
         reader_failures=sum(len(f) for f in failures),
-        failed_stories=[st.id for st, f in zip(readers.stories, failures) if f],
+        failed_stories=[st.id for st, f in zip(reading.stories, failures) if f],
         requests=dict(run.requests), cache_hits=dict(run.store.counts.hits),
-        metrics=readers.metrics, error=run.error)
+        metrics=reading.metrics, error=run.error)
 
 
-def _record(readers: ReaderRun, run: Run, errors, out: Path, stories_path) -> dict[str, Any]:
-    summary = _summary(readers, run, errors, out)
+def _record(reading: ReaderRun, run: Run, errors, out: Path, stories_path) -> dict[str, Any]:
+    summary = _summary(reading, run, errors, out)
     return {
-        "command": "fairplay", "stories_file": str(stories_path), **run.timing(), "config": readers.cfg.public(),
-        "models": {"reader": readers.readers.reader_model or readers.cfg.reader_model,
-                   "judge": readers.readers.judge_model or readers.cfg.judge_model},
+        "command": "fairplay", "stories_file": str(stories_path), **run.timing(), "config": reading.cfg.public(),
+        "models": {"reader": reading.readers.reader_model or reading.cfg.reader_model,
+                   "judge": reading.readers.judge_model or reading.cfg.judge_model},
         "versions": run.versions(),
         "summary": msgspec.to_builtins(msgspec.structs.replace(summary, metrics=None)),
         "metrics": {"stories": summary.metrics.stories, "errors": list(summary.metrics.errors)}
         if summary.metrics is not None else None,
         "failures": {st.id: [msgspec.to_builtins(f) for f in fs]
-                     for st, fs in zip(readers.stories, readers.failures) if fs},
+                     for st, fs in zip(reading.stories, reading.failures) if fs},
         "http": run.http(),
         "usage_this_run": run.usage_this_run(),
         "lanes": run.lanes(),
