@@ -155,7 +155,9 @@ def assert_outputs_equal_clean(out: Path, clean: Clean) -> None:
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_gives_the_clean_bytes(server, tmp_path):
-    corpus = make_corpus(tmp_path / "c.jsonl", 14, seed=41)
+    # Enough work that 20 kills cannot finish it: each kill lets the run commit up to
+    # ~110 chat requests (or ~1 s of work), and the corpus needs ~5,000.
+    corpus = make_corpus(tmp_path / "c.jsonl", 24, seed=41)
     server.delay = 0.003
 
     # the uninterrupted reference, the same command with its own cache and out
@@ -179,7 +181,8 @@ def test_sigkill_at_random_moments_then_resume_gives_the_clean_bytes(server, tmp
         mode = rng.choices(["time", "tokenize", "chat"], weights=[2, 3, 15])[0]
         p = start(args)
         if mode == "time":  # anywhere: interpreter start, imports, corpus, first requests
-            at = rng.uniform(0.3, 3.5)
+            # (start-up takes ~0.1 s; a later moment would let a fast machine finish the run)
+            at = rng.uniform(0.05, 1.2)
             wait_for(lambda: False, p, timeout=at)
             what = f"{at:.2f}s"
         elif mode == "tokenize":
