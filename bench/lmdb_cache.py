@@ -142,6 +142,7 @@ def cached_rerun(stories: int, endings: int) -> dict:
         warm = score(cfg, corpus, tmp / "warm")
         warm_s = time.perf_counter() - t0
         warm_requests = srv.count()
+        checksum = _rerun_checked_vs_plain(cfg, corpus, tmp)
         # The same rerun on a cache without the judged-position records (as written
         # before they existed): every verdict key is built and read, and the
         # records are written back.
@@ -158,7 +159,40 @@ def cached_rerun(stories: int, endings: int) -> dict:
                 "rerun_seconds": warm_s, "rerun_requests": warm_requests, "ratio": warm_s / cold_s,
                 "fallback_seconds": fallback_s, "fallback_requests": srv.count(), "fallback_ratio": fallback_s / cold_s,
                 "same_positions_bytes": same, "same_fallback_bytes": same_fallback,
-                "status": [cold.status, warm.status, fallback.status]}
+                "status": [cold.status, warm.status, fallback.status], "checksum": checksum}
+
+
+def _rerun_checked_vs_plain(cfg, corpus: Path, tmp: Path, repeats: int = 3) -> dict:
+    """The cached rerun on the cache as written (every value checksummed) and on a
+    copy whose values were rewritten as plain msgpack (as before checksums; read
+    without a check), alternated; medians of `repeats` each."""
+    import shutil
+
+    import lmdb
+    import msgspec
+
+    from tension.cache import records
+    from tension.core.pipelines.score import score
+
+    shutil.copytree(tmp / "cache", tmp / "plain")
+    env = lmdb.open(str(tmp / "plain"), max_dbs=8)
+    plain = msgspec.msgpack.Encoder()
+    for name in (b"endings", b"verdicts", b"tokens", b"positions"):
+        db = env.open_db(name)
+        with env.begin(write=True, db=db) as txn:
+            for k, v in list(txn.cursor()):
+                txn.put(k, plain.encode(records.decode(v)))
+    env.close()
+    cfg_plain = msgspec.structs.replace(cfg, cache=str(tmp / "plain"))
+    times: dict[str, list[float]] = {"crc32": [], "none": []}
+    for i in range(repeats):
+        for name, c in (("crc32", cfg), ("none", cfg_plain)):
+            t0 = time.perf_counter()
+            assert score(c, corpus, tmp / f"rerun-{name}-{i}").status == "complete"
+            times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"crc32_seconds": med["crc32"], "none_seconds": med["none"], "ratio": med["crc32"] / med["none"],
+            "all": times}
 
 
 def _drop_db(path: Path, name: bytes) -> None:
@@ -225,6 +259,9 @@ def main() -> int:
     print(f"| {'rerun':<22} | {rr['rerun_seconds']:>8.2f} | {rr['rerun_requests']:>13,} | {rr['ratio']:>7.2%} |")
     print(f"| {'rerun, no positions db':<22} | {rr['fallback_seconds']:>8.2f} | {rr['fallback_requests']:>13,} | "
           f"{rr['fallback_ratio']:>7.2%} |")
+    ck = rr["checksum"]
+    print(f"rerun, median of 3 alternated: crc32 {ck['crc32_seconds']:.3f} s, plain values {ck['none_seconds']:.3f} s "
+          f"({ck['ratio']:.3f}x)")
     print(f"cold requests by kind: {rr['cold_chat']}; positions.jsonl identical: {rr['same_positions_bytes']} "
           f"(fallback: {rr['same_fallback_bytes']}); goal: 0 requests and < 2% of the cold time")
     if args.json:
