@@ -175,7 +175,7 @@ def _rerun_checked_vs_plain(cfg, corpus: Path, tmp: Path, repeats: int = 3) -> d
     from tension.core.pipelines.score import score
 
     shutil.copytree(tmp / "cache", tmp / "plain")
-    env = lmdb.open(str(tmp / "plain"), max_dbs=8)
+    env = lmdb.open(str(tmp / "plain"), max_dbs=8, map_size=1 << 30)
     plain = msgspec.msgpack.Encoder()
     for name in (b"endings", b"verdicts", b"tokens", b"positions"):
         db = env.open_db(name)

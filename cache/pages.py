@@ -187,7 +187,8 @@ class DataFile:
             try:
                 flags, page = self.page(pgno)
                 if flags & _BRANCH:
-                    children = [lo | nflags << 32 for nflags, lo, _, _, _ in self.nodes(page)]
+                    # a branch node's child: its lo | hi << 16, then its flags as bits 32–47
+                    children = [low | nflags << 32 for nflags, low, _, _, _ in self.nodes(page)]
                     stack.extend(reversed(children))
                 elif flags & _LEAF:
                     yield from self._leaf(page, last)
