@@ -92,7 +92,8 @@ def store_throughput(kind: str, count: int, batch: int, n_endings: int, repeats:
 
     rng = random.Random(0)
     rec = _endings(rng, n_endings) if kind == "endings" else _verdict()
-    size = len(records.encode(rec))
+    with _plain_values(plain):
+        size = len(records.encode(rec))
     db = "endings" if kind == "endings" else "verdicts"
     writes, reads = [], []
     for r in range(repeats):
