@@ -4,6 +4,8 @@
     ├── InputError          a record of an input file is bad (file, line, field)
     ├── ConfigError         a flag or config key is bad
     ├── CacheError          the LMDB store cannot be opened, read or written
+    │   └── CacheDamagedError   its file is truncated, foreign or has bad pages
+    │                           (also a ConfigError: exit 2, a rerun cannot cure it)
     └── ServerError         an LLM server could not give a usable answer
         ├── StatusError     an HTTP error status that retries did not cure
         └── RetryBudgetError  retries ran out (count or total time)
@@ -19,6 +21,7 @@ __all__ = [
     "InputError",
     "ConfigError",
     "CacheError",
+    "CacheDamagedError",
     "ServerError",
     "StatusError",
     "RetryBudgetError",
@@ -50,6 +53,13 @@ class ConfigError(TensionError):
 
 class CacheError(TensionError):
     """The cache could not be used; the message names its path."""
+
+
+class CacheDamagedError(CacheError, ConfigError):
+    """The cache's file is damaged (truncated, not LMDB, bad pages): the --cache a
+    run was given cannot be used as it is, and rerunning cannot cure that, so it
+    is reported like a bad setting (exit 2). The message names the cache and the
+    way out (`cache verify`, `cache recover`)."""
 
 
 class ServerError(TensionError):

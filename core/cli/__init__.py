@@ -8,7 +8,7 @@ written); 2 bad usage or configuration; 130 interrupted.
     messages.py   what several verbs print; the exit statuses
     score.py      score, estimate, bench        generate.py   generate
     fairplay.py   fairplay, fairplay-metrics    reports.py    metrics, report, compare
-    serve.py      serve, demo                   cache.py      cache stats
+    serve.py      serve, demo                   cache.py      cache stats, verify, recover
 
 Building the parser imports no numba, numpy, scipy or aiohttp: a verb imports
 its library modules when it runs.
@@ -31,7 +31,7 @@ __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAG
 
 VERBS: list[Verb] = [*score.VERBS, *generate.VERBS, *fairplay.VERBS, *reports.VERBS, *serve.VERBS, *cache.VERBS]
 # the help of the verbs that group others ("cache stats")
-GROUPS = {"cache": "inspect the LMDB cache"}
+GROUPS = {"cache": "inspect, verify and recover the LMDB cache"}
 
 EPILOG = """\
 Each command's --help lists its flags with their defaults (the papers' settings).

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tension.cache import records
 from tension.cache.store import Store
-from tension.core.errors import ConfigError, TensionError
+from tension.core.errors import CacheDamagedError, ConfigError, TensionError
 
 __all__ = ["COMMIT_INTERVAL", "COMMIT_BATCH", "Committer", "run_committed", "first_error", "describe"]
 
@@ -96,8 +96,9 @@ class Committer:
 async def run_committed(work: Awaitable[None], committer: Committer) -> tuple[str, str | None]:
     """Await a run's work, then commit whatever completed, however the work ended.
     Returns ("complete", None) or ("failed", the first error); a cancellation
-    (Ctrl-C, SIGTERM) and a ConfigError (a usage error found at start, which the
-    CLI reports as such) are re-raised after the commit."""
+    (Ctrl-C, SIGTERM) and a ConfigError (a usage error found at start, or a
+    damaged cache found at any time, which the CLI reports as such) are
+    re-raised after the commit."""
     status, error = "complete", None
     try:
         await work
@@ -107,6 +108,8 @@ async def run_committed(work: Awaitable[None], committer: Committer) -> tuple[st
         first = first_error(eg)
         if not isinstance(first, Exception):
             raise
+        if isinstance(first, CacheDamagedError):  # found mid-run: a rerun cannot cure it either
+            raise first from eg
         status, error = "failed", describe(first)
     except TensionError as e:
         status, error = "failed", describe(e)

@@ -168,7 +168,7 @@ class Run:
     def cache(self) -> dict[str, Any]:
         c = self.store.counts
         return {"path": str(self.store.path), "hits": dict(c.hits), "misses": dict(c.misses),
-                "writes": dict(c.writes)}
+                "writes": dict(c.writes), "damaged": dict(c.damaged)}
 
 
 @contextlib.contextmanager
