@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from tension.core.cli.flags import Verb
-from tension.core.cli.messages import EXIT_OK
+from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
 
 __all__ = ["VERBS", "cmd_cache_stats"]
 
@@ -13,6 +16,9 @@ def cmd_cache_stats(args) -> int:
     from tension.cache.store import Store, default_path
 
     path = args.cache or default_path()
+    if not (Path(path) / "data.mdb").is_file():  # looking must not create an empty cache (issue 16)
+        print(f"error: no cache at {path} (a score run creates it; --cache names another)", file=sys.stderr)
+        return EXIT_FAILED
     with Store(path, readonly=False) as store:
         stats = store.stats()
         last = store.last_run_counts()

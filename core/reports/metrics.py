@@ -112,7 +112,7 @@ def read_curves(path: str | os.PathLike) -> tuple[list[Curve], list[InputError]]
     if Path(path).is_dir():
         return read_run_positions(path)
     decode = functools.partial(decode_line, type=Curve, decoder=_curve_decoder)
-    return read_records(path, _checked_curve, decode=decode)
+    return read_records(path, _checked_curve, decode=decode, empty="curves")
 
 
 def _checked_curve(path: str, lineno: int, c: Curve) -> Curve:
