@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tension.core.reports.filenames import MAX_NAME, safe_filename, unique_filenames
+from tension.core.reports.filenames import MAX_NAME, safe_filename
 
 
 def test_a_safe_id_is_its_own_file_name():
@@ -23,6 +23,8 @@ def test_long_and_empty_names():
 
 def test_ids_that_clean_alike_get_different_files():
     # the user's path: report.md showed one image for three stories
+    from tension.core.reports.filenames import unique_filenames  # new with issue 16
+
     ids = ["a/b", "a_b", "a:b", "a b", "A_B", "a\\b", "a_b-" + safe_filename("a/b")[4:]]
     names = unique_filenames(ids)
     assert len({n.casefold() for n in names}) == len(ids)
