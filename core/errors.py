@@ -25,7 +25,18 @@ __all__ = [
     "ServerError",
     "StatusError",
     "RetryBudgetError",
+    "EXIT_OK",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "EXIT_INTERRUPTED",
+    "exit_status",
 ]
+
+# The exit statuses of every verb (docs/reliability.md, "Reports, inputs and exit status").
+EXIT_OK = 0  # the run produced everything asked for
+EXIT_FAILED = 1  # something asked for is missing (a bad record, a failed item, a stopped run, nothing to produce)
+EXIT_USAGE = 2  # a bad flag or config key, found before any work
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM
 
 
 class TensionError(Exception):
@@ -80,3 +91,20 @@ class RetryBudgetError(ServerError):
     def __init__(self, message: str, last: BaseException | None = None):
         self.last = last
         super().__init__(message)
+
+
+def exit_status(status: str, produced: int, problems: int) -> int:
+    """The exit status of a run, one rule for every verb: did the run produce what
+    was asked? ``status`` is how the run ended ("complete", "failed",
+    "interrupted"), ``produced`` how many results it wrote (stories, ideas, …),
+    ``problems`` how many bad input records and failed items it had. 0: it ended,
+    wrote at least one result and nothing asked for is missing; 1: something asked
+    for is missing — a bad record, a failed item, a run stopped by an error, or
+    nothing to produce at all (an empty input, every story left out by the word
+    filter); 130: interrupted. Items that a rule the user set leaves out (the word
+    filter) are not missing while others are produced."""
+    if status == "interrupted":
+        return EXIT_INTERRUPTED
+    if status != "complete" or problems or not produced:
+        return EXIT_FAILED
+    return EXIT_OK

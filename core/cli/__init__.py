@@ -1,8 +1,10 @@
 """The `tension-run` command. Each verb calls the library function of the same
 name; the cli only parses flags, prints, and chooses the exit status.
 
-Exit status: 0 all good; 1 some input or work failed (the rest was done and
-written); 2 bad usage or configuration; 130 interrupted.
+Exit status (core/errors.exit_status): 0 the run produced everything asked for;
+1 something asked for is missing (a bad record, a failed item, nothing to
+produce; the rest was done and written); 2 bad usage or configuration; 130
+interrupted.
 
     flags.py      flags built from the settings Structs; one value per flag
     messages.py   what several verbs print; the exit statuses
@@ -36,7 +38,8 @@ GROUPS = {"cache": "inspect, verify and recover the LMDB cache"}
 EPILOG = """\
 Each command's --help lists its flags with their defaults (the papers' settings).
 
-exit status: 0 all good; 1 some input or work failed (the rest was done and
+exit status: 0 the run produced everything asked for; 1 something asked for is
+missing (a bad record, a failed item, nothing to produce; the rest was done and
 written); 2 bad usage or configuration; 130 interrupted.
 
 environment: OPENAI_API_KEY holds the API key of the servers; XDG_CACHE_HOME

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from tension.core.cli.flags import Verb, add_settings_flags, overrides
-from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_errors, print_stopped
+from tension.core.cli.messages import EXIT_FAILED, print_errors, print_stopped
 from tension.core.config.generate import GenerateConfig
 
 __all__ = ["VERBS", "cmd_generate"]
@@ -45,12 +45,14 @@ def cmd_generate(args) -> int:
     if summary.status == "failed":
         print_stopped(summary.error, "answers are")
         return EXIT_FAILED
+    if not summary.stories:
+        print(f"error: no idea could be generated; {summary.out} was not written", file=sys.stderr)
+        return summary.exit_status
     print(f"written: {summary.out}")
     if summary.input_errors or summary.failures:
         print(f"{len(summary.input_errors) + len(summary.failures)} ideas failed (see above); "
               "the others were generated", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+    return summary.exit_status
 
 
 def _generate_flags(p) -> None:

@@ -6,13 +6,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
+from tension.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+
 __all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED", "print_errors", "print_stopped",
            "print_replica_events", "print_fairplay_summary"]
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 
 
 def print_errors(errors: Iterable[object]) -> None:

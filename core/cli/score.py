@@ -43,11 +43,14 @@ def cmd_score(args) -> int:
         return EXIT_FAILED
     print(f"outputs in {summary.out}: positions.jsonl, stories.csv, groups.csv, run.json")
     n_bad = len(summary.input_errors) + len(summary.failures)
+    scored = summary.stories - len(summary.failures)
     if n_bad:
-        rest = "the others were scored" if summary.stories > len(summary.failures) else "no story could be scored"
+        rest = "the others were scored" if scored else "no story could be scored"
         print(f"{n_bad} stories failed (see above); {rest}", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+    elif not scored:
+        print(f"error: no story to score ({summary.skipped} skipped by the word filter, see above)",
+              file=sys.stderr)
+    return summary.exit_status
 
 
 def cmd_estimate(args) -> int:

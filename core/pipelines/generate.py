@@ -32,7 +32,7 @@ import msgspec
 from tension.core.prompts import generate as gp
 from tension.core.prompts.fill import story_join
 from tension.core.config.generate import MODES, GenerateConfig
-from tension.core.errors import ConfigError, InputError, StatusError
+from tension.core.errors import ConfigError, InputError, StatusError, exit_status
 from tension.core.formats import Generator
 from tension.core.inputs.ideas import Idea, Reference, ReferencePrompt, read_ideas, reference_pool
 from tension.core.inputs.jsonl import atomic_write
@@ -107,6 +107,7 @@ class GenerateSummary(msgspec.Struct, kw_only=True):
     requests: int  # chat requests sent (cache misses)
     cache_hits: int
     error: str | None = None
+    exit_status: int = 0  # core/errors.exit_status: did the run produce what was asked
 
 
 class _GaveUp(Exception):
@@ -274,7 +275,8 @@ async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike, out
         writer = StoryWriter(cfg, ideas, pool, run)
         async with run:
             await run.work(writer.write())
-            if run.status == "complete":
+            if run.status == "complete" and writer.done:
+                # no story at all: no file, rather than an empty corpus that looks like a result
                 atomic_write(out, writer.output())
     return _summary(writer, run, errors, out)
 
@@ -284,7 +286,8 @@ def _summary(writer: StoryWriter, run: Run, errors: list[InputError], out: Path)
     return GenerateSummary(
         status=run.status, out=str(out), mode=cfg.mode, model=writer.model or cfg.model, ideas=len(writer.ideas),
         stories=len(writer.done), failures=writer.failed, input_errors=[str(e) for e in errors],
-        requests=run.requests["generation"], cache_hits=run.progress.hits, error=run.error)
+        requests=run.requests["generation"], cache_hits=run.progress.hits, error=run.error,
+        exit_status=exit_status(run.status, len(writer.done), len(writer.failed) + len(errors)))
 
 
 def run_record_path(out: Path) -> Path:

@@ -12,6 +12,7 @@ import pytest
 
 from tension.core.cli import main
 from tension.core.reports.fairplay_metrics import fairplay_metrics
+from tension.core.reports.filenames import safe_filename
 
 U4 = [0.25, 0.25, 0.25, 0.25]
 SUSPECTS = ["Ada", "Ben", "Cal", "Dora"]
@@ -146,7 +147,8 @@ def test_steps_and_distributions(tmp_path):
     assert d[1]["distractor"] is None and d[0]["culprit"] == "Cal"
     assert (out / "plots" / "stories" / "fair.png").read_bytes()[:4] == b"\x89PNG"
     assert not (out / "plots" / "stories" / "plain.png").exists()  # max_plots=1
-    assert (out / "plots" / "pooled__all_.png").exists()
+    # "(all)" is no safe file name: cleaned, with its hash (core/reports/filenames.py, issue 16)
+    assert (out / "plots" / f"pooled_{safe_filename('(all)')}.png").exists()
     run = json.loads((out / "fairplay.json").read_text())
     assert run["settings"]["eps"] == 1e-6 and run["stories"] == 2
 
