@@ -26,6 +26,7 @@ from tension.kernels.groups import GroupStat
 
 from tension.core.errors import InputError
 from tension.core.inputs.jsonl import atomic_write
+from tension.core.reports.answer_warnings import markdown_section
 from tension.core.reports.filenames import safe_filename
 from tension.core.reports.metrics import Curve, compute, read_run_positions, stat_columns
 
@@ -276,6 +277,7 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
                   f"{len(run.get('stories', {}).get('skipped', []))} skipped by the word filter, "
                   f"{len(run.get('stories', {}).get('failed', []))} failed; {run.get('positions')} positions; "
                   f"wall time {run.get('wall_seconds', 0):.1f} s.", ""]
+    lines += markdown_section(run)  # degenerate answers, first: they qualify every number below
     lines += ["## Results (000, Table 6 layout)", "", table6(data.groups, s),
               "## With 95% bootstrap intervals (001, Table 18 layout)", "",
               f"{n_resamples:,} resamples over stories, seed {seed}.", "", table18(data.groups, s),
