@@ -47,6 +47,22 @@ Endpoints
   longest token prefix shared with an earlier prompt, in whole blocks of
   `BLOCK_SIZE` tokens, as vLLM's prefix cache reports it.
 
+Misbehaviour (`MISBEHAVIOURS`), a server whose model does not do the task, set with
+``misbehave=`` (or ``--misbehave``); scripted answers still come first:
+
+==================== ==========================================================
+"think"              every answer opens a reasoning trace that max_tokens cuts:
+                     ``<think>\nOkay, the user wants …``, finish_reason "length"
+                     (a reasoning model whose server ignores enable_thinking)
+"random"             every answer is random-looking words from a hash of the
+                     request (a simulator, or the wrong model behind the URL)
+"always_y"           the judge answers "Y" to every ending
+"identical"          a generation request's n choices are all choice 0
+                     (temperature or seed not honoured)
+"echo"               every answer repeats the last user message (a wrong chat
+                     template): a judge echoes its prompt, a writer the idea
+==================== ==========================================================
+
 Errors are vLLM-style JSON ``{"error": {"message", "type", "param", "code"}}``: 400 for
 a body that is not a JSON object, missing/invalid ``messages``, ``n`` < 1, negative
 temperature, a prompt plus ``max_tokens`` over ``max_model_len``; 404 for an unknown model.
@@ -142,6 +158,7 @@ FAULT_KINDS = (
 )
 # Faults a retrying client is expected to survive; the standalone --fault-rate default.
 TRANSIENT_FAULTS = ("500", "503", "429", "drop", "truncate")
+MISBEHAVIOURS = ("think", "random", "always_y", "identical", "echo")
 
 # --------------------------------------------------------------------------- tokenizer
 
@@ -339,6 +356,23 @@ def expected_verdict(
     return "Y" if v % 1000 < yes_rate * 1000 else "N"
 
 
+def misbehaving(mode: str, kind: str, messages: Sequence[dict], contents: list[str]) -> list[str]:
+    """The answers of a misbehaving server (`MISBEHAVIOURS`) in place of `contents`."""
+    if mode == "think":
+        return ["<think>\nOkay, the user wants me to decide whether this"] * len(contents)
+    if mode == "random":
+        words = ("lorem", "ipsum", "quantum", "banana", "seventeen", "cobalt", "drift", "ledger")
+        h = hashlib.sha256(_last_user(messages).encode("utf-8", "surrogatepass")).digest()
+        return [" ".join(words[b % 8] for b in h[i % 8: i % 8 + 6]).capitalize() + "." for i in range(len(contents))]
+    if mode == "always_y":
+        return ["Y"] * len(contents) if kind == "judge" else contents
+    if mode == "identical":
+        return contents[:1] * len(contents) if kind == "generation" else contents
+    if mode == "echo":
+        return [_last_user(messages)] * len(contents)
+    raise ValueError(f"misbehave: expected one of {MISBEHAVIOURS}, got {mode!r}")
+
+
 # ------------------------------------------------------------------------- records
 
 
@@ -422,6 +456,7 @@ class LoopbackServer:
     None omits it) are plain attributes, settable at any time from any thread.
     `max_concurrent` > 0 serves at most that many chat requests at once (set it
     before start): a replica's capacity, for the scale-out tests and bench.
+    `misbehave` (one of `MISBEHAVIOURS`, or None) makes the model not do the task.
     """
 
     def __init__(
@@ -441,6 +476,7 @@ class LoopbackServer:
         prefix_cache_blocks: int = 2_000_000,
         serve_metrics: bool = True,
         max_concurrent: int = 0,
+        misbehave: str | None = None,
     ) -> None:
         self.models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
         if not self.models:
@@ -462,6 +498,7 @@ class LoopbackServer:
         # GPU's batch); with `delay`, capacity is max_concurrent / delay requests/s
         self.max_concurrent = max_concurrent
         self._capacity: asyncio.Semaphore | None = None
+        self.misbehave = misbehave
 
         self.responders: list[Any] = []  # see `respond`
 
@@ -914,6 +951,9 @@ class LoopbackServer:
             contents = [expected_verdict(msgs, self.yes_rate, self.malformed_rate)] * n
         else:
             contents = ["OK"] * n
+        if self.misbehave and scripted is None:
+            contents = misbehaving(self.misbehave, kind, msgs, contents)
+        finish = "length" if self.misbehave == "think" else "stop"
         if fault == "few_choices":
             contents = contents[: n // 2]
         elif fault == "empty_content":
@@ -935,7 +975,7 @@ class LoopbackServer:
             "choices": [
                 {"index": i, "message": {"role": "assistant", "content": text},
                  "logprobs": _logprobs(text) if body.get("logprobs") else None,
-                 "finish_reason": "stop", "stop_reason": None}
+                 "finish_reason": finish, "stop_reason": None}
                 for i, text in enumerate(contents)
             ],
             "usage": {
@@ -1058,13 +1098,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--malformed-rate", type=float, default=0.0)
     ap.add_argument("--slow-seconds", type=float, default=5.0)
     ap.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN)
+    ap.add_argument("--misbehave", choices=MISBEHAVIOURS, default=None, help="a model that does not do the task")
     args = ap.parse_args(argv)
 
     srv = LoopbackServer(
         args.model or ["test-model"], host=args.host, port=args.port, delay=args.delay,
         empty_rate=args.empty_rate, yes_rate=args.yes_rate, malformed_rate=args.malformed_rate,
         slow_seconds=args.slow_seconds, max_model_len=args.max_model_len, record=False,
-        max_concurrent=args.max_concurrent,
+        max_concurrent=args.max_concurrent, misbehave=args.misbehave,
     )
     if args.fault_rate > 0:
         kinds = [k.strip() for k in args.fault_kinds.split(",") if k.strip()]

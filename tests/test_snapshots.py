@@ -34,7 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # fairplay's --base-url and --model are new names of --reader-base-url and
 # --reader-model (the same flags), so they add no entry.
 ADDED = {
-    "score": {"--judge-constraint"},  # README documented it; only a config key had it
+    "score": {"--judge-constraint",  # README documented it; only a config key had it
+              # issue 20: the answer checks (docs/reliability.md, "Degenerate answers")
+              "--no-keep-going", "--stop-after", "--stop-malformed-share", "--warn-malformed-share",
+              "--warn-constant-share", "--warn-cut-share", "--warn-identical-share"},
     "estimate": {"--judge-constraint"},  # estimate and bench take score's judging flags
     "bench": {"--judge-constraint"},
     "generate": {"--config", "--cache-max-gb"},  # as score and fairplay have them

@@ -7,7 +7,8 @@ import sys
 
 from tension.core.cli.flags import (SERVER_ENV, OnceBool, Verb, add_bootstrap_flags, add_settings_flags,
                                     group_for, overrides)
-from tension.core.cli.messages import EXIT_FAILED, print_errors, print_fairplay_summary, print_stopped
+from tension.core.cli.messages import (EXIT_FAILED, print_answer_warnings, print_errors, print_fairplay_summary,
+                                      print_stopped)
 from tension.core.config.fairplay import FairPlayConfig
 from tension.core.errors import ConfigError
 from tension.kernels.settings import FAIRPLAY_GROUP, FairPlaySettings
@@ -50,6 +51,7 @@ def cmd_fairplay(args) -> int:
               f"stories ({', '.join(failed[:5])}{', ...' if len(failed) > 5 else ''}); "
               f"they are null in readers.jsonl, the reasons in its `failures` and in fairplay_run.json",
               file=sys.stderr)
+    print_answer_warnings(summary.warnings)
     req = summary.requests
     print(f"{summary.stories} stories; requests sent: {req.get('reader', 0)} reader, {req.get('generation', 0)} "
           f"generation, {req.get('judge', 0)} judge; cache hits: "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from tension.core.cli.flags import Verb, add_settings_flags, overrides
-from tension.core.cli.messages import EXIT_FAILED, print_errors, print_stopped
+from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_answer_warnings, print_errors, print_stopped
 from tension.core.config.generate import GenerateConfig
 
 __all__ = ["VERBS", "cmd_generate"]
@@ -40,6 +40,7 @@ def cmd_generate(args) -> int:
     print_errors(summary.input_errors)
     for f in summary.failures:
         print(f"error: idea {f.id!r} failed at {f.stage}: {f.error}", file=sys.stderr)
+    print_answer_warnings(summary.warnings)
     print(f"{summary.stories} of {summary.ideas} ideas generated ({summary.mode}, model {summary.model}); "
           f"requests sent: {summary.requests}; cache hits: {summary.cache_hits}")
     if summary.status == "failed":

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from tension.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED", "print_errors", "print_stopped",
-           "print_replica_events", "print_fairplay_summary"]
+           "print_replica_events", "print_fairplay_summary", "print_answer_warnings"]
 
 
 
@@ -23,6 +23,15 @@ def print_stopped(error: str | None, kept: str) -> None:
     ``kept`` says what the cache holds ("work is", "answers are")."""
     print(f"error: {error}\nCompleted {kept} in the cache; rerun the same command to continue where this run "
           "stopped.", file=sys.stderr)
+
+
+def print_answer_warnings(warnings) -> None:
+    """The run's degenerate-answer warnings (core/reports/answer_warnings.py), one line each."""
+    if warnings:
+        from tension.core.reports.answer_warnings import warning_text
+
+        for w in warnings:
+            print(f"warning: {warning_text(w)}", file=sys.stderr)
 
 
 def print_replica_events(summary) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from tension.core.cli.flags import (SERVER_ENV, Verb, add_settings_flags, fields_in, group_for, overrides)
-from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_errors, print_replica_events, print_stopped
+from tension.core.cli.messages import (EXIT_FAILED, EXIT_OK, print_answer_warnings, print_errors, print_replica_events,
+                                      print_stopped)
 from tension.core.config.score import CONCURRENCY, CORPUS, ENDINGS, JUDGING, SERVERS, ScoreConfig
 
 __all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench", "server_config", "embedded_fallback"]
@@ -33,13 +34,19 @@ def cmd_score(args) -> int:
               "their prompt would not fit the generation model's context ("
               + ", ".join(f"{k}: {v}" for k, v in summary.too_long.items()) + ")", file=sys.stderr)
     print_replica_events(summary)
+    print_answer_warnings(summary.warnings)
     req = summary.requests
     print(f"{summary.stories} stories ({summary.skipped} skipped by the word filter), "
           f"{summary.positions} positions; requests sent: {req.get('generation', 0)} generation, "
           f"{req.get('judge', 0)} judge, {req.get('tokenize', 0)} tokenize; cache hits: "
           + ", ".join(f"{v} {k}" for k, v in summary.cache_hits.items()))
     if summary.status == "failed":
-        print_stopped(summary.error, "work is")
+        from tension.core.pipelines.score.watch import STOP_PREFIX
+
+        if summary.error.startswith(STOP_PREFIX):  # the early stop: the same command would stop again
+            print(f"error: {summary.error}", file=sys.stderr)
+        else:
+            print_stopped(summary.error, "work is")
         return EXIT_FAILED
     print(f"outputs in {summary.out}: positions.jsonl, stories.csv, groups.csv, run.json")
     n_bad = len(summary.input_errors) + len(summary.failures)

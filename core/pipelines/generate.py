@@ -40,6 +40,8 @@ from tension.core.run.progress import Progress
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
 from tension.core.llm.router import Router
+from tension.core.pipelines.answer_checks import StoryChecks
+from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.run.lifecycle import Run, client_for, open_store, out_lock, run_blocking
 from tension.core.run.record import Failure
 
@@ -108,6 +110,7 @@ class GenerateSummary(msgspec.Struct, kw_only=True):
     cache_hits: int
     error: str | None = None
     exit_status: int = 0  # core/errors.exit_status: did the run produce what was asked
+    warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/answer_checks.py)
 
 
 class _GaveUp(Exception):
@@ -145,6 +148,7 @@ class StoryWriter:
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
         self.done: dict[int, bytes] = {}  # idea index -> output line
         self.failed: list[Failure] = []
+        self.checks = StoryChecks()
 
     async def chat(self, messages: list[dict[str, str]], seed: int) -> str:
         """One answer: from the cache, else from the server (then committed)."""
@@ -152,6 +156,7 @@ class StoryWriter:
                           max_tokens=self.max_tokens, min_p=self.min_p, seed=seed,
                           chat_template_kwargs=self.template_kwargs)
         rec = await self.run.chat.one("endings", req, self._send, role="generation")
+        self.checks.answer(messages, rec.texts[0])
         return rec.texts[0]
 
     def _send(self, req: ChatRequest):
@@ -287,7 +292,8 @@ def _summary(writer: StoryWriter, run: Run, errors: list[InputError], out: Path)
         status=run.status, out=str(out), mode=cfg.mode, model=writer.model or cfg.model, ideas=len(writer.ideas),
         stories=len(writer.done), failures=writer.failed, input_errors=[str(e) for e in errors],
         requests=run.requests["generation"], cache_hits=run.progress.hits, error=run.error,
-        exit_status=exit_status(run.status, len(writer.done), len(writer.failed) + len(errors)))
+        exit_status=exit_status(run.status, len(writer.done), len(writer.failed) + len(errors)),
+        warnings=writer.checks.warnings())
 
 
 def run_record_path(out: Path) -> Path:

@@ -27,6 +27,7 @@ from tension.kernels.groups import GroupStat
 
 from tension.core.errors import ConfigError, InputError, exit_status
 from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
+from tension.core.reports.answer_warnings import markdown_section
 from tension.core.reports.filenames import unique_filenames
 from tension.core.reports.metrics import Curve, compute, read_run_positions, stat_columns
 
@@ -285,6 +286,7 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
     lines = [f"# tension-run report: `{d.name}`", ""]
     if data.run:
         lines += _outcome_lines(data)
+    lines += markdown_section(data.run)  # degenerate answers, first: they qualify every number below
     lines += ["## Results (000, Table 6 layout)", "", table6(data.groups, s),
               "## With 95% bootstrap intervals (001, Table 18 layout)", "",
               f"{n_resamples:,} resamples over stories, seed {seed}.", "", table18(data.groups, s),

@@ -30,6 +30,7 @@ from tension.core.formats import Generator
 from tension.core.inputs.jsonl import atomic_write
 from tension.core.inputs.whodunits import WhodunitStory, read_stories, segment_text
 from tension.core.pipelines.fairplay.readers import Job, Readers, Value, checkpoint_paragraphs
+from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.run.lifecycle import LOCK_NAME, Run, client_for, open_store, out_lock, prepare_out_dir, run_blocking
 from tension.core.run.progress import Progress
 
@@ -57,6 +58,7 @@ class FairPlayRun(msgspec.Struct, kw_only=True):
     cache_hits: dict[str, int]
     metrics: Any = None  # the FairPlaySummary of the metrics, when they ran
     error: str | None = None
+    warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/answer_checks.py)
 
 
 _enc = msgspec.json.Encoder()
@@ -191,7 +193,7 @@ def _summary(reading: ReaderRun, run: Run, errors, out: Path) -> FairPlayRun:
         reader_failures=sum(len(f) for f in failures),
         failed_stories=[st.id for st, f in zip(reading.stories, failures) if f],
         requests=dict(run.requests), cache_hits=dict(run.store.counts.hits),
-        metrics=reading.metrics, error=run.error)
+        metrics=reading.metrics, error=run.error, warnings=reading.readers.checks.warnings())
 
 
 def _record(reading: ReaderRun, run: Run, errors, out: Path, stories_path) -> dict[str, Any]:

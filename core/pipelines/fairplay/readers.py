@@ -20,6 +20,7 @@ from tension.core.inputs.whodunits import WhodunitStory
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
 from tension.core.llm.router import Router
+from tension.core.pipelines.answer_checks import ReaderChecks
 from tension.core.prompts import readers as rp
 from tension.core.prompts.answers import match_suspect, parse_culprit, parse_distribution, parse_suspect_list
 from tension.core.run.lifecycle import Run
@@ -99,6 +100,7 @@ class Readers:
         self.reader_model = cfg.reader_model or ""
         self.judge_model = cfg.judge_model or ""
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
+        self.checks = ReaderChecks()  # degenerate answers, warned about at the end
 
     async def resolve_models(self) -> None:
         """Model ids for the cache keys; given ids are used as they are, so a fully
@@ -135,6 +137,7 @@ class Readers:
                               else None)
             (text,) = await self.chat(role, server, req, "verdicts")
             result = parse(text)
+            self.checks.answer(role, result.error is None)
             if result.error is None:
                 return result
         return result
@@ -187,6 +190,7 @@ class Readers:
                                     distribution_schema(st.suspects))
         if res.error is not None:
             return Value(None, f"unusable answer after {cfg.parse_retries + 1} tries: {res.error}")
+        self.checks.value(job.reader, messages, res.probs)
         return Value(res.probs, None)
 
     def previous_stories(self, si: int) -> list[str]:

@@ -30,6 +30,8 @@ from tension.core.pipelines.score.judge import Judge
 from tension.core.pipelines.score.outputs import PositionResult, position_line, position_result, write_outputs
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
+from tension.core.pipelines.score.watch import AnswerWatch
+from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.run.lifecycle import LOCK_NAME, Run, client_for, open_store, out_lock, prepare_out_dir, run_blocking
 from tension.core.run.progress import Progress
 from tension.core.run.record import Failure, Invocations, earlier_invocations
@@ -58,6 +60,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     # to replicas during the run ("… taken out: why", "… re-admitted")
     replicas: dict[str, list[dict[str, Any]]] = {}
     replica_events: list[str] = []
+    warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/score/watch.py)
 
 
 class Scoring:
@@ -73,6 +76,7 @@ class Scoring:
         self.reqs = ScoreRequests(cfg, cfg.model or "", cfg.judge_model or "")  # model ids resolved in `score`
         self.finder = PositionFinder(cfg, run, self.gen_router, count)
         self.judge = Judge(cfg, run, self.judge_router)
+        self.watch = AnswerWatch(cfg)
         self.results: dict[tuple[int, int], PositionResult] = {}  # (story index, k) ->
         self.texts: dict[tuple[int, int], dict[str, Any]] = {}  # (story index, k) -> endings and verdicts
         self.failed: dict[int, Failure] = {}  # story index ->
@@ -125,6 +129,7 @@ class Scoring:
             self.failed.setdefault(pos.story, Failure(id=story.id, stage=f"position {pos.k}", error=str(e)))
             run.progress.unit_done()
             return
+        self.watch.position(story.id, rec, answers, self.reqs.judge_model)  # may stop the run early
         res = position_result(story, pos, rec.texts, answers)
         self.results[(pos.story, pos.k)] = res
         if self.cfg.save_texts:
@@ -177,8 +182,9 @@ def _summary(scoring: Scoring, run: Run, out: Path) -> RunSummary:
         failures=list(scoring.failed.values()), input_errors=[str(e) for e in corpus.errors],
         skipped=len(corpus.skipped), skipped_stories=list(corpus.skipped), too_long=dict(finder.too_long),
         no_positions=dict(finder.no_positions), requests=dict(run.requests),
-        cache_hits=dict(run.store.counts.hits), error=run.error, exit_status=scoring.exit_status(), replicas=scoring.replica_figures(),
-        replica_events=list(scoring.replica_events))
+        cache_hits=dict(run.store.counts.hits), error=run.error, exit_status=scoring.exit_status(),
+        replicas=scoring.replica_figures(), replica_events=list(scoring.replica_events),
+        warnings=scoring.watch.warnings())
 
 
 def _record(scoring: Scoring, run: Run, corpus_path: str | Path) -> dict[str, Any]:
@@ -211,6 +217,7 @@ def _record(scoring: Scoring, run: Run, corpus_path: str | Path) -> dict[str, An
         "lanes": run.lanes(),
         "replicas": scoring.replica_figures(),
         "replica_events": list(scoring.replica_events),
+        "warnings": msgspec.to_builtins(scoring.watch.warnings()),
     }
 
 
