@@ -483,3 +483,32 @@ def test_a_second_run_on_the_same_out_folder_fails_fast_naming_fairplay(server, 
     assert code == 1
     assert f"--out {out} is in use by another tension-run fairplay (pid 4242)" in capsys.readouterr().err
     assert server.count(path="/v1/chat/completions") == 0 and not (out / "readers.jsonl").exists()
+
+
+def test_fairplay_and_fairplay_metrics_agree_on_the_same_readers(server, tmp_path):
+    # One schedule for every reader; two experienced readers named by their setting;
+    # the metrics `fairplay` writes are those `fairplay-metrics` computes from its
+    # readers.jsonl, byte for byte.
+    from tension.core.reports.fairplay_metrics import fairplay_metrics
+
+    server.respond(scripted)
+    rows = [story_record("a1"), story_record("a2")]
+    stories = write_jsonl(tmp_path / "stories.jsonl", rows)
+    cfg = cfg_for(server, tmp_path, previous_stories=[0, 1])
+    run = fairplay(cfg, stories, tmp_path / "out", FAST)
+    assert run.status == "complete" and run.reader_failures == 0
+    a1, a2 = read_readers(tmp_path / "out")
+    assert set(a2["readers"]) == {"gullible", "experienced_0", "experienced_1", "know_it_all"}
+    for reader, values in a2["readers"].items():
+        assert [i + 1 for i, v in enumerate(values) if v is not None] == [1, 3, 5], reader
+    summary = fairplay_metrics(tmp_path / "out" / "readers.jsonl", tmp_path / "again", **FAST)
+    assert summary.errors == []
+    for name in ("stories.csv", "groups.csv", "steps.jsonl", "curves.csv"):
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "out" / name).read_bytes(), name
+    header = (tmp_path / "out" / "stories.csv").read_text().splitlines()[0].split(",")
+    assert {"C_ER_0", "FP_ER_0", "C_ER_1", "FP_ER_1", "steps_experienced_1"} <= set(header)
+    # experienced_1 of a2 was shown a1; experienced_0 was shown nothing
+    prompts = [user_text(r.body["messages"]) for r in server.requests if r.path == "/v1/chat/completions"]
+    a2_prompts = [t.partition("STORY FOR PREDICTION ##") for t in prompts if "(PARTIAL) STORY FOR PREDICTION" in t
+                  and "Scene 1 of a2" in t.partition("STORY FOR PREDICTION ##")[2]]
+    assert {"Scene 1 of a1" in head for head, _, _ in a2_prompts} == {True, False}
