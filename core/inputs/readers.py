@@ -23,7 +23,8 @@ from tension.core.formats import DEFAULT_GROUP
 from tension.core.inputs.jsonl import decode_line, read_records
 
 __all__ = ["NOT_SURE", "RENORM_TOL", "EXPERIENCED_SETTING", "ReaderRecord", "ScoredWhodunit", "check_record",
-           "reader_names", "reader_schedule", "read_readers", "read_actual"]
+           "reader_names", "reader_schedule", "read_readers", "read_actual", "SOURCES", "read_source",
+           "row_warnings"]
 
 NOT_SURE = "not sure"  # an actual reader's guess that names nobody (like an empty one)
 RENORM_TOL = 0.01  # every row is divided by its sum; one further than this from 1 is also reported
@@ -316,3 +317,40 @@ def _count_guess(path, line, row, by_id, counts, seen) -> None:
         raise InputError(path, line, "guess", f"expected one of the suspects {st.suspects}, empty or "
                                               f"{NOT_SURE!r}, got {guess!r}")
     c[i - 1, folded.index(guess.casefold())] += 1
+
+
+SOURCES = ("readers", "authors")  # READERS.jsonl (or a fairplay run folder); the authors' result files
+
+
+def read_source(path: str | os.PathLike, source: str
+                ) -> tuple[str, list[ScoredWhodunit], list[InputError], list[str]]:
+    """The stories of `fairplay-metrics`' input: READERS.jsonl (or the --out folder
+    of a `fairplay` run), or with ``source="authors"`` a folder of the fair-play
+    authors' result files. Returns the path read, the stories, the errors and
+    notes on what was left out."""
+    if source == "authors":
+        # imported here: inputs/authors.py builds on this module's records
+        from tension.core.inputs.authors import read_authors
+
+        try:
+            got = read_authors(path)
+        except InputError as e:
+            return str(path), [], [e], []
+        return str(path), got.stories, got.errors, got.notes
+    if os.path.isdir(path):
+        path = os.path.join(path, "readers.jsonl")
+    stories, errors = read_readers(path)
+    return str(path), stories, errors, []
+
+
+def row_warnings(stories: Sequence[ScoredWhodunit]) -> list[str]:
+    """What was done to the stories' rows: renormalised, empty, all-zero."""
+    out = []
+    for s in stories:
+        if s.renormalised:
+            out.append(f"{s.id}: {s.renormalised} distribution(s) did not sum to 1 and were renormalised")
+        if s.empty_rows:
+            out.append(f"{s.id}: {s.empty_rows} empty reader value(s) ([]), counted as missing")
+        if s.zero_rows:
+            out.append(f"{s.id}: {s.zero_rows} all-zero reader value(s), read as a tie of every suspect")
+    return out

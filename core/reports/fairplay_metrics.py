@@ -33,10 +33,9 @@ from tension.kernels.groups import describe
 
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
-from tension.core.inputs.authors import read_authors
 from tension.core.inputs.jsonl import atomic_write
-from tension.core.inputs.readers import (NOT_SURE, ReaderRecord, ScoredWhodunit, check_record, read_actual,
-                                         read_readers, reader_names)
+from tension.core.inputs.readers import (NOT_SURE, SOURCES, ReaderRecord, ScoredWhodunit, check_record,
+                                         read_actual, read_readers, read_source, reader_names, row_warnings)
 from tension.core.reports.filenames import safe_filename
 
 __all__ = [
@@ -315,35 +314,6 @@ def curves_csv(pooled: dict[str, PooledCurves], settings: FairPlaySettings, read
     return buf.getvalue()
 
 
-SOURCES = ("readers", "authors")  # READERS.jsonl (or a fairplay run folder); the authors' result files
-
-
-def _read(readers: str | Path, source: str) -> tuple[Path, list[ScoredWhodunit], list[InputError], list[str]]:
-    """The stories of the input, its errors, and notes on what was read."""
-    if source == "authors":
-        try:
-            got = read_authors(readers)
-        except InputError as e:
-            return Path(readers), [], [e], []
-        return Path(readers), got.stories, got.errors, got.notes
-    if Path(readers).is_dir():  # the --out folder of a `fairplay` run
-        readers = Path(readers) / "readers.jsonl"
-    stories, errors = read_readers(readers)
-    return Path(readers), stories, errors, []
-
-
-def _row_warnings(stories: Sequence[ScoredWhodunit]) -> list[str]:
-    out = []
-    for s in stories:
-        if s.renormalised:
-            out.append(f"{s.id}: {s.renormalised} distribution(s) did not sum to 1 and were renormalised")
-        if s.empty_rows:
-            out.append(f"{s.id}: {s.empty_rows} empty reader value(s) ([]), counted as missing")
-        if s.zero_rows:
-            out.append(f"{s.id}: {s.zero_rows} all-zero reader value(s), read as a tie of every suspect")
-    return out
-
-
 def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | Path | None = None,
                      settings: FairPlaySettings | None = None, max_plots: int = 20,
                      n_resamples: int = N_RESAMPLES, seed: int = 0, progress: bool = False,
@@ -354,8 +324,8 @@ def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | 
     curves.csv, distributions.jsonl, fairplay.json and reading-curve plots into ``out``."""
     settings = settings or FairPlaySettings()
     out = Path(out)
-    readers, stories, errors, notes = _read(readers, source)
-    warnings = notes + _row_warnings(stories)
+    readers, stories, errors, notes = read_source(readers, source)
+    warnings = notes + row_warnings(stories)
     if not stories and not errors:
         warnings.append(f"no story in {readers}")
     if actual_csv is not None:
