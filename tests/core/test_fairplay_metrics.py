@@ -309,3 +309,23 @@ def test_a_fairplay_run_folder_is_read(tmp_path):
     write_jsonl(run / "readers.jsonl", [FAIR])
     summary = fairplay_metrics(run, tmp_path / "out", max_plots=0)
     assert summary.stories == 1 and read_stories(tmp_path / "out")["fair"]["FP_UB"] == "0.6666666667"
+
+
+def test_empty_rows_are_missing_and_all_zero_rows_a_tie(tmp_path, capsys):
+    # gullible: [] at 1 (missing), all zeros at 2 (a 4-way tie: 1/4), a hit at 3;
+    # the story is scored, not rejected, and both are counted and warned about
+    rec = {"id": "gaps", "suspects": SUSPECTS, "culprit": "Cal",
+           "readers": {"gullible": [[], [0, 0, 0, 0], [0, 0, 1, 0]], "know_it_all": [None, U4, [0, 0, 1, 0]]}}
+    readers = write_jsonl(tmp_path / "readers.jsonl", [rec])
+    rc = main(["fairplay-metrics", str(readers), "--out", str(tmp_path / "out"), "--no-progress", "--max-plots", "0"])
+    assert rc == 0
+    r = read_stories(tmp_path / "out")["gaps"]
+    assert r["L"] == "3" and r["steps_gullible"] == "2" and (r["empty_rows"], r["zero_rows"]) == ("1", "1")
+    assert float(r["S"]) == pytest.approx(1 - 1.25 / 2)
+    assert float(r["FP_UB"]) == 0.0  # paragraphs 2 and 3: 1/4 − 1/4, 1 − 1
+    err = capsys.readouterr().err
+    assert "gaps: 1 empty reader value(s) ([]), counted as missing" in err
+    assert "gaps: 1 all-zero reader value(s), read as a tie of every suspect" in err
+    rc = main(["fairplay-metrics", str(readers), "--out", str(tmp_path / "miss"), "--ties", "miss", "--no-progress",
+               "--max-plots", "0"])
+    assert rc == 0 and float(read_stories(tmp_path / "miss")["gaps"]["S"]) == 0.5
