@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from tension.core.cli.flags import Verb, add_settings_flags, overrides
-from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_answer_warnings, print_errors, print_stopped
+from tension.core.cli.messages import EXIT_FAILED, print_answer_warnings, print_errors, print_stopped
 from tension.core.config.generate import GenerateConfig
 
 __all__ = ["VERBS", "cmd_generate"]
