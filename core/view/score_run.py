@@ -99,8 +99,10 @@ def slugs(ids: list[str]) -> dict[str, str]:
     return out
 
 
-def _round(v: float, digits: int = 6) -> float | None:
-    return None if v is None or not math.isfinite(v) else round(float(v), digits)
+def _number(v: float) -> float | None:
+    """A statistic as JSON has it: all its digits (the page shows what stories.csv
+    holds), null for NaN."""
+    return None if v is None or not math.isfinite(v) else float(v)
 
 
 class ScoreRun:
@@ -193,11 +195,11 @@ class ScoreRun:
         for i, c in enumerate(self.curves):
             stories.append({
                 "id": c.id, "slug": self.slug[c.id], "group": c.group, "n_positions": len(c.x),
-                "stats": {k: _round(v[i]) for k, v in values.items()},
+                "stats": {k: _number(v[i]) for k, v in values.items()},
                 "nan_reasons": "; ".join(Reason(int(self.stats.reasons[i])).describe()),
                 "x": [round(v, 4) for v in c.x], "y": [round(v, 4) for v in c.y]})
-        groups = {stat: {g: {"mean": _round(s.mean), "lo": _round(s.boot_lo), "hi": _round(s.boot_hi),
-                             "ci95": _round(s.ci95), "n": s.n, "n_nan": s.n_nan} for g, s in by_group.items()}
+        groups = {stat: {g: {"mean": _number(s.mean), "lo": _number(s.boot_lo), "hi": _number(s.boot_hi),
+                             "ci95": _number(s.ci95), "n": s.n, "n_nan": s.n_nan} for g, s in by_group.items()}
                   for stat, by_group in self.groups.items()}
         models = self.record.get("models", {})
         return {"kind": "score", "dir": str(self.dir), "status": self.record.get("status", "unknown"),
@@ -238,11 +240,11 @@ class ScoreRun:
         sharp = set(int(j) for j in sharp_reversals(c.x, c.y, self.settings))
         marks = {j: ("peak" if ys[j] > ys[j - 1] else "valley") for j in sharp}
         values = self.stat_values()
-        positions = [{"k": p.k, "pct": p.pct, "no_rate": p.no_rate, "smoothed": _round(ys[j], 10),
+        positions = [{"k": p.k, "pct": p.pct, "no_rate": p.no_rate, "smoothed": _number(ys[j]),
                       "n_endings": p.n_endings, "n_match": p.n_match, "n_empty": p.n_empty,
                       "n_malformed": p.n_malformed, "mark": marks.get(j)} for j, p in enumerate(ps)]
         return {"kind": "story", "id": sid, "slug": self.slug[sid], "group": c.group,
-                "stats": {k: _round(v[i]) for k, v in values.items()}, "window": self.settings.window,
+                "stats": {k: _number(v[i]) for k, v in values.items()}, "window": self.settings.window,
                 "sentences": self.sentences(sid), "positions": positions, "notes": self.notes}
 
     # -- a position's endings ------------------------------------------------------------
