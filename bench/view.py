@@ -76,7 +76,11 @@ def browser():
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
 
 
-FCP = "return (performance.getEntriesByName('first-contentful-paint')[0] || {startTime: null}).startTime"
+# The paint entry may be recorded after the load event: wait for it (buffered observer).
+FCP = """const done = arguments[arguments.length - 1];
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) if (e.name === 'first-contentful-paint') done(e.startTime);
+}).observe({type: 'paint', buffered: true});"""
 READY = """const done = arguments[arguments.length - 1];
 const want = arguments[0];
 (function poll() {
@@ -95,9 +99,9 @@ span.click();
 
 def measure(drv, url: str, n_stories: int, story: str, k: int) -> dict[str, float]:
     drv.get(url + "index.html")
-    out = {"corpus FCP": drv.execute_script(FCP), "corpus ready": drv.execute_async_script(READY, n_stories)}
+    out = {"corpus FCP": drv.execute_async_script(FCP), "corpus ready": drv.execute_async_script(READY, n_stories)}
     drv.get(url + f"story/{story}.html")
-    out["story FCP"] = drv.execute_script(FCP)
+    out["story FCP"] = drv.execute_async_script(FCP)
     out["endings"] = drv.execute_async_script(ENDINGS, k)
     return out
 
@@ -120,6 +124,7 @@ def main() -> None:
     story = positions[len(positions) // 2]["id"]
     k = next(p["k"] for p in positions if p["id"] == story)
     drv = browser()
+    drv.set_script_timeout(30)
     samples: dict[int, list[dict[str, float]]] = {n: [] for n in SIZES}
     try:
         for n, i in ((300, 0), (30, 1)):  # warm-up: the first story open reads the corpus
