@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from tension.cache.store import Store
-from tension.core.errors import InputError, TensionError
-from tension.core.view.score_run import NotFound, Stores, read_record, slugs
+from tension.core.errors import InputError
+from tension.core.view.score_run import NotFound, Stores, open_recall, read_record, slugs
 
 __all__ = ["FairPlayRun", "CheckpointRecallFactory", "SCORES"]
 
@@ -90,17 +90,8 @@ class FairPlayRun:
                 "k": (self.record.get("config") or {}).get("k"), "stories": stories, "notes": self.notes}
 
     def recall(self):
-        if self._recall is not None or self.cache_note is not None:
-            return self._recall
-        stores, factory, cache = self._recall_from
-        store, self.cache_note = stores.get(cache or (self.record.get("config") or {}).get("cache"))
-        if factory is None:
-            self.cache_note = "continuations are not available in this view"
-        elif store is not None:
-            try:
-                self._recall = factory(self.record, store)
-            except (TensionError, KeyError, OSError) as e:
-                self.cache_note = f"the run's stories or settings cannot be read back: {e}"
+        if self._recall is None and self.cache_note is None:
+            self._recall, self.cache_note = open_recall(*self._recall_from, self.record, "continuations")
         return self._recall
 
     async def continuations(self, slug_or_id: str, paragraph: int) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from tension.core.reports.figures import sharp_reversals
 from tension.core.reports.metrics import Curve, check_curve, compute, stat_columns
 from tension.kernels.curves import CurveSettings, Reason, smooth
 
-__all__ = ["Recall", "RecallFactory", "Stores", "ScoreRun", "NotFound", "slugs", "read_record"]
+__all__ = ["Recall", "RecallFactory", "Stores", "ScoreRun", "NotFound", "slugs", "read_record", "open_recall"]
 
 
 class Recall(Protocol):
@@ -80,6 +80,21 @@ def read_record(path: Path, notes: list[str], what: str) -> dict[str, Any]:
         return {}
 
 
+def open_recall(stores: Stores, factory, cache: str | None, record: dict[str, Any], what: str):
+    """(recall, None) for a run's cached records, or (None, why not): no factory, no
+    cache at the path (`cache`, else the one the run record names), or a run record
+    its requests cannot be rebuilt from."""
+    store, note = stores.get(cache or (record.get("config") or {}).get("cache"))
+    if factory is None:
+        return None, f"{what} are not available in this view"
+    if store is None:
+        return None, note
+    try:
+        return factory(record, store), None
+    except (TensionError, KeyError, OSError) as e:
+        return None, f"the run's requests cannot be rebuilt from its run record: {e}"
+
+
 class NotFound(TensionError):
     """A page or record the run does not have (an unknown story id, a position)."""
 
@@ -123,7 +138,7 @@ class ScoreRun:
         self.slug = slugs([c.id for c in self.curves])
         self.by_slug = {s: sid for sid, s in self.slug.items()}
         self._texts: dict[str, str] | None = None
-        self._recall_from = (stores, recall, cache)
+        self._recall_from = (stores, recall, cache)  # opened on first use: the corpus page needs no cache
         self._recall: Recall | None = None
         self.cache_note: str | None = None
 
@@ -252,17 +267,8 @@ class ScoreRun:
     def recall(self) -> Recall | None:
         """The run's cached records, on first use; None (and `cache_note` says why)
         when there is no cache to read."""
-        if self._recall is not None or self.cache_note is not None:
-            return self._recall
-        stores, factory, cache = self._recall_from
-        store, self.cache_note = stores.get(cache or (self.record.get("config") or {}).get("cache"))
-        if factory is None:
-            self.cache_note = "endings are not available in this view"
-        elif store is not None:
-            try:
-                self._recall = factory(self.record, store)
-            except (TensionError, KeyError) as e:
-                self.cache_note = f"the run's requests cannot be rebuilt from its run.json: {e}"
+        if self._recall is None and self.cache_note is None:
+            self._recall, self.cache_note = open_recall(*self._recall_from, self.record, "endings")
         return self._recall
 
     def endings(self, slug_or_id: str, k: int) -> dict[str, Any]:

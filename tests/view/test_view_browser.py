@@ -11,12 +11,24 @@ import shutil
 from pathlib import Path
 
 import pytest
-from view_fixtures import ENDINGS, cli
+from view_fixtures import ENDINGS, Viewer, cli, made_runs
 
 pytestmark = pytest.mark.slow
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return made_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def viewer(runs):
+    v = Viewer(runs.a, runs.b, runs.fp, env=runs.env)
+    yield v
+    v.stop()
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Runs to view, made once per test module on the loopback server through the
+"""Runs to view, made once per session on the loopback server through the
 CLI: two score runs of the same stories (two judge models) sharing one cache,
 and a fairplay run with scripted readers (tests/core/test_fairplay_readers.py);
 and a `tension-run view` process serving them."""
@@ -13,25 +13,11 @@ import sys
 import urllib.request
 from pathlib import Path
 
-import importlib.util
-
-import pytest
+from conftest import make_corpus
 from openai_server import LoopbackServer
 
-TESTS = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(TESTS / "core"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "core"))
 import test_fairplay_readers as fp  # noqa: E402
-
-
-def _make_corpus():
-    # tests/conftest.py's corpus writer; this folder's own conftest.py shadows the name `conftest`
-    spec = importlib.util.spec_from_file_location("tests_root_conftest", TESTS / "conftest.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.make_corpus
-
-
-make_corpus = _make_corpus()
 
 BIN = Path(sys.executable).parent / "tension-run"
 ENDINGS = 5
@@ -54,8 +40,19 @@ class Runs:
         return [json.loads(x) for x in (run / "positions.jsonl").read_text().splitlines()]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Runs:
+_made: list[Runs] = []
+
+
+def made_runs(tmp_path_factory) -> Runs:
+    """The runs, made once per session (the test modules' `runs` fixtures share them).
+    Fixtures live here, not in a conftest.py: a second `conftest` module would
+    shadow tests/conftest.py for the modules that import from it."""
+    if not _made:
+        _made.append(_make_runs(tmp_path_factory))
+    return _made[0]
+
+
+def _make_runs(tmp_path_factory) -> Runs:
     r = Runs(tmp_path_factory.mktemp("view-runs"))
     corpus = make_corpus(r.root / "corpus.jsonl", 3, seed=5)
     with LoopbackServer(model=["test-gen", "test-judge"]) as srv:
@@ -102,10 +99,3 @@ class Viewer:
         self.proc.terminate()
         _, err = self.proc.communicate(timeout=20)
         return err
-
-
-@pytest.fixture(scope="module")
-def viewer(runs):
-    v = Viewer(runs.a, runs.b, runs.fp, env=runs.env)
-    yield v
-    v.stop()

@@ -29,7 +29,7 @@
   }
 
   // A chart over x in [0, 1] (or [1, L]) and y in [0, 1]; returns {svg, X, Y}.
-  function chart(w, h, xmax, xmin = 0, axes = true) {
+  function chart(w, h, xmax, xmin = 0, axes = true, xlabel = (x) => Math.round(100 * x) + "%") {
     const m = axes ? {l: 34, r: 8, t: 8, b: 22} : {l: 1, r: 1, t: 1, b: 1};
     const X = (x) => m.l + ((x - xmin) / (xmax - xmin || 1)) * (w - m.l - m.r);
     const Y = (y) => h - m.b - y * (h - m.t - m.b);
@@ -38,6 +38,8 @@
       for (const t of [0, 0.25, 0.5, 0.75, 1]) {
         svg.append(sv("line", {x1: m.l, x2: w - m.r, y1: Y(t), y2: Y(t), class: "grid"}));
         svg.append(sv("text", {x: m.l - 4, y: Y(t) + 4, class: "tick", "text-anchor": "end"}, t));
+        const x = xmin + t * (xmax - xmin);
+        svg.append(sv("text", {x: X(x), y: h - 6, class: "tick", "text-anchor": "middle"}, xlabel(x)));
       }
     }
     return {svg, X, Y};
@@ -219,7 +221,7 @@
       el("p", {}, `reader ${D.models.reader || "?"}, judge ${D.models.judge || "?"}; solid: the culprit's probability, `,
         "dashed: the distractor's; the grey line marks the revelation."));
     for (const s of D.stories) {
-      const c = chart(520, 200, s.L, 1);
+      const c = chart(520, 200, s.L, 1, true, (x) => "¶" + Math.round(x));
       if (s.revelation) c.svg.append(sv("line", {x1: c.X(s.revelation), x2: c.X(s.revelation), y1: 8, y2: 178, class: "reveal"}));
       for (const [name, r] of Object.entries(s.readers)) {
         for (const part of ["culprit", "distractor"]) {
