@@ -20,15 +20,14 @@ DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return made_runs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def viewer(runs):
-    v = Viewer(runs.a, runs.b, runs.fp, env=runs.env)
-    yield v
-    v.stop()
+def site(tmp_path_factory):
+    """The runs (shared with test_view_api.py) and a view process serving them."""
+    runs = made_runs(tmp_path_factory)
+    served = Viewer(runs.a, runs.b, runs.fp, env=runs.env)
+    try:
+        yield runs, served
+    finally:
+        served.stop()
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +73,8 @@ def wait(browser, css: str, timeout: float = 20):
     return WebDriverWait(browser, timeout).until(lambda b: b.find_elements("css selector", css))
 
 
-def test_corpus_then_a_story_then_a_sentences_endings(browser, runs, viewer, tmp_path):
+def test_corpus_then_a_story_then_a_sentences_endings(browser, site, tmp_path):
+    runs, viewer = site
     browser.get(viewer.url + "r0/index.html")
     rows = wait(browser, "table.sortable tbody tr")
     assert [r.get_attribute("data-id") for r in rows] == ["story-000", "story-001", "story-002"]
@@ -114,7 +114,8 @@ def test_corpus_then_a_story_then_a_sentences_endings(browser, runs, viewer, tmp
     assert "hover" in hovered.get_attribute("class")
 
 
-def test_compare_and_fairplay_pages_render_their_data(browser, runs, viewer, tmp_path):
+def test_compare_and_fairplay_pages_render_their_data(browser, site, tmp_path):
+    runs, viewer = site
     browser.get(viewer.url + "compare/r0-r1.html")
     rows = wait(browser, "table.sortable tbody tr")
     assert len(rows) == 3
@@ -136,7 +137,8 @@ def test_compare_and_fairplay_pages_render_their_data(browser, runs, viewer, tmp
     shot(browser, tmp_path, "fairplay")
 
 
-def test_the_export_works_from_a_folder_without_a_server(browser, runs, tmp_path):
+def test_the_export_works_from_a_folder_without_a_server(browser, site, tmp_path):
+    runs, _ = site
     out = tmp_path / "site"
     done = cli("view", str(runs.a), str(runs.fp), "--export", str(out), "--endings", env=runs.env, timeout=120)
     assert done.returncode == 0, done.stderr
