@@ -27,8 +27,11 @@ ALLOWED = {
     "core.serving": {"core.errors", "cache"},
     "core.pipelines": {"core.errors", "core.formats", "core.config", "core.inputs", "core.prompts", "core.llm",
                        "core.run", "core.reports", "cache", "kernels"},
+    # the view reads run folders, reports and the cache; what it needs of a pipeline
+    # (a run's request keys) the cli hands it as a recall factory
+    "core.view": {"core.errors", "core.formats", "core.config", "core.inputs", "core.reports", "cache", "kernels"},
     "core.cli": {"core.errors", "core.config", "core.pipelines", "core.reports", "core.serving", "core.inputs",
-                 "cache", "kernels"},
+                 "core.view", "cache", "kernels"},
 }
 
 

@@ -3,6 +3,7 @@ and `demo` (the embedded server scoring the shipped story)."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -128,6 +129,7 @@ def cmd_demo(args) -> int:
     print(f"{summary.positions} positions; requests sent {req.get('generation', 0)} generation, "
           f"{req.get('judge', 0)} judge (0 means everything came from the cache)")
     print(f"outputs: {args.out}/ (report.md, positions.jsonl, stories.csv, run.json); curve: {png}")
+    print(f"see the story, its curve and the endings behind each point: tension-run view {shlex.quote(str(args.out))}")
     return EXIT_OK
 
 
