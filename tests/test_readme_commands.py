@@ -41,6 +41,9 @@ HEADING_COMMANDS = [
     "tension-run metrics examples/sample_curves.jsonl --out runs/sample-metrics",
     "tension-run generate examples/ideas.jsonl --out runs/stories.jsonl --mode vanilla",
     "tension-run cache stats",
+    "tension-run cache verify",
+    "tension-run cache recover {default_cache} runs/recovered",
+    "tension-run view runs/first --export runs/view",
 ]
 
 
@@ -58,7 +61,7 @@ def shell_commands() -> list[str]:
 
 def heading_verbs() -> set[str]:
     verbs = set()
-    for m in re.finditer(r"`tension-run ([a-z-]+)( stats)?", README):
+    for m in re.finditer(r"`tension-run ([a-z-]+)( stats| verify| recover)?", README):
         verbs.add(m.group(1) + (m.group(2) or ""))
     return verbs - {"demo", "serve"}  # the embedded server: the slow step
 
@@ -105,18 +108,22 @@ def test_every_readme_command_runs_against_the_test_server(checkout):
     assert {"score", "bench", "estimate", "fairplay", "fairplay-metrics"} <= {c.split()[1] for c in cmds}
     covered = {c.split()[1] for c in cmds} | {" ".join(c.split()[1:3]) if c.split()[1] == "cache" else c.split()[1]
                                              for c in HEADING_COMMANDS}
+    from tension.cache.store import default_path  # under the test's private HOME
+
+    headings = [c.replace("{default_cache}", str(default_path())) for c in HEADING_COMMANDS]
     assert heading_verbs() <= covered, heading_verbs() - covered
     if not (checkout.parent / "shared" / "data" / "musr_murder_sample.jsonl").is_file():
         cmds = [c for c in cmds if "../shared/" not in c]
     with LoopbackServer(model=MODELS) as server:
         server.respond(_answers)
         # score first: the heading commands read its folder
-        for cmd in [c for c in cmds if c.split()[1] == "score"] + HEADING_COMMANDS + \
+        for cmd in [c for c in cmds if c.split()[1] == "score"] + headings + \
                 [c for c in cmds if c.split()[1] != "score"]:
             r = subprocess.run(_argv(cmd, server.base_url), cwd=checkout, capture_output=True, text=True,
                                timeout=600, env=dict(os.environ))
             assert r.returncode == 0, f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
             assert "Traceback" not in r.stderr, cmd
     for path in ("runs/first/report.md", "runs/first/figures/nr.png", "runs/cmp/compare.md",
-                 "runs/metrics/stories.csv", "runs/stories.jsonl", "runs/fp-demo/stories.csv", "bench.json"):
+                 "runs/metrics/stories.csv", "runs/stories.jsonl", "runs/fp-demo/stories.csv", "bench.json",
+                 "runs/recovered/data.mdb", "runs/view/index.html"):
         assert (checkout / path).is_file(), path
