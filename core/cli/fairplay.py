@@ -39,7 +39,7 @@ def cmd_fairplay(args) -> int:
     fallback = {}
     if not explicit:
         emb = embedded_fallback()
-        fallback = {"base_url": emb["base_url"], "reader_model": emb["model"]} if emb else {}
+        fallback = {"base_url": emb["base_url"], "reader_model": emb.get("model")} if emb else {}
     cfg = load_fairplay_config(args.config, overrides(args, FairPlayConfig, parse={"checkpoints": _checkpoints}),
                                fallback=fallback)
     summary = fairplay(cfg, args.stories, args.out, _metrics_options(args))

@@ -13,11 +13,16 @@ import msgspec
 
 from tension.core.errors import ConfigError
 
-__all__ = ["API_KEY_ENV", "Settings", "flag", "public", "load_settings", "read_config_file", "config_file_keys",
+__all__ = ["API_KEY_ENV", "BASE_URL_ENV", "DEFAULT_BASE_URL", "env_base_url", "Settings", "flag", "public", "load_settings", "read_config_file", "config_file_keys",
            "build_settings", "SERVERS", "CONCURRENCY", "OUTPUTS", "ApiKey", "ReasoningOff", "Timeout", "Retries",
            "RetrySeconds", "CachePath", "CacheMaxGB", "Progress"]
 
 API_KEY_ENV = "OPENAI_API_KEY"
+# The server when none is named (--base-url, a config file's base_url): this
+# variable, as the openai SDK reads it (a trailing /v1 is dropped), else a running
+# embedded server, else DEFAULT_BASE_URL; the CLI says which on stderr.
+BASE_URL_ENV = "OPENAI_BASE_URL"
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -71,6 +76,11 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     def public(self) -> dict[str, Any]:
         return public(self)
+
+
+def env_base_url() -> str | None:
+    """The server OPENAI_BASE_URL names, or None when it is unset or empty."""
+    return os.environ.get(BASE_URL_ENV, "").strip() or None
 
 
 def public(cfg: Settings) -> dict[str, Any]:
