@@ -19,7 +19,7 @@ ALLOWED = {
     "core.errors": set(),
     "core.redact": set(),  # the one redactor of server text: whatever prints or stores it may use it
     "core.formats": {"core.errors"},
-    "core.config": {"core.errors", "kernels", "core.llm"},
+    "core.config": {"core.errors", "core.redact", "kernels", "core.llm"},
     "core.inputs": {"core.errors", "core.formats", "core.config", "core.prompts", "kernels"},
     "core.prompts": {"core.errors"},
     "core.llm": {"core.errors", "core.redact", "cache"},

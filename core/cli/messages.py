@@ -39,8 +39,10 @@ def print_stopped(error: str | None, kept: str) -> None:
 
 
 def print_replica_events(summary) -> None:
+    from tension.core.redact import redact
+
     for event in summary.replica_events:
-        print(f"warning: {event}", file=sys.stderr)
+        print(f"warning: {redact(event)}", file=sys.stderr)
     for role, figs in summary.replicas.items():
         if len(figs) > 1:
             print(f"{role} replicas: " + ", ".join(

@@ -12,6 +12,7 @@ from typing import Annotated, Any, ClassVar, TypeVar
 import msgspec
 
 from tension.core.errors import ConfigError
+from tension.core.redact import redact
 
 __all__ = ["API_KEY_ENV", "BASE_URL_ENV", "DEFAULT_BASE_URL", "env_base_url", "Settings", "flag", "public", "load_settings", "read_config_file", "config_file_keys",
            "build_settings", "SERVERS", "CONCURRENCY", "OUTPUTS", "ApiKey", "ReasoningOff", "Timeout", "Retries",
@@ -84,10 +85,13 @@ def env_base_url() -> str | None:
 
 
 def public(cfg: Settings) -> dict[str, Any]:
-    """The settings as a run record keeps them: plain data, and for the API key only
-    whether one is set, never its value."""
+    """The settings as a run record keeps them: plain data, for the API key only
+    whether one is set, never its value, and server URLs without a password
+    (``http://user:***@host``)."""
     d = msgspec.to_builtins(cfg)
     d["api_key"] = "(set)" if cfg.resolved_api_key() else None
+    for k in [k for k in d if k.endswith("base_url")]:
+        d[k] = msgspec.json.decode(redact(msgspec.json.encode(d[k]).decode()))
     return d
 
 

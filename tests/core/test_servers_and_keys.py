@@ -197,3 +197,15 @@ def test_reruns_and_faults_name_the_seed_where_they_are_described():
                                 capture_output=True, text=True).stdout
     seed_help = " ".join(score_help.split("\n  --seed SEED", 1)[1].split("\n  --", 1)[0].split())
     assert "byte-identical" in seed_help and "faults" in seed_help
+
+
+def test_a_server_url_with_a_password_is_recorded_without_it():
+    from tension.core.config import FairPlayConfig, GenerateConfig, ScoreConfig
+
+    for cfg in (ScoreConfig(base_url="http://me:pw-4f2a9c@gpu:8000,http://gpu:8002",
+                            judge_base_url=[{"url": "http://me:pw-4f2a9c@gpu:8001", "weight": 2}]),
+                GenerateConfig(base_url="http://me:pw-4f2a9c@gpu:8000"),
+                FairPlayConfig(base_url="http://me:pw-4f2a9c@gpu:8000")):
+        pub = cfg.public()
+        assert "pw-4f2a9c" not in json.dumps(pub), type(cfg).__name__
+        assert pub["base_url"].startswith("http://me:***@gpu:8000")
