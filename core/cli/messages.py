@@ -39,10 +39,8 @@ def print_stopped(error: str | None, kept: str) -> None:
 
 
 def print_replica_events(summary) -> None:
-    from tension.core.redact import redact
-
-    for event in summary.replica_events:
-        print(f"warning: {redact(event)}", file=sys.stderr)
+    """The requests each replica answered; the events themselves (taken out,
+    re-admitted) were told on stderr when they happened."""
     for role, figs in summary.replicas.items():
         if len(figs) > 1:
             print(f"{role} replicas: " + ", ".join(

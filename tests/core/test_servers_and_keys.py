@@ -209,3 +209,26 @@ def test_a_server_url_with_a_password_is_recorded_without_it():
         pub = cfg.public()
         assert "pw-4f2a9c" not in json.dumps(pub), type(cfg).__name__
         assert pub["base_url"].startswith("http://me:***@gpu:8000")
+
+
+def test_a_replica_taken_out_is_told_while_the_run_goes_on(tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 1)
+    dead = _closed_port_url()
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
+    with LoopbackServer(model="test-gen", delay=0.05, max_concurrent=1) as srv:  # a run of several seconds
+        proc = subprocess.Popen([sys.executable, "-m", "tension.core.cli", "score", str(corpus), "--out",
+                                 str(tmp_path / "out"), "--base-url", f"{srv.base_url},{dead}", "--model",
+                                 "test-gen", "--endings", "2", "--no-progress"],
+                                cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            line = proc.stderr.readline()
+            running = proc.poll() is None
+            rest = proc.communicate(timeout=300)[1]
+        finally:
+            proc.kill()  # the process this test started, by its handle
+            proc.wait()
+    assert running, line  # told when it happened, not when the run ended
+    assert line.startswith(f"warning: generation replica {dead} taken out")
+    told = [x for x in (line + rest).splitlines() if f"replica {dead} taken out" in x]
+    assert sorted(x.split()[1] for x in told) == ["generation", "judge"], told  # once per role
+    assert proc.returncode == 0, rest

@@ -18,6 +18,7 @@ from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.router import Router
 from tension.core.prompts import score as prompts
+from tension.core.run.lifecycle import warn
 
 __all__ = ["ScoreRequests", "score_routers", "resolve_models", "server_needs"]
 
@@ -71,11 +72,14 @@ class ScoreRequests:
 
 def score_routers(cfg: ScoreConfig, client: Client, on_change: Callable[[str], None] | None = None
                   ) -> tuple[Router, Router]:
-    """The generation router (which also answers /tokenize) and the judge router."""
+    """The generation router (which also answers /tokenize) and the judge router. A
+    replica taken out or re-admitted is told at once on stderr (and to `on_change`,
+    for the run record), not only when the run ends."""
+    told = (lambda event: (warn(event), on_change(event))) if on_change else None
     gen = Router("generation", cfg.generation_replicas(), client, limit=cfg.gen_concurrency,
-                 tokenize_limit=cfg.tokenize_concurrency, total_seconds=cfg.retry_seconds, on_change=on_change)
+                 tokenize_limit=cfg.tokenize_concurrency, total_seconds=cfg.retry_seconds, on_change=told)
     judge = Router("judge", cfg.judge_replicas(), client, limit=cfg.judge_concurrency,
-                   total_seconds=cfg.retry_seconds, on_change=on_change)
+                   total_seconds=cfg.retry_seconds, on_change=told)
     return gen, judge
 
 
