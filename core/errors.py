@@ -3,12 +3,20 @@
     TensionError
     ├── InputError          a record of an input file is bad (file, line, field)
     ├── ConfigError         a flag or config key is bad
+    │   └── RefusedError    the server refuses every request like this one (also a ServerError)
     ├── CacheError          the LMDB store cannot be opened, read or written
     │   └── CacheDamagedError   its file is truncated, foreign or has bad pages
     │                           (also a ConfigError: exit 2, a rerun cannot cure it)
     └── ServerError         an LLM server could not give a usable answer
-        ├── StatusError     an HTTP error status that retries did not cure
+        ├── StatusError     the server refused this one request (e.g. a prompt over the context)
+        ├── RefusedError    401/403 (the key), 404 (no such model, no such endpoint), 405
         └── RetryBudgetError  retries ran out (count or total time)
+
+A RefusedError is a ConfigError as well: the settings must change (the key, the
+model, the URL, --tokenizer) before any request like it can pass, so the run stops
+with exit status 2 however far it got, and a rerun of the same command is not
+advised. A StatusError belongs to its one request: that story (idea, reader value)
+fails and the others go on.
 
 Library code raises these; the CLI turns them into one clear line and an exit
 status. Lower-level exceptions (aiohttp, lmdb, msgspec) are chained with ``from``.
@@ -24,6 +32,7 @@ __all__ = [
     "CacheDamagedError",
     "ServerError",
     "StatusError",
+    "RefusedError",
     "RetryBudgetError",
     "EXIT_OK",
     "EXIT_FAILED",
@@ -78,11 +87,27 @@ class ServerError(TensionError):
 
 
 class StatusError(ServerError):
+    """The server refused this one request (an HTTP 4xx other than RefusedError's)."""
+
     def __init__(self, status: int, url: str, body: str):
         self.status = status
         self.url = url
         self.body = body
         super().__init__(f"HTTP {status} from {url}: {body[:300]}")
+
+
+class RefusedError(ServerError, ConfigError):
+    """The server refuses every request like this one; ``missing`` says why:
+    "key" (401/403), "model" (404 whose body names the model asked for, as vLLM's
+    "The model `X` does not exist."), "endpoint" (404/405 on a path the server does
+    not have). ``advice`` is what to change, appended to the message."""
+
+    def __init__(self, status: int, url: str, body: str, missing: str, advice: str = ""):
+        self.status = status
+        self.url = url
+        self.body = body
+        self.missing = missing
+        super().__init__(f"HTTP {status} from {url}: {body[:300]}" + (f" — {advice}" if advice else ""))
 
 
 class RetryBudgetError(ServerError):

@@ -65,7 +65,13 @@ Misbehaviour (`MISBEHAVIOURS`), a server whose model does not do the task, set w
 
 Errors are vLLM-style JSON ``{"error": {"message", "type", "param", "code"}}``: 400 for
 a body that is not a JSON object, missing/invalid ``messages``, ``n`` < 1, negative
-temperature, a prompt plus ``max_tokens`` over ``max_model_len``; 404 for an unknown model.
+temperature, a prompt plus ``max_tokens`` over ``max_model_len``; 404 for an unknown model
+(vLLM's ``_check_model``: "The model `X` does not exist.", type NotFoundError, on chat
+and /tokenize alike). A route the server does not have (``serve_tokenize=False``: a
+server without /tokenize) is FastAPI's 404 ``{"detail": "Not Found"}``, which names no
+model. With ``api_key`` set, a request without ``Authorization: Bearer <api_key>`` gets
+vLLM's 401 ``{"error": "Unauthorized"}``; with ``echo_auth=True`` as well, the 401 body
+echoes the Authorization header it got, as some proxies do (a key leak to guard against).
 
 Faults (`FAULT_KINDS`), queued with `LoopbackServer.fail_next` or drawn at random with
 `LoopbackServer.set_fault_rates`; what a plain aiohttp client sees:
@@ -477,6 +483,9 @@ class LoopbackServer:
         serve_metrics: bool = True,
         max_concurrent: int = 0,
         misbehave: str | None = None,
+        serve_tokenize: bool = True,
+        api_key: str | None = None,
+        echo_auth: bool = False,
     ) -> None:
         self.models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
         if not self.models:
@@ -494,6 +503,9 @@ class LoopbackServer:
         self.record = record
         self.prefix_cache_blocks = prefix_cache_blocks
         self.serve_metrics = serve_metrics  # False: /metrics answers 404, as a server without it
+        self.serve_tokenize = serve_tokenize  # False: /tokenize is FastAPI's 404, as a server without it
+        self.api_key = api_key  # set: every request needs "Authorization: Bearer <api_key>"
+        self.echo_auth = echo_auth  # the 401 body echoes the header it got
         # > 0: at most this many chat requests are served at once, the rest wait (a
         # GPU's batch); with `delay`, capacity is max_concurrent / delay requests/s
         self.max_concurrent = max_concurrent
@@ -639,7 +651,7 @@ class LoopbackServer:
         return f"<LoopbackServer models={list(self.models)} {state}>"
 
     async def _astart(self) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._auth])
         app.router.add_get("/v1/models", self._h_models)
         app.router.add_get("/health", self._h_health)
         app.router.add_get("/metrics", self._h_metrics)
@@ -868,7 +880,23 @@ class LoopbackServer:
         if model not in self.models:
             raise _BadRequest(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
 
+    @web.middleware
+    async def _auth(self, request: web.Request, handler) -> web.StreamResponse:
+        if self.api_key is None:
+            return await handler(request)
+        got = request.headers.get("Authorization", "")
+        if got == f"Bearer {self.api_key}":
+            return await handler(request)
+        self._add_record(Recorded(request.path, request.method, None, 401, None, time.monotonic()))
+        if self.echo_auth:
+            return self._json(_error_payload(401, f"invalid credentials in header Authorization: {got}",
+                                             "AuthenticationError"), status=401)
+        return self._json({"error": "Unauthorized"}, status=401)
+
     async def _h_tokenize(self, request: web.Request) -> web.StreamResponse:
+        if not self.serve_tokenize:
+            self._add_record(Recorded(request.path, request.method, None, 404, None, time.monotonic()))
+            return self._json({"detail": "Not Found"}, status=404)
         return await self._serve(request, chat=False)
 
     async def _h_chat(self, request: web.Request) -> web.StreamResponse:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from tension.core.cli import cache, fairplay, generate, reports, score, serve, view
 from tension.core.cli.flags import Once, Verb
-from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, print_error
 from tension.core.errors import ConfigError, TensionError
 
 __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
@@ -44,8 +44,8 @@ missing (a bad record, a failed item, nothing to produce; the rest was done and
 written); 2 bad usage or configuration; 130 interrupted.
 
 environment: OPENAI_API_KEY holds the API key of the servers; XDG_CACHE_HOME
-moves ~/.cache (the LMDB cache, the embedded server). OPENAI_BASE_URL is not
-read: name a server with --base-url."""
+moves ~/.cache (the LMDB cache, the embedded server); OPENAI_BASE_URL names the
+server when no --base-url is given (before a running embedded server)."""
 
 
 class _Version(argparse.Action):
@@ -113,10 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print_error(e)
         return EXIT_USAGE
     except TensionError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print_error(e)
         return EXIT_FAILED
     except OSError as e:
         where = f" ({e.filename})" if e.filename else ""

@@ -40,7 +40,7 @@ def cmd_fairplay(args) -> int:
     fallback = {}
     if not explicit:
         emb = embedded_fallback()
-        fallback = {"base_url": emb["base_url"], "reader_model": emb["model"]} if emb else {}
+        fallback = {"base_url": emb["base_url"], "reader_model": emb.get("model")} if emb else {}
     cfg = load_fairplay_config(args.config, overrides(args, FairPlayConfig, parse={"previous_stories": _counts}),
                                fallback=fallback)
     summary = fairplay(cfg, args.stories, args.out, _metrics_options(args))

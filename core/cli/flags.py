@@ -41,7 +41,8 @@ CONFIG_ONLY: dict[type, dict[str, str]] = {
 # The environment variables a verb that talks to a server reads, for its --help.
 SERVER_ENV = ("environment: OPENAI_API_KEY holds the API key (sent as a bearer token, never written to logs, "
               "outputs or the cache); XDG_CACHE_HOME moves ~/.cache, which holds the LMDB cache and the embedded "
-              "server. OPENAI_BASE_URL is not read: name the server with --base-url.")
+              "server. OPENAI_BASE_URL names the server when no --base-url is given (before a running "
+              "embedded server).")
 
 
 class Verb(msgspec.Struct, frozen=True):

@@ -9,7 +9,7 @@ from tension.core.cli.messages import (EXIT_FAILED, EXIT_OK, print_answer_warnin
                                       print_stopped)
 from tension.core.config.score import CONCURRENCY, CORPUS, ENDINGS, JUDGING, SERVERS, ScoreConfig
 
-__all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench", "server_config", "embedded_fallback"]
+__all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench", "server_config", "embedded_fallback", "unnamed_server"]
 
 CORPUS_HELP = "JSON Lines (id, text, group?, …) or a folder of .txt files"
 
@@ -119,17 +119,36 @@ def server_config(args) -> ScoreConfig:
 
 
 def embedded_fallback() -> dict:
-    """With no --base-url, a running embedded server (`tension-run serve --embedded`)
-    is the default, with its model and the embedded profile's settings."""
-    from tension.core.serving.embedded import running_state
+    """With no --base-url, the server `unnamed_server` finds; a running embedded
+    server (`tension-run serve --embedded`) with its model and the embedded
+    profile's settings."""
     from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
 
-    st = running_state()
+    url, st = unnamed_server("with the embedded profile settings")
     if st is None:
-        return {}
-    print(f"using the embedded server at {st.url} (model {st.model}) with the embedded profile settings; "
-          "pass --base-url to use another server", file=sys.stderr)
+        return {} if url is None else {"base_url": url}
     return {**EMBEDDED_SCORE_SETTINGS, "base_url": st.url, "model": st.model}
+
+
+def unnamed_server(embedded_note: str = ""):
+    """The server when no --base-url is named, said on stderr: (OPENAI_BASE_URL's
+    URL, None); else (None, the running embedded server's state); else (None, None)
+    for the settings' default URL."""
+    from tension.core.config.settings import BASE_URL_ENV, DEFAULT_BASE_URL, env_base_url
+    from tension.core.redact import redact
+    from tension.core.serving.embedded import running_state
+
+    if (url := env_base_url()) is not None:
+        print(f"using the server {BASE_URL_ENV} names, {redact(url)}; pass --base-url to use another",
+              file=sys.stderr)
+        return url, None
+    if (st := running_state()) is not None:
+        print(f"using the embedded server at {st.url} (model {st.model})" + (f" {embedded_note}" if embedded_note
+              else "") + "; pass --base-url to use another server", file=sys.stderr)
+        return None, st
+    print(f"no server named (--base-url, {BASE_URL_ENV}, a running embedded server): using {DEFAULT_BASE_URL}",
+          file=sys.stderr)
+    return None, None
 
 
 def _score_flags(p) -> None:

@@ -32,7 +32,7 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     # --reader-base-url and --reader-model, their first names, stay as aliases.
     base_url: Annotated[str, flag(
         "the readers' server root", SERVERS, flag="base-url", aliases=("reader-base-url",), metavar="URL",
-        dest="reader_base_url", default="the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
+        dest="reader_base_url", default="OPENAI_BASE_URL, else the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
     reader_model: Annotated[str | None, flag("reader model id (default: the first the server lists)", SERVERS,
                                              flag="model", aliases=("reader-model",), metavar="MODEL")] = None
     judge_base_url: Annotated[str | None, flag(

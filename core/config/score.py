@@ -34,7 +34,7 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     base_url: Annotated[URLs, flag(
         "generation server root, e.g. http://127.0.0.1:8000; several comma-separated are replicas (a story's "
         "requests stay on one; docs/scale-out.md)", SERVERS, metavar="URL",
-        default="the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
+        default="OPENAI_BASE_URL, else the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
     model: Annotated[str | None, flag(
         "generation model id (default: the first the server lists; giving it lets a fully cached rerun send "
         "nothing)", SERVERS)] = None
@@ -49,8 +49,10 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     temperature: Annotated[float, flag("sampling temperature of the endings", ENDINGS)] = 1.2
     top_p: Annotated[float, flag("nucleus sampling of the endings", ENDINGS)] = 0.95
     max_tokens: Annotated[int, flag("longest ending, in tokens", ENDINGS)] = 150
-    seed: Annotated[int | None, flag("sampling seed sent with every generation request (default: none)",
-                                     ENDINGS)] = None
+    seed: Annotated[int | None, flag(
+        "sampling seed sent with every generation request. Give it for reproducible runs: seeded, a run "
+        "through faults, retries, kills and resumes is byte-identical to a clean one; unseeded, vLLM samples "
+        "a retried request anew (default: none)", ENDINGS)] = None
     # judging (000, App. C.5)
     judge_temperature: Annotated[float, flag("judge temperature", JUDGING)] = 0.0
     judge_max_tokens: Annotated[int, flag("longest verdict, in tokens", JUDGING)] = 10

@@ -134,5 +134,10 @@ class ErrorDetail(msgspec.Struct):
 
 
 class ErrorBody(msgspec.Struct):
+    """An error answer: OpenAI/vLLM ``{"error": {"message"}}``, vLLM's 401
+    ``{"error": "Unauthorized"}``, older vLLM's flat ``{"message"}``, or FastAPI's
+    ``{"detail": "Not Found"}`` for a path the server does not have."""
+
     error: ErrorDetail | str | None = None
     message: str | None = None
+    detail: Any = None

@@ -39,6 +39,7 @@ from tension.core.inputs.jsonl import atomic_write
 from tension.core.run.progress import Progress
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
+from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.router import Router
 from tension.core.pipelines.answer_checks import StoryChecks
 from tension.core.reports.answer_warnings import AnswerWarning
@@ -242,6 +243,10 @@ class StoryWriter:
 
     async def write(self) -> None:
         self.model = await self.router.resolve_model(self.cfg.model, "--model")
+        # The first chat request waits until the server is known to serve the model.
+        need = Need(role="generation", urls=tuple(self.router.urls), flag="--base-url", models=(self.model,),
+                    model_flag="--model")
+        self.run.client.set_gate(lambda: check_servers(self.run.client, [need]))
         # A pipeline story waits on one request at a time, a whodunit too: one open
         # story per lane slot keeps the lane full.
         async with self.run.scheduler(self.router.lanes()) as sched:

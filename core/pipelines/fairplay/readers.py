@@ -19,6 +19,7 @@ from tension.core.errors import InputError
 from tension.core.inputs.whodunits import WhodunitStory
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
+from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.router import Router
 from tension.core.pipelines.answer_checks import ReaderChecks
 from tension.core.prompts import readers as rp
@@ -94,6 +95,23 @@ class Readers:
         self.reader_model = await self.routers["reader"].resolve_model(self.cfg.reader_model, "--reader-model",
                                                                        self.run.requests)
         self.judge_model = self.judge_model or self.reader_model
+        client = self.run.client  # the first chat request waits until these servers and models are checked
+        client.set_gate(lambda: check_servers(client, self.server_needs(), self.run.requests))
+
+    def server_needs(self) -> list[Need]:
+        """The servers and models of the readers, the judge and (for the know-it-all) the generators."""
+        cfg, urls = self.cfg, {role: tuple(r.urls) for role, r in self.routers.items()}
+        needs = [Need(role="reader", urls=urls["reader"], flag="--base-url", models=(self.reader_model,),
+                      model_flag="--model"),
+                 Need(role="judge", urls=urls["judge"], flag="--judge-base-url" if cfg.judge_base_url else "--base-url",
+                      models=(self.judge_model,), model_flag="--judge-model")]
+        if "know_it_all" in cfg.readers:
+            models = ((cfg.generator_model,) if cfg.generator_model else
+                      tuple(sorted({st.generator.model for st in self.stories if st.generator is not None})))
+            flag = "--generator-base-url" if cfg.generator_base_url else "--base-url"
+            needs.append(Need(role="generation", urls=urls["generation"], flag=flag, models=models,
+                              model_flag="--generator-model" if cfg.generator_model else "the stories' generator.model"))
+        return needs
 
     # -- one cached chat request ----------------------------------------------
 
