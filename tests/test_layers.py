@@ -28,7 +28,7 @@ ALLOWED = {
     "core.pipelines": {"core.errors", "core.formats", "core.config", "core.inputs", "core.prompts", "core.llm",
                        "core.run", "core.reports", "cache", "kernels"},
     "core.cli": {"core.errors", "core.config", "core.pipelines", "core.reports", "core.serving", "core.inputs",
-                 "cache", "kernels"},
+                 "cache", "kernels", "core.llm"},  # llm: `route` starts the vLLM router
 }
 
 

@@ -32,7 +32,7 @@ def print_replica_events(summary) -> None:
         print(f"warning: {event}", file=sys.stderr)
     for role, figs in summary.replicas.items():
         if len(figs) > 1:
-            print(f"{role} replicas: " + ", ".join(
+            print(f"{role} servers: " + ", ".join(
                 f"{f['url']} {f['requests']} req" + ("" if f["up"] else " (out)") for f in figs), file=sys.stderr)
 
 

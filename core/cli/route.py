@@ -15,7 +15,7 @@ __all__ = ["VERBS", "cmd_route"]
 def cmd_route(args) -> int:
     """Start the vLLM project's router (vllm-router) over running OpenAI-compatible
     servers and print the one URL to give `score`; Ctrl-C stops it."""
-    from tension.core.serving.router import LocalRouter, RouterSettings, worker_models
+    from tension.core.llm.vllm_router import LocalRouter, RouterSettings, worker_models
 
     urls = [u.strip() for arg in args.urls for u in arg.split(",") if u.strip()]
     models = worker_models(urls, os.environ.get("OPENAI_API_KEY"))

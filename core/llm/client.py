@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import urllib.parse
 
 import aiohttp
 import msgspec
@@ -29,7 +30,7 @@ from tension.core.errors import RetryBudgetError, ServerError, StatusError
 from tension.core.llm.protocol import (ChatChunk, ChatRequest, ChatResponse, ErrorBody, ModelList, TokenizeRequest,
                        TokenizeResponse)
 
-__all__ = ["Timeouts", "RetryPolicy", "ChatResult", "StreamResult", "Client", "normalize_base_url"]
+__all__ = ["Timeouts", "RetryPolicy", "ChatResult", "StreamResult", "Client", "normalize_base_url", "routing_headers"]
 
 EMPTY_ANSWER_RETRIES = 2
 
@@ -147,11 +148,12 @@ class Client:
         data = await self._call("GET", normalize_base_url(base_url) + "/v1/models", None, self._models_dec, retry)
         return [m.id for m in data.data]
 
-    async def tokenize(self, base_url: str, model: str, text: str, retry: RetryPolicy | None = None) -> int:
+    async def tokenize(self, base_url: str, model: str, text: str, retry: RetryPolicy | None = None,
+                       key: str = "") -> int:
         body = self._enc.encode(TokenizeRequest(model=model, prompt=text))
         url = normalize_base_url(base_url) + "/tokenize"
         try:
-            data = await self._call("POST", url, body, self._tok_dec, retry)
+            data = await self._call("POST", url, body, self._tok_dec, retry, routing_headers(key))
         except StatusError as e:
             if e.status in (404, 405):
                 raise ServerError(
@@ -163,14 +165,16 @@ class Client:
             self.max_model_len[normalize_base_url(base_url)] = data.max_model_len
         return data.count
 
-    async def chat(self, base_url: str, request: ChatRequest, retry: RetryPolicy | None = None) -> ChatResult:
-        """All `request.n` choices. A short answer is completed by follow-up
+    async def chat(self, base_url: str, request: ChatRequest, retry: RetryPolicy | None = None,
+                   key: str = "") -> ChatResult:
+        """All `request.n` choices (`key`: the routing key, ``routing_headers``). A short answer is completed by follow-up
         requests for the missing ones; never returned short. vLLM samples choice
         i of a seeded request with seed + i, so a follow-up for the last m of n
         choices asks n = m with seed + (n − m): it gets exactly the choices the
         full answer would have held, and a seeded run is reproducible through
         faults."""
         url = normalize_base_url(base_url) + "/v1/chat/completions"
+        headers = routing_headers(key)
         t0 = time.perf_counter()
         texts: list[str] = []
         reasons: list[str | None] = []
@@ -180,7 +184,7 @@ class Client:
         req = request
         empty_retries = 0
         for followup in range(self.retry.attempts + 1):
-            data = await self._call("POST", url, self._enc.encode(req), self._chat_dec, retry)
+            data = await self._call("POST", url, self._enc.encode(req), self._chat_dec, retry, headers)
             usage.requests += 1
             if (data.choices and empty_retries < EMPTY_ANSWER_RETRIES
                     and all(not (c.message.content or "").strip() for c in data.choices)):
@@ -282,7 +286,7 @@ class Client:
     # -- the retry loop -------------------------------------------------------
 
     async def _call(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder,
-                    retry: RetryPolicy | None = None):
+                    retry: RetryPolicy | None = None, headers: dict[str, str] | None = None):
         if self._session is None:
             raise RuntimeError("use `async with Client(...)` before sending")
         policy = retry or self.retry
@@ -290,7 +294,7 @@ class Client:
         last: Exception | None = None
         for attempt in range(policy.attempts):
             try:
-                return await self._attempt(method, url, body, decoder)
+                return await self._attempt(method, url, body, decoder, headers)
             except _Retryable as e:
                 last = e
                 wait = min(policy.backoff_cap, policy.backoff * 2 ** attempt) * self._rng.uniform(0.5, 1.0)
@@ -305,10 +309,11 @@ class Client:
             f"(retry budget: {policy.attempts} attempts, {policy.total_seconds:g} s); last error: {last}",
             last) from last
 
-    async def _attempt(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder):
+    async def _attempt(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder,
+                       headers: dict[str, str] | None = None):
         self.sent += 1
         try:
-            async with self._session.request(method, url, data=body) as resp:
+            async with self._session.request(method, url, data=body, headers=headers) as resp:
                 data = await resp.read()
                 status = resp.status
                 retry_after = resp.headers.get("Retry-After")
@@ -325,6 +330,17 @@ class Client:
         if status == 429 or status >= 500:
             raise _Retryable(f"HTTP {status}: {message}", _parse_retry_after(retry_after))
         raise StatusError(status, url, message)
+
+
+def routing_headers(key: str) -> dict[str, str] | None:
+    """The routing key of a request as the vLLM router reads it: requests with one
+    `X-Session-ID` go to one worker under its consistent-hash policy (the story for
+    generation and /tokenize, the story and position for the judge: requests that
+    share a prompt prefix). A plain server ignores the header. Non-ASCII ids are
+    percent-encoded (a header value is Latin-1)."""
+    if not key:
+        return None
+    return {"X-Session-ID": key if key.isascii() and key.isprintable() else urllib.parse.quote(key, safe="")}
 
 
 def _error_message(data: bytes) -> str:

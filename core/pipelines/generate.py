@@ -39,7 +39,7 @@ from tension.core.inputs.jsonl import atomic_write
 from tension.core.run.progress import Progress
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
-from tension.core.llm.router import Router
+from tension.core.llm.router import ITEM_KEY, Router, routing
 from tension.core.run.lifecycle import Run, client_for, open_store, out_lock, run_blocking
 from tension.core.run.record import Failure
 
@@ -138,7 +138,7 @@ class StoryWriter:
         self.pool = pool
         self.run = run
         self.router = Router("generation", parse_replicas(cfg.base_url, "base_url"), run.client,
-                             limit=cfg.concurrency, total_seconds=cfg.retry_seconds)
+                             limit=cfg.concurrency, timeout=cfg.timeout)
         self.model = cfg.model or ""
         self.temperature, self.max_tokens, self.min_p = cfg.sampling()
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
@@ -158,6 +158,7 @@ class StoryWriter:
 
     async def one(self, job: tuple[int, Idea]) -> None:
         index, idea = job
+        ITEM_KEY.set(idea.id)  # the story's requests share a prefix: one server (core/llm/router.py)
         try:
             rec = await (self.whodunit(idea) if self.cfg.whodunit else self.story(idea))
         except (StatusError, _GaveUp) as e:
@@ -238,7 +239,7 @@ class StoryWriter:
         self.model = await self.router.resolve_model(self.cfg.model, "--model")
         # A pipeline story waits on one request at a time, a whodunit too: one open
         # story per lane slot keeps the lane full.
-        async with self.run.scheduler(self.router.lanes()) as sched:
+        async with routing(self.router), self.run.scheduler(self.router.lanes()) as sched:
             await sched.feed(list(enumerate(idea for _, idea in self.ideas)), self.one, self.cfg.concurrency)
 
     def output(self) -> bytes:

@@ -1,4 +1,4 @@
-"""The vLLM router process (core/serving/router.py) and the `route` verb, with the
+"""The vLLM router process (core/llm/vllm_router.py) and the `route` verb, with the
 real `vllm-router` binary in front of loopback servers."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from openai_server import LoopbackServer
 from tension.core.errors import ConfigError
-from tension.core.serving.router import LocalRouter, RouterSettings, router_command, worker_models
+from tension.core.llm.vllm_router import LocalRouter, RouterSettings, router_command, worker_models
 
 CHAT = "/v1/chat/completions"
 
@@ -127,6 +127,6 @@ def test_route_verb_refuses_a_dead_server_with_exit_2():
 
 
 def _free_port() -> int:
-    from tension.core.serving.router import free_port
+    from tension.core.llm.vllm_router import free_port
 
     return free_port()

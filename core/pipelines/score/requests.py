@@ -72,9 +72,9 @@ def score_routers(cfg: ScoreConfig, client: Client, on_change: Callable[[str], N
                   ) -> tuple[Router, Router]:
     """The generation router (which also answers /tokenize) and the judge router."""
     gen = Router("generation", cfg.generation_replicas(), client, limit=cfg.gen_concurrency,
-                 tokenize_limit=cfg.tokenize_concurrency, total_seconds=cfg.retry_seconds, on_change=on_change)
-    judge = Router("judge", cfg.judge_replicas(), client, limit=cfg.judge_concurrency,
-                   total_seconds=cfg.retry_seconds, on_change=on_change)
+                 tokenize_limit=cfg.tokenize_concurrency, timeout=cfg.timeout, on_change=on_change)
+    judge = Router("judge", cfg.judge_replicas(), client, limit=cfg.judge_concurrency, timeout=cfg.timeout,
+                   on_change=on_change)
     return gen, judge
 
 

@@ -51,9 +51,12 @@ class RouterSettings(msgspec.Struct, kw_only=True, frozen=True):
     retries: int = 4
     health_check_interval_secs: int = 2
     health_check_timeout_secs: int = 2
-    # a hung worker holds a request this long before the router gives up on it; our
-    # client's own timeout then retries through the router (which no longer picks it)
-    request_timeout_secs: int = 120
+    # a hung worker holds a request this long before the router retries it on
+    # another: half the client's default --timeout (600 s), so the retry fits
+    # inside the client's attempt (core/llm/router.py sets it from --timeout)
+    request_timeout_secs: int = 300
+    # a router started next to engines that are still loading waits for them
+    worker_startup_timeout_secs: int = 1800
 
 
 def router_binary() -> str:
@@ -86,7 +89,8 @@ def router_command(workers: Sequence[str], *, host: str, port: int, metrics_port
             "--retry-max-retries", str(s.retries),
             "--health-check-interval-secs", str(s.health_check_interval_secs),
             "--health-check-timeout-secs", str(s.health_check_timeout_secs),
-            "--request-timeout-secs", str(s.request_timeout_secs)]
+            "--request-timeout-secs", str(s.request_timeout_secs),
+            "--worker-startup-timeout-secs", str(s.worker_startup_timeout_secs)]
 
 
 class LocalRouter:
@@ -114,8 +118,12 @@ class LocalRouter:
         return f"http://{self.host}:{self.port}"
 
     @property
+    def metrics_root(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}"
+
+    @property
     def metrics_url(self) -> str:
-        return f"http://{self.host}:{self.metrics_port}/metrics"
+        return self.metrics_root + "/metrics"
 
     def command(self) -> list[str]:
         return router_command(self.workers, host=self.host, port=self.port, metrics_port=self.metrics_port,
