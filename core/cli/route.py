@@ -42,10 +42,11 @@ def _route_flags(p) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address the router listens on (default: %(default)s; "
                    "0.0.0.0 opens it to the network)")
     p.add_argument("--port", type=int, default=30000, help="router port (default: %(default)s)")
-    p.add_argument("--policy", default="consistent_hash",
-                   choices=["consistent_hash", "cache_aware", "power_of_two", "round_robin", "random"],
-                   help="how requests are spread: consistent_hash keeps each story (X-Session-ID) on one server's "
-                        "prefix cache (default: %(default)s)")
+    p.add_argument("--policy", default="sticky_least_loaded",
+                   choices=["sticky_least_loaded", "consistent_hash", "cache_aware", "power_of_two", "round_robin",
+                            "random"],
+                   help="how requests are spread: sticky_least_loaded sends each new story (X-Session-ID) to the "
+                        "least loaded server and keeps it there, on one prefix cache (default: %(default)s)")
 
 
 VERBS = [Verb("route", cmd_route, _route_flags, (), frozenset({"urls", "host", "port", "policy"}),

@@ -90,8 +90,8 @@ ROUTER_METRICS_PORTS = (30010, 30011)
 
 
 def _routers(reps) -> list[list[str]]:
-    """One `vllm-router` per role over that role's engines (consistent hashing on
-    the client's X-Session-ID: a story stays on one engine's prefix cache)."""
+    """One `vllm-router` per role over that role's engines (sticky on the client's
+    X-Session-ID: a story stays on one engine's prefix cache)."""
     from tension.core.llm.vllm_router import router_command
 
     out = []

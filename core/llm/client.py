@@ -334,7 +334,7 @@ class Client:
 
 def routing_headers(key: str) -> dict[str, str] | None:
     """The routing key of a request as the vLLM router reads it: requests with one
-    `X-Session-ID` go to one worker under its consistent-hash policy (the story for
+    `X-Session-ID` go to one worker under its sticky or consistent-hash policies (the story for
     generation and /tokenize, the story and position for the judge: requests that
     share a prompt prefix). A plain server ignores the header. Non-ASCII ids are
     percent-encoded (a header value is Latin-1)."""

@@ -4,9 +4,9 @@ With one server, requests go straight to it. With several (`--base-url A,B,C`),
 the run starts the vLLM project's router in front of them (`routing`, below, and
 core/llm/vllm_router.py) and sends every request there. Each request carries a
 routing key (`X-Session-ID`, core/llm/client.py): the story for generation and
-/tokenize, the story and position for the judge. The router's consistent hashing
-keeps a key on one worker, so the prompts that share a prefix meet one prefix
-cache. Failover is the router's (retries on another worker, a circuit breaker per
+/tokenize, the story and position for the judge. The router sends a new key to
+its least loaded worker and keeps it there (`sticky_least_loaded`), so the
+prompts that share a prefix meet one prefix cache and the load stays even. Failover is the router's (retries on another worker, a circuit breaker per
 worker, health checks); the client's own retries come on top.
 
     gen, judge = Router("generation", replicas, client, limit=64), Router("judge", ...)

@@ -3,8 +3,9 @@ several OpenAI-compatible servers: the one routing mechanism of tension-run.
 
 Every chat request we send carries an `X-Session-ID` (core/llm/client.py): the
 story for generation, the story and position for the judge. With the
-`consistent_hash` policy the router sends all requests of one key to one worker,
-so a story's prompts meet one server's prefix cache. Failover is the router's:
+`sticky_least_loaded` policy the router sends a new key to the least loaded
+worker and every later request of that key to the same one, so a story's prompts
+meet one server's prefix cache and the load stays even. Failover is the router's:
 retries on another worker, a circuit breaker per worker, health checks. The
 settings below were measured against killed, hung and overloaded workers
 (docs/scale-out.md); the client's own retries come on top.
@@ -41,9 +42,12 @@ MISSING = ("the vLLM router is not installed: `pip install 'tension-run[router]'
 class RouterSettings(msgspec.Struct, kw_only=True, frozen=True):
     """How the router spreads and fails over. Defaults: measured, docs/scale-out.md."""
 
-    # a key's requests stay on one worker (prefix cache); cache_aware would follow
-    # the prompts' text instead, kv_aware vLLM's own KV-cache events
-    policy: str = "consistent_hash"
+    # A key's requests stay on one worker (its prefix cache), and a key seen for the
+    # first time goes to the least loaded worker. consistent_hash keeps the affinity
+    # too, but its ring split 12 stories 0.41/0.59 over 2 workers and 0.29/0.41/0.30
+    # over 3 and lost 15-20 % of the throughput (bench/RESULTS.md); cache_aware would
+    # follow the prompts' text instead, kv_aware vLLM's own KV-cache events.
+    policy: str = "sticky_least_loaded"
     # a worker that failed twice in a row gets no requests for 5 s, then one trial
     cb_failure_threshold: int = 2
     cb_timeout_secs: int = 5

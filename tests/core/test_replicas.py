@@ -367,7 +367,7 @@ def test_serve_profile_paper_replicas_prints_one_engine_pair_per_gpu_and_the_rou
     assert all(("/m/g" in line) == (p % 2 == 0) for line, p in zip(engines, ports))
     routers = [line for line in out if line.startswith("vllm-router ")]
     assert len(routers) == 2  # one per role
-    assert "--policy consistent_hash" in routers[0]
+    assert "--policy sticky_least_loaded" in routers[0]
     assert all(f"http://localhost:{p}" in routers[0] for p in (8000, 8002, 8004))
     assert all(f"http://localhost:{p}" in routers[1] for p in (8001, 8003, 8005))
     score_line = next(line for line in out if "tension-run score" in line)

@@ -92,7 +92,7 @@ def test_router_command_carries_the_measured_failover_settings():
     def value(flag):
         return cmd[cmd.index(flag) + 1]
 
-    assert value("--policy") == "consistent_hash"
+    assert value("--policy") == "sticky_least_loaded"
     assert value("--cb-failure-threshold") == "2" and value("--retry-max-retries") == "4"
 
 
