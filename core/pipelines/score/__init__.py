@@ -84,7 +84,7 @@ class Scoring:
         routers = [r for r in (gen, judge) if not r.single]
         # One lane per role ("generation", "judge", "tokenize"), `limit` per server.
         lanes = {**gen.lanes(), **judge.lanes(), **gen.tokenize_lanes()}
-        feed = PositionFeed(self.finder, self.corpus.stories, run.progress, self.failed)
+        feed = PositionFeed(self.finder, self.corpus.stories, run.progress, self.failed, spread=len(gen.urls))
         async with routing(gen, judge):
             for r in routers:
                 await r.scrape_metrics("start")

@@ -1,13 +1,16 @@
 """The order positions are opened in.
 
 A story's positions go in ascending k, so their prompts share the story's prefix
-in the server's prefix cache; stories go in corpus order. With several servers the
-vLLM router spreads stories over them by their routing key (core/llm/router.py);
-enough positions are open at once (`max_open`) that every server has stories.
+in the server's prefix cache; stories go in corpus order. With several generation
+servers the vLLM router keeps each story on one of them (core/llm/router.py), so
+the feed works on as many stories at once as there are servers, a position of
+each in turn: fed one story after another, only one or two servers would have
+work at a time.
 """
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -33,25 +36,41 @@ class PositionFeed:
     whose tokens the server refuses to count fails (into `failed`), the others go on."""
 
     def __init__(self, finder: PositionFinder, stories: list[Story], progress: Progress,
-                 failed: dict[int, Failure]):
+                 failed: dict[int, Failure], spread: int = 1):
         self.finder = finder
         self.stories = stories
         self.progress = progress
         self.failed = failed
+        self.spread = spread  # stories worked on at once: one per generation server
 
     async def run(self, sched: Scheduler, position: Callable[[Position], Awaitable[None]], limit: int) -> None:
         """Feed every position to `position`, at most `limit` open at once."""
         await sched.feed(self.stream(), position, limit)
 
     async def stream(self) -> AsyncIterator[Position]:
-        """Positions in corpus order, each story's in ascending k (their prompts
-        share the story's prefix, which the server's prefix cache serves)."""
-        for si, story in enumerate(self.stories):
-            try:
-                ps = await self.finder.positions(si, story)
-            except StatusError as e:
-                self.failed[si] = Failure(id=story.id, stage="tokenize", error=str(e))
-                continue
-            self.progress.item_started(len(ps))
-            for p in ps:
-                yield p
+        """Each story's positions in ascending k (their prompts share the story's
+        prefix, which the server's prefix cache serves); `spread` stories at a time,
+        in corpus order, one position of each in turn."""
+        stories = iter(enumerate(self.stories))
+        open_: collections.deque[collections.deque[Position]] = collections.deque()
+        while True:
+            while len(open_) < self.spread and (nxt := next(stories, None)) is not None:
+                ps = await self._positions(*nxt)
+                if ps:
+                    open_.append(collections.deque(ps))
+            if not open_:
+                return
+            story = open_.popleft()
+            yield story.popleft()
+            if story:
+                open_.append(story)
+
+    async def _positions(self, si: int, story: Story) -> list[Position]:
+        """A story's positions (none when the server refused to count its tokens: it fails)."""
+        try:
+            ps = await self.finder.positions(si, story)
+        except StatusError as e:
+            self.failed[si] = Failure(id=story.id, stage="tokenize", error=str(e))
+            return []
+        self.progress.item_started(len(ps))
+        return ps
