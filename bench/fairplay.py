@@ -11,8 +11,9 @@ Contenders, on the same packed arrays:
 
 Quantities (both): per reader and paragraph U (ε-clipped cross-entropy with M*),
 SEff since the previous defined step, Δcoh, Δintel, weak/strong surprise, hit
-(1e-12 tie rule), M(i)_{y*}, M(i)_{distractor}; per story the hit rates and
-probability-weighted means over each reader's recorded steps, S, C, FP,
+(a tie within 1e-12 splits it), M(i)_{y*}, M(i)_{distractor}; per story the hit rates and
+probability-weighted means over each reader's recorded steps, S, C, FP (over the
+steps shared with the gullible reader),
 insufficient_gap. Early convergence and shares are left to the kernel only.
 
 Data: ``--n`` synthetic stories (default 20,000) of L = 25 paragraphs and 4
@@ -82,8 +83,10 @@ def numpy_story(P, y, d, eps, eps_s, delta_s):
     with np.errstate(invalid="ignore", divide="ignore"):
         M = P / tot[..., None]
     pt = M[..., y]
-    others = np.delete(M, y, axis=-1).max(-1)
-    hit = np.where(ok, (pt - others > TIE).astype(float), np.nan)
+    # the authors' tie rule: 1/|argmax set| when the culprit is in it
+    tied = M >= M.max(-1, keepdims=True) - TIE
+    with np.errstate(invalid="ignore", divide="ignore"):
+        hit = np.where(ok, tied[..., y] / tied.sum(-1), np.nan)
     star = M[fp.KNOW_IT_ALL]
     both = ok & ok[fp.KNOW_IT_ALL][None, :]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -107,7 +110,11 @@ def numpy_story(P, y, d, eps, eps_s, delta_s):
         rate = np.where(n_ok > 0, np.nansum(hit, axis=1) / n_ok, np.nan)
         ptm = np.where(n_ok > 0, np.nansum(p_true, axis=1) / n_ok, np.nan)
     S = 1 - rate[fp.GULLIBLE]
-    FP = rate - rate[fp.GULLIBLE]
+    # FP over the paragraphs both the reader and the gullible reader have
+    shared = ok & ok[fp.GULLIBLE][None, :]
+    n_sh = shared.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        FP = np.where(n_sh > 0, np.where(shared, hit - hit[fp.GULLIBLE][None, :], 0.0).sum(axis=1) / n_sh, np.nan)
     FP[fp.GULLIBLE] = np.nan
     ins = np.nan if math.isnan(FP[fp.KNOW_IT_ALL]) else float(FP[fp.KNOW_IT_ALL] < 1 / L - TIE)
     return dict(U=U, seff=seff, dcoh=dcoh, dintel=dintel, weak=weak, strong=strong, hit=hit, p_true=p_true,

@@ -8,7 +8,12 @@ of a corpus against its cold run.
    - a `Verdict` record ("Y", usage, timings: ≈ 50 B) —
    written with ``put_many`` in group commits of ``--batch`` records (as score's
    committer does, every ≤ 50 ms), then read back with ``get_many`` in random key
-   order, ``--batch`` keys per read transaction, records decoded.
+   order, ``--batch`` keys per read transaction, records decoded. Twice, side by
+   side in one run: values framed with their CRC-32 (what the store writes and
+   checks since checksums exist) and plain msgpack (as written before: the store
+   reads such values without a check; to write them, this script swaps the
+   store's `records.encode` for the plain encoder). The ratio is the checksum's
+   cost on the write and the read path.
 2. **Cached rerun** (goal: 0 requests, < 2 % of the cold time): `score` on a
    synthetic corpus of ``--stories`` stories (tests/conftest.make_corpus) against
    the loopback test server (tests/openai_server.py), cold (empty cache), then the
@@ -26,6 +31,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -63,19 +69,36 @@ def _verdict():
                    created=time.time(), seconds=0.21)
 
 
-def store_throughput(kind: str, count: int, batch: int, n_endings: int, repeats: int) -> dict:
+@contextlib.contextmanager
+def _plain_values(plain: bool):
+    """Values written as before checksums (plain msgpack) while inside, if `plain`."""
+    import msgspec
+
+    from tension.cache import records
+
+    checked = records.encode
+    if plain:
+        records.encode = msgspec.msgpack.Encoder().encode
+    try:
+        yield
+    finally:
+        records.encode = checked
+
+
+def store_throughput(kind: str, count: int, batch: int, n_endings: int, repeats: int, plain: bool = False) -> dict:
     from tension.cache import records
     from tension.cache.keys import request_key
     from tension.cache.store import Store
 
     rng = random.Random(0)
     rec = _endings(rng, n_endings) if kind == "endings" else _verdict()
-    size = len(records.encode(rec))
+    with _plain_values(plain):
+        size = len(records.encode(rec))
     db = "endings" if kind == "endings" else "verdicts"
     writes, reads = [], []
     for r in range(repeats):
         keys = [request_key("chat", {"i": i, "r": r}) for i in range(count)]
-        with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "c.lmdb") as store:
+        with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "c.lmdb") as store, _plain_values(plain):
             t0 = time.perf_counter()
             for i in range(0, count, batch):
                 store.put_many([(db, k, rec) for k in keys[i:i + batch]])
@@ -87,9 +110,16 @@ def store_throughput(kind: str, count: int, batch: int, n_endings: int, repeats:
                 got = store.get_many(db, order[i:i + batch])
             reads.append(count / (time.perf_counter() - t0))
             assert all(g is not None for g in got)
-    return {"kind": kind, "value_bytes": size, "records": count, "batch": batch,
+            assert all(records.is_checked(v) != plain for v in _values(store, db, order[:3]))
+    return {"kind": kind, "checksum": "none" if plain else "crc32", "value_bytes": size, "records": count, "batch": batch,
             "writes_per_s": statistics.median(writes), "reads_per_s": statistics.median(reads),
             "write_mb_s": statistics.median(writes) * size / 1e6, "read_mb_s": statistics.median(reads) * size / 1e6}
+
+
+def _values(store, db: str, keys) -> list[bytes]:
+    """The stored bytes (checked that the contender wrote what it says)."""
+    with store.env.begin(db=store.env.open_db(db.encode(), create=False)) as txn:
+        return [txn.get(k) for k in keys]
 
 
 def cached_rerun(stories: int, endings: int) -> dict:
@@ -113,6 +143,7 @@ def cached_rerun(stories: int, endings: int) -> dict:
         warm = score(cfg, corpus, tmp / "warm")
         warm_s = time.perf_counter() - t0
         warm_requests = srv.count()
+        checksum = _rerun_checked_vs_plain(cfg, corpus, tmp)
         # The same rerun on a cache without the judged-position records (as written
         # before they existed): every verdict key is built and read, and the
         # records are written back.
@@ -129,7 +160,40 @@ def cached_rerun(stories: int, endings: int) -> dict:
                 "rerun_seconds": warm_s, "rerun_requests": warm_requests, "ratio": warm_s / cold_s,
                 "fallback_seconds": fallback_s, "fallback_requests": srv.count(), "fallback_ratio": fallback_s / cold_s,
                 "same_positions_bytes": same, "same_fallback_bytes": same_fallback,
-                "status": [cold.status, warm.status, fallback.status]}
+                "status": [cold.status, warm.status, fallback.status], "checksum": checksum}
+
+
+def _rerun_checked_vs_plain(cfg, corpus: Path, tmp: Path, repeats: int = 3) -> dict:
+    """The cached rerun on the cache as written (every value checksummed) and on a
+    copy whose values were rewritten as plain msgpack (as before checksums; read
+    without a check), alternated; medians of `repeats` each."""
+    import shutil
+
+    import lmdb
+    import msgspec
+
+    from tension.cache import records
+    from tension.core.pipelines.score import score
+
+    shutil.copytree(tmp / "cache", tmp / "plain")
+    env = lmdb.open(str(tmp / "plain"), max_dbs=8, map_size=1 << 30)
+    plain = msgspec.msgpack.Encoder()
+    for name in (b"endings", b"verdicts", b"tokens", b"positions"):
+        db = env.open_db(name)
+        with env.begin(write=True, db=db) as txn:
+            for k, v in list(txn.cursor()):
+                txn.put(k, plain.encode(records.decode(v)))
+    env.close()
+    cfg_plain = msgspec.structs.replace(cfg, cache=str(tmp / "plain"))
+    times: dict[str, list[float]] = {"crc32": [], "none": []}
+    for i in range(repeats):
+        for name, c in (("crc32", cfg), ("none", cfg_plain)):
+            t0 = time.perf_counter()
+            assert score(c, corpus, tmp / f"rerun-{name}-{i}").status == "complete"
+            times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"crc32_seconds": med["crc32"], "none_seconds": med["none"], "ratio": med["crc32"] / med["none"],
+            "all": times}
 
 
 def _drop_db(path: Path, name: bytes) -> None:
@@ -151,6 +215,7 @@ def main() -> int:
     ap.add_argument("--stories", type=int, default=100, help="stories of the rerun corpus")
     ap.add_argument("--rerun-endings", type=int, default=10, help="endings per position in the rerun")
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--no-rerun", action="store_true", help="only the store throughput")
     args = ap.parse_args()
 
     import lmdb
@@ -162,14 +227,30 @@ def main() -> int:
     print(f"config: {vars(args)}")
     print("=" * BANNER, flush=True)
 
-    rows = [store_throughput("verdicts", args.records, args.batch, args.endings, args.repeats),
-            store_throughput("endings", args.endings_records, min(args.batch, 10), args.endings, args.repeats)]
-    print(f"| {'record':<9} | {'value B':>8} | {'batch':>5} | {'writes/s':>10} | {'MB/s w':>7} | "
+    rows = []
+    for kind, count, batch in (("verdicts", args.records, args.batch),
+                               ("endings", args.endings_records, min(args.batch, 10))):
+        # alternated, so that a change of load on the shared machine hits both alike
+        pairs = [[store_throughput(kind, count, batch, args.endings, 1, plain) for plain in (False, True)]
+                 for _ in range(args.repeats)]
+        for i, plain in enumerate((False, True)):
+            runs = [pair[i] for pair in pairs]
+            row = dict(runs[0])
+            for f in ("writes_per_s", "reads_per_s", "write_mb_s", "read_mb_s"):
+                row[f] = statistics.median(r[f] for r in runs)
+            rows.append(row)
+    print(f"| {'record':<9} | {'checksum':<8} | {'value B':>8} | {'batch':>5} | {'writes/s':>10} | {'MB/s w':>7} | "
           f"{'reads/s':>10} | {'MB/s r':>7} |")
-    print(f"|{'-' * 11}|{'-' * 9}:|{'-' * 6}:|{'-' * 11}:|{'-' * 8}:|{'-' * 11}:|{'-' * 8}:|")
+    print(f"|{'-' * 11}|{'-' * 10}|{'-' * 9}:|{'-' * 6}:|{'-' * 11}:|{'-' * 8}:|{'-' * 11}:|{'-' * 8}:|")
     for r in rows:
-        print(f"| {r['kind']:<9} | {r['value_bytes']:>8,} | {r['batch']:>5} | {r['writes_per_s']:>10,.0f} | "
-              f"{r['write_mb_s']:>7.1f} | {r['reads_per_s']:>10,.0f} | {r['read_mb_s']:>7.1f} |", flush=True)
+        print(f"| {r['kind']:<9} | {r['checksum']:<8} | {r['value_bytes']:>8,} | {r['batch']:>5} | "
+              f"{r['writes_per_s']:>10,.0f} | {r['write_mb_s']:>7.1f} | {r['reads_per_s']:>10,.0f} | "
+              f"{r['read_mb_s']:>7.1f} |", flush=True)
+    for checked, plain in zip(rows[::2], rows[1::2]):
+        print(f"{checked['kind']}: crc32 vs none: writes {checked['writes_per_s'] / plain['writes_per_s']:.3f}x, "
+              f"reads {checked['reads_per_s'] / plain['reads_per_s']:.3f}x")
+    if args.no_rerun:
+        return 0
 
     rr = cached_rerun(args.stories, args.rerun_endings)
     print(f"\ncached rerun: {rr['stories']} stories, {rr['positions']} positions, n = {rr['endings']}")
@@ -179,6 +260,9 @@ def main() -> int:
     print(f"| {'rerun':<22} | {rr['rerun_seconds']:>8.2f} | {rr['rerun_requests']:>13,} | {rr['ratio']:>7.2%} |")
     print(f"| {'rerun, no positions db':<22} | {rr['fallback_seconds']:>8.2f} | {rr['fallback_requests']:>13,} | "
           f"{rr['fallback_ratio']:>7.2%} |")
+    ck = rr["checksum"]
+    print(f"rerun, median of 3 alternated: crc32 {ck['crc32_seconds']:.3f} s, plain values {ck['none_seconds']:.3f} s "
+          f"({ck['ratio']:.3f}x)")
     print(f"cold requests by kind: {rr['cold_chat']}; positions.jsonl identical: {rr['same_positions_bytes']} "
           f"(fallback: {rr['same_fallback_bytes']}); goal: 0 requests and < 2% of the cold time")
     if args.json:

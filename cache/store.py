@@ -5,6 +5,12 @@ Reads are lock-free memory-mapped lookups; writes go in batches, one transaction
 per batch (group commit: on this machine ≈2,100 synced single-record commits/s vs
 ≈122,000 records/s at 100 records per commit). The map grows when full. Several
 processes may share one store: LMDB serialises writers, readers never block.
+
+A damaged store is refused before LMDB maps it (`pages.check`: a truncated file
+would kill the process with SIGBUS), and LMDB's own errors about bad pages stop
+the run with `CacheDamagedError`, which says how to recover. A record whose
+checksum fails is a miss (counted in `damaged`): the run asks for it again and
+writes the new answer over it.
 """
 
 from __future__ import annotations
@@ -18,12 +24,12 @@ from pathlib import Path
 import lmdb
 import msgspec
 
-from tension.core.errors import CacheError
+from tension.core.errors import CacheDamagedError, CacheError
 
-from . import records
+from . import pages, records
 from .paths import cache_root
 
-__all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path"]
+__all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damaged"]
 
 # "positions" (added later, no format change): one record per judged position, so a
 # rerun reads a position's n verdicts with one lookup; older caches simply lack it.
@@ -32,10 +38,22 @@ FORMAT_VERSION = 1
 _META = b"meta"
 _INITIAL_MAP = 1 << 30  # 1 GiB of address space; the file grows only as it fills
 _MAX_GROWS = 16
+# LMDB's errors about the file itself (bad pages, a foreign or torn file), as
+# opposed to a full map or disk: rerunning cannot cure them.
+_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.PageFullError, lmdb.InvalidError,
+           lmdb.VersionMismatchError, lmdb.PanicError, lmdb.BadTxnError, lmdb.CursorFullError)
 
 
 def default_path() -> Path:
     return cache_root() / "llm.lmdb"
+
+
+def damaged(path: str | os.PathLike, what: str) -> CacheDamagedError:
+    """The error of a damaged cache at `path`: what is wrong and the way out."""
+    return CacheDamagedError(
+        f"the cache at {path} is damaged: {what}. Rerunning cannot repair it. `tension-run cache verify {path}` "
+        f"lists what is readable; `tension-run cache recover {path} NEW` copies every readable record into a "
+        f"new cache NEW (the damaged one is left as it is); then rerun with --cache NEW")
 
 
 class RunCounts(msgspec.Struct, kw_only=True):
@@ -44,6 +62,7 @@ class RunCounts(msgspec.Struct, kw_only=True):
     hits: dict[str, int] = {}
     misses: dict[str, int] = {}
     writes: dict[str, int] = {}
+    damaged: dict[str, int] = {}  # records whose checksum failed: counted as misses too, and asked again
     finished: float = 0.0
 
 
@@ -62,21 +81,26 @@ class Store:
         if max_bytes is not None:
             map_size = min(map_size, max_bytes)
         self.counts = RunCounts(hits=dict.fromkeys(DBS, 0), misses=dict.fromkeys(DBS, 0),
-                                writes=dict.fromkeys(DBS, 0))
+                                writes=dict.fromkeys(DBS, 0), damaged=dict.fromkeys(DBS, 0))
+        self.env = None
         try:
+            pages.check(self.path)  # before LMDB maps the file: a short one would SIGBUS
             if not readonly:
                 self.path.mkdir(parents=True, exist_ok=True)
             self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=len(DBS) + 1,
                                  readonly=readonly, subdir=True, create=not readonly)
-        except (OSError, lmdb.Error) as e:
-            raise CacheError(f"cannot open the cache at {self.path}: {e}") from e
-        try:
             self._dbs = {name: self._open_db(name) for name in DBS}
             self._meta = self.env.open_db(_META, create=not readonly)
-        except lmdb.Error as e:
-            self.env.close()
-            raise CacheError(f"cannot open the databases of the cache at {self.path}: {e}") from e
-        self._check_format()
+            self._check_format()
+        except pages.PageError as e:
+            raise damaged(self.path, str(e)) from e
+        except BaseException as e:
+            self.close()
+            if isinstance(e, _DAMAGE):
+                raise damaged(self.path, f"LMDB says {e}") from e
+            if isinstance(e, (OSError, lmdb.Error)):
+                raise CacheError(f"cannot open the cache at {self.path}: {e}") from e
+            raise
 
     def _open_db(self, name: str):
         """A database's handle; None for one a read-only open finds missing (a cache
@@ -124,28 +148,37 @@ class Store:
             self.counts.misses[db] += len(keys)
             return [None] * len(keys)
         out: list[records.Record | None] = []
+        bad = 0
         try:
             with self._map_lock, self.env.begin(db=handle, buffers=True) as txn:
                 for k in keys:
                     v = txn.get(k)
-                    out.append(records.decode(v) if v is not None else None)
+                    try:
+                        out.append(records.decode(v) if v is not None else None)
+                    except records.DamagedRecord:
+                        out.append(None)  # a miss: asked again, and the answer written over it
+                        bad += 1
         except lmdb.MapResizedError:
             # Another process grew the map; adopt its size and read again.
             with self._map_lock:
                 self.env.set_mapsize(0)
             return self.get_many(db, keys)
+        except _DAMAGE as e:
+            raise damaged(self.path, f"reading the {db} database failed: {e}") from e
         except lmdb.Error as e:
             raise CacheError(f"cannot read the cache at {self.path}: {e}") from e
         hits = sum(r is not None for r in out)
         self.counts.hits[db] += hits
         self.counts.misses[db] += len(out) - hits
+        self.counts.damaged[db] += bad
         return out
 
     # -- writes -------------------------------------------------------------
 
     def put_many(self, items: Iterable[tuple[str, bytes, records.Record]]) -> int:
         """Write completed records in one transaction. A key already present is
-        left as it is (values are written once). Returns how many were new."""
+        left as it is (values are written once), unless its value is damaged (its
+        checksum fails): then the new one replaces it. Returns how many were new."""
         encoded = [(self._dbs[db], key, records.encode(rec), db) for db, key, rec in items]
         if not encoded:
             return 0
@@ -163,7 +196,8 @@ class Store:
                             txn.put(key, value, db=self._meta)
                         return 1
                     for handle, key, value, name in encoded:
-                        if txn.put(key, value, db=handle, overwrite=False):
+                        if txn.put(key, value, db=handle, overwrite=False) or _replace_damaged(txn, handle, key,
+                                                                                             value):
                             added[name] += 1
                 # Counted only once the transaction committed: a batch retried
                 # after the map grew must not be counted twice.
@@ -175,6 +209,8 @@ class Store:
             except lmdb.MapResizedError:
                 with self._map_lock:
                     self.env.set_mapsize(0)
+            except _DAMAGE as e:
+                raise damaged(self.path, f"writing to it failed: {e}") from e
             except lmdb.Error as e:
                 raise CacheError(f"cannot write to the cache at {self.path}: {e} "
                                  "(the records already written are intact)") from e
@@ -220,3 +256,13 @@ class Store:
         with self.env.begin(db=self._meta) as txn:
             v = txn.get(b"last_run")
         return msgspec.json.decode(v, type=RunCounts) if v else None
+
+
+def _replace_damaged(txn, handle, key: bytes, value) -> bool:
+    """Write `value` over the one stored at `key` if that one is damaged; a second
+    process that found the same key damaged and wrote it first wins."""
+    try:
+        records.decode(txn.get(key, db=handle))
+    except records.DamagedRecord:
+        return txn.put(key, value, db=handle)
+    return False

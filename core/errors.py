@@ -3,10 +3,20 @@
     TensionError
     ├── InputError          a record of an input file is bad (file, line, field)
     ├── ConfigError         a flag or config key is bad
+    │   └── RefusedError    the server refuses every request like this one (also a ServerError)
     ├── CacheError          the LMDB store cannot be opened, read or written
+    │   └── CacheDamagedError   its file is truncated, foreign or has bad pages
+    │                           (also a ConfigError: exit 2, a rerun cannot cure it)
     └── ServerError         an LLM server could not give a usable answer
-        ├── StatusError     an HTTP error status that retries did not cure
+        ├── StatusError     the server refused this one request (e.g. a prompt over the context)
+        ├── RefusedError    401/403 (the key), 404 (no such model, no such endpoint), 405
         └── RetryBudgetError  retries ran out (count or total time)
+
+A RefusedError is a ConfigError as well: the settings must change (the key, the
+model, the URL, --tokenizer) before any request like it can pass, so the run stops
+with exit status 2 however far it got, and a rerun of the same command is not
+advised. A StatusError belongs to its one request: that story (idea, reader value)
+fails and the others go on.
 
 Library code raises these; the CLI turns them into one clear line and an exit
 status. Lower-level exceptions (aiohttp, lmdb, msgspec) are chained with ``from``.
@@ -19,10 +29,23 @@ __all__ = [
     "InputError",
     "ConfigError",
     "CacheError",
+    "CacheDamagedError",
     "ServerError",
     "StatusError",
+    "RefusedError",
     "RetryBudgetError",
+    "EXIT_OK",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "EXIT_INTERRUPTED",
+    "exit_status",
 ]
+
+# The exit statuses of every verb (docs/reliability.md, "Reports, inputs and exit status").
+EXIT_OK = 0  # the run produced everything asked for
+EXIT_FAILED = 1  # something asked for is missing (a bad record, a failed item, a stopped run, nothing to produce)
+EXIT_USAGE = 2  # a bad flag or config key, found before any work
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM
 
 
 class TensionError(Exception):
@@ -52,16 +75,39 @@ class CacheError(TensionError):
     """The cache could not be used; the message names its path."""
 
 
+class CacheDamagedError(CacheError, ConfigError):
+    """The cache's file is damaged (truncated, not LMDB, bad pages): the --cache a
+    run was given cannot be used as it is, and rerunning cannot cure that, so it
+    is reported like a bad setting (exit 2). The message names the cache and the
+    way out (`cache verify`, `cache recover`)."""
+
+
 class ServerError(TensionError):
     """An LLM server did not give a usable answer."""
 
 
 class StatusError(ServerError):
+    """The server refused this one request (an HTTP 4xx other than RefusedError's)."""
+
     def __init__(self, status: int, url: str, body: str):
         self.status = status
         self.url = url
         self.body = body
         super().__init__(f"HTTP {status} from {url}: {body[:300]}")
+
+
+class RefusedError(ServerError, ConfigError):
+    """The server refuses every request like this one; ``missing`` says why:
+    "key" (401/403), "model" (404 whose body names the model asked for, as vLLM's
+    "The model `X` does not exist."), "endpoint" (404/405 on a path the server does
+    not have). ``advice`` is what to change, appended to the message."""
+
+    def __init__(self, status: int, url: str, body: str, missing: str, advice: str = ""):
+        self.status = status
+        self.url = url
+        self.body = body
+        self.missing = missing
+        super().__init__(f"HTTP {status} from {url}: {body[:300]}" + (f" — {advice}" if advice else ""))
 
 
 class RetryBudgetError(ServerError):
@@ -70,3 +116,20 @@ class RetryBudgetError(ServerError):
     def __init__(self, message: str, last: BaseException | None = None):
         self.last = last
         super().__init__(message)
+
+
+def exit_status(status: str, produced: int, problems: int) -> int:
+    """The exit status of a run, one rule for every verb: did the run produce what
+    was asked? ``status`` is how the run ended ("complete", "failed",
+    "interrupted"), ``produced`` how many results it wrote (stories, ideas, …),
+    ``problems`` how many bad input records and failed items it had. 0: it ended,
+    wrote at least one result and nothing asked for is missing; 1: something asked
+    for is missing — a bad record, a failed item, a run stopped by an error, or
+    nothing to produce at all (an empty input, every story left out by the word
+    filter); 130: interrupted. Items that a rule the user set leaves out (the word
+    filter) are not missing while others are produced."""
+    if status == "interrupted":
+        return EXIT_INTERRUPTED
+    if status != "complete" or problems or not produced:
+        return EXIT_FAILED
+    return EXIT_OK

@@ -17,11 +17,18 @@ Conventions the definitions leave open (docs/fairplay.md says why):
 * ``U`` is defined where both ``M*(i)`` and ``M(i)`` have a value; step
   effectiveness at a recorded step is the drop since the previous recorded step
   (``U(0) = log K``), so ``Σ SEff = Δcoh`` over the recorded steps;
-* a hit needs ``M(i)_{y*}`` above every other suspect by more than ``tie_eps``;
-* averages (S, C, FP, probability-weighted versions) run over the steps where
-  the reader has a value; ``FP = C − (1 − S)``; ``FP_shared`` is the other form
-  of the definition (docs/fairplay.md), ``mean_i (hit_M(i) − hit_M0(i))`` over the paragraphs where
-  both readers have a value (equal to FP when their paragraphs are the same).
+* the argmax set ``T_M(i)`` holds every suspect within ``tie_eps`` of the row's
+  maximum; with ``ties = "split"`` (the authors' rule, the default) a hit is
+  ``1/|T|`` when the culprit is in ``T``, with ``ties = "miss"`` it is 1 only for
+  a culprit alone in ``T`` (a tie is a miss);
+* S and C average over the steps where that reader has a value;
+  ``FP = mean_i (hit_M(i) − hit_M0(i))`` over the steps where both readers have
+  one (the authors' form; it equals ``C − (1 − S)`` when their steps are the same);
+  the probability-weighted versions likewise.
+
+Rows ``R >= 4``: the four of ``READERS`` first, then any further reader (e.g. more
+experienced readers, one per setting) in rows 4, 5, …; every row but the
+know-it-all's is compared with the gullible reader and scored against ``M*``.
 """
 
 from __future__ import annotations
@@ -57,7 +64,8 @@ GULLIBLE, EXPERIENCED, KNOW_IT_ALL, ACTUAL = range(4)
 
 class StepArrays(msgspec.Struct, frozen=True, kw_only=True):
     """Per reader and paragraph, packed by ``soff`` (shape ``(R, Σ L)``).
-    NaN where undefined; ``hit``, ``weak`` and ``strong`` are 1.0 / 0.0 / NaN."""
+    NaN where undefined; ``weak`` and ``strong`` are 1.0 / 0.0 / NaN, ``hit`` is
+    in [0, 1] (a split tie gives a fraction) or NaN."""
 
     U: np.ndarray  # uninformedness H(M*(i); M(i))
     seff: np.ndarray  # step effectiveness since the previous recorded step
@@ -78,7 +86,7 @@ class StoryScores(msgspec.Struct, frozen=True, kw_only=True):
     p_true_mean: np.ndarray  # (n, R) mean M(i)_{y*} (probability-weighted)
     S: np.ndarray
     C: np.ndarray  # (n, R): C_UB at KNOW_IT_ALL, C_ER, C_AR; the gullible column is 1 − S
-    FP: np.ndarray  # (n, R): C − (1 − S); NaN at GULLIBLE
+    FP: np.ndarray  # (n, R): mean of hit_M − hit_M0 over the steps both have; NaN at GULLIBLE
     S_pw: np.ndarray
     C_pw: np.ndarray
     FP_pw: np.ndarray
@@ -86,7 +94,6 @@ class StoryScores(msgspec.Struct, frozen=True, kw_only=True):
     early: np.ndarray  # (n, len(early_steps)) M*(i)_{y*} > threshold: 1.0 / 0.0 / NaN
     weak_share: np.ndarray  # (n, R) share of defined-U steps with weak surprise
     strong_share: np.ndarray  # (n, R) … with strong surprise
-    FP_shared: np.ndarray  # (n, R) mean of hit_M − hit_M0 over paragraphs where both have a value
 
 
 # ----------------------------------------------------------------------------
@@ -106,8 +113,8 @@ def _row_sum(probs, r, a, k):
 
 
 @numba.njit(cache=True, nogil=True)
-def _story_scores(s, L, tie_eps, nst, nh, npt, nu, nw, nstr, nsh, dsh, n_steps, hit_rate, ptm,
-                  weak_share, strong_share, FP_shared, S, C, FP, S_pw, C_pw, FP_pw, insufficient):
+def _story_scores(s, L, tie_eps, nst, nh, npt, nu, nw, nstr, nsh, dsh, dpw, n_steps, hit_rate, ptm,
+                  weak_share, strong_share, S, C, FP, S_pw, C_pw, FP_pw, insufficient):
     """Story s's scores from its readers' running totals (see `_batch`)."""
     R = nst.shape[0]
     for r in range(R):
@@ -116,15 +123,14 @@ def _story_scores(s, L, tie_eps, nst, nh, npt, nu, nw, nstr, nsh, dsh, n_steps, 
         ptm[s, r] = npt[r] / nst[r] if nst[r] > 0 else np.nan
         weak_share[s, r] = nw[r] / nu[r] if nu[r] > 0 else np.nan
         strong_share[s, r] = nstr[r] / nu[r] if nu[r] > 0 else np.nan
-        FP_shared[s, r] = dsh[r] / nsh[r] if nsh[r] > 0 else np.nan
-    S[s] = 1.0 - hit_rate[s, GULLIBLE]
-    S_pw[s] = 1.0 - ptm[s, GULLIBLE]
-    for r in range(R):
         C[s, r] = hit_rate[s, r]
         C_pw[s, r] = ptm[s, r]
-        # C − (1 − S) written as C_M − C_M0, so equal rates give exactly 0.
-        FP[s, r] = np.nan if r == GULLIBLE else hit_rate[s, r] - hit_rate[s, GULLIBLE]
-        FP_pw[s, r] = np.nan if r == GULLIBLE else ptm[s, r] - ptm[s, GULLIBLE]
+        # The mean of per-step differences over the steps both readers have.
+        shared = r != GULLIBLE and nsh[r] > 0
+        FP[s, r] = dsh[r] / nsh[r] if shared else np.nan
+        FP_pw[s, r] = dpw[r] / nsh[r] if shared else np.nan
+    S[s] = 1.0 - hit_rate[s, GULLIBLE]
+    S_pw[s] = 1.0 - ptm[s, GULLIBLE]
     fp = FP[s, KNOW_IT_ALL]
     insufficient[s] = np.nan if math.isnan(fp) else (1.0 if fp < 1.0 / L - tie_eps else 0.0)
 
@@ -155,18 +161,37 @@ def _entropy(probs, a, k, ktot, eps):
 
 
 @numba.njit(cache=True, nogil=True)
-def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, tie_eps,
+def _hit(probs, r, a, k, tot, ys, tie_eps, split):
+    """hit_M(i): 1/|T| (split) or 1 if |T| = 1 (miss) when the culprit is in the
+    argmax set T (every suspect within tie_eps of the maximum), else 0."""
+    mx = -1.0
+    for y in range(k):
+        mx = max(mx, probs[r, a + y] / tot)
+    n = 0
+    for y in range(k):
+        if probs[r, a + y] / tot >= mx - tie_eps:
+            n += 1
+    if probs[r, a + ys] / tot < mx - tie_eps:
+        return 0.0
+    if split:
+        return 1.0 / n
+    return 1.0 if n == 1 else 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, tie_eps, split,
            early_steps, early_threshold,
            U, seff, dcoh, dintel, weak, strong, hit, p_true, p_dist,
            n_steps, hit_rate, ptm, S, C, FP, S_pw, C_pw, FP_pw, insufficient, early,
-           weak_share, strong_share, FP_shared):
+           weak_share, strong_share):
     R = probs.shape[0]
     n = L.shape[0]
     # Per-reader running state of one story: prev = U of the previous step (log k before
     # the first); nst = steps with a value, nh = their hits, npt = their M(i)_culprit sum;
     # nu = steps with a U, nw / nstr = weak / strong surprises among them; nsh = steps where
-    # the gullible reader has a value too, dsh = the sum of hit − gullible hit over them.
-    prev, nh, npt, dsh = np.empty(R), np.empty(R), np.empty(R), np.empty(R)
+    # the gullible reader has a value too, dsh / dpw = the sums of hit − gullible hit and
+    # M(i)_culprit − M0(i)_culprit over them.
+    prev, nh, npt, dsh, dpw = np.empty(R), np.empty(R), np.empty(R), np.empty(R), np.empty(R)
     nst, nu, nw = np.empty(R, dtype=np.int64), np.empty(R, dtype=np.int64), np.empty(R, dtype=np.int64)
     nstr, nsh = np.empty(R, dtype=np.int64), np.empty(R, dtype=np.int64)
     for s in range(n):
@@ -180,7 +205,7 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
         prev[:] = logk
         for acc in (nst, nu, nw, nstr, nsh):
             acc[:] = 0
-        for acc in (nh, npt, dsh):
+        for acc in (nh, npt, dsh, dpw):
             acc[:] = 0.0
         for i in range(L[s]):
             a = poff[s] + i * k
@@ -193,11 +218,7 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
                 if not tot > 0.0:
                     continue
                 pt = probs[r, a + ys] / tot
-                best_other = -1.0
-                for y in range(k):
-                    if y != ys:
-                        best_other = max(best_other, probs[r, a + y] / tot)
-                h = 1.0 if pt - best_other > tie_eps else 0.0
+                h = _hit(probs, r, a, k, tot, ys, tie_eps, split)
                 hit[r, o] = h
                 p_true[r, o] = pt
                 if d >= 0:
@@ -209,6 +230,7 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
                 if r != GULLIBLE and not math.isnan(hg):
                     nsh[r] += 1
                     dsh[r] += h - hg
+                    dpw[r] += pt - p_true[GULLIBLE, o]
                 if not ktot > 0.0:
                     continue
                 u = 0.0
@@ -228,16 +250,16 @@ def _batch(probs, poff, soff, L, K, culprit, distractor, eps, eps_s, delta_s, ti
                 nu[r] += 1
                 nw[r] += 1 if wk else 0
                 nstr[r] += 1 if sg else 0
-        _story_scores(s, L[s], tie_eps, nst, nh, npt, nu, nw, nstr, nsh, dsh, n_steps, hit_rate, ptm,
-                      weak_share, strong_share, FP_shared, S, C, FP, S_pw, C_pw, FP_pw, insufficient)
+        _story_scores(s, L[s], tie_eps, nst, nh, npt, nu, nw, nstr, nsh, dsh, dpw, n_steps, hit_rate, ptm,
+                      weak_share, strong_share, S, C, FP, S_pw, C_pw, FP_pw, insufficient)
         for e in range(early_steps.shape[0]):
             early[s, e] = _early(probs, poff[s], k, L[s], ys, early_steps[e], early_threshold)
 
 
 def _check_layout(probs, poff, soff, L, K, culprit, distractor):
     n = len(L)
-    if probs.ndim != 2 or probs.shape[0] != len(READERS):
-        raise ValueError(f"probs: expected shape ({len(READERS)}, N), got {probs.shape}")
+    if probs.ndim != 2 or probs.shape[0] < len(READERS):
+        raise ValueError(f"probs: expected shape (R >= {len(READERS)}, N), got {probs.shape}")
     for name, arr, m in (("poff", poff, n + 1), ("soff", soff, n + 1), ("K", K, n), ("culprit", culprit, n),
                          ("distractor", distractor, n)):
         if arr.shape != (m,):
@@ -267,21 +289,21 @@ def batch_fairplay(probs, L, K, culprit, distractor, settings: FairPlaySettings 
     soff = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(L, out=soff[1:])
     _check_layout(probs, poff, soff, L, K, culprit, distractor)
-    R = len(READERS)
+    R = probs.shape[0]
     T = int(soff[-1])
     step = {name: np.empty((R, T)) for name in StepArrays.__struct_fields__}
     early_steps = np.asarray(settings.early_steps, dtype=np.int64)
     per = {name: np.empty((n, R)) for name in ("n_steps", "hit_rate", "p_true_mean", "C", "FP", "C_pw", "FP_pw",
-                                                "weak_share", "strong_share", "FP_shared")}
+                                                "weak_share", "strong_share")}
     flat = {name: np.empty(n) for name in ("S", "S_pw", "insufficient_gap")}
     early = np.empty((n, len(early_steps)))
     _batch(probs, poff, soff, L, K, culprit, distractor, float(settings.eps), float(settings.eps_surprise),
-           float(settings.delta_surprise), float(settings.tie_eps), early_steps, float(settings.early_threshold),
+           float(settings.delta_surprise), float(settings.tie_eps), settings.ties == "split", early_steps,
+           float(settings.early_threshold),
            step["U"], step["seff"], step["dcoh"], step["dintel"], step["weak"], step["strong"], step["hit"],
            step["p_true"], step["p_distractor"],
            per["n_steps"], per["hit_rate"], per["p_true_mean"], flat["S"], per["C"], per["FP"], flat["S_pw"],
-           per["C_pw"], per["FP_pw"], flat["insufficient_gap"], early, per["weak_share"], per["strong_share"],
-           per["FP_shared"])
+           per["C_pw"], per["FP_pw"], flat["insufficient_gap"], early, per["weak_share"], per["strong_share"])
     per["n_steps"] = per["n_steps"].astype(np.int64)
     scores = StoryScores(early=early, **per, **flat)
     return StepArrays(**step), scores, soff
@@ -296,7 +318,7 @@ class PooledCurves(msgspec.Struct, frozen=True, kw_only=True):
     every story with ``ceil(i·B/L) = b + 1``, i.e. ``i/L`` in ``(b/B, (b+1)/B]``."""
 
     n: np.ndarray  # (R, B) steps pooled
-    hits: np.ndarray  # (R, B) hits among them
+    hits: np.ndarray  # (R, B) hits among them (float: a split tie adds a fraction)
     hit_rate: np.ndarray
     cp_lo: np.ndarray  # Clopper–Pearson interval of hit_rate
     cp_hi: np.ndarray
@@ -341,7 +363,8 @@ def _pool(hit, p_true, p_dist, U, seff, dcoh, dintel, soff, L, stories, B, n, hi
 
 
 def clopper_pearson(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Exact binomial interval (beta quantiles); NaN where n = 0."""
+    """Exact binomial interval (beta quantiles); NaN where n = 0. A fractional
+    ``k`` (split ties) enters the same beta quantiles, which are continuous in k."""
     k = np.asarray(k, dtype=np.float64)
     n = np.asarray(n, dtype=np.float64)
     a = (1.0 - level) / 2.0
@@ -366,7 +389,7 @@ def pooled_curves(steps: StepArrays, soff, L, stories=None,
           B, n, hits, pt, pd, nd, nu, su, ss, sc, si)
     lo, hi = clopper_pearson(hits, n, settings.confidence)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return PooledCurves(n=n.astype(np.int64), hits=hits.astype(np.int64), hit_rate=hits / n, cp_lo=lo,
+        return PooledCurves(n=n.astype(np.int64), hits=hits, hit_rate=hits / n, cp_lo=lo,
                             cp_hi=hi, p_true_mean=pt / n, p_distractor_mean=pd / nd,
                             n_distractor=nd.astype(np.int64), n_U=nu.astype(np.int64), U_mean=su / nu,
                             seff_mean=ss / nu, dcoh_mean=sc / nu, dintel_mean=si / nu)

@@ -16,9 +16,10 @@ from typing import Annotated
 import msgspec
 
 __all__ = ["CURVE_GROUP", "CurveSettings", "FAIRPLAY_GROUP", "FairPlaySettings", "LateThreshold",
-           "RetentionWindow", "Thresholds", "Window"]
+           "RetentionWindow", "TIE_RULES", "Thresholds", "Window"]
 
 CURVE_GROUP = "curve statistics (docs/metrics.md 1.4; defaults are the paper's)"
+TIE_RULES = ("split", "miss")
 FAIRPLAY_GROUP = "fair-play metrics (docs/fairplay.md; defaults are the paper's)"
 
 
@@ -68,7 +69,10 @@ class FairPlaySettings(msgspec.Struct, frozen=True, kw_only=True):
     eps: Annotated[float, _fairplay("clip probabilities inside log")] = 1e-6
     eps_surprise: Annotated[float, _fairplay("weak surprise: U >= log|Y| - this")] = 0.1
     delta_surprise: Annotated[float, _fairplay("strong surprise: U >= log|Y| + this")] = 0.1
-    tie_eps: Annotated[float, msgspec.Meta(description="a lead this small is a tie (a miss)")] = 1e-12
+    ties: Annotated[str, _fairplay(
+        "split: a tie for the maximum splits the hit among the tied suspects (the authors' rule); "
+        "miss: a tie is a miss", metavar="split|miss", choices=TIE_RULES)] = "split"
+    tie_eps: Annotated[float, msgspec.Meta(description="values this close to the maximum tie with it")] = 1e-12
     early_steps: Annotated[tuple[int, ...], _fairplay(
         "paragraphs checked for early convergence, M*(i)_culprit > 0.5", metavar="I,J,…")] = (1, 3, 5)
     early_threshold: Annotated[float, msgspec.Meta(description="early convergence: M*(i)_culprit > this")] = 0.5
@@ -84,6 +88,8 @@ class FairPlaySettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"eps: expected a probability in (0, 1), got {self.eps}")
         if not 0.0 < self.confidence < 1.0:
             raise ValueError(f"confidence: expected a level in (0, 1), got {self.confidence}")
+        if self.ties not in TIE_RULES:
+            raise ValueError(f"ties: expected one of {', '.join(TIE_RULES)}, got {self.ties!r}")
         if self.bins < 1:
             raise ValueError(f"bins: expected >= 1, got {self.bins}")
         if any(i < 1 for i in self.early_steps):

@@ -47,9 +47,31 @@ Endpoints
   longest token prefix shared with an earlier prompt, in whole blocks of
   `BLOCK_SIZE` tokens, as vLLM's prefix cache reports it.
 
+Misbehaviour (`MISBEHAVIOURS`), a server whose model does not do the task, set with
+``misbehave=`` (or ``--misbehave``); scripted answers still come first:
+
+==================== ==========================================================
+"think"              every answer opens a reasoning trace that max_tokens cuts:
+                     ``<think>\nOkay, the user wants …``, finish_reason "length"
+                     (a reasoning model whose server ignores enable_thinking)
+"random"             every answer is random-looking words from a hash of the
+                     request (a simulator, or the wrong model behind the URL)
+"always_y"           the judge answers "Y" to every ending
+"identical"          a generation request's n choices are all choice 0
+                     (temperature or seed not honoured)
+"echo"               every answer repeats the last user message (a wrong chat
+                     template): a judge echoes its prompt, a writer the idea
+==================== ==========================================================
+
 Errors are vLLM-style JSON ``{"error": {"message", "type", "param", "code"}}``: 400 for
 a body that is not a JSON object, missing/invalid ``messages``, ``n`` < 1, negative
-temperature, a prompt plus ``max_tokens`` over ``max_model_len``; 404 for an unknown model.
+temperature, a prompt plus ``max_tokens`` over ``max_model_len``; 404 for an unknown model
+(vLLM's ``_check_model``: "The model `X` does not exist.", type NotFoundError, on chat
+and /tokenize alike). A route the server does not have (``serve_tokenize=False``: a
+server without /tokenize) is FastAPI's 404 ``{"detail": "Not Found"}``, which names no
+model. With ``api_key`` set, a request without ``Authorization: Bearer <api_key>`` gets
+vLLM's 401 ``{"error": "Unauthorized"}``; with ``echo_auth=True`` as well, the 401 body
+echoes the Authorization header it got, as some proxies do (a key leak to guard against).
 
 Faults (`FAULT_KINDS`), queued with `LoopbackServer.fail_next` or drawn at random with
 `LoopbackServer.set_fault_rates`; what a plain aiohttp client sees:
@@ -142,6 +164,7 @@ FAULT_KINDS = (
 )
 # Faults a retrying client is expected to survive; the standalone --fault-rate default.
 TRANSIENT_FAULTS = ("500", "503", "429", "drop", "truncate")
+MISBEHAVIOURS = ("think", "random", "always_y", "identical", "echo")
 
 # --------------------------------------------------------------------------- tokenizer
 
@@ -339,6 +362,23 @@ def expected_verdict(
     return "Y" if v % 1000 < yes_rate * 1000 else "N"
 
 
+def misbehaving(mode: str, kind: str, messages: Sequence[dict], contents: list[str]) -> list[str]:
+    """The answers of a misbehaving server (`MISBEHAVIOURS`) in place of `contents`."""
+    if mode == "think":
+        return ["<think>\nOkay, the user wants me to decide whether this"] * len(contents)
+    if mode == "random":
+        words = ("lorem", "ipsum", "quantum", "banana", "seventeen", "cobalt", "drift", "ledger")
+        h = hashlib.sha256(_last_user(messages).encode("utf-8", "surrogatepass")).digest()
+        return [" ".join(words[b % 8] for b in h[i % 8: i % 8 + 6]).capitalize() + "." for i in range(len(contents))]
+    if mode == "always_y":
+        return ["Y"] * len(contents) if kind == "judge" else contents
+    if mode == "identical":
+        return contents[:1] * len(contents) if kind == "generation" else contents
+    if mode == "echo":
+        return [_last_user(messages)] * len(contents)
+    raise ValueError(f"misbehave: expected one of {MISBEHAVIOURS}, got {mode!r}")
+
+
 # ------------------------------------------------------------------------- records
 
 
@@ -422,6 +462,7 @@ class LoopbackServer:
     None omits it) are plain attributes, settable at any time from any thread.
     `max_concurrent` > 0 serves at most that many chat requests at once (set it
     before start): a replica's capacity, for the scale-out tests and bench.
+    `misbehave` (one of `MISBEHAVIOURS`, or None) makes the model not do the task.
     """
 
     def __init__(
@@ -441,6 +482,10 @@ class LoopbackServer:
         prefix_cache_blocks: int = 2_000_000,
         serve_metrics: bool = True,
         max_concurrent: int = 0,
+        misbehave: str | None = None,
+        serve_tokenize: bool = True,
+        api_key: str | None = None,
+        echo_auth: bool = False,
     ) -> None:
         self.models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
         if not self.models:
@@ -458,10 +503,14 @@ class LoopbackServer:
         self.record = record
         self.prefix_cache_blocks = prefix_cache_blocks
         self.serve_metrics = serve_metrics  # False: /metrics answers 404, as a server without it
+        self.serve_tokenize = serve_tokenize  # False: /tokenize is FastAPI's 404, as a server without it
+        self.api_key = api_key  # set: every request needs "Authorization: Bearer <api_key>"
+        self.echo_auth = echo_auth  # the 401 body echoes the header it got
         # > 0: at most this many chat requests are served at once, the rest wait (a
         # GPU's batch); with `delay`, capacity is max_concurrent / delay requests/s
         self.max_concurrent = max_concurrent
         self._capacity: asyncio.Semaphore | None = None
+        self.misbehave = misbehave
 
         self.responders: list[Any] = []  # see `respond`
 
@@ -602,7 +651,7 @@ class LoopbackServer:
         return f"<LoopbackServer models={list(self.models)} {state}>"
 
     async def _astart(self) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._auth])
         app.router.add_get("/v1/models", self._h_models)
         app.router.add_get("/health", self._h_health)
         app.router.add_get("/metrics", self._h_metrics)
@@ -831,7 +880,23 @@ class LoopbackServer:
         if model not in self.models:
             raise _BadRequest(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
 
+    @web.middleware
+    async def _auth(self, request: web.Request, handler) -> web.StreamResponse:
+        if self.api_key is None:
+            return await handler(request)
+        got = request.headers.get("Authorization", "")
+        if got == f"Bearer {self.api_key}":
+            return await handler(request)
+        self._add_record(Recorded(request.path, request.method, None, 401, None, time.monotonic()))
+        if self.echo_auth:
+            return self._json(_error_payload(401, f"invalid credentials in header Authorization: {got}",
+                                             "AuthenticationError"), status=401)
+        return self._json({"error": "Unauthorized"}, status=401)
+
     async def _h_tokenize(self, request: web.Request) -> web.StreamResponse:
+        if not self.serve_tokenize:
+            self._add_record(Recorded(request.path, request.method, None, 404, None, time.monotonic()))
+            return self._json({"detail": "Not Found"}, status=404)
         return await self._serve(request, chat=False)
 
     async def _h_chat(self, request: web.Request) -> web.StreamResponse:
@@ -914,6 +979,9 @@ class LoopbackServer:
             contents = [expected_verdict(msgs, self.yes_rate, self.malformed_rate)] * n
         else:
             contents = ["OK"] * n
+        if self.misbehave and scripted is None:
+            contents = misbehaving(self.misbehave, kind, msgs, contents)
+        finish = "length" if self.misbehave == "think" else "stop"
         if fault == "few_choices":
             contents = contents[: n // 2]
         elif fault == "empty_content":
@@ -935,7 +1003,7 @@ class LoopbackServer:
             "choices": [
                 {"index": i, "message": {"role": "assistant", "content": text},
                  "logprobs": _logprobs(text) if body.get("logprobs") else None,
-                 "finish_reason": "stop", "stop_reason": None}
+                 "finish_reason": finish, "stop_reason": None}
                 for i, text in enumerate(contents)
             ],
             "usage": {
@@ -1058,13 +1126,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--malformed-rate", type=float, default=0.0)
     ap.add_argument("--slow-seconds", type=float, default=5.0)
     ap.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN)
+    ap.add_argument("--misbehave", choices=MISBEHAVIOURS, default=None, help="a model that does not do the task")
     args = ap.parse_args(argv)
 
     srv = LoopbackServer(
         args.model or ["test-model"], host=args.host, port=args.port, delay=args.delay,
         empty_rate=args.empty_rate, yes_rate=args.yes_rate, malformed_rate=args.malformed_rate,
         slow_seconds=args.slow_seconds, max_model_len=args.max_model_len, record=False,
-        max_concurrent=args.max_concurrent,
+        max_concurrent=args.max_concurrent, misbehave=args.misbehave,
     )
     if args.fault_rate > 0:
         kinds = [k.strip() for k in args.fault_kinds.split(",") if k.strip()]

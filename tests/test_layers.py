@@ -17,18 +17,22 @@ ALLOWED = {
     "kernels": set(),
     "cache": {"core.errors"},
     "core.errors": set(),
+    "core.redact": set(),  # the one redactor of server text: whatever prints or stores it may use it
     "core.formats": {"core.errors"},
-    "core.config": {"core.errors", "kernels", "core.llm"},
+    "core.config": {"core.errors", "core.redact", "kernels", "core.llm"},
     "core.inputs": {"core.errors", "core.formats", "core.config", "core.prompts", "kernels"},
     "core.prompts": {"core.errors"},
-    "core.llm": {"core.errors", "cache"},
-    "core.run": {"core.errors", "cache", "core.llm", "core.inputs"},
+    "core.llm": {"core.errors", "core.redact", "cache"},
+    "core.run": {"core.errors", "core.redact", "cache", "core.llm", "core.inputs"},
     "core.reports": {"core.errors", "core.formats", "core.inputs", "kernels"},
     "core.serving": {"core.errors", "cache"},
     "core.pipelines": {"core.errors", "core.formats", "core.config", "core.inputs", "core.prompts", "core.llm",
                        "core.run", "core.reports", "cache", "kernels"},
-    "core.cli": {"core.errors", "core.config", "core.pipelines", "core.reports", "core.serving", "core.inputs",
-                 "cache", "kernels", "core.llm"},  # llm: `route` starts the vLLM router
+    # the view reads run folders, reports and the cache; what it needs of a pipeline
+    # (a run's request keys) the cli hands it as a recall factory
+    "core.view": {"core.errors", "core.formats", "core.config", "core.inputs", "core.reports", "cache", "kernels"},
+    "core.cli": {"core.errors", "core.redact", "core.config", "core.pipelines", "core.reports", "core.serving",
+                 "core.inputs", "core.view", "cache", "kernels", "core.llm"},  # llm: `route` starts the vLLM router
 }
 
 

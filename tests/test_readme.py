@@ -44,6 +44,13 @@ def test_main_job_of_the_first_command_runs(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "kell-island" in r.stdout and (tmp_path / "demo" / "curve.png").stat().st_size > 5000
     assert (tmp_path / "demo" / "report.md").is_file()
+    # the demo names the view of its run, and the view finds the endings behind its points
+    assert f"tension-run view {tmp_path / 'demo'}" in r.stdout
+    site = tmp_path / "site"
+    v = subprocess.run([argv[0], "view", str(tmp_path / "demo"), "--export", str(site), "--endings"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert v.returncode == 0, v.stderr[-3000:]
+    assert '"cached":true' in next((site / "r0" / "endings").iterdir()).read_text()
     again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=3600, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "requests sent 0 generation, 0 judge" in again.stdout

@@ -34,11 +34,16 @@ ROOT = Path(__file__).resolve().parent.parent
 # fairplay's --base-url and --model are new names of --reader-base-url and
 # --reader-model (the same flags), so they add no entry.
 ADDED = {
-    "score": {"--judge-constraint"},  # README documented it; only a config key had it
+    "score": {"--judge-constraint",  # README documented it; only a config key had it
+              # issue 20: the answer checks (docs/reliability.md, "Degenerate answers")
+              "--no-keep-going", "--stop-after", "--stop-malformed-share", "--warn-malformed-share",
+              "--warn-constant-share", "--warn-cut-share", "--warn-identical-share"},
     "estimate": {"--judge-constraint"},  # estimate and bench take score's judging flags
     "bench": {"--judge-constraint"},
     "generate": {"--config", "--cache-max-gb"},  # as score and fairplay have them
-    "fairplay": {"--retry-seconds"},  # a FairPlayConfig field without its flag
+    "fairplay": {"--retry-seconds",  # a FairPlayConfig field without its flag
+                 "--schedule", "--ties"},  # issue 15: one reader schedule; the authors' tie rule or misses
+    "fairplay-metrics": {"--ties", "--from"},  # issue 15: the tie rule; the authors' result files as input
 }
 
 
@@ -182,7 +187,7 @@ def _fairplay_run(server, tmp_path: Path, whodunits: Path) -> Path:
     server.respond(_reader_answers)
     out = tmp_path / "fp"
     rc = main(["fairplay", str(whodunits), "--out", str(out), "--reader-base-url", server.base_url,
-               "--reader-model", "test-judge", "--k", "2", "--checkpoints", "2,4", "--cache",
+               "--reader-model", "test-judge", "--k", "2", "--schedule", "2,4", "--cache",
                str(tmp_path / "cache"), "--no-progress", "--max-plots", "0", "--resamples", "200"])
     assert rc == 0
     return out

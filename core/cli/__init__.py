@@ -1,15 +1,17 @@
 """The `tension-run` command. Each verb calls the library function of the same
 name; the cli only parses flags, prints, and chooses the exit status.
 
-Exit status: 0 all good; 1 some input or work failed (the rest was done and
-written); 2 bad usage or configuration; 130 interrupted.
+Exit status (core/errors.exit_status): 0 the run produced everything asked for;
+1 something asked for is missing (a bad record, a failed item, nothing to
+produce; the rest was done and written); 2 bad usage or configuration; 130
+interrupted.
 
     flags.py      flags built from the settings Structs; one value per flag
     messages.py   what several verbs print; the exit statuses
     score.py      score, estimate, bench        generate.py   generate
     fairplay.py   fairplay, fairplay-metrics    reports.py    metrics, report, compare
-    serve.py      serve, demo                   cache.py      cache stats
-    route.py      route
+    serve.py      serve, demo                   cache.py      cache stats, verify, recover
+    view.py       view                          route.py      route
 
 Building the parser imports no numba, numpy, scipy or aiohttp: a verb imports
 its library modules when it runs.
@@ -23,26 +25,28 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from tension.core.cli import cache, fairplay, generate, reports, route, score, serve
+from tension.core.cli import cache, fairplay, generate, reports, route, score, serve, view
 from tension.core.cli.flags import Once, Verb
-from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, print_error
 from tension.core.errors import ConfigError, TensionError
 
 __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
-VERBS: list[Verb] = [*score.VERBS, *generate.VERBS, *fairplay.VERBS, *reports.VERBS, *serve.VERBS, *route.VERBS, *cache.VERBS]
+VERBS: list[Verb] = [*score.VERBS, *generate.VERBS, *fairplay.VERBS, *reports.VERBS, *serve.VERBS, *route.VERBS,
+                     *cache.VERBS, *view.VERBS]
 # the help of the verbs that group others ("cache stats")
-GROUPS = {"cache": "inspect the LMDB cache"}
+GROUPS = {"cache": "inspect, verify and recover the LMDB cache"}
 
 EPILOG = """\
 Each command's --help lists its flags with their defaults (the papers' settings).
 
-exit status: 0 all good; 1 some input or work failed (the rest was done and
+exit status: 0 the run produced everything asked for; 1 something asked for is
+missing (a bad record, a failed item, nothing to produce; the rest was done and
 written); 2 bad usage or configuration; 130 interrupted.
 
 environment: OPENAI_API_KEY holds the API key of the servers; XDG_CACHE_HOME
-moves ~/.cache (the LMDB cache, the embedded server). OPENAI_BASE_URL is not
-read: name a server with --base-url."""
+moves ~/.cache (the LMDB cache, the embedded server); OPENAI_BASE_URL names the
+server when no --base-url is given (before a running embedded server)."""
 
 
 class _Version(argparse.Action):
@@ -110,10 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print_error(e)
         return EXIT_USAGE
     except TensionError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print_error(e)
         return EXIT_FAILED
     except OSError as e:
         where = f" ({e.filename})" if e.filename else ""

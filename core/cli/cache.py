@@ -1,18 +1,25 @@
-"""`cache stats`: what the LMDB cache holds."""
+"""`cache stats`, `cache verify`, `cache recover`: what the LMDB cache holds, whether
+every record of it is readable, and a new cache of the readable ones."""
 
 from __future__ import annotations
 
-from tension.core.cli.flags import Verb
-from tension.core.cli.messages import EXIT_OK
+import sys
+from pathlib import Path
 
-__all__ = ["VERBS", "cmd_cache_stats"]
+from tension.core.cli.flags import Verb
+from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
+from tension.core.errors import ConfigError
+
+__all__ = ["VERBS", "cmd_cache_stats", "cmd_cache_verify", "cmd_cache_recover"]
+
+MAX_LISTED = 100  # bad records and pages listed one by one; the rest are counted
 
 
 def cmd_cache_stats(args) -> int:
     """Entries and bytes per database of the cache, and the last run's hits."""
     from tension.cache.store import Store, default_path
 
-    path = args.cache or default_path()
+    path = _existing(args.cache or default_path())
     with Store(path, readonly=False) as store:
         stats = store.stats()
         last = store.last_run_counts()
@@ -27,9 +34,101 @@ def cmd_cache_stats(args) -> int:
     return EXIT_OK
 
 
+def cmd_cache_verify(args) -> int:
+    """Read and decode every record of the cache and report per database: good
+    records, how many carry a checksum, bad ones (with their keys), damaged pages.
+
+    The cache is only read, and without LMDB, so a truncated or damaged file
+    cannot crash the check. Exit status: 0 every record is good; 1 something is
+    damaged (`cache recover` copies what is readable); 2 no cache there."""
+    from tension.cache.pages import PageError
+    from tension.cache.store import default_path
+    from tension.cache.verify import verify
+
+    path = _existing(args.path or default_path())
+    try:
+        report = verify(path)
+    except PageError as e:
+        print(f"error: the cache at {path} is not readable at all: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    _print_report(report)
+    if report.sound:
+        print(f"the cache at {path} is sound: every record was read and decoded")
+        return EXIT_OK
+    print(f"error: the cache at {path} is damaged; copy what is readable into a new cache with\n"
+          f"  tension-run cache recover {path} NEW\nand rerun with --cache NEW (what was lost is asked again)",
+          file=sys.stderr)
+    return EXIT_FAILED
+
+
+def cmd_cache_recover(args) -> int:
+    """Copy every readable record of the cache SRC into a new cache DST, each with a
+    checksum; SRC is only read, never changed.
+
+    Reads what the databases reach and also the pages none reaches any more (under
+    a damaged page), so every good record is kept. DST must not exist (or be an
+    empty folder). Rerun with --cache DST: what was lost is asked again."""
+    from tension.cache.pages import PageError
+    from tension.cache.verify import recover
+
+    src = _existing(Path(args.src))
+    try:
+        report = recover(src, args.dst)
+    except FileExistsError as e:
+        raise ConfigError(f"cache recover: {e}") from None
+    except PageError as e:
+        print(f"error: the cache at {src} is not readable at all: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    _print_report(report)
+    written = sum(report.written.values())
+    print(f"recovered {written} records into {args.dst}: "
+          + ", ".join(f"{n} {db}" for db, n in report.written.items())
+          + f"; left behind: {len(report.bad)} bad records, {len(report.pages)} damaged pages (a run asks "
+          "again for what they held)")
+    return EXIT_OK
+
+
+def _existing(path) -> Path:
+    """The cache folder `path`, which must hold a cache: looking never creates one."""
+    path = Path(path)
+    if not (path / "data.mdb").is_file():
+        raise ConfigError(f"no cache at {path} (no data.mdb in it)")
+    return path
+
+
+def _print_report(report) -> None:
+    print(f"cache {report.path}: data.mdb {report.file_bytes:,} bytes")
+    if report.problem:
+        print(f"problem: {report.problem}")
+    print(f"{'database':<10} {'good':>10} {'checksummed':>12} {'bad':>8}")
+    for name, db in report.databases.items():
+        print(f"{name:<10} {db.records:>10} {db.checked:>12} {db.bad:>8}")
+    for bad in report.bad[:MAX_LISTED]:
+        print(f"bad record: {bad.database} {bad.key}: {bad.reason}")
+    for p in report.pages[:MAX_LISTED]:
+        after = f" (after key {p.after})" if p.after else ""
+        print(f"damaged page: {p.database} page {p.page}{after}: {p.reason}")
+    more = max(0, len(report.bad) - MAX_LISTED) + max(0, len(report.pages) - MAX_LISTED)
+    if more:
+        print(f"… and {more} more bad records or pages")
+    if report.unreached:
+        print(f"{report.unreached} good records found in pages no database reaches (recover keeps them)")
+
+
 def _stats_flags(p) -> None:
     p.add_argument("--cache", metavar="PATH", help="LMDB cache folder (default: ~/.cache/tension-run/llm.lmdb)")
 
 
-VERBS = [Verb("cache stats", cmd_cache_stats, _stats_flags, (), frozenset({"cache"}),
-              "environment: XDG_CACHE_HOME moves ~/.cache, where the default cache is.")]
+def _verify_flags(p) -> None:
+    p.add_argument("path", nargs="?", metavar="PATH", help="LMDB cache folder (default: ~/.cache/tension-run/llm.lmdb)")
+
+
+def _recover_flags(p) -> None:
+    p.add_argument("src", metavar="SRC", help="the damaged cache folder (only read)")
+    p.add_argument("dst", metavar="DST", help="the new cache folder (must not exist, or be empty)")
+
+
+_ENV = "environment: XDG_CACHE_HOME moves ~/.cache, where the default cache is."
+VERBS = [Verb("cache stats", cmd_cache_stats, _stats_flags, (), frozenset({"cache"}), _ENV),
+         Verb("cache verify", cmd_cache_verify, _verify_flags, (), frozenset({"path"}), _ENV),
+         Verb("cache recover", cmd_cache_recover, _recover_flags, (), frozenset({"src", "dst"}))]

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import sys
 
-from tension.core.cli.flags import (SERVER_ENV, OnceBool, Verb, add_bootstrap_flags, add_settings_flags,
+from tension.core.cli.flags import (SERVER_ENV, Once, OnceBool, Verb, add_bootstrap_flags, add_settings_flags,
                                     group_for, overrides)
-from tension.core.cli.messages import EXIT_FAILED, print_errors, print_fairplay_summary, print_stopped
+from tension.core.cli.messages import (EXIT_FAILED, print_answer_warnings, print_errors, print_fairplay_summary,
+                                      print_stopped)
 from tension.core.config.fairplay import FairPlayConfig
 from tension.core.errors import ConfigError
 from tension.kernels.settings import FAIRPLAY_GROUP, FairPlaySettings
@@ -22,7 +23,7 @@ def cmd_fairplay_metrics(args) -> int:
     options = _metrics_options(args)
     summary = fairplay_metrics(args.readers, args.out, actual_csv=args.actual, settings=options["settings"],
                                max_plots=args.max_plots, n_resamples=args.resamples, seed=args.seed,
-                               progress=args.progress)
+                               progress=args.progress, source=args.source)
     return print_fairplay_summary(summary)
 
 
@@ -39,8 +40,8 @@ def cmd_fairplay(args) -> int:
     fallback = {}
     if not explicit:
         emb = embedded_fallback()
-        fallback = {"base_url": emb["base_url"], "reader_model": emb["model"]} if emb else {}
-    cfg = load_fairplay_config(args.config, overrides(args, FairPlayConfig, parse={"checkpoints": _checkpoints}),
+        fallback = {"base_url": emb["base_url"], "reader_model": emb.get("model")} if emb else {}
+    cfg = load_fairplay_config(args.config, overrides(args, FairPlayConfig, parse={"previous_stories": _counts}),
                                fallback=fallback)
     summary = fairplay(cfg, args.stories, args.out, _metrics_options(args))
     print_errors(summary.input_errors)
@@ -50,6 +51,7 @@ def cmd_fairplay(args) -> int:
               f"stories ({', '.join(failed[:5])}{', ...' if len(failed) > 5 else ''}); "
               f"they are null in readers.jsonl, the reasons in its `failures` and in fairplay_run.json",
               file=sys.stderr)
+    print_answer_warnings(summary.warnings)
     req = summary.requests
     print(f"{summary.stories} stories; requests sent: {req.get('reader', 0)} reader, {req.get('generation', 0)} "
           f"generation, {req.get('judge', 0)} judge; cache hits: "
@@ -64,11 +66,11 @@ def cmd_fairplay(args) -> int:
     return code
 
 
-def _checkpoints(text: str) -> int | list[int]:
+def _counts(text: str) -> int | list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()] if "," in text else int(text)
     except ValueError:
-        raise ConfigError(f"--checkpoints: expected a count or comma-separated paragraphs, got {text!r}") from None
+        raise ConfigError(f"--previous-stories: expected a count or comma-separated counts, got {text!r}") from None
 
 
 def _metrics_options(args) -> dict:
@@ -94,10 +96,15 @@ def _metric_flags(p) -> None:
 
 
 def _fairplay_metrics_flags(p) -> None:
-    p.add_argument("readers", metavar="READERS.jsonl|RUN_DIR",
+    p.add_argument("readers", metavar="READERS.jsonl|RUN_DIR|AUTHORS_DIR",
                    help='one story per line: {"id", "group"?, "suspects", "culprit", "distractor"?, '
-                        '"revelation"?, "L", "readers": {"gullible": [[p…] or null, …], …}}; '
-                        "or the folder of a fairplay run (its readers.jsonl)")
+                        '"revelation"?, "L"?, "readers": {"gullible": [[p…] or null, …], …}}; '
+                        "or the folder of a fairplay run (its readers.jsonl); with --from authors, the folder of "
+                        "the fair-play authors' result files (results/for eval2 of their repository)")
+    p.add_argument("--from", dest="source", action=Once, choices=("readers", "authors"), default="readers",
+                   metavar="readers|authors",
+                   help="readers: READERS.jsonl or a fairplay run folder; authors: the fair-play authors' "
+                        "published result files (docs/fairplay.md, 'Reproducing the paper') (default: readers)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="folder for stories.csv, steps.jsonl, groups.csv/md, curves.csv, distributions.jsonl, plots/")
     add_settings_flags(p, FairPlayConfig, ["actual"])
@@ -120,5 +127,5 @@ VERBS = [
     Verb("fairplay", cmd_fairplay, _fairplay_flags, (FairPlayConfig, FairPlaySettings),
          frozenset({"stories", "out", "config"}) | _METRIC_FLAGS, SERVER_ENV),
     Verb("fairplay-metrics", cmd_fairplay_metrics, _fairplay_metrics_flags, (FairPlaySettings,),
-         frozenset({"readers", "out", "actual", "progress"}) | _METRIC_FLAGS),
+         frozenset({"readers", "out", "actual", "progress", "source"}) | _METRIC_FLAGS),
 ]

@@ -22,7 +22,8 @@ from tension.core.config import FairPlayConfig, ScoreConfig
 from tension.kernels.settings import FairPlaySettings
 
 __all__ = ["Verb", "Once", "OnceBool", "FlagSpec", "CONFIG_ONLY", "SERVER_ENV", "flag_specs", "fields_in",
-           "add_settings_flags", "overrides", "float_list", "group_for", "add_bootstrap_flags"]
+           "add_settings_flags", "overrides", "float_list", "group_for", "add_bootstrap_flags", "count",
+           "EMPTY_ALLOWED"]
 
 _API_KEY_REASON = ("a secret: the OPENAI_API_KEY environment variable or the config file, never the command "
                    "line (shell history, ps)")
@@ -40,7 +41,8 @@ CONFIG_ONLY: dict[type, dict[str, str]] = {
 # The environment variables a verb that talks to a server reads, for its --help.
 SERVER_ENV = ("environment: OPENAI_API_KEY holds the API key (sent as a bearer token, never written to logs, "
               "outputs or the cache); XDG_CACHE_HOME moves ~/.cache, which holds the LMDB cache and the embedded "
-              "server. OPENAI_BASE_URL is not read: name the server with --base-url.")
+              "server. OPENAI_BASE_URL names the server when no --base-url is given (before a running "
+              "embedded server).")
 
 
 class Verb(msgspec.Struct, frozen=True):
@@ -57,12 +59,37 @@ class Verb(msgspec.Struct, frozen=True):
     epilog: str | None = None
 
 
+# Flags whose empty value means something: "" clears a config file's system prompt.
+EMPTY_ALLOWED = frozenset({"system"})
+
+
 class Once(argparse.Action):
-    """Stores a flag's value; a second one is a usage error naming the flag."""
+    """Stores a flag's value; a second one is a usage error naming the flag, and so
+    is an empty one (`--out ""` would write into the current folder, a path "" names
+    no file; EMPTY_ALLOWED lists the exceptions)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
+        if isinstance(values, str) and not values.strip() and self.dest not in EMPTY_ALLOWED:
+            raise argparse.ArgumentError(self, f"expected a value, got {values!r}")
         _first_time(self, namespace, values)
         setattr(namespace, self.dest, values)
+
+
+def count(minimum: int = 0) -> Callable[[str], int]:
+    """An argparse type: an integer >= `minimum` (a negative count is a usage
+    error at parse time, never a traceback or a silent no-op later)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "int"  # argparse names the type in its messages; the snapshots read it
+    return parse
 
 
 class OnceBool(argparse.BooleanOptionalAction):
@@ -224,5 +251,5 @@ def overrides(args: argparse.Namespace, struct: type,
 
 def add_bootstrap_flags(g) -> None:
     """--resamples and --seed of the bootstrap intervals (report, compare, the fair-play metrics)."""
-    g.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default: %(default)s)")
+    g.add_argument("--resamples", type=count(0), default=10_000, help="bootstrap resamples (default: %(default)s)")
     g.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")

@@ -5,14 +5,15 @@ from __future__ import annotations
 import sys
 
 from tension.core.cli.flags import Verb, add_settings_flags, overrides
-from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_errors, print_stopped
+from tension.core.cli.messages import EXIT_FAILED, print_answer_warnings, print_errors, print_stopped
 from tension.core.config.generate import GenerateConfig
 
 __all__ = ["VERBS", "cmd_generate"]
 
 ENV = ("environment: the variable --api-key-env names (default OPENAI_API_KEY) holds the API key (sent as a "
        "bearer token, never written to logs, outputs or the cache); XDG_CACHE_HOME moves ~/.cache, which holds "
-       "the LMDB cache and the embedded server. OPENAI_BASE_URL is not read: name the server with --base-url.")
+       "the LMDB cache and the embedded server. OPENAI_BASE_URL names the server when no --base-url is "
+       "given (before a running embedded server).")
 
 
 def cmd_generate(args) -> int:
@@ -25,32 +26,34 @@ def cmd_generate(args) -> int:
     (beats adapted to the idea) → Step 2; whodunit = L paragraphs, the last
     revealing the culprit (fairplay input).
     Settings: defaults (the paper's) < --config file < flags."""
+    from tension.core.cli.score import unnamed_server
     from tension.core.config import config_file_keys, load_settings
     from tension.core.pipelines.generate import generate
-    from tension.core.serving.embedded import running_state
 
     fallback = {}
     explicit = args.base_url is not None or "base_url" in config_file_keys(args.config)
-    if not explicit and (st := running_state()) is not None:
-        print(f"using the embedded server at {st.url} (model {st.model}); pass --base-url to use another server",
-              file=sys.stderr)
-        fallback = {"base_url": st.url, "model": st.model}
+    if not explicit:
+        url, st = unnamed_server()
+        fallback = {"base_url": st.url, "model": st.model} if st is not None else {"base_url": url} if url else {}
     cfg = load_settings(GenerateConfig, args.config, overrides(args, GenerateConfig), fallback)
     summary = generate(cfg, args.ideas, args.out)
     print_errors(summary.input_errors)
     for f in summary.failures:
         print(f"error: idea {f.id!r} failed at {f.stage}: {f.error}", file=sys.stderr)
+    print_answer_warnings(summary.warnings)
     print(f"{summary.stories} of {summary.ideas} ideas generated ({summary.mode}, model {summary.model}); "
           f"requests sent: {summary.requests}; cache hits: {summary.cache_hits}")
     if summary.status == "failed":
         print_stopped(summary.error, "answers are")
         return EXIT_FAILED
+    if not summary.stories:
+        print(f"error: no idea could be generated; {summary.out} was not written", file=sys.stderr)
+        return summary.exit_status
     print(f"written: {summary.out}")
     if summary.input_errors or summary.failures:
         print(f"{len(summary.input_errors) + len(summary.failures)} ideas failed (see above); "
               "the others were generated", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+    return summary.exit_status
 
 
 def _generate_flags(p) -> None:

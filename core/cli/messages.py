@@ -6,30 +6,48 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED", "print_errors", "print_stopped",
-           "print_replica_events", "print_fairplay_summary"]
+from tension.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED", "print_errors", "print_error", "print_stopped",
+           "print_replica_events", "print_fairplay_summary", "print_answer_warnings"]
+
 
 
 def print_errors(errors: Iterable[object]) -> None:
     for e in errors:
-        print(f"error: {e}", file=sys.stderr)
+        print_error(e)
+
+
+def print_error(error: object) -> None:
+    """One error line on stderr, redacted (core/redact.py): server text may be in it."""
+    from tension.core.redact import redact
+
+    print(f"error: {redact(str(error))}", file=sys.stderr)
 
 
 def print_stopped(error: str | None, kept: str) -> None:
-    """A run that stopped on an error: the error, and that a rerun continues.
-    ``kept`` says what the cache holds ("work is", "answers are")."""
-    print(f"error: {error}\nCompleted {kept} in the cache; rerun the same command to continue where this run "
-          "stopped.", file=sys.stderr)
+    """A run that stopped on an error during its work: the error, and that the same
+    command continues once the cause is gone. Errors no rerun can cure (a refused
+    key, a missing model or endpoint, bad settings) are ConfigErrors and end with
+    exit status 2 before this is reached. ``kept`` says what the cache holds
+    ("work is", "answers are")."""
+    print_error(error)
+    print(f"Completed {kept} in the cache; once the cause above is gone (the server answers again, the disk "
+          "has space), rerun the same command to continue where this run stopped.", file=sys.stderr)
+
+
+def print_answer_warnings(warnings) -> None:
+    """The run's degenerate-answer warnings (core/reports/answer_warnings.py), one line each."""
+    if warnings:
+        from tension.core.reports.answer_warnings import warning_text
+
+        for w in warnings:
+            print(f"warning: {warning_text(w)}", file=sys.stderr)
 
 
 def print_replica_events(summary) -> None:
-    for event in summary.replica_events:
-        print(f"warning: {event}", file=sys.stderr)
+    """The requests each replica answered; the events themselves (taken out,
+    re-admitted) were told on stderr when they happened."""
     for role, figs in summary.replicas.items():
         if len(figs) > 1:
             print(f"{role} servers: " + ", ".join(

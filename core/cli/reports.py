@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from tension.core.cli.flags import Verb, add_bootstrap_flags, add_settings_flags
+from tension.core.cli.flags import Verb, add_bootstrap_flags, add_settings_flags, count
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_errors
+from tension.core.errors import exit_status
 from tension.kernels.settings import CurveSettings
 
 __all__ = ["VERBS", "cmd_metrics", "cmd_report", "cmd_compare"]
@@ -21,8 +22,9 @@ def cmd_metrics(args) -> int:
     print(f"\n{len(result.curves)} stories -> {args.out}/stories.csv, {args.out}/groups.csv")
     if result.errors:
         print(f"{len(result.errors)} line(s) failed; see the errors above", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+    elif not result.curves:
+        print(f"error: {args.curves}: no curve to compute", file=sys.stderr)
+    return exit_status("complete", len(result.curves), len(result.errors))
 
 
 def cmd_report(args) -> int:
@@ -70,7 +72,7 @@ def _metrics_flags(p) -> None:
 
 def _report_flags(p) -> None:
     p.add_argument("run", metavar="RUN_DIR", help="the --out folder of a score run")
-    p.add_argument("--max-curves", type=int, default=50,
+    p.add_argument("--max-curves", type=count(0), default=50,
                    help="curve figures for at most this many stories (default: %(default)s)")
     p.add_argument("--gpu-hour-usd", type=float, default=None, help="price of a GPU-hour, for the cost line")
     add_bootstrap_flags(p)

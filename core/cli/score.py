@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 
 from tension.core.cli.flags import (SERVER_ENV, Verb, add_settings_flags, fields_in, group_for, overrides)
-from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_errors, print_replica_events, print_stopped
+from tension.core.cli.messages import (EXIT_FAILED, EXIT_OK, print_answer_warnings, print_errors, print_replica_events,
+                                      print_stopped)
 from tension.core.config.score import CONCURRENCY, CORPUS, ENDINGS, JUDGING, SERVERS, ScoreConfig
 
-__all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench", "server_config", "embedded_fallback"]
+__all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench", "server_config", "embedded_fallback", "unnamed_server"]
 
 CORPUS_HELP = "JSON Lines (id, text, group?, …) or a folder of .txt files"
 
@@ -33,21 +34,30 @@ def cmd_score(args) -> int:
               "their prompt would not fit the generation model's context ("
               + ", ".join(f"{k}: {v}" for k, v in summary.too_long.items()) + ")", file=sys.stderr)
     print_replica_events(summary)
+    print_answer_warnings(summary.warnings)
     req = summary.requests
     print(f"{summary.stories} stories ({summary.skipped} skipped by the word filter), "
           f"{summary.positions} positions; requests sent: {req.get('generation', 0)} generation, "
           f"{req.get('judge', 0)} judge, {req.get('tokenize', 0)} tokenize; cache hits: "
           + ", ".join(f"{v} {k}" for k, v in summary.cache_hits.items()))
     if summary.status == "failed":
-        print_stopped(summary.error, "work is")
+        from tension.core.pipelines.score.watch import STOP_PREFIX
+
+        if summary.error.startswith(STOP_PREFIX):  # the early stop: the same command would stop again
+            print(f"error: {summary.error}", file=sys.stderr)
+        else:
+            print_stopped(summary.error, "work is")
         return EXIT_FAILED
     print(f"outputs in {summary.out}: positions.jsonl, stories.csv, groups.csv, run.json")
     n_bad = len(summary.input_errors) + len(summary.failures)
+    scored = summary.stories - len(summary.failures)
     if n_bad:
-        rest = "the others were scored" if summary.stories > len(summary.failures) else "no story could be scored"
+        rest = "the others were scored" if scored else "no story could be scored"
         print(f"{n_bad} stories failed (see above); {rest}", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+    elif not scored:
+        print(f"error: no story to score ({summary.skipped} skipped by the word filter, see above)",
+              file=sys.stderr)
+    return summary.exit_status
 
 
 def cmd_estimate(args) -> int:
@@ -109,17 +119,36 @@ def server_config(args) -> ScoreConfig:
 
 
 def embedded_fallback() -> dict:
-    """With no --base-url, a running embedded server (`tension-run serve --embedded`)
-    is the default, with its model and the embedded profile's settings."""
-    from tension.core.serving.embedded import running_state
+    """With no --base-url, the server `unnamed_server` finds; a running embedded
+    server (`tension-run serve --embedded`) with its model and the embedded
+    profile's settings."""
     from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
 
-    st = running_state()
+    url, st = unnamed_server("with the embedded profile settings")
     if st is None:
-        return {}
-    print(f"using the embedded server at {st.url} (model {st.model}) with the embedded profile settings; "
-          "pass --base-url to use another server", file=sys.stderr)
+        return {} if url is None else {"base_url": url}
     return {**EMBEDDED_SCORE_SETTINGS, "base_url": st.url, "model": st.model}
+
+
+def unnamed_server(embedded_note: str = ""):
+    """The server when no --base-url is named, said on stderr: (OPENAI_BASE_URL's
+    URL, None); else (None, the running embedded server's state); else (None, None)
+    for the settings' default URL."""
+    from tension.core.config.settings import BASE_URL_ENV, DEFAULT_BASE_URL, env_base_url
+    from tension.core.redact import redact
+    from tension.core.serving.embedded import running_state
+
+    if (url := env_base_url()) is not None:
+        print(f"using the server {BASE_URL_ENV} names, {redact(url)}; pass --base-url to use another",
+              file=sys.stderr)
+        return url, None
+    if (st := running_state()) is not None:
+        print(f"using the embedded server at {st.url} (model {st.model})" + (f" {embedded_note}" if embedded_note
+              else "") + "; pass --base-url to use another server", file=sys.stderr)
+        return None, st
+    print(f"no server named (--base-url, {BASE_URL_ENV}, a running embedded server): using {DEFAULT_BASE_URL}",
+          file=sys.stderr)
+    return None, None
 
 
 def _score_flags(p) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tension.core.cli.flags import OnceBool, Verb, group_for
-from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
+from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_answer_warnings
 from tension.core.errors import ConfigError
 
 __all__ = ["VERBS", "cmd_serve", "cmd_demo", "EMBEDDED_FLAGS"]
@@ -149,10 +149,15 @@ def cmd_demo(args) -> int:
     for c in curves:
         curve_figure(png, c.id, c.x, c.y, cfg.curve_settings(), title=f"{c.id}: no-rate over the story")
     print((Path(args.out) / "stories.csv").read_text())
+    print_answer_warnings(summary.warnings)
+    from tension.core.reports.answer_warnings import DEMO_CAVEAT
+
+    print(DEMO_CAVEAT, file=sys.stderr)
     req = summary.requests
     print(f"{summary.positions} positions; requests sent {req.get('generation', 0)} generation, "
           f"{req.get('judge', 0)} judge (0 means everything came from the cache)")
     print(f"outputs: {args.out}/ (report.md, positions.jsonl, stories.csv, run.json); curve: {png}")
+    print(f"see the story, its curve and the endings behind each point: tension-run view {shlex.quote(str(args.out))}")
     return EXIT_OK
 
 

@@ -11,7 +11,8 @@ from typing import Annotated, Any
 from tension.core.config.settings import (CONCURRENCY, SERVERS, ApiKey, CacheMaxGB, CachePath, Progress,
                                           ReasoningOff, Retries, RetrySeconds, Settings, Timeout, flag, load_settings)
 
-__all__ = ["READERS", "SEGMENT_RULES", "KNOW_IT_ALL_CULPRIT", "FairPlayConfig", "load_fairplay_config"]
+__all__ = ["READERS", "SEGMENT_RULES", "KNOW_IT_ALL_CULPRIT", "FairPlayConfig", "experienced_readers",
+           "load_fairplay_config"]
 
 READERS = ("gullible", "experienced", "know_it_all")
 SEGMENT_RULES = ("paragraphs", "sentences")
@@ -31,7 +32,7 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     # --reader-base-url and --reader-model, their first names, stay as aliases.
     base_url: Annotated[str, flag(
         "the readers' server root", SERVERS, flag="base-url", aliases=("reader-base-url",), metavar="URL",
-        dest="reader_base_url", default="the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
+        dest="reader_base_url", default="OPENAI_BASE_URL, else the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
     reader_model: Annotated[str | None, flag("reader model id (default: the first the server lists)", SERVERS,
                                              flag="model", aliases=("reader-model",), metavar="MODEL")] = None
     judge_base_url: Annotated[str | None, flag(
@@ -49,11 +50,13 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     readers: Annotated[tuple[str, ...], flag("comma-separated: gullible,experienced,know_it_all",
                                              READING)] = READERS
     k: Annotated[int, flag("know-it-all continuations per checkpoint (paper: 20)", READING)] = 20
-    checkpoints: Annotated[int | list[int], flag(
-        "know-it-all checkpoints: a count spread over paragraphs 3..L-4 (paper: 19) or a list like 3,12,21",
-        READING)] = 19
-    previous_stories: Annotated[int, flag("experienced reader: earlier stories of the same generator shown to it",
-                                          READING)] = 0
+    schedule: Annotated[str, flag(
+        "paragraphs every reader (the know-it-all's checkpoints too) is asked at: authors (the paper's 19 of 25: "
+        "1,3,...,11,13...25; docs/fairplay.md gives other L), all, or a list like 1,5,9", READING,
+        metavar="authors|all|I,J,...")] = "authors"
+    previous_stories: Annotated[int | list[int], flag(
+        "experienced reader: earlier stories of the same generator shown to it; a list like 0,3,9 runs one "
+        "experienced reader per count (experienced_0, experienced_3, ...)", READING, metavar="N|N,M,...")] = 0
     know_it_all_culprit: Annotated[str, flag(
         "blind: continuations are not told the culprit; given: the generator prompt names it", READING,
         metavar="blind|given")] = "blind"
@@ -111,12 +114,11 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         bad = [r for r in self.readers if r not in READERS]
         check(bool(self.readers) and not bad, "readers", f"a comma-separated subset of {','.join(READERS)}")
         check(self.k >= 1, "k", "an integer >= 1")
-        if isinstance(self.checkpoints, int):
-            check(self.checkpoints >= 1, "checkpoints", "a count >= 1 or a list of paragraphs")
-        else:
-            check(bool(self.checkpoints) and all(c >= 1 for c in self.checkpoints), "checkpoints",
-                  "paragraph numbers >= 1")
-        check(self.previous_stories >= 0, "previous_stories", "an integer >= 0")
+        check(self.schedule in ("authors", "all") or _paragraph_list(self.schedule), "schedule",
+              "'authors', 'all' or comma-separated paragraph numbers >= 1")
+        counts = self.previous_stories if isinstance(self.previous_stories, list) else [self.previous_stories]
+        check(bool(counts) and all(n >= 0 for n in counts) and len(set(counts)) == len(counts), "previous_stories",
+              "an integer >= 0 or a list of different ones")
         check(self.know_it_all_culprit in KNOW_IT_ALL_CULPRIT, "know_it_all_culprit", "'blind' or 'given'")
         check(self.reader_constraint in ("none", "json"), "reader_constraint", "'none' or 'json'")
         for name in ("reader_temperature", "judge_temperature", "retry_temperature"):
@@ -133,6 +135,19 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         for name in ("base_url", "judge_base_url", "generator_base_url"):
             v = getattr(self, name)
             check(v is None or v.startswith(("http://", "https://")), name, "an http(s) URL")
+
+
+def _paragraph_list(text: str) -> bool:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    return bool(parts) and all(p.isdigit() and int(p) >= 1 for p in parts)
+
+
+def experienced_readers(cfg: FairPlayConfig) -> dict[str, int]:
+    """The experienced readers of a run and how many previous stories each sees:
+    {"experienced": N} for one count, {"experienced_N": N, …} for a list."""
+    if isinstance(cfg.previous_stories, int):
+        return {"experienced": cfg.previous_stories}
+    return {f"experienced_{n}": n for n in cfg.previous_stories}
 
 
 def load_fairplay_config(path: str | os.PathLike | None, overrides: dict[str, Any],

@@ -35,7 +35,7 @@ class GenerateConfig(Settings, kw_only=True, forbid_unknown_fields=True):
                               "paragraph (paper 003)", PIPELINE, choices=MODES)] = "full"
     # servers
     base_url: Annotated[str, flag("server root; any OpenAI-compatible endpoint", SERVERS, metavar="URL",
-                                  default="the running embedded server, else http://127.0.0.1:8000")
+                                  default="OPENAI_BASE_URL, else the running embedded server, else http://127.0.0.1:8000")
                         ] = "http://127.0.0.1:8000"
     model: Annotated[str | None, flag("model id (default: the first the server lists)", SERVERS)] = None
     api_key_env: Annotated[str, flag("environment variable holding the API key", SERVERS,

@@ -21,6 +21,7 @@ __all__ = ["ScoreConfig", "load_config", "config_file_keys", "make_curve_setting
 ENDINGS = "endings (paper 000, App. C.4)"
 JUDGING = "judging (paper 000, App. C.5)"
 CORPUS = "corpus and positions (paper 000, App. C.2-C.3)"
+CHECKS = "answer checks (docs/reliability.md, Degenerate answers)"
 
 # A URL, several comma-separated, or (config file) a list of URLs or of {url, weight}
 # tables: replicas of one role (core/llm/replicas.py)
@@ -33,7 +34,7 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     base_url: Annotated[URLs, flag(
         "generation server root, e.g. http://127.0.0.1:8000; several comma-separated are replicas (a story's "
         "requests stay on one; docs/scale-out.md)", SERVERS, metavar="URL",
-        default="the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
+        default="OPENAI_BASE_URL, else the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
     model: Annotated[str | None, flag(
         "generation model id (default: the first the server lists; giving it lets a fully cached rerun send "
         "nothing)", SERVERS)] = None
@@ -48,8 +49,10 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     temperature: Annotated[float, flag("sampling temperature of the endings", ENDINGS)] = 1.2
     top_p: Annotated[float, flag("nucleus sampling of the endings", ENDINGS)] = 0.95
     max_tokens: Annotated[int, flag("longest ending, in tokens", ENDINGS)] = 150
-    seed: Annotated[int | None, flag("sampling seed sent with every generation request (default: none)",
-                                     ENDINGS)] = None
+    seed: Annotated[int | None, flag(
+        "sampling seed sent with every generation request. Give it for reproducible runs: seeded, a run "
+        "through faults, retries, kills and resumes is byte-identical to a clean one; unseeded, vLLM samples "
+        "a retried request anew (default: none)", ENDINGS)] = None
     # judging (000, App. C.5)
     judge_temperature: Annotated[float, flag("judge temperature", JUDGING)] = 0.0
     judge_max_tokens: Annotated[int, flag("longest verdict, in tokens", JUDGING)] = 10
@@ -79,6 +82,25 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     shard: Annotated[str | None, flag(
         "I/N: score only shard I (0-based) of N of the stories; N processes sharing one --cache split a "
         "corpus, then a run without --shard writes the full outputs from the cache", CONCURRENCY)] = None
+    # answer checks: when the models are not doing the task (core/pipelines/score/watch.py)
+    keep_going: Annotated[bool, flag(
+        "score on when the first verdicts show that the judge is not answering Y or N (see --stop-after)",
+        CHECKS)] = False
+    stop_after: Annotated[int, flag(
+        "the early stop decides once this many verdicts are in, and again at every position after", CHECKS)] = 200
+    stop_malformed_share: Annotated[float, flag(
+        "stop early when at least this share of the verdicts so far is neither Y nor N", CHECKS)] = 0.8
+    warn_malformed_share: Annotated[float, flag(
+        "warn at the end when more than this share of the verdicts is malformed or empty, of the endings is "
+        "empty, or looks like a reasoning trace", CHECKS)] = 0.05
+    warn_constant_share: Annotated[float, flag(
+        "warn when the judge gives one letter to at least this share of the run's verdicts, or of a story's",
+        CHECKS)] = 0.98
+    warn_cut_share: Annotated[float, flag("warn when more than this share of the endings is cut at --max-tokens",
+                                          CHECKS)] = 0.5
+    warn_identical_share: Annotated[float, flag(
+        "warn when more than this share of the positions has n identical endings (temperature or seed not "
+        "honoured)", CHECKS)] = 0.1
     # reliability
     timeout: Timeout = 600.0
     retries: Retries = 8
@@ -119,6 +141,10 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         check(self.judge_constraint in ("none", "choice", "logprobs"), "judge_constraint",
               "'none', 'choice' or 'logprobs'")
         check(self.judge_temperature >= 0, "judge_temperature", "a number >= 0")
+        check(self.stop_after >= 1, "stop_after", "an integer >= 1")
+        for share in ("stop_malformed_share", "warn_malformed_share", "warn_constant_share", "warn_cut_share",
+                      "warn_identical_share"):
+            check(0.0 <= getattr(self, share) <= 1.0, share, "a share in [0, 1]")
         self.generation_replicas()  # each raises a ConfigError naming the bad entry
         self.shard_spec()
         self.judge_replicas()

@@ -12,12 +12,18 @@ from typing import Annotated, Any, ClassVar, TypeVar
 import msgspec
 
 from tension.core.errors import ConfigError
+from tension.core.redact import redact
 
-__all__ = ["API_KEY_ENV", "Settings", "flag", "public", "load_settings", "read_config_file", "config_file_keys",
+__all__ = ["API_KEY_ENV", "BASE_URL_ENV", "DEFAULT_BASE_URL", "env_base_url", "Settings", "flag", "public", "load_settings", "read_config_file", "config_file_keys",
            "build_settings", "SERVERS", "CONCURRENCY", "OUTPUTS", "ApiKey", "ReasoningOff", "Timeout", "Retries",
            "RetrySeconds", "CachePath", "CacheMaxGB", "Progress"]
 
 API_KEY_ENV = "OPENAI_API_KEY"
+# The server when none is named (--base-url, a config file's base_url): this
+# variable, as the openai SDK reads it (a trailing /v1 is dropped), else a running
+# embedded server, else DEFAULT_BASE_URL; the CLI says which on stderr.
+BASE_URL_ENV = "OPENAI_BASE_URL"
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -73,11 +79,19 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return public(self)
 
 
+def env_base_url() -> str | None:
+    """The server OPENAI_BASE_URL names, or None when it is unset or empty."""
+    return os.environ.get(BASE_URL_ENV, "").strip() or None
+
+
 def public(cfg: Settings) -> dict[str, Any]:
-    """The settings as a run record keeps them: plain data, and for the API key only
-    whether one is set, never its value."""
+    """The settings as a run record keeps them: plain data, for the API key only
+    whether one is set, never its value, and server URLs without a password
+    (``http://user:***@host``)."""
     d = msgspec.to_builtins(cfg)
     d["api_key"] = "(set)" if cfg.resolved_api_key() else None
+    for k in [k for k in d if k.endswith("base_url")]:
+        d[k] = msgspec.json.decode(redact(msgspec.json.encode(d[k]).decode()))
     return d
 
 

@@ -75,7 +75,7 @@ def _read_folder(p: Path) -> tuple[list[Story], list[InputError]]:
         errors.append(InputError(str(p), 0, None, "no .txt files in this folder"))
     for f in files:
         try:
-            text = f.read_bytes().decode("utf-8")
+            text = f.read_bytes().decode("utf-8-sig")  # a byte order mark is no part of the text
         except UnicodeDecodeError as e:
             errors.append(InputError(str(f), 0, None, f"not valid UTF-8 (byte offset {e.start})"))
             continue

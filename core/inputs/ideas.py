@@ -94,7 +94,7 @@ def _read_idea_folder(p: Path, whodunit: bool) -> tuple[list[tuple[int, Idea]], 
     ideas, errors = [], []
     for f in files:
         try:
-            text = f.read_bytes().decode("utf-8")
+            text = f.read_bytes().decode("utf-8-sig")  # a byte order mark is no part of the text
         except (UnicodeDecodeError, OSError) as e:
             errors.append(InputError(str(f), 0, None, f"cannot read as UTF-8 text: {e}"))
             continue
@@ -111,7 +111,7 @@ def reference_pool(cfg: GenerateConfig) -> list[ReferencePrompt]:
         pool = []
         for path in cfg.reference_stories:
             try:
-                text = Path(path).read_bytes().decode("utf-8").strip()
+                text = Path(path).read_bytes().decode("utf-8-sig").strip()
             except (OSError, UnicodeDecodeError) as e:
                 raise ConfigError(f"--reference-story {path}: cannot read as UTF-8 text: {e}") from e
             if not text:

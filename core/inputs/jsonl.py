@@ -3,21 +3,27 @@ field, and writing output files atomically."""
 
 from __future__ import annotations
 
+import codecs
 import functools
 import os
 import re
-import tempfile
+import secrets
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import msgspec
 
 from tension.core.errors import InputError
 
-__all__ = ["iter_lines", "decode_line", "read_records", "string_field", "json_type", "atomic_write"]
+__all__ = ["STDIN", "MAX_NOT_TEXT", "iter_lines", "is_text", "decode_line", "read_records", "display_name",
+           "string_field", "json_type", "atomic_write"]
 
 T = TypeVar("T")
+
+STDIN = "-"  # the input path that means standard input
+MAX_NOT_TEXT = 5  # lines that are not text before a file is taken for binary and left unread
 
 # msgspec reports where a value failed as "... - at `$.y[3]`"; we turn the path
 # into the field name users see ("y[3]").
@@ -25,20 +31,41 @@ _AT = re.compile(r"\s*-\s*at `\$\.?(?P<path>[^`]*)`$")
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(line number, raw bytes)`` of every non-blank line.
+    """Yield ``(line number, raw bytes)`` of every non-blank line; ``-`` reads
+    standard input. A UTF-8 byte order mark on line 1 is dropped.
 
     Raises InputError for a file that cannot be opened. Lines are read as bytes so
     that one line of bad UTF-8 is an error for that line, not the whole file.
     """
+    if str(path) == STDIN:
+        yield from _lines(sys.stdin.buffer)
+        return
     p = Path(path)
     try:
         f = p.open("rb")
     except OSError as e:
         raise InputError(str(p), 0, None, f"cannot open: {e.strerror or e}") from e
     with f:
-        for lineno, raw in enumerate(f, start=1):
-            if raw.strip():
-                yield lineno, raw
+        yield from _lines(f)
+
+
+def _lines(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    for lineno, raw in enumerate(f, start=1):
+        if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]  # editors on Windows write one; it is no part of the JSON
+        if raw.strip():
+            yield lineno, raw
+
+
+def is_text(raw: bytes) -> bool:
+    """Whether a line can be text at all: UTF-8 without NUL bytes."""
+    if b"\0" in raw:
+        return False
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def decode_line(path: str | os.PathLike, lineno: int, raw: bytes, type: type[T],
@@ -81,13 +108,24 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
     raw)`` and made a record by ``parse(path, line, value)`` (either may raise
     InputError), and a record whose id an earlier one has is an error. A file with
     neither records nor errors is an error "no EMPTY (the file is empty)" when
-    ``empty`` names what it should hold."""
-    path = str(path)
+    ``empty`` names what it should hold. After MAX_NOT_TEXT lines that are not
+    text (not UTF-8, or NUL bytes: a binary file, a wrong path) reading stops with
+    one error that counts the lines left unread."""
+    lines = iter_lines(path)
+    path = display_name(path)
     items: list[T] = []
     errors: list[InputError] = []
     seen: dict[str, int] = {}
-    for lineno, raw in iter_lines(path):
+    not_text = 0
+    for lineno, raw in lines:
         try:
+            if not is_text(raw):
+                not_text += 1
+                if not_text > MAX_NOT_TEXT:
+                    rest = 1 + sum(1 for _ in lines)
+                    errors.append(InputError(path, lineno, None, f"{not_text - 1} lines are not text (is this a "
+                                             f"binary file?); stopped reading: {rest} more lines not read"))
+                    break
             item = parse(path, lineno, decode(path, lineno, raw))
             key = id_of(item)
             if key in seen:
@@ -102,9 +140,15 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
     return items, errors
 
 
+def display_name(path: str | os.PathLike) -> str:
+    """The path as messages name it: ``<stdin>`` for ``-``."""
+    return "<stdin>" if str(path) == STDIN else str(path)
+
+
 def string_field(path: str, lineno: int, obj: dict[str, Any], name: str, required: bool = True) -> str | None:
-    """``obj[name]``, which must be a string; None when it is absent and not required."""
-    if name not in obj:
+    """``obj[name]``, which must be a string; None when it is absent or null and not required."""
+    if name not in obj or (obj[name] is None and not required):
+        # an optional field given as null is absent: tools (fairplay among them) write it so
         if required:
             raise InputError(path, lineno, name, "missing required field")
         return None
@@ -121,13 +165,17 @@ def json_type(v: Any) -> str:
 
 
 def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write a whole file so that readers see the old or the new one, never half."""
+    """Write a whole file so that readers see the old or the new one, never half.
+    The file gets the mode any new file gets (0666 less the umask), as `open` would
+    give it: a temporary file's private 0600 would hide results from a group."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    tmp = p.parent / f".{p.name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": "utf-8", "newline": ""})) as f:
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

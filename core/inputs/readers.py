@@ -10,6 +10,7 @@ import csv
 import json
 import math
 import os
+import re
 from collections.abc import Sequence
 
 import msgspec
@@ -21,11 +22,15 @@ from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
 from tension.core.inputs.jsonl import decode_line, read_records
 
-__all__ = ["NOT_SURE", "RENORM_TOL", "ReaderRecord", "ScoredWhodunit", "check_record", "read_readers",
-           "read_actual"]
+__all__ = ["NOT_SURE", "RENORM_TOL", "EXPERIENCED_SETTING", "ReaderRecord", "ScoredWhodunit", "check_record",
+           "reader_names", "reader_schedule", "read_readers", "read_actual", "SOURCES", "read_source",
+           "row_warnings"]
 
 NOT_SURE = "not sure"  # an actual reader's guess that names nobody (like an empty one)
 RENORM_TOL = 0.01  # every row is divided by its sum; one further than this from 1 is also reported
+# More experienced readers, one per setting: "experienced_3" (3 previous stories),
+# "experienced_0alt", … beside the plain "experienced".
+EXPERIENCED_SETTING = re.compile(r"experienced_[A-Za-z0-9.-]+")
 
 
 class ReaderRecord(msgspec.Struct, kw_only=True):
@@ -34,11 +39,11 @@ class ReaderRecord(msgspec.Struct, kw_only=True):
     id: str
     suspects: list[str]
     culprit: str | list[str]
-    L: int
+    L: int | None = None  # default: the length of the readers' lists
     group: str | None = None
     distractor: str | list[str] | None = None
     revelation: int | None = None
-    readers: dict[str, list[list[float] | None]] = {}
+    readers: dict[str, list[list[float] | None]] = {}  # [] or null: no value
     extracted_suspects: bool = False
     failures: list[dict] = []
 
@@ -57,6 +62,8 @@ class ScoredWhodunit(msgspec.Struct, kw_only=True):
     extracted_suspects: bool = False
     n_failures: int = 0
     renormalised: int = 0  # rows whose sum was not 1
+    empty_rows: int = 0  # [] entries: missing values, like null
+    zero_rows: int = 0  # all-zero entries: a tie of every suspect (uniform)
     line: int = 0
 
 
@@ -81,27 +88,37 @@ def _suspect_index(path, line, field, name: str, suspects: list[str]) -> int:
     raise InputError(path, line, field, f"expected one of the suspects {suspects}, got {name!r}")
 
 
-def _check_rows(path, line, reader, rows, L, K) -> tuple[np.ndarray, int]:
-    """The reader's (L, K) matrix, NaN rows for nulls, each row divided by its sum;
-    and how many rows were off 1 by more than rounding."""
+class _Rows(msgspec.Struct):
+    probs: np.ndarray  # (L, K)
+    renormalised: int
+    empty: int
+    zero: int
+
+
+def _check_rows(path, line, reader, rows, L, K) -> _Rows:
+    """The reader's (L, K) matrix: NaN rows for null or empty entries (missing),
+    uniform rows for all-zero ones (a tie of every suspect, as in the authors'
+    analysis), every other row divided by its sum; with the counts of each kind."""
     if len(rows) != L:
         raise InputError(path, line, f"readers.{reader}", f"expected {L} entries (one per paragraph), got {len(rows)}")
     out = np.full((L, K), np.nan)
-    idx = [i for i, row in enumerate(rows) if row is not None]
+    idx = [i for i, row in enumerate(rows) if row]
+    empty = sum(1 for row in rows if row is not None and not row)
     if not idx:
-        return out, 0
+        return _Rows(out, 0, empty, 0)
     # One numpy pass checks every row; the per-value loop runs only to name a bad one.
     arr = np.array([rows[i] for i in idx], dtype=np.float64) if all(len(rows[i]) == K for i in idx) else None
-    if arr is None or not np.isfinite(arr).all() or (arr < 0).any() or (arr.sum(axis=1) <= 0).any():
+    if arr is None or not np.isfinite(arr).all() or (arr < 0).any():
         _name_bad_row(path, line, reader, rows, K)
     totals = arr.sum(axis=1)
-    out[idx] = arr / totals[:, None]
-    return out, int((np.abs(totals - 1.0) > RENORM_TOL).sum())
+    zero = totals == 0
+    out[idx] = np.where(zero[:, None], 1.0 / K, arr / np.where(zero, 1.0, totals)[:, None])
+    return _Rows(out, int((~zero & (np.abs(totals - 1.0) > RENORM_TOL)).sum()), empty, int(zero.sum()))
 
 
 def _name_bad_row(path, line, reader, rows, K) -> None:
     for i, row in enumerate(rows):
-        if row is None:
+        if not row:
             continue
         field = f"readers.{reader}[{i}]"
         if len(row) != K:
@@ -112,8 +129,6 @@ def _name_bad_row(path, line, reader, rows, K) -> None:
                 raise InputError(path, line, f"{field}[{y}]", f"paragraph {i + 1}: expected a finite number, got {v}")
             if v < 0:
                 raise InputError(path, line, f"{field}[{y}]", f"paragraph {i + 1}: expected a probability >= 0, got {v}")
-        if math.fsum(row) <= 0:
-            raise InputError(path, line, field, f"paragraph {i + 1}: the probabilities sum to 0")
     raise AssertionError("a row failed the numpy check but no value is bad")  # pragma: no cover
 
 
@@ -130,8 +145,7 @@ def check_record(path: str, line: int, r: ReaderRecord) -> ScoredWhodunit:
             raise InputError(path, line, f"suspects[{y}]", "expected a non-empty name")
         if folded.index(s) != y:
             raise InputError(path, line, f"suspects[{y}]", f"duplicate suspect {r.suspects[y]!r}")
-    if r.L < 1:
-        raise InputError(path, line, "L", f"expected at least 1 paragraph, got {r.L}")
+    L = _length(path, line, r)
     culprit = _suspect_index(path, line, "culprit", _one_name(path, line, "culprit", r.culprit), r.suspects)
     distractor = -1
     if r.distractor is not None and r.distractor != []:
@@ -139,19 +153,68 @@ def check_record(path: str, line: int, r: ReaderRecord) -> ScoredWhodunit:
                                     r.suspects)
         if distractor == culprit:
             raise InputError(path, line, "distractor", f"the distractor is the culprit ({r.suspects[culprit]!r})")
-    if r.revelation is not None and not 1 <= r.revelation <= r.L:
-        raise InputError(path, line, "revelation", f"expected a paragraph in 1..{r.L}, got {r.revelation}")
+    if r.revelation is not None and not 1 <= r.revelation <= L:
+        raise InputError(path, line, "revelation", f"expected a paragraph in 1..{L}, got {r.revelation}")
     probs: dict[str, np.ndarray] = {}
-    renorm = 0
+    counts = [0, 0, 0]
     for name, rows in r.readers.items():
-        if name not in READERS:
-            raise InputError(path, line, f"readers.{name}", f"unknown reader; expected one of {list(READERS)}")
-        probs[name], n = _check_rows(path, line, name, rows, r.L, K)
-        renorm += n
+        if name not in READERS and not EXPERIENCED_SETTING.fullmatch(name):
+            raise InputError(path, line, f"readers.{name}", f"unknown reader; expected one of {list(READERS)} or "
+                                                            f"experienced_SETTING (letters, digits, '.', '-')")
+        checked = _check_rows(path, line, name, rows, L, K)
+        probs[name] = checked.probs
+        counts = [counts[0] + checked.renormalised, counts[1] + checked.empty, counts[2] + checked.zero]
     return ScoredWhodunit(id=r.id, group=r.group if r.group else DEFAULT_GROUP, suspects=list(r.suspects),
-                          culprit=culprit, distractor=distractor, revelation=r.revelation, L=r.L, probs=probs,
+                          culprit=culprit, distractor=distractor, revelation=r.revelation, L=L, probs=probs,
                           extracted_suspects=r.extracted_suspects, n_failures=len(r.failures),
-                          renormalised=renorm, line=line)
+                          renormalised=counts[0], empty_rows=counts[1], zero_rows=counts[2], line=line)
+
+
+def _length(path, line, r: ReaderRecord) -> int:
+    """L as given, or the length of the readers' lists (which must agree)."""
+    if r.L is not None:
+        if r.L < 1:
+            raise InputError(path, line, "L", f"expected at least 1 paragraph, got {r.L}")
+        return r.L
+    lengths = {name: len(rows) for name, rows in r.readers.items()}
+    if not lengths:
+        raise InputError(path, line, "L", "expected L, or readers whose lists give it")
+    L = next(iter(lengths.values()))
+    for name, n in lengths.items():
+        if n != L:
+            raise InputError(path, line, f"readers.{name}", f"expected {L} entries like the first reader (no L "
+                                                            f"given), got {n}")
+    if L < 1:
+        raise InputError(path, line, "L", "expected at least 1 paragraph; the readers' lists are empty")
+    return L
+
+
+def reader_names(stories: Sequence[ScoredWhodunit]) -> list[str]:
+    """The readers of a batch in kernel row order: the four of READERS, then every
+    further experienced reader in order of first appearance."""
+    extra = dict.fromkeys(name for s in stories for name in s.probs if name not in READERS)
+    return [*READERS, *extra]
+
+
+def reader_schedule(spec: str, L: int) -> list[int]:
+    """The paragraphs (1-based) every reader is asked at. ``authors``: the rule of
+    the fair-play authors' code (crime_fiction.py), which for L = 25 gives the
+    paper's 19 steps 1, 3, 5, 7, 9, 11, 13 … 25: every paragraph when L < 25;
+    every other paragraph of the first half and every paragraph of the second
+    when 25 <= L < 50; every third of the first half and every other of the
+    second when L >= 50. ``all``: 1 … L. Or paragraphs as "1,5,9" (those > L dropped)."""
+    if spec == "all":
+        return list(range(1, L + 1))
+    if spec != "authors":
+        return sorted({int(p) for p in spec.split(",") if p.strip() and 1 <= int(p) <= L})
+    half = L // 2
+    if L < 25:
+        zero_based = list(range(L))
+    elif L < 50:
+        zero_based = [*range(0, half, 2), *range(half, L)]
+    else:
+        zero_based = [*range(0, half, 3), *range(half, L, 2)]
+    return [i + 1 for i in zero_based]
 
 
 def _non_finite_path(value, path="") -> str | None:
@@ -254,3 +317,40 @@ def _count_guess(path, line, row, by_id, counts, seen) -> None:
         raise InputError(path, line, "guess", f"expected one of the suspects {st.suspects}, empty or "
                                               f"{NOT_SURE!r}, got {guess!r}")
     c[i - 1, folded.index(guess.casefold())] += 1
+
+
+SOURCES = ("readers", "authors")  # READERS.jsonl (or a fairplay run folder); the authors' result files
+
+
+def read_source(path: str | os.PathLike, source: str
+                ) -> tuple[str, list[ScoredWhodunit], list[InputError], list[str]]:
+    """The stories of `fairplay-metrics`' input: READERS.jsonl (or the --out folder
+    of a `fairplay` run), or with ``source="authors"`` a folder of the fair-play
+    authors' result files. Returns the path read, the stories, the errors and
+    notes on what was left out."""
+    if source == "authors":
+        # imported here: inputs/authors.py builds on this module's records
+        from tension.core.inputs.authors import read_authors
+
+        try:
+            got = read_authors(path)
+        except InputError as e:
+            return str(path), [], [e], []
+        return str(path), got.stories, got.errors, got.notes
+    if os.path.isdir(path):
+        path = os.path.join(path, "readers.jsonl")
+    stories, errors = read_readers(path)
+    return str(path), stories, errors, []
+
+
+def row_warnings(stories: Sequence[ScoredWhodunit]) -> list[str]:
+    """What was done to the stories' rows: renormalised, empty, all-zero."""
+    out = []
+    for s in stories:
+        if s.renormalised:
+            out.append(f"{s.id}: {s.renormalised} distribution(s) did not sum to 1 and were renormalised")
+        if s.empty_rows:
+            out.append(f"{s.id}: {s.empty_rows} empty reader value(s) ([]), counted as missing")
+        if s.zero_rows:
+            out.append(f"{s.id}: {s.zero_rows} all-zero reader value(s), read as a tie of every suspect")
+    return out

@@ -5,7 +5,19 @@ The client sends; it never decides how many requests run at once (the scheduler
 does). Retries wrap each request: 429 (honouring Retry-After), 5xx, connection
 errors, timeouts and unreadable bodies are retried with exponential backoff and
 jitter, bounded by a count and a total time. Other 4xx answers are not retried:
-the request itself is wrong and sending it again cannot help.
+the request itself is wrong and sending it again cannot help. 401/403 (the key)
+and 404/405 (no such model, no such endpoint) refuse every request alike: they are
+a RefusedError, which stops the run (core/errors.py).
+
+A server that does not answer is said at once, through `notice`, once per server
+until it answers again: what is retried and until when (the retry budget).
+Everything a server sends that goes into an error message passes the one
+redactor (core/redact.py); so do answer texts, for the API key.
+
+`set_gate` holds the first chat or /tokenize request until a check has passed
+(core/llm/preflight.py: every server and model a run needs), so a run that is
+fully cached sends nothing, and one that is not finds a wrong model or an
+unreachable server before its first chat request.
 
     async with Client(api_key=...) as client:
         result = await client.chat(base_url, ChatRequest(...))
@@ -19,18 +31,20 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-import urllib.parse
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import msgspec
 
 from tension.cache.records import Usage
 
-from tension.core.errors import RetryBudgetError, ServerError, StatusError
-from tension.core.llm.protocol import (ChatChunk, ChatRequest, ChatResponse, ErrorBody, ModelList, TokenizeRequest,
-                       TokenizeResponse)
+from tension.core.errors import RefusedError, RetryBudgetError, ServerError, StatusError
+from tension.core.llm.failures import Outages, error_message, parse_retry_after, status_error
+from tension.core.redact import redact, redact_secrets, register
+from tension.core.llm.protocol import (ChatChunk, ChatRequest, ChatResponse, ModelList, TokenizeRequest,
+                                       TokenizeResponse, routing_headers)
 
-__all__ = ["Timeouts", "RetryPolicy", "ChatResult", "StreamResult", "Client", "normalize_base_url", "routing_headers"]
+__all__ = ["Timeouts", "RetryPolicy", "ChatResult", "StreamResult", "Client", "normalize_base_url"]
 
 EMPTY_ANSWER_RETRIES = 2
 
@@ -92,8 +106,15 @@ class Client:
     """An OpenAI-compatible client. Unopened → open (``async with``) → closed."""
 
     def __init__(self, *, api_key: str | None = None, timeouts: Timeouts = Timeouts(),
-                 retry: RetryPolicy = RetryPolicy(), seed: int | None = None):
+                 retry: RetryPolicy = RetryPolicy(), seed: int | None = None,
+                 notice: Callable[[str], None] | None = None):
         self._api_key = api_key
+        register(api_key)  # never printed or stored, even when a server echoes it
+        self.outages = Outages(notice)  # says at once when a server does not answer, and when it answers again
+        self._gate: Callable[[], Awaitable[None]] | None = None
+        self._gate_lock = asyncio.Lock()
+        self._gate_owner: asyncio.Task | None = None
+        self._gate_error: Exception | None = None
         self.timeouts = timeouts
         self.retry = retry
         self._session: aiohttp.ClientSession | None = None
@@ -139,6 +160,34 @@ class Client:
             self._session = None
         self._closed = True
 
+    # -- the gate -----------------------------------------------------------------
+
+    def set_gate(self, check: Callable[[], Awaitable[None]]) -> None:
+        """Run `check` once, before the first chat or /tokenize request is sent; its
+        error is every such request's error. Requests it sends itself pass."""
+        self._gate = check
+        self._gate_error = None
+
+    async def check_gate(self) -> None:
+        """Run the gate's check now if it has not run (a verb that will send anyway
+        checks before its work starts); chat and /tokenize call it themselves."""
+        if self._gate is None or self._gate_owner is asyncio.current_task():
+            return
+        async with self._gate_lock:  # the first caller runs the check, the others wait for it
+            if self._gate_error is not None:
+                raise self._gate_error
+            if self._gate is None:
+                return
+            self._gate_owner = asyncio.current_task()
+            try:
+                await self._gate()
+            except Exception as e:
+                self._gate_error = e
+                raise
+            finally:
+                self._gate_owner = None
+            self._gate = None
+
     # -- endpoints ------------------------------------------------------------
 
     # `retry` on an endpoint overrides the client's policy for that call (None: the
@@ -150,16 +199,20 @@ class Client:
 
     async def tokenize(self, base_url: str, model: str, text: str, retry: RetryPolicy | None = None,
                        key: str = "") -> int:
+        await self.check_gate()
         body = self._enc.encode(TokenizeRequest(model=model, prompt=text))
         url = normalize_base_url(base_url) + "/tokenize"
         try:
-            data = await self._call("POST", url, body, self._tok_dec, retry, routing_headers(key))
-        except StatusError as e:
-            if e.status in (404, 405):
-                raise ServerError(
-                    f"{base_url} has no /tokenize endpoint (HTTP {e.status}); token counts for pct "
-                    "need the generation model's tokenizer: pass --tokenizer PATH/tokenizer.json, "
-                    "or --tokenizer words to approximate with whitespace words") from e
+            data = await self._call("POST", url, body, self._tok_dec, retry, model=model,
+                                    headers=routing_headers(key))
+        except RefusedError as e:
+            if e.missing == "endpoint":
+                # A 404 that names no model: the path is missing, not the model.
+                raise RefusedError(
+                    e.status, url, e.body, "endpoint",
+                    f"{base_url} has no /tokenize endpoint; token counts for pct need the generation "
+                    "model's tokenizer: pass --tokenizer PATH/tokenizer.json, or --tokenizer words to "
+                    "approximate with whitespace words") from e
             raise
         if data.max_model_len:
             self.max_model_len[normalize_base_url(base_url)] = data.max_model_len
@@ -167,12 +220,14 @@ class Client:
 
     async def chat(self, base_url: str, request: ChatRequest, retry: RetryPolicy | None = None,
                    key: str = "") -> ChatResult:
-        """All `request.n` choices (`key`: the routing key, ``routing_headers``). A short answer is completed by follow-up
-        requests for the missing ones; never returned short. vLLM samples choice
+        """All `request.n` choices (`key`: the routing key, protocol.routing_headers).
+        A short answer is completed by follow-up requests for the missing ones;
+        never returned short. vLLM samples choice
         i of a seeded request with seed + i, so a follow-up for the last m of n
         choices asks n = m with seed + (n − m): it gets exactly the choices the
         full answer would have held, and a seeded run is reproducible through
         faults."""
+        await self.check_gate()
         url = normalize_base_url(base_url) + "/v1/chat/completions"
         headers = routing_headers(key)
         t0 = time.perf_counter()
@@ -184,7 +239,8 @@ class Client:
         req = request
         empty_retries = 0
         for followup in range(self.retry.attempts + 1):
-            data = await self._call("POST", url, self._enc.encode(req), self._chat_dec, retry, headers)
+            data = await self._call("POST", url, self._enc.encode(req), self._chat_dec, retry, model=request.model,
+                                    headers=headers)
             usage.requests += 1
             if (data.choices and empty_retries < EMPTY_ANSWER_RETRIES
                     and all(not (c.message.content or "").strip() for c in data.choices)):
@@ -201,7 +257,7 @@ class Client:
                 usage.cached_tokens += (details.cached_tokens or 0) if details else 0
             model = data.model or model
             for ch in sorted(data.choices, key=lambda c: c.index)[: req.n]:
-                texts.append(ch.message.content or "")
+                texts.append(redact_secrets(ch.message.content or ""))
                 reasons.append(ch.finish_reason)
                 logprobs.append(ch.first_token_logprobs() if request.logprobs else None)
             missing = request.n - len(texts)
@@ -225,6 +281,7 @@ class Client:
         server does, and reports a failure instead of hiding it."""
         if self._session is None:
             raise RuntimeError("use `async with Client(...)` before sending")
+        await self.check_gate()
         url = normalize_base_url(base_url) + "/v1/chat/completions"
         req = msgspec.structs.replace(request, stream=True, stream_options={"include_usage": True})
         parts: dict[int, list[str]] = {}
@@ -237,7 +294,7 @@ class Client:
         try:
             async with self._session.post(url, data=self._enc.encode(req)) as resp:
                 if resp.status != 200:
-                    raise StatusError(resp.status, url, _error_message(await resp.read()))
+                    raise status_error(resp.status, url, error_message(await resp.read()), request.model)
                 async for line in resp.content:
                     if not line.startswith(b"data:"):
                         continue  # blank separators, comments, event names
@@ -260,11 +317,11 @@ class Client:
         except asyncio.TimeoutError as e:
             raise ServerError(f"{url}: streamed answer timed out after {self.timeouts.request:g} s") from e
         except aiohttp.ClientError as e:
-            raise ServerError(f"{url}: {type(e).__name__}: {e}") from e
+            raise ServerError(redact(f"{url}: {type(e).__name__}: {e}")) from e
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             raise ServerError(f"{url}: malformed event in the stream: {e}") from e
         self.usage.add(usage)
-        texts = ["".join(parts.get(i, [])) for i in range(request.n)]
+        texts = [redact_secrets("".join(parts.get(i, []))) for i in range(request.n)]
         return StreamResult(texts=texts, model=model, usage=usage, ttft=ttft,
                             seconds=time.perf_counter() - t0, events=events)
 
@@ -286,7 +343,8 @@ class Client:
     # -- the retry loop -------------------------------------------------------
 
     async def _call(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder,
-                    retry: RetryPolicy | None = None, headers: dict[str, str] | None = None):
+                    retry: RetryPolicy | None = None, model: str | None = None,
+                    headers: dict[str, str] | None = None):
         if self._session is None:
             raise RuntimeError("use `async with Client(...)` before sending")
         policy = retry or self.retry
@@ -294,14 +352,21 @@ class Client:
         last: Exception | None = None
         for attempt in range(policy.attempts):
             try:
-                return await self._attempt(method, url, body, decoder, headers)
+                result = await self._attempt(method, url, body, decoder, model, headers)
             except _Retryable as e:
                 last = e
                 wait = min(policy.backoff_cap, policy.backoff * 2 ** attempt) * self._rng.uniform(0.5, 1.0)
                 if e.retry_after is not None:
                     wait = min(policy.backoff_cap, max(wait, e.retry_after))
+            except (StatusError, RefusedError):
+                self.outages.answered(url)
+                raise
+            else:
+                self.outages.answered(url)
+                return result
             if attempt + 1 >= policy.attempts or time.monotonic() - start + wait > policy.total_seconds:
                 break
+            self.outages.retrying(method, url, str(last), attempt, policy, start)
             self.retries += 1
             await asyncio.sleep(wait)
         raise RetryBudgetError(
@@ -310,7 +375,7 @@ class Client:
             last) from last
 
     async def _attempt(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder,
-                       headers: dict[str, str] | None = None):
+                       model: str | None = None, headers: dict[str, str] | None = None):
         self.sent += 1
         try:
             async with self._session.request(method, url, data=body, headers=headers) as resp:
@@ -320,48 +385,13 @@ class Client:
         except asyncio.TimeoutError as e:
             raise _Retryable(f"timed out after {self.timeouts.request:g} s") from e
         except aiohttp.ClientError as e:
-            raise _Retryable(f"{type(e).__name__}: {e}") from e
+            raise _Retryable(redact(f"{type(e).__name__}: {e}")) from e
         if status == 200:
             try:
                 return decoder.decode(data)
             except (msgspec.DecodeError, msgspec.ValidationError) as e:
-                raise _Retryable(f"malformed answer ({e}): {data[:120]!r}") from e
-        message = _error_message(data)
+                raise _Retryable(redact(f"malformed answer ({e}): {data[:120]!r}")) from e
+        message = error_message(data)
         if status == 429 or status >= 500:
-            raise _Retryable(f"HTTP {status}: {message}", _parse_retry_after(retry_after))
-        raise StatusError(status, url, message)
-
-
-def routing_headers(key: str) -> dict[str, str] | None:
-    """The routing key of a request as the vLLM router reads it: requests with one
-    `X-Session-ID` go to one worker under its sticky or consistent-hash policies (the story for
-    generation and /tokenize, the story and position for the judge: requests that
-    share a prompt prefix). A plain server ignores the header. Non-ASCII ids are
-    percent-encoded (a header value is Latin-1)."""
-    if not key:
-        return None
-    return {"X-Session-ID": key if key.isascii() and key.isprintable() else urllib.parse.quote(key, safe="")}
-
-
-def _error_message(data: bytes) -> str:
-    try:
-        err = msgspec.json.decode(data, type=ErrorBody)
-        if isinstance(err.error, str):
-            return err.error
-        if err.error is not None and err.error.message:
-            return err.error.message
-        if err.message:
-            return err.message
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        pass
-    return data[:300].decode("utf-8", "replace")
-
-
-def _parse_retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None  # an HTTP date; fall back to our own backoff
-
+            raise _Retryable(f"HTTP {status}: {message}", parse_retry_after(retry_after))
+        raise status_error(status, url, message, model)

@@ -225,6 +225,7 @@ async def bench_async(cfg: ScoreConfig, corpus_path: str | Path, opts: BenchOpti
         async with run:
             gen, judge = score_routers(cfg, run.client)
             reqs = await resolve_models(cfg, gen, judge, run.requests)
+            await run.client.check_gate()  # every server and model, before the workload starts
             finder = PositionFinder(cfg, run, gen, count)
             async with run.scheduler(gen.tokenize_lanes() or {"tokenize": cfg.tokenize_concurrency}):
                 all_ps = await finder.positions(0, story)

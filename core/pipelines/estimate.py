@@ -198,7 +198,7 @@ async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: 
         # Model ids name the cache keys. A local counter needs no server: without
         # --model the server is not asked, and the cache is not checked.
         cache_checked = bool(cfg.model) or count is None
-        reqs = (await resolve_models(cfg, gen, judge, run.requests) if cache_checked
+        reqs = (await resolve_models(cfg, gen, judge, run.requests, judge_needed=False) if cache_checked
                 else ScoreRequests(cfg, cfg.model or "", cfg.judge_model or ""))
         by_story: dict[int, list[Position]] = {}
         failed: list[str] = []

@@ -32,14 +32,17 @@ import msgspec
 from tension.core.prompts import generate as gp
 from tension.core.prompts.fill import story_join
 from tension.core.config.generate import MODES, GenerateConfig
-from tension.core.errors import ConfigError, InputError, StatusError
+from tension.core.errors import ConfigError, InputError, StatusError, exit_status
 from tension.core.formats import Generator
 from tension.core.inputs.ideas import Idea, Reference, ReferencePrompt, read_ideas, reference_pool
 from tension.core.inputs.jsonl import atomic_write
 from tension.core.run.progress import Progress
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
+from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.router import ITEM_KEY, Router, routing
+from tension.core.pipelines.answer_checks import StoryChecks
+from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.run.lifecycle import Run, client_for, open_store, out_lock, run_blocking
 from tension.core.run.record import Failure
 
@@ -107,6 +110,8 @@ class GenerateSummary(msgspec.Struct, kw_only=True):
     requests: int  # chat requests sent (cache misses)
     cache_hits: int
     error: str | None = None
+    exit_status: int = 0  # core/errors.exit_status: did the run produce what was asked
+    warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/answer_checks.py)
 
 
 class _GaveUp(Exception):
@@ -144,6 +149,7 @@ class StoryWriter:
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
         self.done: dict[int, bytes] = {}  # idea index -> output line
         self.failed: list[Failure] = []
+        self.checks = StoryChecks()
 
     async def chat(self, messages: list[dict[str, str]], seed: int) -> str:
         """One answer: from the cache, else from the server (then committed)."""
@@ -151,6 +157,7 @@ class StoryWriter:
                           max_tokens=self.max_tokens, min_p=self.min_p, seed=seed,
                           chat_template_kwargs=self.template_kwargs)
         rec = await self.run.chat.one("endings", req, self._send, role="generation")
+        self.checks.answer(messages, rec.texts[0])
         return rec.texts[0]
 
     def _send(self, req: ChatRequest):
@@ -237,6 +244,10 @@ class StoryWriter:
 
     async def write(self) -> None:
         self.model = await self.router.resolve_model(self.cfg.model, "--model")
+        # The first chat request waits until the server is known to serve the model.
+        need = Need(role="generation", urls=tuple(self.router.urls), flag="--base-url", models=(self.model,),
+                    model_flag="--model")
+        self.run.client.set_gate(lambda: check_servers(self.run.client, [need]))
         # A pipeline story waits on one request at a time, a whodunit too: one open
         # story per lane slot keeps the lane full.
         async with routing(self.router), self.run.scheduler(self.router.lanes()) as sched:
@@ -275,7 +286,8 @@ async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike, out
         writer = StoryWriter(cfg, ideas, pool, run)
         async with run:
             await run.work(writer.write())
-            if run.status == "complete":
+            if run.status == "complete" and writer.done:
+                # no story at all: no file, rather than an empty corpus that looks like a result
                 atomic_write(out, writer.output())
     return _summary(writer, run, errors, out)
 
@@ -285,7 +297,9 @@ def _summary(writer: StoryWriter, run: Run, errors: list[InputError], out: Path)
     return GenerateSummary(
         status=run.status, out=str(out), mode=cfg.mode, model=writer.model or cfg.model, ideas=len(writer.ideas),
         stories=len(writer.done), failures=writer.failed, input_errors=[str(e) for e in errors],
-        requests=run.requests["generation"], cache_hits=run.progress.hits, error=run.error)
+        requests=run.requests["generation"], cache_hits=run.progress.hits, error=run.error,
+        exit_status=exit_status(run.status, len(writer.done), len(writer.failed) + len(errors)),
+        warnings=writer.checks.warnings())
 
 
 def run_record_path(out: Path) -> Path:

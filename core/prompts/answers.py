@@ -10,6 +10,7 @@ missing, negative or non-numeric probability is an error, never a default.
     parse_distribution(text, suspects)  -> Parsed(probs | error, repairs)
     parse_culprit(text, suspects)       -> Culprit(index | None, error, repairs)
     parse_suspect_list(text)            -> (names | None, error)
+    reasoning_trace(text)               -> whether the answer is a model's thinking
 """
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ from typing import Any
 import msgspec
 
 __all__ = ["Parsed", "Culprit", "json_objects", "match_suspect", "parse_distribution", "parse_culprit",
-           "parse_suspect_list"]
+           "parse_suspect_list", "reasoning_trace"]
 
 SUM_TOLERANCE = 1e-6  # a sum this close to 1 is left as it is
 # Words that name a role, not a person: "Mr. Gruner" is matched by "gruner".
 _TITLES = frozenset("mr mrs ms miss dr sir lady lord the a an baron count countess colonel captain major "
                     "inspector professor rev reverend father mister madam madame monsieur herr st".split())
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+# How reasoning models open their thinking when the server does not switch it off
+# (Qwen3, DeepSeek-R1: <think>; others <thinking>, <reasoning>, <|channel|>analysis).
+_TRACE_OPENING = re.compile(r"\s*(?:<(?:think|thinking|reasoning|reflection)>|<\|channel\|>\s*analysis)", re.I)
 _FENCE = re.compile(r"(?:```|\u201d\u2019|'''|\u2019\u2019\u2019)[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)"
                     r"(?:```|\u201d\u2019|'''|\u2019\u2019\u2019)", re.S)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
@@ -338,3 +342,13 @@ def parse_suspect_list(text: str) -> tuple[list[str] | None, str | None]:
                 return out, None
             return None, f"only {len(out)} distinct suspect name(s)"
     return None, "no JSON list of suspect names in the answer"
+
+
+# ----------------------------------------------------------------- reasoning traces
+
+
+def reasoning_trace(text: str | None) -> bool:
+    """Whether an answer opens with a reasoning model's thinking (``<think>`` …)
+    instead of the answer asked for: reasoning was not switched off, or the server
+    ignored ``enable_thinking: false``. Only the opening is read: O(1) per answer."""
+    return bool(text) and _TRACE_OPENING.match(text, 0, 64) is not None

@@ -34,7 +34,8 @@ from tension.kernels.groups import describe
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
 from tension.core.inputs.jsonl import atomic_write
-from tension.core.inputs.readers import NOT_SURE, ReaderRecord, ScoredWhodunit, check_record, read_actual, read_readers
+from tension.core.inputs.readers import (NOT_SURE, SOURCES, ReaderRecord, ScoredWhodunit, check_record,
+                                         read_actual, read_readers, read_source, reader_names, row_warnings)
 from tension.core.reports.filenames import safe_filename
 
 __all__ = [
@@ -61,6 +62,8 @@ __all__ = [
     "curves_csv",
     "distributions_jsonl",
     "fairplay_metrics",
+    "reader_tag",
+    "SOURCES",
 ]
 
 ALL_STORIES = "(all)"  # the pooled curves over every story
@@ -87,26 +90,28 @@ class Computed(msgspec.Struct, kw_only=True):
     scores: StoryScores
     soff: np.ndarray
     present: np.ndarray  # (n, R) bool: the reader is in the story's record
+    readers: list[str]  # the kernel rows: READERS, then further experienced readers
 
 
 def compute(stories: Sequence[ScoredWhodunit], settings: FairPlaySettings = FairPlaySettings()) -> Computed:
     """Pack every story and run the kernels once."""
     n = len(stories)
+    names = reader_names(stories)
     L = np.array([s.L for s in stories], dtype=np.int64)
     K = np.array([len(s.suspects) for s in stories], dtype=np.int64)
-    probs = np.full((len(READERS), int((L * K).sum())), np.nan)
-    present = np.zeros((n, len(READERS)), dtype=bool)
+    probs = np.full((len(names), int((L * K).sum())), np.nan)
+    present = np.zeros((n, len(names)), dtype=bool)
     a = 0
     for j, s in enumerate(stories):
         b = a + s.L * len(s.suspects)
-        for r, name in enumerate(READERS):
+        for r, name in enumerate(names):
             if name in s.probs:
                 probs[r, a:b] = s.probs[name].ravel()
                 present[j, r] = True
         a = b
     steps, scores, soff = batch_fairplay(probs, L, K, np.array([s.culprit for s in stories], dtype=np.int64),
                                          np.array([s.distractor for s in stories], dtype=np.int64), settings)
-    return Computed(steps=steps, scores=scores, soff=soff, present=present)
+    return Computed(steps=steps, scores=scores, soff=soff, present=present, readers=names)
 
 
 # ----------------------------------------------------------------------------
@@ -121,11 +126,23 @@ def _flag(v: float) -> str:
     return "" if math.isnan(v) else str(int(v))
 
 
-def score_columns(settings: FairPlaySettings) -> list[str]:
+def reader_tag(name: str) -> str:
+    """The suffix of a reader's C_/FP_ columns: UB, ER, AR, or ER_<setting> for
+    the experienced reader of that setting (reader ``experienced_<setting>``)."""
+    tags = {READERS[KNOW_IT_ALL]: "UB", READERS[EXPERIENCED]: "ER", READERS[ACTUAL]: "AR"}
+    return tags.get(name) or "ER_" + name.removeprefix(READERS[EXPERIENCED] + "_")
+
+
+def _compared(readers: Sequence[str]) -> list[int]:
+    """Rows with C_/FP_ columns, in column order: UB, ER, AR, then ER_<setting>."""
+    return [KNOW_IT_ALL, EXPERIENCED, ACTUAL, *range(len(READERS), len(readers))]
+
+
+def score_columns(settings: FairPlaySettings, readers: Sequence[str] = READERS) -> list[str]:
     """The numeric story columns of stories.csv after ``id, group, L`` (output order)."""
-    cols = ["S", "C_UB", "FP_UB", "C_ER", "FP_ER", "C_AR", "FP_AR", "insufficient_gap",
-            "S_pw", "C_UB_pw", "FP_UB_pw", "C_ER_pw", "FP_ER_pw", "C_AR_pw", "FP_AR_pw",
-            "FP_UB_shared", "FP_ER_shared", "FP_AR_shared"]
+    tags = [reader_tag(readers[r]) for r in _compared(readers)]
+    cols = ["S"] + [f"{x}_{t}" for t in tags for x in ("C", "FP")] + ["insufficient_gap"]
+    cols += ["S_pw"] + [f"{x}_{t}_pw" for t in tags for x in ("C", "FP")]
     cols += [f"early_{i}" for i in settings.early_steps]
     cols += [f"weak_surprise_{READERS[GULLIBLE]}", f"strong_surprise_{READERS[GULLIBLE]}"]
     return cols
@@ -135,13 +152,12 @@ def score_matrix(c: Computed, settings: FairPlaySettings) -> np.ndarray:
     """(n, len(score_columns)) values; NaN where a reader is absent or undefined."""
     sc = c.scores
     cols = [sc.S]
-    for r in (KNOW_IT_ALL, EXPERIENCED, ACTUAL):
+    for r in _compared(c.readers):
         cols += [sc.C[:, r], sc.FP[:, r]]
     cols.append(sc.insufficient_gap)
     cols.append(sc.S_pw)
-    for r in (KNOW_IT_ALL, EXPERIENCED, ACTUAL):
+    for r in _compared(c.readers):
         cols += [sc.C_pw[:, r], sc.FP_pw[:, r]]
-    cols += [sc.FP_shared[:, r] for r in (KNOW_IT_ALL, EXPERIENCED, ACTUAL)]
     cols += [sc.early[:, e] for e in range(len(settings.early_steps))]
     cols += [sc.weak_share[:, GULLIBLE], sc.strong_share[:, GULLIBLE]]
     return np.column_stack(cols) if len(sc.S) else np.empty((0, len(cols)))
@@ -153,15 +169,16 @@ _FLAG_COLUMNS = ("insufficient_gap", "early_")
 def stories_csv(stories: Sequence[ScoredWhodunit], c: Computed, settings: FairPlaySettings) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    names = score_columns(settings)
-    tail = [f"steps_{r}" for r in READERS] + ["n_suspects", "extracted_suspects", "n_failures", "renormalised"]
+    names = score_columns(settings, c.readers)
+    tail = [f"steps_{r}" for r in c.readers] + ["n_suspects", "extracted_suspects", "n_failures", "renormalised",
+                                                "empty_rows", "zero_rows"]
     w.writerow(["id", "group", "L", *names, *tail])
     m = score_matrix(c, settings)
     for j, s in enumerate(stories):
         cells = [_flag(v) if name.startswith(_FLAG_COLUMNS) else _cell(v) for name, v in zip(names, m[j])]
-        steps = [str(int(c.scores.n_steps[j, r])) if c.present[j, r] else "" for r in range(len(READERS))]
+        steps = [str(int(c.scores.n_steps[j, r])) if c.present[j, r] else "" for r in range(len(c.readers))]
         w.writerow([s.id, s.group, s.L, *cells, *steps, len(s.suspects), int(s.extracted_suspects), s.n_failures,
-                    s.renormalised])
+                    s.renormalised, s.empty_rows, s.zero_rows])
     return buf.getvalue()
 
 
@@ -176,7 +193,7 @@ def steps_jsonl(stories: Sequence[ScoredWhodunit], c: Computed) -> bytes:
     lines = []
     for j, s in enumerate(stories):
         a, b = int(c.soff[j]), int(c.soff[j + 1])
-        for r, name in enumerate(READERS):
+        for r, name in enumerate(c.readers):
             if not c.present[j, r]:
                 continue
             lines.append(enc.encode({
@@ -194,9 +211,10 @@ def distributions_jsonl(stories: Sequence[ScoredWhodunit]) -> bytes:
     """The normalised reader distributions, in the READERS.jsonl schema."""
     enc = msgspec.json.Encoder()
     out = []
+    names = reader_names(stories)
     for s in stories:
         readers = {name: [None if np.isnan(row[0]) else [float(v) for v in row] for row in s.probs[name]]
-                   for name in READERS if name in s.probs}
+                   for name in names if name in s.probs}
         out.append(enc.encode({
             "id": s.id, "group": s.group, "suspects": s.suspects, "culprit": s.suspects[s.culprit],
             "distractor": s.suspects[s.distractor] if s.distractor >= 0 else None, "revelation": s.revelation,
@@ -221,7 +239,7 @@ def group_rows(stories: Sequence[ScoredWhodunit], c: Computed, settings: FairPla
     """Per group (first-appearance order) and statistic: the mean of the story
     values with a percentile-bootstrap interval, or for the 0/1 flags the share
     of stories with a Clopper–Pearson interval."""
-    names = score_columns(settings)
+    names = score_columns(settings, c.readers)
     m = score_matrix(c, settings)
     index: dict[str, list[int]] = {}
     for j, s in enumerate(stories):
@@ -273,7 +291,7 @@ def groups_md(rows: Sequence[GroupRow], statistics: Sequence[str] = _MD_STATS) -
     return "\n".join(lines) + "\n"
 
 
-def curves_csv(pooled: dict[str, PooledCurves], settings: FairPlaySettings) -> str:
+def curves_csv(pooled: dict[str, PooledCurves], settings: FairPlaySettings, readers: Sequence[str] = READERS) -> str:
     """Pooled hit curves per group, reader and relative-position bin."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -282,13 +300,13 @@ def curves_csv(pooled: dict[str, PooledCurves], settings: FairPlaySettings) -> s
                 "dcoh_mean", "dintel_mean"])
     B = settings.bins
     for g, pc in pooled.items():
-        for r, name in enumerate(READERS):
+        for r, name in enumerate(readers):
             if not pc.n[r].any():
                 continue
             for b in range(B):
                 if not pc.n[r, b]:
                     continue
-                w.writerow([g, name, b + 1, _cell((b + 1) / B), int(pc.n[r, b]), int(pc.hits[r, b]),
+                w.writerow([g, name, b + 1, _cell((b + 1) / B), int(pc.n[r, b]), _cell(pc.hits[r, b]),
                             _cell(pc.hit_rate[r, b]), _cell(pc.cp_lo[r, b]), _cell(pc.cp_hi[r, b]),
                             _cell(pc.p_true_mean[r, b]), _cell(pc.p_distractor_mean[r, b]),
                             int(pc.n_distractor[r, b]), int(pc.n_U[r, b]), _cell(pc.U_mean[r, b]),
@@ -298,17 +316,16 @@ def curves_csv(pooled: dict[str, PooledCurves], settings: FairPlaySettings) -> s
 
 def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | Path | None = None,
                      settings: FairPlaySettings | None = None, max_plots: int = 20,
-                     n_resamples: int = N_RESAMPLES, seed: int = 0, progress: bool = False) -> FairPlaySummary:
-    """Read READERS.jsonl (or a `fairplay` run folder's) and human guesses, compute the fair-play scores, write
-    stories.csv, steps.jsonl, groups.csv, groups.md, curves.csv,
-    distributions.jsonl, fairplay.json and reading-curve plots into ``out``."""
+                     n_resamples: int = N_RESAMPLES, seed: int = 0, progress: bool = False,
+                     source: str = "readers") -> FairPlaySummary:
+    """Read READERS.jsonl (or a `fairplay` run folder's; with ``source="authors"`` a
+    folder of the fair-play authors' result files) and human guesses, compute the
+    fair-play scores, write stories.csv, steps.jsonl, groups.csv, groups.md,
+    curves.csv, distributions.jsonl, fairplay.json and reading-curve plots into ``out``."""
     settings = settings or FairPlaySettings()
     out = Path(out)
-    if Path(readers).is_dir():  # the --out folder of a `fairplay` run
-        readers = Path(readers) / "readers.jsonl"
-    stories, errors = read_readers(readers)
-    warnings = [f"{s.id}: {s.renormalised} distribution(s) did not sum to 1 and were renormalised"
-                for s in stories if s.renormalised]
+    readers, stories, errors, notes = read_source(readers, source)
+    warnings = notes + row_warnings(stories)
     if not stories and not errors:
         warnings.append(f"no story in {readers}")
     if actual_csv is not None:
@@ -335,7 +352,7 @@ def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | 
         "steps.jsonl": steps_jsonl(stories, c),
         "groups.csv": groups_csv(rows),
         "groups.md": groups_md(rows),
-        "curves.csv": curves_csv(pooled, settings),
+        "curves.csv": curves_csv(pooled, settings, c.readers),
         "distributions.jsonl": distributions_jsonl(stories),
     }
     for name, data in files.items():
@@ -344,10 +361,12 @@ def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | 
     summary = FairPlaySummary(stories=len(stories), errors=[str(e) for e in errors], out=out, warnings=warnings,
                               plots=plots, files=list(files))
     atomic_write(out / "fairplay.json", msgspec.json.format(msgspec.json.encode({
-        "readers": str(readers), "actual_csv": None if actual_csv is None else str(actual_csv),
+        "readers": str(readers), "from": source, "actual_csv": None if actual_csv is None else str(actual_csv),
         "settings": settings, "stories": len(stories), "errors": summary.errors, "warnings": warnings,
-        "notes": [INTEL_NOTE, "S, C and FP average hits over each reader's recorded paragraphs (METRICS 2.3); "
-                              "*_pw columns are the probability-weighted versions (mean M(i)_{y*})"],
+        "notes": [INTEL_NOTE, "S and C average hits over each reader's recorded paragraphs, FP the differences "
+                              "hit_M - hit_M0 over the paragraphs both readers have (METRICS 2.3); a tie for the "
+                              f"maximum is {'split among the tied suspects' if settings.ties == 'split' else 'a miss'}"
+                              "; *_pw columns are the probability-weighted versions (mean M(i)_{y*})"],
         "n_resamples": n_resamples, "seed": seed,
     })))
     return summary

@@ -5,6 +5,7 @@ with its sharp reversals (000, Fig. 3) and group bars with 95% intervals
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np  # noqa: E402
 from tension.kernels.curves import CurveSettings, reversals, smooth, vertex_angles  # noqa: E402
 from tension.kernels.groups import GroupStat  # noqa: E402
 
-__all__ = ["sharp_reversals", "curve_figure", "bars_figure"]
+__all__ = ["sharp_reversals", "curve_figure", "bars_figure", "bars_plot", "BARS_SIZE"]
 
 SHARP_ANGLE = 60.0  # the triangles of the paper's Figure 3
 
@@ -73,35 +74,81 @@ def curve_figure(path: str | Path, story_id: str, x, y, settings: CurveSettings 
     return np.asarray(sharp, dtype=np.int64)
 
 
+BARS_SIZE = (8.0, 4.5)  # inches, every group-bar figure alike: they sit side by side on a slide or page
+_PLOT_WIDTH = 6.6  # inches of BARS_SIZE's width the axes get, for the label width
+_CHAR_WIDTH = 0.075  # inches per character of an 8-point tick label (a wide average)
+_MIN_CHARS = 8  # narrower than this ("n = 123" must fit), the labels stand upright
+_UPRIGHT = 24  # characters of an upright label's name
+
+
 def bars_figure(path: str | Path, groups: dict[str, dict[str, GroupStat]], stats: Sequence[str],
-                labels: Sequence[str], title: str, ylabel: str, scale: float = 1.0) -> None:
-    """Bars per group (x) and statistic (colour) with bootstrap 95% intervals
-    (the normal interval where the bootstrap is undefined)."""
-    names = list(next(iter(groups.values()))) if groups else []
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(names) * len(stats) + 1.5), 3.8), dpi=110)
+                labels: Sequence[str], title: str, ylabel: str, scale: float = 1.0, top: float | None = None) -> None:
+    """`bars_plot` saved to `path` (PNG)."""
+    fig = bars_plot(groups, stats, labels, title, ylabel, scale, top)
     try:
-        width = 0.8 / max(1, len(stats))
-        xs = np.arange(len(names))
-        for k, (stat, label) in enumerate(zip(stats, labels)):
-            means, lows, highs = [], [], []
-            for g in names:
-                s = groups[stat][g]
-                m = s.mean * scale
-                lo, hi = s.boot_lo, s.boot_hi
-                if math.isnan(lo) and not math.isnan(s.ci95):
-                    lo, hi = s.mean - s.ci95, s.mean + s.ci95
-                means.append(m)
-                lows.append(0.0 if math.isnan(lo) else m - lo * scale)
-                highs.append(0.0 if math.isnan(hi) else hi * scale - m)
-            ax.bar(xs + (k - (len(stats) - 1) / 2) * width, np.nan_to_num(means), width, label=label,
-                   yerr=[lows, highs], capsize=3, color=f"C{k}", alpha=0.85)
-        ax.set_xticks(xs, names)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=10)
-        ax.grid(axis="y", alpha=0.3)
-        if len(stats) > 1:
-            ax.legend(fontsize=8)
-        fig.tight_layout()
         fig.savefig(path)
     finally:
         plt.close(fig)
+
+
+def bars_plot(groups: dict[str, dict[str, GroupStat]], stats: Sequence[str], labels: Sequence[str], title: str,
+              ylabel: str, scale: float = 1.0, top: float | None = None):
+    """Bars per group (x) and statistic (colour) with bootstrap 95% intervals (the
+    normal interval where the bootstrap is undefined), on a figure of BARS_SIZE.
+    Each group's label is wrapped to its share of the width and gives its n; a bar
+    of fewer than two stories has no interval and says so; the axis starts at 0
+    (``top``: its end, e.g. 1 for a rate); an empty run says "no stories"."""
+    names = list(next(iter(groups.values()))) if groups else []
+    fig, ax = plt.subplots(figsize=BARS_SIZE, dpi=110)
+    width = 0.8 / max(1, len(stats))
+    xs = np.arange(len(names))
+    for k, (stat, label) in enumerate(zip(stats, labels)):
+        where = xs + (k - (len(stats) - 1) / 2) * width
+        means, lows, highs, single = [], [], [], []
+        for j, g in enumerate(names):
+            st = groups[stat][g]
+            lo, hi = st.boot_lo, st.boot_hi
+            if math.isnan(lo) and not math.isnan(st.ci95):
+                lo, hi = st.mean - st.ci95, st.mean + st.ci95
+            means.append(st.mean * scale)
+            # no interval (n < 2): no bar end at all, never a zero-width one that looks exact
+            lows.append(math.nan if math.isnan(lo) else (st.mean - lo) * scale)
+            highs.append(math.nan if math.isnan(hi) else (hi - st.mean) * scale)
+            if st.n < 2 and not math.isnan(st.mean):
+                single.append(j)
+        ax.bar(where, means, width, label=label, yerr=[lows, highs], capsize=3, color=f"C{k}", alpha=0.85)
+        for j in single:
+            ax.annotate(f"n = {groups[stat][names[j]].n}\nno CI", (where[j], means[j]), xytext=(0, 3),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=6.5, color="0.3")
+    ticks, rotation = _group_labels(groups, names, stats)
+    ax.set_xticks(xs, ticks, fontsize=8, rotation=rotation)
+    ax.set_ylim(bottom=0.0, top=top)
+    ax.set_xlim(-0.6, max(len(names), 1) - 0.4)
+    if not names:
+        ax.set_xticks([])
+        ax.text(0.5, 0.5, "no stories", ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10, pad=18 if len(stats) > 1 else 6)
+    ax.grid(axis="y", alpha=0.3)
+    if len(stats) > 1 and names:  # above the axes, where no bar can reach it
+        ax.legend(fontsize=8, ncols=len(stats), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False,
+                  borderaxespad=0.2)
+    fig.tight_layout()
+    return fig
+
+
+def _group_labels(groups: dict[str, dict[str, GroupStat]], names: list[str],
+                  stats: Sequence[str]) -> tuple[list[str], float]:
+    """Each group's label and the labels' rotation: the name wrapped (at most three
+    lines, then "…") to the width its bars get, and its number of stories; too
+    many groups for that, the names stand upright, cut to _UPRIGHT characters."""
+    chars = int(_PLOT_WIDTH / max(1, len(names)) / _CHAR_WIDTH)
+    out = []
+    for g in names:
+        n = max(groups[st][g].n + groups[st][g].n_nan for st in stats)
+        if chars < _MIN_CHARS:
+            out.append(f"{g if len(g) <= _UPRIGHT else g[:_UPRIGHT - 1] + '…'} (n = {n})")
+            continue
+        lines = textwrap.wrap(g, chars, break_long_words=True, max_lines=3, placeholder="…") or [g]
+        out.append("\n".join([*lines, f"n = {n}"]))
+    return out, (90.0 if chars < _MIN_CHARS else 0.0)

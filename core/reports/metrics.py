@@ -15,7 +15,7 @@ import functools
 import io
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
@@ -47,7 +47,7 @@ class Curve(msgspec.Struct, kw_only=True):
     id: str
     x: list[float]
     y: list[float]
-    group: str = DEFAULT_GROUP
+    group: str | None = DEFAULT_GROUP  # null is read as absent (DEFAULT_GROUP); never None once checked
 
 
 class MetricsResult(msgspec.Struct, kw_only=True):
@@ -112,11 +112,13 @@ def read_curves(path: str | os.PathLike) -> tuple[list[Curve], list[InputError]]
     if Path(path).is_dir():
         return read_run_positions(path)
     decode = functools.partial(decode_line, type=Curve, decoder=_curve_decoder)
-    return read_records(path, _checked_curve, decode=decode)
+    return read_records(path, _checked_curve, decode=decode, empty="curves")
 
 
 def _checked_curve(path: str, lineno: int, c: Curve) -> Curve:
     check_curve(path, lineno, c)
+    if c.group is None:
+        c.group = DEFAULT_GROUP
     return c
 
 
@@ -134,17 +136,21 @@ def _stat_matrix(stats: BatchStats) -> np.ndarray:
 
 
 def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings(), *,
-            n_resamples: int = N_RESAMPLES, seed: int = 0) -> tuple[BatchStats, dict[str, dict[str, GroupStat]]]:
+            n_resamples: int = N_RESAMPLES, seed: int = 0,
+            failed: Collection[str] = ()) -> tuple[BatchStats, dict[str, dict[str, GroupStat]]]:
     """Kernels over all curves at once, then group summaries per statistic
-    (with a seeded percentile bootstrap of `n_resamples`; 0 skips it)."""
+    (with a seeded percentile bootstrap of `n_resamples`; 0 skips it). The
+    stories whose ids are in `failed` get their (empty) row of statistics but
+    are left out of the groups: a failed story is no story with NaN statistics."""
     lengths = np.fromiter((len(c.x) for c in curves), dtype=np.int64, count=len(curves))
     offsets = np.zeros(len(curves) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     x = np.fromiter((v for c in curves for v in c.x), dtype=np.float64, count=int(offsets[-1]))
     y = np.fromiter((v for c in curves for v in c.y), dtype=np.float64, count=int(offsets[-1]))
     stats = batch_stats(x, y, offsets, settings)
-    labels = [c.group for c in curves]
-    matrix = _stat_matrix(stats)
+    keep = np.array([c.id not in failed for c in curves], dtype=bool)
+    labels = [c.group for c in curves if c.id not in failed]
+    matrix = _stat_matrix(stats)[keep]
     groups = {name: group_stats(matrix[:, k], labels, n_resamples, seed) for k, name in enumerate(stat_columns(settings))}
     return stats, groups
 
@@ -153,13 +159,19 @@ def _cell(v: float) -> str:
     return "" if math.isnan(v) else f"{v:.10g}"
 
 
-def stories_csv(curves: Sequence[Curve], stats: BatchStats, settings: CurveSettings) -> str:
+def stories_csv(curves: Sequence[Curve], stats: BatchStats, settings: CurveSettings,
+                failed: Mapping[str, str] | None = None) -> str:
+    """One row per story; a story in `failed` (id -> why) keeps its row, with
+    empty statistics and the reason in `nan_reasons`."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["id", "group", "n_positions", *stat_columns(settings), "nan_reasons"])
     matrix = _stat_matrix(stats)
     for i, c in enumerate(curves):
         reasons = "; ".join(Reason(int(stats.reasons[i])).describe())
+        if failed and c.id in failed:
+            w.writerow([c.id, c.group, 0, *("" for _ in matrix[i]), f"failed: {failed[c.id]}"])
+            continue
         w.writerow([c.id, c.group, int(stats.n_positions[i]), *(_cell(v) for v in matrix[i]), reasons])
     return buf.getvalue()
 

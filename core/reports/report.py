@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,10 @@ from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
 from tension.kernels.curves import BatchStats, CurveSettings
 from tension.kernels.groups import GroupStat
 
-from tension.core.errors import InputError
-from tension.core.inputs.jsonl import atomic_write
-from tension.core.reports.filenames import safe_filename
+from tension.core.errors import ConfigError, InputError, exit_status
+from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
+from tension.core.reports.answer_warnings import markdown_section
+from tension.core.reports.filenames import unique_filenames
 from tension.core.reports.metrics import Curve, compute, read_run_positions, stat_columns
 
 __all__ = ["RunData", "load_run", "table6", "table18", "compare", "Comparison", "comparison_table", "report"]
@@ -51,6 +53,31 @@ class RunData(msgspec.Struct, kw_only=True):
         return self.stats.ir[:, k - 4]
 
 
+class _MetaLine(msgspec.Struct):
+    """A line of meta.jsonl, as score writes it."""
+
+    id: str
+    group: str | None = None
+    words: int = 0
+    meta: dict[str, Any] = {}
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    """run.json as a dict; a damaged one is an InputError naming it, line and column."""
+    raw = path.read_bytes()
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InputError(str(path), 0, None, f"not valid UTF-8 (byte offset {e.start}); rerun the score "
+                         "command to write it again, or move it away to report without it") from e
+    except json.JSONDecodeError as e:
+        raise InputError(str(path), e.lineno, None, f"not valid JSON ({e.msg} at column {e.colno}); rerun the "
+                         "score command to write it again, or move it away to report without it") from e
+    if not isinstance(doc, dict):
+        raise InputError(str(path), 1, None, "expected a JSON object (a run record)")
+    return doc
+
+
 def _settings_from_run(run: dict[str, Any]) -> CurveSettings:
     c = run.get("config", {})
     d = CurveSettings()
@@ -64,17 +91,17 @@ def load_run(run_dir: str | os.PathLike, settings: CurveSettings | None = None,
     d = Path(run_dir)
     if not (d / "positions.jsonl").is_file():
         raise InputError(str(d), 0, None, "not a score run: no positions.jsonl in this folder")
-    run = json.loads((d / "run.json").read_text()) if (d / "run.json").is_file() else {}
+    run = _read_record(d / "run.json") if (d / "run.json").is_file() else {}
     settings = settings or _settings_from_run(run)
     curves, errors = read_run_positions(d)
     if errors:
         raise errors[0]
     meta: dict[str, dict[str, Any]] = {}
     if (d / "meta.jsonl").is_file():
-        for line in (d / "meta.jsonl").read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                m = json.loads(line)
-                meta[m["id"]] = m
+        path = str(d / "meta.jsonl")
+        for lineno, raw in iter_lines(path):
+            m = decode_line(path, lineno, raw, _MetaLine)
+            meta[m.id] = msgspec.to_builtins(m)
     stats, groups = compute(curves, settings, n_resamples=n_resamples, seed=seed)
     return RunData(dir=str(d), curves=curves, stats=stats, groups=groups, settings=settings, run=run, meta=meta)
 
@@ -244,75 +271,120 @@ def comparison_table(c: Comparison, fmt: str = "md") -> str:
 
 def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: float | None = None,
            settings: CurveSettings | None = None, n_resamples: int = N_RESAMPLES, seed: int = 0) -> Path:
-    """Write tables, figures and ``report.md`` into the run folder; returns its path."""
-    from tension.core.reports.figures import bars_figure, curve_figure
-
+    """Write tables, figures and ``report.md`` into the run folder; returns its path.
+    The report owns ``figures/``: it is drawn anew whole, so no image of an earlier
+    report (another story set, other ids) stays behind."""
+    if max_curves < 0 or n_resamples < 0:
+        raise ConfigError(f"--max-curves and --resamples: expected >= 0, got {max_curves} and {n_resamples}")
     data = load_run(run_dir, settings, n_resamples=n_resamples, seed=seed)
     d = Path(run_dir)
-    figs = d / "figures"
-    (figs / "curves").mkdir(parents=True, exist_ok=True)
     s = data.settings
     atomic_write(d / "table6.csv", table6(data.groups, s, "csv"))
     atomic_write(d / "table18.csv", table18(data.groups, s, "csv"))
+    curve_files = _draw_figures(d / "figures", data, max_curves)
 
-    ir_cols = stat_columns(s)[4:]
-    bars_figure(figs / "nr.png", data.groups, ["mean_nr", "late_nr"], ["Mean NR", f"Late NR (≥{s.late_threshold:.0%})"],
-                "Mean and late no-rate by group (95% bootstrap intervals)", "no-rate")
-    bars_figure(figs / "ir.png", data.groups, ir_cols, [c.upper() for c in ir_cols],
-                "Inflection rate by vertex-angle threshold", "inflection rate")
-    bars_figure(figs / "retain.png", data.groups, ["retain"], ["Retain"],
-                "Post-spike tension retention", "% of peak retained")
-    curve_files = []
-    for c in data.curves[:max_curves]:
-        name = safe_filename(c.id) + ".png"
-        curve_figure(figs / "curves" / name, c.id, c.x, c.y, s)
-        curve_files.append((c.id, f"figures/curves/{name}"))
-
-    run = data.run
     lines = [f"# tension-run report: `{d.name}`", ""]
-    if run:
-        lines += [f"Status **{run.get('status')}**, corpus `{run.get('corpus')}`, "
-                  f"{run.get('stories', {}).get('kept', len(data.curves))} stories scored, "
-                  f"{len(run.get('stories', {}).get('skipped', []))} skipped by the word filter, "
-                  f"{len(run.get('stories', {}).get('failed', []))} failed; {run.get('positions')} positions; "
-                  f"wall time {run.get('wall_seconds', 0):.1f} s.", ""]
+    if data.run:
+        lines += _outcome_lines(data)
+    lines += markdown_section(data.run)  # degenerate answers, first: they qualify every number below
     lines += ["## Results (000, Table 6 layout)", "", table6(data.groups, s),
               "## With 95% bootstrap intervals (001, Table 18 layout)", "",
               f"{n_resamples:,} resamples over stories, seed {seed}.", "", table18(data.groups, s),
-              "## Figures", "", "![Mean and late no-rate](figures/nr.png)", "",
+              "## Figures", "", "Bars: group means with 95% bootstrap intervals; a group of one story has no "
+              "interval (marked n = 1).", "", "![Mean and late no-rate](figures/nr.png)", "",
               "![Inflection rate](figures/ir.png)", "", "![Retention](figures/retain.png)", ""]
     if curve_files:
         lines += ["### No-rate curves", "", "Raw (grey) and smoothed (blue) no-rate; triangles mark reversals "
                   "whose vertex angle is ≤ 60° (000, Fig. 3)."
                   + (f" First {max_curves} of {len(data.curves)} stories." if len(data.curves) > max_curves else ""), ""]
         lines += [f"![{sid}]({path})" for sid, path in curve_files] + [""]
-    if run:
-        cfg = run.get("config", {})
-        models = run.get("models", {})
-        lines += ["## Run", "", f"- generation model `{models.get('generation')}` at `{cfg.get('base_url')}`; "
-                  f"judge model `{models.get('judge')}` at `{cfg.get('judge_base_url') or cfg.get('base_url')}`",
-                  f"- endings per position {cfg.get('endings')}, temperature {cfg.get('temperature')}, top-p "
-                  f"{cfg.get('top_p')}, max tokens {cfg.get('max_tokens')}, seed {cfg.get('seed')}; judge temperature "
-                  f"{cfg.get('judge_temperature')}, max tokens {cfg.get('judge_max_tokens')}",
-                  f"- curve settings: window {s.window}, thresholds {', '.join(f'{a:g}°' for a in s.thresholds)}, "
-                  f"late ≥ {s.late_threshold}, retention window {s.retention_window}"]
-        req = run.get("requests", {})
-        hits = run.get("cache", {}).get("hits", {})
-        u_now, u_all = run.get("usage_this_run", {}), run.get("usage_all_answers", {})
-        lines += [f"- requests sent: {req.get('generation', 0)} generation, {req.get('judge', 0)} judge, "
-                  f"{req.get('tokenize', 0)} tokenize ({run.get('http', {}).get('retries', 0)} retries); cache hits: "
-                  + ", ".join(f"{v} {k}" for k, v in hits.items()),
-                  f"- tokens this run: {u_now.get('prompt_tokens', 0):,} prompt ({u_now.get('cached_tokens', 0):,} "
-                  f"served from the server's prefix cache), {u_now.get('completion_tokens', 0):,} completion",
-                  f"- tokens of all answers (as if nothing were cached): {u_all.get('prompt_tokens', 0):,} prompt, "
-                  f"{u_all.get('completion_tokens', 0):,} completion"]
-        if gpu_hour_usd is not None:
-            hours = run.get("wall_seconds", 0) / 3600
-            lines.append(f"- cost: {hours:.3f} h of wall time × ${gpu_hour_usd:g}/GPU-hour = ${hours * gpu_hour_usd:.2f} "
-                         "per GPU serving this run")
-        v = run.get("versions", {})
-        lines += ["- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()), ""]
+    if data.run:
+        lines += _run_lines(data, gpu_hour_usd)
     lines += ["Files: `positions.jsonl`, `stories.csv`, `groups.csv`, `table6.csv`, `table18.csv`, `run.json`. "
               "Rebuild with `tension-run report " + str(d) + "`.", ""]
     atomic_write(d / "report.md", "\n".join(lines))
     return d / "report.md"
+
+
+def _draw_figures(figs: Path, data: RunData, max_curves: int) -> list[tuple[str, str]]:
+    """The group bars and the first `max_curves` curves into a fresh `figs`;
+    returns (story id, path in the report) of each curve."""
+    from tension.core.reports.figures import bars_figure, curve_figure
+
+    s = data.settings
+    shutil.rmtree(figs, ignore_errors=True)
+    (figs / "curves").mkdir(parents=True)
+    ir_cols = stat_columns(s)[4:]
+    bars_figure(figs / "nr.png", data.groups, ["mean_nr", "late_nr"], ["Mean NR", f"Late NR (≥{s.late_threshold:.0%})"],
+                "Mean and late no-rate by group (95% bootstrap intervals)", "no-rate", top=1.0)
+    bars_figure(figs / "ir.png", data.groups, ir_cols, [c.upper() for c in ir_cols],
+                "Inflection rate by vertex-angle threshold", "inflection rate", top=1.0)
+    bars_figure(figs / "retain.png", data.groups, ["retain"], ["Retain"],
+                "Post-spike tension retention", "% of peak retained")
+    shown = data.curves[:max_curves]
+    names = unique_filenames([c.id for c in shown])
+    for c, name in zip(shown, names):
+        curve_figure(figs / "curves" / f"{name}.png", c.id, c.x, c.y, s)
+    return [(c.id, f"figures/curves/{name}.png") for c, name in zip(shown, names)]
+
+
+def _outcome_lines(data: RunData) -> list[str]:
+    """What happened, as run.json and the exit status tell it: the status, the
+    stories scored, and every bad record, failed story and skipped story with its reason."""
+    run = data.run
+    st = run.get("stories", {})
+    errors, failed, skipped = st.get("input_errors", []), st.get("failed", []), st.get("skipped", [])
+    kept = st.get("kept", len(data.curves))
+    code = run.get("exit_status")
+    if code is None:  # a record written before the exit status was recorded
+        code = exit_status(run.get("status", "complete"), kept - len(failed), len(errors) + len(failed))
+    what = {0: "everything asked for was produced", 130: "interrupted"}.get(code, "something asked for is missing")
+    inv = run.get("invocations", {})
+    lines = [f"Status **{run.get('status')}**, exit status {code} ({what}). Corpus `{run.get('corpus')}`: "
+             f"{kept - len(failed)} stories scored, {len(failed)} failed, {len(skipped)} skipped by the word filter, "
+             f"{len(errors)} bad input record(s); {sum(len(c.x) for c in data.curves)} positions in "
+             f"`positions.jsonl`; wall time {run.get('wall_seconds', 0):.1f} s"
+             + (f" ({inv['wall_seconds']:.1f} s over {inv['count']} invocations into this folder)"
+                if inv.get("count", 1) > 1 else "") + ".", ""]
+    if run.get("error"):
+        lines += [f"The run stopped: {run['error']}", ""]
+    items = ([f"- bad input: {e}" for e in errors] + [f"- story `{f['id']}` failed at {f['stage']}: {f['error']}"
+                                                      for f in failed]
+             + [f"- story `{k['id']}` skipped: {k['reason']}" for k in skipped])
+    if items:
+        lines += ["## Input errors, failures and skipped stories", "", *items, ""]
+    return lines
+
+
+def _run_lines(data: RunData, gpu_hour_usd: float | None) -> list[str]:
+    """The run's models, settings, requests, tokens, cost and versions."""
+    run, s = data.run, data.settings
+    cfg = run.get("config", {})
+    models = run.get("models", {})
+    seed = cfg.get("seed")
+    lines = ["## Run", "", f"- generation model `{models.get('generation')}` at `{cfg.get('base_url')}`; "
+             f"judge model `{models.get('judge')}` at `{cfg.get('judge_base_url') or cfg.get('base_url')}`",
+             f"- endings per position {cfg.get('endings')}, temperature {cfg.get('temperature')}, top-p "
+             f"{cfg.get('top_p')}, max tokens {cfg.get('max_tokens')}, "
+             + ("unseeded (no --seed)" if seed is None else f"seed {seed}")
+             + f"; judge temperature {cfg.get('judge_temperature')}, max tokens {cfg.get('judge_max_tokens')}",
+             f"- curve settings: window {s.window}, thresholds {', '.join(f'{a:g}°' for a in s.thresholds)}, "
+             f"late ≥ {s.late_threshold}, retention window {s.retention_window}"]
+    req = run.get("requests", {})
+    hits = run.get("cache", {}).get("hits", {})
+    u_now, u_all = run.get("usage_this_run", {}), run.get("usage_all_answers", {})
+    lines += [f"- requests sent: {req.get('generation', 0)} generation, {req.get('judge', 0)} judge, "
+              f"{req.get('tokenize', 0)} tokenize ({run.get('http', {}).get('retries', 0)} retries); cache hits: "
+              + ", ".join(f"{v} {k}" for k, v in hits.items()),
+              f"- tokens this run: {u_now.get('prompt_tokens', 0):,} prompt ({u_now.get('cached_tokens', 0):,} "
+              f"served from the server's prefix cache), {u_now.get('completion_tokens', 0):,} completion",
+              f"- tokens of all answers (as if nothing were cached): {u_all.get('prompt_tokens', 0):,} prompt, "
+              f"{u_all.get('completion_tokens', 0):,} completion"]
+    if gpu_hour_usd is not None:
+        inv = run.get("invocations", {"count": 1, "wall_seconds": run.get("wall_seconds", 0)})
+        hours = inv["wall_seconds"] / 3600
+        lines.append(f"- cost: {hours:.3f} h of wall time × ${gpu_hour_usd:g}/GPU-hour = ${hours * gpu_hour_usd:.2f} "
+                     f"per GPU serving this run (its {inv['count']} invocation(s) into this folder: the first "
+                     "and every resume or rerun)")
+    v = run.get("versions", {})
+    return lines + ["- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()), ""]

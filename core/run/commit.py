@@ -19,6 +19,7 @@ from pathlib import Path
 from tension.cache import records
 from tension.cache.store import Store
 from tension.core.errors import ConfigError, TensionError
+from tension.core.redact import redact
 
 __all__ = ["COMMIT_INTERVAL", "COMMIT_BATCH", "Committer", "run_committed", "first_error", "describe"]
 
@@ -96,8 +97,10 @@ class Committer:
 async def run_committed(work: Awaitable[None], committer: Committer) -> tuple[str, str | None]:
     """Await a run's work, then commit whatever completed, however the work ended.
     Returns ("complete", None) or ("failed", the first error); a cancellation
-    (Ctrl-C, SIGTERM) and a ConfigError (a usage error found at start, which the
-    CLI reports as such) are re-raised after the commit."""
+    (Ctrl-C, SIGTERM) and a ConfigError (a usage error, a damaged cache, or a
+    server refusing the key, the model or an endpoint: no rerun of the same command
+    can pass, and the CLI reports it as such) are re-raised after the commit, also
+    from inside the scheduler's task group."""
     status, error = "complete", None
     try:
         await work
@@ -107,6 +110,8 @@ async def run_committed(work: Awaitable[None], committer: Committer) -> tuple[st
         first = first_error(eg)
         if not isinstance(first, Exception):
             raise
+        if isinstance(first, ConfigError):
+            raise first from None
         status, error = "failed", describe(first)
     except TensionError as e:
         status, error = "failed", describe(e)
@@ -129,5 +134,6 @@ def first_error(exc: BaseException) -> BaseException:
 
 def describe(e: BaseException) -> str:
     """An error as the run record and the CLI state it: our errors by their own
-    text, anything else with its type."""
-    return str(e) if isinstance(e, TensionError) else f"{type(e).__name__}: {e}"
+    text, anything else with its type; redacted (a key a server echoed, a URL's
+    password)."""
+    return redact(str(e) if isinstance(e, TensionError) else f"{type(e).__name__}: {e}")

@@ -34,12 +34,13 @@ from tension.cache.store import Store, default_path
 from tension.core.errors import ConfigError, TensionError
 from tension.core.llm.cached import CachedChat
 from tension.core.llm.client import Client, RetryPolicy, Timeouts
+from tension.core.redact import redact
 from tension.core.run.commit import Committer, describe, run_committed
 from tension.core.run.progress import Progress
 from tension.core.run.record import versions, write_record
 from tension.core.run.scheduler import Scheduler
 
-__all__ = ["LOCK_NAME", "Run", "out_lock", "prepare_out_dir", "open_store", "client_for", "run_blocking"]
+__all__ = ["LOCK_NAME", "Run", "out_lock", "prepare_out_dir", "open_store", "client_for", "warn", "run_blocking"]
 
 LOCK_NAME = ".tension-run.lock"
 
@@ -168,7 +169,7 @@ class Run:
     def cache(self) -> dict[str, Any]:
         c = self.store.counts
         return {"path": str(self.store.path), "hits": dict(c.hits), "misses": dict(c.misses),
-                "writes": dict(c.writes)}
+                "writes": dict(c.writes), "damaged": dict(c.damaged)}
 
 
 @contextlib.contextmanager
@@ -209,9 +210,18 @@ def open_store(cache: str | None, max_gb: float | None) -> Store:
 
 
 def client_for(cfg: Any, api_key: str | None) -> Client:
-    """The HTTP client of a run, with the settings' timeout and retry budget."""
+    """The HTTP client of a run, with the settings' timeout and retry budget; what it
+    has to say at once (a server that does not answer, and until when it is
+    retried) goes to stderr, above the progress bar, with or without one."""
     return Client(api_key=api_key, timeouts=Timeouts(request=cfg.timeout),
-                  retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds))
+                  retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds), notice=warn)
+
+
+def warn(message: str) -> None:
+    """A warning on stderr now, redacted; tqdm.write keeps a progress bar intact."""
+    from tqdm import tqdm
+
+    tqdm.write(f"warning: {redact(message)}", file=sys.stderr)
 
 
 def run_blocking(make_coro: Callable[[], Any]) -> Any:

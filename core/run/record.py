@@ -1,8 +1,10 @@
 """The run record files (run.json, fairplay_run.json, STORIES.run.json): the parts
-every pipeline's record shares, and how a record is written."""
+every pipeline's record shares, how a record is written, and the invocations
+(a run and its resumes) that made an output folder."""
 
 from __future__ import annotations
 
+import json
 import platform
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ import msgspec
 
 from tension.core.inputs.jsonl import atomic_write
 
-__all__ = ["Failure", "versions", "write_record"]
+__all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_invocations"]
 
 _DISTRIBUTIONS = ("tension-run", "numpy", "numba", "msgspec", "aiohttp", "lmdb", "uvloop")
 
@@ -40,3 +42,28 @@ class Failure(msgspec.Struct, kw_only=True):
     id: str
     stage: str
     error: str
+
+
+class Invocations(msgspec.Struct, kw_only=True):
+    """The invocations that made one output folder (a run, then its resumes): how
+    many, and their wall time added up; what a run costs is counted from this."""
+
+    count: int = 0
+    wall_seconds: float = 0.0
+
+
+def earlier_invocations(record_path: Path) -> Invocations:
+    """What the run record already in the output folder says about the invocations
+    before this one (none when there is no readable record)."""
+    try:
+        doc = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return Invocations()
+    if not isinstance(doc, dict):
+        return Invocations()
+    try:
+        return msgspec.convert(doc["invocations"], Invocations)
+    except (KeyError, msgspec.ValidationError):
+        # a record written before invocations were counted: its own wall time
+        wall = doc.get("wall_seconds")
+        return Invocations(count=1, wall_seconds=float(wall)) if isinstance(wall, (int, float)) else Invocations()

@@ -1,15 +1,18 @@
-"""The LMDB store: write-once records, counters, map growth, read-only, format version."""
+"""The LMDB store: write-once records, counters, map growth, read-only, format version,
+checksums and a damaged file."""
 
 from __future__ import annotations
 
 import lmdb
+import msgspec
 import pytest
 
-from tension.cache import records, store as store_mod
+from tension.cache import pages, records, store as store_mod
 from tension.cache.keys import request_key
 from tension.cache.records import Endings, TokenCount, Usage, Verdict
 from tension.cache.store import DBS, FORMAT_VERSION, RunCounts, Store, default_path
-from tension.core.errors import CacheError, TensionError
+from tension.cache.verify import verify
+from tension.core.errors import CacheDamagedError, CacheError, TensionError
 
 
 def endings(i: int, text: str = "The end.", n: int = 2) -> Endings:
@@ -270,3 +273,80 @@ def test_current_format_is_accepted(path):
 def test_records_round_trip_through_msgpack():
     for rec in (endings(1), verdict(2, "N"), tokens(3)):
         assert records.decode(records.encode(rec)) == rec
+
+
+# --- checksums and damage ------------------------------------------------------------
+
+def _raw_put(path, db: str, k: bytes, value: bytes) -> None:
+    env = lmdb.open(str(path), max_dbs=8)
+    with env.begin(write=True) as txn:
+        txn.put(k, value, db=env.open_db(db.encode(), txn=txn))
+    env.close()
+
+
+def test_every_value_carries_a_checksum(path):
+    rec = endings(1)
+    with Store(path) as s:
+        s.put_many([("endings", key("chat", 1), rec)])
+        with s.env.begin(db=s._dbs["endings"]) as txn:
+            value = txn.get(key("chat", 1))
+    assert records.is_checked(value) and records.decode(value) == rec
+    assert value[5:] == msgspec.msgpack.encode(rec)  # the frame, then the msgpack as before
+
+
+def test_records_written_before_checksums_are_still_read(path):
+    Store(path).close()
+    old = msgspec.msgpack.encode(verdict(7))  # how values were written before checksums
+    _raw_put(path, "verdicts", key("judge", 7), old)
+    with Store(path) as s:
+        assert s.get("verdicts", key("judge", 7)) == verdict(7)
+        assert s.counts.hits["verdicts"] == 1 and s.counts.damaged["verdicts"] == 0
+    report = verify(path)
+    assert report.sound and report.databases["verdicts"].records == 1 and report.databases["verdicts"].checked == 0
+
+
+@pytest.mark.parametrize("value", [b"", b"\xc1\x00", b"\xc1\x00\x00\x00\x00\x80", b"\x93\x01\x02\x03", b"\xff" * 40])
+def test_a_damaged_value_is_a_miss_counted_and_written_over(path, value):
+    k = key("chat", 1)
+    with Store(path) as s:
+        s.put_many([("endings", k, endings(1))])
+    good = records.encode(endings(1))
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 1
+    for bad in (value, bytes(flipped)):
+        _raw_put(path, "endings", k, bad)
+        with pytest.raises(records.DamagedRecord):
+            records.decode(bad)
+        with Store(path) as s:
+            assert s.get_many("endings", [k, key("chat", 2)]) == [None, None]
+            assert s.counts.damaged["endings"] == 1 and s.counts.misses["endings"] == 2
+            assert s.put_many([("endings", k, endings(1, "again"))]) == 1  # the bad value is replaced
+            assert s.counts.writes["endings"] == 1
+            assert s.get("endings", k) == endings(1, "again")
+            assert s.put_many([("endings", k, endings(1, "third"))]) == 0  # a good value is written once
+
+
+def test_a_record_of_the_wrong_kind_is_bad_for_verify(path):
+    with Store(path) as s:
+        s.put_many([("endings", key("chat", 1), tokens(1))])
+    report = verify(path)
+    assert not report.sound and [b.reason for b in report.bad] == ["a TokenCount record in the endings database"]
+
+
+def test_check_passes_new_and_empty_files_and_refuses_short_or_foreign_ones(tmp_path):
+    pages.check(tmp_path / "none")
+    (tmp_path / "data.mdb").write_bytes(b"")
+    pages.check(tmp_path)
+    with Store(tmp_path / "c") as s:
+        s.put_many([("endings", key("chat", i), endings(i, "x" * 3000)) for i in range(20)])
+    pages.check(tmp_path / "c")
+    data = (tmp_path / "c" / "data.mdb").read_bytes()
+    for cut, why in ((len(data) - 4096, "but its last transaction needs"), (100, "too short for a meta page")):
+        (tmp_path / "c" / "data.mdb").write_bytes(data[:cut])
+        with pytest.raises(pages.PageError, match=why):
+            pages.check(tmp_path / "c")
+        with pytest.raises(CacheDamagedError, match="is damaged: .*cache recover"):
+            Store(tmp_path / "c")
+    (tmp_path / "c" / "data.mdb").write_bytes(b"\x00" * 8192)
+    with pytest.raises(pages.PageError, match="not an LMDB file"):
+        pages.check(tmp_path / "c")

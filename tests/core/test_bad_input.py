@@ -477,7 +477,7 @@ def test_bug_embedded_profile_ignored_when_base_url_given(server, tmp_path, caps
     capsys.readouterr()
     rc = main(["score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", server.base_url,
                "--model", "test-gen", "--cache", str(tmp_path / "cache"), "--no-progress", "--no-report"])
-    assert rc == 0
+    assert rc == 1  # every story skipped by the word filter: nothing was produced (issue 16)
     cfg = json.loads((tmp_path / "out" / "run.json").read_text())["config"]
     # the paper's defaults, as with any non-embedded server
     assert (cfg["endings"], cfg["temperature"], cfg["max_tokens"], cfg["judge_constraint"]) == (100, 1.2, 150, "none")

@@ -18,7 +18,7 @@ from tension.core.pipelines.bench import BenchOptions, bench, load_figures
 from tension.core.cli import main
 from tension.core.llm.client import Client
 from tension.core.config import load_config
-from tension.core.errors import ConfigError, StatusError
+from tension.core.errors import ConfigError, RefusedError
 from tension.core.llm.protocol import ChatRequest
 
 N = 4
@@ -124,9 +124,9 @@ def test_stream_matches_the_plain_answer_and_reports_errors(server):
         async with Client() as c:
             plain = await c.chat(server.base_url, req)
             streamed = await c.chat_stream(server.base_url, req)
-            with pytest.raises(StatusError) as e:
+            with pytest.raises(RefusedError) as e:  # every request to it would be refused alike
                 await c.chat_stream(server.base_url, msgspec.structs.replace(req, model="nope"))
-            assert e.value.status == 404
+            assert e.value.status == 404 and e.value.missing == "model"
             assert await c.get_text(server.base_url, "/nowhere") is None
             return plain, streamed
 

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from tension.core.llm import client as client_mod
 from tension.core.llm.client import Client, ChatResult, RetryPolicy, Timeouts, normalize_base_url
-from tension.core.errors import RetryBudgetError, ServerError, StatusError, TensionError
+from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, ServerError, StatusError, TensionError
 from tension.core.llm.protocol import ChatRequest
 
 # tests/conftest.py puts tests/ on sys.path
@@ -299,14 +299,64 @@ def test_bad_request_is_not_retried(srv):
 def test_unknown_model_is_not_retried(srv):
     async def go():
         async with Client(retry=FAST) as c:
-            with pytest.raises(StatusError) as ei:
+            with pytest.raises(RefusedError) as ei:
                 await c.chat(srv.base_url, ChatRequest(model="nope", messages=GEN_MESSAGES, n=1))
             return ei.value
 
     err = run(go())
-    assert err.status == 404
+    assert err.status == 404 and err.missing == "model"
     assert "The model `nope` does not exist." in str(err)
+    assert isinstance(err, ConfigError) and not isinstance(err, StatusError)  # the run stops; no story fails alone
     assert srv.count(path=CHAT_PATH) == 1
+
+
+def test_tokenize_tells_a_missing_model_from_a_missing_endpoint():
+    async def go(srv, model):
+        async with Client(retry=FAST) as c:
+            with pytest.raises(RefusedError) as ei:
+                await c.tokenize(srv.base_url, model, "Some text.")
+            return ei.value
+
+    with LoopbackServer(model="m") as srv:
+        wrong_model = run(go(srv, "no-such-model"))
+    with LoopbackServer(model="m", serve_tokenize=False) as srv:
+        no_endpoint = run(go(srv, "m"))
+    assert wrong_model.missing == "model" and "does not exist" in str(wrong_model)
+    assert "--tokenizer" not in str(wrong_model) and "no /tokenize" not in str(wrong_model)
+    assert no_endpoint.missing == "endpoint" and "no /tokenize endpoint" in str(no_endpoint)
+    assert "--tokenizer" in str(no_endpoint)
+
+
+def test_a_key_the_server_echoes_is_redacted_from_the_error():
+    key = "sk-test-echoed-4f2a9c"
+
+    async def go(srv):
+        async with Client(retry=FAST, api_key=key) as c:
+            with pytest.raises(RefusedError) as ei:
+                await c.models(srv.base_url)
+            return ei.value
+
+    with LoopbackServer(model="m", api_key="sk-the-right-one", echo_auth=True) as srv:
+        err = run(go(srv))
+        assert srv.requests[-1].status == 401
+    assert err.missing == "key" and err.status == 401
+    assert key not in str(err) and key not in err.body and "Bearer ***" in str(err)
+
+
+def test_an_unreachable_server_is_told_once_at_once_with_its_deadline():
+    told = []
+
+    async def go(url):
+        async with Client(retry=RetryPolicy(attempts=3, backoff=0.01, backoff_cap=0.02), notice=told.append) as c:
+            reqs = [c.chat(url, gen_request()) for _ in range(5)]
+            return await asyncio.gather(*reqs, return_exceptions=True)
+
+    with LoopbackServer(model="m") as srv:
+        url = srv.base_url
+    results = run(go(url))  # the server is gone: nothing listens on its port
+    assert all(isinstance(r, RetryBudgetError) for r in results)
+    assert len(told) == 1, told  # five requests, one server, one notice
+    assert url in told[0] and "retrying up to 2 more time(s), until about" in told[0]
 
 
 def test_retry_budget_by_attempts(srv):
@@ -507,7 +557,7 @@ def test_tokenize_without_endpoint_names_the_tokenizer_flag():
     assert "--tokenizer" in str(err)
     assert "/tokenize" in str(err)
     assert "404" in str(err)
-    assert isinstance(err.__cause__, StatusError) and err.__cause__.status == 404
+    assert isinstance(err, RefusedError) and err.missing == "endpoint" and err.status == 404
     assert tiny.paths.count("/tokenize") == 1  # not retried
     assert c.retries == 0
 

@@ -12,12 +12,14 @@ import pytest
 
 from tension.core.cli import main
 from tension.core.reports.fairplay_metrics import fairplay_metrics
+from tension.core.reports.filenames import safe_filename
 
 U4 = [0.25, 0.25, 0.25, 0.25]
 SUSPECTS = ["Ada", "Ben", "Cal", "Dora"]
 
-# "fair": gullible hits only at 5 -> S = 1 − 1/5 = 0.8; know-it-all at checkpoints
-# 2, 4, 5 hits all three -> C_UB = 1; FP_UB = 1 − (1 − 0.8) = 0.8 >= 1/5.
+# "fair": gullible a 4-way tie at 1 (1/4 of a hit), hits at 5 -> S = 1 − 1.25/5 = 0.75;
+# know-it-all at 2, 4, 5 hits all three -> C_UB = 1; FP_UB over the shared paragraphs
+# 2, 4, 5 = (1 + 1 + 0)/3 = 2/3 >= 1/5.
 FAIR = {
     "id": "fair", "group": "gen-A", "suspects": SUSPECTS, "culprit": "Cal", "distractor": "Ben",
     "revelation": 5, "L": 5,
@@ -26,8 +28,8 @@ FAIR = {
         "know_it_all": [None, [0.2, 0.2, 0.4, 0.2], None, [0, 0, 1, 0], [0, 0, 1, 0]],
     },
 }
-# "deus": the gullible reader is misled until 5 (S = 0.8); the know-it-all only
-# knows at 5 (C_UB = 0.2): FP_UB = 0.2 − 0.2 = 0 < 1/5 -> insufficient gap.
+# "deus": the gullible reader is misled until 5 (S = 0.8); the know-it-all ties at 1
+# (1/4) and only knows at 5 (C_UB = 0.25): FP_UB = 0.25/5 = 0.05 < 1/5 -> insufficient gap.
 DEUS = {
     "id": "deus", "group": "gen-A", "suspects": SUSPECTS, "culprit": ["Ada"], "distractor": ["Ben"],
     "revelation": 5, "L": 5,
@@ -36,16 +38,17 @@ DEUS = {
         "know_it_all": [U4] + [[0.25, 0.5, 0.125, 0.125]] * 3 + [[1, 0, 0, 0]],
     },
 }
-# "plain": two suspects, no distractor, no revelation; everyone right at once:
-# S = 0, C_UB = 1, FP_UB = 0 < 1/3. Probabilities given as counts (renormalised).
+# "plain": two suspects, no distractor, no revelation, L left out (the readers give it);
+# everyone right at once: S = 0, C_UB = 1, FP_UB = 0 < 1/3. Probabilities given as
+# counts (renormalised).
 PLAIN = {
-    "id": "plain", "group": "gen-B", "suspects": ["X", "Y"], "culprit": "Y", "L": 3,
+    "id": "plain", "group": "gen-B", "suspects": ["X", "Y"], "culprit": "Y",
     "readers": {"gullible": [[2, 3]] * 3, "know_it_all": [[0, 1]] * 3, "experienced": [[1, 1], [0, 1], None]},
 }
 
-# Human guesses for "fair": ¶1 Ada/Ben tie (miss), ¶2 Cal 2 of 3 (hit), ¶3 Cal 2 of
-# 3 with a lower-case name (hit), ¶4 nobody names anyone (null), ¶5 all Cal (hit):
-# C_AR = 3/4, FP_AR = 0.75 − 0.2 = 0.55.
+# Human guesses for "fair": ¶1 Ada/Ben tie (the culprit out of it: 0), ¶2 Cal 2 of 3
+# (hit), ¶3 Cal 2 of 3 with a lower-case name (hit), ¶4 nobody names anyone (null),
+# ¶5 all Cal (hit): C_AR = 3/4; FP_AR over 1, 2, 3, 5 = (−1/4 + 1 + 1 + 0)/4 = 0.4375.
 ACTUAL_ROWS = [
     ("fair", "r1", 1, "Ada"), ("fair", "r2", 1, "Ben"), ("fair", "r3", 1, "not sure"),
     ("fair", "r1", 2, "Cal"), ("fair", "r2", 2, "Cal"), ("fair", "r3", 2, "Ben"),
@@ -84,11 +87,11 @@ def test_scores_by_hand_end_to_end(tmp_path, capsys):
     assert rc == 0
     text = (out / "stories.csv").read_text().splitlines()
     assert text[0].startswith(HEADER + ",")
-    assert text[1].startswith("fair,gen-A,5,0.8,1,0.8,,,0.75,0.55,0,")
-    assert text[2].startswith("deus,gen-A,5,0.8,0.2,0,,,,,1,")
-    # experienced on "plain": hits at 2 only (1 ties) over 2 recorded steps:
-    # C_ER = 0.5, FP_ER = 0.5 − (1 − 0) = −0.5
-    assert text[3].startswith("plain,gen-B,3,0,1,0,0.5,-0.5,,,1,")
+    assert text[1].startswith("fair,gen-A,5,0.75,1,0.6666666667,,,0.75,0.4375,0,")
+    assert text[2].startswith("deus,gen-A,5,0.8,0.25,0.05,,,,,1,")
+    # experienced on "plain": a 2-way tie at 1 (1/2), a hit at 2, null at 3:
+    # C_ER = 0.75, FP_ER over 1 and 2 = (−1/2 + 0)/2 = −0.25
+    assert text[3].startswith("plain,gen-B,3,0,1,0,0.75,-0.25,,,1,")
     rows = read_stories(out)
     assert rows["fair"]["steps_know_it_all"] == "3" and rows["fair"]["steps_actual"] == "4"
     assert rows["fair"]["steps_experienced"] == ""  # absent reader: empty, not 0
@@ -97,7 +100,7 @@ def test_scores_by_hand_end_to_end(tmp_path, capsys):
     assert (rows["fair"]["early_1"], rows["fair"]["early_3"], rows["fair"]["early_5"]) == ("", "", "1")
     assert (rows["deus"]["early_1"], rows["deus"]["early_3"]) == ("0", "0")
     table = capsys.readouterr().out
-    assert "| gen-A | 2 | 0.800 [0.800, 0.800] | 0.600 [0.200, 1.000] | 0.400 [0.000, 0.800]" in table
+    assert "| gen-A | 2 | 0.775 [0.750, 0.800] | 0.625 [0.250, 1.000] | 0.358 [0.050, 0.667]" in table
 
 
 def test_group_table_and_curves(tmp_path):
@@ -108,9 +111,10 @@ def test_group_table_and_curves(tmp_path):
     assert summary.stories == 3 and summary.errors == [] and summary.out == out
     with (out / "groups.csv").open() as f:
         g = {(r["group"], r["statistic"]): r for r in csv.DictReader(f)}
-    # gen-A: FP_UB = mean(0.8, 0) = 0.4, bootstrap of two values spans them
-    assert g[("gen-A", "FP_UB")]["mean"] == "0.4" and g[("gen-A", "FP_UB")]["interval"] == "bootstrap"
-    assert (g[("gen-A", "FP_UB")]["lo"], g[("gen-A", "FP_UB")]["hi"]) == ("0", "0.8")
+    # gen-A: FP_UB = mean(2/3, 0.05), bootstrap of two values spans them
+    assert float(g[("gen-A", "FP_UB")]["mean"]) == pytest.approx((2 / 3 + 0.05) / 2)
+    assert g[("gen-A", "FP_UB")]["interval"] == "bootstrap"
+    assert (g[("gen-A", "FP_UB")]["lo"], g[("gen-A", "FP_UB")]["hi"]) == ("0.05", "0.6666666667")
     ins = g[("gen-A", "insufficient_gap")]
     assert ins["mean"] == "0.5" and ins["interval"] == "clopper-pearson" and ins["n"] == "2"
     assert float(ins["lo"]) == pytest.approx(0.0125791, abs=1e-6)  # CP 95% for 1 of 2
@@ -146,7 +150,8 @@ def test_steps_and_distributions(tmp_path):
     assert d[1]["distractor"] is None and d[0]["culprit"] == "Cal"
     assert (out / "plots" / "stories" / "fair.png").read_bytes()[:4] == b"\x89PNG"
     assert not (out / "plots" / "stories" / "plain.png").exists()  # max_plots=1
-    assert (out / "plots" / "pooled__all_.png").exists()
+    # "(all)" is no safe file name: cleaned, with its hash (core/reports/filenames.py, issue 16)
+    assert (out / "plots" / f"pooled_{safe_filename('(all)')}.png").exists()
     run = json.loads((out / "fairplay.json").read_text())
     assert run["settings"]["eps"] == 1e-6 and run["stories"] == 2
 
@@ -170,7 +175,8 @@ BAD_LINES = [
     (json.dumps(bad(readers={"gullible": [U4] * 4})), "readers.gullible", "expected 5 entries"),
     (json.dumps(bad(readers={"gullible": [U4, U4, [0.5, 0.5], U4, U4]})), "readers.gullible[2]",
      "paragraph 3: expected 4 probabilities"),
-    (json.dumps(bad(readers={"gullible": [U4, [0, 0, 0, 0], U4, U4, U4]})), "readers.gullible[1]", "sum to 0"),
+    (json.dumps(bad(L=None, readers={"gullible": [U4] * 5, "know_it_all": [U4] * 4})), "readers.know_it_all",
+     "expected 5 entries like the first reader"),
     (json.dumps(bad(readers={"brilliant": [U4] * 5})), "readers.brilliant", "unknown reader"),
     (json.dumps(bad(culprit="Eve")), "culprit", "one of the suspects"),
     (json.dumps(bad(culprit=["Cal", "Ada"])), "culprit", "one-element list"),
@@ -180,7 +186,7 @@ BAD_LINES = [
     (json.dumps(bad(suspects=["Ada"], culprit="Ada", distractor=None)), "suspects", "at least 2"),
     (json.dumps(bad(suspects=["Ada", "Ben", "ada", "Dora"])), "suspects[2]", "duplicate"),
     (json.dumps(bad(suspects=None)), "suspects", "missing required field"),
-    (json.dumps(bad(L="five")), "L", "Expected `int`"),
+    (json.dumps(bad(L="five")), "L", "Expected `int"),
     (json.dumps(dict(FAIR)), "id", "duplicate id 'fair'"),
 ]
 
@@ -223,7 +229,7 @@ def test_csv_without_the_columns_fails_alone(tmp_path, capsys):
                "--no-progress", "--max-plots", "0"])
     assert rc == 1
     assert "guesses.csv:1 field `reader`: missing column" in capsys.readouterr().err
-    assert read_stories(tmp_path / "out")["fair"]["S"] == "0.8"
+    assert read_stories(tmp_path / "out")["fair"]["S"] == "0.75"
 
 
 @pytest.mark.parametrize("flag, value", [("--eps", "0"), ("--bins", "0"), ("--early-steps", "1,2.5"),
@@ -304,4 +310,24 @@ def test_a_fairplay_run_folder_is_read(tmp_path):
     run.mkdir()
     write_jsonl(run / "readers.jsonl", [FAIR])
     summary = fairplay_metrics(run, tmp_path / "out", max_plots=0)
-    assert summary.stories == 1 and read_stories(tmp_path / "out")["fair"]["FP_UB"] == "0.8"
+    assert summary.stories == 1 and read_stories(tmp_path / "out")["fair"]["FP_UB"] == "0.6666666667"
+
+
+def test_empty_rows_are_missing_and_all_zero_rows_a_tie(tmp_path, capsys):
+    # gullible: [] at 1 (missing), all zeros at 2 (a 4-way tie: 1/4), a hit at 3;
+    # the story is scored, not rejected, and both are counted and warned about
+    rec = {"id": "gaps", "suspects": SUSPECTS, "culprit": "Cal",
+           "readers": {"gullible": [[], [0, 0, 0, 0], [0, 0, 1, 0]], "know_it_all": [None, U4, [0, 0, 1, 0]]}}
+    readers = write_jsonl(tmp_path / "readers.jsonl", [rec])
+    rc = main(["fairplay-metrics", str(readers), "--out", str(tmp_path / "out"), "--no-progress", "--max-plots", "0"])
+    assert rc == 0
+    r = read_stories(tmp_path / "out")["gaps"]
+    assert r["L"] == "3" and r["steps_gullible"] == "2" and (r["empty_rows"], r["zero_rows"]) == ("1", "1")
+    assert float(r["S"]) == pytest.approx(1 - 1.25 / 2)
+    assert float(r["FP_UB"]) == 0.0  # paragraphs 2 and 3: 1/4 − 1/4, 1 − 1
+    err = capsys.readouterr().err
+    assert "gaps: 1 empty reader value(s) ([]), counted as missing" in err
+    assert "gaps: 1 all-zero reader value(s), read as a tie of every suspect" in err
+    rc = main(["fairplay-metrics", str(readers), "--out", str(tmp_path / "miss"), "--ties", "miss", "--no-progress",
+               "--max-plots", "0"])
+    assert rc == 0 and float(read_stories(tmp_path / "miss")["gaps"]["S"]) == 0.5

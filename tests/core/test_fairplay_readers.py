@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tension.core.cli import main
-from tension.core.pipelines.fairplay import (FairPlayConfig, checkpoint_paragraphs, fairplay, load_fairplay_config,
+from tension.core.pipelines.fairplay import (FairPlayConfig, reader_schedule, fairplay, load_fairplay_config,
                                   read_stories, segment_text)
 
 SUSPECTS = ["Mara Quill", "Tobias Fenn", "Ines Harrow"]
@@ -113,7 +113,7 @@ def scripted(msgs, n, seed):
 
 def cfg_for(srv, tmp_path, **kw) -> FairPlayConfig:
     base = {"base_url": srv.base_url, "reader_model": "test-judge", "cache": str(tmp_path / "cache"),
-            "progress": False, "k": K, "checkpoints": [1, 3, 5]}
+            "progress": False, "k": K, "schedule": "1,3,5"}
     base.update(kw)
     return load_fairplay_config(None, base)
 
@@ -136,9 +136,11 @@ def test_readers_end_to_end_values_metrics_and_rerun(server, tmp_path):
     s1, s2 = read_readers(tmp_path / "out")
     assert s1["id"] == "s1" and s1["L"] == L and s1["suspects"] == SUSPECTS and s1["culprit"] == CULPRIT
     assert s1["extracted_suspects"] is False and s1["failures"] == [] and s1["revelation"] == L
+    # one schedule for every reader: paragraphs 1, 3, 5, nothing elsewhere
     for i in range(1, L + 1):
-        assert close(s1["readers"]["gullible"][i - 1], gullible_expected(i)), i
-        assert close(s1["readers"]["experienced"][i - 1], experienced_expected(i)), i
+        for reader, expected in (("gullible", gullible_expected), ("experienced", experienced_expected)):
+            got = s1["readers"][reader][i - 1]
+            assert close(got, expected(i)) if i in (1, 3, 5) else got is None, (reader, i)
     kia = s1["readers"]["know_it_all"]
     for i in range(1, L + 1):
         if i in (1, 3, 5):
@@ -149,12 +151,12 @@ def test_readers_end_to_end_values_metrics_and_rerun(server, tmp_path):
     assert "know_it_all" not in s2["readers"]  # no generator: no know-it-all
     assert close(s2["readers"]["gullible"][0], gullible_expected(1))
 
-    # Requests: per story L gullible + L experienced; K chains per checkpoint: one
+    # Requests: per story 3 gullible + 3 experienced; K chains per checkpoint: one
     # n=K request for the first paragraph, then one per further paragraph each.
     reqs = [r for r in server.requests if r.path == "/v1/chat/completions"]
     gen = [r for r in reqs if r.body["messages"][0]["content"] == GEN_SYSTEM]
     assert len(gen) == sum(1 + K * (L - c - 1) for c in (1, 3, 5))
-    assert len(reqs) == 2 * (2 * L) + len(gen) + 3 * K
+    assert len(reqs) == 2 * (2 * 3) + len(gen) + 3 * K
     first = [r for r in gen if r.body["n"] == K]
     assert sorted(r.body["seed"] for r in first) == [0, 0, 0]
     # The generator template rendered literally: braces in the story stay, the
@@ -166,16 +168,15 @@ def test_readers_end_to_end_values_metrics_and_rerun(server, tmp_path):
     assert r3.body["messages"][1]["content"] == expected
     assert r3.body["temperature"] == 1.0 and r3.body["max_tokens"] == 80 and r3.body["model"] == "test-gen"
 
-    # S, C_UB, FP_UB by hand (docs/fairplay.md): gullible hits only at paragraph L;
-    # know-it-all at checkpoints 1, 3, 5: miss (all distractor), tie 2/4 (a miss), hit.
+    # S, C_UB, FP_UB by hand (docs/fairplay.md) at paragraphs 1, 3, 5: the gullible
+    # reader misses all three; the know-it-all misses (all distractor), ties 2/4 with
+    # the distractor (half a hit) and hits.
     rows = {r["id"]: r for r in csv.DictReader((tmp_path / "out" / "stories.csv").read_text().splitlines())}
-    S = 1 - 1 / L
-    C_UB = 1 / 3
-    assert float(rows["s1"]["S"]) == pytest.approx(S)
-    assert float(rows["s1"]["C_UB"]) == pytest.approx(C_UB)
-    assert float(rows["s1"]["FP_UB"]) == pytest.approx(C_UB - (1 - S))
-    # experienced: hits from paragraph 3 on (paragraphs 1-2 are uniform: ties)
-    assert float(rows["s1"]["C_ER"]) == pytest.approx(4 / L)
+    assert float(rows["s1"]["S"]) == 1.0
+    assert float(rows["s1"]["C_UB"]) == pytest.approx(0.5)
+    assert float(rows["s1"]["FP_UB"]) == pytest.approx(0.5)
+    # experienced: a 3-way tie at 1 (a third of a hit), hits at 3 and 5
+    assert float(rows["s1"]["C_ER"]) == pytest.approx((1 / 3 + 2) / 3)
     assert rows["s2"]["C_UB"] == ""
 
     # A rerun sends nothing: every answer comes from the cache.
@@ -190,7 +191,7 @@ def test_given_mode_names_the_culprit_and_keeps_the_key_out_of_outputs(server, t
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-4242")
     server.respond(scripted)
     stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1")])
-    cfg = cfg_for(server, tmp_path, readers=("know_it_all",), checkpoints=[5], know_it_all_culprit="given")
+    cfg = cfg_for(server, tmp_path, readers=("know_it_all",), schedule="5", know_it_all_culprit="given")
     assert fairplay(cfg, stories, tmp_path / "out", FAST).status == "complete"
     (req,) = [r for r in server.requests if r.path == "/v1/chat/completions"
               and r.body["messages"][0]["content"] == GEN_SYSTEM]
@@ -242,7 +243,7 @@ def test_unusable_answers_are_retried_with_a_new_seed_then_recorded(server, tmp_
 def test_json_constraint_sends_the_answer_shape(server, tmp_path):
     server.respond(scripted)
     stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1")])
-    cfg = cfg_for(server, tmp_path, readers=("gullible", "know_it_all"), checkpoints=[5], reader_constraint="json")
+    cfg = cfg_for(server, tmp_path, readers=("gullible", "know_it_all"), schedule="5", reader_constraint="json")
     assert fairplay(cfg, stories, tmp_path / "out", FAST).status == "complete"
     bodies = [r.body for r in server.requests if r.path == "/v1/chat/completions"]
     reader = next(b for b in bodies if "ignoring the interest" in user_text(b["messages"]))
@@ -313,8 +314,7 @@ def test_without_seeds_each_re_ask_is_still_a_new_request(server, tmp_path):
     server.respond(scripted)
     rec = {**story_record("s1", segments=[scene("s1", 1), "b"], revelation=2), "generator": {**GENERATOR, "L": 2}}
     stories = write_jsonl(tmp_path / "stories.jsonl", [rec])
-    cfg = cfg_for(server, tmp_path, readers=("gullible", "know_it_all"), checkpoints=[1], parse_retries=3,
-                  seeds=False)
+    cfg = cfg_for(server, tmp_path, readers=("gullible",), schedule="all", parse_retries=3, seeds=False)
     run = fairplay(cfg, stories, tmp_path / "out", FAST)
     assert run.reader_failures == 2
     bodies = [r.body for r in server.requests if r.path == "/v1/chat/completions"]
@@ -370,7 +370,7 @@ def test_suspects_extracted_text_segmented_and_labels_as_lists(server, tmp_path)
     text = "\n\n".join(scene("t1", j) for j in range(1, 13))
     rows = [{"id": "t1", "text": text, "suspects": None, "culprit": ["Tobias Fenn"], "distractor": None}]
     path = write_jsonl(tmp_path / "stories.jsonl", rows)
-    cfg = cfg_for(server, tmp_path, readers=("gullible",), segments=4)
+    cfg = cfg_for(server, tmp_path, readers=("gullible",), segments=4, schedule="all")
     run = fairplay(cfg, path, tmp_path / "out", FAST)
     assert run.status == "complete"
     (t1,) = read_readers(tmp_path / "out")
@@ -410,11 +410,14 @@ def test_suspects_file_and_no_extraction(tmp_path):
     assert len(errors) == 1 and "field `suspects`: missing" in str(errors[0])
 
 
-def test_checkpoint_placement_and_segmentation():
-    assert checkpoint_paragraphs(19, 25) == list(range(3, 22))  # the paper's 19
-    assert checkpoint_paragraphs(3, 25) == [3, 12, 21]
-    assert checkpoint_paragraphs([0, 5, 30, 5], 25) == [5]
-    assert checkpoint_paragraphs(1, 25) == [12]
+def test_reader_schedule_and_segmentation():
+    # the authors' (crime_fiction.py): the paper's 19 steps of 25
+    assert reader_schedule("authors", 25) == [1, 3, 5, 7, 9, 11, *range(13, 26)]
+    assert reader_schedule("authors", 10) == list(range(1, 11))  # L < 25: every paragraph
+    assert reader_schedule("authors", 30) == [*range(1, 16, 2), *range(16, 31)]
+    assert reader_schedule("authors", 60) == [*range(1, 30, 3), *range(31, 60, 2)]
+    assert reader_schedule("all", 3) == [1, 2, 3]
+    assert reader_schedule("9,1,30,1", 25) == [1, 9]
     assert segment_text("a\n\nb\n\nc\n\nd\n\ne", "paragraphs", 3) == ["a\n\nb", "c\n\nd", "e"]
     assert segment_text("a\n\nb", "paragraphs", 25) == ["a", "b"]
     assert segment_text("One here. Two there. Three now.", "sentences", 2) == ["One here. Two there.", "Three now."]
@@ -480,3 +483,32 @@ def test_a_second_run_on_the_same_out_folder_fails_fast_naming_fairplay(server, 
     assert code == 1
     assert f"--out {out} is in use by another tension-run fairplay (pid 4242)" in capsys.readouterr().err
     assert server.count(path="/v1/chat/completions") == 0 and not (out / "readers.jsonl").exists()
+
+
+def test_fairplay_and_fairplay_metrics_agree_on_the_same_readers(server, tmp_path):
+    # One schedule for every reader; two experienced readers named by their setting;
+    # the metrics `fairplay` writes are those `fairplay-metrics` computes from its
+    # readers.jsonl, byte for byte.
+    from tension.core.reports.fairplay_metrics import fairplay_metrics
+
+    server.respond(scripted)
+    rows = [story_record("a1"), story_record("a2")]
+    stories = write_jsonl(tmp_path / "stories.jsonl", rows)
+    cfg = cfg_for(server, tmp_path, previous_stories=[0, 1])
+    run = fairplay(cfg, stories, tmp_path / "out", FAST)
+    assert run.status == "complete" and run.reader_failures == 0
+    a1, a2 = read_readers(tmp_path / "out")
+    assert set(a2["readers"]) == {"gullible", "experienced_0", "experienced_1", "know_it_all"}
+    for reader, values in a2["readers"].items():
+        assert [i + 1 for i, v in enumerate(values) if v is not None] == [1, 3, 5], reader
+    summary = fairplay_metrics(tmp_path / "out" / "readers.jsonl", tmp_path / "again", **FAST)
+    assert summary.errors == []
+    for name in ("stories.csv", "groups.csv", "steps.jsonl", "curves.csv"):
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "out" / name).read_bytes(), name
+    header = (tmp_path / "out" / "stories.csv").read_text().splitlines()[0].split(",")
+    assert {"C_ER_0", "FP_ER_0", "C_ER_1", "FP_ER_1", "steps_experienced_1"} <= set(header)
+    # experienced_1 of a2 was shown a1; experienced_0 was shown nothing
+    prompts = [user_text(r.body["messages"]) for r in server.requests if r.path == "/v1/chat/completions"]
+    a2_prompts = [t.partition("STORY FOR PREDICTION ##") for t in prompts if "(PARTIAL) STORY FOR PREDICTION" in t
+                  and "Scene 1 of a2" in t.partition("STORY FOR PREDICTION ##")[2]]
+    assert {"Scene 1 of a1" in head for head, _, _ in a2_prompts} == {True, False}

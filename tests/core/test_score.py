@@ -176,7 +176,9 @@ def test_rerun_judge_change_and_corpus_extension(server, tmp_path):
     assert other.status == "complete"
     assert server.count(kind="generation") == 0 and server.count(path="/tokenize") == 0
     assert server.count(kind="judge") == first.requests["judge"] > 0
-    assert {r.body["model"] for r in server.requests} == {"test-judge"}
+    # before its first chat request, the run checked that its server serves its models (once)
+    assert server.count(path="/v1/models") == 1
+    assert {r.body["model"] for r in server.requests if r.path != "/v1/models"} == {"test-judge"}
 
     # two more stories: only they are requested
     server.reset_records()

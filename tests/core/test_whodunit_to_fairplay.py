@@ -34,7 +34,7 @@ def test_whodunit_output_is_fairplay_input_and_the_know_it_all_continues_it_verb
     server.script("reveal at its end as the true culprit", '{"culprit": "Bo"}')  # the culprit judge
 
     rc = main(["fairplay", str(stories), "--out", str(tmp_path / "fp"), "--readers", "know_it_all",
-               "--know-it-all-culprit", "given", "--k", "1", "--checkpoints", "2,", "--reader-base-url", server.base_url, "--reader-model", "test-judge",
+               "--know-it-all-culprit", "given", "--k", "1", "--schedule", "2", "--reader-base-url", server.base_url, "--reader-model", "test-judge",
                "--max-plots", "0", "--resamples", "200", *common])
     sent = [r.body for r in server.requests if r.path.endswith("/chat/completions")]
     # The continuation from checkpoint 2 writes paragraphs 3..L with the story's own

@@ -14,9 +14,10 @@ Conventions (docs/fairplay.md):
 * ``SEff(i) = U(previous step with a U, or 0) − U(i)``; ``Δcoh(i) = log K − U(i)``;
   ``Δintel(i) = Δcoh_{M*}(i) − Δcoh_M(i)``;
 * weak surprise ``U ≥ log K − eps_s``, strong ``U ≥ log K + delta_s``;
-* hit: the culprit's probability beats every other suspect's by more than 1e-12;
-* S, C, FP over each reader's own recorded steps, ``FP = C − (1 − S)``;
-  ``FP_shared`` = mean of ``hit_M − hit_M0`` over paragraphs where both exist;
+* hit: the tied set T = every suspect within 1e-12 of the maximum; "split" (the
+  authors' rule): 1/|T| if the culprit is in T; "miss": 1 only if T is the culprit alone;
+* S, C over each reader's own recorded steps; FP = mean of ``hit_M − hit_M0`` over
+  the paragraphs where both exist (likewise ``_pw`` with ``M(i)_{y*}``);
   ``insufficient = FP_UB < 1/L``; early: ``M*(i)_{y*} > 0.5``.
 """
 
@@ -43,12 +44,17 @@ def cross_entropy(star, m, eps):
     return -math.fsum(p * math.log(max(q, eps)) for p, q in zip(star, m) if p > 0)
 
 
-def is_hit(row, culprit):
-    others = [v for y, v in enumerate(row) if y != culprit]
-    return row[culprit] - max(others) > TIE
+def hit(row, culprit, ties="split"):
+    top = max(row)
+    tied = [y for y, v in enumerate(row) if v >= top - TIE]
+    if culprit not in tied:
+        return 0.0
+    if ties == "split":
+        return 1.0 / len(tied)
+    return 1.0 if len(tied) == 1 else 0.0
 
 
-def reader_steps(story, name, eps=1e-6, eps_s=0.1, delta_s=0.1):
+def reader_steps(story, name, eps=1e-6, eps_s=0.1, delta_s=0.1, ties="split"):
     """Per-step dicts for one reader (None entries where undefined)."""
     K, L, yc, d = story["K"], story["L"], story["culprit"], story["distractor"]
     rows = story["readers"].get(name)
@@ -62,7 +68,7 @@ def reader_steps(story, name, eps=1e-6, eps_s=0.1, delta_s=0.1):
         row = rows[i] if rows is not None else None
         if row is not None:
             m = normalise(row)
-            step["hit"] = 1.0 if is_hit(m, yc) else 0.0
+            step["hit"] = hit(m, yc, ties)
             step["p_true"] = m[yc]
             if d is not None:
                 step["p_distractor"] = m[d]
@@ -82,21 +88,20 @@ def reader_steps(story, name, eps=1e-6, eps_s=0.1, delta_s=0.1):
     return out
 
 
-def story_scores(story, early_steps=(1, 3, 5), eps=1e-6, eps_s=0.1, delta_s=0.1):
-    steps = {n: reader_steps(story, n, eps, eps_s, delta_s) for n in NAMES}
-    hits = {n: [s["hit"] for s in steps[n] if s["hit"] is not None] for n in NAMES}
-    probs = {n: [s["p_true"] for s in steps[n] if s["p_true"] is not None] for n in NAMES}
+def story_scores(story, early_steps=(1, 3, 5), eps=1e-6, eps_s=0.1, delta_s=0.1, ties="split", names=NAMES):
+    steps = {n: reader_steps(story, n, eps, eps_s, delta_s, ties) for n in names}
+    hits = {n: [s["hit"] for s in steps[n] if s["hit"] is not None] for n in names}
+    probs = {n: [s["p_true"] for s in steps[n] if s["p_true"] is not None] for n in names}
     S = 1.0 - mean(hits["gullible"])
     S_pw = 1.0 - mean(probs["gullible"])
     res = {"steps": steps, "S": S, "S_pw": S_pw}
-    for n, tag in (("know_it_all", "UB"), ("experienced", "ER"), ("actual", "AR")):
+    for n in names[1:]:
+        tag = {"know_it_all": "UB", "experienced": "ER", "actual": "AR"}.get(n, n)
         res[f"C_{tag}"] = mean(hits[n])
-        res[f"FP_{tag}"] = res[f"C_{tag}"] - (1.0 - S)
         res[f"C_{tag}_pw"] = mean(probs[n])
-        res[f"FP_{tag}_pw"] = res[f"C_{tag}_pw"] - (1.0 - S_pw)
-        shared = [a["hit"] - b["hit"] for a, b in zip(steps[n], steps["gullible"])
-                  if a["hit"] is not None and b["hit"] is not None]
-        res[f"FP_{tag}_shared"] = mean(shared)
+        both = [(a, b) for a, b in zip(steps[n], steps["gullible"]) if a["hit"] is not None and b["hit"] is not None]
+        res[f"FP_{tag}"] = mean(a["hit"] - b["hit"] for a, b in both)
+        res[f"FP_{tag}_pw"] = mean(a["p_true"] - b["p_true"] for a, b in both)
     fp = res["FP_UB"]
     res["insufficient_gap"] = NAN if math.isnan(fp) else (1.0 if fp < 1.0 / story["L"] else 0.0)
     star_rows = story["readers"].get("know_it_all")
@@ -110,25 +115,25 @@ def story_scores(story, early_steps=(1, 3, 5), eps=1e-6, eps_s=0.1, delta_s=0.1)
     g = [s for s in steps["gullible"] if s["U"] is not None]
     res["weak_share"] = mean(s["weak"] for s in g)
     res["strong_share"] = mean(s["strong"] for s in g)
-    res["n_steps"] = {n: len(hits[n]) for n in NAMES}
+    res["n_steps"] = {n: len(hits[n]) for n in names}
     return res
 
 
-def pooled(stories, bins):
+def pooled(stories, bins, ties="split"):
     """Per reader and bin: [n, hits, sum of p_true, n_U, sum U, sum SEff, sum Δcoh,
     sum Δintel]; bin of step i (1-based) of a story of L paragraphs is the b with
     b/B < i/L <= (b+1)/B."""
-    table = {n: [[0, 0, 0.0, 0, 0.0, 0.0, 0.0, 0.0] for _ in range(bins)] for n in NAMES}
+    table = {n: [[0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0] for _ in range(bins)] for n in NAMES}
     for story in stories:
         L = story["L"]
         for n in NAMES:
-            for i, step in enumerate(reader_steps(story, n), start=1):
+            for i, step in enumerate(reader_steps(story, n, ties=ties), start=1):
                 if step["hit"] is None:
                     continue
                 b = next(b for b in range(bins) if b * L < i * bins <= (b + 1) * L)
                 cell = table[n][b]
                 cell[0] += 1
-                cell[1] += int(step["hit"])
+                cell[1] += step["hit"]
                 cell[2] += step["p_true"]
                 if step["U"] is not None:
                     cell[3] += 1

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scipy.stats import beta as beta_dist
 from scipy.stats import binomtest
 
 from tension.kernels import fairplay as fp
@@ -81,8 +82,10 @@ class TestUninformedness:
         # weak surprise holds (U >= log4 − 0.1), strong does not (U < log4 + 0.1)
         assert list(col(steps, "weak", "gullible")) == [1.0, 1.0, 1.0]
         assert list(col(steps, "strong", "gullible")) == [0.0, 0.0, 0.0]
-        # all four tie at 0.25: a tie for the max is a miss, so S = 1
-        assert sc.S[0] == 1.0 and sc.S_pw[0] == pytest.approx(0.75)
+        # all four tie at 0.25: the hit is split four ways, so S = 3/4 (1 with --ties miss)
+        assert sc.S[0] == 0.75 and sc.S_pw[0] == pytest.approx(0.75)
+        _, sc, _ = run([story({"gullible": [UNIFORM] * 3})], FairPlaySettings(ties="miss"))
+        assert sc.S[0] == 1.0
 
     def test_perfect_reader(self):
         steps, sc, _ = run([story({"gullible": [ONE_HOT] * 3, "know_it_all": [ONE_HOT] * 3})])
@@ -120,29 +123,48 @@ class TestUninformedness:
 
 
 class TestHits:
-    @pytest.mark.parametrize("row, hit", [
-        ([0.1, 0.4, 0.4, 0.1], 0.0),  # exact tie for the max: a miss
-        ([0.1, 0.4 + 1e-13, 0.4, 0.1], 0.0),  # within 1e-12 counts as a tie
-        ([0.1, 0.4 + 1e-9, 0.4, 0.1], 1.0),
-        ([0.0, 1.0, 0.0, 0.0], 1.0),
-        ([0.3, 0.2, 0.3, 0.2], 0.0),  # tie between two others: still a miss
+    # the culprit is suspect 1; (split, miss) hits
+    @pytest.mark.parametrize("row, split, miss", [
+        ([0.1, 0.4, 0.4, 0.1], 0.5, 0.0),  # 2-way tie with the culprit in it
+        ([0.1, 0.4 + 1e-13, 0.4, 0.1], 0.5, 0.0),  # within 1e-12 counts as a tie
+        ([0.1, 0.4 + 1e-9, 0.4, 0.1], 1.0, 1.0),
+        ([0.0, 1.0, 0.0, 0.0], 1.0, 1.0),
+        ([0.3, 0.3, 0.3, 0.1], 1 / 3, 0.0),  # 3-way tie, culprit in
+        ([0.25, 0.25, 0.25, 0.25], 0.25, 0.0),  # 4-way tie (the authors' all-zero row too)
+        ([0.3, 0.2, 0.3, 0.2], 0.0, 0.0),  # 2-way tie of others, culprit out
+        ([0.3, 0.1, 0.3, 0.3], 0.0, 0.0),  # 3-way tie of others, culprit out
+        ([0.0, 0.2, 0.8, 0.0], 0.0, 0.0),
     ])
-    def test_ties_are_misses(self, row, hit):
+    def test_ties_split_or_miss(self, row, split, miss):
         steps, _, _ = run([story({"gullible": [row]})])
-        assert col(steps, "hit", "gullible")[0] == hit
+        assert col(steps, "hit", "gullible")[0] == pytest.approx(split, abs=1e-15)
+        steps, _, _ = run([story({"gullible": [row]})], FairPlaySettings(ties="miss"))
+        assert col(steps, "hit", "gullible")[0] == miss
+
+    def test_split_ties_enter_S_C_FP(self):
+        # gullible: a 4-way tie then a 2-way tie with the culprit, then a hit: S = 1 − (1/4 + 1/2 + 1)/3
+        g = [UNIFORM, [0.1, 0.4, 0.4, 0.1], ONE_HOT]
+        k = [[0.0, 0.4, 0.4, 0.2], ONE_HOT, ONE_HOT]  # 1/2, 1, 1
+        _, sc, _ = run([story({"gullible": g, "know_it_all": k})])
+        assert sc.S[0] == pytest.approx(1 - 1.75 / 3)
+        assert sc.C[0, fp.KNOW_IT_ALL] == pytest.approx(2.5 / 3)
+        assert sc.FP[0, fp.KNOW_IT_ALL] == pytest.approx(0.75 / 3)
+        _, sc, _ = run([story({"gullible": g, "know_it_all": k})], FairPlaySettings(ties="miss"))
+        assert sc.S[0] == pytest.approx(2 / 3) and sc.C[0, fp.KNOW_IT_ALL] == pytest.approx(2 / 3)
 
 
 class TestScores:
     def test_S_C_FP_by_hand(self):
-        # gullible hits at 4 only; know-it-all at 2, 3, 4 (step 1 ties): S = 3/4,
-        # C_UB = 3/4, FP_UB = 3/4 − 1/4 = 1/2 >= 1/L = 1/4.
+        # gullible hits at 4 and 1/4 at 1 (a 4-way tie): S = 1 − 1.25/4; know-it-all
+        # 1/4, 1, 1, 1: C_UB = 3.25/4, FP_UB = 2/4 >= 1/L = 1/4.
         g = [UNIFORM, [0.1, 0.2, 0.6, 0.1], [0.1, 0.2, 0.6, 0.1], ONE_HOT]
         k = [UNIFORM, [0.1, 0.6, 0.2, 0.1], ONE_HOT, ONE_HOT]
         e = [[0.1, 0.5, 0.3, 0.1], UNIFORM, ONE_HOT, ONE_HOT]  # hits 1, 3, 4 -> C_ER 3/4
         _, sc, _ = run([story({"gullible": g, "know_it_all": k, "experienced": e})])
-        assert sc.S[0] == 0.75
-        assert sc.C[0, fp.KNOW_IT_ALL] == 0.75 and sc.FP[0, fp.KNOW_IT_ALL] == 0.5
-        assert sc.C[0, fp.EXPERIENCED] == 0.75 and sc.FP[0, fp.EXPERIENCED] == 0.5
+        assert sc.S[0] == 1 - 1.25 / 4
+        assert sc.C[0, fp.KNOW_IT_ALL] == 3.25 / 4 and sc.FP[0, fp.KNOW_IT_ALL] == 0.5
+        # experienced: 1, 1/4, 1, 1
+        assert sc.C[0, fp.EXPERIENCED] == 3.25 / 4 and sc.FP[0, fp.EXPERIENCED] == 0.5
         assert math.isnan(sc.C[0, fp.ACTUAL]) and math.isnan(sc.FP[0, fp.ACTUAL])
         assert sc.insufficient_gap[0] == 0.0
         # probability-weighted: S_pw = 1 − mean(.25, .2, .2, 1) = 0.5875,
@@ -155,12 +177,13 @@ class TestScores:
 
     def test_insufficient_gap_boundary(self):
         # L = 4: FP_UB = 1/4 exactly is not < 1/L (the authors' L·FP <= 1 would say yes)
-        g = [UNIFORM, UNIFORM, UNIFORM, ONE_HOT]
-        k = [UNIFORM, UNIFORM, ONE_HOT, ONE_HOT]
+        misled = [0.1, 0.1, 0.7, 0.1]
+        g = [misled, misled, misled, ONE_HOT]
+        k = [misled, misled, ONE_HOT, ONE_HOT]
         _, sc, _ = run([story({"gullible": g, "know_it_all": k})])
         assert sc.FP[0, fp.KNOW_IT_ALL] == pytest.approx(0.25)
         assert sc.insufficient_gap[0] == 0.0
-        _, sc, _ = run([story({"gullible": g, "know_it_all": [UNIFORM, UNIFORM, UNIFORM, ONE_HOT]})])
+        _, sc, _ = run([story({"gullible": g, "know_it_all": [misled, misled, misled, ONE_HOT]})])
         assert sc.insufficient_gap[0] == 1.0
 
     def test_null_steps_are_left_out_of_averages(self):
@@ -169,7 +192,7 @@ class TestScores:
         k = [None, ONE_HOT, None, ONE_HOT]
         steps, sc, soff = run([story({"gullible": g, "know_it_all": k})])
         assert sc.n_steps[0, fp.GULLIBLE] == 3 and sc.n_steps[0, fp.KNOW_IT_ALL] == 2
-        assert sc.S[0] == pytest.approx(1 / 3)  # hits at 2 and 4 of 3 recorded steps
+        assert sc.S[0] == pytest.approx(1 - 2.25 / 3)  # 1/4 at 1, hits at 2 and 4: 3 recorded steps
         assert sc.C[0, fp.KNOW_IT_ALL] == 1.0
         u = col(steps, "U", "gullible")
         assert math.isnan(u[0]) and math.isnan(u[2])  # U needs both M* and M
@@ -180,10 +203,9 @@ class TestScores:
         assert seff[1] == pytest.approx(LOG4 + math.log(0.7)) and seff[3] == pytest.approx(-math.log(0.7))
         assert np.nansum(seff) == pytest.approx(col(steps, "dcoh", "gullible")[3])
         assert math.isnan(col(steps, "hit", "gullible")[2])
-        # FP_UB = C_UB − (1 − S) = 1 − 2/3 over each reader's own paragraphs; over
-        # the shared ones (2 and 4, both hits for both readers) the difference is 0
-        assert sc.FP[0, fp.KNOW_IT_ALL] == pytest.approx(1 / 3)
-        assert sc.FP_shared[0, fp.KNOW_IT_ALL] == 0.0 and math.isnan(sc.FP_shared[0, fp.GULLIBLE])
+        # FP_UB averages hit_M* − hit_M0 over the paragraphs both have (2 and 4, hits
+        # for both): 0, not C_UB − (1 − S) over each reader's own paragraphs
+        assert sc.FP[0, fp.KNOW_IT_ALL] == 0.0 and math.isnan(sc.FP[0, fp.GULLIBLE])
 
     def test_one_paragraph(self):
         _, sc, _ = run([story({"gullible": [[0.2, 0.5, 0.2, 0.1]], "know_it_all": [ONE_HOT]})])
@@ -255,7 +277,8 @@ def stories(draw):
 
 
 def assert_story(steps, sc, soff, j, x, settings):
-    exp = ref.story_scores(x, settings.early_steps, settings.eps, settings.eps_surprise, settings.delta_surprise)
+    exp = ref.story_scores(x, settings.early_steps, settings.eps, settings.eps_surprise, settings.delta_surprise,
+                           settings.ties)
     for r, name in enumerate(NAMES):
         for i, e in enumerate(exp["steps"][name]):
             for field in ("U", "seff", "dcoh", "dintel", "weak", "strong", "hit", "p_true", "p_distractor"):
@@ -264,7 +287,7 @@ def assert_story(steps, sc, soff, j, x, settings):
         assert sc.n_steps[j, r] == exp["n_steps"][name]
     pairs = [("S", sc.S[j]), ("S_pw", sc.S_pw[j]), ("insufficient_gap", sc.insufficient_gap[j])]
     for r, tag in ((fp.KNOW_IT_ALL, "UB"), (fp.EXPERIENCED, "ER"), (fp.ACTUAL, "AR")):
-        pairs += [(f"C_{tag}", sc.C[j, r]), (f"FP_{tag}", sc.FP[j, r]), (f"FP_{tag}_shared", sc.FP_shared[j, r]),
+        pairs += [(f"C_{tag}", sc.C[j, r]), (f"FP_{tag}", sc.FP[j, r]),
                   (f"C_{tag}_pw", sc.C_pw[j, r]), (f"FP_{tag}_pw", sc.FP_pw[j, r])]
     pairs += [("weak_share", sc.weak_share[j, fp.GULLIBLE]), ("strong_share", sc.strong_share[j, fp.GULLIBLE])]
     for name, got in pairs:
@@ -275,25 +298,25 @@ def assert_story(steps, sc, soff, j, x, settings):
 
 @settings(max_examples=100, **HYP)
 @given(st.lists(stories(), min_size=1, max_size=5), st.sampled_from([1e-6, 1e-3]),
-       st.sampled_from([0.1, 0.3]))
-def test_batch_matches_reference(batch, eps, surprise):
-    s = FairPlaySettings(eps=eps, eps_surprise=surprise, delta_surprise=surprise / 2)
+       st.sampled_from([0.1, 0.3]), st.sampled_from(["split", "miss"]))
+def test_batch_matches_reference(batch, eps, surprise, ties):
+    s = FairPlaySettings(eps=eps, eps_surprise=surprise, delta_surprise=surprise / 2, ties=ties)
     steps, sc, soff = run(batch, s)
     for j, x in enumerate(batch):
         assert_story(steps, sc, soff, j, x, s)
 
 
 @settings(max_examples=40, **HYP)
-@given(st.lists(stories(), min_size=1, max_size=6), st.integers(1, 12))
-def test_pooled_curves_match_reference(batch, bins):
-    s = FairPlaySettings(bins=bins)
+@given(st.lists(stories(), min_size=1, max_size=6), st.integers(1, 12), st.sampled_from(["split", "miss"]))
+def test_pooled_curves_match_reference(batch, bins, ties):
+    s = FairPlaySettings(bins=bins, ties=ties)
     steps, _, soff = run(batch, s)
     pc = fp.pooled_curves(steps, soff, [x["L"] for x in batch], settings=s)
-    table = ref.pooled(batch, bins)
+    table = ref.pooled(batch, bins, ties)
     for r, name in enumerate(NAMES):
         for b in range(bins):
             n, hits, psum, nu, su, ss, sc, si = table[name][b]
-            assert pc.n[r, b] == n and pc.hits[r, b] == hits and pc.n_U[r, b] == nu
+            assert pc.n[r, b] == n and pc.hits[r, b] == pytest.approx(hits, abs=1e-9) and pc.n_U[r, b] == nu
             if nu:
                 for got, total in ((pc.U_mean, su), (pc.seff_mean, ss), (pc.dcoh_mean, sc), (pc.dintel_mean, si)):
                     assert got[r, b] == pytest.approx(total / nu, rel=1e-9, abs=1e-12)
@@ -302,11 +325,25 @@ def test_pooled_curves_match_reference(batch, bins):
             if n:
                 assert pc.hit_rate[r, b] == pytest.approx(hits / n)
                 assert pc.p_true_mean[r, b] == pytest.approx(psum / n)
-                ci = binomtest(hits, n).proportion_ci(confidence_level=0.95, method="exact")
-                assert pc.cp_lo[r, b] == pytest.approx(ci.low, abs=1e-9)
-                assert pc.cp_hi[r, b] == pytest.approx(ci.high, abs=1e-9)
+                lo, hi = cp_reference(hits, n)
+                assert pc.cp_lo[r, b] == pytest.approx(lo, abs=1e-9)
+                assert pc.cp_hi[r, b] == pytest.approx(hi, abs=1e-9)
             else:
                 assert math.isnan(pc.hit_rate[r, b]) and math.isnan(pc.cp_lo[r, b])
+
+
+def cp_reference(k, n):
+    """The exact interval: scipy's binomial test for a whole count; for a fractional
+    one (split ties) the same beta quantiles, written out."""
+    if abs(k - round(k)) < 1e-9:
+        ci = binomtest(round(k), n).proportion_ci(confidence_level=0.95, method="exact")
+        return ci.low, ci.high
+    return beta_dist.ppf(0.025, k, n - k + 1), beta_dist.ppf(0.975, k + 1, n - k)
+
+
+def test_fractional_hits_give_an_interval_between_the_whole_counts():
+    lo, hi = fp.clopper_pearson([2.0, 2.5, 3.0], [10, 10, 10])
+    assert lo[0] < lo[1] < lo[2] and hi[0] < hi[1] < hi[2]
 
 
 def test_pooled_subset_and_relative_positions():
@@ -316,9 +353,9 @@ def test_pooled_subset_and_relative_positions():
     steps, _, soff = run([a, b])
     pc = fp.pooled_curves(steps, soff, [2, 4], settings=FairPlaySettings(bins=4))
     g = fp.GULLIBLE
-    assert pc.n[g].tolist() == [1, 2, 1, 2] and pc.hits[g].tolist() == [0, 2, 1, 0]
+    assert pc.n[g].tolist() == [1, 2, 1, 2] and pc.hits[g].tolist() == [0.25, 2, 1, 0.5]
     only_b = fp.pooled_curves(steps, soff, [2, 4], stories=[1], settings=FairPlaySettings(bins=4))
-    assert only_b.n[g].tolist() == [1, 1, 1, 1] and only_b.hits[g].tolist() == [0, 1, 1, 0]
+    assert only_b.n[g].tolist() == [1, 1, 1, 1] and only_b.hits[g].tolist() == [0.25, 1, 1, 0.25]
 
 
 def test_clopper_pearson_edges():

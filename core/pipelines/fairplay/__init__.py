@@ -24,18 +24,20 @@ from typing import Any
 
 import msgspec
 
-from tension.core.config.fairplay import READERS, FairPlayConfig, load_fairplay_config
+from tension.core.config.fairplay import READERS, FairPlayConfig, experienced_readers, load_fairplay_config
 from tension.core.errors import InputError, StatusError
 from tension.core.formats import Generator
 from tension.core.inputs.jsonl import atomic_write
+from tension.core.inputs.readers import reader_schedule
 from tension.core.inputs.whodunits import WhodunitStory, read_stories, segment_text
-from tension.core.pipelines.fairplay.readers import Job, Readers, Value, checkpoint_paragraphs
 from tension.core.llm.router import ITEM_KEY, routing
+from tension.core.pipelines.fairplay.readers import Job, Readers, Value
+from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.run.lifecycle import LOCK_NAME, Run, client_for, open_store, out_lock, prepare_out_dir, run_blocking
 from tension.core.run.progress import Progress
 
 __all__ = ["READERS", "FairPlayConfig", "Generator", "WhodunitStory", "ReaderFailure", "FairPlayRun",
-           "load_fairplay_config", "read_stories", "segment_text", "checkpoint_paragraphs", "fairplay",
+           "load_fairplay_config", "read_stories", "segment_text", "reader_schedule", "run_readers", "fairplay",
            "fairplay_async"]
 
 
@@ -58,9 +60,19 @@ class FairPlayRun(msgspec.Struct, kw_only=True):
     cache_hits: dict[str, int]
     metrics: Any = None  # the FairPlaySummary of the metrics, when they ran
     error: str | None = None
+    warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/answer_checks.py)
 
 
 _enc = msgspec.json.Encoder()
+
+
+def run_readers(cfg: FairPlayConfig) -> list[str]:
+    """The readers a run asks, as readers.jsonl names them: the experienced
+    reader once per --previous-stories count (experienced_N for a list)."""
+    out = []
+    for reader in cfg.readers:
+        out += list(experienced_readers(cfg)) if reader == "experienced" else [reader]
+    return out
 
 
 class ReaderRun:
@@ -113,13 +125,12 @@ class ReaderRun:
                     self.failures[si].append(ReaderFailure(reader="suspects", paragraph=None, error=str(e)))
                     continue
             jobs = []
-            for reader in self.cfg.readers:
-                if reader == "know_it_all":
-                    if st.generator is None:
-                        continue
-                    paragraphs = checkpoint_paragraphs(self.cfg.checkpoints, st.L)
-                else:
-                    paragraphs = range(1, st.L + 1)
+            # One schedule for every reader (the paper's); the know-it-all's
+            # checkpoints are its paragraphs too.
+            paragraphs = reader_schedule(self.cfg.schedule, st.L)
+            for reader in run_readers(self.cfg):
+                if reader == "know_it_all" and st.generator is None:
+                    continue
                 self.values[si][reader] = [None] * st.L
                 jobs += [Job(si, reader, p) for p in paragraphs]
             self.run.progress.item_started(len(jobs))
@@ -193,7 +204,7 @@ def _summary(reading: ReaderRun, run: Run, errors, out: Path) -> FairPlayRun:
         reader_failures=sum(len(f) for f in failures),
         failed_stories=[st.id for st, f in zip(reading.stories, failures) if f],
         requests=dict(run.requests), cache_hits=dict(run.store.counts.hits),
-        metrics=reading.metrics, error=run.error)
+        metrics=reading.metrics, error=run.error, warnings=reading.readers.checks.warnings())
 
 
 def _record(reading: ReaderRun, run: Run, errors, out: Path, stories_path) -> dict[str, Any]:

@@ -14,31 +14,19 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from tension.core.config.fairplay import FairPlayConfig
+from tension.core.config.fairplay import FairPlayConfig, experienced_readers
 from tension.core.errors import InputError
 from tension.core.inputs.whodunits import WhodunitStory
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
+from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.router import Router
+from tension.core.pipelines.answer_checks import ReaderChecks
 from tension.core.prompts import readers as rp
 from tension.core.prompts.answers import match_suspect, parse_culprit, parse_distribution, parse_suspect_list
 from tension.core.run.lifecycle import Run
 
-__all__ = ["Job", "Value", "Readers", "checkpoint_paragraphs", "distribution_schema", "culprit_schema"]
-
-
-def checkpoint_paragraphs(spec: int | list[int], L: int) -> list[int]:
-    """Know-it-all checkpoints: after which paragraphs continuations are sampled.
-    A count C spreads C checkpoints evenly over paragraphs 3 … L−4 (rounded,
-    repeats dropped): for L = 25 and C = 19 that is every paragraph 3 … 21, the
-    paper's 19 checkpoints whose continuations regenerate up to 22 paragraphs. A
-    list is used as given (paragraphs ≥ L are dropped: nothing is left to write)."""
-    if isinstance(spec, list):
-        return sorted({c for c in spec if 1 <= c < L})
-    lo, hi = min(3, L - 1), max(min(3, L - 1), L - 4)
-    if spec == 1:
-        return [round((lo + hi) / 2)]
-    return sorted({round(lo + (hi - lo) * j / (spec - 1)) for j in range(spec)})
+__all__ = ["Job", "Value", "Readers", "distribution_schema", "culprit_schema"]
 
 
 def distribution_schema(suspects: list[str]) -> dict[str, Any]:
@@ -99,6 +87,7 @@ class Readers:
         self.reader_model = cfg.reader_model or ""
         self.judge_model = cfg.judge_model or ""
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
+        self.checks = ReaderChecks()  # degenerate answers, warned about at the end
 
     async def resolve_models(self) -> None:
         """Model ids for the cache keys; given ids are used as they are, so a fully
@@ -106,6 +95,23 @@ class Readers:
         self.reader_model = await self.routers["reader"].resolve_model(self.cfg.reader_model, "--reader-model",
                                                                        self.run.requests)
         self.judge_model = self.judge_model or self.reader_model
+        client = self.run.client  # the first chat request waits until these servers and models are checked
+        client.set_gate(lambda: check_servers(client, self.server_needs(), self.run.requests))
+
+    def server_needs(self) -> list[Need]:
+        """The servers and models of the readers, the judge and (for the know-it-all) the generators."""
+        cfg, urls = self.cfg, {role: tuple(r.urls) for role, r in self.routers.items()}
+        needs = [Need(role="reader", urls=urls["reader"], flag="--base-url", models=(self.reader_model,),
+                      model_flag="--model"),
+                 Need(role="judge", urls=urls["judge"], flag="--judge-base-url" if cfg.judge_base_url else "--base-url",
+                      models=(self.judge_model,), model_flag="--judge-model")]
+        if "know_it_all" in cfg.readers:
+            models = ((cfg.generator_model,) if cfg.generator_model else
+                      tuple(sorted({st.generator.model for st in self.stories if st.generator is not None})))
+            flag = "--generator-base-url" if cfg.generator_base_url else "--base-url"
+            needs.append(Need(role="generation", urls=urls["generation"], flag=flag, models=models,
+                              model_flag="--generator-model" if cfg.generator_model else "the stories' generator.model"))
+        return needs
 
     # -- one cached chat request ----------------------------------------------
 
@@ -135,6 +141,7 @@ class Readers:
                               else None)
             (text,) = await self.chat(role, server, req, "verdicts")
             result = parse(text)
+            self.checks.answer(role, result.error is None)
             if result.error is None:
                 return result
         return result
@@ -180,19 +187,20 @@ class Readers:
         if job.reader == "gullible":
             messages = rp.gullible_messages(prefix, st.suspects)
         else:
-            messages = rp.experienced_messages(prefix, st.suspects, st.L, self.previous_stories(job.story))
+            n = experienced_readers(cfg)[job.reader]
+            messages = rp.experienced_messages(prefix, st.suspects, st.L, self.previous_stories(job.story, n))
         res = await self.ask_parsed("reader", "reader", self.reader_model, messages,
                                     cfg.reader_temperature, cfg.reader_max_tokens,
                                     lambda text: parse_distribution(text, st.suspects),
                                     distribution_schema(st.suspects))
         if res.error is not None:
             return Value(None, f"unusable answer after {cfg.parse_retries + 1} tries: {res.error}")
+        self.checks.value(job.reader, messages, res.probs)
         return Value(res.probs, None)
 
-    def previous_stories(self, si: int) -> list[str]:
-        """The `previous_stories` stories before this one in the input that share its
-        generator model (or, without a generator, its group), oldest first."""
-        n = self.cfg.previous_stories
+    def previous_stories(self, si: int, n: int) -> list[str]:
+        """The `n` stories before this one in the input that share its generator
+        model (or, without a generator, its group), oldest first."""
         if n == 0:
             return []
         st = self.stories[si]
@@ -209,9 +217,17 @@ class Readers:
         st = self.stories[job.story]
         cfg = self.cfg
         c = job.paragraph
+        if c >= st.L:
+            # Nothing is left to write: the judge names the culprit of the story itself.
+            return self.frequencies(st, [await self.continuation_culprit(st, list(st.segments), 0)], 1)
         first = await self.continue_paragraph(st, list(st.segments[:c]), None, cfg.k)
         verdicts = await self.run.sched.map(
             lambda k: self.continuation_culprit(st, list(st.segments[:c]) + [first[k]], k), range(cfg.k))
+        return self.frequencies(st, verdicts, cfg.k)
+
+    @staticmethod
+    def frequencies(st: WhodunitStory, verdicts, k: int) -> Value:
+        """The suspects' relative frequencies among the verdicts naming one."""
         counts = [0] * len(st.suspects)
         nobody = unusable = 0
         for res in verdicts:
@@ -223,7 +239,7 @@ class Readers:
                 counts[res.index] += 1
         named = sum(counts)
         if named == 0:
-            return Value(None, f"none of {cfg.k} continuations names a suspect as culprit "
+            return Value(None, f"none of {k} continuations names a suspect as culprit "
                                f"({nobody} name nobody, {unusable} unusable judge answers)")
         return Value([x / named for x in counts], None)
 

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from tension.core.config import ScoreConfig
-from tension.core.errors import StatusError
+from tension.core.errors import StatusError, exit_status
 from tension.core.inputs.corpus import Corpus, Skipped, read_corpus
 from tension.core.llm.replicas import in_shard
 from tension.core.llm.router import routing
@@ -31,9 +31,11 @@ from tension.core.pipelines.score.judge import Judge
 from tension.core.pipelines.score.outputs import PositionResult, position_line, position_result, write_outputs
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
+from tension.core.pipelines.score.watch import AnswerWatch
+from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.run.lifecycle import LOCK_NAME, Run, client_for, open_store, out_lock, prepare_out_dir, run_blocking
 from tension.core.run.progress import Progress
-from tension.core.run.record import Failure
+from tension.core.run.record import Failure, Invocations, earlier_invocations
 
 __all__ = ["Position", "PositionResult", "Failure", "RunSummary", "Scoring", "score", "score_async"]
 
@@ -54,10 +56,12 @@ class RunSummary(msgspec.Struct, kw_only=True):
     requests: dict[str, int]
     cache_hits: dict[str, int]
     error: str | None = None
+    exit_status: int = 0  # core/run/record.exit_status: did the run produce what was asked
     # role -> per-replica figures (core/llm/router.py ReplicaStats), and what happened
     # to replicas during the run ("… taken out: why", "… re-admitted")
     replicas: dict[str, list[dict[str, Any]]] = {}
     replica_events: list[str] = []
+    warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/score/watch.py)
 
 
 class Scoring:
@@ -73,9 +77,21 @@ class Scoring:
         self.reqs = ScoreRequests(cfg, cfg.model or "", cfg.judge_model or "")  # model ids resolved in `score`
         self.finder = PositionFinder(cfg, run, self.gen_router, count)
         self.judge = Judge(cfg, run, self.judge_router)
+        self.watch = AnswerWatch(cfg)
         self.results: dict[tuple[int, int], PositionResult] = {}  # (story index, k) ->
         self.texts: dict[tuple[int, int], dict[str, Any]] = {}  # (story index, k) -> endings and verdicts
         self.failed: dict[int, Failure] = {}  # story index ->
+        self.earlier = Invocations()  # the invocations before this one into the same --out (resumes)
+        self.timing: dict[str, Any] | None = None  # fixed once the outputs are written: one wall time
+
+    def positions_written(self) -> int:
+        """Positions of the stories that did not fail: the lines of positions.jsonl."""
+        return sum(1 for si, _k in self.results if si not in self.failed)
+
+    def exit_status(self) -> int:
+        """core/run/record.exit_status of this run: stories scored, bad records and failures."""
+        produced = len(self.corpus.stories) - len(self.failed)
+        return exit_status(self.run.status, produced, len(self.corpus.errors) + len(self.failed))
 
     async def score(self) -> None:
         cfg, run = self.cfg, self.run
@@ -115,6 +131,7 @@ class Scoring:
             self.failed.setdefault(pos.story, Failure(id=story.id, stage=f"position {pos.k}", error=str(e)))
             run.progress.unit_done()
             return
+        self.watch.position(story.id, rec, answers, self.reqs.judge_model)  # may stop the run early
         res = position_result(story, pos, rec.texts, answers)
         self.results[(pos.story, pos.k)] = res
         if self.cfg.save_texts:
@@ -147,10 +164,12 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
                   partial=out / "positions.partial.jsonl", record_path=out / "run.json",
                   record=lambda run: _record(scoring, run, corpus_path), roles=ROLES)
         scoring = Scoring(cfg, corpus, run, count)
+        scoring.earlier = earlier_invocations(out / "run.json")
         async with run:
             await run.work(scoring.score())
             if run.status == "complete":
                 scoring.write_outputs(out)
+                scoring.timing = run.timing()  # report.md and run.json state the same wall time
                 if cfg.report:
                     run.write_record()  # the report reads it
                     from tension.core.reports.report import report
@@ -161,29 +180,34 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
 def _summary(scoring: Scoring, run: Run, out: Path) -> RunSummary:
     corpus, finder = scoring.corpus, scoring.finder
     return RunSummary(
-        status=run.status, out=str(out), stories=len(corpus.stories), positions=len(scoring.results),
+        status=run.status, out=str(out), stories=len(corpus.stories), positions=scoring.positions_written(),
         failures=list(scoring.failed.values()), input_errors=[str(e) for e in corpus.errors],
         skipped=len(corpus.skipped), skipped_stories=list(corpus.skipped), too_long=dict(finder.too_long),
         no_positions=dict(finder.no_positions), requests=dict(run.requests),
-        cache_hits=dict(run.store.counts.hits), error=run.error, replicas=scoring.replica_figures(),
-        replica_events=list(scoring.replica_events))
+        cache_hits=dict(run.store.counts.hits), error=run.error, exit_status=scoring.exit_status(),
+        replicas=scoring.replica_figures(), replica_events=list(scoring.replica_events),
+        warnings=scoring.watch.warnings())
 
 
 def _record(scoring: Scoring, run: Run, corpus_path: str | Path) -> dict[str, Any]:
     """run.json: its keys in this order (tests/test_snapshots.py holds them)."""
     corpus, finder = scoring.corpus, scoring.finder
+    timing = scoring.timing or run.timing()
     return {
         "status": run.status,
         "error": run.error,
+        "exit_status": scoring.exit_status(),
         "corpus": str(corpus_path),
-        **run.timing(),
+        **timing,
+        "invocations": {"count": scoring.earlier.count + 1,
+                        "wall_seconds": round(scoring.earlier.wall_seconds + timing["wall_seconds"], 3)},
         "config": scoring.cfg.public(),
         "models": {"generation": scoring.reqs.gen_model, "judge": scoring.reqs.judge_model},
         "versions": run.versions(),
         "stories": {"kept": len(corpus.stories), "skipped": [msgspec.to_builtins(s) for s in corpus.skipped],
                     "input_errors": [str(e) for e in corpus.errors],
                     "failed": [msgspec.to_builtins(f) for f in scoring.failed.values()]},
-        "positions": len(scoring.results),
+        "positions": scoring.positions_written(),
         "positions_skipped_too_long": dict(finder.too_long),
         "stories_without_positions": dict(finder.no_positions),
         "context_len": finder.context_len,
@@ -195,6 +219,7 @@ def _record(scoring: Scoring, run: Run, corpus_path: str | Path) -> dict[str, An
         "lanes": run.lanes(),
         "replicas": scoring.replica_figures(),
         "replica_events": list(scoring.replica_events),
+        "warnings": msgspec.to_builtins(scoring.watch.warnings()),
     }
 
 

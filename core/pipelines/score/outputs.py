@@ -1,7 +1,8 @@
 """What a complete score run writes into its folder: positions.jsonl (in corpus
 order, the same bytes however often the run was resumed), stories.csv and
 groups.csv (core/reports/metrics.py), meta.jsonl and, with --save-texts,
-texts.jsonl. Stories that failed are left out of every file."""
+texts.jsonl. A story that failed keeps its row in stories.csv, with empty
+statistics and the reason; it is left out of every other file and of the groups."""
 
 from __future__ import annotations
 
@@ -55,8 +56,9 @@ def write_outputs(out: Path, cfg: ScoreConfig, stories: list[Story], results: di
         position_line(results[key]) for key in sorted(results) if key[0] not in failed))
     settings = cfg.curve_settings()
     curves = _curves(stories, results, failed)
-    stats, groups = compute(curves, settings)
-    atomic_write(out / "stories.csv", stories_csv(curves, stats, settings))
+    why = {stories[si].id: f"{f.stage}: {f.error}" for si, f in failed.items()}
+    stats, groups = compute(curves, settings, failed=why)
+    atomic_write(out / "stories.csv", stories_csv(curves, stats, settings, failed=why))
     atomic_write(out / "groups.csv", groups_csv(groups))
     atomic_write(out / "meta.jsonl", b"".join(
         _line_encoder.encode({"id": st.id, "group": st.group, "words": st.words, "meta": st.meta}) + b"\n"
@@ -73,8 +75,6 @@ def _curves(stories: list[Story], results: dict[tuple[int, int], PositionResult]
         by_story.setdefault(si, []).append(r)
     out = []
     for si, story in enumerate(stories):
-        if si in failed:
-            continue
-        rs = by_story.get(si, [])
+        rs = [] if si in failed else by_story.get(si, [])
         out.append(Curve(id=story.id, group=story.group, x=[r.pct for r in rs], y=[r.no_rate for r in rs]))
     return out

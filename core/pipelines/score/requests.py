@@ -14,11 +14,13 @@ from tension.cache.keys import request_key
 from tension.core.config import ScoreConfig
 from tension.core.inputs.segment import continuation_text, prefix_text
 from tension.core.llm.client import Client
+from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.router import Router
 from tension.core.prompts import score as prompts
+from tension.core.run.lifecycle import warn
 
-__all__ = ["ScoreRequests", "score_routers", "resolve_models"]
+__all__ = ["ScoreRequests", "score_routers", "resolve_models", "server_needs"]
 
 
 class ScoreRequests:
@@ -70,21 +72,40 @@ class ScoreRequests:
 
 def score_routers(cfg: ScoreConfig, client: Client, on_change: Callable[[str], None] | None = None
                   ) -> tuple[Router, Router]:
-    """The generation router (which also answers /tokenize) and the judge router."""
+    """The generation router (which also answers /tokenize) and the judge router. A
+    replica taken out or re-admitted is told at once on stderr (and to `on_change`,
+    for the run record), not only when the run ends."""
+    told = (lambda event: (warn(event), on_change(event))) if on_change else None
     gen = Router("generation", cfg.generation_replicas(), client, limit=cfg.gen_concurrency,
-                 tokenize_limit=cfg.tokenize_concurrency, timeout=cfg.timeout, on_change=on_change)
+                 tokenize_limit=cfg.tokenize_concurrency, timeout=cfg.timeout, on_change=told)
     judge = Router("judge", cfg.judge_replicas(), client, limit=cfg.judge_concurrency, timeout=cfg.timeout,
-                   on_change=on_change)
+                   on_change=told)
     return gen, judge
 
 
-async def resolve_models(cfg: ScoreConfig, gen: Router, judge: Router, requests: dict[str, int]) -> ScoreRequests:
+async def resolve_models(cfg: ScoreConfig, gen: Router, judge: Router, requests: dict[str, int],
+                         judge_needed: bool = True) -> ScoreRequests:
     """The requests with the model ids of the cache keys: given ids as they are (so a
     cached rerun sends nothing), else the server's first model; several replicas of
     a role are each asked, and must all serve the model. The judge defaults to the
-    generation model when it runs on the same servers."""
+    generation model when it runs on the same servers.
+
+    The client's first chat or /tokenize request then waits for `server_needs` to
+    be checked (core/llm/preflight.py); without `judge_needed` (estimate sends no
+    judge request) only the generation servers are."""
     gen_model = await gen.resolve_model(cfg.model, "--model", requests)
     same = judge.urls == gen.urls
     judge_model = await judge.resolve_model(cfg.judge_model or (gen_model if same else None), "--judge-model",
                                             requests)
-    return ScoreRequests(cfg, gen_model, judge_model)
+    reqs = ScoreRequests(cfg, gen_model, judge_model)
+    needs = server_needs(cfg, reqs, gen, judge)[: 2 if judge_needed else 1]
+    gen.client.set_gate(lambda: check_servers(gen.client, needs, requests))
+    return reqs
+
+
+def server_needs(cfg: ScoreConfig, reqs: ScoreRequests, gen: Router, judge: Router) -> list[Need]:
+    """The generation servers, then the judge servers."""
+    return [Need(role="generation", urls=tuple(gen.urls), flag="--base-url", models=(reqs.gen_model,),
+                 model_flag="--model"),
+            Need(role="judge", urls=tuple(judge.urls), flag="--judge-base-url" if cfg.judge_base_url else "--base-url",
+                 models=(reqs.judge_model,), model_flag="--judge-model")]

@@ -1,0 +1,140 @@
+"""`cache verify` and `cache recover`: read every record of a cache, and copy what
+is readable into a fresh one.
+
+Both read the data file with `pages.DataFile`, not LMDB: a truncated file or a
+page of zeros would crash an LMDB reader (SIGBUS, an assertion), and the point of
+these commands is to work on exactly such files. A record is good when its
+checksum matches (or, written before checksums, when it decodes) and it is the
+kind of record its database holds. `recover` also carves the leaf pages that no
+database reaches any more (under a damaged branch page, or older copies): records
+are written once and never changed, so any good copy of one is the record.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+
+from . import pages, records
+from .store import DBS, Store
+
+__all__ = ["BadRecord", "PageProblem", "DatabaseReport", "Report", "verify", "recover", "RECORD_TYPES"]
+
+RECORD_TYPES: dict[str, type] = {"endings": records.Endings, "verdicts": records.Verdict,
+                                 "tokens": records.TokenCount, "positions": records.JudgedPosition}
+_DB_OF_TYPE = {t: db for db, t in RECORD_TYPES.items()}
+_BATCH = 1000  # records per write transaction of `recover`
+
+
+class BadRecord(msgspec.Struct):
+    database: str
+    key: str  # hex
+    reason: str
+
+
+class PageProblem(msgspec.Struct):
+    database: str
+    page: int
+    after: str  # hex of the last key read before the page ("" at the start)
+    reason: str
+
+
+class DatabaseReport(msgspec.Struct):
+    records: int = 0  # good records
+    checked: int = 0  # of which with a checksum
+    bad: int = 0
+
+
+class Report(msgspec.Struct, kw_only=True):
+    path: str
+    file_bytes: int = 0
+    problem: str | None = None  # the file as a whole (truncated, not LMDB)
+    databases: dict[str, DatabaseReport] = {}
+    bad: list[BadRecord] = []
+    pages: list[PageProblem] = []
+    unreached: int = 0  # good records found only in pages no database reaches
+    written: dict[str, int] = {}  # `recover`: records written into the new cache, per database
+
+    @property
+    def sound(self) -> bool:
+        return self.problem is None and not self.bad and not self.pages
+
+
+def verify(path: str | os.PathLike) -> Report:
+    """Read and decode every record of the cache at `path`. Raises FileNotFoundError
+    when it holds no data file and pages.PageError when it is not an LMDB file."""
+    report, _ = _read(Path(path), keep=False)
+    return report
+
+
+def recover(src: str | os.PathLike, dst: str | os.PathLike) -> Report:
+    """Copy every good record of the cache `src` into a new cache at `dst` (which
+    must not exist yet, or be an empty folder), each with a checksum; `src` is only
+    read. The report says what was found and `written` what the new cache holds."""
+    dst = Path(dst)
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise FileExistsError(f"{dst} exists and is not an empty folder: recover writes a new cache")
+    report, found = _read(Path(src), keep=True)
+    with Store(dst) as store:
+        for db, recs in found.items():
+            items = [(db, key, rec) for key, rec in recs.items()]
+            for i in range(0, len(items), _BATCH):
+                store.put_many(items[i:i + _BATCH])
+        report.written = dict(store.counts.writes)
+    return report
+
+
+def _read(path: Path, keep: bool) -> tuple[Report, dict[str, dict[bytes, records.Record]]]:
+    if not (path / pages.DATA_FILE).is_file():
+        raise FileNotFoundError(f"no cache at {path} (no {pages.DATA_FILE} in it)")
+    report = Report(path=str(path), databases={db: DatabaseReport() for db in DBS})
+    found: dict[str, dict[bytes, records.Record]] = {db: {} for db in DBS}
+    with pages.DataFile(path) as f:
+        report.file_bytes = f.size
+        if f.size < f.meta.needed_bytes:
+            report.problem = (f"{pages.DATA_FILE} is {f.size:,} bytes but its last transaction needs "
+                              f"{f.meta.needed_bytes:,} (a partial copy or a full disk?)")
+
+        def on_error(db: str):
+            return lambda pgno, after, why: report.pages.append(PageProblem(db, pgno, after.hex(), why))
+
+        roots = f.databases(on_error("(main)"))
+        for db in DBS:
+            root = roots.get(db.encode())
+            if root is None:
+                continue
+            for key, _, value in f.walk(root, on_error(db)):
+                _take(report, found, db, key, value, keep)
+        for key, value in f.leaves():
+            rec = _good(value)
+            db = _DB_OF_TYPE.get(type(rec))
+            if db is not None and key not in found[db]:  # (a bad record's good older copy counts)
+                found[db][key] = rec
+                report.unreached += 1
+    return report, found
+
+
+def _take(report: Report, found: dict, db: str, key: bytes, value, keep: bool) -> None:
+    """Count one record a database reaches; keep it for `recover`."""
+    stats = report.databases[db]
+    try:
+        rec = records.decode(value)
+        if not isinstance(rec, RECORD_TYPES[db]):
+            raise records.DamagedRecord(f"a {type(rec).__name__} record in the {db} database")
+    except records.DamagedRecord as e:
+        stats.bad += 1
+        report.bad.append(BadRecord(db, key.hex(), str(e)))
+        return
+    stats.records += 1
+    stats.checked += records.is_checked(value)
+    # verify keeps only the keys (to tell the records no database reaches), recover the records
+    found[db][key] = rec if keep else None
+
+
+def _good(value) -> records.Record | None:
+    try:
+        return records.decode(value)
+    except records.DamagedRecord:
+        return None

@@ -1,0 +1,46 @@
+"""`view`: a local web app over run folders and their cache, or its static export."""
+
+from __future__ import annotations
+
+import sys
+
+from tension.core.cli.flags import Verb
+from tension.core.cli.messages import EXIT_OK
+
+__all__ = ["VERBS", "cmd_view", "DEFAULT_PORT"]
+
+DEFAULT_PORT = 8780
+
+
+def cmd_view(args) -> int:
+    """Look at runs in a browser: corpus, stories with their curves and the endings behind each point,
+    comparisons of two runs, fair-play reading curves. Serves 127.0.0.1 and prints the URL."""
+    from tension.core.pipelines.fairplay.recall import FairPlayRecall
+    from tension.core.pipelines.score.recall import ScoreRecall
+    from tension.core.view import view
+
+    try:
+        view(args.runs, host=args.host, port=args.port, cache=args.cache, export_dir=args.export,
+             endings=args.endings, score_recall=ScoreRecall, fairplay_recall=FairPlayRecall,
+             say=lambda m: print(m, flush=True))
+    except KeyboardInterrupt:
+        print("view stopped", file=sys.stderr)
+    return EXIT_OK
+
+
+def _view_flags(p) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                   help="the --out folder of a score or fairplay run; two score runs of the same stories "
+                        "also get a compare page")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to serve on (default: %(default)s; "
+                   "0 picks a free one)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default: %(default)s, this machine only)")
+    p.add_argument("--cache", metavar="PATH",
+                   help="LMDB cache holding the runs' endings (default: the one each run.json names)")
+    p.add_argument("--export", metavar="DIR", help="write the pages as static files into DIR instead of serving")
+    p.add_argument("--endings", action="store_true",
+                   help="with --export: include every position's endings and verdicts (the size is printed first)")
+
+
+VERBS = [Verb("view", cmd_view, _view_flags, (), frozenset({"runs", "port", "host", "cache", "export", "endings"}))]

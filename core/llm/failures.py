@@ -1,0 +1,107 @@
+"""What a server's failures mean, and how they are told at once.
+
+`status_error` reads an HTTP error status: 401/403 refuse the key, a 404 whose
+body names the model asked for (vLLM's "The model `X` does not exist.") lacks the
+model, any other 404/405 lacks the endpoint (FastAPI's ``{"detail": "Not Found"}``
+names no model) — each a RefusedError that stops the run — and any other 4xx
+refuses this one request (StatusError). `error_message` is the text of an error
+body, redacted. `Outages` says on the run's notice channel, once per server, that
+it does not answer and how long it will be retried; and when it answers again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import msgspec
+
+from tension.core.errors import RefusedError, ServerError, StatusError
+from tension.core.llm.protocol import ErrorBody
+from tension.core.redact import redact
+
+if TYPE_CHECKING:
+    from tension.core.llm.client import RetryPolicy
+
+__all__ = ["KEY_ADVICE", "server_root", "status_error", "error_message", "parse_retry_after", "Outages"]
+
+KEY_ADVICE = ("the server refuses the API key: check the key in OPENAI_API_KEY (or in the variable "
+              "--api-key-env names, for generate)")
+
+
+def server_root(url: str) -> str:
+    """``scheme://host:port`` of a URL, without credentials or path: how a server is named."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+
+
+def status_error(status: int, url: str, message: str, model: str | None) -> ServerError:
+    """The error of an HTTP 4xx answer to a request for `model` (None: no model)."""
+    if status in (401, 403):
+        return RefusedError(status, url, message, "key", KEY_ADVICE)
+    if status in (404, 405):
+        if status == 404 and model and model in message:
+            return RefusedError(status, url, message, "model", f"the server does not serve the model {model!r}")
+        return RefusedError(status, url, message, "endpoint", f"the server has no {urlsplit(url).path}")
+    return StatusError(status, url, message)
+
+
+def error_message(data: bytes) -> str:
+    """The message of an error body (OpenAI/vLLM ``{"error": {"message"}}``, vLLM's
+    ``{"error": "Unauthorized"}``, FastAPI's ``{"detail"}``, else its first 300
+    bytes), redacted."""
+    return redact(_error_text(data))
+
+
+def _error_text(data: bytes) -> str:
+    try:
+        err = msgspec.json.decode(data, type=ErrorBody)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return data[:300].decode("utf-8", "replace")
+    if isinstance(err.error, str):
+        return err.error
+    if err.error is not None and err.error.message:
+        return err.error.message
+    text = err.message or (err.detail if isinstance(err.detail, str) else None)
+    return text or data[:300].decode("utf-8", "replace")
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date; fall back to our own backoff
+
+
+class Outages:
+    """The servers that stopped answering, each told once through `notice` (None:
+    silent) until it answers again: with 512 requests in flight to a dead server,
+    one line, not 512."""
+
+    def __init__(self, notice: Callable[[str], None] | None):
+        self.notice = notice
+        self._since: dict[str, float] = {}  # server root -> when its outage was told
+
+    def retrying(self, method: str, url: str, why: str, attempt: int, policy: RetryPolicy, start: float) -> None:
+        """Attempt `attempt` (0-based) of a request begun at `start` failed with
+        `why` and will be retried: say so, and until when the budget lasts."""
+        root = server_root(url)
+        if self.notice is None or root in self._since:
+            return
+        self._since[root] = time.monotonic()
+        left = policy.attempts - attempt - 1
+        waits = sum(min(policy.backoff_cap, policy.backoff * 2 ** i) for i in range(attempt, policy.attempts - 1))
+        seconds = max(0.0, min(policy.total_seconds - (time.monotonic() - start), waits))
+        until = time.strftime("%H:%M:%S", time.localtime(time.time() + seconds))
+        self.notice(f"{root} did not answer {method} {urlsplit(url).path} ({why}); retrying up to {left} more "
+                    f"time(s), until about {until} (retry budget: {policy.attempts} attempts, "
+                    f"{policy.total_seconds:g} s), then giving up")
+
+    def answered(self, url: str) -> None:
+        """A request to `url` got an answer: an outage told about it is over."""
+        if self._since and (since := self._since.pop(server_root(url), None)) is not None and self.notice:
+            self.notice(f"{server_root(url)} answers again (after {time.monotonic() - since:.0f} s)")

@@ -1,0 +1,206 @@
+"""The live watch of a score run's answers: is the judge answering Y or N, and
+are the endings endings? (docs/reliability.md, "Degenerate answers")
+
+A broken setup (a server that ignores ``enable_thinking: false``, a wrong chat
+template, a base model, a simulator that answers with random text) otherwise gives
+confident numbers: every malformed verdict counts as no match, so every no-rate
+is 1. `AnswerWatch` sees each position's endings and verdicts as they arrive and
+keeps counts only (O(1) per verdict, O(n) per position): it stops the run early
+when the first verdicts make it plain that the judge is not answering Y or N
+(`--keep-going` scores on), and lists at the end what was degenerate, with
+counts and what it means for the numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from tension.cache.records import Endings
+from tension.core.config import ScoreConfig
+from tension.core.errors import ServerError
+from tension.core.prompts.answers import reasoning_trace
+from tension.core.prompts.score import parse_verdict
+from tension.core.reports.answer_warnings import AnswerWarning
+
+__all__ = ["AnswerWatch", "DegenerateAnswers", "MIN_VERDICTS", "STOP_PREFIX", "redacted_sample", "server_text"]
+
+STOP_PREFIX = "the judge is not answering Y or N"  # opens the early stop's error (the CLI knows it by it)
+SAMPLES = 3  # raw answers quoted in the early-stop error and the warning
+SAMPLE_CHARS = 60  # each cut to this many characters
+SAMPLE_TRIES = 50  # malformed answers looked at for a sample that reads differently (then no more cost)
+MIN_VERDICTS = 20  # the one-letter check needs this many verdicts of a story (or of the run)
+STORY_IDS = 5  # story ids named in the one-letter warning
+# Anything that looks like a credential is never quoted (an answer may echo a header).
+_SECRET = re.compile(r"(?i)authorization\s*[:=]?\s*(?:bearer\s+)?\S+|bearer\s+\S+|\bsk-[\w-]{4,}"
+                     r"|api[_-]?key\s*[:=]\s*\S+")
+
+
+class DegenerateAnswers(ServerError):
+    """The judge is not answering Y or N: the run stopped early (--keep-going scores on)."""
+
+
+def redacted_sample(text: str) -> str:
+    """A raw answer as the messages quote it: credential-looking text removed, cut
+    to SAMPLE_CHARS characters, as a Python literal (newlines and control
+    characters escaped)."""
+    clean = _SECRET.sub("[redacted]", text)
+    return repr(clean[:SAMPLE_CHARS] + ("…" if len(clean) > SAMPLE_CHARS else ""))
+
+
+def server_text(url: str) -> str:
+    """A server URL without user, password, query or fragment."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "") + parts.path
+
+
+class AnswerWatch:
+    """Counts of one score run's endings and verdicts, the early stop, and the
+    warnings at the end (module docstring)."""
+
+    def __init__(self, cfg: ScoreConfig):
+        self.cfg = cfg
+        self.servers = ", ".join(server_text(r.url) for r in cfg.judge_replicas())
+        self.verdicts = self.yes = self.no = self.malformed = self.empty = self.traces = 0
+        self.samples: list[str] = []  # the first malformed answers that read differently, as quoted
+        self.sample_tries = 0
+        self.letters: dict[str, list[int]] = {}  # story id -> [Y, N, verdicts]
+        self.endings = self.empty_endings = self.cut = self.ending_traces = 0
+        self.positions = self.identical = 0  # positions with n >= 2; of them, all n endings the same
+
+    def position(self, story: str, rec: Endings, answers: list[str | None], judge_model: str) -> None:
+        """One judged position; raises DegenerateAnswers for the early stop."""
+        self.see_endings(rec)
+        per_story = self.letters.setdefault(story, [0, 0, 0])
+        for a in answers:
+            if a is None:  # an empty ending: not judged
+                continue
+            self.verdicts += 1
+            per_story[2] += 1
+            match, malformed = parse_verdict(a)
+            if match:
+                self.yes += 1
+                per_story[0] += 1
+            elif not malformed:
+                self.no += 1
+                per_story[1] += 1
+            else:
+                self.see_malformed(a)
+        cfg = self.cfg
+        if (not cfg.keep_going and self.verdicts >= cfg.stop_after
+                and self.malformed >= cfg.stop_malformed_share * self.verdicts):
+            raise DegenerateAnswers(self.stop_message(judge_model))
+
+    def see_endings(self, rec: Endings) -> None:
+        first = rec.texts[0] if rec.texts else ""
+        same = True
+        for text, reason in zip(rec.texts, rec.finish_reasons):
+            self.empty_endings += not text.strip()
+            self.cut += reason == "length"
+            self.ending_traces += reasoning_trace(text)
+            same = same and text == first
+        self.endings += len(rec.texts)
+        if len(rec.texts) >= 2:
+            self.positions += 1
+            self.identical += same
+
+    def see_malformed(self, answer: str) -> None:
+        self.malformed += 1
+        if not answer.strip():
+            self.empty += 1
+        elif reasoning_trace(answer):
+            self.traces += 1
+        if len(self.samples) < SAMPLES and self.sample_tries < SAMPLE_TRIES:
+            self.sample_tries += 1
+            if (shown := redacted_sample(answer)) not in self.samples:
+                self.samples.append(shown)
+
+    def sample_text(self) -> str:
+        return ", ".join(self.samples) or "(none kept)"
+
+    def stop_message(self, judge_model: str) -> str:
+        m, n = self.malformed, self.verdicts
+        causes = [
+            "reasoning not switched off: the server ignores chat_template_kwargs {\"enable_thinking\": false} "
+            "(serve the model with reasoning off, or try --judge-constraint choice)",
+            "a chat template that is wrong for the model (the answers echo or continue the prompt)",
+            "not an instruction model (a base model continues the text instead of answering)",
+        ]
+        if self.traces * 2 >= m:
+            causes[0] += f"; {self.traces} of these answers open with <think>, so this is the likely one"
+        else:
+            causes.append("a server that does not run the model asked for (answers of random text)")
+        return (f"{STOP_PREFIX}: {m} of the first {n} verdicts ({m / n:.0%}) are neither "
+                f"({self.traces} open with a reasoning trace, {self.empty} are empty). Judge model "
+                f"{judge_model!r} at {self.servers}. Sample answers: {self.sample_text()}. Likely causes: "
+                + "; ".join(f"({i}) {c}" for i, c in enumerate(causes, 1))
+                + ". A malformed verdict counts as no match, so every no-rate would be near 1 and mean nothing. "
+                "Rerunning the same command stops here again: fix the setup, or add --keep-going to score with "
+                "these answers anyway.")
+
+    # -- the end of the run ----------------------------------------------------
+
+    def warnings(self) -> list[AnswerWarning]:
+        """What was degenerate in this run's answers, each with what it means."""
+        return [w for w in (self.malformed_warning(), self.one_letter_warning(), *self.ending_warnings()) if w]
+
+    def malformed_warning(self) -> AnswerWarning | None:
+        m, n = self.malformed, self.verdicts
+        if not n or m <= self.cfg.warn_malformed_share * n:
+            return None
+        return AnswerWarning(
+            check="judge_malformed", count=m, total=n,
+            seen=f"{m} of {n} ({m / n:.0%}) judge answers were neither Y nor N ({self.traces} opened with a "
+                 f"reasoning trace, {self.empty} were empty; e.g. {self.sample_text()})",
+            meaning=f"each counts as no match, so the no-rates are raised by up to {m / n:.2f} on average; the "
+                    "curves measure the judge's answer format more than the stories")
+
+    def one_letter_warning(self) -> AnswerWarning | None:
+        share = self.cfg.warn_constant_share
+        n = self.verdicts
+        for letter, k in (("Y", self.yes), ("N", self.no)):
+            if n >= MIN_VERDICTS and k >= share * n:
+                level = "0" if letter == "Y" else "1"
+                return AnswerWarning(
+                    check="judge_one_letter", count=k, total=n,
+                    seen=f"the judge answered {letter} to {k} of {n} ({k / n:.0%}) endings",
+                    meaning=f"every no-rate is near {level} whatever the story: the numbers show the judge's "
+                            "bias, not the stories' tension, and their differences carry no information")
+        flat = [sid for sid, (y, no, v) in self.letters.items() if v >= MIN_VERDICTS and max(y, no) >= share * v]
+        if not flat:
+            return None
+        ids = ", ".join(flat[:STORY_IDS]) + (", …" if len(flat) > STORY_IDS else "")
+        return AnswerWarning(
+            check="judge_one_letter_story", count=len(flat), total=len(self.letters),
+            seen=f"the judge answered one letter to (nearly) every ending of {len(flat)} of {len(self.letters)} "
+                 f"stories ({ids})",
+            meaning="those stories' curves are flat at 0 or 1: their statistics say little about their tension")
+
+    def ending_warnings(self) -> list[AnswerWarning | None]:
+        cfg, e = self.cfg, self.endings
+        return [
+            _share_warning("endings_empty", self.empty_endings, e, cfg.warn_malformed_share,
+                           "endings were empty",
+                           "an empty ending is not judged and counts as no match: the no-rates are raised"),
+            _share_warning("endings_cut", self.cut, e, cfg.warn_cut_share,
+                           f"endings were cut at --max-tokens ({cfg.max_tokens})",
+                           "the judge compared unfinished predictions; raise --max-tokens, or the model does "
+                           "not stop after 2–3 sentences as asked"),
+            _share_warning("endings_reasoning", self.ending_traces, e, cfg.warn_malformed_share,
+                           "endings open with a reasoning trace (<think>)",
+                           "reasoning is not switched off: the judge compared the model's thinking with the "
+                           "story, not a predicted ending"),
+            _share_warning("endings_identical", self.identical, self.positions, cfg.warn_identical_share,
+                           "positions had all their endings identical",
+                           "the server did not honour the temperature or seed: a position's n samples are one "
+                           "sample, so its no-rate is 0 or 1, not a share"),
+        ]
+
+
+def _share_warning(check: str, count: int, total: int, share: float, seen: str, meaning: str
+                   ) -> AnswerWarning | None:
+    if not total or count <= share * total:
+        return None
+    return AnswerWarning(check=check, count=count, total=total, seen=f"{count} of {total} ({count / total:.0%}) {seen}",
+                         meaning=meaning)

@@ -1,0 +1,70 @@
+"""`tension-run view`: a local web app over run folders and their LMDB cache.
+
+    score_run.py     a score run: corpus statistics, a story's text and curve, a position's endings
+    fairplay_run.py  a fairplay run: reading curves per reader, know-it-all continuations
+    compare_runs.py  two score runs of the same stories, B − A per story and position
+    site.py          every page and JSON document by path (server and export alike)
+    app.py           the aiohttp server (127.0.0.1)
+    export.py        the same pages as static files
+    static/          the one script and style sheet the pages load
+
+The view reads run folders, the reports layer and the cache; it imports no
+pipeline. What it needs from a pipeline (rebuilding a run's requests to find its
+cached records) it is given by the CLI as a `recall` factory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tension.core.errors import InputError
+from tension.core.view.fairplay_run import CheckpointRecallFactory, FairPlayRun
+from tension.core.view.score_run import RecallFactory, ScoreRun, Stores
+
+__all__ = ["open_runs"]
+
+
+def open_runs(dirs: list[str], stores: Stores, score_recall: RecallFactory | None = None,
+              fairplay_recall: CheckpointRecallFactory | None = None, cache: str | None = None,
+              n_resamples: int = 10_000) -> list[ScoreRun | FairPlayRun]:
+    """Each folder as a score or fairplay run; InputError names a folder that is neither."""
+    runs: list[ScoreRun | FairPlayRun] = []
+    for d in dirs:
+        p = Path(d)
+        if not p.is_dir():
+            raise InputError(str(p), 0, None, "no such folder")
+        if any((p / n).is_file() for n in ("readers.jsonl", "readers.partial.jsonl", "fairplay_run.json")):
+            runs.append(FairPlayRun(p, stores, fairplay_recall, cache))
+        elif any((p / n).is_file() for n in ("positions.jsonl", "positions.partial.jsonl")):
+            runs.append(ScoreRun(p, stores, score_recall, cache, n_resamples))
+        else:
+            raise InputError(str(p), 0, None, "not a run folder: no positions.jsonl (score) or readers.jsonl "
+                             "(fairplay) here")
+    return runs
+
+
+def view(dirs: list[str], *, host: str = "127.0.0.1", port: int = 8780, cache: str | None = None,
+         export_dir: str | None = None, endings: bool = False, score_recall: RecallFactory | None = None,
+         fairplay_recall: CheckpointRecallFactory | None = None, say=print) -> None:
+    """Serve the runs' pages on host:port until interrupted, or with `export_dir`
+    write them there as static files (`endings`: with the endings behind each point)."""
+    import asyncio
+
+    from tension.core.view.app import serve
+    from tension.core.view.export import export
+    from tension.core.view.site import Site
+
+    stores = Stores()
+    try:
+        runs = open_runs(dirs, stores, score_recall, fairplay_recall, cache)
+        for r in runs:
+            for n in r.notes:
+                say(f"note: {r.dir}: {n}")
+        if export_dir is not None:
+            export(Site(runs, "export", endings), export_dir, say)
+            say(f"open {Path(export_dir) / 'index.html'} in a browser (no server needed)")
+            return
+        asyncio.run(serve(Site(runs), host, port,
+                          lambda url: say(f"view: {url}  ({len(runs)} run(s); Ctrl-C stops it)")))
+    finally:
+        stores.close()

@@ -1,0 +1,175 @@
+"""The view's JSON documents and pages over a real server process: the numbers are
+those of stories.csv and positions.jsonl, the endings and verdicts those the
+loopback server gave, and bad input gets a clear page, never a traceback."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+
+import pytest
+
+
+from view_fixtures import ENDINGS, Viewer, cli, made_runs
+
+from tension.core.reports.figures import sharp_reversals
+from tension.kernels.curves import CurveSettings, smooth
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return made_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def viewer(runs):
+    v = Viewer(runs.a, runs.b, runs.fp, env=runs.env)
+    yield v
+    v.stop()
+
+
+def _close(a, b) -> bool:
+    return (a is None and b == "") or (a is not None and b != "" and math.isclose(a, float(b), rel_tol=1e-6,
+                                                                                  abs_tol=1e-9))
+
+
+def test_corpus_json_has_the_numbers_of_stories_csv(runs, viewer):
+    status, corpus = viewer.json("api/r0/corpus.json")
+    assert status == 200 and corpus["notes"] == []
+    rows = list(csv.DictReader((runs.a / "stories.csv").read_text().splitlines()))
+    assert [s["id"] for s in corpus["stories"]] == [r["id"] for r in rows]
+    for s, r in zip(corpus["stories"], rows):
+        assert s["n_positions"] == int(r["n_positions"])
+        for col in corpus["columns"]:
+            assert _close(s["stats"][col], r[col]), (s["id"], col)
+    groups = list(csv.DictReader((runs.a / "groups.csv").read_text().splitlines()))
+    for g in groups:
+        got = corpus["groups"][g["statistic"]][g["group"]]
+        assert got["n"] == int(g["n"]) and _close(got["mean"], g["mean"]) and _close(got["lo"], g["boot_lo"])
+
+
+def test_story_json_is_positions_jsonl_with_the_report_curve(runs, viewer):
+    lines = [p for p in runs.positions(runs.a) if p["id"] == "story-001"]
+    status, story = viewer.json("api/r0/story/story-001.json")
+    assert status == 200
+    assert [(p["k"], p["no_rate"], p["n_match"]) for p in story["positions"]] == \
+        [(p["k"], p["no_rate"], p["n_match"]) for p in lines]
+    x, y = [p["pct"] for p in lines], [p["no_rate"] for p in lines]
+    ys = smooth(y, CurveSettings().window)
+    assert all(math.isclose(p["smoothed"], v, abs_tol=1e-9) for p, v in zip(story["positions"], ys))
+    marked = [j for j, p in enumerate(story["positions"]) if p["mark"]]
+    assert marked == list(sharp_reversals(x, y))
+    # sentence k-1 is the anchor of position k: the text is the corpus story's
+    corpus = {json.loads(x)["id"]: json.loads(x) for x in (runs.root / "corpus.jsonl").read_text().splitlines()}
+    assert " ".join(story["sentences"]).split() == corpus["story-001"]["text"].split()
+
+
+def test_endings_json_lists_each_ending_with_the_verdict_the_judge_gave(runs, viewer):
+    line = [p for p in runs.positions(runs.b) if p["id"] == "story-002"][3]
+    status, e = viewer.json(f"api/r1/endings/story-002/{line['k']}.json")
+    assert status == 200 and e["cached"] is True and e["judge_model"] == "test-judge"
+    assert len(e["endings"]) == line["n_endings"] == ENDINGS
+    assert sum(x["verdict"] == "match" for x in e["endings"]) == line["n_match"]
+    assert sum(x["verdict"] == "empty" for x in e["endings"]) == line["n_empty"]
+    assert all(x["raw"] in ("Y", "N") for x in e["endings"] if x["verdict"] != "empty")
+
+
+def test_compare_json_pairs_stories_and_positions(runs, viewer):
+    status, c = viewer.json("api/compare/r0-r1.json")
+    assert status == 200 and len(c["stories"]) == 3 and c["unpaired_a"] == c["unpaired_b"] == 0
+    a = {(p["id"], p["k"]): p["no_rate"] for p in runs.positions(runs.a)}
+    b = {(p["id"], p["k"]): p["no_rate"] for p in runs.positions(runs.b)}
+    for s in c["stories"]:
+        for p in s["positions"]:
+            assert math.isclose(p["diff"], b[s["id"], p["k"]] - a[s["id"], p["k"]], abs_tol=1e-6)
+    assert {r["stat"] for r in c["summary"]} >= {"mean_nr", "late_nr"}
+
+
+def test_fairplay_json_and_the_know_it_alls_continuations(runs, viewer):
+    status, page = viewer.json("api/r2/fairplay.json")
+    assert status == 200 and [s["id"] for s in page["stories"]] == ["w1", "w2"]
+    w1 = page["stories"][0]
+    assert w1["checkpoints"] == [1, 3, 5] and w1["revelation"] == fp_L()
+    # every reader is read on the run's one schedule (1, 3, 5 here), None elsewhere
+    assert w1["readers"]["gullible"]["culprit"] == [0.1 if p in (1, 3, 5) else None for p in range(1, fp_L() + 1)]
+    status, c = viewer.json("api/r2/continuations/w1/3.json")
+    assert status == 200 and c["cached"] is True and len(c["continuations"]) == 4
+    # the scripted generator: continuations k < c - 1 end with the culprit (test_fairplay_readers)
+    assert [x["culprit"] for x in c["continuations"]] == ["Tobias Fenn", "Tobias Fenn", "Ines Harrow", "Ines Harrow"]
+    assert c["continuations"][0]["paragraphs"][-1] == "In the end, Tobias Fenn is unmasked as the culprit."
+
+
+def fp_L() -> int:
+    import test_fairplay_readers as fp
+
+    return fp.L
+
+
+def test_an_unknown_story_gets_a_clear_page_and_json(viewer):
+    status, body = viewer.get("r0/story/no-such-story.html")
+    assert status == 404 and b"no story 'no-such-story'" in body and b"Traceback" not in body
+    status, e = viewer.json("api/r0/endings/no-such-story/3.json")
+    assert status == 404 and "no story 'no-such-story'" in e["error"]
+    status, e = viewer.json("api/r0/endings/story-000/99999.json")
+    assert status == 404 and "no position k=99999" in e["error"]
+    status, body = viewer.get("r9/index.html")
+    assert status == 404 and b"no run r9" in body
+
+
+def test_a_run_without_its_cache_shows_everything_but_the_endings(runs, tmp_path):
+    moved = tmp_path / "run-a"
+    shutil.copytree(runs.a, moved)
+    v = Viewer(moved, env=runs.env, extra=("--cache", str(tmp_path / "nowhere")))
+    try:
+        status, corpus = v.json("api/r0/corpus.json")
+        assert status == 200 and len(corpus["stories"]) == 3
+        k = runs.positions(runs.a)[0]["k"]
+        status, e = v.json(f"api/r0/endings/story-000/{k}.json")
+        assert status == 200 and e["cached"] is False and "no cache at" in e["message"]
+        status, body = v.get("r0/story/story-000.html")
+        assert status == 200
+    finally:
+        assert "Traceback" not in v.stop()
+
+
+def test_a_half_written_run_is_shown_from_its_partial_file(runs, tmp_path):
+    half = tmp_path / "half"
+    half.mkdir()
+    lines = (runs.a / "positions.jsonl").read_text().splitlines()
+    # a run stopped mid-write: no positions.jsonl, the partial file's last line cut short
+    (half / "positions.partial.jsonl").write_text("\n".join(lines[:20]) + "\n" + lines[20][:30] + "\n")
+    record = json.loads((runs.a / "run.json").read_text())
+    (half / "run.json").write_text(json.dumps({**record, "status": "interrupted"}))
+    v = Viewer(half, env=runs.env)
+    try:
+        status, corpus = v.json("api/r0/corpus.json")
+        assert status == 200
+        assert sum(s["n_positions"] for s in corpus["stories"]) == 20
+        assert any("not finished (status: interrupted)" in n for n in corpus["notes"])
+        assert any("positions.partial.jsonl:21" in n for n in corpus["notes"])
+        status, body = v.get("r0/index.html")
+        assert status == 200 and b"not finished" in body
+    finally:
+        assert "Traceback" not in v.stop()
+
+
+def test_a_folder_that_is_no_run_is_an_error_naming_it(tmp_path, runs):
+    done = cli("view", str(tmp_path), "--port", "0", env=runs.env, timeout=60)
+    assert done.returncode == 1
+    assert f"error: {tmp_path}: not a run folder" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_export_writes_the_pages_and_says_how_large_the_endings_are(runs, tmp_path):
+    out = tmp_path / "site"
+    done = cli("view", str(runs.a), "--export", str(out), env=runs.env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "endings left out" in done.stdout
+    assert (out / "index.html").is_file() and (out / "r0/story/story-000.html").is_file()
+    assert not (out / "r0/endings").exists()
+    done = cli("view", str(runs.a), "--export", str(out), "--endings", env=runs.env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    files = list((out / "r0/endings").iterdir())
+    size = sum(f.stat().st_size for f in files)
+    assert f"and 3 endings files ({size / 1e6:.1f} MB)" in done.stdout

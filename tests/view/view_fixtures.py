@@ -1,0 +1,101 @@
+"""Runs to view, made once per session on the loopback server through the
+CLI: two score runs of the same stories (two judge models) sharing one cache,
+and a fairplay run with scripted readers (tests/core/test_fairplay_readers.py);
+and a `tension-run view` process serving them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from conftest import make_corpus
+from openai_server import LoopbackServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "core"))
+import test_fairplay_readers as fp  # noqa: E402
+
+BIN = Path(sys.executable).parent / "tension-run"
+ENDINGS = 5
+
+
+def cli(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, env=env, **kw)
+
+
+class Runs:
+    """The folders the tests view: score runs `a` and `b`, fairplay run `fp`, their cache."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.cache = root / "cache"
+        self.a, self.b, self.fp = root / "run-a", root / "run-b", root / "fp"
+        self.env = {**os.environ, "HOME": str(root / "home"), "XDG_CACHE_HOME": str(root / "home" / ".cache")}
+
+    def positions(self, run: Path) -> list[dict]:
+        return [json.loads(x) for x in (run / "positions.jsonl").read_text().splitlines()]
+
+
+_made: list[Runs] = []
+
+
+def made_runs(tmp_path_factory) -> Runs:
+    """The runs, made once per session (the test modules' `runs` fixtures share them).
+    Fixtures live here, not in a conftest.py: a second `conftest` module would
+    shadow tests/conftest.py for the modules that import from it."""
+    if not _made:
+        _made.append(_make_runs(tmp_path_factory))
+    return _made[0]
+
+
+def _make_runs(tmp_path_factory) -> Runs:
+    r = Runs(tmp_path_factory.mktemp("view-runs"))
+    corpus = make_corpus(r.root / "corpus.jsonl", 3, seed=5)
+    with LoopbackServer(model=["test-gen", "test-judge"]) as srv:
+        for out, judge in ((r.a, "test-gen"), (r.b, "test-judge")):
+            done = cli("score", str(corpus), "--out", str(out), "--base-url", srv.base_url, "--model", "test-gen",
+                       "--judge-model", judge, "--endings", str(ENDINGS), "--cache", str(r.cache), "--no-progress",
+                       "--no-report", env=r.env)
+            assert done.returncode == 0, done.stderr
+        srv.respond(fp.scripted)
+        stories = fp.write_jsonl(r.root / "whodunits.jsonl", [fp.story_record("w1"), fp.story_record("w2")])
+        run = fp.fairplay(fp.cfg_for(srv, r.root), stories, r.fp, fp.FAST)
+        assert run.status == "complete", run.error
+    return r
+
+
+class Viewer:
+    """A `tension-run view` process on a free port."""
+
+    def __init__(self, *dirs: Path, env: dict, extra: tuple[str, ...] = ()):
+        self.proc = subprocess.Popen([str(BIN), "view", *map(str, dirs), "--port", "0", *extra], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = []
+        for line in self.proc.stdout:
+            lines.append(line)
+            m = re.search(r"view: (http://127\.0\.0\.1:\d+/)", line)
+            if m:
+                self.url = m.group(1)
+                self.startup = "".join(lines)
+                return
+        raise AssertionError(f"view did not start: {''.join(lines)} {self.proc.stderr.read()}")
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=30) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def json(self, path: str):
+        status, body = self.get(path)
+        return status, json.loads(body)
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        _, err = self.proc.communicate(timeout=20)
+        return err
