@@ -57,10 +57,10 @@ def two_servers(monkeypatch):
     try:
         for _ in range(2):
             s = embedded.EmbeddedSettings(port=free_port(), kv_cache_gib=1)
-            log = open(p.root / f"router-test-{s.port}.log", "wb")
-            procs.append(subprocess.Popen(embedded.serve_command(p.python, model_dir, s), stdout=log,
-                                          stderr=subprocess.STDOUT, env=embedded.server_env(p.root, s),
-                                          start_new_session=True))
+            with open(p.root / f"router-test-{s.port}.log", "wb") as log:  # the server keeps its own copy
+                procs.append(subprocess.Popen(embedded.serve_command(p.python, model_dir, s), stdout=log,
+                                              stderr=subprocess.STDOUT, env=embedded.server_env(p.root, s),
+                                              start_new_session=True))
             urls.append(f"http://127.0.0.1:{s.port}")
         deadline = time.monotonic() + 900
         for url, proc in zip(urls, procs):
