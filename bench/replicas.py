@@ -1,35 +1,36 @@
-"""Scale-out: `score` throughput with 1, 2 and 3 replicas whose capacity is fixed.
+"""Scale-out: `score` throughput with 1, 2 and 3 replicas whose capacity is fixed,
+through the vLLM router and, side by side in the same run, through another
+checkout's code (e.g. the client-side routing this project had before).
 
 Each replica is `tests/openai_server.py` in its own process with ``--delay D
 --max-concurrent K``: it serves at most K chat requests at once and each takes D
 seconds, so one replica completes at most K / D chat requests per second,
 whatever the client sends — a stand-in for a GPU-bound vLLM server, and the
 servers, not the client, are the bottleneck. The client is the whole
-``score_async`` pipeline (one process, cache on, fresh cache per run) on a
-synthetic corpus (tests/conftest.make_corpus) with the generation and judge
-requests of every position routed by story affinity over the replicas
-(``--base-url A,B,C``, the judge on the same replicas). Per-replica lanes are
-``--gen-concurrency`` and ``--judge-concurrency`` (above K, so each server's queue
-stays full).
+``score_async`` pipeline (cache on, fresh cache per run) on a synthetic corpus
+(tests/conftest.make_corpus), the judge on the same replicas (``--base-url
+A,B,C``). Lanes are ``--gen-concurrency`` and ``--judge-concurrency`` per replica
+(above K, so each server's queue stays full).
 
-Throughput is (generation + judge requests) / wall time of ``score_async``
-(tokenize requests and writing the outputs included). Runs are interleaved
-(1, 2, 3, 1, 2, 3, …); the table shows the median over repeats, the ratio to one
-replica, each replica's share of the requests (from the run's per-replica
-figures), and the "split bound": total / busiest replica's requests, the speed-up
-the story split allows (story affinity keeps a story on one replica, so with few
-stories the shares are uneven and the busiest replica finishes last).
+Each run is a child process of a contender's interpreter (``--contender
+NAME=PYTHON``; default: this checkout's), which imports that interpreter's
+tension-run: so two code versions meet the same replicas, interleaved
+(1, 2, 3 replicas × each contender, repeated). Throughput is (generation + judge
+requests) / wall time of ``score_async`` in the child (tokenize requests and
+writing the outputs included, interpreter start-up not). The table shows the
+median over repeats, the ratio to one replica, the ratio to the first contender,
+each replica's share of the requests, and the "split bound": total / busiest
+replica's requests, the speed-up the story split allows.
 
 Run from the repository root::
 
-    /tmp/venv-8/bin/python bench/replicas.py
-    /tmp/venv-8/bin/python bench/replicas.py --stories 4 --repeats 1 --json out.json
+    .venv/bin/python bench/replicas.py --stories 12 --repeats 3 \
+        --contender router=.venv/bin/python --contender ours=/work/main/.venv/bin/python
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
@@ -37,7 +38,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -46,8 +46,6 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import make_corpus  # noqa: E402
 
-from tension.core.config import load_config  # noqa: E402
-from tension.core.pipelines.score import score_async  # noqa: E402
 
 
 def start_replica(delay: float, capacity: int) -> tuple[subprocess.Popen, str]:
@@ -62,22 +60,42 @@ def start_replica(delay: float, capacity: int) -> tuple[subprocess.Popen, str]:
     return proc, line.removeprefix("listening on ")
 
 
-async def one_run(urls: list[str], corpus: Path, args) -> dict:
+CHILD = r"""
+import asyncio, json, sys, time, tempfile
+from tension.core.config import load_config
+from tension.core.pipelines.score import score_async
+urls, corpus, endings, gc, jc = json.loads(sys.argv[1])
+async def main():
     with tempfile.TemporaryDirectory(prefix="bench-replicas-") as tmp:
         cfg = load_config(None, {
             "base_url": ",".join(urls), "model": "test-gen", "judge_model": "test-judge",
-            "cache": f"{tmp}/cache", "endings": args.endings, "seed": 1, "progress": False, "report": False,
-            "gen_concurrency": args.gen_concurrency, "judge_concurrency": args.judge_concurrency})
+            "cache": f"{tmp}/cache", "endings": endings, "seed": 1, "progress": False, "report": False,
+            "gen_concurrency": gc, "judge_concurrency": jc})
         t0 = time.perf_counter()
         s = await score_async(cfg, corpus, f"{tmp}/out")
-        wall = time.perf_counter() - t0
-    if s.status != "complete":
-        raise SystemExit(f"run with {len(urls)} replica(s) failed: {s.error}")
-    req = s.requests["generation"] + s.requests["judge"]
-    per = [sum(f["requests"] for role in ("generation", "judge") for f in s.replicas[role] if f["url"] == u)
-           for u in urls]
-    return {"replicas": len(urls), "wall": wall, "requests": req, "req_s": req / wall, "positions": s.positions,
-            "per_replica": per}
+        return s, time.perf_counter() - t0
+s, wall = asyncio.run(main())
+if s.status != "complete":
+    raise SystemExit(f"run with {len(urls)} replica(s) failed: {s.error}")
+figs = [f for role in ("generation", "judge") for f in s.replicas.get(role, [])]
+def served(u):
+    mine = [f for f in figs if f["url"] == u]
+    # behind one router both roles list the worker's whole count; alone, each role its own
+    return max(f["requests"] for f in mine) if any(f.get("router") for f in mine) else sum(f["requests"] for f in mine)
+print(json.dumps({"wall": wall, "requests": s.requests["generation"] + s.requests["judge"],
+                  "positions": s.positions, "per_replica": [served(u) for u in urls]}))
+"""
+
+
+def one_run(python: str, urls: list[str], corpus: Path, args) -> dict:
+    r = subprocess.run([python, "-c", CHILD, json.dumps([urls, str(corpus), args.endings, args.gen_concurrency,
+                                                         args.judge_concurrency])],
+                       capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        raise SystemExit(f"{python}: run with {len(urls)} replica(s) failed:\n{r.stderr[-2000:]}")
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out.update(replicas=len(urls), req_s=out["requests"] / out["wall"])
+    return out
 
 
 def main(argv=None) -> int:
@@ -90,9 +108,12 @@ def main(argv=None) -> int:
     ap.add_argument("--gen-concurrency", type=int, default=16, help="per-replica generation lane (default 16)")
     ap.add_argument("--judge-concurrency", type=int, default=32, help="per-replica judge lane (default 32)")
     ap.add_argument("--repeats", type=int, default=2, help="runs per replica count, interleaved (default 2)")
+    ap.add_argument("--contender", action="append", metavar="NAME=PYTHON",
+                    help="an interpreter whose tension-run to run (repeatable; default: this one's)")
     ap.add_argument("--json", metavar="PATH", help="also write config + results as JSON to PATH")
     args = ap.parse_args(argv)
     counts = [int(c) for c in args.replicas.split(",")]
+    contenders = dict(c.split("=", 1) for c in (args.contender or [f"this={sys.executable}"]))
 
     config = {k: v for k, v in vars(args).items() if k != "json"}
     config.update(machine=f"{platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} cores",
@@ -111,37 +132,47 @@ def main(argv=None) -> int:
             runs = []
             for rep in range(args.repeats):
                 for n in counts:
-                    r = asyncio.run(one_run(urls[:n], corpus, args))
-                    r["repeat"] = rep
-                    runs.append(r)
-                    print(f"  run {rep + 1}: {n} replica(s): {r['requests']} requests in {r['wall']:.2f} s "
-                          f"= {r['req_s']:.1f} req/s; per replica {r['per_replica']}", flush=True)
+                    for name, python in contenders.items():
+                        r = one_run(python, urls[:n], corpus, args)
+                        r.update(repeat=rep, contender=name)
+                        runs.append(r)
+                        print(f"  run {rep + 1}: {name}, {n} replica(s): {r['requests']} requests in "
+                              f"{r['wall']:.2f} s = {r['req_s']:.1f} req/s; per replica {r['per_replica']}",
+                              flush=True)
     finally:
         for p in procs:
             p.terminate()
         for p in procs:
             p.wait(timeout=10)
             p.stdout.close()
-
-    base = statistics.median(r["req_s"] for r in runs if r["replicas"] == counts[0])
-    ceiling = args.capacity / args.delay
-    print(f"\n{'replicas':>8} | {'req/s (median)':>14} | {'best':>7} | {'vs 1':>5} | {'split bound':>11} | "
-          f"{'of capacity':>11} | share per replica (last run)")
-    rows = []
-    for n in counts:
-        mine = [r for r in runs if r["replicas"] == n]
-        med = statistics.median(r["req_s"] for r in mine)
-        best = max(r["req_s"] for r in mine)
-        last = mine[-1]["per_replica"]
-        share = " / ".join(f"{x / sum(last):.2f}" for x in last)
-        bound = sum(last) / max(last)  # the speed-up the story split allows: the busiest replica finishes last
-        rows.append({"replicas": n, "req_s_median": med, "req_s_best": best, "vs_first": med / base,
-                     "split_bound": bound, "of_capacity": med / (n * ceiling), "share_last": last})
-        print(f"{n:>8} | {med:>14.1f} | {best:>7.1f} | {med / base:>4.2f}x | {bound:>10.2f}x | "
-              f"{med / (n * ceiling):>10.0%} | {share}")
+    rows = table(runs, counts, list(contenders), args.capacity / args.delay)
     if args.json:
         Path(args.json).write_text(json.dumps({"config": config, "runs": runs, "rows": rows}, indent=2))
     return 0
+
+
+def table(runs: list[dict], counts: list[int], names: list[str], ceiling: float) -> list[dict]:
+    first = names[0]
+    base = {name: statistics.median(r["req_s"] for r in runs if r["replicas"] == counts[0] and r["contender"] == name)
+            for name in names}
+    print(f"\n{'contender':>10} | {'replicas':>8} | {'req/s (median)':>14} | {'best':>7} | {'vs 1':>5} | "
+          f"{'vs ' + first:>9} | {'split bound':>11} | {'of capacity':>11} | share per replica (last run)")
+    rows = []
+    for n in counts:
+        ref = statistics.median(r["req_s"] for r in runs if r["replicas"] == n and r["contender"] == first)
+        for name in names:
+            mine = [r for r in runs if r["replicas"] == n and r["contender"] == name]
+            med = statistics.median(r["req_s"] for r in mine)
+            best = max(r["req_s"] for r in mine)
+            last = mine[-1]["per_replica"]
+            share = " / ".join(f"{x / sum(last):.2f}" for x in last)
+            bound = sum(last) / max(last)  # the speed-up the story split allows: the busiest finishes last
+            rows.append({"contender": name, "replicas": n, "req_s_median": med, "req_s_best": best,
+                         "vs_one": med / base[name], "vs_first": med / ref, "split_bound": bound,
+                         "of_capacity": med / (n * ceiling), "share_last": last})
+            print(f"{name:>10} | {n:>8} | {med:>14.1f} | {best:>7.1f} | {med / base[name]:>4.2f}x | "
+                  f"{med / ref:>8.2f}x | {bound:>10.2f}x | {med / (n * ceiling):>10.0%} | {share}")
+    return rows
 
 
 if __name__ == "__main__":

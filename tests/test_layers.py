@@ -32,7 +32,7 @@ ALLOWED = {
     # (a run's request keys) the cli hands it as a recall factory
     "core.view": {"core.errors", "core.formats", "core.config", "core.inputs", "core.reports", "cache", "kernels"},
     "core.cli": {"core.errors", "core.redact", "core.config", "core.pipelines", "core.reports", "core.serving",
-                 "core.inputs", "core.view", "cache", "kernels"},
+                 "core.inputs", "core.view", "cache", "kernels", "core.llm"},  # llm: `route` starts the vLLM router
 }
 
 

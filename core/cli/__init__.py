@@ -11,7 +11,7 @@ interrupted.
     score.py      score, estimate, bench        generate.py   generate
     fairplay.py   fairplay, fairplay-metrics    reports.py    metrics, report, compare
     serve.py      serve, demo                   cache.py      cache stats, verify, recover
-    view.py       view
+    view.py       view                          route.py      route
 
 Building the parser imports no numba, numpy, scipy or aiohttp: a verb imports
 its library modules when it runs.
@@ -25,14 +25,15 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from tension.core.cli import cache, fairplay, generate, reports, score, serve, view
+from tension.core.cli import cache, fairplay, generate, reports, route, score, serve, view
 from tension.core.cli.flags import Once, Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, print_error
 from tension.core.errors import ConfigError, TensionError
 
 __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
-VERBS: list[Verb] = [*score.VERBS, *generate.VERBS, *fairplay.VERBS, *reports.VERBS, *serve.VERBS, *cache.VERBS, *view.VERBS]
+VERBS: list[Verb] = [*score.VERBS, *generate.VERBS, *fairplay.VERBS, *reports.VERBS, *serve.VERBS, *route.VERBS,
+                     *cache.VERBS, *view.VERBS]
 # the help of the verbs that group others ("cache stats")
 GROUPS = {"cache": "inspect, verify and recover the LMDB cache"}
 

@@ -50,7 +50,7 @@ def print_replica_events(summary) -> None:
     re-admitted) were told on stderr when they happened."""
     for role, figs in summary.replicas.items():
         if len(figs) > 1:
-            print(f"{role} replicas: " + ", ".join(
+            print(f"{role} servers: " + ", ".join(
                 f"{f['url']} {f['requests']} req" + ("" if f["up"] else " (out)") for f in figs), file=sys.stderr)
 
 

@@ -52,12 +52,13 @@ def _paper(args) -> list:
     g, j = servers
     print(f"# then: tension-run score CORPUS --out DIR --base-url http://HOST:{g.port} --model {g.served_name} "
           f"--judge-base-url http://HOST:{j.port} --judge-model {j.served_name}")
-    return servers
+    return [(srv.command(), srv.env()) for srv in servers]
 
 
 def _paper_replicas(args) -> list:
-    """The paper's setup once per GPU, and the score command that spreads stories over them."""
-    from tension.core.serving.profiles import paper_replicas, replica_score_command, shell_line
+    """The paper's setup once per GPU, a vLLM router per role in front, and the score
+    command that sends everything to the two routers."""
+    from tension.core.serving.profiles import paper_replicas, shell_line
 
     try:
         reps = paper_replicas(args.replicas, args.generator_path, args.judge_path)
@@ -69,17 +70,44 @@ def _paper_replicas(args) -> list:
         print(f"# replica {i} (GPU {i})")
         for srv in rep:
             print(shell_line(srv))
-    print("# then, from any machine that reaches them (HOST: the GPU host):")
-    print(f"# {replica_score_command(reps)}")
-    return [srv for rep in reps for srv in rep]
+    routers = _routers(reps)
+    print("# the vLLM router of each role (pip install 'tension-run[router]'), on the GPU host:")
+    for cmd in routers:
+        print(shlex.join(cmd))
+    gen, judge = reps[0]
+    n = len(reps)
+    print("# then, from any machine that reaches them (HOST: the GPU host); the concurrency flags are per URL,")
+    print(f"# so they are {n} x the defaults (64 and 512 per engine):")
+    print(f"# tension-run score CORPUS --out DIR --base-url http://HOST:{ROUTER_PORTS[0]} --model {gen.served_name} "
+          f"--judge-base-url http://HOST:{ROUTER_PORTS[1]} --judge-model {judge.served_name} "
+          f"--gen-concurrency {64 * n} --judge-concurrency {512 * n}")
+    return [(srv.command(), srv.env()) for rep in reps for srv in rep] + [(r, {"RUST_LOG": "warn"}) for r in routers]
+
+
+# the routers of the generation and judge engines, and their /metrics
+ROUTER_PORTS = (30000, 30001)
+ROUTER_METRICS_PORTS = (30010, 30011)
+
+
+def _routers(reps) -> list[list[str]]:
+    """One `vllm-router` per role over that role's engines (sticky on the client's
+    X-Session-ID: a story stays on one engine's prefix cache)."""
+    from tension.core.llm.vllm_router import router_command
+
+    out = []
+    for i, role in enumerate(("generation", "judge")):
+        workers = [f"http://localhost:{srv.port}" for rep in reps for srv in rep if srv.role == role]
+        out.append(router_command(workers, host="0.0.0.0", port=ROUTER_PORTS[i],
+                                  metrics_port=ROUTER_METRICS_PORTS[i], binary="vllm-router"))
+    return out
 
 
 def _launch(servers, which: str) -> None:
-    """Run the engines' commands here until Ctrl-C, then stop them all."""
+    """Run the commands (command, environment) here until Ctrl-C, then stop them all."""
     import os
     import subprocess
 
-    procs = [subprocess.Popen(srv.command(), env={**os.environ, **srv.env()}) for srv in servers]
+    procs = [subprocess.Popen(cmd, env={**os.environ, **env}) for cmd, env in servers]
     print(f"launched pids {', '.join(str(p.pid) for p in procs)}; Ctrl-C stops {which}")
     try:
         for p in procs:

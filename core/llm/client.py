@@ -42,7 +42,7 @@ from tension.core.errors import RefusedError, RetryBudgetError, ServerError, Sta
 from tension.core.llm.failures import Outages, error_message, parse_retry_after, status_error
 from tension.core.redact import redact, redact_secrets, register
 from tension.core.llm.protocol import (ChatChunk, ChatRequest, ChatResponse, ModelList, TokenizeRequest,
-                       TokenizeResponse)
+                                       TokenizeResponse, routing_headers)
 
 __all__ = ["Timeouts", "RetryPolicy", "ChatResult", "StreamResult", "Client", "normalize_base_url"]
 
@@ -197,12 +197,14 @@ class Client:
         data = await self._call("GET", normalize_base_url(base_url) + "/v1/models", None, self._models_dec, retry)
         return [m.id for m in data.data]
 
-    async def tokenize(self, base_url: str, model: str, text: str, retry: RetryPolicy | None = None) -> int:
+    async def tokenize(self, base_url: str, model: str, text: str, retry: RetryPolicy | None = None,
+                       key: str = "") -> int:
         await self.check_gate()
         body = self._enc.encode(TokenizeRequest(model=model, prompt=text))
         url = normalize_base_url(base_url) + "/tokenize"
         try:
-            data = await self._call("POST", url, body, self._tok_dec, retry, model=model)
+            data = await self._call("POST", url, body, self._tok_dec, retry, model=model,
+                                    headers=routing_headers(key))
         except RefusedError as e:
             if e.missing == "endpoint":
                 # A 404 that names no model: the path is missing, not the model.
@@ -216,15 +218,18 @@ class Client:
             self.max_model_len[normalize_base_url(base_url)] = data.max_model_len
         return data.count
 
-    async def chat(self, base_url: str, request: ChatRequest, retry: RetryPolicy | None = None) -> ChatResult:
-        """All `request.n` choices. A short answer is completed by follow-up
-        requests for the missing ones; never returned short. vLLM samples choice
+    async def chat(self, base_url: str, request: ChatRequest, retry: RetryPolicy | None = None,
+                   key: str = "") -> ChatResult:
+        """All `request.n` choices (`key`: the routing key, protocol.routing_headers).
+        A short answer is completed by follow-up requests for the missing ones;
+        never returned short. vLLM samples choice
         i of a seeded request with seed + i, so a follow-up for the last m of n
         choices asks n = m with seed + (n − m): it gets exactly the choices the
         full answer would have held, and a seeded run is reproducible through
         faults."""
         await self.check_gate()
         url = normalize_base_url(base_url) + "/v1/chat/completions"
+        headers = routing_headers(key)
         t0 = time.perf_counter()
         texts: list[str] = []
         reasons: list[str | None] = []
@@ -234,7 +239,8 @@ class Client:
         req = request
         empty_retries = 0
         for followup in range(self.retry.attempts + 1):
-            data = await self._call("POST", url, self._enc.encode(req), self._chat_dec, retry, model=request.model)
+            data = await self._call("POST", url, self._enc.encode(req), self._chat_dec, retry, model=request.model,
+                                    headers=headers)
             usage.requests += 1
             if (data.choices and empty_retries < EMPTY_ANSWER_RETRIES
                     and all(not (c.message.content or "").strip() for c in data.choices)):
@@ -337,7 +343,8 @@ class Client:
     # -- the retry loop -------------------------------------------------------
 
     async def _call(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder,
-                    retry: RetryPolicy | None = None, model: str | None = None):
+                    retry: RetryPolicy | None = None, model: str | None = None,
+                    headers: dict[str, str] | None = None):
         if self._session is None:
             raise RuntimeError("use `async with Client(...)` before sending")
         policy = retry or self.retry
@@ -345,7 +352,7 @@ class Client:
         last: Exception | None = None
         for attempt in range(policy.attempts):
             try:
-                result = await self._attempt(method, url, body, decoder, model)
+                result = await self._attempt(method, url, body, decoder, model, headers)
             except _Retryable as e:
                 last = e
                 wait = min(policy.backoff_cap, policy.backoff * 2 ** attempt) * self._rng.uniform(0.5, 1.0)
@@ -368,10 +375,10 @@ class Client:
             last) from last
 
     async def _attempt(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder,
-                       model: str | None = None):
+                       model: str | None = None, headers: dict[str, str] | None = None):
         self.sent += 1
         try:
-            async with self._session.request(method, url, data=body) as resp:
+            async with self._session.request(method, url, data=body, headers=headers) as resp:
                 data = await resp.read()
                 status = resp.status
                 retry_after = resp.headers.get("Retry-After")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["parse_samples", "counter", "prefix_cache_delta", "prefix_cache_hit_rate", "PREFIX_CACHE_HITS",
+__all__ = ["parse_samples", "by_label", "counter", "prefix_cache_delta", "prefix_cache_hit_rate", "PREFIX_CACHE_HITS",
            "PREFIX_CACHE_QUERIES"]
 
 PREFIX_CACHE_HITS = ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits")
@@ -41,6 +41,25 @@ def parse_samples(text: str) -> dict[str, float]:
         if math.isnan(value):
             continue
         out[m.group(1)] = out.get(m.group(1), 0.0) + value
+    return out
+
+
+def by_label(text: str, name: str, label: str) -> dict[str, float]:
+    """The samples of metric `name` by the value of its label `label` (e.g. the
+    router's ``vllm_router_processed_requests_total{worker="…"}`` per worker)."""
+    want = re.compile(r'(?:^|[{,])\s*' + re.escape(label) + r'\s*=\s*"((?:[^"\\]|\\.)*)"')
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line.strip())
+        if m is None or m.group(1) != name or m.group(2) is None:
+            continue
+        lab = want.search(m.group(2))
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        if lab is not None and not math.isnan(value):
+            out[lab.group(1)] = out.get(lab.group(1), 0.0) + value
     return out
 
 

@@ -3,13 +3,14 @@ unknown fields in answers are ignored)."""
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 import msgspec
 
 __all__ = [
     "ChatRequest", "ChatResponse", "ChatChunk", "ChunkChoice", "Delta", "Choice", "ChoiceMessage", "WireUsage",
-    "TokenizeRequest", "TokenizeResponse", "ModelList", "ModelCard", "ErrorBody",
+    "TokenizeRequest", "TokenizeResponse", "ModelList", "ModelCard", "ErrorBody", "routing_headers",
 ]
 
 
@@ -141,3 +142,14 @@ class ErrorBody(msgspec.Struct):
     error: ErrorDetail | str | None = None
     message: str | None = None
     detail: Any = None
+
+
+def routing_headers(key: str) -> dict[str, str] | None:
+    """The routing key of a request as the vLLM router reads it: requests with one
+    `X-Session-ID` go to one worker under its sticky or consistent-hash policies (the
+    story for generation and /tokenize, the story and position for the judge:
+    requests that share a prompt prefix). A plain server ignores the header.
+    Non-ASCII ids are percent-encoded (a header value is Latin-1)."""
+    if not key:
+        return None
+    return {"X-Session-ID": key if key.isascii() and key.isprintable() else urllib.parse.quote(key, safe="")}

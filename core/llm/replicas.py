@@ -1,13 +1,6 @@
-"""The servers of a role and how keys are spread over them.
-
-A role (generation or judge) may have several *replicas*, each with a weight.
-A key (a story id, a story id and position) has a preference order over them,
-weighted rendezvous hashing (HRW) of the key over the replica URLs: so all of a
-story's prompts, which share its prefix, meet one server's prefix cache; and
-adding a replica of weight w moves only the keys it now wins, a share
-w / (total weight) of them, none between the old replicas. The same hash splits a
-corpus into shards (`score --shard I/N`). Requests are routed over the replicas
-by core/llm/router.py.
+"""The servers of a role as flags and config files list them, and the split of a
+corpus into shards (`score --shard I/N`). Requests are spread over several servers
+by the vLLM router (core/llm/router.py).
 """
 
 from __future__ import annotations
@@ -22,7 +15,7 @@ import msgspec
 from tension.core.errors import ConfigError
 from tension.core.llm.client import normalize_base_url
 
-__all__ = ["Replica", "parse_replicas", "hrw_order", "in_shard"]
+__all__ = ["Replica", "parse_replicas", "in_shard"]
 
 
 class Replica(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -67,6 +60,11 @@ def parse_replicas(value: Any, field: str) -> list[Replica]:
         out.append(rep)
     if not out:
         raise ConfigError(f"{name}: expected at least one URL")
+    weighted = [f"{name}[{i}]" for i, r in enumerate(out) if r.weight != 1.0]
+    if weighted and len(out) > 1:
+        raise ConfigError(f"{', '.join(weighted)}: weights are not supported: the vLLM router's consistent "
+                          "hashing weighs servers equally (list servers of equal capacity, or route unequal ones "
+                          "with `tension-run route --policy power_of_two`, which gives up story affinity)")
     return out
 
 
@@ -74,14 +72,6 @@ def _unit(key: str, url: str) -> float:
     """A uniform number in (0, 1), fixed for (key, url)."""
     h = hashlib.blake2b(f"{url}\x00{key}".encode(), digest_size=8).digest()
     return (int.from_bytes(h, "big") + 0.5) / 2.0 ** 64
-
-
-def hrw_order(key: str, replicas: Sequence[Replica]) -> list[int]:
-    """Indices of `replicas`, best first, for `key`: weighted rendezvous hashing.
-    Replica i scores −w_i / ln(u_i); the largest score wins with probability
-    w_i / Σw, and the order depends only on (key, url, weight) of each replica."""
-    scores = [-r.weight / math.log(_unit(key, r.url)) for r in replicas]
-    return sorted(range(len(replicas)), key=lambda i: (-scores[i], replicas[i].url))
 
 
 def in_shard(story_id: str, shard: int, shards: int) -> bool:

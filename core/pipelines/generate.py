@@ -40,7 +40,7 @@ from tension.core.run.progress import Progress
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
 from tension.core.llm.preflight import Need, check_servers
-from tension.core.llm.router import Router
+from tension.core.llm.router import ITEM_KEY, Router, routing
 from tension.core.pipelines.answer_checks import StoryChecks
 from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.run.lifecycle import Run, client_for, open_store, out_lock, run_blocking
@@ -143,7 +143,7 @@ class StoryWriter:
         self.pool = pool
         self.run = run
         self.router = Router("generation", parse_replicas(cfg.base_url, "base_url"), run.client,
-                             limit=cfg.concurrency, total_seconds=cfg.retry_seconds)
+                             limit=cfg.concurrency, timeout=cfg.timeout)
         self.model = cfg.model or ""
         self.temperature, self.max_tokens, self.min_p = cfg.sampling()
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
@@ -165,6 +165,7 @@ class StoryWriter:
 
     async def one(self, job: tuple[int, Idea]) -> None:
         index, idea = job
+        ITEM_KEY.set(idea.id)  # the story's requests share a prefix: one server (core/llm/router.py)
         try:
             rec = await (self.whodunit(idea) if self.cfg.whodunit else self.story(idea))
         except (StatusError, _GaveUp) as e:
@@ -249,7 +250,7 @@ class StoryWriter:
         self.run.client.set_gate(lambda: check_servers(self.run.client, [need]))
         # A pipeline story waits on one request at a time, a whodunit too: one open
         # story per lane slot keeps the lane full.
-        async with self.run.scheduler(self.router.lanes()) as sched:
+        async with routing(self.router), self.run.scheduler(self.router.lanes()) as sched:
             await sched.feed(list(enumerate(idea for _, idea in self.ideas)), self.one, self.cfg.concurrency)
 
     def output(self) -> bytes:

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["GpuServer", "paper_servers", "paper_replicas", "replica_score_command", "shell_line",
+__all__ = ["GpuServer", "paper_servers", "paper_replicas", "shell_line",
            "EMBEDDED_SCORE_SETTINGS", "DEMO_SCORE_SETTINGS"]
 
 
@@ -65,15 +65,6 @@ def paper_replicas(n: int, generator_path: str = "/models/Qwen3-32B", judge_path
         raise ValueError(f"replicas: expected an integer >= 1, got {n}")
     return [paper_servers(generator_path, judge_path, gen_port=first_port + 2 * i,
                           judge_port=first_port + 2 * i + 1, gpu=str(i)) for i in range(n)]
-
-
-def replica_score_command(replicas: list[list[GpuServer]], host: str = "HOST") -> str:
-    """The `tension-run score` line that drives these replicas (URL lists per role)."""
-    gens = [srv for rep in replicas for srv in rep if srv.role == "generation"]
-    judges = [srv for rep in replicas for srv in rep if srv.role == "judge"]
-    return ("tension-run score CORPUS --out DIR --base-url " + ",".join(f"http://{host}:{s.port}" for s in gens)
-            + f" --model {gens[0].served_name} --judge-base-url "
-            + ",".join(f"http://{host}:{s.port}" for s in judges) + f" --judge-model {judges[0].served_name}")
 
 
 def shell_line(server: GpuServer) -> str:

@@ -30,6 +30,7 @@ from tension.core.formats import Generator
 from tension.core.inputs.jsonl import atomic_write
 from tension.core.inputs.readers import reader_schedule
 from tension.core.inputs.whodunits import WhodunitStory, read_stories, segment_text
+from tension.core.llm.router import ITEM_KEY, routing
 from tension.core.pipelines.fairplay.readers import Job, Readers, Value
 from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.run.lifecycle import LOCK_NAME, Run, client_for, open_store, out_lock, prepare_out_dir, run_blocking
@@ -98,6 +99,7 @@ class ReaderRun:
         self.failures[job.story].append(ReaderFailure(reader=job.reader, paragraph=job.paragraph, error=error))
 
     async def run_job(self, job: Job) -> None:
+        ITEM_KEY.set(self.stories[job.story].id)  # a story's prompts share its text: one server
         try:
             ask = self.readers.know_it_all if job.reader == "know_it_all" else self.readers.prompted_reader
             value = await ask(job)
@@ -139,7 +141,7 @@ class ReaderRun:
         await self.readers.resolve_models()
         cfg = self.cfg
         lanes = {lane: n for router in self.readers.routers.values() for lane, n in router.lanes().items()}
-        async with self.run.scheduler(lanes) as sched:
+        async with routing(*self.readers.routers.values()), self.run.scheduler(lanes) as sched:
             await sched.feed(self.jobs(extract), self.run_job, cfg.reader_concurrency + cfg.gen_concurrency)
 
     # -- outputs --------------------------------------------------------------

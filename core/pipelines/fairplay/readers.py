@@ -83,7 +83,7 @@ class Readers:
         url = {"reader": cfg.base_url, "judge": cfg.judge_base_url or cfg.base_url,
                "generation": cfg.generator_base_url or cfg.base_url}
         self.routers = {role: Router(role, parse_replicas(url[role], "base_url"), run.client, limit=limit[role],
-                                     total_seconds=cfg.retry_seconds) for role in limit}
+                                     timeout=cfg.timeout) for role in limit}
         self.reader_model = cfg.reader_model or ""
         self.judge_model = cfg.judge_model or ""
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None

@@ -25,6 +25,7 @@ from tension.core.config import ScoreConfig
 from tension.core.errors import StatusError, exit_status
 from tension.core.inputs.corpus import Corpus, Skipped, read_corpus
 from tension.core.llm.replicas import in_shard
+from tension.core.llm.router import routing
 from tension.core.pipelines.score.feed import PositionFeed, max_open
 from tension.core.pipelines.score.judge import Judge
 from tension.core.pipelines.score.outputs import PositionResult, position_line, position_result, write_outputs
@@ -97,19 +98,20 @@ class Scoring:
         gen, judge = self.gen_router, self.judge_router
         self.reqs = await resolve_models(cfg, gen, judge, run.requests)
         routers = [r for r in (gen, judge) if not r.single]
-        # One lane per replica ("generation", "judge", "tokenize" with one server).
+        # One lane per role ("generation", "judge", "tokenize"), `limit` per server.
         lanes = {**gen.lanes(), **judge.lanes(), **gen.tokenize_lanes()}
-        feed = PositionFeed(self.finder, self.corpus.stories, gen, run.progress, self.failed)
-        for r in routers:
-            await r.scrape_metrics("start")
-        if routers:
-            run.progress.extra = lambda: " ".join(r.postfix() for r in (gen, judge))
-        async with run.scheduler(lanes) as sched:
+        feed = PositionFeed(self.finder, self.corpus.stories, run.progress, self.failed, spread=len(gen.urls))
+        async with routing(gen, judge):
             for r in routers:
-                sched.service(r.health_loop())
-            await feed.run(sched, self.position, max_open(cfg, len(gen.urls), len(judge.urls)))
-        for r in routers:
-            await r.scrape_metrics("end")
+                await r.scrape_metrics("start")
+            if routers:
+                run.progress.extra = lambda: " ".join(r.postfix() for r in (gen, judge))
+            async with run.scheduler(lanes) as sched:
+                for r in routers:
+                    sched.service(r.watch())
+                await feed.run(sched, self.position, max_open(cfg, len(gen.urls), len(judge.urls)))
+            for r in routers:
+                await r.scrape_metrics("end")
 
     async def position(self, pos: Position) -> None:
         if pos.story in self.failed:

@@ -77,9 +77,9 @@ def score_routers(cfg: ScoreConfig, client: Client, on_change: Callable[[str], N
     for the run record), not only when the run ends."""
     told = (lambda event: (warn(event), on_change(event))) if on_change else None
     gen = Router("generation", cfg.generation_replicas(), client, limit=cfg.gen_concurrency,
-                 tokenize_limit=cfg.tokenize_concurrency, total_seconds=cfg.retry_seconds, on_change=told)
-    judge = Router("judge", cfg.judge_replicas(), client, limit=cfg.judge_concurrency,
-                   total_seconds=cfg.retry_seconds, on_change=told)
+                 tokenize_limit=cfg.tokenize_concurrency, timeout=cfg.timeout, on_change=told)
+    judge = Router("judge", cfg.judge_replicas(), client, limit=cfg.judge_concurrency, timeout=cfg.timeout,
+                   on_change=told)
     return gen, judge
 
 

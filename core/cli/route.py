@@ -1,0 +1,53 @@
+"""`route`: the vLLM router over running servers, one URL for `score`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from tension.core.cli.flags import Verb
+from tension.core.cli.messages import EXIT_OK
+
+__all__ = ["VERBS", "cmd_route"]
+
+
+def cmd_route(args) -> int:
+    """Start the vLLM project's router (vllm-router) over running OpenAI-compatible
+    servers and print the one URL to give `score`; Ctrl-C stops it."""
+    from tension.core.llm.vllm_router import LocalRouter, RouterSettings, worker_models
+
+    urls = [u.strip() for arg in args.urls for u in arg.split(",") if u.strip()]
+    models = worker_models(urls, os.environ.get("OPENAI_API_KEY"))
+    router = LocalRouter(urls, settings=RouterSettings(policy=args.policy), host=args.host, port=args.port)
+    # SIGTERM ends the router as Ctrl-C does (a service manager stops it that way)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with router:
+        served = ", ".join(next(iter(models.values())))
+        print(f"vllm-router ready: {router.url} over {len(urls)} server(s) serving {served} "
+              f"(policy {args.policy}; metrics {router.metrics_url}; log {router.log})")
+        print(f"then: tension-run score CORPUS --out DIR --base-url {router.url}")
+        print("Ctrl-C stops it", flush=True)
+        try:
+            code = router.proc.wait()
+        except KeyboardInterrupt:
+            print("stopped the router", file=sys.stderr)
+            return EXIT_OK
+    print(f"error: vllm-router exited with status {code}; its log: {router.log}", file=sys.stderr)
+    return 1
+
+
+def _route_flags(p) -> None:
+    p.add_argument("urls", nargs="+", metavar="URL", help="server roots, e.g. http://gpu1:8000 (or comma-separated)")
+    p.add_argument("--host", default="127.0.0.1", help="address the router listens on (default: %(default)s; "
+                   "0.0.0.0 opens it to the network)")
+    p.add_argument("--port", type=int, default=30000, help="router port (default: %(default)s)")
+    p.add_argument("--policy", default="sticky_least_loaded",
+                   choices=["sticky_least_loaded", "consistent_hash", "cache_aware", "power_of_two", "round_robin",
+                            "random"],
+                   help="how requests are spread: sticky_least_loaded sends each new story (X-Session-ID) to the "
+                        "least loaded server and keeps it there, on one prefix cache (default: %(default)s)")
+
+
+VERBS = [Verb("route", cmd_route, _route_flags, (), frozenset({"urls", "host", "port", "policy"}),
+              "environment: OPENAI_API_KEY is sent to the servers when they are checked.")]

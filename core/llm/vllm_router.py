@@ -1,0 +1,225 @@
+"""The vLLM project's router (`vllm-router`, a Rust binary from PyPI) in front of
+several OpenAI-compatible servers: the one routing mechanism of tension-run.
+
+Every chat request we send carries an `X-Session-ID` (core/llm/client.py): the
+story for generation, the story and position for the judge. With the
+`sticky_least_loaded` policy the router sends a new key to the least loaded
+worker and every later request of that key to the same one, so a story's prompts
+meet one server's prefix cache and the load stays even. Failover is the router's:
+retries on another worker, a circuit breaker per worker, health checks. The
+settings below were measured against killed, hung and overloaded workers
+(docs/scale-out.md); the client's own retries come on top.
+
+    with LocalRouter(["http://a:8000", "http://b:8000"]) as r:
+        ... send everything to r.url ...
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from tension.core.errors import ConfigError
+
+__all__ = ["RouterSettings", "LocalRouter", "router_binary", "router_command", "free_port", "MISSING"]
+
+MISSING = ("the vLLM router is not installed: `pip install 'tension-run[router]'` "
+           "(or `pip install vllm-router`) puts the `vllm-router` binary next to tension-run")
+
+
+class RouterSettings(msgspec.Struct, kw_only=True, frozen=True):
+    """How the router spreads and fails over. Defaults: measured, docs/scale-out.md."""
+
+    # A key's requests stay on one worker (its prefix cache), and a key seen for the
+    # first time goes to the least loaded worker. consistent_hash keeps the affinity
+    # too, but its ring split 12 stories 0.41/0.59 over 2 workers and 0.29/0.41/0.30
+    # over 3 and lost 15-20 % of the throughput (bench/RESULTS.md); cache_aware would
+    # follow the prompts' text instead, kv_aware vLLM's own KV-cache events.
+    policy: str = "sticky_least_loaded"
+    # a worker that failed twice in a row gets no requests for 5 s, then one trial
+    cb_failure_threshold: int = 2
+    cb_timeout_secs: int = 5
+    # a request that failed is retried (on another worker once the breaker opens)
+    retries: int = 4
+    health_check_interval_secs: int = 2
+    health_check_timeout_secs: int = 2
+    # a hung worker holds a request this long before the router retries it on
+    # another: half the client's default --timeout (600 s), so the retry fits
+    # inside the client's attempt (core/llm/router.py sets it from --timeout)
+    request_timeout_secs: int = 300
+    # a router started next to engines that are still loading waits for them
+    worker_startup_timeout_secs: int = 1800
+
+
+def router_binary() -> str:
+    """The `vllm-router` console script: next to our interpreter first (an installed
+    extra), then on PATH."""
+    here = Path(sys.executable).parent / "vllm-router"
+    if here.exists():
+        return str(here)
+    found = shutil.which("vllm-router")
+    if found is None:
+        raise ConfigError(MISSING)
+    return found
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def router_command(workers: Sequence[str], *, host: str, port: int, metrics_port: int,
+                   settings: RouterSettings = RouterSettings(), binary: str | None = None) -> list[str]:
+    s = settings
+    return [binary or router_binary(), "--host", host, "--port", str(port),
+            "--worker-urls", *[w.rstrip("/") for w in workers],
+            "--policy", s.policy,
+            "--prometheus-host", host, "--prometheus-port", str(metrics_port),
+            "--cb-failure-threshold", str(s.cb_failure_threshold),
+            "--cb-timeout-duration-secs", str(s.cb_timeout_secs),
+            "--retry-max-retries", str(s.retries),
+            "--health-check-interval-secs", str(s.health_check_interval_secs),
+            "--health-check-timeout-secs", str(s.health_check_timeout_secs),
+            "--request-timeout-secs", str(s.request_timeout_secs),
+            "--worker-startup-timeout-secs", str(s.worker_startup_timeout_secs)]
+
+
+class LocalRouter:
+    """A `vllm-router` process for the length of a `with` block (or until `stop`).
+
+    It binds to loopback on free ports, its log goes to a file (named in errors),
+    and start-up waits until the router says every worker is healthy."""
+
+    def __init__(self, workers: Sequence[str], *, settings: RouterSettings = RouterSettings(),
+                 host: str = "127.0.0.1", port: int | None = None, ready_seconds: float = 60.0,
+                 log_dir: str | os.PathLike | None = None):
+        if len(workers) < 1:
+            raise ConfigError("the router needs at least one worker URL")
+        self.workers = [w.rstrip("/") for w in workers]
+        self.settings = settings
+        self.host = host
+        self.port = port or free_port(host)
+        self.metrics_port = free_port(host)
+        self.ready_seconds = ready_seconds
+        self.log = Path(tempfile.mkstemp(prefix="vllm-router-", suffix=".log", dir=log_dir)[1])
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def metrics_root(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return self.metrics_root + "/metrics"
+
+    def command(self) -> list[str]:
+        return router_command(self.workers, host=self.host, port=self.port, metrics_port=self.metrics_port,
+                              settings=self.settings)
+
+    def start(self) -> LocalRouter:
+        cmd = self.command()
+        # RUST_LOG, not --log-level: the binary ignores the flag (0.1.17)
+        env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, start_new_session=True)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_seconds
+        last = "no answer"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ConfigError(f"vllm-router exited with status {self.proc.returncode} at start-up "
+                                  f"(workers {', '.join(self.workers)}); its log {self.log}:\n{self.log_tail()}")
+            last = self.readiness()
+            if last.startswith("ready"):
+                return
+            time.sleep(0.1)
+        raise ConfigError(f"vllm-router at {self.url} not ready within {self.ready_seconds:.0f} s ({last}) for "
+                          f"workers {', '.join(self.workers)}: are they running? Its log: {self.log}")
+
+    def readiness(self) -> str:
+        """'ready (N healthy)' or why not, from the router's /readiness."""
+        try:
+            with urllib.request.urlopen(self.url + "/readiness", timeout=2) as r:
+                doc = msgspec.json.decode(r.read())
+        except urllib.error.HTTPError as e:
+            return f"HTTP {e.code}"
+        except (OSError, msgspec.DecodeError) as e:
+            return f"{type(e).__name__}"
+        if doc.get("status") == "ready" and doc.get("healthy_workers", 0) >= len(self.workers):
+            return f"ready ({doc['healthy_workers']} healthy)"
+        return f"{doc.get('status')}, {doc.get('healthy_workers')} of {len(self.workers)} workers healthy"
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+
+    def __enter__(self) -> LocalRouter:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def worker_models(workers: Sequence[str], api_key: str | None = None, timeout: float = 10.0) -> dict[str, list[str]]:
+    """The models each worker serves (GET /v1/models). A router sends any request to
+    any worker, so a worker that is down, or serves other models than the rest, is
+    named here before the router starts (the router itself reports a dead worker as
+    healthy at start-up, 0.1.17)."""
+    found: dict[str, list[str]] = {}
+    for url in workers:
+        req = urllib.request.Request(url.rstrip("/") + "/v1/models",
+                                     headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                doc = msgspec.json.decode(r.read())
+            found[url] = sorted(m["id"] for m in doc["data"])
+        except urllib.error.HTTPError as e:
+            raise ConfigError(f"server {url}: GET /v1/models answered HTTP {e.code}") from None
+        except (OSError, msgspec.DecodeError, KeyError, TypeError) as e:
+            raise ConfigError(f"server {url} is not reachable or not OpenAI-compatible "
+                              f"(GET /v1/models: {type(e).__name__}: {e})") from None
+    first = next(iter(found.values()))
+    odd = [u for u, m in found.items() if m != first]
+    if odd:
+        listing = "; ".join(f"{u}: {', '.join(m) or 'none'}" for u, m in found.items())
+        raise ConfigError(f"the servers behind one router must serve the same models; they serve {listing}")
+    return found
