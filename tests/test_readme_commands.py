@@ -63,7 +63,9 @@ def heading_verbs() -> set[str]:
     verbs = set()
     for m in re.finditer(r"`tension-run ([a-z-]+)( stats| verify| recover)?", README):
         verbs.add(m.group(1) + (m.group(2) or ""))
-    return verbs - {"demo", "serve"}  # the embedded server: the slow step
+    # demo, serve: the embedded server, the slow step (tests/test_readme.py); route runs
+    # until Ctrl-C: tests/core/test_router_process.py runs it over three test servers
+    return verbs - {"demo", "serve", "route"}
 
 
 def _answers(msgs, n, seed):
