@@ -37,6 +37,7 @@ from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_hi
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import Replica
 from tension.core.llm.vllm_router import LocalRouter, RouterSettings
+from tension.core.redact import redact
 
 __all__ = ["Router", "ReplicaStats", "routing", "ITEM_KEY", "WATCH_SECONDS"]
 
@@ -91,7 +92,8 @@ class Router:
         self.model: str | None = None
         self.url = self.workers[0]  # the router's, once `routing` started it
         self.local: LocalRouter | None = None
-        self._stats = {u: ReplicaStats(url=u, role=role) for u in self.workers}
+        # what is printed and stored of a URL goes without its password (core/redact.py)
+        self._stats = {u: ReplicaStats(url=redact(u), role=role) for u in self.workers}
         if self.single:
             st = self._stats[self.url]
             st.completion_tokens = st.prompt_tokens = st.cached_tokens = 0
@@ -212,7 +214,7 @@ class Router:
             s.circuit_breaker = _BREAKER.get(int(breaker.get(url, 0)))
             up = health.get(url, 1) == 1 and s.circuit_breaker != "open"
             if up != s.up and self.on_change:
-                self.on_change(f"{self.role} server {url} {'healthy again' if up else 'unhealthy'} "
+                self.on_change(f"{self.role} server {s.url} {'healthy again' if up else 'unhealthy'} "
                                f"(router: health {health.get(url, '?'):g}, circuit breaker {s.circuit_breaker})")
             s.up = up
 

@@ -410,6 +410,18 @@ def test_a_judge_on_servers_of_its_own_gets_a_router_of_its_own_and_servers_with
             srv.stop()
 
 
+def test_server_figures_carry_no_url_password():
+    from tension.core.llm.client import Client
+    from tension.core.llm.router import Router
+
+    router = Router("generation", [Replica(url="http://me:pw-4f2a9c@gpu0:8000"), Replica(url="http://gpu1:8000")],
+                    Client(), limit=1)
+    figs = router.figures()
+    assert [f["url"] for f in figs] == ["http://me:***@gpu0:8000", "http://gpu1:8000"]
+    assert "pw-4f2a9c" not in json.dumps(figs) and "pw-4f2a9c" not in router.postfix()
+    assert router.workers[0] == "http://me:pw-4f2a9c@gpu0:8000"  # requests still go to the server as given
+
+
 def test_module_exports():
     for mod in (replicas_mod, router_mod):
         for name in mod.__all__:
