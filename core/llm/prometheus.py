@@ -23,6 +23,9 @@ PREFIX_CACHE_QUERIES = ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_quer
 _SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)\s*(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)(?:\s+-?\d+)?\s*$')
 
 
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
 def parse_samples(text: str) -> dict[str, float]:
     """Metric name → sum of its samples over all label sets. Comments, blank
     lines and lines that are not samples are skipped; NaN samples are ignored."""
@@ -44,22 +47,22 @@ def parse_samples(text: str) -> dict[str, float]:
     return out
 
 
-def by_label(text: str, name: str, label: str) -> dict[str, float]:
+def by_label(text: str, name: str, label: str, where: dict[str, str] | None = None) -> dict[str, float]:
     """The samples of metric `name` by the value of its label `label` (e.g. the
-    router's ``vllm_router_processed_requests_total{worker="…"}`` per worker)."""
-    want = re.compile(r'(?:^|[{,])\s*' + re.escape(label) + r'\s*=\s*"((?:[^"\\]|\\.)*)"')
+    router's ``vllm_router_processed_requests_total{worker="…"}`` per worker),
+    counting only samples whose labels include every pair of `where`."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         m = _SAMPLE.match(line.strip())
         if m is None or m.group(1) != name or m.group(2) is None:
             continue
-        lab = want.search(m.group(2))
+        labels = dict(_LABEL.findall(m.group(2)))
         try:
             value = float(m.group(3))
         except ValueError:
             continue
-        if lab is not None and not math.isnan(value):
-            out[lab.group(1)] = out.get(lab.group(1), 0.0) + value
+        if label in labels and not math.isnan(value) and all(labels.get(k) == v for k, v in (where or {}).items()):
+            out[labels[label]] = out.get(labels[label], 0.0) + value
     return out
 
 

@@ -99,7 +99,7 @@ class Router:
             st.completion_tokens = st.prompt_tokens = st.cached_tokens = 0
         self._start: dict[str, dict[str, float] | None] = {}
         self._end: dict[str, dict[str, float] | None] = {}
-        self._router_start: str | None = None
+        self._router_start: dict[str, dict[str, float]] = {}  # the router's counters at the start
         self._t0 = time.monotonic()
         self._t1: float | None = None
 
@@ -183,7 +183,7 @@ class Router:
         if self.local is not None:
             text = await self.client.get_text(self.local.metrics_root, "/metrics", timeout=PROBE_TIMEOUT)
             if when == "start":
-                self._router_start = text
+                self._router_start = _router_counters(text or "")
             else:
                 self._router_figures(text)
         if when == "end":
@@ -201,21 +201,18 @@ class Router:
     def _router_figures(self, text: str | None) -> None:
         if text is None:
             return
-        name = "vllm_router_processed_requests_total"
-        start = by_label(self._router_start, name, "worker") if self._router_start else {}
-        done = by_label(text, name, "worker")
-        fails = {w: v for w, v in _outcomes(text, "failure").items()}
-        fails0 = _outcomes(self._router_start, "failure") if self._router_start else {}
+        now, start = _router_counters(text), self._router_start
         health = by_label(text, "vllm_router_worker_health", "worker")
         breaker = by_label(text, "vllm_router_cb_state", "worker")
         for url, s in self._stats.items():
-            s.requests = int(done.get(url, 0) - start.get(url, 0))
-            s.failures = int(fails.get(url, 0) - fails0.get(url, 0))
+            s.requests, s.failures = (int(now[k].get(url, 0) - start.get(k, {}).get(url, 0))
+                                      for k in ("requests", "failures"))
             s.circuit_breaker = _BREAKER.get(int(breaker.get(url, 0)))
-            up = health.get(url, 1) == 1 and s.circuit_breaker != "open"
+            up = health.get(url, 1.0) == 1 and s.circuit_breaker != "open"
             if up != s.up and self.on_change:
+                h = f"{health[url]:g}" if url in health else "?"  # a worker the router does not report
                 self.on_change(f"{self.role} server {s.url} {'healthy again' if up else 'unhealthy'} "
-                               f"(router: health {health.get(url, '?'):g}, circuit breaker {s.circuit_breaker})")
+                               f"(router: health {h}, circuit breaker {s.circuit_breaker})")
             s.up = up
 
     def figures(self) -> list[dict[str, Any]]:
@@ -237,10 +234,11 @@ class Router:
             f"{s.requests}{'' if s.up else '!'}" for s in self._stats.values()) + "]"
 
 
-def _outcomes(text: str, outcome: str) -> dict[str, float]:
-    """The router's circuit-breaker outcomes of one kind, per worker."""
-    lines = [ln for ln in text.splitlines() if f'outcome="{outcome}"' in ln]
-    return by_label("\n".join(lines), "vllm_router_cb_outcomes_total", "worker")
+def _router_counters(text: str) -> dict[str, dict[str, float]]:
+    """The router's per-worker counters a run takes deltas of: requests it passed
+    on, and requests that failed there (its circuit breaker's failure outcomes)."""
+    return {"requests": by_label(text, "vllm_router_processed_requests_total", "worker"),
+            "failures": by_label(text, "vllm_router_cb_outcomes_total", "worker", where={"outcome": "failure"})}
 
 
 @contextlib.asynccontextmanager

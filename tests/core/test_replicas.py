@@ -183,6 +183,11 @@ def test_router_metrics_are_read_per_worker_label():
     assert by_label(text, "vllm_router_processed_requests_total", "worker") == {"http://a:1": 10.0, "http://b:2": 3.0}
     assert by_label(text, "vllm_router_cb_state", "worker") == {"http://a:1": 1.0}
     assert by_label(text, "missing", "worker") == {}
+    outcomes = ('vllm_router_cb_outcomes_total{worker="http://a:1",outcome="success"} 7\n'
+                'vllm_router_cb_outcomes_total{worker="http://a:1",outcome="failure"} 2\n'
+                'vllm_router_cb_outcomes_total{outcome="failure",worker="http://b:2"} 1\n')
+    assert by_label(outcomes, "vllm_router_cb_outcomes_total", "worker", where={"outcome": "failure"}) == {
+        "http://a:1": 2.0, "http://b:2": 1.0}
 
 
 # --- through the router ----------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 
 from openai_server import LoopbackServer
 from tension.core.errors import ConfigError
-from tension.core.llm.vllm_router import LocalRouter, RouterSettings, router_command, worker_models
+from tension.core.llm.vllm_router import LocalRouter, RouterSettings, free_port, router_command, worker_models
 
 CHAT = "/v1/chat/completions"
 
@@ -98,7 +98,7 @@ def test_router_command_carries_the_measured_failover_settings():
 
 def test_route_verb_prints_one_url_that_serves_and_stops_on_ctrl_c(trio):
     p = subprocess.Popen([sys.executable, "-m", "tension.core.cli", "route", *[s.base_url for s in trio],
-                          "--port", str(_free_port())],
+                          "--port", str(free_port())],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = p.stdout.readline()
@@ -125,8 +125,3 @@ def test_route_verb_refuses_a_dead_server_with_exit_2():
     assert r.returncode == 2
     assert r.stderr.startswith("error: server http://127.0.0.1:9 is not reachable") and "Traceback" not in r.stderr
 
-
-def _free_port() -> int:
-    from tension.core.llm.vllm_router import free_port
-
-    return free_port()
