@@ -45,7 +45,10 @@ wall, cpu = time.perf_counter() - t0, time.process_time() - c0
 if s.status != "complete":
     raise SystemExit(f"score run {s.status}: {s.error}")
 run = json.loads((__import__("pathlib").Path(out) / "run.json").read_text())
-print(json.dumps({"wall": wall, "cpu": cpu, "positions": s.positions, "stories": s.stories,
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+kb = lambda k: int(status.get(k, "0 kB").split()[0]) / 1024
+print(json.dumps({"rss_anon_mb": kb("RssAnon"), "rss_file_mb": kb("RssFile"), "hwm_mb": kb("VmHWM"),
+                  "wall": wall, "cpu": cpu, "positions": s.positions, "stories": s.stories,
                   "requests": s.requests, "timing": {"outputs_seconds": run.get("outputs_seconds")},
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
@@ -105,7 +108,9 @@ def main(argv=None) -> int:
                    "cold": cold, "warm": warm}
             rows.append(row)
             print(f"  {n} stories: {cold['positions']} positions, {judged} judged in {cold['wall']:.1f} s "
-                  f"(cpu {cold['cpu']:.1f} s), peak RSS {cold['peak_rss_mb']:.0f} MB, cache {cache_bytes / 1e6:.1f} MB; "
+                  f"(cpu {cold['cpu']:.1f} s), peak RSS {cold['peak_rss_mb']:.0f} MB (at the end: anonymous "
+                  f"{cold['rss_anon_mb']:.0f} MB, file-backed {cold['rss_file_mb']:.0f} MB), "
+                  f"cache {cache_bytes / 1e6:.1f} MB; "
                   f"rerun {warm['wall']:.2f} s", flush=True)
     finally:
         stub.terminate()
