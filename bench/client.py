@@ -315,7 +315,10 @@ async def contender_score(base: str, conc: int, stories: int, seed: int) -> tupl
     ph = Phase()
     ph.done = s.requests["generation"] + s.requests["judge"]
     lanes = run.get("lanes", {})
+    # a judged ending is one verdict (issue 19 counts the pipeline in these)
+    judged = s.requests["judge"]
     extra = {"requests": s.requests, "positions": s.positions, "stories": s.stories,
+             "judgments_per_s": judged / seconds, "cpu_us_per_judgment": 1e6 * cpu / judged if judged else None,
              "server_requests": served, "cpu_seconds": cpu, "all_http_per_s": sum(s.requests.values()) / seconds,
              "mean_latency_ms": {k: 1000 * v["busy_seconds"] / v["finished"]
                                  for k, v in lanes.items() if v["finished"]},
@@ -546,6 +549,8 @@ def main(argv=None) -> int:
                          "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
                          "cpu_us_per_req": med("cpu_us_per_req"),
                          "runs": [r["req_per_s"] for r in rs], "errors": sum(r["errors"] for r in rs)}
+        if name == "score":
+            summary[name].update(judgments_per_s=med("judgments_per_s"), cpu_us_per_judgment=med("cpu_us_per_judgment"))
     print("-" * BANNER)
     ref_c = summary.get("aiohttp", {}).get("req_per_s")
     ref_b = summary.get("openai", {}).get("req_per_s")
@@ -576,6 +581,15 @@ def main(argv=None) -> int:
               f"incl. tokenize {r['all_http_per_s']:,.0f}/s; mean latency per lane (lane stats): "
               + ", ".join(f"{k} {v:.1f} ms" for k, v in r["mean_latency_ms"].items()))
     goals = {}
+    sc = summary.get("score")
+    if sc and sc.get("cpu_us_per_judgment"):
+        ratio = cpu_c / sc["cpu_us_per_judgment"] if cpu_c else None
+        print(f"score: {sc['judgments_per_s']:,.0f} judged endings/s, {sc['cpu_us_per_judgment']:.0f} us of client CPU "
+              f"per judged ending" + (f"; (c)'s CPU us/req / this = {ratio:.2f}x" if ratio else ""))
+        if ratio is not None:
+            goals["score_0.8x_aiohttp_per_judgment"] = {"cpu_ratio": ratio, "met_by_cpu": ratio >= 0.8}
+            print(f"goal score >= 0.8x (c) bare aiohttp by client CPU per judged ending: "
+                  f"{'met' if ratio >= 0.8 else 'NOT met'} ({ratio:.2f}x)")
     a = summary.get("tension", {}).get("req_per_s")
     cpu_a = summary.get("tension", {}).get("cpu_us_per_req")
     for key, label, need, wall_ratio, cpu_ratio in (
