@@ -77,8 +77,9 @@ LABELS = {
     "openai": "(b) openai AsyncOpenAI",
     "aiohttp": "(c) bare aiohttp loop",
     "score": "(a'') tension score_async pipeline *",
+    "score-chat": "(a2) the same, --judge-batch off *",
 }
-ORDER = ("tension", "tension-nocache", "openai", "aiohttp", "score")
+ORDER = ("tension", "tension-nocache", "openai", "aiohttp", "score", "score-chat")
 
 # ----------------------------------------------------------------------------
 # Request bodies (identical in every child: same seed, same construction)
@@ -283,7 +284,8 @@ async def contender_aiohttp(base: str, warm, timed, conc: int) -> tuple[Phase, f
     return ph, seconds, extra
 
 
-async def contender_score(base: str, conc: int, stories: int, seed: int) -> tuple[Phase, float, dict]:
+async def contender_score(base: str, conc: int, stories: int, seed: int, batch: str = "auto"
+                          ) -> tuple[Phase, float, dict]:
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import make_corpus
 
@@ -293,7 +295,7 @@ async def contender_score(base: str, conc: int, stories: int, seed: int) -> tupl
     def config(cache: Path) -> ScoreConfig:
         return ScoreConfig(base_url=base, model=GEN_MODEL, judge_model=JUDGE_MODEL, endings=20,
                            cache=str(cache), progress=False, gen_concurrency=conc,
-                           judge_concurrency=conc, tokenize_concurrency=conc)
+                           judge_concurrency=conc, tokenize_concurrency=conc, judge_batch=batch)
 
     with tempfile.TemporaryDirectory(prefix="bench-score-") as tmp:
         t = Path(tmp)
@@ -339,8 +341,9 @@ def child(args) -> int:
         except ImportError:
             pass
     name = args.child
-    if name == "score":
-        coro = contender_score(base, args.concurrency, args.score_stories, args.seed)
+    if name in ("score", "score-chat"):
+        coro = contender_score(base, args.concurrency, args.score_stories, args.seed,
+                               "off" if name == "score-chat" else "auto")
     else:
         # Warm-up bodies come after the timed ones, so their keys never collide.
         timed = judge_bodies(args.requests, args.seed)
@@ -549,7 +552,7 @@ def main(argv=None) -> int:
                          "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
                          "cpu_us_per_req": med("cpu_us_per_req"),
                          "runs": [r["req_per_s"] for r in rs], "errors": sum(r["errors"] for r in rs)}
-        if name == "score":
+        if name in ("score", "score-chat"):
             summary[name].update(judgments_per_s=med("judgments_per_s"), cpu_us_per_judgment=med("cpu_us_per_judgment"))
     print("-" * BANNER)
     ref_c = summary.get("aiohttp", {}).get("req_per_s")
@@ -581,15 +584,26 @@ def main(argv=None) -> int:
               f"incl. tokenize {r['all_http_per_s']:,.0f}/s; mean latency per lane (lane stats): "
               + ", ".join(f"{k} {v:.1f} ms" for k, v in r["mean_latency_ms"].items()))
     goals = {}
-    sc = summary.get("score")
-    if sc and sc.get("cpu_us_per_judgment"):
+    for name in ("score", "score-chat"):
+        sc = summary.get(name)
+        if not (sc and sc.get("cpu_us_per_judgment")):
+            continue
         ratio = cpu_c / sc["cpu_us_per_judgment"] if cpu_c else None
-        print(f"score: {sc['judgments_per_s']:,.0f} judged endings/s, {sc['cpu_us_per_judgment']:.0f} us of client CPU "
-              f"per judged ending" + (f"; (c)'s CPU us/req / this = {ratio:.2f}x" if ratio else ""))
-        if ratio is not None:
+        print(f"{name}: {sc['judgments_per_s']:,.0f} judged endings/s, {sc['cpu_us_per_judgment']:.0f} us of client "
+              f"CPU per judged ending" + (f"; (c)'s CPU us/req / this = {ratio:.2f}x" if ratio else ""))
+        if ratio is not None and name == "score":
             goals["score_0.8x_aiohttp_per_judgment"] = {"cpu_ratio": ratio, "met_by_cpu": ratio >= 0.8}
             print(f"goal score >= 0.8x (c) bare aiohttp by client CPU per judged ending: "
                   f"{'met' if ratio >= 0.8 else 'NOT met'} ({ratio:.2f}x)")
+    if summary.get("score", {}).get("cpu_us_per_judgment") and summary.get("score-chat", {}).get("cpu_us_per_judgment"):
+        print(f"score batched vs --judge-batch off, by client CPU per judged ending: "
+              f"{summary['score-chat']['cpu_us_per_judgment'] / summary['score']['cpu_us_per_judgment']:.2f}x")
+    cached, uncached = (summary.get(n, {}).get("cpu_us_per_req") for n in ("tension", "tension-nocache"))
+    if cached and uncached:
+        r = uncached / cached
+        goals["cached_0.9x_uncached"] = {"cpu_ratio": r, "met_by_cpu": r >= 0.9}
+        print(f"goal (a) cached Client >= 0.9x (a') uncached by client CPU per request: "
+              f"{'met' if r >= 0.9 else 'NOT met'} ({r:.2f}x)")
     a = summary.get("tension", {}).get("req_per_s")
     cpu_a = summary.get("tension", {}).get("cpu_us_per_req")
     for key, label, need, wall_ratio, cpu_ratio in (

@@ -217,6 +217,7 @@ def _record(scoring: Scoring, run: Run, corpus_path: str | Path) -> dict[str, An
         "context_len": finder.context_len,
         "requests": dict(run.requests),
         "http": run.http(followups=True),
+        "judge_batch": scoring.judge_router.batcher.figures(),
         "usage_this_run": run.usage_this_run(),
         "usage_all_answers": run.usage_all_answers(),
         "cache": run.cache(),
