@@ -107,7 +107,8 @@ def _error(status: int, message: str) -> bytes:
                                   "code": status}})
 
 
-_MODELS_BODY = _enc.encode({"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
+_MODELS_BODY = _enc.encode({"object": "list", "data": [{"id": m, "object": "model", "owned_by": "vllm"}
+                                                        for m in MODELS]})
 _CANNED: dict[tuple[str, int], bytes] = {}  # (model, n) -> full response bytes
 COUNTS = {"requests": 0, "chat": 0, "tokenize": 0, "completions": 0, "prompts": 0}
 

@@ -37,7 +37,8 @@ Endpoints
   server grows as it meets pieces, so they are reversible); ``POST /v1/completions``
   takes a prompt or a list of prompts, reads each back into the messages it renders
   and answers each as the chat endpoint would (choice ``p * n + i``), with the summed
-  usage. Without it, those paths are FastAPI's 404, as on a server that lacks them.
+  usage; /v1/models then says ``owned_by: vllm``, as vLLM does. Without it, those
+  paths are FastAPI's 404, as on a server that lacks them, and models are ``owned_by: test``.
 - ``POST /v1/chat/completions``; with ``"stream": true`` the same answer as
   server-sent events (one per word, usage last with ``stream_options.include_usage``).
   The request's kind is decided by its system message:
@@ -899,7 +900,7 @@ class LoopbackServer:
         t0 = time.monotonic()
         created = int(time.time())
         data = [
-            {"id": m, "object": "model", "created": created, "owned_by": "test",
+            {"id": m, "object": "model", "created": created, "owned_by": "vllm" if self.batching else "test",
              "root": m, "max_model_len": self.max_model_len}
             for m in self.models
         ]

@@ -12,6 +12,8 @@ text the chat endpoint would have built:
    chat_template_kwargs), then ``/detokenize`` of those ids. The text splits at
    the sentinel into a prefix and a suffix; a request's prompt is
    prefix + its user text + suffix.
+   Only a server whose /v1/models says ``owned_by: vllm`` is asked (`auto`); any
+   other OpenAI-compatible server gets chat requests, without a probe.
 2. The first request of the run is checked: the token ids of its messages (as the
    chat endpoint builds them) must equal the token ids of its prompt text (as
    /v1/completions builds them, with ``add_special_tokens: false``: the template
@@ -37,7 +39,7 @@ import msgspec
 
 from tension.cache.records import Usage
 from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, StatusError
-from tension.core.llm.client import EMPTY_ANSWER_RETRIES, ChatResult, Client, RetryPolicy
+from tension.core.llm.client import EMPTY_ANSWER_RETRIES, ChatResult, Client, RetryPolicy, normalize_base_url
 from tension.core.llm.protocol import (ChatRequest, CompletionRequest, CompletionResponse, DetokenizeRequest,
                                        DetokenizeResponse, TemplateRequest, TokenIds, TokenizeRequest)
 from tension.core.redact import redact_secrets
@@ -122,6 +124,11 @@ class Batcher:
                 return None
             if (t := self._templates.get(key)) is None:
                 try:
+                    if self.mode == "auto" and not await self._says_vllm(url, first.model):
+                        # any other OpenAI-compatible server (its /v1/models owned_by): chat
+                        # requests, as it expects, without probing it for vLLM's endpoints
+                        self.why_not = "the server does not say it is vLLM (/v1/models owned_by)"
+                        return None
                     t = await self._render(url, first)
                 except Unbatchable as e:
                     if self.mode == "on":
@@ -134,6 +141,17 @@ class Batcher:
                     return None
                 self._templates[key] = t
         return t
+
+    async def _says_vllm(self, url: str, model: str) -> bool:
+        await self.client.check_gate()  # the run's check lists every server's models
+        owners = self.client.owners.get(normalize_base_url(url))
+        if owners is None:
+            try:
+                await self.client.models(url, retry=_PROBE)
+            except (RefusedError, StatusError, RetryBudgetError):
+                return False
+            owners = self.client.owners.get(normalize_base_url(url), {})
+        return owners.get(model) == "vllm"
 
     async def _render(self, url: str, request: ChatRequest) -> Template:
         model, system = request.model, request.messages[0]["content"]

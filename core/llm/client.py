@@ -129,6 +129,7 @@ class Client:
         self.retries = 0
         self.followups = 0  # requests sent to complete a short answer
         self.max_model_len: dict[str, int] = {}  # base URL -> context length its /tokenize reported
+        self.owners: dict[str, dict[str, str | None]] = {}  # base URL -> model id -> owned_by, from /v1/models
 
     def __repr__(self) -> str:  # never show the key
         state = "closed" if self._closed else ("open" if self._session else "unopened")
@@ -177,6 +178,7 @@ class Client:
 
     async def models(self, base_url: str, retry: RetryPolicy | None = None) -> list[str]:
         data = await self._call("GET", normalize_base_url(base_url) + "/v1/models", None, self._models_dec, retry)
+        self.owners[normalize_base_url(base_url)] = {m.id: m.owned_by for m in data.data}
         return [m.id for m in data.data]
 
     async def tokenize(self, base_url: str, model: str, text: str, retry: RetryPolicy | None = None,

@@ -201,6 +201,7 @@ class CompletionResponse(msgspec.Struct):
 
 class ModelCard(msgspec.Struct):
     id: str
+    owned_by: str | None = None  # "vllm" on a vLLM server
 
 
 class ModelList(msgspec.Struct):

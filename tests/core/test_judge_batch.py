@@ -88,12 +88,25 @@ def test_the_cache_records_are_the_same_and_serve_either_path(pair):
         _same_outputs(pair / "chat", pair / f"rerun-{mode}")
 
 
-def test_a_server_without_the_endpoints_gets_chat_requests_and_says_so(tmp_path, capsys):
-    with LoopbackServer(model=["test-gen", "test-judge"]) as srv:  # no /detokenize, no /v1/completions
+def test_a_server_that_is_not_vllm_gets_chat_requests_without_a_probe(tmp_path, capsys):
+    """Any OpenAI-compatible server (its /v1/models does not say owned_by vllm) is
+    sent chat requests, as it expects, and is not asked for vLLM's endpoints."""
+    with LoopbackServer(model=["test-gen", "test-judge"]) as srv:
         assert _score(srv.base_url, tmp_path, "auto") == 0
-        assert srv.count(kind="judge") == 522 and srv.count(path=COMPLETIONS_PATH) == 0
+        assert srv.count(kind="judge") == 522
+        assert {r.path for r in srv.requests} == {CHAT_PATH, "/tokenize", "/v1/models"}
+    assert "judge-batch" not in capsys.readouterr().err
+    why = json.loads((tmp_path / "auto" / "run.json").read_text())["judge_batch"]
+    assert why["batched"] is False and "does not say it is vLLM" in why["why_not"]
+
+
+def test_a_vllm_server_that_cannot_render_its_template_gets_chat_requests_and_says_so(tmp_path, capsys):
+    with LoopbackServer(model=["test-gen", "test-judge"], batching=True, serve_tokenize=False) as srv:
+        assert _score(srv.base_url, tmp_path, "auto", "--tokenizer", "words") == 0
+        judged = json.loads((tmp_path / "auto" / "run.json").read_text())["requests"]["judge"]
+        assert srv.count(kind="judge") == judged > 500 and srv.count(path=COMPLETIONS_PATH) == 0
     err = capsys.readouterr().err
-    assert err.count("judge: one chat request per prompt") == 1, err
+    assert err.count("note: judge: one chat request per prompt") == 1, err
     assert f"the server {srv.base_url} cannot take batched prompts" in err and "(--judge-batch auto)" in err
     why = json.loads((tmp_path / "auto" / "run.json").read_text())["judge_batch"]
     assert why["batched"] is False and "could not be rendered" in why["why_not"] and "404" in why["why_not"]

@@ -80,7 +80,8 @@ def score_routers(cfg: ScoreConfig, client: Client, on_change: Callable[[str], N
                  tokenize_limit=cfg.tokenize_concurrency, timeout=cfg.timeout, on_change=told)
     judge = Router("judge", cfg.judge_replicas(), client, limit=cfg.judge_concurrency, timeout=cfg.timeout,
                    on_change=told, batch=cfg.judge_batch)
-    judge.batcher.notice = warn
+    # a server that cannot take batched prompts is no fault (any OpenAI-compatible one): a note
+    judge.batcher.notice = lambda message: warn(message, "note")
     return gen, judge
 
 
