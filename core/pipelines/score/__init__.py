@@ -29,7 +29,8 @@ from tension.core.llm.replicas import in_shard
 from tension.core.llm.router import routing
 from tension.core.pipelines.score.feed import PositionFeed, max_open
 from tension.core.pipelines.score.judge import Judge
-from tension.core.pipelines.score.outputs import PositionResult, position_line, position_result, write_outputs
+from tension.core.pipelines.score.outputs import (PositionResult, TextsSpool, position_line, position_result,
+                                                  write_outputs)
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.pipelines.score.watch import AnswerWatch
@@ -80,7 +81,7 @@ class Scoring:
         self.judge = Judge(cfg, run, self.judge_router)
         self.watch = AnswerWatch(cfg)
         self.results: dict[tuple[int, int], PositionResult] = {}  # (story index, k) ->
-        self.texts: dict[tuple[int, int], dict[str, Any]] = {}  # (story index, k) -> endings and verdicts
+        self.texts = TextsSpool(run.partial.parent)  # with --save-texts: (story index, k) -> endings and verdicts
         self.failed: dict[int, Failure] = {}  # story index ->
         self.earlier = Invocations()  # the invocations before this one into the same --out (resumes)
         self.timing: dict[str, Any] | None = None  # fixed once the outputs are written: one wall time
@@ -136,12 +137,15 @@ class Scoring:
         res = position_result(story, pos, rec.texts, answers)
         self.results[(pos.story, pos.k)] = res
         if self.cfg.save_texts:
-            self.texts[(pos.story, pos.k)] = {"id": story.id, "k": pos.k, "endings": rec.texts, "verdicts": answers}
+            self.texts.add((pos.story, pos.k), {"id": story.id, "k": pos.k, "endings": rec.texts, "verdicts": answers})
         run.committer.lines.append(position_line(res))
         run.progress.unit_done()
 
     def write_outputs(self, out: Path) -> None:
-        write_outputs(out, self.cfg, self.corpus.stories, self.results, self.texts, self.failed)
+        try:
+            write_outputs(out, self.cfg, self.corpus.stories, self.results, self.texts, self.failed)
+        finally:
+            self.texts.close()
 
     def replica_figures(self) -> dict[str, list[dict[str, Any]]]:
         """Per-replica figures of each role (requests, tokens/s, failures, prefix-cache hit rate)."""
