@@ -39,8 +39,8 @@ ADDED = {
               "--no-keep-going", "--stop-after", "--stop-malformed-share", "--warn-malformed-share",
               "--warn-constant-share", "--warn-cut-share", "--warn-identical-share",
               "--judge-batch"},  # issue 19: a position's judge prompts as one request
-    "estimate": {"--judge-constraint", "--judge-batch"},  # estimate and bench take score's judging flags
-    "bench": {"--judge-constraint", "--judge-batch"},
+    "estimate": {"--judge-constraint"},  # estimate and bench take score's judging flags
+    "bench": {"--judge-constraint"},
     "generate": {"--config", "--cache-max-gb"},  # as score and fairplay have them
     "fairplay": {"--retry-seconds",  # a FairPlayConfig field without its flag
                  "--schedule", "--ties"},  # issue 15: one reader schedule; the authors' tie rule or misses
