@@ -77,7 +77,7 @@ class CurvePlot:
         self.dynamic = [self.raw, self.smooth, self.peaks, self.valleys, self.empty, self.title]
         for a in self.dynamic:
             a.set_animated(True)  # left out of the frame; drawn per story
-        self.legends: dict[tuple[bool, bool], Legend] = {}
+        self.legends: dict[tuple[bool, bool], object] = {}  # -> the legend's pixels (a canvas region)
         self.canvas = self.fig.canvas
         self.canvas.draw()
         self.frame = self.canvas.copy_from_bbox(self.fig.bbox)
@@ -98,23 +98,28 @@ class CurvePlot:
         self.valleys.set_offsets(np.column_stack([100 * x[valleys], ys[valleys]]) if valleys else np.empty((0, 2)))
         self.empty.set_visible(not len(x))
         self.title.set_text(title or story_id)
+        legend = self._legend(bool(peaks), bool(valleys)) if len(x) else None  # before the story is drawn
         self.canvas.restore_region(self.frame)
         for a in self.dynamic:
             ax.draw_artist(a)
-        if len(x):
-            ax.draw_artist(self._legend(bool(peaks), bool(valleys)))
+        if legend is not None:
+            self.canvas.restore_region(legend)
         Image.frombuffer("RGBA", self.canvas.get_width_height(), self.canvas.buffer_rgba(), "raw", "RGBA", 0, 1
                          ).save(path, format="png", compress_level=PNG_COMPRESSION)
         return np.asarray(sharp, dtype=np.int64)
 
-    def _legend(self, peaks: bool, valleys: bool) -> Legend:
-        """The legend for which triangles the story has: four kinds, each made once."""
+    def _legend(self, peaks: bool, valleys: bool):
+        """The pixels of the legend for which triangles the story has (four kinds,
+        each drawn once on the frame): pasted over the curves, an opaque box."""
         key = (peaks, valleys)
         if key not in self.legends:
             shown = [self.raw, self.smooth] + ([self.peaks] if peaks else []) + ([self.valleys] if valleys else [])
-            legend = Legend(self.ax, shown, [h.get_label() for h in shown], fontsize=7, loc="lower left")
+            legend = Legend(self.ax, shown, [h.get_label() for h in shown], fontsize=7, loc="lower left",
+                            framealpha=1.0)
             legend.set_animated(True)
-            self.legends[key] = legend
+            self.canvas.restore_region(self.frame)
+            self.ax.draw_artist(legend)
+            self.legends[key] = self.canvas.copy_from_bbox(legend.get_window_extent().padded(1))
         return self.legends[key]
 
     def close(self) -> None:
