@@ -18,10 +18,15 @@ once for the whole run, with the same concurrency and the same request bodies:
         of C, ``session.post`` of msgspec-encoded bytes, ``read``, msgspec decode.
 - (a'') ``score``: a DIFFERENT workload, the whole ``score_async`` pipeline on a
         synthetic corpus (tests/conftest.make_corpus), 20 endings per position, the
-        stub answering generation (n = 20 short choices), judge and /tokenize
-        requests. Its req/s is (generation + judge requests) / wall time, from the
-        run's ``RunSummary.requests``; wall time includes reading the corpus,
-        tokenize requests and writing the outputs.
+        stub answering generation (n = 20 short choices), judge (batched: one
+        /v1/completions request per position after the warm-up prompt, as on vLLM)
+        and /tokenize requests, then the report (figures), timed apart as well.
+        Its req/s is (generation + judge requests) / wall time, from the run's
+        ``RunSummary.requests``; wall time includes reading the corpus, tokenize
+        requests and writing the outputs. Issue 19 counts it per judged ending:
+        ``judgments_per_s`` and ``cpu_us_per_judgment`` (with the report) and
+        ``cpu_us_per_judgment_run`` (without it; the report is a fixed cost per run).
+- (a2)  ``score-chat``: the same with ``--judge-batch off`` (one chat request per ending).
 
 Each request body is distinct (so every cache key is a miss): the judge prompt of
 ``tension.core.prompts.score.judge_messages`` with synthetic text, ~2 KB of JSON,
@@ -77,8 +82,9 @@ LABELS = {
     "openai": "(b) openai AsyncOpenAI",
     "aiohttp": "(c) bare aiohttp loop",
     "score": "(a'') tension score_async pipeline *",
+    "score-chat": "(a2) the same, --judge-batch off *",
 }
-ORDER = ("tension", "tension-nocache", "openai", "aiohttp", "score")
+ORDER = ("tension", "tension-nocache", "openai", "aiohttp", "score", "score-chat")
 
 # ----------------------------------------------------------------------------
 # Request bodies (identical in every child: same seed, same construction)
@@ -283,17 +289,18 @@ async def contender_aiohttp(base: str, warm, timed, conc: int) -> tuple[Phase, f
     return ph, seconds, extra
 
 
-async def contender_score(base: str, conc: int, stories: int, seed: int) -> tuple[Phase, float, dict]:
+async def contender_score(base: str, conc: int, stories: int, seed: int, batch: str = "auto"
+                          ) -> tuple[Phase, float, dict]:
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import make_corpus
 
     from tension.core.config import ScoreConfig
     from tension.core.pipelines.score import score_async
 
-    def config(cache: Path) -> ScoreConfig:
-        return ScoreConfig(base_url=base, model=GEN_MODEL, judge_model=JUDGE_MODEL, endings=20,
+    def config(cache: Path, report: bool = True) -> ScoreConfig:
+        return ScoreConfig(base_url=base, model=GEN_MODEL, judge_model=JUDGE_MODEL, endings=20, report=report,
                            cache=str(cache), progress=False, gen_concurrency=conc,
-                           judge_concurrency=conc, tokenize_concurrency=conc)
+                           judge_concurrency=conc, tokenize_concurrency=conc, judge_batch=batch)
 
     with tempfile.TemporaryDirectory(prefix="bench-score-") as tmp:
         t = Path(tmp)
@@ -306,7 +313,12 @@ async def contender_score(base: str, conc: int, stories: int, seed: int) -> tupl
         gc.collect()
         before = server_stats(base)["requests"]
         c0, t0 = time.process_time(), time.perf_counter()
-        s = await score_async(config(t / "llm.lmdb"), corpus, t / "out")
+        s = await score_async(config(t / "llm.lmdb", report=False), corpus, t / "out")
+        run_cpu = time.process_time() - c0
+        # the report, as score writes it at the end of a run (--report, the default); timed
+        # apart too: a fixed cost per run (at most 50 curves), not a cost per judged ending
+        from tension.core.reports.report import report
+        report(t / "out")
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         served = server_stats(base)["requests"] - before
         if s.status != "complete":
@@ -315,7 +327,12 @@ async def contender_score(base: str, conc: int, stories: int, seed: int) -> tupl
     ph = Phase()
     ph.done = s.requests["generation"] + s.requests["judge"]
     lanes = run.get("lanes", {})
+    # a judged ending is one verdict (issue 19 counts the pipeline in these)
+    judged = s.requests["judge"]
     extra = {"requests": s.requests, "positions": s.positions, "stories": s.stories,
+             "judgments_per_s": judged / seconds, "cpu_us_per_judgment": 1e6 * cpu / judged if judged else None,
+             "cpu_us_per_judgment_run": 1e6 * run_cpu / judged if judged else None,
+             "report_cpu_seconds": cpu - run_cpu,
              "server_requests": served, "cpu_seconds": cpu, "all_http_per_s": sum(s.requests.values()) / seconds,
              "mean_latency_ms": {k: 1000 * v["busy_seconds"] / v["finished"]
                                  for k, v in lanes.items() if v["finished"]},
@@ -336,8 +353,9 @@ def child(args) -> int:
         except ImportError:
             pass
     name = args.child
-    if name == "score":
-        coro = contender_score(base, args.concurrency, args.score_stories, args.seed)
+    if name in ("score", "score-chat"):
+        coro = contender_score(base, args.concurrency, args.score_stories, args.seed,
+                               "off" if name == "score-chat" else "auto")
     else:
         # Warm-up bodies come after the timed ones, so their keys never collide.
         timed = judge_bodies(args.requests, args.seed)
@@ -546,6 +564,10 @@ def main(argv=None) -> int:
                          "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
                          "cpu_us_per_req": med("cpu_us_per_req"),
                          "runs": [r["req_per_s"] for r in rs], "errors": sum(r["errors"] for r in rs)}
+        if name in ("score", "score-chat"):
+            summary[name].update(judgments_per_s=med("judgments_per_s"), cpu_us_per_judgment=med("cpu_us_per_judgment"),
+                                 cpu_us_per_judgment_run=med("cpu_us_per_judgment_run"),
+                                 report_cpu_seconds=med("report_cpu_seconds"))
     print("-" * BANNER)
     ref_c = summary.get("aiohttp", {}).get("req_per_s")
     ref_b = summary.get("openai", {}).get("req_per_s")
@@ -576,6 +598,28 @@ def main(argv=None) -> int:
               f"incl. tokenize {r['all_http_per_s']:,.0f}/s; mean latency per lane (lane stats): "
               + ", ".join(f"{k} {v:.1f} ms" for k, v in r["mean_latency_ms"].items()))
     goals = {}
+    for name in ("score", "score-chat"):
+        sc = summary.get(name)
+        if not (sc and sc.get("cpu_us_per_judgment")):
+            continue
+        ratio = cpu_c / sc["cpu_us_per_judgment"] if cpu_c else None
+        print(f"{name}: {sc['judgments_per_s']:,.0f} judged endings/s, {sc['cpu_us_per_judgment']:.0f} us of client "
+              f"CPU per judged ending" + (f"; (c)'s CPU us/req / this = {ratio:.2f}x" if ratio else "")
+              + f"; without the end-of-run report ({sc['report_cpu_seconds']:.2f} s of CPU, once per run): "
+              f"{sc['cpu_us_per_judgment_run']:.0f} us" + (f", {cpu_c / sc['cpu_us_per_judgment_run']:.2f}x" if cpu_c else ""))
+        if ratio is not None and name == "score":
+            goals["score_0.8x_aiohttp_per_judgment"] = {"cpu_ratio": ratio, "met_by_cpu": ratio >= 0.8}
+            print(f"goal score >= 0.8x (c) bare aiohttp by client CPU per judged ending: "
+                  f"{'met' if ratio >= 0.8 else 'NOT met'} ({ratio:.2f}x)")
+    if summary.get("score", {}).get("cpu_us_per_judgment") and summary.get("score-chat", {}).get("cpu_us_per_judgment"):
+        print(f"score batched vs --judge-batch off, by client CPU per judged ending: "
+              f"{summary['score-chat']['cpu_us_per_judgment'] / summary['score']['cpu_us_per_judgment']:.2f}x")
+    cached, uncached = (summary.get(n, {}).get("cpu_us_per_req") for n in ("tension", "tension-nocache"))
+    if cached and uncached:
+        r = uncached / cached
+        goals["cached_0.9x_uncached"] = {"cpu_ratio": r, "met_by_cpu": r >= 0.9}
+        print(f"goal (a) cached Client >= 0.9x (a') uncached by client CPU per request: "
+              f"{'met' if r >= 0.9 else 'NOT met'} ({r:.2f}x)")
     a = summary.get("tension", {}).get("req_per_s")
     cpu_a = summary.get("tension", {}).get("cpu_us_per_req")
     for key, label, need, wall_ratio, cpu_ratio in (

@@ -8,7 +8,14 @@ HTTP/1.1 keep-alive with Content-Length bodies; no aiohttp in the request path.
   (n from the body, default 1). With n = 1 the content is "Y" (a judge answer);
   with n > 1 choice i is a short distinct ending. ``usage`` is fixed. The model is
   echoed from the body.
-- ``POST /tokenize``: ``{"count": <whitespace words of "prompt">}``.
+- ``POST /tokenize``: ``{"count": <whitespace words of "prompt">}``. With
+  ``messages``, the stub's chat template rendered (``<|role|>`` lines, then
+  ``<|assistant|>``) as token ids that are code points; a prompt that holds a
+  rendered template gets its code points too (the judge's batched path checks
+  the two agree, core/llm/batch.py).
+- ``POST /detokenize``: code points back into text.
+- ``POST /v1/completions``: one "Y" choice per prompt of a list (the judge's
+  batched path), usage fixed per prompt.
 - ``GET /v1/models``, ``GET /health``.
 - ``GET /stats``: ``{"requests": N, "chat": N, "tokenize": N}`` since start, so a
   benchmark can check that every request it counted reached the server.
@@ -48,9 +55,21 @@ class _ChatHead(msgspec.Struct):
 
 class _TokenizeBody(msgspec.Struct):
     prompt: str = ""
+    messages: list[dict[str, str]] | None = None
+
+
+class _Detokenize(msgspec.Struct):
+    tokens: list[int]
+
+
+class _CompletionHead(msgspec.Struct):
+    model: str = "bench-judge"
+    prompt: list[str] | str = ""
 
 
 _chat_dec = msgspec.json.Decoder(_ChatHead)
+_detok_dec = msgspec.json.Decoder(_Detokenize)
+_completion_dec = msgspec.json.Decoder(_CompletionHead)
 _tok_dec = msgspec.json.Decoder(_TokenizeBody)
 _enc = msgspec.json.Encoder()
 
@@ -88,9 +107,10 @@ def _error(status: int, message: str) -> bytes:
                                   "code": status}})
 
 
-_MODELS_BODY = _enc.encode({"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
+_MODELS_BODY = _enc.encode({"object": "list", "data": [{"id": m, "object": "model", "owned_by": "vllm"}
+                                                        for m in MODELS]})
 _CANNED: dict[tuple[str, int], bytes] = {}  # (model, n) -> full response bytes
-COUNTS = {"requests": 0, "chat": 0, "tokenize": 0}
+COUNTS = {"requests": 0, "chat": 0, "tokenize": 0, "completions": 0, "prompts": 0}
 
 
 def _chat(body: bytes) -> bytes:
@@ -112,11 +132,47 @@ def _chat(body: bytes) -> bytes:
 
 def _tokenize(body: bytes) -> bytes:
     try:
-        prompt = _tok_dec.decode(body).prompt
+        tb = _tok_dec.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         return _response(400, _error(400, f"bad tokenize body: {e}"))
     COUNTS["tokenize"] += 1
-    return _response(200, b'{"count":%d,"max_model_len":32768}' % len(prompt.split()))
+    if tb.messages is not None or "<|user|>" in tb.prompt:
+        text = tb.prompt if tb.messages is None else (
+            "".join(f"<|{m.get('role')}|>\n{m.get('content')}\n" for m in tb.messages) + "<|assistant|>\n")
+        ids = [ord(c) for c in text]
+        return _response(200, _enc.encode({"count": len(ids), "max_model_len": 32768, "tokens": ids}))
+    return _response(200, b'{"count":%d,"max_model_len":32768}' % len(tb.prompt.split()))
+
+
+def _detokenize(body: bytes) -> bytes:
+    try:
+        ids = _detok_dec.decode(body).tokens
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        return _response(400, _error(400, f"bad detokenize body: {e}"))
+    return _response(200, _enc.encode({"prompt": "".join(map(chr, ids))}))
+
+
+_CANNED_COMPLETIONS: dict[tuple[str, int], bytes] = {}  # (model, prompts) -> full response bytes
+
+
+def _completions(body: bytes) -> bytes:
+    try:
+        head = _completion_dec.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        return _response(400, _error(400, f"bad completions body: {e}"))
+    k = 1 if isinstance(head.prompt, str) else len(head.prompt)
+    key = (head.model, k)
+    out = _CANNED_COMPLETIONS.get(key)
+    if out is None:
+        out = _response(200, _enc.encode({
+            "id": "cmpl-stub", "object": "text_completion", "created": 1_700_000_000, "model": head.model,
+            "choices": [{"index": i, "text": "Y", "logprobs": None, "finish_reason": "stop"} for i in range(k)],
+            "usage": {"prompt_tokens": 512 * k, "completion_tokens": k, "total_tokens": 513 * k}}))
+        if len(_CANNED_COMPLETIONS) < 4096:
+            _CANNED_COMPLETIONS[key] = out
+    COUNTS["completions"] += 1
+    COUNTS["prompts"] += k
+    return out
 
 
 class StubProtocol(asyncio.Protocol):
@@ -161,6 +217,10 @@ class StubProtocol(asyncio.Protocol):
                 out.append(_chat(body))
             elif method == b"POST" and path == b"/tokenize":
                 out.append(_tokenize(body))
+            elif method == b"POST" and path == b"/v1/completions":
+                out.append(_completions(body))
+            elif method == b"POST" and path == b"/detokenize":
+                out.append(_detokenize(body))
             elif method == b"GET" and path == b"/v1/models":
                 out.append(_response(200, _MODELS_BODY))
             elif method == b"GET" and path == b"/health":

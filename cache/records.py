@@ -23,7 +23,7 @@ __all__ = ["Usage", "Endings", "Verdict", "JudgedPosition", "TokenCount", "Recor
            "encode", "decode", "is_checked"]
 
 
-class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Usage(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
@@ -36,7 +36,7 @@ class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
         self.requests += other.requests
 
 
-class Endings(msgspec.Struct, tag="endings", kw_only=True, omit_defaults=True):
+class Endings(msgspec.Struct, tag="endings", kw_only=True, omit_defaults=True, gc=False):
     """The n endings of one generation request (possibly completed by follow-ups)."""
 
     texts: list[str]
@@ -47,7 +47,7 @@ class Endings(msgspec.Struct, tag="endings", kw_only=True, omit_defaults=True):
     seconds: float = 0.0  # wall time spent on the request(s)
 
 
-class Verdict(msgspec.Struct, tag="verdict", kw_only=True, omit_defaults=True):
+class Verdict(msgspec.Struct, tag="verdict", kw_only=True, omit_defaults=True, gc=False):
     """One judge answer, raw; parsed when used so a rerun can parse differently."""
 
     text: str
@@ -59,7 +59,7 @@ class Verdict(msgspec.Struct, tag="verdict", kw_only=True, omit_defaults=True):
     first_logprobs: dict[str, float] | None = None  # top log-probabilities of the first token
 
 
-class JudgedPosition(msgspec.Struct, tag="judged", kw_only=True, omit_defaults=True):
+class JudgedPosition(msgspec.Struct, tag="judged", kw_only=True, omit_defaults=True, gc=False):
     """The n judge answers of one position, raw and in ending order, written once
     every one of them is known: a rerun reads them with one lookup instead of n
     verdict keys. It is a summary of the `Verdict` records, which stay the truth:
@@ -72,7 +72,7 @@ class JudgedPosition(msgspec.Struct, tag="judged", kw_only=True, omit_defaults=T
     created: float
 
 
-class TokenCount(msgspec.Struct, tag="tokens", kw_only=True, omit_defaults=True):
+class TokenCount(msgspec.Struct, tag="tokens", kw_only=True, omit_defaults=True, gc=False):
     count: int
     model: str
     created: float

@@ -139,7 +139,20 @@ class Store:
     # -- reads --------------------------------------------------------------
 
     def get(self, db: str, key: bytes) -> records.Record | None:
-        return self.get_many(db, [key])[0]
+        """One key (the hot path of every cached request: no list, no tallies)."""
+        handle = self._dbs[db]
+        if handle is not None:
+            try:
+                with self._map_lock, self.env.begin(db=handle, buffers=True) as txn:
+                    v = txn.get(key)
+                    rec = records.decode(v) if v is not None else None
+            except (records.DamagedRecord, lmdb.Error):
+                return self.get_many(db, [key])[0]  # the slow path says what happened, and counts it
+            if rec is not None:
+                self.counts.hits[db] += 1
+                return rec
+        self.counts.misses[db] += 1
+        return None
 
     def get_many(self, db: str, keys: Sequence[bytes]) -> list[records.Record | None]:
         """Look up many keys in one read transaction; counts hits and misses."""

@@ -13,7 +13,6 @@ the guesses are those of five made-up readers sampled from a middle course.
 """
 import csv
 import json
-import math
 import random
 from pathlib import Path
 

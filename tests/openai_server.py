@@ -28,6 +28,17 @@ Endpoints
   ``vllm:generation_tokens_total``).
 - ``POST /tokenize`` with ``prompt`` (or ``messages``): ``{"count", "max_model_len",
   "tokens"}``. Tokens are the matches of ``\\w+|[^\\w\\s]`` (`count_tokens`).
+- With ``batching=True`` (``--batching``), vLLM's extras that the judge's batched
+  path needs (core/llm/batch.py): ``/tokenize`` with ``messages`` renders the
+  server's chat template (`render_template`: ``<|role|>`` lines, the assistant line
+  with add_generation_prompt, an empty think block when
+  ``chat_template_kwargs.enable_thinking`` is false) and tokenizes that text;
+  ``POST /detokenize`` turns token ids back into text (the ids are a vocabulary the
+  server grows as it meets pieces, so they are reversible); ``POST /v1/completions``
+  takes a prompt or a list of prompts, reads each back into the messages it renders
+  and answers each as the chat endpoint would (choice ``p * n + i``), with the summed
+  usage; /v1/models then says ``owned_by: vllm``, as vLLM does. Without it, those
+  paths are FastAPI's 404, as on a server that lacks them, and models are ``owned_by: test``.
 - ``POST /v1/chat/completions``; with ``"stream": true`` the same answer as
   server-sent events (one per word, usage last with ``stream_options.include_usage``).
   The request's kind is decided by its system message:
@@ -130,6 +141,7 @@ except ImportError:  # pragma: no cover - exercised only without msgspec
 __all__ = [
     "BLOCK_SIZE",
     "CHAT_PATH",
+    "COMPLETIONS_PATH",
     "FAULT_KINDS",
     "KINDS",
     "MAX_MODEL_LEN",
@@ -142,10 +154,13 @@ __all__ = [
     "expected_endings",
     "expected_verdict",
     "judge_blocks",
+    "render_template",
+    "parse_rendered",
     "tokenize",
 ]
 
 CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
 MAX_MODEL_LEN = 8192
 BLOCK_SIZE = 16  # cached_tokens are whole blocks of this many tokens, like vLLM's
 PREFIX_CHARS = 256  # the prefix cache compares prompts in blocks of this many characters
@@ -237,6 +252,44 @@ def _last_user(messages: Sequence[dict]) -> str:
         if m.get("role") == "user":
             return _content_text(m.get("content"))
     return ""
+
+
+_ROLE_LINE = re.compile(r"<\|(system|user|assistant)\|>\n")
+_NO_THINK = "<think>\n\n</think>\n\n"
+# a piece of text as the reversible tokenizer cuts it: a token with the spaces before
+# it, or the spaces that end the text; the pieces joined are the text again
+_PIECE_RE = re.compile(r"\s*(?:\w+|[^\w\s])|\s+")
+
+
+def render_template(messages: Sequence[dict], add_generation_prompt: bool = True,
+                    kwargs: dict | None = None, quirk: str | None = None) -> str:
+    """The test server's chat template: ``<|role|>\\n`` + content + ``\\n`` per message,
+    then ``<|assistant|>\\n`` (and an empty think block when enable_thinking is false).
+    `quirk` "newlines": the template folds blank lines in a content, as a template that
+    edits the text would (a prompt built around the rendered template then differs)."""
+    def content(m: dict) -> str:
+        text = _content_text(m.get("content"))
+        return text.replace("\n\n", "\n") if quirk == "newlines" else text
+
+    text = "".join(f"<|{m.get('role')}|>\n{content(m)}\n" for m in messages)
+    if add_generation_prompt:
+        text += "<|assistant|>\n"
+        if isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False:
+            text += _NO_THINK
+    return text
+
+
+def parse_rendered(text: str) -> list[dict]:
+    """The messages a prompt rendered by `render_template` holds (the generation
+    prompt dropped); a text that is not one is a single user message."""
+    if text.endswith(_NO_THINK):
+        text = text[: -len(_NO_THINK)]
+    if text.endswith("<|assistant|>\n"):
+        text = text[: -len("<|assistant|>\n")]
+    parts = _ROLE_LINE.split(text)
+    if parts[0] != "" or len(parts) < 3 or not all(c.endswith("\n") for c in parts[2::2]):
+        return [{"role": "user", "content": text}]
+    return [{"role": r, "content": c[:-1]} for r, c in zip(parts[1::2], parts[2::2])]
 
 
 def classify(messages: Sequence[dict]) -> str:
@@ -450,6 +503,13 @@ def _logprobs(text: str) -> dict:
                          "top_logprobs": [{"token": t, "logprob": lp, "bytes": None} for t, lp in top.items()]}]}
 
 
+def _completion_logprobs(text: str) -> dict:
+    """`_logprobs` in the completions API's shape."""
+    first = _logprobs(text)["content"][0]
+    return {"tokens": [first["token"]], "token_logprobs": [first["logprob"]], "text_offset": [0],
+            "top_logprobs": [{t["token"]: t["logprob"] for t in first["top_logprobs"]}]}
+
+
 # -------------------------------------------------------------------------- server
 
 
@@ -484,6 +544,8 @@ class LoopbackServer:
         max_concurrent: int = 0,
         misbehave: str | None = None,
         serve_tokenize: bool = True,
+        batching: bool = False,
+        template_quirk: str | None = None,
         api_key: str | None = None,
         echo_auth: bool = False,
     ) -> None:
@@ -504,6 +566,11 @@ class LoopbackServer:
         self.prefix_cache_blocks = prefix_cache_blocks
         self.serve_metrics = serve_metrics  # False: /metrics answers 404, as a server without it
         self.serve_tokenize = serve_tokenize  # False: /tokenize is FastAPI's 404, as a server without it
+        # True: /detokenize, /v1/completions and templated /tokenize of messages (vLLM's)
+        self.batching = batching
+        self.template_quirk = template_quirk  # see render_template
+        self._vocab: dict[str, int] = {}  # piece -> token id (see _PIECE_RE)
+        self._pieces: list[str] = []
         self.api_key = api_key  # set: every request needs "Authorization: Bearer <api_key>"
         self.echo_auth = echo_auth  # the 401 body echoes the header it got
         # > 0: at most this many chat requests are served at once, the rest wait (a
@@ -657,6 +724,8 @@ class LoopbackServer:
         app.router.add_get("/metrics", self._h_metrics)
         app.router.add_post("/tokenize", self._h_tokenize)
         app.router.add_post(CHAT_PATH, self._h_chat)
+        app.router.add_post("/detokenize", self._h_detokenize)
+        app.router.add_post(COMPLETIONS_PATH, self._h_completions)
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, backlog=1024)
@@ -831,7 +900,7 @@ class LoopbackServer:
         t0 = time.monotonic()
         created = int(time.time())
         data = [
-            {"id": m, "object": "model", "created": created, "owned_by": "test",
+            {"id": m, "object": "model", "created": created, "owned_by": "vllm" if self.batching else "test",
              "root": m, "max_model_len": self.max_model_len}
             for m in self.models
         ]
@@ -902,6 +971,75 @@ class LoopbackServer:
     async def _h_chat(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, chat=True)
 
+    async def _h_detokenize(self, request: web.Request) -> web.StreamResponse:
+        if not self.batching:
+            return self._not_found(request)
+        return await self._serve(request, chat=False, payload=self._detokenize_payload)
+
+    async def _h_completions(self, request: web.Request) -> web.StreamResponse:
+        if not self.batching:
+            return self._not_found(request)
+        return await self._serve(request, chat=True, payload=self._completions_payload)
+
+    def _not_found(self, request: web.Request) -> web.Response:
+        self._add_record(Recorded(request.path, request.method, None, 404, None, time.monotonic()))
+        return self._json({"detail": "Not Found"}, status=404)
+
+    def _token_ids(self, text: str) -> list[int]:
+        """Reversible ids of `text`'s pieces (`_PIECE_RE`), from the server's vocabulary."""
+        out = []
+        with self._lock:
+            for piece in _PIECE_RE.findall(text):
+                tid = self._vocab.get(piece)
+                if tid is None:
+                    tid = self._vocab[piece] = len(self._pieces)
+                    self._pieces.append(piece)
+                out.append(tid)
+        return out
+
+    def _detokenize_payload(self, body: dict) -> dict:
+        self._check_model(body)
+        ids = body.get("tokens")
+        if not isinstance(ids, list) or not all(_is_int(t) for t in ids):
+            raise _BadRequest(400, "tokens: expected a list of integers", "BadRequestError", "tokens")
+        with self._lock:
+            if any(not 0 <= t < len(self._pieces) for t in ids):
+                raise _BadRequest(400, "tokens: an id outside the vocabulary", "BadRequestError", "tokens")
+            return {"prompt": "".join(self._pieces[t] for t in ids)}
+
+    def _completions_payload(self, body: dict, fault: str | None = None) -> dict:
+        """Each prompt read back into messages and answered as a chat request with the
+        same parameters (and faults applied to the whole answer); usage summed."""
+        prompts = body.get("prompt")
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+            raise _BadRequest(400, "prompt: expected a string or a non-empty list of strings", "BadRequestError",
+                              "prompt")
+        params = {k: v for k, v in body.items() if k not in ("prompt", "logprobs", "add_special_tokens", "echo")}
+        choices, usage = [], {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
+        for p, prompt in enumerate(prompts):
+            answer = self._chat_payload({**params, "messages": parse_rendered(prompt)})
+            for ch in answer["choices"]:
+                text = ch["message"]["content"]
+                choices.append({"index": p * len(answer["choices"]) + ch["index"], "text": text,
+                                "logprobs": _completion_logprobs(text) if body.get("logprobs") else None,
+                                "finish_reason": ch["finish_reason"], "stop_reason": None})
+            u = answer["usage"]
+            usage["prompt_tokens"] += u["prompt_tokens"]
+            usage["completion_tokens"] += u["completion_tokens"]
+            usage["cached_tokens"] += u["prompt_tokens_details"]["cached_tokens"]
+        if fault == "few_choices":
+            choices = choices[: len(choices) // 2]
+        elif fault == "empty_content":
+            for ch in choices:
+                ch["text"] = ""
+        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": body.get("model") or self.model, "choices": choices,
+                "usage": {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
+                          "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"],
+                          "prompt_tokens_details": {"cached_tokens": usage["cached_tokens"]}}}
+
     def _tokenize_payload(self, body: dict) -> dict:
         self._check_model(body)
         if "prompt" in body:
@@ -910,9 +1048,16 @@ class LoopbackServer:
                 raise _BadRequest(400, f"prompt: expected a string, got {type(prompt).__name__}",
                                   "BadRequestError", "prompt")
             toks = tokenize(prompt)
+            if self.batching:
+                return {"count": len(toks), "max_model_len": self.max_model_len, "tokens": self._token_ids(prompt)}
         elif "messages" in body:
+            msgs = self._check_messages(body.get("messages"))
+            if self.batching:  # the prompt the chat endpoint would build, as vLLM's /tokenize gives it
+                ids = self._token_ids(render_template(msgs, body.get("add_generation_prompt", True) is not False,
+                                                      body.get("chat_template_kwargs"), self.template_quirk))
+                return {"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids}
             toks = []
-            for m in self._check_messages(body.get("messages")):
+            for m in msgs:
                 toks.extend(tokenize(_content_text(m.get("content"))))
         else:
             raise _BadRequest(400, "expected `prompt` or `messages`", "BadRequestError", "prompt")
@@ -1014,8 +1159,10 @@ class LoopbackServer:
             },
         }
 
-    async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
-        """Read, apply the fault, answer, record (also when cancelled by shutdown)."""
+    async def _serve(self, request: web.Request, chat: bool, payload=None) -> web.StreamResponse:
+        """Read, apply the fault, answer, record (also when cancelled by shutdown).
+        `payload`: the answer's maker, when not the chat or /tokenize one."""
+        make = payload
         t0 = time.monotonic()
         path = request.path
         body: Any = None
@@ -1048,13 +1195,16 @@ class LoopbackServer:
                 payload = _error_payload(400, "the body is not a JSON object", "BadRequestError")
             else:
                 try:
-                    payload = self._chat_payload(body, fault) if chat else self._tokenize_payload(body)
+                    if make is not None:
+                        payload = make(body, fault) if chat else make(body)
+                    else:
+                        payload = self._chat_payload(body, fault) if chat else self._tokenize_payload(body)
                     status = 200
                 except _BadRequest as e:
                     status = e.status
                     payload = _error_payload(e.status, e.message, e.etype, e.param)
 
-            if chat and status == 200 and body.get("stream") is True and fault is None:
+            if chat and make is None and status == 200 and body.get("stream") is True and fault is None:
                 return await self._stream(request, body, payload)
             if fault == "nonjson":
                 status = 200
@@ -1127,13 +1277,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slow-seconds", type=float, default=5.0)
     ap.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN)
     ap.add_argument("--misbehave", choices=MISBEHAVIOURS, default=None, help="a model that does not do the task")
+    ap.add_argument("--batching", action="store_true",
+                    help="serve /detokenize, /v1/completions and templated /tokenize of messages (vLLM's)")
     args = ap.parse_args(argv)
 
     srv = LoopbackServer(
         args.model or ["test-model"], host=args.host, port=args.port, delay=args.delay,
         empty_rate=args.empty_rate, yes_rate=args.yes_rate, malformed_rate=args.malformed_rate,
         slow_seconds=args.slow_seconds, max_model_len=args.max_model_len, record=False,
-        max_concurrent=args.max_concurrent, misbehave=args.misbehave,
+        max_concurrent=args.max_concurrent, misbehave=args.misbehave, batching=args.batching,
     )
     if args.fault_rate > 0:
         kinds = [k.strip() for k in args.fault_kinds.split(",") if k.strip()]

@@ -37,7 +37,8 @@ ADDED = {
     "score": {"--judge-constraint",  # README documented it; only a config key had it
               # issue 20: the answer checks (docs/reliability.md, "Degenerate answers")
               "--no-keep-going", "--stop-after", "--stop-malformed-share", "--warn-malformed-share",
-              "--warn-constant-share", "--warn-cut-share", "--warn-identical-share"},
+              "--warn-constant-share", "--warn-cut-share", "--warn-identical-share",
+              "--judge-batch"},  # issue 19: a position's judge prompts as one request
     "estimate": {"--judge-constraint"},  # estimate and bench take score's judging flags
     "bench": {"--judge-constraint"},
     "generate": {"--config", "--cache-max-gb"},  # as score and fairplay have them
@@ -227,3 +228,17 @@ def test_outputs_and_run_records_are_as_snapshotted(server, tmp_path):
 
     _compare("outputs.json", digests)
     _compare("run_records.json", records)
+
+
+def test_score_outputs_with_batched_judge_prompts_are_the_snapshot(tmp_path):
+    """Issue 19: the judge's prompts sent as one /v1/completions request per position
+    (a server with vLLM's extras) give today's output bytes."""
+    from openai_server import COMPLETIONS_PATH, LoopbackServer
+
+    with LoopbackServer(model=["test-gen", "test-judge"], batching=True) as srv:
+        out = _score_run(srv, tmp_path)
+        assert srv.count(kind="judge") == 0 and srv.count(path=COMPLETIONS_PATH) > 0
+    want = json.loads((SNAPSHOTS / "outputs.json").read_text())
+    for name in ("positions.jsonl", "stories.csv", "groups.csv", "meta.jsonl", "texts.jsonl", "table6.csv",
+                 "table18.csv"):
+        assert _digest(out / name) == want[f"score/{name}"], name

@@ -159,7 +159,8 @@ def _score_flags(p) -> None:
 
 
 # estimate and bench read the server and request settings of score, not its outputs
-_ESTIMATE_FIELDS = fields_in(ScoreConfig, SERVERS, ENDINGS, JUDGING, CORPUS, CONCURRENCY, skip={"warm_judge"})
+_ESTIMATE_FIELDS = fields_in(ScoreConfig, SERVERS, ENDINGS, JUDGING, CORPUS, CONCURRENCY,
+                            skip={"warm_judge", "judge_batch"})  # how score sends, not what
 
 
 def _server_flags(p, fields: list[str], cache_help: str | None = None) -> None:

@@ -62,6 +62,11 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         metavar="none|choice|logprobs")] = "none"
     continuation_words: Annotated[int, flag("the continuation shown to the judge is cut to this many words",
                                             JUDGING)] = 2000
+    judge_batch: Annotated[str, flag(
+        "auto: send a position's judge prompts as one /v1/completions request when the judge server renders "
+        "its chat template for us and the prompts' token ids equal the chat endpoint's (vLLM; checked at the "
+        "start), else one chat request per ending; on: require it; off: one chat request per ending. Same "
+        "verdicts, cache keys and records either way (docs/cost.md)", JUDGING, metavar="auto|on|off")] = "auto"
     # corpus and positions (000, App. C.2–C.3)
     min_words: Annotated[int, flag("skip stories with fewer words", CORPUS)] = 500
     max_words: Annotated[int, flag("skip stories with more words", CORPUS)] = 5000
@@ -132,6 +137,7 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         check(self.max_tokens >= 1, "max_tokens", "an integer >= 1")
         check(self.judge_max_tokens >= 1, "judge_max_tokens", "an integer >= 1")
         check(self.continuation_words >= 1, "continuation_words", "an integer >= 1")
+        check(self.judge_batch in ("auto", "on", "off"), "judge_batch", "auto, on or off")
         check(0 <= self.min_words <= self.max_words, "min_words", f"0 <= min-words <= max-words ({self.max_words})")
         check(0.0 <= self.pct_min <= self.pct_max <= 1.0, "pct_min", "0 <= pct-min <= pct-max <= 1")
         for lane in ("gen_concurrency", "judge_concurrency", "tokenize_concurrency"):

@@ -9,7 +9,7 @@ import os
 import re
 import secrets
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -164,10 +164,12 @@ def json_type(v: Any) -> str:
             dict: "an object", type(None): "null"}.get(type(v), type(v).__name__)
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
+def atomic_write(path: str | os.PathLike, data: str | bytes | Iterable[bytes]) -> None:
     """Write a whole file so that readers see the old or the new one, never half.
-    The file gets the mode any new file gets (0666 less the umask), as `open` would
-    give it: a temporary file's private 0600 would hide results from a group."""
+    `data` may be an iterable of byte chunks (lines), written as they come: a large
+    output never has to be whole in memory. The file gets the mode any new file
+    gets (0666 less the umask), as `open` would give it: a temporary file's private
+    0600 would hide results from a group."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(data, str):
@@ -175,8 +177,11 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
     tmp = p.parent / f".{p.name}.{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        with os.fdopen(fd, "wb", buffering=1 << 20) as f:
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                f.write(data)
+            else:
+                f.writelines(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)

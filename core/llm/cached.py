@@ -22,9 +22,11 @@ from tension.cache.store import Store
 from tension.core.llm.client import ChatResult
 from tension.core.llm.protocol import ChatRequest
 
-__all__ = ["Send", "CachedChat", "endings_record", "verdict_record"]
+__all__ = ["Send", "SendMany", "CachedChat", "endings_record", "verdict_record"]
 
 Send = Callable[[ChatRequest], Awaitable[ChatResult]]
+# sends a list of requests and calls `done(j, result)` for the j-th as its answer arrives
+SendMany = Callable[[list[ChatRequest], Callable[[int, ChatResult], None]], Awaitable[None]]
 Answer = records.Endings | records.Verdict
 
 
@@ -65,12 +67,13 @@ class CachedChat:
         self.usage_all.add(rec.usage)
         return rec
 
-    async def many(self, db: str, reqs: Sequence[ChatRequest], send: Send, *, role: str, sched,
+    async def many(self, db: str, reqs: Sequence[ChatRequest], send_many: SendMany, *, role: str,
                    warm_first: bool = False) -> list[Answer]:
         """The records answering `reqs`, in order: the cached ones read in one
-        transaction, the others sent through `sched`. With `warm_first`, one request
-        goes alone before the rest fan out: requests that share a long prefix (a
-        position's judge prompts) then find it in the server's prefix cache."""
+        transaction, the others sent together through `send_many` (a router's
+        `chat_many`: one batched request, or one request each). With `warm_first`,
+        one request goes alone before the rest: requests that share a long prefix
+        (a position's judge prompts) then find it in the server's prefix cache."""
         keys = [request_key("chat", r) for r in reqs]
         out: list[Answer | None] = list(self.store.get_many(db, keys))
         todo = [i for i, rec in enumerate(out) if rec is None]
@@ -78,15 +81,21 @@ class CachedChat:
         for rec in out:
             if rec is not None:
                 self.usage_all.add(rec.usage)
+        make = _RECORD[db]
 
-        async def one(i: int) -> None:
-            out[i] = await self._send(db, keys[i], reqs[i], send, role)
-            self.usage_all.add(out[i].usage)
+        for part in ([todo[:1], todo[1:]] if warm_first else [todo]):
+            if not part:
+                continue
 
-        if todo and warm_first:
-            await one(todo[0])
-            todo = todo[1:]
-        await sched.map(one, todo)
+            def done(j: int, res: ChatResult, part=part) -> None:  # committed as each answer arrives
+                i = part[j]
+                out[i] = rec = make(res)
+                self.committer.add(db, keys[i], rec)
+                self.progress.fresh(res.usage)
+                self.usage_all.add(rec.usage)
+
+            self.requests[role] = self.requests.get(role, 0) + len(part)
+            await send_many([reqs[i] for i in part], done)
         return out
 
     async def _send(self, db: str, key: bytes, req: ChatRequest, send: Send, role: str) -> Answer:

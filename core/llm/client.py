@@ -39,6 +39,7 @@ import msgspec
 from tension.cache.records import Usage
 
 from tension.core.errors import RefusedError, RetryBudgetError, ServerError, StatusError
+from tension.core.llm.gate import Gate
 from tension.core.llm.failures import Outages, error_message, parse_retry_after, status_error
 from tension.core.redact import redact, redact_secrets, register
 from tension.core.llm.protocol import (ChatChunk, ChatRequest, ChatResponse, ModelList, TokenizeRequest,
@@ -111,10 +112,7 @@ class Client:
         self._api_key = api_key
         register(api_key)  # never printed or stored, even when a server echoes it
         self.outages = Outages(notice)  # says at once when a server does not answer, and when it answers again
-        self._gate: Callable[[], Awaitable[None]] | None = None
-        self._gate_lock = asyncio.Lock()
-        self._gate_owner: asyncio.Task | None = None
-        self._gate_error: Exception | None = None
+        self._gate = Gate()
         self.timeouts = timeouts
         self.retry = retry
         self._session: aiohttp.ClientSession | None = None
@@ -131,6 +129,7 @@ class Client:
         self.retries = 0
         self.followups = 0  # requests sent to complete a short answer
         self.max_model_len: dict[str, int] = {}  # base URL -> context length its /tokenize reported
+        self.owners: dict[str, dict[str, str | None]] = {}  # base URL -> model id -> owned_by, from /v1/models
 
     def __repr__(self) -> str:  # never show the key
         state = "closed" if self._closed else ("open" if self._session else "unopened")
@@ -165,28 +164,12 @@ class Client:
     def set_gate(self, check: Callable[[], Awaitable[None]]) -> None:
         """Run `check` once, before the first chat or /tokenize request is sent; its
         error is every such request's error. Requests it sends itself pass."""
-        self._gate = check
-        self._gate_error = None
+        self._gate.set(check)
 
     async def check_gate(self) -> None:
         """Run the gate's check now if it has not run (a verb that will send anyway
         checks before its work starts); chat and /tokenize call it themselves."""
-        if self._gate is None or self._gate_owner is asyncio.current_task():
-            return
-        async with self._gate_lock:  # the first caller runs the check, the others wait for it
-            if self._gate_error is not None:
-                raise self._gate_error
-            if self._gate is None:
-                return
-            self._gate_owner = asyncio.current_task()
-            try:
-                await self._gate()
-            except Exception as e:
-                self._gate_error = e
-                raise
-            finally:
-                self._gate_owner = None
-            self._gate = None
+        await self._gate.wait()
 
     # -- endpoints ------------------------------------------------------------
 
@@ -195,6 +178,7 @@ class Client:
 
     async def models(self, base_url: str, retry: RetryPolicy | None = None) -> list[str]:
         data = await self._call("GET", normalize_base_url(base_url) + "/v1/models", None, self._models_dec, retry)
+        self.owners[normalize_base_url(base_url)] = {m.id: m.owned_by for m in data.data}
         return [m.id for m in data.data]
 
     async def tokenize(self, base_url: str, model: str, text: str, retry: RetryPolicy | None = None,
@@ -274,6 +258,14 @@ class Client:
         self.usage.add(usage)
         raise RetryBudgetError(f"{url}: asked for {request.n} choices, got {len(texts)} after "
                                f"{self.retry.attempts} follow-up requests")
+
+    async def post(self, base_url: str, path: str, body: msgspec.Struct, decoder: msgspec.json.Decoder, *,
+                   model: str, key: str = "", retry: RetryPolicy | None = None):
+        """POST `body` to `path` of the server root with the client's retries, after
+        the gate; the answer decoded. For endpoints spoken elsewhere (core/llm/batch.py)."""
+        await self.check_gate()
+        return await self._call("POST", normalize_base_url(base_url) + path, self._enc.encode(body), decoder,
+                                retry, model=model, headers=routing_headers(key))
 
     async def chat_stream(self, base_url: str, request: ChatRequest) -> StreamResult:
         """One streamed request, timed: time to first token and to the end. Not

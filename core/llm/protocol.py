@@ -11,6 +11,8 @@ import msgspec
 __all__ = [
     "ChatRequest", "ChatResponse", "ChatChunk", "ChunkChoice", "Delta", "Choice", "ChoiceMessage", "WireUsage",
     "TokenizeRequest", "TokenizeResponse", "ModelList", "ModelCard", "ErrorBody", "routing_headers",
+    "TemplateRequest", "TokenIds", "DetokenizeRequest", "DetokenizeResponse", "CompletionRequest",
+    "CompletionResponse", "CompletionChoice",
 ]
 
 
@@ -122,8 +124,84 @@ class TokenizeResponse(msgspec.Struct):
     max_model_len: int | None = None  # vLLM reports the served context length here
 
 
+# -- the judge's batched path (core/llm/batch.py): vLLM's chat template rendered
+# once through /tokenize and /detokenize, then many prompts in one /v1/completions
+
+
+class TemplateRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """/tokenize with messages: the token ids of the prompt the chat endpoint builds."""
+
+    model: str
+    messages: list[dict[str, str]]
+    add_generation_prompt: bool = True
+    add_special_tokens: bool = False  # the chat endpoint's default
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class TokenIds(msgspec.Struct):
+    tokens: list[int]
+
+
+class DetokenizeRequest(msgspec.Struct, kw_only=True):
+    model: str
+    tokens: list[int]
+
+
+class DetokenizeResponse(msgspec.Struct):
+    prompt: str
+
+
+class CompletionRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A /v1/completions request with one prompt per judged ending (`n` choices
+    each). The prompts are already templated, so no special token is added."""
+
+    model: str
+    prompt: list[str]
+    n: int = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    structured_outputs: dict[str, Any] | None = None
+    logprobs: int | None = None  # top-k of each token (the chat API's top_logprobs)
+    # vLLM's default is True; the templated prompt already holds the special tokens, so
+    # the batch sends False (a default here would be left out of the body: omit_defaults)
+    add_special_tokens: bool = True
+
+
+class CompletionLogprobs(msgspec.Struct):
+    tokens: list[str] = []
+    token_logprobs: list[float | None] = []
+    top_logprobs: list[dict[str, float] | None] = []
+
+
+class CompletionChoice(msgspec.Struct):
+    text: str = ""
+    index: int = 0
+    finish_reason: str | None = None
+    logprobs: CompletionLogprobs | None = None
+
+    def first_token_logprobs(self) -> dict[str, float] | None:
+        """Top log-probabilities of the first generated token (as `Choice`'s), or None."""
+        lp = self.logprobs
+        if lp is None or not lp.tokens:
+            return None
+        out = dict(lp.top_logprobs[0] or {}) if lp.top_logprobs else {}
+        if lp.token_logprobs and lp.token_logprobs[0] is not None:
+            out.setdefault(lp.tokens[0], lp.token_logprobs[0])
+        return out
+
+
+class CompletionResponse(msgspec.Struct):
+    choices: list[CompletionChoice]
+    model: str = ""
+    usage: WireUsage | None = None
+
+
 class ModelCard(msgspec.Struct):
     id: str
+    owned_by: str | None = None  # "vllm" on a vLLM server
 
 
 class ModelList(msgspec.Struct):

@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 
 from tension.core.errors import ConfigError, ServerError
+from tension.core.llm.batch import Batcher
 from tension.core.llm.client import ChatResult, Client, RetryPolicy
 from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_hit_rate
 from tension.core.llm.protocol import ChatRequest
@@ -76,7 +77,7 @@ class Router:
 
     def __init__(self, role: str, replicas: Sequence[Replica], client: Client, *, limit: int,
                  tokenize_limit: int = 0, timeout: float = 600.0,
-                 on_change: Callable[[str], None] | None = None):
+                 on_change: Callable[[str], None] | None = None, batch: str = "off"):
         if not replicas:
             raise ValueError("a Router needs at least one server")
         self.role = role
@@ -89,6 +90,9 @@ class Router:
         # server costs its requests that half, not the client's whole retry budget.
         self.settings = RouterSettings(request_timeout_secs=max(1, int(timeout // 2)))
         self.on_change = on_change  # told "worker url unhealthy" / "… healthy again"
+        # `chat_many` sends a list of requests as one /v1/completions request when the
+        # server renders its chat template for us (core/llm/batch.py)
+        self.batcher = Batcher(client, batch, role)
         self.model: str | None = None
         self.url = self.workers[0]  # the router's, once `routing` started it
         self.local: LocalRouter | None = None
@@ -162,6 +166,33 @@ class Router:
             s.prompt_tokens += res.usage.prompt_tokens
             s.cached_tokens += res.usage.cached_tokens
         return res
+
+    async def chat_many(self, sched, key: str, requests: Sequence[ChatRequest],
+                        done: Callable[[int, ChatResult], None]) -> None:
+        """Answer `requests`, calling `done(j, result)` for each as it arrives: all
+        at once from one batched completion request when the role's server takes
+        them (core/llm/batch.py; it holds a lane slot per request), else one chat
+        request each."""
+        key = key or ITEM_KEY.get()
+        # the template is rendered on a server itself: a router need not pass /detokenize on
+        template = await self.batcher.template(self.workers[0], requests)
+        if template is None:
+            async def one(j: int) -> None:
+                done(j, await self.chat(sched, key, requests[j]))
+
+            await sched.map(one, range(len(requests)))
+            return
+        results = await sched.request_weighted(self.role, len(requests), self.batcher.complete, self.url, template,
+                                               requests, key)
+        if self.single:
+            s = self._stats[self.url]
+            for res in results:
+                s.requests += res.usage.requests
+                s.completion_tokens += res.usage.completion_tokens
+                s.prompt_tokens += res.usage.prompt_tokens
+                s.cached_tokens += res.usage.cached_tokens
+        for j, res in enumerate(results):
+            done(j, res)
 
     async def tokenize(self, sched, key: str, model: str, text: str) -> int:
         """/tokenize on `key`'s server (the router sends it where the key's chat requests go)."""

@@ -309,7 +309,7 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
 def _draw_figures(figs: Path, data: RunData, max_curves: int) -> list[tuple[str, str]]:
     """The group bars and the first `max_curves` curves into a fresh `figs`;
     returns (story id, path in the report) of each curve."""
-    from tension.core.reports.figures import bars_figure, curve_figure
+    from tension.core.reports.figures import CurvePlot, bars_figure
 
     s = data.settings
     shutil.rmtree(figs, ignore_errors=True)
@@ -323,8 +323,12 @@ def _draw_figures(figs: Path, data: RunData, max_curves: int) -> list[tuple[str,
                 "Post-spike tension retention", "% of peak retained")
     shown = data.curves[:max_curves]
     names = unique_filenames([c.id for c in shown])
-    for c, name in zip(shown, names):
-        curve_figure(figs / "curves" / f"{name}.png", c.id, c.x, c.y, s)
+    plot = CurvePlot(s)
+    try:
+        for c, name in zip(shown, names):
+            plot.draw(figs / "curves" / f"{name}.png", c.id, c.x, c.y)
+    finally:
+        plot.close()
     return [(c.id, f"figures/curves/{name}.png") for c, name in zip(shown, names)]
 
 

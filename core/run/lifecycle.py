@@ -217,11 +217,12 @@ def client_for(cfg: Any, api_key: str | None) -> Client:
                   retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds), notice=warn)
 
 
-def warn(message: str) -> None:
-    """A warning on stderr now, redacted; tqdm.write keeps a progress bar intact."""
+def warn(message: str, kind: str = "warning") -> None:
+    """A warning on stderr now, redacted; tqdm.write keeps a progress bar intact.
+    `kind` "note": something the user may want to know that is not a problem."""
     from tqdm import tqdm
 
-    tqdm.write(f"warning: {redact(message)}", file=sys.stderr)
+    tqdm.write(f"{kind}: {redact(message)}", file=sys.stderr)
 
 
 def run_blocking(make_coro: Callable[[], Any]) -> Any:

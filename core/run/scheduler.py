@@ -6,7 +6,7 @@ error comes out of the block; Ctrl-C cancels everything, and the ``finally``
 blocks of the pipeline flush what completed (trio's rules, via TaskGroup).
 
 Requests run in *lanes* (generation, judge, tokenize), each a semaphore bounding
-the requests in flight to its endpoint. Time spent waiting for a lane is recorded
+the requests in flight to its endpoint (a batch of k prompts holds k slots). Time spent waiting for a lane is recorded
 apart from the time the request took, as vLLM's benchmarks do, so a run can tell
 "the server is slow" from "we queue too much".
 """
@@ -14,6 +14,8 @@ apart from the time the request took, as vLLM's benchmarks do, so a run can tell
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, TypeVar
@@ -37,9 +39,46 @@ class LaneStats(msgspec.Struct, kw_only=True):
 
 
 class _Lane:
+    """A semaphore whose holders take `weight` slots: a batched request of k prompts
+    (core/llm/batch.py) counts as the k requests it carries. Waiters are served in
+    order, so a large batch is not overtaken for ever by small ones; a weight above
+    the limit takes the whole lane."""
+
     def __init__(self, limit: int):
-        self.sem = asyncio.Semaphore(limit)
+        self.limit = limit
+        self.free = limit
+        self.waiters: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
         self.stats = LaneStats(limit=limit)
+
+    async def acquire(self, weight: int) -> int:
+        weight = min(weight, self.limit)
+        if not self.waiters and self.free >= weight:
+            self.free -= weight
+            return weight
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters.append((weight, fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # granted as it was cancelled: give it back
+                self.release(weight)
+            else:
+                with contextlib.suppress(ValueError):  # `_wake` may have dropped it already
+                    self.waiters.remove((weight, fut))
+                self._wake()
+            raise
+        return weight
+
+    def release(self, weight: int) -> None:
+        self.free += weight
+        self._wake()
+
+    def _wake(self) -> None:
+        while self.waiters and self.free >= self.waiters[0][0]:
+            weight, fut = self.waiters.popleft()
+            if not fut.done():
+                self.free -= weight
+                fut.set_result(None)
 
 
 class Scheduler:
@@ -101,21 +140,27 @@ class Scheduler:
 
     async def request(self, lane: str, fn: Callable[..., Awaitable[R]], *args: Any) -> R:
         """Run one request in a lane: wait for a slot, then call ``fn(*args)``."""
+        return await self.request_weighted(lane, 1, fn, *args)
+
+    async def request_weighted(self, lane: str, weight: int, fn: Callable[..., Awaitable[R]], *args: Any) -> R:
+        """Run a request that carries `weight` requests (a batch): it holds that many
+        slots of the lane (at most all of them) while it runs."""
         ln = self._lanes[lane]
         st = ln.stats
         t0 = time.perf_counter()
-        async with ln.sem:
-            t1 = time.perf_counter()
-            st.queue_seconds += t1 - t0
-            st.started += 1
-            st.in_flight += 1
-            st.peak_in_flight = max(st.peak_in_flight, st.in_flight)
-            try:
-                return await fn(*args)
-            finally:
-                st.in_flight -= 1
-                st.finished += 1
-                st.busy_seconds += time.perf_counter() - t1
+        held = await ln.acquire(weight)
+        t1 = time.perf_counter()
+        st.queue_seconds += t1 - t0
+        st.started += weight  # requests carried; in flight: slots held (never above the limit)
+        st.in_flight += held
+        st.peak_in_flight = max(st.peak_in_flight, st.in_flight)
+        try:
+            return await fn(*args)
+        finally:
+            ln.release(held)
+            st.in_flight -= held
+            st.finished += weight
+            st.busy_seconds += time.perf_counter() - t1
 
     async def map(self, fn: Callable[[T], Awaitable[R]], items: Iterable[T]) -> list[R]:
         """``fn`` over every item concurrently, as tasks of this scheduler; results in order."""

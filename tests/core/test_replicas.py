@@ -465,3 +465,32 @@ def test_hit_rate_is_taken_over_the_run_and_survives_a_restarted_server():
     assert rate({q: 5000.0, h: 4000.0}, {q: 400.0, h: 300.0}) == 0.75  # restarted mid-run: counters reset
     assert rate({q: 10.0, h: 1.0}, {q: 10.0, h: 1.0}) is None  # no query during the run
     assert rate({q: 10.0, h: 1.0}, None) is None and rate(None, {"other": 1.0}) is None
+
+
+def test_batched_judge_prompts_through_the_router_stay_with_their_position(tmp_path, clean_outputs):
+    """Issue 19 behind vllm-router: a position's judge prompts travel as /v1/completions
+    requests (the warm one, then the rest), routed by the position's key to one
+    server; the outputs are those of one server and one chat request per ending."""
+    from openai_server import COMPLETIONS_PATH, parse_rendered
+
+    servers = [LoopbackServer(model=MODELS, batching=True).start() for _ in range(3)]
+    try:
+        corpus = make_corpus(tmp_path / "c.jsonl", 9, seed=3)
+        s = score(cfg_for(urls(servers), tmp_path), corpus, tmp_path / "out")
+        assert s.status == "complete", s.error
+        assert outputs(tmp_path / "out") == clean_outputs(corpus)
+        where: dict[str, set[int]] = collections.defaultdict(set)
+        for i, srv in enumerate(servers):
+            assert srv.count(kind="judge") == 0
+            for r in srv.requests:
+                if r.path == COMPLETIONS_PATH and r.status == 200:
+                    for prompt in r.body["prompt"]:
+                        where[judge_blocks(parse_rendered(prompt))[0]].add(i)
+        assert len(where) == s.positions > 60
+        assert all(len(v) == 1 for v in where.values())  # a position's prompts on one server
+        assert len({next(iter(v)) for v in where.values()}) >= 2  # positions spread over the servers
+        run = json.loads((tmp_path / "out" / "run.json").read_text())
+        assert run["judge_batch"]["batched"] and run["judge_batch"]["prompts"] == s.requests["judge"]
+    finally:
+        for srv in servers:
+            srv.stop()

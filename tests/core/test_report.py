@@ -131,6 +131,31 @@ def test_figure_triangles_are_the_sharp_reversals(tmp_path):
     assert checked > 20  # the triangles were really exercised
 
 
+def test_one_reused_curve_frame_draws_each_story_as_a_fresh_figure_would(tmp_path):
+    """The report draws every curve on one frame (CurvePlot, drawn once, restored per
+    story): nothing of one story may be left in the next one's pixels."""
+    import numpy as np
+    from PIL import Image
+
+    from tension.core.reports.figures import CurvePlot
+
+    rng = random.Random(3)
+    curves = [random_curve(rng, n) for n in (40, 7, 0, 25)]  # peaks, few points, none, again
+    shared = CurvePlot(CurveSettings())
+    try:
+        for i, (x, y) in enumerate(curves):
+            shared.draw(tmp_path / f"shared{i}.png", f"story {i}", x, y)
+    finally:
+        shared.close()
+    for i, (x, y) in enumerate(curves):
+        curve_figure(tmp_path / f"alone{i}.png", f"story {i}", x, y)
+        a, b = (np.asarray(Image.open(tmp_path / f"{k}{i}.png")) for k in ("shared", "alone"))
+        assert a.shape == b.shape and (a == b).all(), i
+    empty = np.asarray(Image.open(tmp_path / "shared2.png"))
+    full = np.asarray(Image.open(tmp_path / "shared1.png"))
+    assert (empty != full).any()  # the empty story really has no curve of the one before
+
+
 def test_report_writes_tables_figures_and_markdown(tmp_path):
     run = random_run(tmp_path / "r", 1)
     (run / "run.json").write_text(json.dumps({"status": "complete", "corpus": "c.jsonl", "wall_seconds": 7200,

@@ -364,3 +364,82 @@ def test_spawn_outside_the_block_raises():
         c3.close()
 
     run(go())
+
+
+# ------------------------------------------------------------ weighted requests
+
+
+def test_a_weighted_request_holds_its_weight_of_the_lane():
+    """A batch of k prompts (core/llm/batch.py) counts as k requests in flight: a lane
+    of 10 runs a batch of 6 beside at most 4 single requests, never more."""
+    inflight = 0
+    peak = 0
+
+    async def work(weight):
+        nonlocal inflight, peak
+        inflight += weight
+        peak = max(peak, inflight)
+        await asyncio.sleep(0.01)
+        inflight -= weight
+        return weight
+
+    async def go():
+        async with Scheduler({"judge": 10}) as s:
+            tasks = [s.spawn(s.request_weighted("judge", 6, work, 6)) for _ in range(3)]
+            tasks += [s.spawn(s.request("judge", work, 1)) for _ in range(20)]
+        return s, [t.result() for t in tasks]
+
+    s, results = run(go())
+    assert results == [6] * 3 + [1] * 20
+    st = s.lane_stats["judge"]
+    assert peak == st.peak_in_flight == 10
+    assert (st.started, st.finished, st.in_flight) == (38, 38, 0)
+
+
+def test_waiters_are_served_in_order_so_a_large_batch_is_not_starved():
+    order = []
+
+    async def work(tag):
+        order.append(tag)
+        await asyncio.sleep(0.01)
+
+    async def go():
+        async with Scheduler({"judge": 4}) as s:
+            s.spawn(s.request_weighted("judge", 3, work, "first"))
+            await asyncio.sleep(0)
+            s.spawn(s.request_weighted("judge", 4, work, "big"))  # waits for all 4 slots
+            await asyncio.sleep(0)
+            for i in range(3):  # would fit beside "first", but "big" asked before them
+                s.spawn(s.request("judge", work, f"small{i}"))
+
+    run(go())
+    assert order[:2] == ["first", "big"]
+
+
+def test_a_weight_above_the_limit_takes_the_whole_lane_and_cancelling_a_waiter_frees_nothing_twice():
+    async def go():
+        async with Scheduler({"judge": 4}) as s:
+            await s.request_weighted("judge", 100, asyncio.sleep, 0)  # clamped: it runs alone
+            gate = asyncio.Event()
+            holder = s.spawn(s.request_weighted("judge", 4, gate.wait))
+            await asyncio.sleep(0)
+            waiter = s.spawn(s.request_weighted("judge", 2, asyncio.sleep, 0))
+            await asyncio.sleep(0)
+            waiter.cancel()
+            gate.set()
+            await holder
+            # every slot is free again: four single requests run at once
+            started = []
+
+            async def one(i):
+                started.append(i)
+                await asyncio.sleep(0.01)
+
+            await asyncio.gather(*(s.request("judge", one, i) for i in range(4)))
+            assert sorted(started) == [0, 1, 2, 3]
+        return s
+
+    s = run(go())
+    st = s.lane_stats["judge"]
+    # the clamped batch held the 4 slots (never more), and carried its 100 requests
+    assert (st.in_flight, st.peak_in_flight, st.started, st.finished) == (0, 4, 100 + 4 + 4, 100 + 4 + 4)

@@ -16,6 +16,7 @@ it is the same bytes however the run was interrupted and resumed.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ from tension.core.llm.replicas import in_shard
 from tension.core.llm.router import routing
 from tension.core.pipelines.score.feed import PositionFeed, max_open
 from tension.core.pipelines.score.judge import Judge
-from tension.core.pipelines.score.outputs import PositionResult, position_line, position_result, write_outputs
+from tension.core.pipelines.score.outputs import (PositionResult, TextsSpool, position_line, position_result,
+                                                  write_outputs)
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.pipelines.score.watch import AnswerWatch
@@ -79,7 +81,7 @@ class Scoring:
         self.judge = Judge(cfg, run, self.judge_router)
         self.watch = AnswerWatch(cfg)
         self.results: dict[tuple[int, int], PositionResult] = {}  # (story index, k) ->
-        self.texts: dict[tuple[int, int], dict[str, Any]] = {}  # (story index, k) -> endings and verdicts
+        self.texts = TextsSpool(run.partial.parent)  # with --save-texts: (story index, k) -> endings and verdicts
         self.failed: dict[int, Failure] = {}  # story index ->
         self.earlier = Invocations()  # the invocations before this one into the same --out (resumes)
         self.timing: dict[str, Any] | None = None  # fixed once the outputs are written: one wall time
@@ -135,12 +137,15 @@ class Scoring:
         res = position_result(story, pos, rec.texts, answers)
         self.results[(pos.story, pos.k)] = res
         if self.cfg.save_texts:
-            self.texts[(pos.story, pos.k)] = {"id": story.id, "k": pos.k, "endings": rec.texts, "verdicts": answers}
+            self.texts.add((pos.story, pos.k), {"id": story.id, "k": pos.k, "endings": rec.texts, "verdicts": answers})
         run.committer.lines.append(position_line(res))
         run.progress.unit_done()
 
     def write_outputs(self, out: Path) -> None:
-        write_outputs(out, self.cfg, self.corpus.stories, self.results, self.texts, self.failed)
+        try:
+            write_outputs(out, self.cfg, self.corpus.stories, self.results, self.texts, self.failed)
+        finally:
+            self.texts.close()
 
     def replica_figures(self) -> dict[str, list[dict[str, Any]]]:
         """Per-replica figures of each role (requests, tokens/s, failures, prefix-cache hit rate)."""
@@ -168,8 +173,11 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
         async with run:
             await run.work(scoring.score())
             if run.status == "complete":
+                t0 = time.perf_counter()
                 scoring.write_outputs(out)
-                scoring.timing = run.timing()  # report.md and run.json state the same wall time
+                # report.md and run.json state the same wall time; writing the outputs is
+                # timed on its own (it must stay flat per position as a corpus grows)
+                scoring.timing = {**run.timing(), "outputs_seconds": round(time.perf_counter() - t0, 3)}
                 if cfg.report:
                     run.write_record()  # the report reads it
                     from tension.core.reports.report import report
@@ -213,6 +221,7 @@ def _record(scoring: Scoring, run: Run, corpus_path: str | Path) -> dict[str, An
         "context_len": finder.context_len,
         "requests": dict(run.requests),
         "http": run.http(followups=True),
+        "judge_batch": scoring.judge_router.batcher.figures(),
         "usage_this_run": run.usage_this_run(),
         "usage_all_answers": run.usage_all_answers(),
         "cache": run.cache(),

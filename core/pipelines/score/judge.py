@@ -1,4 +1,5 @@
-"""A position's verdicts: one judge request per non-empty ending.
+"""A position's verdicts: one judge request per non-empty ending (sent together
+as one batched completion request where the server allows, core/llm/batch.py).
 
 Once all n verdicts of a position are known, their raw answers and summed usage
 go into one "positions" record (`JudgedPosition`), keyed by everything the n
@@ -61,8 +62,8 @@ class Judge:
         # All judge prompts of a position share the continuation: with warm_judge one
         # goes first and fills the server's prefix cache, then the rest find it there.
         recs = await run.chat.many("verdicts", [r for _, r in asked],
-                                   lambda r: self.router.chat(run.sched, affinity, r), role="judge",
-                                   sched=run.sched, warm_first=self.cfg.warm_judge)
+                                   lambda rs, done: self.router.chat_many(run.sched, affinity, rs, done), role="judge",
+                                   warm_first=self.cfg.warm_judge)
         texts: list[str | None] = [None] * len(endings)
         logprobs: list[dict[str, float] | None] = [None] * len(endings)
         usage = Usage()

@@ -6,6 +6,9 @@ statistics and the reason; it is left out of every other file and of the groups.
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ from tension.core.prompts import score as prompts
 from tension.core.reports.metrics import Curve, compute, groups_csv, stories_csv
 from tension.core.run.record import Failure
 
-__all__ = ["PositionResult", "position_result", "position_line", "write_outputs"]
+__all__ = ["PositionResult", "TextsSpool", "position_result", "position_line", "write_outputs"]
 
 _line_encoder = msgspec.json.Encoder()
 
@@ -49,10 +52,47 @@ def position_line(res: PositionResult) -> bytes:
     return _line_encoder.encode(res) + b"\n"
 
 
+class TextsSpool:
+    """texts.jsonl's lines as positions complete, in an anonymous file beside the
+    outputs, with only their place kept in memory: a run's endings and verdicts
+    (100 endings a position) never have to fit in memory, and the final file is
+    still written in corpus order."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.file = None
+        self.where: dict[tuple[int, int], tuple[int, int]] = {}  # (story index, k) -> (offset, length)
+
+    def add(self, key: tuple[int, int], record: dict[str, Any]) -> None:
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(dir=self.folder)  # gone when closed, or when the process ends
+        line = _line_encoder.encode(record) + b"\n"
+        self.file.seek(0, os.SEEK_END)
+        self.where[key] = (self.file.tell(), len(line))
+        self.file.write(line)
+
+    def lines(self, failed: dict[int, Failure]) -> Iterator[bytes]:
+        """The lines in (story, k) order, without the failed stories'."""
+        if self.file is None:
+            return
+        self.file.flush()
+        fd = self.file.fileno()
+        for key in sorted(self.where):
+            if key[0] not in failed:
+                offset, length = self.where[key]
+                yield os.pread(fd, length, offset)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
 def write_outputs(out: Path, cfg: ScoreConfig, stories: list[Story], results: dict[tuple[int, int], PositionResult],
-                  texts: dict[tuple[int, int], dict[str, Any]], failed: dict[int, Failure]) -> None:
-    """Every output file; `results` and `texts` are keyed by (story index, k)."""
-    atomic_write(out / "positions.jsonl", b"".join(
+                  texts: TextsSpool, failed: dict[int, Failure]) -> None:
+    """Every output file; `results` and `texts` are keyed by (story index, k). The
+    line files are written as streams: no output is whole in memory."""
+    atomic_write(out / "positions.jsonl", (
         position_line(results[key]) for key in sorted(results) if key[0] not in failed))
     settings = cfg.curve_settings()
     curves = _curves(stories, results, failed)
@@ -64,8 +104,7 @@ def write_outputs(out: Path, cfg: ScoreConfig, stories: list[Story], results: di
         _line_encoder.encode({"id": st.id, "group": st.group, "words": st.words, "meta": st.meta}) + b"\n"
         for si, st in enumerate(stories) if si not in failed))
     if cfg.save_texts:
-        atomic_write(out / "texts.jsonl", b"".join(
-            _line_encoder.encode(texts[key]) + b"\n" for key in sorted(texts) if key[0] not in failed))
+        atomic_write(out / "texts.jsonl", texts.lines(failed))
 
 
 def _curves(stories: list[Story], results: dict[tuple[int, int], PositionResult],

@@ -79,7 +79,9 @@ def score_routers(cfg: ScoreConfig, client: Client, on_change: Callable[[str], N
     gen = Router("generation", cfg.generation_replicas(), client, limit=cfg.gen_concurrency,
                  tokenize_limit=cfg.tokenize_concurrency, timeout=cfg.timeout, on_change=told)
     judge = Router("judge", cfg.judge_replicas(), client, limit=cfg.judge_concurrency, timeout=cfg.timeout,
-                   on_change=told)
+                   on_change=told, batch=cfg.judge_batch)
+    # a server that cannot take batched prompts is no fault (any OpenAI-compatible one): a note
+    judge.batcher.notice = lambda message: warn(message, "note")
     return gen, judge
 
 

@@ -1,0 +1,256 @@
+"""Many chat requests as one /v1/completions request: the judge's batched path.
+
+A position's n judge requests differ only in the ending inside their user message.
+Sent one by one they cost n HTTP round trips, and the client's CPU per round trip
+is what limits a run on a fast node. vLLM answers /v1/completions with a list of
+prompts, so the n requests can travel as one, provided each prompt is exactly the
+text the chat endpoint would have built:
+
+1. The server renders its own chat template once per run, for the request's
+   system message and a user message that is one sentinel character:
+   ``/tokenize`` with messages (add_generation_prompt, the request's
+   chat_template_kwargs), then ``/detokenize`` of those ids. The text splits at
+   the sentinel into a prefix and a suffix; a request's prompt is
+   prefix + its user text + suffix.
+   Only a server whose /v1/models says ``owned_by: vllm`` is asked (`auto`); any
+   other OpenAI-compatible server gets chat requests, without a probe.
+2. The first request of the run is checked: the token ids of its messages (as the
+   chat endpoint builds them) must equal the token ids of its prompt text (as
+   /v1/completions builds them, with ``add_special_tokens: false``: the template
+   already holds them). Any difference, or a server without these endpoints,
+   and the role sends chat requests as before (`auto`), or the run stops (`on`).
+
+The answers become one `ChatResult` per request, so cache keys and records stay
+those of the chat requests: a verdict is the same record whichever path asked it,
+and a cache written by either path serves the other. What a chat answer has per
+request and a batch only in total, the usage, is split evenly over the batch's
+requests (totals stay exact). Bench: bench/client.py; proof on the embedded vLLM
+server: tests/test_slow_judge_batch.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from tension.cache.records import Usage
+from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, StatusError
+from tension.core.llm.client import EMPTY_ANSWER_RETRIES, ChatResult, Client, RetryPolicy, normalize_base_url
+from tension.core.llm.protocol import (ChatRequest, CompletionRequest, CompletionResponse, DetokenizeRequest,
+                                       DetokenizeResponse, TemplateRequest, TokenIds, TokenizeRequest)
+from tension.core.redact import redact_secrets
+
+__all__ = ["Template", "Batcher", "MODES", "SENTINEL"]
+
+MODES = ("auto", "on", "off")
+# A private-use character: no chat template or tokenizer gives it a meaning, so it
+# marks where the user text goes in the rendered template.
+SENTINEL = "\ue000"
+_PROBE = RetryPolicy(attempts=2, total_seconds=30.0)  # a probe: a server that fails it gets chat requests
+_TOKENS = msgspec.json.Decoder(TokenIds)
+_TEXT = msgspec.json.Decoder(DetokenizeResponse)
+_ANSWER = msgspec.json.Decoder(CompletionResponse)
+
+
+class Unbatchable(Exception):
+    """Why a role's requests cannot travel as one completion request."""
+
+
+class Template(msgspec.Struct, frozen=True):
+    """The server's chat template around one user message, for one system message
+    and template kwargs."""
+
+    system: str
+    prefix: str
+    suffix: str
+
+    def prompt(self, request: ChatRequest) -> str:
+        return self.prefix + request.messages[-1]["content"] + self.suffix
+
+
+def _shape(request: ChatRequest) -> ChatRequest:
+    """What the requests of one batch share: everything but the user text."""
+    return msgspec.structs.replace(request, messages=[request.messages[0]])
+
+
+def batchable(requests: Sequence[ChatRequest]) -> bool:
+    """A system and a user message each, and nothing else that differs."""
+    first = requests[0]
+    if first.stream or first.n != 1:
+        return False
+    shape = _shape(first)
+    return all(len(r.messages) == 2 and r.messages[0].get("role") == "system" and r.messages[1].get("role") == "user"
+               and _shape(r) == shape for r in requests)
+
+
+class Batcher:
+    """One role's batched path: decided once (the first request renders and
+    checks the template), then `complete` per batch. `mode` is --judge-batch."""
+
+    def __init__(self, client: Client, mode: str, role: str, flag: str = "--judge-batch",
+                 notice: Callable[[str], None] | None = None):
+        if mode not in MODES:
+            raise ValueError(f"mode: one of {', '.join(MODES)}, got {mode!r}")
+        self.client = client
+        self.mode = mode
+        self.role = role
+        self.flag = flag
+        self.why_not: str | None = None if mode != "off" else f"{flag} off"
+        self._templates: dict[tuple, Template] = {}
+        self._lock = asyncio.Lock()
+        self.notice = notice  # told once when `auto` falls back to chat requests, and why
+        self.batches = 0  # completion requests sent
+        self.prompts = 0  # requests they carried
+
+    def figures(self) -> dict[str, Any]:
+        """run.json's "judge_batch": the mode, whether batches were sent, and if not why."""
+        return {"mode": self.mode, "batched": self.batches > 0, "why_not": self.why_not,
+                "requests": self.batches, "prompts": self.prompts}
+
+    async def template(self, url: str, requests: Sequence[ChatRequest]) -> Template | None:
+        """The template for `requests`, or None: send them as chat requests."""
+        if self.why_not is not None or not batchable(requests):
+            return None
+        first = requests[0]
+        key = (first.model, first.messages[0]["content"], msgspec.json.encode(first.chat_template_kwargs))
+        if (t := self._templates.get(key)) is not None:
+            return t
+        async with self._lock:  # the first batch renders and checks; the others wait for its answer
+            if self.why_not is not None:
+                return None
+            if (t := self._templates.get(key)) is None:
+                try:
+                    if self.mode == "auto" and not await self._says_vllm(url, first.model):
+                        # any other OpenAI-compatible server (its /v1/models owned_by): chat
+                        # requests, as it expects, without probing it for vLLM's endpoints
+                        self.why_not = "the server does not say it is vLLM (/v1/models owned_by)"
+                        return None
+                    t = await self._render(url, first)
+                except Unbatchable as e:
+                    if self.mode == "on":
+                        raise ConfigError(f"{self.flag} on: the {self.role} server {url} cannot take batched "
+                                          f"prompts: {e}; use {self.flag} auto or off") from None
+                    self.why_not = str(e)
+                    if self.notice is not None:
+                        self.notice(f"{self.role}: one chat request per prompt, since the server {url} cannot "
+                                    f"take batched prompts: {e} ({self.flag} auto)")
+                    return None
+                self._templates[key] = t
+        return t
+
+    async def _says_vllm(self, url: str, model: str) -> bool:
+        await self.client.check_gate()  # the run's check lists every server's models
+        owners = self.client.owners.get(normalize_base_url(url))
+        if owners is None:
+            try:
+                await self.client.models(url, retry=_PROBE)
+            except (RefusedError, StatusError, RetryBudgetError):
+                return False
+            owners = self.client.owners.get(normalize_base_url(url), {})
+        return owners.get(model) == "vllm"
+
+    async def _render(self, url: str, request: ChatRequest) -> Template:
+        model, system = request.model, request.messages[0]["content"]
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": SENTINEL}]
+        kwargs = request.chat_template_kwargs
+        try:
+            ids = await self._post(url, "/tokenize", TemplateRequest(model=model, messages=messages,
+                                                                     chat_template_kwargs=kwargs), _TOKENS, model)
+            text = (await self._post(url, "/detokenize", DetokenizeRequest(model=model, tokens=ids.tokens),
+                                     _TEXT, model)).prompt
+        except (RefusedError, StatusError, RetryBudgetError) as e:
+            raise Unbatchable(f"its chat template could not be rendered ({redact_secrets(str(e))[:200]})") from None
+        if text.count(SENTINEL) != 1:
+            raise Unbatchable(f"its rendered chat template holds the user message {text.count(SENTINEL)} times")
+        prefix, suffix = text.split(SENTINEL)
+        template = Template(system=system, prefix=prefix, suffix=suffix)
+        chat_ids = (await self._post(url, "/tokenize", TemplateRequest(
+            model=model, messages=request.messages, chat_template_kwargs=kwargs), _TOKENS, model)).tokens
+        text_ids = (await self._post(url, "/tokenize", TokenizeRequest(model=model, prompt=template.prompt(request)),
+                                     _TOKENS, model)).tokens
+        if chat_ids != text_ids:
+            at = next((i for i, (a, b) in enumerate(zip(chat_ids, text_ids)) if a != b), min(len(chat_ids),
+                                                                                           len(text_ids)))
+            raise Unbatchable(f"a prompt built from its rendered template differs from the chat prompt at token "
+                              f"{at} of {len(chat_ids)}")
+        return template
+
+    async def _post(self, url: str, path: str, body, decoder, model: str):
+        try:
+            return await self.client.post(url, path, body, decoder, model=model, retry=_PROBE)
+        except msgspec.ValidationError as e:  # an answer without the fields vLLM sends
+            raise Unbatchable(f"{path} answered without {e}") from None
+
+    async def complete(self, url: str, template: Template, requests: Sequence[ChatRequest],
+                       key: str = "") -> list[ChatResult]:
+        """One answer per request, from /v1/completions: as `Client.chat` would give
+        them (never short; a prompt whose answer is empty asked again, a bounded
+        number of times, as the chat path does)."""
+        t0 = time.perf_counter()
+        todo = list(range(len(requests)))
+        out: list[ChatResult | None] = [None] * len(requests)
+        empty = [0] * len(requests)
+        client = self.client
+        for attempt in range(client.retry.attempts + 1):
+            got, usage, model = await self._send(url, template, [requests[i] for i in todo], key)
+            share = _split(usage, len(todo))
+            again = []
+            for i, choice, u in zip(todo, got, share):
+                if choice is None or (not choice.text.strip() and empty[i] < EMPTY_ANSWER_RETRIES):
+                    empty[i] += choice is not None
+                    again.append(i)
+                    continue
+                lp = choice.first_token_logprobs() if requests[i].logprobs else None
+                out[i] = ChatResult(texts=[redact_secrets(choice.text)], finish_reasons=[choice.finish_reason],
+                                    model=model, usage=u, seconds=0.0,
+                                    first_logprobs=[lp] if requests[i].logprobs else [])
+            if not again:
+                break
+            client.followups += 1
+            todo = again
+        else:
+            raise RetryBudgetError(f"{url}/v1/completions: {len(todo)} of {len(requests)} prompts unanswered after "
+                                   f"{client.retry.attempts} follow-up requests")
+        seconds = time.perf_counter() - t0
+        for res in out:
+            res.seconds = seconds
+        return out
+
+    async def _send(self, url: str, template: Template, requests: list[ChatRequest], key: str):
+        """One completion request; its choice per prompt (None where missing), usage and model."""
+        r = requests[0]
+        body = CompletionRequest(model=r.model, prompt=[template.prompt(q) for q in requests], n=1,
+                                 temperature=r.temperature, top_p=r.top_p, min_p=r.min_p, max_tokens=r.max_tokens,
+                                 seed=r.seed, structured_outputs=r.structured_outputs,
+                                 logprobs=(r.top_logprobs or 1) if r.logprobs else None, add_special_tokens=False)
+        data = await self.client.post(url, "/v1/completions", body, _ANSWER, model=r.model, key=key)
+        self.batches += 1
+        self.prompts += len(requests)
+        choices: list = [None] * len(requests)
+        for ch in data.choices:
+            if 0 <= ch.index < len(requests):
+                choices[ch.index] = ch
+        usage = Usage(requests=len(requests))
+        if data.usage is not None:
+            usage.prompt_tokens = data.usage.prompt_tokens
+            usage.completion_tokens = data.usage.completion_tokens
+            details = data.usage.prompt_tokens_details
+            usage.cached_tokens = (details.cached_tokens or 0) if details else 0
+        self.client.usage.add(usage)
+        return choices, usage, data.model or r.model
+
+
+def _split(total: Usage, k: int) -> list[Usage]:
+    """`total` over k requests: one request each, tokens as even as integers allow
+    (the first ones take the remainder), so the sum is `total` again."""
+    def parts(x: int) -> list[int]:
+        q, rem = divmod(x, k)
+        return [q + (i < rem) for i in range(k)]
+
+    return [Usage(requests=1, prompt_tokens=p, completion_tokens=c, cached_tokens=h)
+            for p, c, h in zip(parts(total.prompt_tokens), parts(total.completion_tokens),
+                               parts(total.cached_tokens))]
