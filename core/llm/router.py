@@ -127,13 +127,14 @@ class Router:
     async def resolve_model(self, given: str | None, flag: str, requests: dict[str, int] | None = None) -> str:
         """The role's model id for the cache keys. On one server a given id is used
         as it is (so a fully cached rerun sends nothing), else the server's first
-        listed model. Several servers are each asked: a router sends any request
-        to any of them, so each must answer and serve the model. Each /v1/models
-        request is counted in `requests["models"]`."""
+        listed model. Several servers are each asked (once per run, whichever role
+        asks first): a router sends any request to any of them, so each must answer
+        and serve the model. Each /v1/models request is counted in `requests["models"]`."""
         urls = self.workers if not self.single else ([] if given else self.workers)
-        if requests is not None and urls:
-            requests["models"] = requests.get("models", 0) + len(urls)
-        listed = {u: await self._models(u, flag) for u in urls}
+        known = {u: list(self.client.owners[u]) for u in urls if u in self.client.owners}  # asked for another role
+        if requests is not None and len(urls) > len(known):
+            requests["models"] = requests.get("models", 0) + len(urls) - len(known)
+        listed = {u: known[u] if u in known else await self._models(u, flag) for u in urls}
         model = given or next(iter(listed.values()))[0]
         for url, ids in listed.items():
             if model not in ids:

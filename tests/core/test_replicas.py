@@ -494,3 +494,13 @@ def test_batched_judge_prompts_through_the_router_stay_with_their_position(tmp_p
     finally:
         for srv in servers:
             srv.stop()
+
+
+def test_each_server_is_asked_for_its_models_once(trio, tmp_path):
+    """Several servers: the model ids are resolved on each (Router.resolve_model) and
+    the pre-flight check reuses those answers instead of asking every server again."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=5)
+    s = score(cfg_for(urls(trio), tmp_path), corpus, tmp_path / "out")
+    assert s.status == "complete", s.error
+    assert [srv.count(path="/v1/models") for srv in trio] == [1, 1, 1]
+    assert s.requests["models"] == 3
