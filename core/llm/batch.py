@@ -155,23 +155,24 @@ class Batcher:
 
     async def _render(self, url: str, request: ChatRequest) -> Template:
         model, system = request.model, request.messages[0]["content"]
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": SENTINEL}]
         kwargs = request.chat_template_kwargs
         try:
-            ids = await self._post(url, "/tokenize", TemplateRequest(model=model, messages=messages,
-                                                                     chat_template_kwargs=kwargs), _TOKENS, model)
+            ids = await self._post(url, "/tokenize", TemplateRequest(
+                model=model, messages=[{"role": "system", "content": system}, {"role": "user", "content": SENTINEL}],
+                chat_template_kwargs=kwargs), _TOKENS, model)
             text = (await self._post(url, "/detokenize", DetokenizeRequest(model=model, tokens=ids.tokens),
                                      _TEXT, model)).prompt
+            if text.count(SENTINEL) != 1:
+                raise Unbatchable(f"its rendered chat template holds the user message {text.count(SENTINEL)} times")
+            prefix, suffix = text.split(SENTINEL)
+            template = Template(system=system, prefix=prefix, suffix=suffix)
+            chat_ids = (await self._post(url, "/tokenize", TemplateRequest(
+                model=model, messages=request.messages, chat_template_kwargs=kwargs), _TOKENS, model)).tokens
+            text_ids = (await self._post(url, "/tokenize", TokenizeRequest(
+                model=model, prompt=template.prompt(request)), _TOKENS, model)).tokens
         except (RefusedError, StatusError, RetryBudgetError) as e:
+            # a probe that fails (even a passing fault) costs the run its batches, never a story
             raise Unbatchable(f"its chat template could not be rendered ({redact_secrets(str(e))[:200]})") from None
-        if text.count(SENTINEL) != 1:
-            raise Unbatchable(f"its rendered chat template holds the user message {text.count(SENTINEL)} times")
-        prefix, suffix = text.split(SENTINEL)
-        template = Template(system=system, prefix=prefix, suffix=suffix)
-        chat_ids = (await self._post(url, "/tokenize", TemplateRequest(
-            model=model, messages=request.messages, chat_template_kwargs=kwargs), _TOKENS, model)).tokens
-        text_ids = (await self._post(url, "/tokenize", TokenizeRequest(model=model, prompt=template.prompt(request)),
-                                     _TOKENS, model)).tokens
         if chat_ids != text_ids:
             at = next((i for i, (a, b) in enumerate(zip(chat_ids, text_ids)) if a != b), min(len(chat_ids),
                                                                                            len(text_ids)))

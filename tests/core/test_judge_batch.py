@@ -181,3 +181,15 @@ def test_the_prompts_are_exactly_the_chat_prompts(tmp_path):
             assert [m["role"] for m in msgs] == ["system", "user"] and "literary judge" in msgs[0]["content"]
             assert prompt == render_template(msgs, True, {"enable_thinking": False})
             assert prompt.endswith("<|assistant|>\n<think>\n\n</think>\n\n")
+
+
+def test_a_probe_that_fails_costs_the_batches_not_a_story(pair, capsys):
+    """The template check's /tokenize failing for good (here: 503 past the probe's two
+    tries) falls back to chat requests; every story is still scored."""
+    with LoopbackServer(model=["test-gen", "test-judge"], batching=True) as srv:
+        srv.fail_next("503", times=2, path="/tokenize")  # the probe's first /tokenize, both tries
+        assert _score(srv.base_url, pair, "probe", "--tokenizer", "words") == 0
+        assert srv.count(path=COMPLETIONS_PATH) == 0 and srv.count(kind="judge") > 0
+    assert "could not be rendered" in capsys.readouterr().err
+    run = json.loads((pair / "probe" / "run.json").read_text())
+    assert run["stories"]["failed"] == [] and run["judge_batch"]["batched"] is False
