@@ -56,7 +56,8 @@ ITEM_KEY: contextvars.ContextVar[str] = contextvars.ContextVar("routing_key", de
 class ReplicaStats(msgspec.Struct, kw_only=True):
     """What one server of a role did in a run (run.json, the progress bar, `bench`).
     Behind a router, `requests` and `failures` are the router's counts for the
-    worker (every role it serves); alone, the client's own."""
+    worker (every role it serves; HTTP requests, so a batch of judge prompts is
+    one); alone, the client's own (LLM requests: a batch counts its prompts)."""
 
     url: str
     role: str
