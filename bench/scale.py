@@ -27,6 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from client import start_stub  # the same stub process as bench/client.py (run as bench/scale.py)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -54,16 +56,6 @@ print(json.dumps({"rss_anon_mb": kb("RssAnon"), "rss_file_mb": kb("RssFile"), "h
 """
 
 
-def start_stub() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(HERE / "stub_server.py"), "--port", "0"],
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline().strip()
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise SystemExit(f"the stub did not start: {line!r}")
-    return proc, line.removeprefix("listening on ")
-
-
 def one(base: str, corpus: Path, cache: Path, out: Path, endings: int) -> dict:
     r = subprocess.run([sys.executable, "-c", CHILD, "-", str(ROOT / "tests"), base, str(corpus), str(cache),
                         str(out), str(endings)], capture_output=True, text=True, timeout=7200)
@@ -88,7 +80,7 @@ def main(argv=None) -> int:
 
     print("config: " + json.dumps({**vars(args), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
                                    "python": platform.python_version(), "loadavg": os.getloadavg()}))
-    stub, base = start_stub()
+    stub, base = start_stub(0, None, False)
     rows = []
     try:
         for n in sizes:

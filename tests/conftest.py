@@ -54,6 +54,21 @@ def make_corpus(path: Path, n: int, seed: int = 0, words: tuple[int, int] = (520
     return path
 
 
+def verdict_records(cache: Path) -> dict:
+    """Every verdict record of a cache, by key (read with LMDB's cursor for the keys,
+    then through the Store, which checks and decodes them)."""
+    import lmdb
+
+    from tension.cache.store import Store
+
+    env = lmdb.open(str(cache), max_dbs=8, readonly=True, lock=False)
+    with env.begin() as txn:
+        keys = [k for k, _ in txn.cursor(env.open_db(b"verdicts", txn=txn, create=False))]
+    env.close()
+    with Store(cache, readonly=True) as s:
+        return dict(zip(keys, s.get_many("verdicts", keys)))
+
+
 @pytest.fixture
 def server():
     with LoopbackServer(model=["test-gen", "test-judge"]) as srv:

@@ -181,10 +181,7 @@ class Batcher:
         return template
 
     async def _post(self, url: str, path: str, body, decoder, model: str):
-        try:
-            return await self.client.post(url, path, body, decoder, model=model, retry=_PROBE)
-        except msgspec.ValidationError as e:  # an answer without the fields vLLM sends
-            raise Unbatchable(f"{path} answered without {e}") from None
+        return await self.client.post(url, path, body, decoder, model=model, retry=_PROBE)
 
     async def complete(self, url: str, template: Template, requests: Sequence[ChatRequest],
                        key: str = "") -> list[ChatResult]:

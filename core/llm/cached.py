@@ -61,9 +61,9 @@ class CachedChat:
         key = request_key("chat", req)
         rec = self.store.get(db, key)
         if rec is None:
-            rec = await self._send(db, key, req, send, role)
-        else:
-            self.progress.hit()
+            self.requests[role] = self.requests.get(role, 0) + 1
+            return self._keep(db, key, await send(req))
+        self.progress.hit()
         self.usage_all.add(rec.usage)
         return rec
 
@@ -81,27 +81,21 @@ class CachedChat:
         for rec in out:
             if rec is not None:
                 self.usage_all.add(rec.usage)
-        make = _RECORD[db]
-
         for part in ([todo[:1], todo[1:]] if warm_first else [todo]):
             if not part:
                 continue
 
             def done(j: int, res: ChatResult, part=part) -> None:  # committed as each answer arrives
-                i = part[j]
-                out[i] = rec = make(res)
-                self.committer.add(db, keys[i], rec)
-                self.progress.fresh(res.usage)
-                self.usage_all.add(rec.usage)
+                out[part[j]] = self._keep(db, keys[part[j]], res)
 
             self.requests[role] = self.requests.get(role, 0) + len(part)
             await send_many([reqs[i] for i in part], done)
         return out
 
-    async def _send(self, db: str, key: bytes, req: ChatRequest, send: Send, role: str) -> Answer:
-        self.requests[role] = self.requests.get(role, 0) + 1
-        res = await send(req)
+    def _keep(self, db: str, key: bytes, res: ChatResult) -> Answer:
+        """The record of a fresh answer, handed to the committer and counted."""
         rec = _RECORD[db](res)
         self.committer.add(db, key, rec)
         self.progress.fresh(res.usage)
+        self.usage_all.add(rec.usage)
         return rec

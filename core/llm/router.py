@@ -161,12 +161,7 @@ class Router:
         """`request` on the role's server (or router, routed by `key`, default the
         task's ITEM_KEY)."""
         res = await sched.request(self.role, self.client.chat, self.url, request, None, key or ITEM_KEY.get())  # None: its retry policy
-        if self.single:
-            s = self._stats[self.url]
-            s.requests += res.usage.requests
-            s.completion_tokens += res.usage.completion_tokens
-            s.prompt_tokens += res.usage.prompt_tokens
-            s.cached_tokens += res.usage.cached_tokens
+        self._tally(res)
         return res
 
     async def chat_many(self, sched, key: str, requests: Sequence[ChatRequest],
@@ -186,15 +181,18 @@ class Router:
             return
         results = await sched.request_weighted(self.role, len(requests), self.batcher.complete, self.url, template,
                                                requests, key)
+        for j, res in enumerate(results):
+            self._tally(res)
+            done(j, res)
+
+    def _tally(self, res: ChatResult) -> None:
+        """A single server's own figures (behind a router they come from the router's)."""
         if self.single:
             s = self._stats[self.url]
-            for res in results:
-                s.requests += res.usage.requests
-                s.completion_tokens += res.usage.completion_tokens
-                s.prompt_tokens += res.usage.prompt_tokens
-                s.cached_tokens += res.usage.cached_tokens
-        for j, res in enumerate(results):
-            done(j, res)
+            s.requests += res.usage.requests
+            s.completion_tokens += res.usage.completion_tokens
+            s.prompt_tokens += res.usage.prompt_tokens
+            s.cached_tokens += res.usage.cached_tokens
 
     async def tokenize(self, sched, key: str, model: str, text: str) -> int:
         """/tokenize on `key`'s server (the router sends it where the key's chat requests go)."""

@@ -161,17 +161,11 @@ def test_batched_judge_prompts_are_token_for_token_the_chat_prompts(vllm_server,
 
 
 def _verdict_letters(path, cfg):
-    import lmdb
+    from conftest import verdict_records
 
-    from tension.cache.store import Store
     from tension.core.prompts import score as prompts
 
-    env = lmdb.open(str(path), max_dbs=8, readonly=True, lock=False)
-    with env.begin() as txn:
-        keys = [k for k, _ in txn.cursor(env.open_db(b"verdicts", txn=txn, create=False))]
-    env.close()
-    with Store(path, readonly=True) as s:
-        recs = s.get_many("verdicts", keys)
+    recs = verdict_records(path)
     if cfg.judge_constraint == "logprobs":
-        return {k: prompts.verdict_from_logprobs(r.first_logprobs) for k, r in zip(keys, recs)}
-    return {k: r.text for k, r in zip(keys, recs)}
+        return {k: prompts.verdict_from_logprobs(r.first_logprobs) for k, r in recs.items()}
+    return {k: r.text for k, r in recs.items()}

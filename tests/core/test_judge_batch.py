@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import lmdb
 import pytest
-from conftest import make_corpus
+from conftest import make_corpus, verdict_records
 from openai_server import CHAT_PATH, COMPLETIONS_PATH, LoopbackServer
 
-from tension.cache.store import Store
 from tension.core.cli import main
 
 SCORE_FILES = ("positions.jsonl", "stories.csv", "groups.csv", "texts.jsonl")
@@ -38,13 +36,7 @@ def _same_outputs(a: Path, b: Path) -> None:
 
 def _verdicts(path: Path) -> dict[bytes, tuple]:
     """Every verdict record of a cache: key -> (text, finish reason, model, logprobs)."""
-    env = lmdb.open(str(path), max_dbs=8, readonly=True, lock=False)
-    with env.begin() as txn:
-        keys = [k for k, _ in txn.cursor(env.open_db(b"verdicts", txn=txn, create=False))]
-    env.close()
-    with Store(path, readonly=True) as s:
-        recs = s.get_many("verdicts", keys)
-    return {k: (r.text, r.finish_reason, r.model, r.first_logprobs) for k, r in zip(keys, recs)}
+    return {k: (r.text, r.finish_reason, r.model, r.first_logprobs) for k, r in verdict_records(path).items()}
 
 
 @pytest.fixture

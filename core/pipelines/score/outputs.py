@@ -67,7 +67,7 @@ class TextsSpool:
         if self.file is None:
             self.file = tempfile.TemporaryFile(dir=self.folder)  # gone when closed, or when the process ends
         line = _line_encoder.encode(record) + b"\n"
-        self.file.seek(0, os.SEEK_END)
+        # only appends move the position (`lines` reads with pread), so tell() is the end
         self.where[key] = (self.file.tell(), len(line))
         self.file.write(line)
 
