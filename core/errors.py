@@ -24,8 +24,11 @@ status. Lower-level exceptions (aiohttp, lmdb, msgspec) are chained with ``from`
 
 from __future__ import annotations
 
+from typing import Literal
+
 __all__ = [
     "TensionError",
+    "RunStatus",
     "InputError",
     "ConfigError",
     "CacheError",
@@ -118,7 +121,10 @@ class RetryBudgetError(ServerError):
         super().__init__(message)
 
 
-def exit_status(status: str, produced: int, problems: int) -> int:
+RunStatus = Literal["complete", "failed", "interrupted"]  # how a run ended (core/run/lifecycle.py decides)
+
+
+def exit_status(status: RunStatus, produced: int, problems: int) -> int:
     """The exit status of a run, one rule for every verb: did the run produce what
     was asked? ``status`` is how the run ended ("complete", "failed",
     "interrupted"), ``produced`` how many results it wrote (stories, ideas, …),

@@ -54,3 +54,7 @@ class PositionLine(msgspec.Struct, kw_only=True):
     n_empty: int = 0
     n_malformed: int = 0
     no_rate: float
+    # The cache keys the position was scored from (hex): its endings record and its
+    # judged record, so any run's endings are found without rebuilding its requests.
+    endings_key: str | None = None
+    judged_key: str | None = None

@@ -42,7 +42,7 @@ def cmd_generate(args) -> int:
         print(f"error: idea {f.id!r} failed at {f.stage}: {f.error}", file=sys.stderr)
     print_answer_warnings(summary.warnings)
     print(f"{summary.stories} of {summary.ideas} ideas generated ({summary.mode}, model {summary.model}); "
-          f"requests sent: {summary.requests}; cache hits: {summary.cache_hits}")
+          f"requests sent: {summary.requests.get('generation', 0)}; cache hits: {summary.cache_hits.get('endings', 0)}")
     if summary.status == "failed":
         print_stopped(summary.error, "answers are")
         return EXIT_FAILED

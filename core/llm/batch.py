@@ -24,8 +24,10 @@ The answers become one `ChatResult` per request, so cache keys and records stay
 those of the chat requests: a verdict is the same record whichever path asked it,
 and a cache written by either path serves the other. What a chat answer has per
 request and a batch only in total, the usage, is split evenly over the batch's
-requests (totals stay exact). Bench: bench/client.py; proof on the embedded vLLM
-server: tests/test_slow_judge_batch.py.
+requests (totals stay exact). A batch reports what it cost (`Batch`: usage over
+every request it sent, follow-ups) with its answers; it writes no one else's
+counters. Bench: bench/client.py; proof on the embedded vLLM server:
+tests/core/test_embedded_e2e.py.
 """
 
 from __future__ import annotations
@@ -33,18 +35,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from tension.cache.records import Usage
 from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, StatusError
-from tension.core.llm.client import EMPTY_ANSWER_RETRIES, ChatResult, Client, RetryPolicy, normalize_base_url
-from tension.core.llm.protocol import (ChatRequest, CompletionRequest, CompletionResponse, DetokenizeRequest,
-                                       DetokenizeResponse, TemplateRequest, TokenIds, TokenizeRequest)
+from tension.core.llm.client import EMPTY_ANSWER_RETRIES, ChatResult, Client, ShortAnswerError
+from tension.core.llm.failures import RetryPolicy
+from tension.core.llm.protocol import (ChatRequest, CompletionChoice, CompletionRequest, CompletionResponse,
+                                       DetokenizeRequest, DetokenizeResponse, TemplateRequest, TokenIds,
+                                       TokenizeRequest, usage_of)
 from tension.core.redact import redact_secrets
 
-__all__ = ["Template", "Batcher", "MODES", "SENTINEL"]
+__all__ = ["Template", "Batch", "Batcher", "MODES", "SENTINEL"]
 
 MODES = ("auto", "on", "off")
 # A private-use character: no chat template or tokenizer gives it a meaning, so it
@@ -54,6 +58,7 @@ _PROBE = RetryPolicy(attempts=2, total_seconds=30.0)  # a probe: a server that f
 _TOKENS = msgspec.json.Decoder(TokenIds)
 _TEXT = msgspec.json.Decoder(DetokenizeResponse)
 _ANSWER = msgspec.json.Decoder(CompletionResponse)
+T = TypeVar("T")
 
 
 class Unbatchable(Exception):
@@ -70,6 +75,15 @@ class Template(msgspec.Struct, frozen=True):
 
     def prompt(self, request: ChatRequest) -> str:
         return self.prefix + request.messages[-1]["content"] + self.suffix
+
+
+class Batch(msgspec.Struct, kw_only=True):
+    """The answers of one batch, one per request in order, and what the batch cost:
+    the usage of every completion request sent for it and the follow-ups."""
+
+    results: list[ChatResult]
+    usage: Usage
+    followups: int = 0
 
 
 def _shape(request: ChatRequest) -> ChatRequest:
@@ -144,14 +158,12 @@ class Batcher:
 
     async def _says_vllm(self, url: str, model: str) -> bool:
         await self.client.check_gate()  # the run's check lists every server's models
-        owners = self.client.owners.get(normalize_base_url(url))
-        if owners is None:
+        if not self.client.listed(url):
             try:
                 await self.client.models(url, retry=_PROBE)
             except (RefusedError, StatusError, RetryBudgetError):
                 return False
-            owners = self.client.owners.get(normalize_base_url(url), {})
-        return owners.get(model) == "vllm"
+        return self.client.owned_by(url, model) == "vllm"
 
     async def _render(self, url: str, request: ChatRequest) -> Template:
         model, system = request.model, request.messages[0]["content"]
@@ -180,11 +192,12 @@ class Batcher:
                               f"{at} of {len(chat_ids)}")
         return template
 
-    async def _post(self, url: str, path: str, body, decoder, model: str):
+    async def _post(self, url: str, path: str, body: msgspec.Struct, decoder: msgspec.json.Decoder[T],
+                    model: str) -> T:
         return await self.client.post(url, path, body, decoder, model=model, retry=_PROBE)
 
     async def complete(self, url: str, template: Template, requests: Sequence[ChatRequest],
-                       key: str = "") -> list[ChatResult]:
+                       key: str = "") -> Batch:
         """One answer per request, from /v1/completions: as `Client.chat` would give
         them (never short; a prompt whose answer is empty asked again, a bounded
         number of times, as the chat path does)."""
@@ -192,9 +205,12 @@ class Batcher:
         todo = list(range(len(requests)))
         out: list[ChatResult | None] = [None] * len(requests)
         empty = [0] * len(requests)
-        client = self.client
-        for attempt in range(client.retry.attempts + 1):
+        spent = Usage()
+        followups = 0
+        attempts = self.client.retry.attempts
+        for _ in range(attempts + 1):
             got, usage, model = await self._send(url, template, [requests[i] for i in todo], key)
+            spent.add(usage)
             share = _split(usage, len(todo))
             again = []
             for i, choice, u in zip(todo, got, share):
@@ -208,17 +224,19 @@ class Batcher:
                                     first_logprobs=[lp] if requests[i].logprobs else [])
             if not again:
                 break
-            client.followups += 1
+            followups += 1
             todo = again
         else:
-            raise RetryBudgetError(f"{url}/v1/completions: {len(todo)} of {len(requests)} prompts unanswered after "
-                                   f"{client.retry.attempts} follow-up requests")
+            raise ShortAnswerError(f"{url}/v1/completions: {len(todo)} of {len(requests)} prompts unanswered after "
+                                   f"{attempts} follow-up requests", spent, followups)
         seconds = time.perf_counter() - t0
-        for res in out:
+        results = [res for res in out if res is not None]
+        for res in results:
             res.seconds = seconds
-        return out
+        return Batch(results=results, usage=spent, followups=followups)
 
-    async def _send(self, url: str, template: Template, requests: list[ChatRequest], key: str):
+    async def _send(self, url: str, template: Template, requests: list[ChatRequest], key: str
+                    ) -> tuple[list[CompletionChoice | None], Usage, str]:
         """One completion request; its choice per prompt (None where missing), usage and model."""
         r = requests[0]
         body = CompletionRequest(model=r.model, prompt=[template.prompt(q) for q in requests], n=1,
@@ -228,18 +246,11 @@ class Batcher:
         data = await self.client.post(url, "/v1/completions", body, _ANSWER, model=r.model, key=key)
         self.batches += 1
         self.prompts += len(requests)
-        choices: list = [None] * len(requests)
+        choices: list[CompletionChoice | None] = [None] * len(requests)
         for ch in data.choices:
             if 0 <= ch.index < len(requests):
                 choices[ch.index] = ch
-        usage = Usage(requests=len(requests))
-        if data.usage is not None:
-            usage.prompt_tokens = data.usage.prompt_tokens
-            usage.completion_tokens = data.usage.completion_tokens
-            details = data.usage.prompt_tokens_details
-            usage.cached_tokens = (details.cached_tokens or 0) if details else 0
-        self.client.usage.add(usage)
-        return choices, usage, data.model or r.model
+        return choices, usage_of(data.usage, len(requests)), data.model or r.model
 
 
 def _split(total: Usage, k: int) -> list[Usage]:

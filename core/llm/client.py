@@ -22,6 +22,12 @@ unreachable server before its first chat request.
     async with Client(api_key=...) as client:
         result = await client.chat(base_url, ChatRequest(...))
 
+Every request goes through one retry loop (`_call`) and one transport
+(core/llm/transport.py), the only code that speaks HTTP. The client counts only
+what is its own, HTTP attempts and retries; what an answer used (its usage, its
+follow-ups) comes back with the answer, and the run's engine counts it
+(core/run/engine.py).
+
 Base URLs are server roots (``http://host:8000``); a trailing ``/v1`` is accepted
 and dropped, since vLLM's ``/tokenize`` lives at the root.
 """
@@ -32,22 +38,24 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-import aiohttp
 import msgspec
 
 from tension.cache.records import Usage
-
 from tension.core.errors import RefusedError, RetryBudgetError, ServerError, StatusError
+from tension.core.llm.failures import Outages, RetryPolicy, error_message, parse_retry_after, status_error
 from tension.core.llm.gate import Gate
-from tension.core.llm.failures import Outages, error_message, parse_retry_after, status_error
-from tension.core.redact import redact, redact_secrets, register
 from tension.core.llm.protocol import (ChatChunk, ChatRequest, ChatResponse, ModelList, TokenizeRequest,
-                                       TokenizeResponse, routing_headers)
+                                       TokenizeResponse, routing_headers, usage_of)
+from tension.core.llm.transport import AiohttpTransport, StreamStatus, Transport, TransportError
+from tension.core.redact import redact, redact_secrets, register
 
-__all__ = ["Timeouts", "RetryPolicy", "ChatResult", "StreamResult", "Client", "normalize_base_url"]
+__all__ = ["Timeouts", "ChatResult", "StreamResult", "ShortAnswerError", "Client", "normalize_base_url",
+           "EMPTY_ANSWER_RETRIES"]
 
 EMPTY_ANSWER_RETRIES = 2
+T = TypeVar("T")
 
 
 class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,19 +65,6 @@ class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
     request: float = 600.0
 
 
-class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
-    attempts: int = 8  # tries per request, the first included
-    total_seconds: float = 1800.0  # give up when the next wait would pass this
-    backoff: float = 0.5  # first wait; doubles each retry
-    backoff_cap: float = 30.0  # longest wait (Retry-After may ask for more, up to this)
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"attempts: expected an integer >= 1, got {self.attempts}")
-        if self.total_seconds < 0 or self.backoff < 0 or self.backoff_cap < 0:
-            raise ValueError("total_seconds, backoff and backoff_cap must be >= 0")
-
-
 class ChatResult(msgspec.Struct, kw_only=True):
     texts: list[str]
     finish_reasons: list[str | None]
@@ -77,6 +72,7 @@ class ChatResult(msgspec.Struct, kw_only=True):
     model: str
     usage: Usage
     seconds: float
+    followups: int = 0  # requests sent to complete a short answer (their usage is in `usage`)
 
 
 class StreamResult(msgspec.Struct, kw_only=True):
@@ -97,6 +93,16 @@ def normalize_base_url(url: str) -> str:
     return url
 
 
+class ShortAnswerError(RetryBudgetError):
+    """Follow-ups ran out before an answer had all its choices; what the request
+    spent on the way (`spent`, `followups`) is still counted by the run."""
+
+    def __init__(self, message: str, spent: Usage, followups: int):
+        super().__init__(message)
+        self.spent = spent
+        self.followups = followups
+
+
 class _Retryable(Exception):
     def __init__(self, message: str, retry_after: float | None = None):
         super().__init__(message)
@@ -104,60 +110,58 @@ class _Retryable(Exception):
 
 
 class Client:
-    """An OpenAI-compatible client. Unopened → open (``async with``) → closed."""
+    """An OpenAI-compatible client. Unopened → open (``async with``) → closed.
+    `transport` (default aiohttp) is what sends the bytes."""
 
     def __init__(self, *, api_key: str | None = None, timeouts: Timeouts = Timeouts(),
                  retry: RetryPolicy = RetryPolicy(), seed: int | None = None,
-                 notice: Callable[[str], None] | None = None):
+                 notice: Callable[[str], None] | None = None, transport: Transport | None = None):
         self._api_key = api_key
         register(api_key)  # never printed or stored, even when a server echoes it
         self.outages = Outages(notice)  # says at once when a server does not answer, and when it answers again
         self._gate = Gate()
         self.timeouts = timeouts
         self.retry = retry
-        self._session: aiohttp.ClientSession | None = None
-        self._closed = False
+        self.transport: Transport = transport or AiohttpTransport(connect=timeouts.connect, request=timeouts.request)
+        self._state = "unopened"
         self._rng = random.Random(seed)
         self._enc = msgspec.json.Encoder()
         self._chat_dec = msgspec.json.Decoder(ChatResponse)
         self._tok_dec = msgspec.json.Decoder(TokenizeResponse)
         self._models_dec = msgspec.json.Decoder(ModelList)
         self._chunk_dec = msgspec.json.Decoder(ChatChunk)
-        # Totals over the client's life; read by progress and run.json.
-        self.usage = Usage()
+        # The client's own figures, over its life (run.json "http").
         self.sent = 0  # HTTP attempts, retries included
         self.retries = 0
-        self.followups = 0  # requests sent to complete a short answer
         self.max_model_len: dict[str, int] = {}  # base URL -> context length its /tokenize reported
         self.owners: dict[str, dict[str, str | None]] = {}  # base URL -> model id -> owned_by, from /v1/models
 
     def __repr__(self) -> str:  # never show the key
-        state = "closed" if self._closed else ("open" if self._session else "unopened")
-        return f"<Client {state} key={'set' if self._api_key else 'none'}>"
+        return f"<Client {self._state} key={'set' if self._api_key else 'none'}>"
 
     async def __aenter__(self) -> Client:
-        if self._closed:
+        if self._state == "closed":
             raise RuntimeError("this Client is closed; make a new one")
-        if self._session is not None:
+        if self._state == "open":
             raise RuntimeError("this Client is already open")
         headers = {"Content-Type": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
-            headers=headers,
-            timeout=aiohttp.ClientTimeout(total=self.timeouts.request, connect=self.timeouts.connect),
-        )
+        await self.transport.open(headers)
+        self._state = "open"
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        self._closed = True
+        if self._state == "open":
+            await self.transport.close()
+        self._state = "closed"
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise RuntimeError("use `async with Client(...)` before sending")
 
     # -- the gate -----------------------------------------------------------------
 
@@ -177,15 +181,25 @@ class Client:
     # client's); the replica router asks for a short one where another replica can help.
 
     async def models(self, base_url: str, retry: RetryPolicy | None = None) -> list[str]:
-        data = await self._call("GET", normalize_base_url(base_url) + "/v1/models", None, self._models_dec, retry)
-        self.owners[normalize_base_url(base_url)] = {m.id: m.owned_by for m in data.data}
+        root = normalize_base_url(base_url)
+        data = await self._call("GET", root + "/v1/models", None, self._models_dec, retry)
+        self.owners[root] = {m.id: m.owned_by for m in data.data}
         return [m.id for m in data.data]
+
+    def listed(self, base_url: str) -> bool:
+        """Whether this client has the server's /v1/models answer."""
+        return normalize_base_url(base_url) in self.owners
+
+    def owned_by(self, base_url: str, model: str) -> str | None:
+        """Who the server's /v1/models said owns `model` (None: not asked, or not said)."""
+        return self.owners.get(normalize_base_url(base_url), {}).get(model)
 
     async def tokenize(self, base_url: str, model: str, text: str, retry: RetryPolicy | None = None,
                        key: str = "") -> int:
         await self.check_gate()
         body = self._enc.encode(TokenizeRequest(model=model, prompt=text))
-        url = normalize_base_url(base_url) + "/tokenize"
+        root = normalize_base_url(base_url)
+        url = root + "/tokenize"
         try:
             data = await self._call("POST", url, body, self._tok_dec, retry, model=model,
                                     headers=routing_headers(key))
@@ -199,7 +213,7 @@ class Client:
                     "approximate with whitespace words") from e
             raise
         if data.max_model_len:
-            self.max_model_len[normalize_base_url(base_url)] = data.max_model_len
+            self.max_model_len[root] = data.max_model_len
         return data.count
 
     async def chat(self, base_url: str, request: ChatRequest, retry: RetryPolicy | None = None,
@@ -221,24 +235,20 @@ class Client:
         usage = Usage()
         model = request.model
         req = request
-        empty_retries = 0
+        empty_retries = followups = 0
         for followup in range(self.retry.attempts + 1):
             data = await self._call("POST", url, self._enc.encode(req), self._chat_dec, retry, model=request.model,
                                     headers=headers)
-            usage.requests += 1
             if (data.choices and empty_retries < EMPTY_ANSWER_RETRIES
                     and all(not (c.message.content or "").strip() for c in data.choices)):
                 # Every choice empty: a glitch far more often than a real answer
                 # (100 empty endings at T = 1.2?). Ask again, a bounded number of
                 # times; if it stays empty, it is the model's answer and is kept.
+                usage.requests += 1
                 empty_retries += 1
                 self.retries += 1
                 continue
-            if data.usage is not None:
-                usage.prompt_tokens += data.usage.prompt_tokens
-                usage.completion_tokens += data.usage.completion_tokens
-                details = data.usage.prompt_tokens_details
-                usage.cached_tokens += (details.cached_tokens or 0) if details else 0
+            usage.add(usage_of(data.usage))
             model = data.model or model
             for ch in sorted(data.choices, key=lambda c: c.index)[: req.n]:
                 texts.append(redact_secrets(ch.message.content or ""))
@@ -246,21 +256,19 @@ class Client:
                 logprobs.append(ch.first_token_logprobs() if request.logprobs else None)
             missing = request.n - len(texts)
             if missing <= 0:
-                self.usage.add(usage)
                 return ChatResult(texts=texts, finish_reasons=reasons, model=model, usage=usage,
-                                  seconds=time.perf_counter() - t0,
+                                  seconds=time.perf_counter() - t0, followups=followups,
                                   first_logprobs=logprobs if request.logprobs else [])
             if followup == self.retry.attempts:
                 break
-            self.followups += 1
+            followups += 1
             seed = None if request.seed is None else request.seed + len(texts)
             req = msgspec.structs.replace(request, n=missing, seed=seed)
-        self.usage.add(usage)
-        raise RetryBudgetError(f"{url}: asked for {request.n} choices, got {len(texts)} after "
-                               f"{self.retry.attempts} follow-up requests")
+        raise ShortAnswerError(f"{url}: asked for {request.n} choices, got {len(texts)} after "
+                               f"{self.retry.attempts} follow-up requests", usage, followups)
 
-    async def post(self, base_url: str, path: str, body: msgspec.Struct, decoder: msgspec.json.Decoder, *,
-                   model: str, key: str = "", retry: RetryPolicy | None = None):
+    async def post(self, base_url: str, path: str, body: msgspec.Struct, decoder: msgspec.json.Decoder[T], *,
+                   model: str, key: str = "", retry: RetryPolicy | None = None) -> T:
         """POST `body` to `path` of the server root with the client's retries, after
         the gate; the answer decoded. For endpoints spoken elsewhere (core/llm/batch.py)."""
         await self.check_gate()
@@ -271,8 +279,7 @@ class Client:
         """One streamed request, timed: time to first token and to the end. Not
         retried and never completed by follow-ups: a benchmark measures what the
         server does, and reports a failure instead of hiding it."""
-        if self._session is None:
-            raise RuntimeError("use `async with Client(...)` before sending")
+        self._check_open()
         await self.check_gate()
         url = normalize_base_url(base_url) + "/v1/chat/completions"
         req = msgspec.structs.replace(request, stream=True, stream_options={"include_usage": True})
@@ -284,35 +291,28 @@ class Client:
         self.sent += 1
         t0 = time.perf_counter()
         try:
-            async with self._session.post(url, data=self._enc.encode(req)) as resp:
-                if resp.status != 200:
-                    raise status_error(resp.status, url, error_message(await resp.read()), request.model)
-                async for line in resp.content:
-                    if not line.startswith(b"data:"):
-                        continue  # blank separators, comments, event names
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        break
-                    chunk = self._chunk_dec.decode(payload)
-                    model = chunk.model or model
-                    for ch in chunk.choices:
-                        if ch.delta.content:
-                            if ttft is None:
-                                ttft = time.perf_counter() - t0
-                            events += 1
-                            parts.setdefault(ch.index, []).append(ch.delta.content)
-                    if chunk.usage is not None:
-                        usage.prompt_tokens = chunk.usage.prompt_tokens
-                        usage.completion_tokens = chunk.usage.completion_tokens
-                        details = chunk.usage.prompt_tokens_details
-                        usage.cached_tokens = (details.cached_tokens or 0) if details else 0
-        except asyncio.TimeoutError as e:
-            raise ServerError(f"{url}: streamed answer timed out after {self.timeouts.request:g} s") from e
-        except aiohttp.ClientError as e:
-            raise ServerError(redact(f"{url}: {type(e).__name__}: {e}")) from e
+            async for line in self.transport.lines(url, self._enc.encode(req), None):
+                if not line.startswith(b"data:"):
+                    continue  # blank separators, comments, event names
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    break
+                chunk = self._chunk_dec.decode(payload)
+                model = chunk.model or model
+                for ch in chunk.choices:
+                    if ch.delta.content:
+                        if ttft is None:
+                            ttft = time.perf_counter() - t0
+                        events += 1
+                        parts.setdefault(ch.index, []).append(ch.delta.content)
+                if chunk.usage is not None:
+                    usage = chunk.usage.usage()
+        except StreamStatus as e:
+            raise status_error(e.status, url, error_message(e.body), request.model) from None
+        except TransportError as e:
+            raise ServerError(f"{url}: {e}") from e
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             raise ServerError(f"{url}: malformed event in the stream: {e}") from e
-        self.usage.add(usage)
         texts = [redact_secrets("".join(parts.get(i, []))) for i in range(request.n)]
         return StreamResult(texts=texts, model=model, usage=usage, ttft=ttft,
                             seconds=time.perf_counter() - t0, events=events)
@@ -321,24 +321,19 @@ class Client:
         """GET a text endpoint of the server root (e.g. ``/metrics``) once, without
         retries: the body of a 200 answer, None for anything else or a server that
         cannot be reached (figures from optional endpoints go without)."""
-        if self._session is None:
-            raise RuntimeError("use `async with Client(...)` before sending")
-        url = normalize_base_url(base_url) + path
+        self._check_open()
         try:
-            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-                if resp.status != 200:
-                    return None
-                return (await resp.read()).decode("utf-8", "replace")
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+            reply = await self.transport.send("GET", normalize_base_url(base_url) + path, None, None, timeout)
+        except TransportError:
             return None
+        return reply.body.decode("utf-8", "replace") if reply.status == 200 else None
 
     # -- the retry loop -------------------------------------------------------
 
-    async def _call(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder,
+    async def _call(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder[T],
                     retry: RetryPolicy | None = None, model: str | None = None,
-                    headers: dict[str, str] | None = None):
-        if self._session is None:
-            raise RuntimeError("use `async with Client(...)` before sending")
+                    headers: dict[str, str] | None = None) -> T:
+        self._check_open()
         policy = retry or self.retry
         start = time.monotonic()
         last: Exception | None = None
@@ -366,24 +361,19 @@ class Client:
             f"(retry budget: {policy.attempts} attempts, {policy.total_seconds:g} s); last error: {last}",
             last) from last
 
-    async def _attempt(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder,
-                       model: str | None = None, headers: dict[str, str] | None = None):
+    async def _attempt(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder[T],
+                       model: str | None = None, headers: dict[str, str] | None = None) -> T:
         self.sent += 1
         try:
-            async with self._session.request(method, url, data=body, headers=headers) as resp:
-                data = await resp.read()
-                status = resp.status
-                retry_after = resp.headers.get("Retry-After")
-        except asyncio.TimeoutError as e:
-            raise _Retryable(f"timed out after {self.timeouts.request:g} s") from e
-        except aiohttp.ClientError as e:
-            raise _Retryable(redact(f"{type(e).__name__}: {e}")) from e
-        if status == 200:
+            reply = await self.transport.send(method, url, body, headers)
+        except TransportError as e:
+            raise _Retryable(str(e)) from e
+        if reply.status == 200:
             try:
-                return decoder.decode(data)
+                return decoder.decode(reply.body)
             except (msgspec.DecodeError, msgspec.ValidationError) as e:
-                raise _Retryable(redact(f"malformed answer ({e}): {data[:120]!r}")) from e
-        message = error_message(data)
-        if status == 429 or status >= 500:
-            raise _Retryable(f"HTTP {status}: {message}", parse_retry_after(retry_after))
-        raise status_error(status, url, message, model)
+                raise _Retryable(redact(f"malformed answer ({e}): {reply.body[:120]!r}")) from e
+        message = error_message(reply.body)
+        if reply.status == 429 or reply.status >= 500:
+            raise _Retryable(f"HTTP {reply.status}: {message}", parse_retry_after(reply.retry_after))
+        raise status_error(reply.status, url, message, model)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import msgspec
@@ -22,13 +21,25 @@ from tension.core.errors import RefusedError, ServerError, StatusError
 from tension.core.llm.protocol import ErrorBody
 from tension.core.redact import redact
 
-if TYPE_CHECKING:
-    from tension.core.llm.client import RetryPolicy
-
-__all__ = ["KEY_ADVICE", "server_root", "status_error", "error_message", "parse_retry_after", "Outages"]
+__all__ = ["RetryPolicy", "KEY_ADVICE", "server_root", "status_error", "error_message", "parse_retry_after", "Outages"]
 
 KEY_ADVICE = ("the server refuses the API key: check the key in OPENAI_API_KEY (or in the variable "
               "--api-key-env names, for generate)")
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How long a request is retried: a count and a total time, with backoff."""
+
+    attempts: int = 8  # tries per request, the first included
+    total_seconds: float = 1800.0  # give up when the next wait would pass this
+    backoff: float = 0.5  # first wait; doubles each retry
+    backoff_cap: float = 30.0  # longest wait (Retry-After may ask for more, up to this)
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"attempts: expected an integer >= 1, got {self.attempts}")
+        if self.total_seconds < 0 or self.backoff < 0 or self.backoff_cap < 0:
+            raise ValueError("total_seconds, backoff and backoff_cap must be >= 0")
 
 
 def server_root(url: str) -> str:

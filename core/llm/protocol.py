@@ -8,11 +8,13 @@ from typing import Any
 
 import msgspec
 
+from tension.cache.records import Usage
+
 __all__ = [
     "ChatRequest", "ChatResponse", "ChatChunk", "ChunkChoice", "Delta", "Choice", "ChoiceMessage", "WireUsage",
     "TokenizeRequest", "TokenizeResponse", "ModelList", "ModelCard", "ErrorBody", "routing_headers",
     "TemplateRequest", "TokenIds", "DetokenizeRequest", "DetokenizeResponse", "CompletionRequest",
-    "CompletionResponse", "CompletionChoice",
+    "CompletionResponse", "CompletionChoice", "usage_of",
 ]
 
 
@@ -86,6 +88,17 @@ class WireUsage(msgspec.Struct):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     prompt_tokens_details: PromptDetails | None = None
+
+    def usage(self, requests: int = 1) -> Usage:
+        """The one reading of a server's usage: what `requests` requests used."""
+        details = self.prompt_tokens_details
+        return Usage(requests=requests, prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                     cached_tokens=(details.cached_tokens or 0) if details else 0)
+
+
+def usage_of(wire: WireUsage | None, requests: int = 1) -> Usage:
+    """`wire.usage(requests)`, or only the request count when the server sent none."""
+    return wire.usage(requests) if wire is not None else Usage(requests=requests)
 
 
 class ChatResponse(msgspec.Struct):

@@ -12,12 +12,11 @@ worker, health checks); the client's own retries come on top.
     gen, judge = Router("generation", replicas, client, limit=64), Router("judge", ...)
     await gen.resolve_model("--model"); ...
     async with routing(gen, judge):                       # starts vllm-router if needed
-        async with Scheduler({**gen.lanes(), **judge.lanes()}) as sched:
-            sched.service(gen.watch())                       # per-worker figures, live
-            result = await gen.chat(sched, "story-017", request)
+        result = await gen.chat("story-017", request)
 
-Concurrency stays with the Scheduler: a role is one lane of ``limit`` requests in
-flight per server. Which server answered never enters a cache key.
+A router only sends. Concurrency is the run's (core/run/engine.py holds every
+request in its role's Scheduler lane: ``lanes()``, ``limit`` requests in flight
+per server). Which server answered never enters a cache key.
 """
 
 from __future__ import annotations
@@ -32,8 +31,10 @@ from typing import Any
 import msgspec
 
 from tension.core.errors import ConfigError, ServerError
-from tension.core.llm.batch import Batcher
-from tension.core.llm.client import ChatResult, Client, RetryPolicy
+from tension.cache.records import Usage
+from tension.core.llm.batch import Batch, Batcher, Template
+from tension.core.llm.client import ChatResult, Client
+from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_hit_rate
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import Replica
@@ -156,47 +157,40 @@ class Router:
         return ids
 
     # -- requests -------------------------------------------------------------------
+    # A router sends; which lane a request waits in is the run's engine's concern
+    # (core/run/engine.py), so nothing here knows the scheduler.
 
-    async def chat(self, sched, key: str, request: ChatRequest) -> ChatResult:
+    async def chat(self, key: str, request: ChatRequest) -> ChatResult:
         """`request` on the role's server (or router, routed by `key`, default the
         task's ITEM_KEY)."""
-        res = await sched.request(self.role, self.client.chat, self.url, request, None, key or ITEM_KEY.get())  # None: its retry policy
-        self._tally(res)
+        res = await self.client.chat(self.url, request, None, key or ITEM_KEY.get())  # None: its retry policy
+        self._tally(res.usage)
         return res
 
-    async def chat_many(self, sched, key: str, requests: Sequence[ChatRequest],
-                        done: Callable[[int, ChatResult], None]) -> None:
-        """Answer `requests`, calling `done(j, result)` for each as it arrives: all
-        at once from one batched completion request when the role's server takes
-        them (core/llm/batch.py; it holds a lane slot per request), else one chat
-        request each."""
-        key = key or ITEM_KEY.get()
-        # the template is rendered on a server itself: a router need not pass /detokenize on
-        template = await self.batcher.template(self.workers[0], requests)
-        if template is None:
-            async def one(j: int) -> None:
-                done(j, await self.chat(sched, key, requests[j]))
+    async def batch_template(self, requests: Sequence[ChatRequest]) -> Template | None:
+        """The chat template that lets `requests` travel as one completion request
+        (core/llm/batch.py), or None: send them as chat requests. Rendered on a
+        server itself: a router need not pass /detokenize on."""
+        return await self.batcher.template(self.workers[0], requests)
 
-            await sched.map(one, range(len(requests)))
-            return
-        results = await sched.request_weighted(self.role, len(requests), self.batcher.complete, self.url, template,
-                                               requests, key)
-        for j, res in enumerate(results):
-            self._tally(res)
-            done(j, res)
+    async def complete(self, key: str, template: Template, requests: Sequence[ChatRequest]) -> Batch:
+        """`requests` as one batched completion request, an answer each."""
+        batch = await self.batcher.complete(self.url, template, requests, key or ITEM_KEY.get())
+        self._tally(batch.usage)
+        return batch
 
-    def _tally(self, res: ChatResult) -> None:
+    def _tally(self, usage: Usage) -> None:
         """A single server's own figures (behind a router they come from the router's)."""
         if self.single:
             s = self._stats[self.url]
-            s.requests += res.usage.requests
-            s.completion_tokens += res.usage.completion_tokens
-            s.prompt_tokens += res.usage.prompt_tokens
-            s.cached_tokens += res.usage.cached_tokens
+            s.requests += usage.requests
+            s.completion_tokens = (s.completion_tokens or 0) + usage.completion_tokens
+            s.prompt_tokens = (s.prompt_tokens or 0) + usage.prompt_tokens
+            s.cached_tokens = (s.cached_tokens or 0) + usage.cached_tokens
 
-    async def tokenize(self, sched, key: str, model: str, text: str) -> int:
+    async def tokenize(self, key: str, model: str, text: str) -> int:
         """/tokenize on `key`'s server (the router sends it where the key's chat requests go)."""
-        return await sched.request("tokenize", self.client.tokenize, self.url, model, text, None, key)
+        return await self.client.tokenize(self.url, model, text, None, key)
 
     def max_model_len(self) -> int | None:
         """The context length the server's /tokenize reported (all serve one model)."""

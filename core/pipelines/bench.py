@@ -30,6 +30,7 @@ import random
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from tqdm import tqdm
@@ -44,7 +45,7 @@ from tension.core.pipelines.bench_figures import (BenchFigures, Percentiles, Run
                                                   load_figures, percentiles, save_figures)
 from tension.core.pipelines.score.positions import Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
-from tension.core.run.lifecycle import Run, client_for, open_store, run_blocking
+from tension.core.run.lifecycle import open_run, open_store, run_blocking
 from tension.core.run.progress import Progress
 from tension.core.run.scheduler import Scheduler
 
@@ -219,15 +220,16 @@ async def bench_async(cfg: ScoreConfig, corpus_path: str | Path, opts: BenchOpti
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="tension-bench-"))
             store = Store(Path(tmp) / "tokens.lmdb")
         # The cache gives token counts only, and a bench is not the cache's "last run".
-        run = Run(store=store, client=client_for(cfg, cfg.resolved_api_key()),
-                  progress=Progress(enabled=False, stories=1), partial=None, roles=("tokenize", "models"),
-                  last_run=False)
+        run = open_run(cfg, "bench", store=store, progress=Progress(enabled=False, stories=1),
+                       roles=("tokenize", "models"), last_run=False)
         async with run:
             gen, judge = score_routers(cfg, run.client)
-            reqs = await resolve_models(cfg, gen, judge, run.requests)
+            reqs = await resolve_models(cfg, gen, judge, run.llm.counts.requests)
+            run.pipeline = _Benching(reqs)
             await run.client.check_gate()  # every server and model, before the workload starts
-            finder = PositionFinder(cfg, run, gen, count)
-            async with run.scheduler(gen.tokenize_lanes() or {"tokenize": cfg.tokenize_concurrency}):
+            finder = PositionFinder(cfg, run.llm, gen, count)
+            async with run.serving(gen, lanes=gen.tokenize_lanes() or {"tokenize": cfg.tokenize_concurrency},
+                                   route=False):
                 all_ps = await finder.positions(0, story)
             if not all_ps:
                 raise InputError(str(corpus_path), 0, None,
@@ -236,7 +238,26 @@ async def bench_async(cfg: ScoreConfig, corpus_path: str | Path, opts: BenchOpti
             chosen = sorted(rng.sample(all_ps, min(opts.positions, len(all_ps))), key=lambda p: p.k)
             b = _Bench(cfg, run.client, reqs, finder, judge.urls, opts, chosen)
             runs = await b.runs()
-    return _bench_figures(b, str(corpus_path), story.id, len(all_ps), runs)
+        header = run.header()
+    fig = _bench_figures(b, str(corpus_path), story.id, len(all_ps), runs)
+    fig.run = header
+    return fig
+
+
+class _Benching:
+    """The run's `Pipeline`: the models benched, for the record header."""
+
+    def __init__(self, reqs: ScoreRequests):
+        self.reqs = reqs
+
+    def models(self) -> dict[str, str | None]:
+        return {"generation": self.reqs.gen_model, "judge": self.reqs.judge_model}
+
+    def outcome(self) -> tuple[int, int]:
+        return 1, 0
+
+    def body(self) -> dict[str, Any]:
+        return {}
 
 
 def _bench_figures(b: _Bench, corpus: str, story: str, story_positions: int, runs: list[RunFigures]

@@ -10,6 +10,7 @@ import numpy as np
 
 from tension.core.errors import ConfigError
 from tension.core.inputs.jsonl import atomic_write
+from tension.core.run.record import RunHeader
 
 __all__ = ["Percentiles", "ServerFigures", "RunFigures", "BenchFigures", "percentiles", "format_bench",
            "save_figures", "load_figures", "FIGURES_VERSION"]
@@ -84,6 +85,7 @@ class BenchFigures(msgspec.Struct, kw_only=True):
     usd_per_100_stories: float | None = None
     failed: int = 0
     runs: list[RunFigures] = []
+    run: RunHeader | None = None  # the run record header every verb shares (core/run/record.py)
 
 
 def percentiles(xs: list[float]) -> Percentiles:

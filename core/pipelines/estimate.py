@@ -28,20 +28,21 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
 
-from tension.cache.keys import request_key
-from tension.cache.store import Store
 from tension.core.config import ScoreConfig
 from tension.core.errors import ConfigError, StatusError
 from tension.core.inputs.corpus import Corpus, read_corpus
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.prompts import score as prompts
-from tension.core.run.commit import first_error
-from tension.core.run.lifecycle import Run, client_for, open_store, run_blocking
+from tension.core.pipelines.score.lookup import lookup
+from tension.core.run.engine import CacheReads
+from tension.core.run.lifecycle import Run, open_run, run_blocking
+from tension.core.run.record import RunHeader
 from tension.core.run.progress import Progress
 
 __all__ = ["Throughput", "TokenTotals", "Estimate", "estimate", "estimate_async", "format_estimate",
@@ -95,6 +96,7 @@ class Estimate(msgspec.Struct, kw_only=True):
     usd: float | None = None
     formula: str = COST_FORMULA
     seconds: float = 0.0
+    run: RunHeader | None = None  # the run record header every verb shares (core/run/record.py)
 
 
 def _constants(counts: list[int]) -> dict[str, int]:
@@ -179,6 +181,22 @@ class _Tally:
                 "judge": TokenTotals(sent=round(self.judge_sent), computed=round(self.judge_computed))}
 
 
+class _Estimating:
+    """The run's `Pipeline`: the models it asked about, for the record header."""
+
+    def __init__(self, reqs: ScoreRequests):
+        self.reqs = reqs
+
+    def models(self) -> dict[str, str | None]:
+        return {"generation": self.reqs.gen_model or None, "judge": self.reqs.judge_model or None}
+
+    def outcome(self) -> tuple[int, int]:
+        return 1, 0
+
+    def body(self) -> dict[str, Any]:
+        return {}
+
+
 async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: Throughput | None = None) -> Estimate:
     """Counts, tokens, cache coverage and (given a throughput) GPU-hours and money
     of scoring `corpus_path` with `cfg`. Sends no chat request; with
@@ -189,34 +207,32 @@ async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: 
     corpus = read_corpus(corpus_path, cfg.min_words, cfg.max_words)
     # Records only (the token counts it asks for are kept), no record file; an
     # estimate is not the cache's "last run".
-    run = Run(store=open_store(cfg.cache, cfg.cache_max_gb), client=client_for(cfg, cfg.resolved_api_key()),
-              progress=Progress(enabled=cfg.progress, stories=len(corpus.stories)), partial=None,
-              roles=("tokenize", "models"), last_run=False)
+    run = open_run(cfg, "estimate", progress=Progress(enabled=cfg.progress, stories=len(corpus.stories)),
+                   roles=("tokenize", "models"), last_run=False)
     async with run:
         gen, judge = score_routers(cfg, run.client)
-        finder = PositionFinder(cfg, run, gen, count)
+        finder = PositionFinder(cfg, run.llm, gen, count)
         # Model ids name the cache keys. A local counter needs no server: without
         # --model the server is not asked, and the cache is not checked.
         cache_checked = bool(cfg.model) or count is None
-        reqs = (await resolve_models(cfg, gen, judge, run.requests, judge_needed=False) if cache_checked
+        reqs = (await resolve_models(cfg, gen, judge, run.llm.counts.requests, judge_needed=False) if cache_checked
                 else ScoreRequests(cfg, cfg.model or "", cfg.judge_model or ""))
+        run.pipeline = _Estimating(reqs)
         by_story: dict[int, list[Position]] = {}
         failed: list[str] = []
-        try:
-            const = await _count_positions(run, finder, corpus, by_story, failed)
-        except BaseExceptionGroup as eg:  # the scheduler's TaskGroup: raise the first real error
-            first = first_error(eg)
-            raise first if isinstance(first, Exception) else eg
+        const: dict[str, int] = {}
+        await run.work(_count_positions(run, finder, corpus, by_story, failed, const), stop=True)
         run.progress.close()
         thr = throughput or Throughput()
         est = _estimate(cfg, corpus, str(corpus_path), finder, reqs, by_story, const, thr,
                         failed=failed, cache_checked=cache_checked)
         if cache_checked:
-            _coverage(est, run.store, reqs, finder, by_story)
+            _coverage(est, run.llm.reads, reqs, finder, by_story)
         else:
             est.generation_to_send = est.generation_requests
             est.judge_to_send = est.judge_requests
         _cost(est, thr, cfg)
+    est.run = run.header()
     est.seconds = time.perf_counter() - t0
     return est
 
@@ -243,13 +259,14 @@ def _estimate(cfg: ScoreConfig, corpus: Corpus, corpus_path: str, finder: Positi
 
 
 async def _count_positions(run: Run, finder: PositionFinder, corpus: Corpus, by_story: dict[int, list[Position]],
-                           failed: list[str]) -> dict[str, int]:
+                           failed: list[str], const: dict[str, int]) -> None:
     """The score pipeline's positions of every story, into `by_story` (token counts
-    through the scheduler's tokenize lane). Returns the token counts of the
-    prompts' fixed texts."""
+    through the tokenize lane), and into `const` the token counts of the prompts'
+    fixed texts."""
     cfg, progress = finder.cfg, run.progress
-    async with run.scheduler(finder.router.tokenize_lanes() or {"tokenize": cfg.tokenize_concurrency}) as sched:
-        const = _constants(await finder.token_counts(_template_pieces(), ""))
+    lanes = finder.router.tokenize_lanes() or {"tokenize": cfg.tokenize_concurrency}
+    async with run.serving(finder.router, lanes=lanes, route=False) as sched:
+        const.update(_constants(await finder.token_counts(_template_pieces(), "")))
 
         async def one(si: int) -> None:
             try:
@@ -262,33 +279,23 @@ async def _count_positions(run: Run, finder: PositionFinder, corpus: Corpus, by_
                 progress.unit_done()
 
         await sched.feed(range(len(corpus.stories)), one, max(1, cfg.tokenize_concurrency // 4))
-    return const
 
 
-def _coverage(est: Estimate, store: Store, reqs: ScoreRequests, finder: PositionFinder,
+def _coverage(est: Estimate, reads: CacheReads, reqs: ScoreRequests, finder: PositionFinder,
               by_story: dict[int, list[Position]]) -> None:
     """Exact generation keys looked up in the LMDB; judge keys where the endings
-    are there to build them from."""
+    are there to build them from (score/lookup.py, the walk the judge makes)."""
     n = reqs.cfg.endings
     gen_cached = judge_checkable = judge_cached = judge_unknown = 0
     for si in sorted(by_story):
-        sents = finder.sentences[si]
-        ps = by_story[si]
-        recs = store.get_many("endings", [request_key("chat", reqs.endings(sents, p.k)) for p in ps])
-        for p, rec in zip(ps, recs):
-            if rec is None:
+        for p in by_story[si]:
+            cached = lookup(reads, reqs, finder.sentences[si], p.k)
+            if cached.answers is None:
                 judge_unknown += n
                 continue
             gen_cached += 1
-            head, tail = reqs.judge_parts(sents, p.k)
-            judged = store.get("positions", reqs.position_key(head, tail, rec.texts))
-            if judged is not None:  # a judged position: all its verdicts are there
-                judge_checkable += judged.judged
-                judge_cached += judged.judged
-                continue
-            jkeys = [request_key("chat", r) for _, r in reqs.verdicts(head, tail, rec.texts)]
-            judge_checkable += len(jkeys)
-            judge_cached += sum(v is not None for v in store.get_many("verdicts", jkeys))
+            judge_checkable += cached.asked
+            judge_cached += cached.answers.found
     est.generation_cached = gen_cached
     est.judge_checkable = judge_checkable
     est.judge_cached = judge_cached

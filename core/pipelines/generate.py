@@ -32,7 +32,7 @@ import msgspec
 from tension.core.prompts import generate as gp
 from tension.core.prompts.fill import story_join
 from tension.core.config.generate import MODES, GenerateConfig
-from tension.core.errors import ConfigError, InputError, StatusError, exit_status
+from tension.core.errors import ConfigError, InputError, RunStatus, StatusError
 from tension.core.formats import Generator
 from tension.core.inputs.ideas import Idea, Reference, ReferencePrompt, read_ideas, reference_pool
 from tension.core.inputs.jsonl import atomic_write
@@ -40,10 +40,11 @@ from tension.core.run.progress import Progress
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
 from tension.core.llm.preflight import Need, check_servers
-from tension.core.llm.router import ITEM_KEY, Router, routing
+from tension.core.llm.router import ITEM_KEY, Router
+from tension.core.llm.transport import Transport
 from tension.core.pipelines.answer_checks import StoryChecks
 from tension.core.reports.answer_warnings import AnswerWarning
-from tension.core.run.lifecycle import Run, client_for, open_store, out_lock, run_blocking
+from tension.core.run.lifecycle import Run, open_run, out_lock, run_blocking
 from tension.core.run.record import Failure
 
 __all__ = [
@@ -99,7 +100,7 @@ class Whodunit(msgspec.Struct, kw_only=True):
 
 
 class GenerateSummary(msgspec.Struct, kw_only=True):
-    status: str  # "complete", "failed", "interrupted"
+    status: RunStatus
     out: str
     mode: str
     model: str | None
@@ -107,8 +108,8 @@ class GenerateSummary(msgspec.Struct, kw_only=True):
     stories: int
     failures: list[Failure]
     input_errors: list[str]
-    requests: int  # chat requests sent (cache misses)
-    cache_hits: int
+    requests: dict[str, int]  # chat requests sent (cache misses), per role
+    cache_hits: dict[str, int]  # per cache database
     error: str | None = None
     exit_status: int = 0  # core/errors.exit_status: did the run produce what was asked
     warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/answer_checks.py)
@@ -135,11 +136,16 @@ def choose_reference(pool: list[ReferencePrompt], seed: int, idea_id: str) -> Re
 
 class StoryWriter:
     """The stories of one generate run: each idea's steps, their requests through
-    the run's cached call, and the output lines in idea order."""
+    the run's engine, and the output lines in idea order. It is the run's
+    `Pipeline`: its models, outcome and record body."""
 
-    def __init__(self, cfg: GenerateConfig, ideas: list[tuple[int, Idea]], pool: list[ReferencePrompt], run: Run):
+    def __init__(self, cfg: GenerateConfig, ideas: list[tuple[int, Idea]], pool: list[ReferencePrompt], run: Run, *,
+                 errors: list[InputError], ideas_path: str | os.PathLike[str], out: Path):
         self.cfg = cfg
         self.ideas = ideas
+        self.errors = errors  # bad lines of the ideas file
+        self.ideas_path = ideas_path
+        self.out = out
         self.pool = pool
         self.run = run
         self.router = Router("generation", parse_replicas(cfg.base_url, "base_url"), run.client,
@@ -156,12 +162,9 @@ class StoryWriter:
         req = ChatRequest(model=self.model, messages=messages, n=1, temperature=self.temperature,
                           max_tokens=self.max_tokens, min_p=self.min_p, seed=seed,
                           chat_template_kwargs=self.template_kwargs)
-        rec = await self.run.chat.one("endings", req, self._send, role="generation")
+        rec = await self.run.llm.endings("generation", req)  # routed by the idea (ITEM_KEY)
         self.checks.answer(messages, rec.texts[0])
         return rec.texts[0]
-
-    def _send(self, req: ChatRequest):
-        return self.router.chat(self.run.sched, "", req)
 
     async def one(self, job: tuple[int, Idea]) -> None:
         index, idea = job
@@ -178,7 +181,7 @@ class StoryWriter:
             return
         line = msgspec.json.encode(rec) + b"\n"
         self.done[index] = line
-        self.run.committer.lines.append(line)
+        self.run.llm.output(line)
         if not self.cfg.whodunit:
             self.run.progress.unit_done()
 
@@ -250,11 +253,28 @@ class StoryWriter:
         self.run.client.set_gate(lambda: check_servers(self.run.client, [need]))
         # A pipeline story waits on one request at a time, a whodunit too: one open
         # story per lane slot keeps the lane full.
-        async with routing(self.router), self.run.scheduler(self.router.lanes()) as sched:
+        async with self.run.serving(self.router) as sched:
             await sched.feed(list(enumerate(idea for _, idea in self.ideas)), self.one, self.cfg.concurrency)
 
     def output(self) -> bytes:
         return b"".join(self.done[i] for i in sorted(self.done))
+
+    # -- the run's Pipeline ----------------------------------------------------------
+
+    def models(self) -> dict[str, str | None]:
+        return {"generation": self.model or self.cfg.model}
+
+    def outcome(self) -> tuple[int, int]:
+        return len(self.done), len(self.failed) + len(self.errors)
+
+    def body(self) -> dict[str, Any]:
+        """STORIES.run.json after the header."""
+        cfg = self.cfg
+        return {"ideas_file": str(self.ideas_path), "out": str(self.out), "mode": cfg.mode,
+                "ideas": len(self.ideas), "stories": len(self.done),
+                "failures": msgspec.to_builtins(self.failed), "input_errors": [str(e) for e in self.errors],
+                "sampling": dict(zip(("temperature", "max_tokens", "min_p"), cfg.sampling())),
+                "warnings": msgspec.to_builtins(self.checks.warnings())}
 
 
 def _user(content: str) -> dict[str, str]:
@@ -263,8 +283,8 @@ def _user(content: str) -> dict[str, str]:
 
 # --- entry points ---------------------------------------------------------------
 
-async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike, out_path: str | os.PathLike
-                         ) -> GenerateSummary:
+async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike[str], out_path: str | os.PathLike[str],
+                         *, transport: Transport | None = None) -> GenerateSummary:
     """Generate a story per idea; see the module docstring. Problems that stop the
     run before it starts raise TensionError; a failure during the run ends it with
     status "failed" (or "interrupted"), everything completed kept in the cache."""
@@ -279,27 +299,24 @@ async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike, out
         if not cfg.whodunit:
             for _ in ideas:
                 progress.item_started(1)
-        run = Run(store=open_store(cfg.cache, cfg.cache_max_gb),
-                  client=client_for(cfg, cfg.resolved_api_key() or None), progress=progress,
-                  partial=out.with_name(out.name + ".partial"), record_path=run_record_path(out),
-                  record=lambda run: _record(writer, run, errors, ideas_path, out), roles=("generation",))
-        writer = StoryWriter(cfg, ideas, pool, run)
+        run = open_run(cfg, "generate", progress=progress, partial=out.with_name(out.name + ".partial"),
+                       record_path=run_record_path(out), roles=("generation",), transport=transport)
+        writer = StoryWriter(cfg, ideas, pool, run, errors=errors, ideas_path=ideas_path, out=out)
+        run.pipeline = writer
         async with run:
-            await run.work(writer.write())
-            if run.status == "complete" and writer.done:
-                # no story at all: no file, rather than an empty corpus that looks like a result
+            # no story at all: no file, rather than an empty corpus that looks like a result
+            if await run.work(writer.write()) and writer.done:
                 atomic_write(out, writer.output())
-    return _summary(writer, run, errors, out)
+    return _summary(writer, run, out)
 
 
-def _summary(writer: StoryWriter, run: Run, errors: list[InputError], out: Path) -> GenerateSummary:
+def _summary(writer: StoryWriter, run: Run, out: Path) -> GenerateSummary:
     cfg = writer.cfg
     return GenerateSummary(
         status=run.status, out=str(out), mode=cfg.mode, model=writer.model or cfg.model, ideas=len(writer.ideas),
-        stories=len(writer.done), failures=writer.failed, input_errors=[str(e) for e in errors],
-        requests=run.requests["generation"], cache_hits=run.progress.hits, error=run.error,
-        exit_status=exit_status(run.status, len(writer.done), len(writer.failed) + len(errors)),
-        warnings=writer.checks.warnings())
+        stories=len(writer.done), failures=writer.failed, input_errors=[str(e) for e in writer.errors],
+        requests=dict(run.llm.counts.requests), cache_hits=dict(run.store.counts.hits), error=run.error,
+        exit_status=run.exit_status, warnings=writer.checks.warnings())
 
 
 def run_record_path(out: Path) -> Path:
@@ -308,22 +325,7 @@ def run_record_path(out: Path) -> Path:
     return out.with_name(stem + ".run.json")
 
 
-def _record(writer: StoryWriter, run: Run, errors: list[InputError], ideas_path, out: Path) -> dict[str, Any]:
-    cfg = writer.cfg
-    return {
-        **msgspec.to_builtins(_summary(writer, run, errors, out)),
-        "ideas_file": str(ideas_path),
-        **run.timing(),
-        "config": cfg.public(),
-        "sampling": dict(zip(("temperature", "max_tokens", "min_p"), cfg.sampling())),
-        "versions": run.versions(),
-        "http": run.http(),
-        "usage_this_run": run.usage_this_run(),
-        "usage_all_answers": run.usage_all_answers(),
-        "lanes": run.lanes(),
-    }
-
-
-def generate(cfg: GenerateConfig, ideas_path: str | os.PathLike, out_path: str | os.PathLike) -> GenerateSummary:
+def generate(cfg: GenerateConfig, ideas_path: str | os.PathLike[str], out_path: str | os.PathLike[str], *,
+             transport: Transport | None = None) -> GenerateSummary:
     """Blocking form of ``generate_async``; SIGTERM stops it like Ctrl-C."""
-    return run_blocking(lambda: generate_async(cfg, ideas_path, out_path))
+    return run_blocking(lambda: generate_async(cfg, ideas_path, out_path, transport=transport))

@@ -12,7 +12,7 @@ import math
 __all__ = [
     "ENDING_SYSTEM", "ENDING_USER", "JUDGE_SYSTEM", "JUDGE_USER",
     "ending_messages", "judge_messages", "judge_parts", "judge_messages_from_parts",
-    "parse_verdict", "verdict_from_logprobs",
+    "parse_verdict", "verdict_from_logprobs", "counted_verdict",
 ]
 
 ENDING_SYSTEM = "You are a fiction writer. Write only story text."
@@ -94,6 +94,13 @@ def verdict_from_logprobs(logprobs: dict[str, float] | None) -> str:
     if yes == 0 and no == 0:
         return ""
     return "Y" if yes > no else "N"
+
+
+def counted_verdict(constraint: str, text: str, first_logprobs: dict[str, float] | None) -> str:
+    """The verdict text a position counts: the raw answer, or with a logprobs
+    judge (`--judge-constraint logprobs`) the letter its first-token
+    probabilities favour."""
+    return verdict_from_logprobs(first_logprobs) if constraint == "logprobs" else text
 
 
 def parse_verdict(text: str | None) -> tuple[bool, bool]:

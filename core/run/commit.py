@@ -1,4 +1,5 @@
-"""Group commit of completed LLM records, and the end of a run's work.
+"""Group commit of completed LLM records, closed once when the run's sending block
+ends (core/run/engine.py).
 
 Records wait here at most `COMMIT_INTERVAL` seconds, then go to LMDB in one
 transaction: on this machine LMDB did about 2,100 synced single-record commits/s
@@ -12,16 +13,15 @@ partial file never claims work the cache lacks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from tension.cache import records
 from tension.cache.store import Store
-from tension.core.errors import ConfigError, TensionError
+from tension.core.errors import TensionError
 from tension.core.redact import redact
 
-__all__ = ["COMMIT_INTERVAL", "COMMIT_BATCH", "Committer", "run_committed", "first_error", "describe"]
+__all__ = ["COMMIT_INTERVAL", "COMMIT_BATCH", "Committer", "first_error", "describe"]
 
 COMMIT_INTERVAL = 0.05  # seconds a completed record may wait for its commit
 COMMIT_BATCH = 512  # records: commit sooner when this many are waiting
@@ -40,7 +40,7 @@ class Committer:
         # No partial file: records only (`estimate` keeps the token counts it asked for).
         self._partial = partial.open("ab") if partial is not None else None
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tension-commit")
-        self._pending: list[Future] = []
+        self._pending: list[Future[None]] = []
         self._closed = False
 
     def add(self, db: str, key: bytes, rec: records.Record) -> None:
@@ -57,7 +57,7 @@ class Committer:
         self._pending.append(self._writer.submit(self._commit, batch, lines))
         self.check()
 
-    def _commit(self, batch, lines) -> None:
+    def _commit(self, batch: list[tuple[str, bytes, records.Record]], lines: list[bytes]) -> None:
         if batch:
             self.store.put_many(batch)
         if lines and self._partial is not None:
@@ -92,36 +92,6 @@ class Committer:
                 self._partial.close()
         for f in self._pending:
             f.result()
-
-
-async def run_committed(work: Awaitable[None], committer: Committer) -> tuple[str, str | None]:
-    """Await a run's work, then commit whatever completed, however the work ended.
-    Returns ("complete", None) or ("failed", the first error); a cancellation
-    (Ctrl-C, SIGTERM) and a ConfigError (a usage error, a damaged cache, or a
-    server refusing the key, the model or an endpoint: no rerun of the same command
-    can pass, and the CLI reports it as such) are re-raised after the commit, also
-    from inside the scheduler's task group."""
-    status, error = "complete", None
-    try:
-        await work
-    except ConfigError:
-        raise
-    except BaseExceptionGroup as eg:
-        first = first_error(eg)
-        if not isinstance(first, Exception):
-            raise
-        if isinstance(first, ConfigError):
-            raise first from None
-        status, error = "failed", describe(first)
-    except TensionError as e:
-        status, error = "failed", describe(e)
-    finally:
-        try:
-            committer.close()
-        except TensionError as e:  # the last commit failed (e.g. the cache is full)
-            if status == "complete":
-                status, error = "failed", describe(e)
-    return status, error
 
 
 def first_error(exc: BaseException) -> BaseException:

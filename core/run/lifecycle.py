@@ -1,17 +1,18 @@
 """The life of one pipeline run: the output lock, the store, the client, the
-committer, the scheduler, the progress bar, the status and the run record,
-opened and closed in one place for every pipeline (score, generate, fairplay).
+engine of its LLM work (core/run/engine.py), the progress bar, the status and
+the run record, opened and closed in one place for every pipeline (score,
+generate, fairplay, estimate, bench).
 
     with out_lock(out, out / LOCK_NAME, "score", "folder"):
-        async with Run(store=open_store(cfg.cache, cfg.cache_max_gb), client=client_for(cfg, key),
-                       progress=..., partial=out / "positions.partial.jsonl",
-                       record_path=out / "run.json", record=scoring.record) as run:
-            await run.work(scoring.run(run))        # sets run.status and run.error
-            if run.status == "complete":
+        async with open_run(cfg, "score", progress=..., partial=out / "positions.partial.jsonl",
+                            record_path=out / "run.json", roles=ROLES) as run:
+            run.pipeline = scoring                # its models, outcome and record body
+            if await run.work(scoring.score()):   # False: the work failed (recorded)
                 scoring.write_outputs()
     # however the block ended: the last records committed, the client and the
     # progress bar closed, the cache's run counts saved, the record written with
-    # the final status ("complete", "failed" or "interrupted"), the store closed.
+    # the status decided from what happened ("complete", "failed" or
+    # "interrupted"), the store closed.
 """
 
 from __future__ import annotations
@@ -23,106 +24,158 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from tension.cache.records import Usage
 from tension.cache.store import Store, default_path
-from tension.core.errors import ConfigError, TensionError
-from tension.core.llm.cached import CachedChat
-from tension.core.llm.client import Client, RetryPolicy, Timeouts
+from tension.core.errors import ConfigError, RunStatus, TensionError, exit_status
+from tension.core.llm.client import Client, Timeouts
+from tension.core.llm.failures import RetryPolicy
+from tension.core.llm.router import Router
+from tension.core.llm.transport import Transport
 from tension.core.redact import redact
-from tension.core.run.commit import Committer, describe, run_committed
+from tension.core.run.commit import describe, first_error
+from tension.core.run.engine import Engine
 from tension.core.run.progress import Progress
-from tension.core.run.record import versions, write_record
+from tension.core.run.record import CacheFigures, Http, RunHeader, versions, write_record
 from tension.core.run.scheduler import Scheduler
 
-__all__ = ["LOCK_NAME", "Run", "out_lock", "prepare_out_dir", "open_store", "client_for", "warn", "run_blocking"]
+__all__ = ["LOCK_NAME", "Run", "RunSettings", "Pipeline", "open_run", "out_lock", "prepare_out_dir", "open_store",
+           "warn", "run_blocking"]
 
 LOCK_NAME = ".tension-run.lock"
+T = TypeVar("T")
+
+
+class RunSettings(Protocol):
+    """What a run takes from any verb's settings."""
+
+    timeout: float
+    retries: int
+    retry_seconds: float
+    cache: str | None
+    cache_max_gb: float | None
+
+    def resolved_api_key(self) -> str | None: ...
+
+    def public(self) -> dict[str, Any]: ...
+
+
+class Pipeline(Protocol):
+    """What a pipeline tells its run for the run record."""
+
+    def models(self) -> dict[str, str | None]: ...
+
+    def outcome(self) -> tuple[int, int]:
+        """Results produced, and problems (bad input records, failed items)."""
+        ...
+
+    def body(self) -> dict[str, Any]:
+        """The record's keys after the header."""
+        ...
 
 
 class Run:
     """The parts a pipeline run owns, opened and closed together (module docstring).
 
-    `requests` counts the requests sent per role, starting from `roles` (so a run
-    record lists every role, with 0 where none was needed); `chat` is the one
-    cached LLM call, bound to this run's store, committer and progress bar.
-    `last_run=False` keeps the store's counts out of the cache's "last run" (`cache
-    stats`): for commands that only look (estimate, bench)."""
+    `llm` is the engine of the run's LLM work; its counts start from `roles` (so
+    a run record lists every role, with 0 where none was needed). The status is
+    decided in one place (`status`) from what happened: a cancellation, the
+    first error. `last_run=False` keeps the store's counts out of the cache's
+    "last run" (`cache stats`): for commands that only look (estimate, bench)."""
 
-    def __init__(self, *, store: Store, client: Client, progress: Progress, partial: Path | None,
-                 record_path: Path | None = None, record: Callable[[Run], dict[str, Any]] | None = None,
-                 roles: tuple[str, ...] = (), last_run: bool = True):
+    def __init__(self, *, command: str, settings: RunSettings, store: Store, client: Client, progress: Progress,
+                 partial: Path | None, record_path: Path | None = None, roles: tuple[str, ...] = (),
+                 last_run: bool = True):
+        self.command = command
+        self.settings = settings
         self.store = store
         self.client = client
         self.progress = progress
         self.partial = partial
         self.record_path = record_path
-        self.build_record = record
         self.last_run = last_run
-        self.status = "complete"
-        self.error: str | None = None
-        self.requests: dict[str, int] = dict.fromkeys(roles, 0)
-        self.usage_all = Usage()  # what every answer used, cached or not
+        self.llm = Engine(store, client, progress, roles, partial)
+        self.pipeline: Pipeline | None = None
+        self.error: str | None = None  # the first error, as the record states it
+        self.cancelled = False
         self.started = time.time()
-        self.sched: Scheduler | None = None
-        self.committer: Committer | None = None
-        self.chat: CachedChat | None = None
+        self.wall_seconds: float | None = None  # fixed by `freeze_wall`
+
+    @property
+    def status(self) -> RunStatus:
+        """How the run ended (or stands): the one place the status is decided."""
+        if self.cancelled:
+            return "interrupted"
+        if self.error is not None:
+            return "failed"
+        return "complete"
+
+    @property
+    def exit_status(self) -> int:
+        produced, problems = self.pipeline.outcome() if self.pipeline is not None else (1, 0)
+        return exit_status(self.status, produced, problems)
 
     async def __aenter__(self) -> Run:
         try:
             await self.client.__aenter__()
             if self.partial is not None:
                 self.partial.write_bytes(b"")  # this run's lines; earlier runs' work is in the cache
-            self.committer = Committer(self.store, self.partial)
         except BaseException:
             self.store.close()
             raise
-        self.chat = CachedChat(self.store, self.committer, self.progress, self.requests, self.usage_all)
         return self
 
-    async def work(self, coro) -> None:
-        """Await the pipeline's work, then commit what completed (run_committed).
-        A usage error found at start is recorded as the failure and re-raised."""
+    def serving(self, *routers: Router, lanes: dict[str, int] | None = None,
+                route: bool = True) -> contextlib.AbstractAsyncContextManager[Scheduler]:
+        """The block in which the run sends (Engine.serving)."""
+        return self.llm.serving(*routers, lanes=lanes, route=route)
+
+    @property
+    def sched(self) -> Scheduler:
+        return self.llm.sched
+
+    def _failed(self, e: BaseException) -> None:
+        if self.error is None:
+            self.error = describe(e)
+
+    async def work(self, work: Awaitable[None], *, stop: bool = False) -> bool:
+        """Await the pipeline's work; True when it completed. A failure during the
+        run is recorded and ends the work (everything completed is committed),
+        and with `stop` it is raised too (commands that give all or nothing).
+        A ConfigError (a usage error, a damaged cache, a server refusing the key,
+        the model or an endpoint: no rerun of the same command can pass) is
+        recorded and raised, also from inside the scheduler's task group, as is
+        a cancellation."""
         try:
-            self.status, self.error = await run_committed(coro, self.committer)
-        except ConfigError as e:
-            self.status, self.error = "failed", describe(e)
-            raise
+            await work
+        except BaseExceptionGroup as eg:
+            first = first_error(eg)
+            if not isinstance(first, Exception):
+                raise
+            self._failed(first)
+            if stop or isinstance(first, ConfigError):
+                raise first from None
+        except (ConfigError, TensionError) as e:
+            self._failed(e)
+            if stop or isinstance(e, ConfigError):
+                raise
+        return self.error is None
 
-    @contextlib.asynccontextmanager
-    async def scheduler(self, lanes: dict[str, int]) -> AsyncIterator[Scheduler]:
-        """The run's scheduler over `lanes`, with the commit loop as a service; kept
-        after the block for its lane statistics."""
-        self.sched = Scheduler(lanes)
-        async with self.sched:
-            self.sched.service(self.committer.run())
-            yield self.sched
-
-    async def __aexit__(self, et, exc, tb) -> None:
+    async def __aexit__(self, et: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         if et is not None and issubclass(et, (asyncio.CancelledError, KeyboardInterrupt)):
             # Also a stop after the last item (during the final commit, or while the
             # outputs are written): the outputs are not complete.
-            self.status = "interrupted"
-        elif exc is not None and self.status == "complete":
-            self.status, self.error = "failed", describe(exc)
-        try:
-            self.committer.close()
-        except TensionError as e:  # the last commit failed (e.g. the cache is full)
-            if self.status == "complete":
-                self.status, self.error = "failed", describe(e)
-            if exc is None:
-                raise
-        finally:
-            await self._close()
-
-    async def _close(self) -> None:
+            self.cancelled = True
+        elif exc is not None:
+            self._failed(exc)
         # Each step runs even when one before it failed; ExitStack runs them in
-        # reverse order of registration: progress, run counts, record, store.
+        # reverse order of registration: progress, client, run counts, record, store.
         with contextlib.ExitStack() as later:
             later.callback(self.store.close)
             later.callback(self.write_record)
@@ -134,42 +187,55 @@ class Run:
             except asyncio.CancelledError:
                 # A stop that lands while the client closes (a signal sent during the
                 # final commit): the caller sees an interruption, and so does the record.
-                self.status = "interrupted"
+                self.cancelled = True
                 raise
 
+    # -- the run record ---------------------------------------------------------------
+
+    def freeze_wall(self) -> None:
+        """Fix the wall time the record states (report.md, written from the record, states the same)."""
+        self.wall_seconds = round(time.time() - self.started, 3)
+
+    def wall(self) -> float:
+        """Seconds since the run started (as frozen, once it is)."""
+        return self.wall_seconds if self.wall_seconds is not None else round(time.time() - self.started, 3)
+
+    def header(self) -> RunHeader:
+        c, counts, sc = self.client, self.llm.counts, self.store.counts
+        return RunHeader(
+            command=self.command, status=self.status, error=self.error, exit_status=self.exit_status,
+            argv=list(sys.argv), started=self.started,
+            wall_seconds=self.wall(),
+            config=self.settings.public(), models=self.pipeline.models() if self.pipeline is not None else {},
+            versions=versions(), requests=dict(counts.requests),
+            http=Http(attempts=c.sent, retries=c.retries, followups=counts.followups),
+            usage_this_run=counts.usage_sent, usage_all_answers=counts.usage_all,
+            cache=CacheFigures(path=str(self.store.path), hits=dict(sc.hits), misses=dict(sc.misses),
+                               writes=dict(sc.writes), damaged=dict(sc.damaged)),
+            lanes=self.llm.lane_stats)
+
+    def record(self) -> dict[str, Any]:
+        """The run record: the header, then the pipeline's body."""
+        doc: dict[str, Any] = msgspec.to_builtins(self.header())
+        if self.pipeline is not None:
+            doc.update(self.pipeline.body())
+        return doc
+
     def write_record(self) -> None:
-        """Write the run record as it stands (the pipeline's `record(run)`)."""
-        if self.record_path is not None and self.build_record is not None:
-            write_record(self.record_path, self.build_record(self))
+        """Write the run record as it stands."""
+        if self.record_path is not None:
+            write_record(self.record_path, self.record())
 
-    # -- the parts of a record every pipeline shares ---------------------------------
 
-    def timing(self) -> dict[str, Any]:
-        return {"argv": sys.argv, "started": self.started, "wall_seconds": round(time.time() - self.started, 3)}
-
-    def versions(self) -> dict[str, str]:
-        return versions()
-
-    def http(self, followups: bool = False) -> dict[str, int]:
-        c = self.client
-        out = {"attempts": c.sent, "retries": c.retries}
-        if followups:
-            out["followups"] = c.followups
-        return out
-
-    def usage_this_run(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self.client.usage)
-
-    def usage_all_answers(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self.usage_all)
-
-    def lanes(self) -> dict[str, Any]:
-        return {k: msgspec.to_builtins(v) for k, v in self.sched.lane_stats.items()} if self.sched else {}
-
-    def cache(self) -> dict[str, Any]:
-        c = self.store.counts
-        return {"path": str(self.store.path), "hits": dict(c.hits), "misses": dict(c.misses),
-                "writes": dict(c.writes), "damaged": dict(c.damaged)}
+def open_run(settings: RunSettings, command: str, *, progress: Progress, partial: Path | None = None,
+             record_path: Path | None = None, roles: tuple[str, ...] = (), last_run: bool = True,
+             store: Store | None = None, transport: Transport | None = None) -> Run:
+    """A run of `command` with the settings' cache (or `store`) and a client with
+    their timeout and retry budget (over `transport`, default aiohttp)."""
+    return Run(command=command, settings=settings,
+               store=store if store is not None else open_store(settings.cache, settings.cache_max_gb),
+               client=client_for(settings, transport), progress=progress, partial=partial,
+               record_path=record_path, roles=roles, last_run=last_run)
 
 
 @contextlib.contextmanager
@@ -209,12 +275,13 @@ def open_store(cache: str | None, max_gb: float | None) -> Store:
     return Store(cache or default_path(), max_bytes=int(max_gb * 1e9) if max_gb else None)
 
 
-def client_for(cfg: Any, api_key: str | None) -> Client:
-    """The HTTP client of a run, with the settings' timeout and retry budget; what it
-    has to say at once (a server that does not answer, and until when it is
-    retried) goes to stderr, above the progress bar, with or without one."""
-    return Client(api_key=api_key, timeouts=Timeouts(request=cfg.timeout),
-                  retry=RetryPolicy(attempts=cfg.retries, total_seconds=cfg.retry_seconds), notice=warn)
+def client_for(settings: RunSettings, transport: Transport | None = None) -> Client:
+    """The HTTP client of a run, with the settings' key, timeout and retry budget;
+    what it has to say at once (a server that does not answer, and until when it
+    is retried) goes to stderr, above the progress bar, with or without one."""
+    return Client(api_key=settings.resolved_api_key() or None, timeouts=Timeouts(request=settings.timeout),
+                  retry=RetryPolicy(attempts=settings.retries, total_seconds=settings.retry_seconds), notice=warn,
+                  transport=transport)
 
 
 def warn(message: str, kind: str = "warning") -> None:
@@ -225,7 +292,7 @@ def warn(message: str, kind: str = "warning") -> None:
     tqdm.write(f"{kind}: {redact(message)}", file=sys.stderr)
 
 
-def run_blocking(make_coro: Callable[[], Any]) -> Any:
+def run_blocking(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run the coroutine ``make_coro()`` to its end on uvloop (asyncio when uvloop is
     missing), SIGTERM cancelling it like Ctrl-C: completed work is committed
     first. The blocking form of every command that talks to servers."""
@@ -235,9 +302,10 @@ def run_blocking(make_coro: Callable[[], Any]) -> Any:
     except ImportError:
         factory = None
 
-    async def main():
+    async def main() -> T:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
+        assert task is not None
         try:
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
         except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here

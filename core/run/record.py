@@ -1,6 +1,11 @@
-"""The run record files (run.json, fairplay_run.json, STORIES.run.json): the parts
-every pipeline's record shares, how a record is written, and the invocations
-(a run and its resumes) that made an output folder."""
+"""The run record files (run.json, fairplay_run.json, STORIES.run.json): the
+header every pipeline's record shares (`RunHeader`, built by the run), how a
+record is written, and the invocations (a run and its resumes) that made an
+output folder.
+
+A record is the header's keys, then the pipeline's own (its body): the same
+keys for the same facts in score, generate, fairplay, and in the files estimate
+(`--json`) and bench (`--save`) write, under their "run" key."""
 
 from __future__ import annotations
 
@@ -11,9 +16,13 @@ from typing import Any
 
 import msgspec
 
+from tension.cache.records import Usage
+from tension.core.errors import RunStatus
+
 from tension.core.inputs.jsonl import atomic_write
 
-__all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_invocations"]
+__all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_invocations", "RunHeader", "Http",
+           "CacheFigures"]
 
 _DISTRIBUTIONS = ("tension-run", "numpy", "numba", "msgspec", "aiohttp", "lmdb", "uvloop")
 
@@ -29,6 +38,46 @@ def versions() -> dict[str, str]:
         except PackageNotFoundError:
             pass
     return out
+
+
+class Http(msgspec.Struct, kw_only=True):
+    """The HTTP side of a run: attempts (retries included), retries, and requests
+    sent to complete short answers."""
+
+    attempts: int = 0
+    retries: int = 0
+    followups: int = 0
+
+
+class CacheFigures(msgspec.Struct, kw_only=True):
+    """The cache a run used and what it found there, per database."""
+
+    path: str
+    hits: dict[str, int]
+    misses: dict[str, int]
+    writes: dict[str, int]
+    damaged: dict[str, int]
+
+
+class RunHeader(msgspec.Struct, kw_only=True):
+    """What every run record says first, in this order (tests/snapshots/run_records.json)."""
+
+    command: str  # the verb: score, generate, fairplay, estimate, bench
+    status: RunStatus
+    error: str | None
+    exit_status: int
+    argv: list[str]
+    started: float
+    wall_seconds: float
+    config: dict[str, Any]  # the settings, without secrets
+    models: dict[str, str | None]  # role -> model id
+    versions: dict[str, str]
+    requests: dict[str, int]  # LLM requests sent per role
+    http: Http
+    usage_this_run: Usage  # what this run's requests used
+    usage_all_answers: Usage  # what every answer used, cached or not
+    cache: CacheFigures
+    lanes: dict[str, Any]  # per Scheduler lane: limit, requests, queue and busy time
 
 
 def write_record(path: Path, doc: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,7 +37,8 @@ __all__ = ["Recall", "RecallFactory", "Stores", "ScoreRun", "NotFound", "slugs",
 
 
 class Recall(Protocol):
-    def position(self, sentences, k: int) -> Any: ...
+    def position(self, sentences: Sequence[str] | None, k: int, endings_key: str | None = None,
+                 judged_key: str | None = None) -> Any: ...
 
 
 RecallFactory = Callable[[dict[str, Any], Store], Recall]
@@ -273,17 +274,20 @@ class ScoreRun:
 
     def endings(self, slug_or_id: str, k: int) -> dict[str, Any]:
         sid = self.story_id(slug_or_id)
-        if k not in {p.k for p in self.positions[sid]}:
+        line = next((p for p in self.positions[sid] if p.k == k), None)
+        if line is None:
             raise NotFound(f"story {sid!r} has no position k={k}")
         out: dict[str, Any] = {"id": sid, "k": k, "cached": False, "endings": []}
         recall = self.recall()
+        # positions.jsonl names the position's cache keys; a run written before it
+        # did has its requests rebuilt from the story's text
         sentences = self.sentences(sid)
         if recall is None:
             out["message"] = self.cache_note
-        elif sentences is None:
+        elif sentences is None and line.endings_key is None:
             out["message"] = "the story's text is not available, so its requests cannot be rebuilt"
         else:
-            r = recall.position(sentences, k)
+            r = recall.position(sentences, k, line.endings_key, line.judged_key)
             out["generation_model"], out["judge_model"] = r.generation_model, r.judge_model
             if r.endings is None:
                 out["message"] = (f"the endings of this position are not in the cache "

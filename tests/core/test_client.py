@@ -9,7 +9,8 @@ import pytest
 from aiohttp import web
 
 from tension.core.llm import client as client_mod
-from tension.core.llm.client import Client, ChatResult, RetryPolicy, Timeouts, normalize_base_url
+from tension.core.llm.client import ChatResult, Client, ShortAnswerError, Timeouts, normalize_base_url
+from tension.core.llm.failures import RetryPolicy
 from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, ServerError, StatusError, TensionError
 from tension.core.llm.protocol import ChatRequest
 
@@ -104,8 +105,7 @@ def test_chat_returns_n_choices(srv):
     assert res.usage.prompt_tokens == sum(count_tokens(m["content"]) for m in GEN_MESSAGES)
     assert res.usage.completion_tokens == sum(count_tokens(t) for t in res.texts)
     assert res.seconds > 0
-    assert (c.sent, c.retries, c.followups) == (1, 0, 0)
-    assert c.usage.requests == 1 and c.usage.prompt_tokens == res.usage.prompt_tokens
+    assert (c.sent, c.retries, res.followups) == (1, 0, 0)
     (rec,) = chat_records(srv)
     assert rec.body["n"] == 5 and rec.body["seed"] == 11 and rec.body["model"] == MODEL
     assert rec.body["messages"] == GEN_MESSAGES
@@ -130,7 +130,7 @@ def test_few_choices_completed_by_a_followup_with_the_seed_moved_on(srv):
             return await c.chat(srv.base_url, gen_request(n=4, seed=7)), c
 
     res, c = run(go())
-    assert c.followups == 1
+    assert res.followups == 1
     assert c.retries == 0
     assert c.sent == 2
     first, second = chat_records(srv)
@@ -141,7 +141,6 @@ def test_few_choices_completed_by_a_followup_with_the_seed_moved_on(srv):
     assert len(res.texts) == 4
     assert res.texts == expected_endings(GEN_MESSAGES, 2, 7) + expected_endings(GEN_MESSAGES, 2, 9)
     assert res.usage.requests == 2
-    assert c.usage.requests == 2
 
 
 def test_two_short_answers_in_a_row(srv):
@@ -153,7 +152,7 @@ def test_two_short_answers_in_a_row(srv):
 
     res, c = run(go())
     # 4 asked -> 2 given; 2 asked -> 1 given; 1 asked -> 1 given
-    assert c.followups == 2
+    assert res.followups == 2
     assert [(r.body["n"], r.body["seed"]) for r in chat_records(srv)] == [(4, 100), (2, 102), (1, 103)]
     assert len(res.texts) == 4
     assert res.texts == (expected_endings(GEN_MESSAGES, 2, 100) + expected_endings(GEN_MESSAGES, 1, 102)
@@ -168,7 +167,7 @@ def test_few_choices_without_seed_sends_no_seed(srv):
             return await c.chat(srv.base_url, gen_request(n=6, seed=None)), c
 
     res, c = run(go())
-    assert c.followups == 1 and len(res.texts) == 6
+    assert res.followups == 1 and len(res.texts) == 6
     _, second = chat_records(srv)
     assert second.body["n"] == 3
     assert "seed" not in second.body
@@ -186,7 +185,7 @@ def test_transient_faults_are_retried(srv, kind):
     assert res.texts == expected_endings(GEN_MESSAGES, 3, 1)
     assert c.retries == 1
     assert c.sent == 2
-    assert c.followups == 0
+    assert res.followups == 0
     assert srv.count(path=CHAT_PATH) == 2
     assert [r.fault for r in chat_records(srv)] == [kind, None]
 
@@ -226,7 +225,7 @@ def test_an_all_empty_answer_is_asked_again(srv):
 
     res, c = run(go())
     assert res.texts == expected_endings(gen_request(n=3, seed=2).messages, 3, 2)
-    assert (c.sent, c.retries, c.followups) == (2, 1, 0)
+    assert (c.sent, c.retries, res.followups) == (2, 1, 0)
 
 
 def test_an_answer_that_stays_empty_is_the_models_answer(srv):
@@ -238,7 +237,7 @@ def test_an_answer_that_stays_empty_is_the_models_answer(srv):
 
     res, c = run(go())
     assert res.texts == ["", "", ""]
-    assert (c.sent, c.retries, c.followups) == (3, 2, 0)
+    assert (c.sent, c.retries, res.followups) == (3, 2, 0)
 
 
 def test_429_honours_retry_after(srv):
@@ -609,7 +608,7 @@ def test_short_answers_that_never_complete_exhaust_the_followup_budget(srv):
     assert srv.count(path=CHAT_PATH) == 3
     assert [r.body["n"] for r in chat_records(srv)] == [1, 1, 1]
     assert "asked for 1 choices, got 0 after 2 follow-up requests" in str(err)
-    assert c.usage.requests == 3
+    assert err.spent.requests == 3  # what the request spent is still the run's
 
 
 def test_followup_counter_matches_followups_sent_when_giving_up(srv):
@@ -617,27 +616,23 @@ def test_followup_counter_matches_followups_sent_when_giving_up(srv):
 
     async def go():
         async with Client(retry=RetryPolicy(attempts=2, backoff=0.01)) as c:
-            with pytest.raises(RetryBudgetError):
+            with pytest.raises(ShortAnswerError) as ei:
                 await c.chat(srv.base_url, gen_request(n=1, seed=4))
-            return c
+            return ei.value
 
-    c = run(go())
+    err = run(go())
     sent_followups = srv.count(path=CHAT_PATH) - 1
     assert sent_followups == 2
-    assert c.followups == sent_followups
+    assert err.followups == sent_followups
 
 
 def test_entering_an_open_client_again_raises(srv):
     async def go():
         c = Client()
         async with c:
-            first = c._session
-            try:
-                with pytest.raises(RuntimeError):
-                    await c.__aenter__()
-            finally:
-                if c._session is not first:  # close the session the client dropped
-                    await first.close()
+            with pytest.raises(RuntimeError):
+                await c.__aenter__()
+            assert (await c.models(srv.base_url)) == [MODEL]  # still open, on its first session
 
     run(go())
 

@@ -19,21 +19,23 @@ filled in. Requests run through the Scheduler's lanes ("reader", "generation",
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from tension.core.config.fairplay import READERS, FairPlayConfig, experienced_readers, load_fairplay_config
-from tension.core.errors import InputError, StatusError
+from tension.core.errors import InputError, RunStatus, StatusError
 from tension.core.formats import Generator
 from tension.core.inputs.jsonl import atomic_write
 from tension.core.inputs.readers import reader_schedule
 from tension.core.inputs.whodunits import WhodunitStory, read_stories, segment_text
-from tension.core.llm.router import ITEM_KEY, routing
+from tension.core.llm.router import ITEM_KEY
+from tension.core.llm.transport import Transport
 from tension.core.pipelines.fairplay.readers import Job, Readers, Value
 from tension.core.reports.answer_warnings import AnswerWarning
-from tension.core.run.lifecycle import LOCK_NAME, Run, client_for, open_store, out_lock, prepare_out_dir, run_blocking
+from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir, run_blocking
 from tension.core.run.progress import Progress
 
 __all__ = ["READERS", "FairPlayConfig", "Generator", "WhodunitStory", "ReaderFailure", "FairPlayRun",
@@ -50,7 +52,7 @@ class ReaderFailure(msgspec.Struct, kw_only=True):
 class FairPlayRun(msgspec.Struct, kw_only=True):
     """What a `fairplay` run did; the CLI prints it and picks the exit status."""
 
-    status: str  # "complete", "failed", "interrupted"
+    status: RunStatus
     out: str
     stories: int
     input_errors: list[str]
@@ -77,13 +79,18 @@ def run_readers(cfg: FairPlayConfig) -> list[str]:
 
 class ReaderRun:
     """The readers of one fairplay run: its jobs (story, reader, paragraph), the
-    values and failures as they complete, and readers.jsonl."""
+    values and failures as they complete, and readers.jsonl. It is the run's
+    `Pipeline`: its models, outcome and record body."""
 
-    def __init__(self, cfg: FairPlayConfig, stories: list[WhodunitStory], run: Run, path: str = ""):
+    def __init__(self, cfg: FairPlayConfig, stories: list[WhodunitStory], run: Run, path: str = "", *,
+                 errors: Sequence[InputError] = (), out: Path | None = None):
         self.cfg = cfg
         self.stories = stories
         self.run = run
-        self.readers = Readers(cfg, stories, run, path)
+        self.path = path
+        self.errors = list(errors)  # bad lines of the stories file
+        self.out = out
+        self.readers = Readers(cfg, stories, run.llm, run, path)
         self.values: list[dict[str, list[list[float] | None]]] = [{} for _ in stories]
         self.failures: list[list[ReaderFailure]] = [[] for _ in stories]
         self.metrics = None  # the metrics' summary, once they ran
@@ -92,7 +99,7 @@ class ReaderRun:
 
     def record(self, job: Job, probs: list[float]) -> None:
         self.values[job.story][job.reader][job.paragraph - 1] = probs
-        self.run.committer.lines.append(_enc.encode({"id": self.stories[job.story].id, "reader": job.reader,
+        self.run.llm.output(_enc.encode({"id": self.stories[job.story].id, "reader": job.reader,
                                                  "paragraph": job.paragraph, "probabilities": probs}) + b"\n")
 
     def fail(self, job: Job, error: str) -> None:
@@ -138,11 +145,44 @@ class ReaderRun:
                 yield job
 
     async def read(self, extract: list[int]) -> None:
-        await self.readers.resolve_models()
+        await self.readers.resolve_models(self.run)
         cfg = self.cfg
-        lanes = {lane: n for router in self.readers.routers.values() for lane, n in router.lanes().items()}
-        async with routing(*self.readers.routers.values()), self.run.scheduler(lanes) as sched:
+        async with self.run.serving(*self.readers.routers.values()) as sched:
             await sched.feed(self.jobs(extract), self.run_job, cfg.reader_concurrency + cfg.gen_concurrency)
+
+    # -- the run's Pipeline and summary ------------------------------------------
+
+    def models(self) -> dict[str, str | None]:
+        return {"reader": self.readers.reader_model or self.cfg.reader_model,
+                "judge": self.readers.judge_model or self.cfg.judge_model}
+
+    def outcome(self) -> tuple[int, int]:
+        """Stories read; bad records and stories with a failure."""
+        failed = sum(1 for f in self.failures if f)
+        return len(self.stories) - failed, len(self.errors) + failed
+
+    def body(self) -> dict[str, Any]:
+        """fairplay_run.json after the header."""
+        metrics = self.metrics
+        return {
+            "stories_file": self.path, "out": str(self.out), "stories": len(self.stories),
+            "input_errors": [str(e) for e in self.errors],
+            "reader_failures": sum(len(f) for f in self.failures),
+            "failed_stories": [st.id for st, f in zip(self.stories, self.failures) if f],
+            "warnings": msgspec.to_builtins(self.readers.checks.warnings()),
+            "metrics": {"stories": metrics.stories, "errors": list(metrics.errors)} if metrics is not None else None,
+            "failures": {st.id: [msgspec.to_builtins(f) for f in fs]
+                         for st, fs in zip(self.stories, self.failures) if fs},
+        }
+
+    def summary(self) -> FairPlayRun:
+        run = self.run
+        return FairPlayRun(
+            status=run.status, out=str(self.out), stories=len(self.stories), input_errors=[str(e) for e in self.errors],
+            reader_failures=sum(len(f) for f in self.failures),
+            failed_stories=[st.id for st, f in zip(self.stories, self.failures) if f],
+            requests=dict(run.llm.counts.requests), cache_hits=dict(run.store.counts.hits),
+            metrics=self.metrics, error=run.error, warnings=self.readers.checks.warnings())
 
     # -- outputs --------------------------------------------------------------
 
@@ -164,8 +204,9 @@ class ReaderRun:
 # --------------------------------------------------------------------------- entry points
 
 
-async def fairplay_async(cfg: FairPlayConfig, stories_path: str | os.PathLike, out_dir: str | os.PathLike,
-                         metrics_options: dict[str, Any] | None = None) -> FairPlayRun:
+async def fairplay_async(cfg: FairPlayConfig, stories_path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
+                         metrics_options: dict[str, Any] | None = None, *,
+                         transport: Transport | None = None) -> FairPlayRun:
     """Run the readers over a stories file and write DIR/readers.jsonl, then the
     metrics (reports/fairplay_metrics.py). Problems before the start raise
     TensionError; during the run they end it with status "failed", all completed
@@ -173,20 +214,18 @@ async def fairplay_async(cfg: FairPlayConfig, stories_path: str | os.PathLike, o
     out = prepare_out_dir(out_dir)
     with out_lock(out, out / LOCK_NAME, "fairplay", "folder"):
         stories, extract, errors = read_stories(stories_path, cfg)
-        run = Run(store=open_store(cfg.cache, cfg.cache_max_gb), client=client_for(cfg, cfg.resolved_api_key()),
-                  progress=Progress(enabled=cfg.progress, stories=len(stories)),
-                  partial=out / "readers.partial.jsonl", record_path=out / "fairplay_run.json",
-                  record=lambda run: _record(reading, run, errors, out, stories_path),
-                  roles=("reader", "generation", "judge", "models"))
-        reading = ReaderRun(cfg, stories, run, str(stories_path))
+        run = open_run(cfg, "fairplay", progress=Progress(enabled=cfg.progress, stories=len(stories)),
+                       partial=out / "readers.partial.jsonl", record_path=out / "fairplay_run.json",
+                       roles=("reader", "generation", "judge", "models"), transport=transport)
+        reading = ReaderRun(cfg, stories, run, str(stories_path), errors=errors, out=out)
+        run.pipeline = reading
         async with run:
-            if stories:
-                await run.work(reading.read(extract))
+            done = await run.work(reading.read(extract)) if stories else True
             run.progress.close()  # before the metrics' own progress bar
-            if run.status == "complete" and stories:
+            if done and stories:
                 atomic_write(out / "readers.jsonl", reading.readers_jsonl())
                 reading.metrics = _metrics(out, cfg, metrics_options)
-    return _summary(reading, run, errors, out)
+    return reading.summary()
 
 
 def _metrics(out: Path, cfg: FairPlayConfig, options: dict[str, Any] | None):
@@ -197,37 +236,9 @@ def _metrics(out: Path, cfg: FairPlayConfig, options: dict[str, Any] | None):
     return fairplay_metrics(out / "readers.jsonl", out, actual_csv=cfg.actual, **(options or {}))
 
 
-def _summary(reading: ReaderRun, run: Run, errors, out: Path) -> FairPlayRun:
-    failures = reading.failures
-    return FairPlayRun(
-        status=run.status, out=str(out), stories=len(reading.stories), input_errors=[str(e) for e in errors],
-        reader_failures=sum(len(f) for f in failures),
-        failed_stories=[st.id for st, f in zip(reading.stories, failures) if f],
-        requests=dict(run.requests), cache_hits=dict(run.store.counts.hits),
-        metrics=reading.metrics, error=run.error, warnings=reading.readers.checks.warnings())
-
-
-def _record(reading: ReaderRun, run: Run, errors, out: Path, stories_path) -> dict[str, Any]:
-    summary = _summary(reading, run, errors, out)
-    return {
-        "command": "fairplay", "stories_file": str(stories_path), **run.timing(), "config": reading.cfg.public(),
-        "models": {"reader": reading.readers.reader_model or reading.cfg.reader_model,
-                   "judge": reading.readers.judge_model or reading.cfg.judge_model},
-        "versions": run.versions(),
-        "summary": msgspec.to_builtins(msgspec.structs.replace(summary, metrics=None)),
-        "metrics": {"stories": summary.metrics.stories, "errors": list(summary.metrics.errors)}
-        if summary.metrics is not None else None,
-        "failures": {st.id: [msgspec.to_builtins(f) for f in fs]
-                     for st, fs in zip(reading.stories, reading.failures) if fs},
-        "http": run.http(),
-        "usage_this_run": run.usage_this_run(),
-        "lanes": run.lanes(),
-    }
-
-
-def fairplay(cfg: FairPlayConfig, stories_path: str | os.PathLike, out_dir: str | os.PathLike,
-             metrics_options: dict[str, Any] | None = None) -> FairPlayRun:
+def fairplay(cfg: FairPlayConfig, stories_path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
+             metrics_options: dict[str, Any] | None = None, *, transport: Transport | None = None) -> FairPlayRun:
     """Blocking form of `fairplay_async` (uvloop when installed); SIGTERM stops it
     like Ctrl-C, completed answers committed first."""
-    return run_blocking(lambda: fairplay_async(cfg, stories_path, out_dir, metrics_options))
+    return run_blocking(lambda: fairplay_async(cfg, stories_path, out_dir, metrics_options, transport=transport))
 

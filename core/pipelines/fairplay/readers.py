@@ -24,6 +24,7 @@ from tension.core.llm.router import Router
 from tension.core.pipelines.answer_checks import ReaderChecks
 from tension.core.prompts import readers as rp
 from tension.core.prompts.answers import match_suspect, parse_culprit, parse_distribution, parse_suspect_list
+from tension.core.run.engine import Asks
 from tension.core.run.lifecycle import Run
 
 __all__ = ["Job", "Value", "Readers", "distribution_schema", "culprit_schema"]
@@ -70,33 +71,38 @@ class _Names(msgspec.Struct):
 
 
 class Readers:
-    """How each reader of paper 003 is asked, through the run's cached call: the
-    prompted readers, the know-it-all's continuations and culprit judge, and the
-    suspect extraction. Each asking method returns a `Value`; the caller records it."""
+    """How each reader of paper 003 is asked, through `llm` (the run's engine, or a
+    replay of the cache that never sends): the prompted readers, the
+    know-it-all's continuations and culprit judge, and the suspect extraction.
+    Each asking method returns a `Value`; the caller records it. Without a `run`
+    (a replay) there are no servers."""
 
-    def __init__(self, cfg: FairPlayConfig, stories: list[WhodunitStory], run: Run, path: str = ""):
+    def __init__(self, cfg: FairPlayConfig, stories: list[WhodunitStory], llm: Asks, run: Run | None = None,
+                 path: str = ""):
         self.cfg = cfg
         self.path = path  # of the stories file, for error messages
         self.stories = stories
+        self.llm = llm
         self.run = run
         limit = {"reader": cfg.reader_concurrency, "judge": cfg.judge_concurrency, "generation": cfg.gen_concurrency}
         url = {"reader": cfg.base_url, "judge": cfg.judge_base_url or cfg.base_url,
                "generation": cfg.generator_base_url or cfg.base_url}
         self.routers = {role: Router(role, parse_replicas(url[role], "base_url"), run.client, limit=limit[role],
-                                     timeout=cfg.timeout) for role in limit}
+                                     timeout=cfg.timeout) for role in limit} if run is not None else {}
         self.reader_model = cfg.reader_model or ""
         self.judge_model = cfg.judge_model or ""
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
         self.checks = ReaderChecks()  # degenerate answers, warned about at the end
 
-    async def resolve_models(self) -> None:
+    async def resolve_models(self, run: Run) -> None:
         """Model ids for the cache keys; given ids are used as they are, so a fully
         cached rerun sends nothing."""
+        requests = run.llm.counts.requests
         self.reader_model = await self.routers["reader"].resolve_model(self.cfg.reader_model, "--reader-model",
-                                                                       self.run.requests)
+                                                                       requests)
         self.judge_model = self.judge_model or self.reader_model
-        client = self.run.client  # the first chat request waits until these servers and models are checked
-        client.set_gate(lambda: check_servers(client, self.server_needs(), self.run.requests))
+        client = run.client  # the first chat request waits until these servers and models are checked
+        client.set_gate(lambda: check_servers(client, self.server_needs(), requests))
 
     def server_needs(self) -> list[Need]:
         """The servers and models of the readers, the judge and (for the know-it-all) the generators."""
@@ -118,9 +124,9 @@ class Readers:
     async def chat(self, role: str, server: str, req: ChatRequest, db: str) -> list[str]:
         """The answer texts of `req`, sent to the `server` role's router: from the
         cache, or asked and committed. Requests are counted under `role`."""
-        router = self.routers[server]
-        rec = await self.run.chat.one(db, req, lambda r: router.chat(self.run.sched, "", r), role=role)
-        return rec.texts if db == "endings" else [rec.text]
+        if db == "endings":
+            return (await self.llm.endings(server, req, role=role)).texts  # routed by the story (ITEM_KEY)
+        return [(await self.llm.answer(server, req, role=role)).text]
 
     async def ask_parsed(self, role: str, server: str, model: str, messages, temperature: float, max_tokens: int,
                          parse, schema: dict[str, Any] | None = None):
@@ -221,6 +227,7 @@ class Readers:
             # Nothing is left to write: the judge names the culprit of the story itself.
             return self.frequencies(st, [await self.continuation_culprit(st, list(st.segments), 0)], 1)
         first = await self.continue_paragraph(st, list(st.segments[:c]), None, cfg.k)
+        assert self.run is not None  # a replay asks no know-it-all
         verdicts = await self.run.sched.map(
             lambda k: self.continuation_culprit(st, list(st.segments[:c]) + [first[k]], k), range(cfg.k))
         return self.frequencies(st, verdicts, cfg.k)

@@ -4,8 +4,8 @@ in each (`tension-run view` shows them).
 
 The reader's own asking methods (`Readers.continue_paragraph`,
 `Readers.continuation_culprit`) rebuild every request, so the keys are the run's;
-their cached call is replaced by one that only reads the store and stops at the
-first record it does not find. Nothing is ever sent.
+they ask a `CacheReplay` (core/run/engine.py), which only reads the store and
+stops at the first record it does not find. Nothing is ever sent.
 """
 
 from __future__ import annotations
@@ -14,44 +14,19 @@ from typing import Any
 
 import msgspec
 
-from tension.cache.keys import request_key
 from tension.cache.store import Store
 from tension.core.config.fairplay import FairPlayConfig, load_fairplay_config
-from tension.core.errors import TensionError
 from tension.core.inputs.whodunits import WhodunitStory, read_stories
 from tension.core.pipelines.fairplay.readers import Readers
+from tension.core.run.engine import CacheReplay, NotCached
 
 __all__ = ["NotCached", "Continuation", "FairPlayRecall"]
-
-
-class NotCached(TensionError):
-    """A record the view looked for is not in the cache."""
 
 
 class Continuation(msgspec.Struct, kw_only=True):
     paragraphs: list[str]  # the sampled paragraphs after the checkpoint, to the end
     culprit: str | None  # whom the judge says it reveals; None: nobody or an unusable answer
     error: str | None = None  # why there is no culprit, or what is not cached
-
-
-class _CacheOnly:
-    """The run's `chat` for `Readers`, reading the store only."""
-
-    def __init__(self, store: Store):
-        self.store = store
-
-    async def one(self, db: str, req, send, *, role: str):
-        rec = self.store.get(db, request_key("chat", req))
-        if rec is None:
-            raise NotCached(f"a {role} request of this checkpoint is not in the cache")
-        return rec
-
-
-class _ReplayRun(msgspec.Struct):
-    """The parts of a `Run` the asking methods touch when every answer is cached."""
-
-    chat: _CacheOnly
-    client: Any = None
 
 
 class FairPlayRecall:
@@ -63,7 +38,7 @@ class FairPlayRecall:
         self.cfg = load_fairplay_config(None, {k: v for k, v in saved.items() if k in known and v is not None})
         stories, _, _ = read_stories(run_record["stories_file"], self.cfg)
         self.stories: dict[str, WhodunitStory] = {s.id: s for s in stories}
-        self.readers = Readers(self.cfg, stories, _ReplayRun(chat=_CacheOnly(store)))
+        self.readers = Readers(self.cfg, stories, CacheReplay(store))
         models = run_record.get("models", {})
         self.readers.reader_model = models.get("reader") or self.readers.reader_model
         self.readers.judge_model = models.get("judge") or self.readers.reader_model

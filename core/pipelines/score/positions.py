@@ -11,20 +11,17 @@ database; so does the context length, which bounds the prefixes worth sending.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 
 import msgspec
 
-from tension.cache import records
-from tension.cache.keys import request_key
 from tension.core.config import ScoreConfig
 from tension.core.errors import ConfigError
 from tension.core.inputs.corpus import Story
 from tension.core.inputs.segment import candidates, prefix_text, split_sentences, story_text
 from tension.core.llm.router import Router
 from tension.core.prompts import score as prompts
-from tension.core.run.lifecycle import Run
+from tension.core.run.engine import Engine
 
 __all__ = ["Position", "PositionFinder", "Counter", "make_tokenizer", "local_counter", "CHAT_TEMPLATE_SLACK"]
 
@@ -75,13 +72,13 @@ def local_counter(cfg: ScoreConfig) -> Counter | None:
 class PositionFinder:
     """The positions of each story of a run, and what was left out and why.
 
-    `count` counts tokens locally (None: the generation replicas' /tokenize,
-    through the run's scheduler, the counts cached). The generation model id, which
-    names the token and context records, is the router's once resolved."""
+    `count` counts tokens locally (None: the generation servers' /tokenize, through
+    the run's engine, the counts cached). The generation model id, which names the
+    token and context records, is the router's once resolved."""
 
-    def __init__(self, cfg: ScoreConfig, run: Run, router: Router, count: Counter | None):
+    def __init__(self, cfg: ScoreConfig, llm: Engine, router: Router, count: Counter | None):
         self.cfg = cfg
-        self.run = run
+        self.llm = llm
         self.router = router
         self.count = count
         self.sentences: dict[int, list[str]] = {}  # story index -> its sentences
@@ -135,39 +132,14 @@ class PositionFinder:
         return self.context_len - self.prompt_overhead - self.cfg.max_tokens
 
     async def _learn_context_len(self, affinity: str) -> None:
-        key = request_key("context", {"model": self.model})
-        rec = self.run.store.get("tokens", key)
-        if rec is not None:
-            self.context_len = rec.count
-            return
-        if self.count is not None:
-            return
-        # Not in the cache (an older cache, or one filled with --max-model-len):
-        # ask the server, whose /tokenize reports it, rather than guess.
-        if self.router.max_model_len() is None:
-            self.run.requests["tokenize"] += 1
-            await self.router.tokenize(self.run.sched, affinity, self.model, "")
-        learned = self.router.max_model_len()
-        if learned is not None:
-            self.context_len = learned
-            self.run.committer.add("tokens", key, records.TokenCount(count=learned, model=self.model,
-                                                                     created=time.time()))
+        # Not in the cache (an older cache, or one filled with --max-model-len): ask
+        # the server, whose /tokenize reports it, rather than guess; a local counter
+        # asks no server.
+        self.context_len = await self.llm.context_len("generation", self.model, key=affinity,
+                                                      ask=self.count is None)
 
     async def token_counts(self, texts: list[str], affinity: str) -> list[int]:
-        """Token counts, counted here, or from the cache or `affinity`'s generation replica."""
+        """Token counts, counted here, or from the cache or `affinity`'s generation server."""
         if self.count is not None:
             return self.count(texts)
-        model, run = self.model, self.run
-        keys = [request_key("tokenize", {"model": model, "prompt": t, "add_special_tokens": False}) for t in texts]
-        cached = run.store.get_many("tokens", keys)
-        counts = [r.count if r is not None else -1 for r in cached]
-        missing = [i for i, c in enumerate(counts) if c < 0]
-
-        async def one(i: int) -> None:
-            run.requests["tokenize"] += 1
-            n = await self.router.tokenize(run.sched, affinity, model, texts[i])
-            counts[i] = n
-            run.committer.add("tokens", keys[i], records.TokenCount(count=n, model=model, created=time.time()))
-
-        await run.sched.map(one, missing)
-        return counts
+        return await self.llm.token_counts("generation", self.model, texts, key=affinity)

@@ -1,10 +1,12 @@
 """What a finished score run cached for one position, read back without a server:
 its n endings and each one's raw verdict (`tension-run view` shows them).
 
-The requests are rebuilt by the run's own `ScoreRequests` from the settings and
-model ids in its run.json, so the keys are those the run used; records are read
-through the store's public `get`, so a change of record format reaches here too.
-Nothing is sent: a position whose records are not in the cache says so.
+A position's line in positions.jsonl names the cache keys it was scored from, so
+its records are read by those keys, whatever the run's settings were. A run
+written before the lines named them has its requests rebuilt by its own
+`ScoreRequests` from the settings and model ids in its run.json. Either way the
+records are read by score/lookup.py's walk, as the judge and `estimate` read
+them. Nothing is sent: a position whose records are not in the cache says so.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from typing import Any
 
 import msgspec
 
-from tension.cache.keys import request_key
 from tension.cache.store import Store
 from tension.core.config import ScoreConfig, load_config
-from tension.core.pipelines.score.judge import Judge
+from tension.core.pipelines.score.judge import counted
+from tension.core.pipelines.score.lookup import Cached, lookup, lookup_at
 from tension.core.pipelines.score.requests import ScoreRequests
 from tension.core.prompts import score as prompts
+from tension.core.run.engine import CacheReads
 
 __all__ = ["Recalled", "ScoreRecall"]
 
@@ -45,23 +48,27 @@ class ScoreRecall:
         cfg = _config(run_record.get("config", {}))
         models = run_record.get("models", {})
         self.cfg = cfg
-        self.store = store
+        self.reads = CacheReads(store)
         self.requests = ScoreRequests(cfg, models.get("generation") or cfg.model or "",
                                       models.get("judge") or cfg.judge_model or "")
-        self.judge = Judge(cfg, None, None)  # only its `answer` is used: how a raw verdict counts
 
-    def position(self, sentences: Sequence[str], k: int) -> Recalled:
+    def position(self, sentences: Sequence[str] | None, k: int, endings_key: str | None = None,
+                 judged_key: str | None = None) -> Recalled:
         reqs = self.requests
-        rec = self.store.get("endings", request_key("chat", reqs.endings(sentences, k)))
-        if rec is None:
+        cached: Cached | None = None
+        if endings_key is not None:
+            cached = lookup_at(self.reads, bytes.fromhex(endings_key),
+                               bytes.fromhex(judged_key) if judged_key is not None else None)
+        if cached is None and sentences is not None:
+            cached = lookup(self.reads, reqs, sentences, k)
+        if cached is None or cached.endings is None or cached.answers is None:
             return Recalled(endings=None, raw=[], counted=[], verdicts=[], missing=0,
                             generation_model=reqs.gen_model, judge_model=reqs.judge_model)
-        endings = list(rec.texts)
-        head, tail = reqs.judge_parts(sentences, k)
-        texts, logprobs = self._verdicts(head, tail, endings)
-        counted = [None if t is None else self.judge.answer(t, lp) for t, lp in zip(texts, logprobs)]
+        endings = list(cached.endings.texts)
+        raw = cached.answers.texts
+        votes = counted(self.cfg.judge_constraint, cached.answers)
         verdicts = []
-        for e, c in zip(endings, counted):
+        for e, c in zip(endings, votes):
             if not e.strip():
                 verdicts.append("empty")
             elif c is None:
@@ -69,24 +76,9 @@ class ScoreRecall:
             else:
                 match, malformed = prompts.parse_verdict(c)
                 verdicts.append("match" if match else "malformed" if malformed else "no match")
-        return Recalled(endings=endings, raw=texts, counted=counted, verdicts=verdicts,
+        return Recalled(endings=endings, raw=raw, counted=votes, verdicts=verdicts,
                         missing=verdicts.count("not cached"), generation_model=reqs.gen_model,
                         judge_model=reqs.judge_model)
-
-    def _verdicts(self, head: str, tail: str, endings: list[str]):
-        """Raw answers and first-token logprobs per ending: from the position's judged
-        record, else from the verdict records (as the judge step reads them)."""
-        judged = self.store.get("positions", self.requests.position_key(head, tail, endings))
-        if judged is not None:
-            return list(judged.texts), list(judged.first_logprobs or [None] * len(judged.texts))
-        texts: list[str | None] = [None] * len(endings)
-        logprobs: list[dict[str, float] | None] = [None] * len(endings)
-        asked = self.requests.verdicts(head, tail, endings)
-        recs = self.store.get_many("verdicts", [request_key("chat", r) for _, r in asked])
-        for (i, _), r in zip(asked, recs):
-            if r is not None:
-                texts[i], logprobs[i] = r.text, r.first_logprobs
-        return texts, logprobs
 
 
 def _config(saved: dict[str, Any]) -> ScoreConfig:

@@ -1,0 +1,111 @@
+"""The one place that speaks HTTP: a `Transport` sends a request and gives back
+the status, the body and the Retry-After header, or the lines of a streamed
+body. `AiohttpTransport` is the real one (one session, one connection pool, for
+the whole run); an in-process one (tests/testing/) stands in for it wherever a
+test needs no sockets, and everything above it (retries, follow-ups, the
+gate, the counts) runs unchanged.
+
+Transport errors come out as `TransportError` (unreachable, reset, timed out),
+which the client retries; everything else is the server's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+import aiohttp
+import msgspec
+
+from tension.core.redact import redact
+
+__all__ = ["Reply", "Transport", "TransportError", "StreamStatus", "AiohttpTransport"]
+
+
+class Reply(msgspec.Struct, kw_only=True, gc=False):
+    status: int
+    body: bytes
+    retry_after: str | None = None
+
+
+class TransportError(Exception):
+    """The request got no answer: the server is unreachable, the connection broke,
+    or it timed out (`timed_out`)."""
+
+    def __init__(self, message: str, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+class Transport(Protocol):
+    async def open(self, headers: dict[str, str]) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def send(self, method: str, url: str, body: bytes | None, headers: dict[str, str] | None,
+                   timeout: float | None = None) -> Reply:
+        """One request; `timeout` (seconds) overrides the transport's for this one."""
+        ...
+
+    def lines(self, url: str, body: bytes, headers: dict[str, str] | None) -> AsyncIterator[bytes]:
+        """The lines of a streamed POST answer; a status other than 200 raises
+        `StreamStatus` with the body."""
+        ...
+
+
+class StreamStatus(Exception):
+    def __init__(self, status: int, body: bytes):
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.body = body
+
+
+class AiohttpTransport:
+    """aiohttp: one session; `request` bounds a whole attempt, `connect` the connection."""
+
+    def __init__(self, *, connect: float, request: float):
+        self.connect = connect
+        self.request = request
+        self._session: aiohttp.ClientSession | None = None
+
+    async def open(self, headers: dict[str, str]) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300), headers=headers,
+            timeout=aiohttp.ClientTimeout(total=self.request, connect=self.connect))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _open_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("use `async with Client(...)` before sending")
+        return self._session
+
+    async def send(self, method: str, url: str, body: bytes | None, headers: dict[str, str] | None,
+                   timeout: float | None = None) -> Reply:
+        session = self._open_session()
+        # only an explicit timeout is passed: aiohttp reads timeout=None as "no timeout"
+        extra = {"timeout": aiohttp.ClientTimeout(total=timeout)} if timeout is not None else {}
+        try:
+            async with session.request(method, url, data=body, headers=headers, **extra) as resp:
+                return Reply(status=resp.status, body=await resp.read(), retry_after=resp.headers.get("Retry-After"))
+        except asyncio.TimeoutError as e:
+            raise TransportError(f"timed out after {timeout or self.request:g} s", timed_out=True) from e
+        except aiohttp.ClientError as e:
+            raise TransportError(redact(f"{type(e).__name__}: {e}")) from e
+
+    async def lines(self, url: str, body: bytes, headers: dict[str, str] | None) -> AsyncIterator[bytes]:
+        session = self._open_session()
+        try:
+            async with session.post(url, data=body, headers=headers) as resp:
+                if resp.status != 200:
+                    raise StreamStatus(resp.status, await resp.read())
+                async for line in resp.content:
+                    yield line
+        except asyncio.TimeoutError as e:
+            raise TransportError(f"streamed answer timed out after {self.request:g} s", timed_out=True) from e
+        except aiohttp.ClientError as e:
+            raise TransportError(redact(f"{type(e).__name__}: {e}")) from e

@@ -1,0 +1,426 @@
+"""The run's LLM work, typed, in one place: every answer of every pipeline.
+
+    pipeline ─► Engine.endings / answer / answers / token_counts / context_len
+                   │  key (a hash of the exact request) ─► LMDB (CacheReads)
+                   │  hit:  the stored record, counted
+                   │  miss: the role's Scheduler lane ─► Router (one server, or
+                   │        vllm-router) ─► Client ─► Transport
+                   └► record ─► Committer (group commit) ─► the answer, returned
+
+Data moves down and answers come back as return values: nothing below holds a
+scheduler, a committer or a progress bar. The engine owns, for one run, the
+cache lookups, the lanes (`serving` opens them, with the routers, the commit
+loop and the routers' figures), the choice of the batched judge path, and every
+count (`Counts`: requests per role, usage sent and used, follow-ups; the store
+counts hits and misses per database).
+
+Databases: "endings" holds a whole request's n texts (score's endings,
+generate's stories and paragraphs, the know-it-all's continuations), "verdicts"
+a request's one text (the judge's verdicts, the readers' answers), "positions" a
+group of answers stored as one record (a position's n verdicts), "tokens" token
+counts and context lengths. The names are historical and part of the cache
+format.
+
+`CacheReads` is the read-only half: what the cache holds for requests, without
+sending or counting anything beyond the store's own hits and misses; `estimate`
+and the view read through it, and the engine reads through the same methods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+import msgspec
+
+from tension.cache import records
+from tension.cache.keys import request_key
+from tension.cache.records import Usage
+from tension.cache.store import Store
+from tension.core.errors import TensionError
+from tension.core.llm.client import ChatResult, Client, ShortAnswerError
+from tension.core.llm.protocol import ChatRequest
+from tension.core.llm.router import Router, routing
+from tension.core.run.commit import Committer
+from tension.core.run.progress import Progress
+from tension.core.run.scheduler import Scheduler
+
+__all__ = ["Counts", "Answers", "CacheReads", "Asks", "Engine", "chat_key", "NotCached", "CacheReplay"]
+
+R = TypeVar("R", bound=records.Record)
+
+
+def chat_key(request: ChatRequest) -> bytes:
+    """The cache key of a chat request's answer."""
+    return request_key("chat", request)
+
+
+def _tokens_key(model: str, text: str) -> bytes:
+    return request_key("tokenize", {"model": model, "prompt": text, "add_special_tokens": False})
+
+
+def _context_key(model: str) -> bytes:
+    return request_key("context", {"model": model})
+
+
+def _typed(rec: records.Record | None, kind: type[R]) -> R | None:
+    """A record of the kind its database holds (a stranger is a miss)."""
+    return rec if isinstance(rec, kind) else None
+
+
+def endings_record(res: ChatResult) -> records.Endings:
+    return records.Endings(texts=res.texts, finish_reasons=res.finish_reasons, model=res.model,
+                           usage=res.usage, created=time.time(), seconds=res.seconds)
+
+
+def verdict_record(res: ChatResult) -> records.Verdict:
+    return records.Verdict(text=res.texts[0], finish_reason=res.finish_reasons[0], model=res.model,
+                           usage=res.usage, created=time.time(), seconds=res.seconds,
+                           first_logprobs=res.first_logprobs[0] if res.first_logprobs else None)
+
+
+class Counts(msgspec.Struct, kw_only=True):
+    """Every count of a run's LLM work but the store's hits and misses."""
+
+    requests: dict[str, int]  # LLM requests sent, per role (a batch counts its prompts)
+    usage_sent: Usage = msgspec.field(default_factory=Usage)  # what this run's requests used
+    usage_all: Usage = msgspec.field(default_factory=Usage)  # what every answer used, cached or not
+    followups: int = 0  # requests sent to complete short answers
+
+    def sent(self, role: str, n: int = 1) -> None:
+        self.requests[role] = self.requests.get(role, 0) + n
+
+
+class Answers(msgspec.Struct, kw_only=True):
+    """The answers to a group of requests, one slot per request: the raw text and
+    first-token logprobs, None where the slot holds no request (or, read from the
+    cache only, no record). `group` says they came from the group's one record."""
+
+    texts: list[str | None]
+    first_logprobs: list[dict[str, float] | None]
+    usage: Usage
+    group: bool = False
+
+    @property
+    def found(self) -> int:
+        return sum(t is not None for t in self.texts)
+
+    def record(self) -> records.JudgedPosition:
+        logprobs = self.first_logprobs if any(lp is not None for lp in self.first_logprobs) else []
+        return records.JudgedPosition(texts=self.texts, first_logprobs=logprobs, usage=self.usage,
+                                      judged=self.found, created=time.time())
+
+
+class CacheReads:
+    """What the cache holds, read only: the one walk of a group of answers (its
+    group record, else a record per request), used by the engine, `estimate` and
+    the view alike."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def endings(self, request: ChatRequest) -> records.Endings | None:
+        return self.endings_at(chat_key(request))
+
+    def endings_at(self, key: bytes) -> records.Endings | None:
+        return _typed(self.store.get("endings", key), records.Endings)
+
+    def group_at(self, key: bytes) -> records.JudgedPosition | None:
+        return _typed(self.store.get("positions", key), records.JudgedPosition)
+
+    def group_answers(self, key: bytes) -> Answers | None:
+        """The answers a group record under `key` holds, if there is one."""
+        judged = self.group_at(key)
+        if judged is None:
+            return None
+        return Answers(texts=list(judged.texts), first_logprobs=list(judged.first_logprobs or [None] * len(judged.texts)),
+                       usage=judged.usage, group=True)
+
+    def verdicts(self, requests: Sequence[ChatRequest]) -> list[records.Verdict | None]:
+        return [_typed(r, records.Verdict) for r in self.store.get_many("verdicts", [chat_key(q) for q in requests])]
+
+    def answers(self, requests: Sequence[ChatRequest | None], group: bytes | None) -> Answers:
+        """The answers the cache holds for `requests` (None: a slot without a
+        request): from the group's record under `group`, else from each request's
+        record (None where missing)."""
+        if group is not None and (found := self.group_answers(group)) is not None:
+            return found
+        asked = [i for i, r in enumerate(requests) if r is not None]
+        recs = self.verdicts([r for r in requests if r is not None])
+        out = Answers(texts=[None] * len(requests), first_logprobs=[None] * len(requests), usage=Usage())
+        for i, rec in zip(asked, recs):
+            if rec is not None:
+                out.texts[i], out.first_logprobs[i] = rec.text, rec.first_logprobs
+                out.usage.add(rec.usage)
+        return out
+
+    def token_counts(self, model: str, texts: Sequence[str]) -> list[int | None]:
+        return [r.count if isinstance(r, records.TokenCount) else None
+                for r in self.store.get_many("tokens", [_tokens_key(model, t) for t in texts])]
+
+    def context_len(self, model: str) -> int | None:
+        rec = _typed(self.store.get("tokens", _context_key(model)), records.TokenCount)
+        return rec.count if rec is not None else None
+
+
+class Asks(Protocol):
+    """What a pipeline asks of an engine, whichever answers it (`Engine` sends;
+    `CacheReplay` reads the cache only)."""
+
+    async def endings(self, server: str, request: ChatRequest, *, key: str = "",
+                      role: str | None = None) -> records.Endings: ...
+
+    async def answer(self, server: str, request: ChatRequest, *, key: str = "",
+                     role: str | None = None) -> records.Verdict: ...
+
+
+class NotCached(TensionError):
+    """A record a read-only replay looked for is not in the cache."""
+
+
+class CacheReplay:
+    """The engine's asking methods answered from the cache alone, never sending
+    (the view replays a run's requests with it); a missing record raises NotCached."""
+
+    def __init__(self, store: Store):
+        self.reads = CacheReads(store)
+
+    async def endings(self, server: str, request: ChatRequest, *, key: str = "",
+                      role: str | None = None) -> records.Endings:
+        rec = self.reads.endings(request)
+        if rec is None:
+            raise NotCached(f"a {role or server} request is not in the cache")
+        return rec
+
+    async def answer(self, server: str, request: ChatRequest, *, key: str = "",
+                     role: str | None = None) -> records.Verdict:
+        (rec,) = self.reads.verdicts([request])
+        if rec is None:
+            raise NotCached(f"a {role or server} request is not in the cache")
+        return rec
+
+
+class Engine:
+    """One run's LLM work (module docstring). Open `serving(...)` to send; the
+    read-only `reads` work at any time."""
+
+    def __init__(self, store: Store, client: Client, progress: Progress, roles: Sequence[str] = (),
+                 partial: Path | None = None):
+        self.store = store
+        self.partial = partial  # the run's partial file of finished output lines
+        self.client = client
+        self.progress = progress
+        self.reads = CacheReads(store)
+        self.counts = Counts(requests=dict.fromkeys(roles, 0))
+        self.routers: dict[str, Router] = {}
+        self._sched: Scheduler | None = None
+        self._committer: Committer | None = None
+
+    # -- the run's sending part -------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def serving(self, *routers: Router, lanes: dict[str, int] | None = None,
+                      route: bool = True) -> AsyncIterator[Scheduler]:
+        """Send through `routers` for the length of the block: vllm-router started
+        in front of a role with several servers (`route`), a Scheduler lane per role
+        (`lanes`, default the routers' own), the commit loop and the routers'
+        per-server figures as services; records are committed in groups (core/run/commit.py).
+        On leaving, the work is joined and the
+        committer closed: every completed answer is on disk. A failed last commit
+        is the block's error unless the work failed first."""
+        self.routers.update({r.role: r for r in routers})
+        if lanes is None:
+            lanes = {}
+            for r in routers:
+                lanes.update({**r.lanes(), **r.tokenize_lanes()})
+        several = [r for r in routers if not r.single] if route else []
+        self._committer = committer = Committer(self.store, self.partial)
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if route:
+                    await stack.enter_async_context(routing(*routers))
+                for r in several:
+                    await r.scrape_metrics("start")
+                if several:
+                    self.progress.extra = lambda: " ".join(r.postfix() for r in several)
+                async with Scheduler(lanes) as sched:
+                    self._sched = sched
+                    sched.service(committer.run())
+                    for r in several:
+                        sched.service(r.watch())
+                    yield sched
+                for r in several:
+                    await r.scrape_metrics("end")
+        except BaseException:
+            with contextlib.suppress(TensionError):  # the work's error is the run's
+                committer.close()
+            raise
+        committer.close()
+
+    @property
+    def sched(self) -> Scheduler:
+        if self._sched is None:
+            raise RuntimeError("the engine sends only inside `serving(...)`")
+        return self._sched
+
+    @property
+    def lane_stats(self) -> dict[str, object]:
+        return {k: msgspec.to_builtins(v) for k, v in self._sched.lane_stats.items()} if self._sched else {}
+
+    def _keep(self, db: str, key: bytes, rec: records.Record) -> None:
+        if self._committer is None:
+            raise RuntimeError("the engine keeps records only inside `serving(...)`")
+        self._committer.add(db, key, rec)
+
+    def output(self, line: bytes) -> None:
+        """A finished output line (a position's result, a reader's value): appended
+        to the run's partial file once the records it stands on are durable."""
+        if self._committer is None:
+            raise RuntimeError("output lines only inside `serving(...)`")
+        self._committer.lines.append(line)
+
+    def _fresh(self, res: ChatResult) -> None:
+        self.progress.fresh(res.usage)
+        self.counts.usage_all.add(res.usage)
+        self._spent(res.usage, res.followups)
+
+    def _cached(self, usage: Usage, n: int = 1) -> None:
+        self.progress.hit(n)
+        self.counts.usage_all.add(usage)
+
+    # -- chat answers ----------------------------------------------------------------
+
+    def _spent(self, usage: Usage, followups: int) -> None:
+        """What requests used, answered or not (this run's usage)."""
+        self.counts.usage_sent.add(usage)
+        self.counts.followups += followups
+
+    @contextlib.contextmanager
+    def _short_counted(self) -> Iterator[None]:
+        """A request that stays short still spent what it used."""
+        try:
+            yield
+        except ShortAnswerError as e:
+            self._spent(e.spent, e.followups)
+            raise
+
+    async def _chat(self, server: str, key: str, request: ChatRequest) -> ChatResult:
+        router = self.routers[server]
+        with self._short_counted():
+            res = await self.sched.request(router.role, router.chat, key, request)
+        self._fresh(res)
+        return res
+
+    async def endings(self, server: str, request: ChatRequest, *, key: str = "",
+                      role: str | None = None) -> records.Endings:
+        """The n texts answering `request`, from the cache or from the `server`
+        role's router (routed by `key`); sent requests are counted under `role`
+        (default `server`)."""
+        ck = chat_key(request)
+        rec = self.reads.endings_at(ck)
+        if rec is not None:
+            self._cached(rec.usage)
+            return rec
+        self.counts.sent(role or server)
+        rec = endings_record(await self._chat(server, key, request))
+        self._keep("endings", ck, rec)
+        return rec
+
+    async def answer(self, server: str, request: ChatRequest, *, key: str = "",
+                     role: str | None = None) -> records.Verdict:
+        """The one text answering `request` (a reader's answer, a verdict)."""
+        ck = chat_key(request)
+        rec = _typed(self.store.get("verdicts", ck), records.Verdict)
+        if rec is not None:
+            self._cached(rec.usage)
+            return rec
+        self.counts.sent(role or server)
+        rec = verdict_record(await self._chat(server, key, request))
+        self._keep("verdicts", ck, rec)
+        return rec
+
+    async def answers(self, server: str, requests: Sequence[ChatRequest | None], *, key: str = "",
+                      group: bytes | None = None, warm_first: bool = False, role: str | None = None) -> Answers:
+        """The answer to each request (a slot without one stays None), read as
+        `CacheReads.answers` reads them, the missing ones sent: with `warm_first`
+        one alone first (requests that share a long prefix then find it in the
+        server's prefix cache), the rest together, as one batched completion
+        request where the server takes it (core/llm/batch.py), else a chat request
+        each. With `group`, the answers are kept as one record under it too, and
+        a rerun reads them with that one lookup."""
+        out = self.reads.answers(requests, group)
+        if out.group:
+            # The record stands for its answers: count them as the cache hits they replace.
+            self.store.counts.hits["verdicts"] += out.found
+            self._cached(out.usage, out.found)
+            return out
+        todo = [i for i, r in enumerate(requests) if r is not None and out.texts[i] is None]
+        self._cached(out.usage, out.found)
+        for part in ([todo[:1], todo[1:]] if warm_first else [todo]):
+            if part:
+                self.counts.sent(role or server, len(part))
+                for i, rec in zip(part, await self._send_many(server, key, [requests[i] for i in part])):
+                    self._keep("verdicts", chat_key(requests[i]), rec)  # type: ignore[arg-type]  # part: requests
+                    out.texts[i], out.first_logprobs[i] = rec.text, rec.first_logprobs
+                    out.usage.add(rec.usage)
+        if group is not None:
+            self._keep("positions", group, out.record())
+        return out
+
+    async def _send_many(self, server: str, key: str, requests: Sequence[ChatRequest | None]
+                         ) -> list[records.Verdict]:
+        """Fresh answers to `requests`: one batched request holding a lane slot per
+        prompt, or one chat request each."""
+        router = self.routers[server]
+        asked = [r for r in requests if r is not None]
+        template = await router.batch_template(asked)
+        if template is None:
+            async def one(request: ChatRequest) -> records.Verdict:
+                return verdict_record(await self._chat(server, key, request))
+
+            return await self.sched.map(one, asked)
+        with self._short_counted():
+            batch = await self.sched.request_weighted(router.role, len(asked), router.complete, key, template, asked)
+        self.progress.fresh(batch.usage)
+        self._spent(batch.usage, batch.followups)
+        recs = [verdict_record(res) for res in batch.results]
+        for rec in recs:
+            self.counts.usage_all.add(rec.usage)
+        return recs
+
+    # -- token counts ---------------------------------------------------------------
+
+    async def token_counts(self, server: str, model: str, texts: Sequence[str], *, key: str = "") -> list[int]:
+        """Token counts of `texts` by `model`'s tokenizer: cached, or from the
+        `server` role's /tokenize (its "tokenize" lane), then kept."""
+        counts = self.reads.token_counts(model, texts)
+        router = self.routers[server]
+
+        async def one(i: int) -> None:
+            self.counts.sent("tokenize")
+            n = await self.sched.request("tokenize", router.tokenize, key, model, texts[i])
+            counts[i] = n
+            self._keep("tokens", _tokens_key(model, texts[i]), records.TokenCount(count=n, model=model,
+                                                                                  created=time.time()))
+
+        await self.sched.map(one, [i for i, c in enumerate(counts) if c is None])
+        return [c if c is not None else 0 for c in counts]
+
+    async def context_len(self, server: str, model: str, *, key: str = "", ask: bool = True) -> int | None:
+        """`model`'s context length: cached, else (with `ask`) what the `server`
+        role's /tokenize reports, then kept; None when unknown."""
+        known = self.reads.context_len(model)
+        if known is not None or not ask:
+            return known
+        router = self.routers[server]
+        if router.max_model_len() is None:
+            self.counts.sent("tokenize")
+            await self.sched.request("tokenize", router.tokenize, key, model, "")
+        learned = router.max_model_len()
+        if learned is not None:
+            self._keep("tokens", _context_key(model), records.TokenCount(count=learned, model=model,
+                                                                         created=time.time()))
+        return learned
