@@ -205,7 +205,7 @@ class Store:
                 added = dict.fromkeys(DBS, 0)
                 with self.env.begin(write=True) as txn:
                     if meta:
-                        for db, key, value in encoded:
+                        for _db, key, value in encoded:
                             txn.put(key, value, db=self._meta)
                         return 1
                     for handle, key, value, name in encoded:

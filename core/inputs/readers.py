@@ -16,11 +16,10 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
-from tension.kernels.fairplay import ACTUAL, READERS
-
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
 from tension.core.inputs.jsonl import decode_line, read_records
+from tension.kernels.fairplay import ACTUAL, READERS
 
 __all__ = ["NOT_SURE", "RENORM_TOL", "EXPERIENCED_SETTING", "ReaderRecord", "ScoredWhodunit", "check_record",
            "reader_names", "reader_schedule", "read_readers", "read_actual", "SOURCES", "read_source",
@@ -128,7 +127,8 @@ def _name_bad_row(path, line, reader, rows, K) -> None:
             if not math.isfinite(v):
                 raise InputError(path, line, f"{field}[{y}]", f"paragraph {i + 1}: expected a finite number, got {v}")
             if v < 0:
-                raise InputError(path, line, f"{field}[{y}]", f"paragraph {i + 1}: expected a probability >= 0, got {v}")
+                raise InputError(path, line, f"{field}[{y}]",
+                                 f"paragraph {i + 1}: expected a probability >= 0, got {v}")
     raise AssertionError("a row failed the numpy check but no value is bad")  # pragma: no cover
 
 

@@ -24,19 +24,38 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from tension.kernels.bootstrap import N_RESAMPLES
-from tension.kernels.fairplay import (
-    ACTUAL, GULLIBLE, KNOW_IT_ALL, EXPERIENCED, READERS, FairPlaySettings, PooledCurves, StepArrays,
-    StoryScores, batch_fairplay, clopper_pearson, pooled_curves,
-)
-from tension.kernels.groups import describe
-
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
 from tension.core.inputs.jsonl import atomic_write
-from tension.core.inputs.readers import (NOT_SURE, SOURCES, ReaderRecord, ScoredWhodunit, check_record,
-                                         read_actual, read_readers, read_source, reader_names, row_warnings)
+from tension.core.inputs.readers import (
+    NOT_SURE,
+    SOURCES,
+    ReaderRecord,
+    ScoredWhodunit,
+    check_record,
+    read_actual,
+    read_readers,
+    read_source,
+    reader_names,
+    row_warnings,
+)
 from tension.core.reports.filenames import safe_filename
+from tension.kernels.bootstrap import N_RESAMPLES
+from tension.kernels.fairplay import (
+    ACTUAL,
+    EXPERIENCED,
+    GULLIBLE,
+    KNOW_IT_ALL,
+    READERS,
+    FairPlaySettings,
+    PooledCurves,
+    StepArrays,
+    StoryScores,
+    batch_fairplay,
+    clopper_pearson,
+    pooled_curves,
+)
+from tension.kernels.groups import describe
 
 __all__ = [
     "DEFAULT_GROUP",

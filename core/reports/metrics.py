@@ -21,13 +21,12 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stats
-from tension.kernels.bootstrap import N_RESAMPLES
-from tension.kernels.groups import GroupStat, group_stats
-
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP, PositionLine
 from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines, read_records
+from tension.kernels.bootstrap import N_RESAMPLES
+from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stats
+from tension.kernels.groups import GroupStat, group_stats
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -151,7 +150,8 @@ def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings(), 
     keep = np.array([c.id not in failed for c in curves], dtype=bool)
     labels = [c.group for c in curves if c.id not in failed]
     matrix = _stat_matrix(stats)[keep]
-    groups = {name: group_stats(matrix[:, k], labels, n_resamples, seed) for k, name in enumerate(stat_columns(settings))}
+    groups = {name: group_stats(matrix[:, k], labels, n_resamples, seed)
+              for k, name in enumerate(stat_columns(settings))}
     return stats, groups
 
 

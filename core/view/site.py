@@ -73,7 +73,7 @@ class Site:
         """The document at `path` (relative, without the leading slash); a clear
         page (HTML) or JSON error for anything it does not have."""
         path = path.lstrip("/") or "index.html"
-        for pattern, name in _PATHS:
+        for pattern, name in _PATHS:  # noqa: B007 (name is used after the break)
             m = pattern.match(path)
             if m:
                 break
