@@ -49,7 +49,8 @@ def cmd_score(args) -> int:
     if summary.status == "failed":
         from tension.core.pipelines.score.watch import STOP_PREFIX
 
-        if summary.error.startswith(STOP_PREFIX):  # the early stop: the same command would stop again
+        # the early stop: the same command would stop again
+        if summary.error is not None and summary.error.startswith(STOP_PREFIX):
             print(f"error: {summary.error}", file=sys.stderr)
         else:
             print_stopped(summary.error, "work is")

@@ -116,7 +116,7 @@ def load_settings(struct: type[S], path: str | os.PathLike | None, overrides: di
         raise ConfigError(f"{where}{e}") from e
 
 
-def _file_settings(struct: type, p: Path, table: str | None) -> dict[str, Any]:
+def _file_settings(struct: type[msgspec.Struct], p: Path, table: str | None) -> dict[str, Any]:
     doc = read_config_file(p)
     known = set(struct.__struct_fields__)
     if table is None:

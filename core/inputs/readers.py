@@ -12,6 +12,7 @@ import math
 import os
 import re
 from collections.abc import Sequence
+from typing import NoReturn
 
 import msgspec
 import numpy as np
@@ -115,7 +116,7 @@ def _check_rows(path, line, reader, rows, L, K) -> _Rows:
     return _Rows(out, int((~zero & (np.abs(totals - 1.0) > RENORM_TOL)).sum()), empty, int(zero.sum()))
 
 
-def _name_bad_row(path, line, reader, rows, K) -> None:
+def _name_bad_row(path, line, reader, rows, K) -> NoReturn:
     for i, row in enumerate(rows):
         if not row:
             continue

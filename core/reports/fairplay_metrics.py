@@ -202,7 +202,8 @@ def stories_csv(stories: Sequence[ScoredWhodunit], c: Computed, settings: FairPl
 
 
 def _jlist(a: np.ndarray) -> list:
-    return np.where(np.isnan(a), None, a).tolist()
+    # numpy's stubs take no None for an array; at run time it makes the result an object array
+    return np.where(np.isnan(a), None, a).tolist()  # type: ignore[call-overload]
 
 
 def steps_jsonl(stories: Sequence[ScoredWhodunit], c: Computed) -> bytes:
@@ -366,7 +367,7 @@ def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | 
         for g in groups:
             idx = [j for j, s in enumerate(stories) if s.group == g]
             pooled[g] = pooled_curves(c.steps, c.soff, [s.L for s in stories], idx, settings)
-    files = {
+    files: dict[str, str | bytes] = {
         "stories.csv": stories_csv(stories, c, settings),
         "steps.jsonl": steps_jsonl(stories, c),
         "groups.csv": groups_csv(rows),
