@@ -118,9 +118,9 @@ class DataFile:
         self.path = Path(path) / DATA_FILE
         with self.path.open("rb") as f:
             self.size = os.fstat(f.fileno()).st_size
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.size else None
-        if self._map is None:
-            raise PageError(f"{self.path} is empty")
+            if not self.size:
+                raise PageError(f"{self.path} is empty")
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self.meta = read_meta(self._map[:2 * 65536], self.size)
         self.pages = self.size // self.meta.psize
 

@@ -29,7 +29,7 @@ class Usage(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     cached_tokens: int = 0
     requests: int = 0
 
-    def add(self, other: "Usage") -> None:
+    def add(self, other: Usage) -> None:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.cached_tokens += other.cached_tokens

@@ -82,7 +82,7 @@ class Store:
             map_size = min(map_size, max_bytes)
         self.counts = RunCounts(hits=dict.fromkeys(DBS, 0), misses=dict.fromkeys(DBS, 0),
                                 writes=dict.fromkeys(DBS, 0), damaged=dict.fromkeys(DBS, 0))
-        self.env = None
+        self.env: lmdb.Environment | None = None
         try:
             pages.check(self.path)  # before LMDB maps the file: a short one would SIGBUS
             if not readonly:
@@ -106,11 +106,17 @@ class Store:
         """A database's handle; None for one a read-only open finds missing (a cache
         written before that database existed), which then reads as empty."""
         try:
-            return self.env.open_db(name.encode(), create=not self.readonly)
+            return self._lmdb.open_db(name.encode(), create=not self.readonly)
         except lmdb.NotFoundError:
             if self.readonly:
                 return None
             raise
+
+    @property
+    def _lmdb(self) -> lmdb.Environment:
+        """The open environment (a closed store has none)."""
+        assert self.env is not None, f"the cache at {self.path} is closed"
+        return self.env
 
     def __enter__(self) -> Store:
         return self
@@ -126,7 +132,7 @@ class Store:
     # -- format -------------------------------------------------------------
 
     def _check_format(self) -> None:
-        with self.env.begin(db=self._meta) as txn:
+        with self._lmdb.begin(db=self._meta) as txn:
             v = txn.get(b"format")
         if v is None:
             if not self.readonly:
@@ -143,7 +149,7 @@ class Store:
         handle = self._dbs[db]
         if handle is not None:
             try:
-                with self._map_lock, self.env.begin(db=handle, buffers=True) as txn:
+                with self._map_lock, self._lmdb.begin(db=handle, buffers=True) as txn:
                     v = txn.get(key)
                     rec = records.decode(v) if v is not None else None
             except (records.DamagedRecord, lmdb.Error):
@@ -163,7 +169,7 @@ class Store:
         out: list[records.Record | None] = []
         bad = 0
         try:
-            with self._map_lock, self.env.begin(db=handle, buffers=True) as txn:
+            with self._map_lock, self._lmdb.begin(db=handle, buffers=True) as txn:
                 for k in keys:
                     v = txn.get(k)
                     try:
@@ -174,7 +180,7 @@ class Store:
         except lmdb.MapResizedError:
             # Another process grew the map; adopt its size and read again.
             with self._map_lock:
-                self.env.set_mapsize(0)
+                self._lmdb.set_mapsize(0)
             return self.get_many(db, keys)
         except _DAMAGE as e:
             raise damaged(self.path, f"reading the {db} database failed: {e}") from e
@@ -203,9 +209,9 @@ class Store:
         for _ in range(_MAX_GROWS):
             try:
                 added = dict.fromkeys(DBS, 0)
-                with self.env.begin(write=True) as txn:
+                with self._lmdb.begin(write=True) as txn:
                     if meta:
-                        for db, key, value in encoded:
+                        for _db, key, value in encoded:
                             txn.put(key, value, db=self._meta)
                         return 1
                     for handle, key, value, name in encoded:
@@ -221,7 +227,7 @@ class Store:
                 self._grow()
             except lmdb.MapResizedError:
                 with self._map_lock:
-                    self.env.set_mapsize(0)
+                    self._lmdb.set_mapsize(0)
             except _DAMAGE as e:
                 raise damaged(self.path, f"writing to it failed: {e}") from e
             except lmdb.Error as e:
@@ -230,7 +236,7 @@ class Store:
         raise CacheError(f"the cache at {self.path} is full after growing {_MAX_GROWS} times")
 
     def _grow(self) -> None:
-        size = self.env.info()["map_size"]
+        size = self._lmdb.info()["map_size"]
         new = size * 2
         if self.max_bytes is not None:
             if size >= self.max_bytes:
@@ -239,7 +245,7 @@ class Store:
             new = min(new, self.max_bytes)
         try:
             with self._map_lock:
-                self.env.set_mapsize(new)
+                self._lmdb.set_mapsize(new)
         except lmdb.Error as e:
             raise CacheError(f"cannot grow the cache at {self.path} beyond {size} bytes: {e}") from e
 
@@ -248,7 +254,7 @@ class Store:
     def stats(self) -> dict[str, dict[str, int]]:
         """Entries and bytes per database."""
         out = {}
-        with self.env.begin() as txn:
+        with self._lmdb.begin() as txn:
             for name, handle in self._dbs.items():
                 if handle is None:
                     out[name] = {"entries": 0, "bytes": 0}
@@ -266,7 +272,7 @@ class Store:
         self._write([(_META, b"last_run", msgspec.json.encode(self.counts))], meta=True)
 
     def last_run_counts(self) -> RunCounts | None:
-        with self.env.begin(db=self._meta) as txn:
+        with self._lmdb.begin(db=self._meta) as txn:
             v = txn.get(b"last_run")
         return msgspec.json.decode(v, type=RunCounts) if v else None
 

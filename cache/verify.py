@@ -109,9 +109,11 @@ def _read(path: Path, keep: bool) -> tuple[Report, dict[str, dict[bytes, records
                 _take(report, found, db, key, value, keep)
         for key, value in f.leaves():
             rec = _good(value)
-            db = _DB_OF_TYPE.get(type(rec))
-            if db is not None and key not in found[db]:  # (a bad record's good older copy counts)
-                found[db][key] = rec
+            if rec is None:
+                continue
+            rec_db = _DB_OF_TYPE.get(type(rec))
+            if rec_db is not None and key not in found[rec_db]:  # (a bad record's good older copy counts)
+                found[rec_db][key] = rec
                 report.unreached += 1
     return report, found
 

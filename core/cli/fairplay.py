@@ -5,10 +5,23 @@ from __future__ import annotations
 
 import sys
 
-from tension.core.cli.flags import (SERVER_ENV, Once, OnceBool, Verb, add_bootstrap_flags, add_settings_flags,
-                                    group_for, overrides)
-from tension.core.cli.messages import (EXIT_FAILED, print_answer_warnings, print_errors, print_fairplay_summary,
-                                      print_stopped)
+from tension.core.cli.flags import (
+    SERVER_ENV,
+    Once,
+    OnceBool,
+    Verb,
+    add_bootstrap_flags,
+    add_settings_flags,
+    group_for,
+    overrides,
+)
+from tension.core.cli.messages import (
+    EXIT_FAILED,
+    print_answer_warnings,
+    print_errors,
+    print_fairplay_summary,
+    print_stopped,
+)
 from tension.core.config.fairplay import FairPlayConfig
 from tension.core.errors import ConfigError
 from tension.kernels.settings import FAIRPLAY_GROUP, FairPlaySettings

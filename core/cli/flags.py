@@ -148,15 +148,15 @@ def flag_specs(struct: type) -> tuple[FlagSpec, ...]:
     specs = []
     for f in msgspec.structs.fields(struct):
         meta = next((m for m in typing.get_args(f.type)[1:] if isinstance(m, msgspec.Meta)), None)
-        extra = (meta.extra or {}) if meta is not None else {}
-        if "group" not in extra:
+        if meta is None or not meta.extra or "group" not in meta.extra:
             continue
+        extra = meta.extra
         tp = typing.get_args(f.type)[0]
         default = f.default_factory() if f.default is msgspec.NODEFAULT else f.default
         name = extra.get("flag", f.name.replace("_", "-"))
         specs.append(FlagSpec(
             field=f.name, names=tuple(f"--{n}" for n in (name, *extra.get("aliases", ()))),
-            dest=extra.get("dest", f.name), group=extra["group"], description=meta.description,
+            dest=extra.get("dest", f.name), group=extra["group"], description=meta.description or "",
             kind=_kind(tp), comma_list=_kind(tp) is str and typing.get_origin(tp) is tuple,
             default=default, default_text=extra.get("default", _shown(default)), metavar=extra.get("metavar"),
             choices=extra.get("choices")))
@@ -181,10 +181,14 @@ def _kind(tp) -> Any:
 def _shown(value: Any) -> str | None:
     if value is None or value == [] or value == ():
         return None
+    return _shown_value(value)
+
+
+def _shown_value(value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, (tuple, list)):
-        return ",".join(_shown(v) for v in value)
+        return ",".join(_shown_value(v) for v in value)
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)

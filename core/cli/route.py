@@ -29,6 +29,7 @@ def cmd_route(args) -> int:
         print(f"then: tension-run score CORPUS --out DIR --base-url {router.url}")
         print("Ctrl-C stops it", flush=True)
         try:
+            assert router.proc is not None  # `with router` started it
             code = router.proc.wait()
         except KeyboardInterrupt:
             print("stopped the router", file=sys.stderr)

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from tension.core.cli.flags import (SERVER_ENV, Verb, add_settings_flags, fields_in, group_for, overrides)
-from tension.core.cli.messages import (EXIT_FAILED, EXIT_OK, print_answer_warnings, print_errors, print_replica_events,
-                                      print_stopped)
+from tension.core.cli.flags import SERVER_ENV, Verb, add_settings_flags, fields_in, group_for, overrides
+from tension.core.cli.messages import (
+    EXIT_FAILED,
+    EXIT_OK,
+    print_answer_warnings,
+    print_errors,
+    print_replica_events,
+    print_stopped,
+)
 from tension.core.config.score import CONCURRENCY, CORPUS, ENDINGS, JUDGING, SERVERS, ScoreConfig
 
 __all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench", "server_config", "embedded_fallback", "unnamed_server"]
@@ -43,7 +49,8 @@ def cmd_score(args) -> int:
     if summary.status == "failed":
         from tension.core.pipelines.score.watch import STOP_PREFIX
 
-        if summary.error.startswith(STOP_PREFIX):  # the early stop: the same command would stop again
+        # the early stop: the same command would stop again
+        if summary.error is not None and summary.error.startswith(STOP_PREFIX):
             print(f"error: {summary.error}", file=sys.stderr)
         else:
             print_stopped(summary.error, "work is")
@@ -65,8 +72,13 @@ def cmd_estimate(args) -> int:
 
     Formulas: docs/cost.md."""
     from tension.core.inputs.jsonl import atomic_write
-    from tension.core.pipelines.estimate import (Throughput, check_throughput, estimate, format_estimate,
-                                                 throughput_from_bench)
+    from tension.core.pipelines.estimate import (
+        Throughput,
+        check_throughput,
+        estimate,
+        format_estimate,
+        throughput_from_bench,
+    )
 
     cfg = server_config(args)
     if args.bench:

@@ -11,8 +11,14 @@ metadata is its flag's help and group (cli.flags builds the flags from it).
 from tension.core.config.fairplay import FairPlayConfig, load_fairplay_config
 from tension.core.config.generate import GenerateConfig
 from tension.core.config.score import ScoreConfig, load_config, make_curve_settings
-from tension.core.config.settings import (API_KEY_ENV, build_settings, config_file_keys, load_settings, public,
-                                          read_config_file)
+from tension.core.config.settings import (
+                                          API_KEY_ENV,
+                                          build_settings,
+                                          config_file_keys,
+                                          load_settings,
+                                          public,
+                                          read_config_file,
+)
 
 __all__ = ["API_KEY_ENV", "ScoreConfig", "GenerateConfig", "FairPlayConfig", "load_config", "load_fairplay_config",
            "load_settings", "config_file_keys", "make_curve_settings", "read_config_file", "public",

@@ -8,8 +8,21 @@ import math
 import os
 from typing import Annotated, Any
 
-from tension.core.config.settings import (CONCURRENCY, SERVERS, ApiKey, CacheMaxGB, CachePath, Progress,
-                                          ReasoningOff, Retries, RetrySeconds, Settings, Timeout, flag, load_settings)
+from tension.core.config.settings import (
+    CONCURRENCY,
+    SERVERS,
+    ApiKey,
+    CacheMaxGB,
+    CachePath,
+    Progress,
+    ReasoningOff,
+    Retries,
+    RetrySeconds,
+    Settings,
+    Timeout,
+    flag,
+    load_settings,
+)
 
 __all__ = ["READERS", "SEGMENT_RULES", "KNOW_IT_ALL_CULPRIT", "FairPlayConfig", "experienced_readers",
            "load_fairplay_config"]
@@ -32,7 +45,8 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     # --reader-base-url and --reader-model, their first names, stay as aliases.
     base_url: Annotated[str, flag(
         "the readers' server root", SERVERS, flag="base-url", aliases=("reader-base-url",), metavar="URL",
-        dest="reader_base_url", default="OPENAI_BASE_URL, else the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
+        dest="reader_base_url",
+        default="OPENAI_BASE_URL, else the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
     reader_model: Annotated[str | None, flag("reader model id (default: the first the server lists)", SERVERS,
                                              flag="model", aliases=("reader-model",), metavar="MODEL")] = None
     judge_base_url: Annotated[str | None, flag(

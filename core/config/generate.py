@@ -7,8 +7,21 @@ import math
 import os
 from typing import Annotated
 
-from tension.core.config.settings import (API_KEY_ENV, CONCURRENCY, OUTPUTS, SERVERS, CacheMaxGB, CachePath, Progress,
-                                          ReasoningOff, Retries, RetrySeconds, Settings, Timeout, flag)
+from tension.core.config.settings import (
+    API_KEY_ENV,
+    CONCURRENCY,
+    OUTPUTS,
+    SERVERS,
+    CacheMaxGB,
+    CachePath,
+    Progress,
+    ReasoningOff,
+    Retries,
+    RetrySeconds,
+    Settings,
+    Timeout,
+    flag,
+)
 
 __all__ = ["MODES", "GenerateConfig", "PIPELINE_TEMPERATURE", "PIPELINE_MAX_TOKENS", "PIPELINE_MIN_P",
            "WHODUNIT_TEMPERATURE", "WHODUNIT_MAX_TOKENS"]

@@ -8,9 +8,26 @@ import math
 import os
 from typing import Annotated, Any
 
-from tension.core.config.settings import (API_KEY_ENV, CONCURRENCY, OUTPUTS, SERVERS, ApiKey, CacheMaxGB, CachePath,
-                                          Progress, ReasoningOff, Retries, RetrySeconds, Settings, Timeout,
-                                          build_settings, config_file_keys, flag, load_settings, read_config_file)
+from tension.core.config.settings import (
+    API_KEY_ENV,
+    CONCURRENCY,
+    OUTPUTS,
+    SERVERS,
+    ApiKey,
+    CacheMaxGB,
+    CachePath,
+    Progress,
+    ReasoningOff,
+    Retries,
+    RetrySeconds,
+    Settings,
+    Timeout,
+    build_settings,
+    config_file_keys,
+    flag,
+    load_settings,
+    read_config_file,
+)
 from tension.core.errors import ConfigError
 from tension.kernels.settings import CurveSettings, LateThreshold, RetentionWindow, Thresholds, Window
 

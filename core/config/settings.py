@@ -14,9 +14,10 @@ import msgspec
 from tension.core.errors import ConfigError
 from tension.core.redact import redact
 
-__all__ = ["API_KEY_ENV", "BASE_URL_ENV", "DEFAULT_BASE_URL", "env_base_url", "Settings", "flag", "public", "load_settings", "read_config_file", "config_file_keys",
-           "build_settings", "SERVERS", "CONCURRENCY", "OUTPUTS", "ApiKey", "ReasoningOff", "Timeout", "Retries",
-           "RetrySeconds", "CachePath", "CacheMaxGB", "Progress"]
+__all__ = ["API_KEY_ENV", "BASE_URL_ENV", "DEFAULT_BASE_URL", "env_base_url", "Settings", "flag", "public",
+           "load_settings", "read_config_file", "config_file_keys", "build_settings", "SERVERS", "CONCURRENCY",
+           "OUTPUTS", "ApiKey", "ReasoningOff", "Timeout", "Retries", "RetrySeconds", "CachePath", "CacheMaxGB",
+           "Progress"]
 
 API_KEY_ENV = "OPENAI_API_KEY"
 # The server when none is named (--base-url, a config file's base_url): this
@@ -115,7 +116,7 @@ def load_settings(struct: type[S], path: str | os.PathLike | None, overrides: di
         raise ConfigError(f"{where}{e}") from e
 
 
-def _file_settings(struct: type, p: Path, table: str | None) -> dict[str, Any]:
+def _file_settings(struct: type[msgspec.Struct], p: Path, table: str | None) -> dict[str, Any]:
     doc = read_config_file(p)
     known = set(struct.__struct_fields__)
     if table is None:

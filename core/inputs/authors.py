@@ -133,13 +133,14 @@ def _story(path: Path, data: dict[str, Any], key: tuple[str, str, str]) -> tuple
         raise InputError(p, 0, "direct", 'expected an object with the gullible reader under "1"')
     readers = {"gullible": _rows(p, 'direct["1"]', ids, direct["1"], L, K),
                "know_it_all": _rows(p, "sampling", ids, sampling, L, K)}
-    final = readers["know_it_all"][ids[-1] - 1]
+    final, last_gullible = readers["know_it_all"][ids[-1] - 1], readers["gullible"][ids[-1] - 1]
+    assert final is not None and last_gullible is not None  # _rows fills the paragraph of every id
     real = data.get("real_probs") or []
     if real and len(real) != K:
         raise InputError(p, 0, "real_probs", f"expected {K} values (one per suspect), got {len(real)}")
     # Their rule: the culprit is argmax real_probs (else the gullible reader's last
     # argmax), and the know-it-all's last value must agree with at least 0.7.
-    culprit = _argmax(real) if real else _argmax(readers["gullible"][ids[-1] - 1])
+    culprit = _argmax(real) if real else _argmax(last_gullible)
     if _argmax(final) != culprit or max(final) < FINAL_MIN:
         return None, (f"{p}: left out, as in the authors' analysis: the know-it-all's last value {final} does "
                       f"not give the culprit {suspects[culprit]!r} at least {FINAL_MIN}")
@@ -199,6 +200,7 @@ def read_authors(folder: str | os.PathLike) -> AuthorsRead:
         try:
             record, why = _story(path, _load(path), key)
             if record is None:
+                assert why is not None  # _story says why it leaves a story out
                 notes.append(why)
                 continue
             for name, rows in experienced.get(key, {}).items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import msgspec
 
@@ -53,6 +53,10 @@ def read_ideas(path: str | os.PathLike, whodunit: bool = False) -> tuple[list[tu
 
 
 def _idea(path: str, lineno: int, obj: dict[str, Any], whodunit: bool) -> Idea:
+    @overload
+    def text(name: str) -> str: ...
+    @overload
+    def text(name: str, required: bool) -> str | None: ...
     def text(name: str, required: bool = True) -> str | None:
         v = string_field(path, lineno, obj, name, required)
         if v is not None and not v.strip():

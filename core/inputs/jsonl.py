@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import codecs
 import functools
+import operator
 import os
 import re
 import secrets
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO, Literal, TypeVar, overload
 
 import msgspec
 
@@ -101,7 +102,7 @@ def _raise(path, lineno, field, msg, cause):
 
 def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *,
                  decode: Callable[[str, int, bytes], Any] = functools.partial(decode_line, type=dict),
-                 id_of: Callable[[T], str] = lambda item: item.id,
+                 id_of: Callable[[T], str] = operator.attrgetter("id"),
                  empty: str | None = None) -> tuple[list[T], list[InputError]]:
     """Every good record of a JSON Lines file in file order, and an InputError per
     bad line: blank lines are skipped, each line is decoded by ``decode(path, line,
@@ -145,6 +146,10 @@ def display_name(path: str | os.PathLike) -> str:
     return "<stdin>" if str(path) == STDIN else str(path)
 
 
+@overload
+def string_field(path: str, lineno: int, obj: dict[str, Any], name: str, required: Literal[True] = True) -> str: ...
+@overload
+def string_field(path: str, lineno: int, obj: dict[str, Any], name: str, required: bool) -> str | None: ...
 def string_field(path: str, lineno: int, obj: dict[str, Any], name: str, required: bool = True) -> str | None:
     """``obj[name]``, which must be a string; None when it is absent or null and not required."""
     if name not in obj or (obj[name] is None and not required):

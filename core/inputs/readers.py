@@ -12,15 +12,15 @@ import math
 import os
 import re
 from collections.abc import Sequence
+from typing import NoReturn
 
 import msgspec
 import numpy as np
 
-from tension.kernels.fairplay import ACTUAL, READERS
-
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
 from tension.core.inputs.jsonl import decode_line, read_records
+from tension.kernels.fairplay import ACTUAL, READERS
 
 __all__ = ["NOT_SURE", "RENORM_TOL", "EXPERIENCED_SETTING", "ReaderRecord", "ScoredWhodunit", "check_record",
            "reader_names", "reader_schedule", "read_readers", "read_actual", "SOURCES", "read_source",
@@ -116,7 +116,7 @@ def _check_rows(path, line, reader, rows, L, K) -> _Rows:
     return _Rows(out, int((~zero & (np.abs(totals - 1.0) > RENORM_TOL)).sum()), empty, int(zero.sum()))
 
 
-def _name_bad_row(path, line, reader, rows, K) -> None:
+def _name_bad_row(path, line, reader, rows, K) -> NoReturn:
     for i, row in enumerate(rows):
         if not row:
             continue
@@ -128,7 +128,8 @@ def _name_bad_row(path, line, reader, rows, K) -> None:
             if not math.isfinite(v):
                 raise InputError(path, line, f"{field}[{y}]", f"paragraph {i + 1}: expected a finite number, got {v}")
             if v < 0:
-                raise InputError(path, line, f"{field}[{y}]", f"paragraph {i + 1}: expected a probability >= 0, got {v}")
+                raise InputError(path, line, f"{field}[{y}]",
+                                 f"paragraph {i + 1}: expected a probability >= 0, got {v}")
     raise AssertionError("a row failed the numpy check but no value is bad")  # pragma: no cover
 
 

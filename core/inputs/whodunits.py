@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, Literal, overload
 
 import msgspec
 
@@ -59,6 +59,10 @@ def segment_text(text: str, rule: str, L: int) -> list[str]:
     return out
 
 
+@overload
+def _one_name(path: str, line: int, field: str, value: Any, required: Literal[True]) -> str: ...
+@overload
+def _one_name(path: str, line: int, field: str, value: Any, required: bool) -> str | None: ...
 def _one_name(path: str, line: int, field: str, value: Any, required: bool) -> str | None:
     """A name given as a string or a one-element list (the data sets do both)."""
     if value is None:
@@ -122,6 +126,7 @@ def _story(path: str, line: int, obj: dict, cfg: FairPlayConfig, suspects_map: d
     L = len(segments)
     culprit = _one_name(path, line, "culprit", obj.get("culprit"), True)
     distractor = _one_name(path, line, "distractor", obj.get("distractor"), False)
+    suspects: list[str] | None
     if obj.get("suspects") is not None:
         suspects = _string_list(path, line, "suspects", obj["suspects"], min_len=2)
     else:

@@ -19,7 +19,7 @@ import ast
 import json
 import math
 import re
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -189,12 +189,12 @@ def parse_distribution(text: str, suspects: list[str]) -> Parsed:
     if not values:
         return Parsed(error="no JSON object in the answer" if (text or "").strip() else "empty answer")
     results: list[Parsed] = [_distribution(v, suspects) for v in values]
-    good = [r for r in results if r.probs is not None]
+    good = [(r, r.probs) for r in results if r.probs is not None]
     if not good:
         return results[0]
-    first = good[0]
-    for other in good[1:]:
-        if any(abs(a - b) > 1e-9 for a, b in zip(first.probs, other.probs)):
+    first, first_probs = good[0]
+    for _, other_probs in good[1:]:
+        if any(abs(a - b) > 1e-9 for a, b in zip(first_probs, other_probs)):
             return Parsed(error=f"{len(good)} JSON answers with different probabilities")
     if len(values) > 1:
         first.repairs.append(f"{len(values)} JSON values in the answer; used the one with probabilities")
@@ -240,7 +240,7 @@ def _distribution(obj: Any, suspects: list[str]) -> Parsed:
             repairs.append(f"read {raw!r} as a number")
         idx, why = match_suspect(name, suspects)
         if idx is None:
-            if value == 0.0 and "not one of the suspects" in why:
+            if value == 0.0 and why is not None and "not one of the suspects" in why:
                 repairs.append(f"dropped {name!r} (not a suspect, probability 0)")
                 continue
             return Parsed(error=why)
@@ -252,7 +252,8 @@ def _distribution(obj: Any, suspects: list[str]) -> Parsed:
     missing = [s for s, v in zip(suspects, out) if v is None]
     if missing:
         return Parsed(error=f"no probability for {', '.join(map(repr, missing))}")
-    total = sum(out)
+    got = cast(list[float], out)  # no suspect is missing: every value is set
+    total = sum(got)
     if total <= 0:
         return Parsed(error="the probabilities are all 0")
     if abs(total - 1.0) > SUM_TOLERANCE:
@@ -260,7 +261,7 @@ def _distribution(obj: Any, suspects: list[str]) -> Parsed:
     if [n for n, _ in pairs] != suspects and isinstance(probs, list) and isinstance(names, list) \
             and sorted(map(_norm, names)) == sorted(map(_norm, suspects)):
         repairs.append("reordered the suspects")
-    return Parsed(probs=[v / total for v in out], repairs=repairs)
+    return Parsed(probs=[v / total for v in got], repairs=repairs)
 
 
 def _is_number_like(v: Any) -> bool:
@@ -312,7 +313,7 @@ def parse_culprit(text: str, suspects: list[str]) -> Culprit:
             return Culprit(error="no JSON `culprit` field and not a bare name")
         names = [bare]
         repairs = ["read a bare name"]
-    picks = set()
+    picks: set[int | None] = set()
     for name in names:
         if name is None or (isinstance(name, str) and _norm(name) in _NOBODY):
             picks.add(None)
@@ -351,4 +352,6 @@ def reasoning_trace(text: str | None) -> bool:
     """Whether an answer opens with a reasoning model's thinking (``<think>`` …)
     instead of the answer asked for: reasoning was not switched off, or the server
     ignored ``enable_thinking: false``. Only the opening is read: O(1) per answer."""
-    return bool(text) and _TRACE_OPENING.match(text, 0, 64) is not None
+    if not text:
+        return False
+    return _TRACE_OPENING.match(text, 0, 64) is not None

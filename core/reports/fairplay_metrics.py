@@ -24,19 +24,38 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from tension.kernels.bootstrap import N_RESAMPLES
-from tension.kernels.fairplay import (
-    ACTUAL, GULLIBLE, KNOW_IT_ALL, EXPERIENCED, READERS, FairPlaySettings, PooledCurves, StepArrays,
-    StoryScores, batch_fairplay, clopper_pearson, pooled_curves,
-)
-from tension.kernels.groups import describe
-
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
 from tension.core.inputs.jsonl import atomic_write
-from tension.core.inputs.readers import (NOT_SURE, SOURCES, ReaderRecord, ScoredWhodunit, check_record,
-                                         read_actual, read_readers, read_source, reader_names, row_warnings)
+from tension.core.inputs.readers import (
+    NOT_SURE,
+    SOURCES,
+    ReaderRecord,
+    ScoredWhodunit,
+    check_record,
+    read_actual,
+    read_readers,
+    read_source,
+    reader_names,
+    row_warnings,
+)
 from tension.core.reports.filenames import safe_filename
+from tension.kernels.bootstrap import N_RESAMPLES
+from tension.kernels.fairplay import (
+    ACTUAL,
+    EXPERIENCED,
+    GULLIBLE,
+    KNOW_IT_ALL,
+    READERS,
+    FairPlaySettings,
+    PooledCurves,
+    StepArrays,
+    StoryScores,
+    batch_fairplay,
+    clopper_pearson,
+    pooled_curves,
+)
+from tension.kernels.groups import describe
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -183,7 +202,8 @@ def stories_csv(stories: Sequence[ScoredWhodunit], c: Computed, settings: FairPl
 
 
 def _jlist(a: np.ndarray) -> list:
-    return np.where(np.isnan(a), None, a).tolist()
+    # numpy's stubs take no None for an array; at run time it makes the result an object array
+    return np.where(np.isnan(a), None, a).tolist()  # type: ignore[call-overload]
 
 
 def steps_jsonl(stories: Sequence[ScoredWhodunit], c: Computed) -> bytes:
@@ -347,7 +367,7 @@ def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | 
         for g in groups:
             idx = [j for j, s in enumerate(stories) if s.group == g]
             pooled[g] = pooled_curves(c.steps, c.soff, [s.L for s in stories], idx, settings)
-    files = {
+    files: dict[str, str | bytes] = {
         "stories.csv": stories_csv(stories, c, settings),
         "steps.jsonl": steps_jsonl(stories, c),
         "groups.csv": groups_csv(rows),

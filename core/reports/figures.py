@@ -8,6 +8,7 @@ import math
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import matplotlib
 
@@ -15,6 +16,7 @@ matplotlib.use("Agg")  # no screen: CI, servers, GPU boxes
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.legend import Legend  # noqa: E402
 from PIL import Image  # noqa: E402  (matplotlib's own PNG writer)
 
@@ -78,7 +80,7 @@ class CurvePlot:
         for a in self.dynamic:
             a.set_animated(True)  # left out of the frame; drawn per story
         self.legends: dict[tuple[bool, bool], object] = {}  # -> the legend's pixels (a canvas region)
-        self.canvas = self.fig.canvas
+        self.canvas = cast(FigureCanvasAgg, self.fig.canvas)  # the Agg backend: matplotlib.use above
         self.canvas.draw()
         self.frame = self.canvas.copy_from_bbox(self.fig.bbox)
 
@@ -114,7 +116,7 @@ class CurvePlot:
         key = (peaks, valleys)
         if key not in self.legends:
             shown = [self.raw, self.smooth] + ([self.peaks] if peaks else []) + ([self.valleys] if valleys else [])
-            legend = Legend(self.ax, shown, [h.get_label() for h in shown], fontsize=7, loc="lower left",
+            legend = Legend(self.ax, shown, [str(h.get_label()) for h in shown], fontsize=7, loc="lower left",
                             framealpha=1.0)
             legend.set_animated(True)
             self.canvas.restore_region(self.frame)

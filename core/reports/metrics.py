@@ -17,17 +17,17 @@ import math
 import os
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 import msgspec
 import numpy as np
 
-from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stats
-from tension.kernels.bootstrap import N_RESAMPLES
-from tension.kernels.groups import GroupStat, group_stats
-
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP, PositionLine
 from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines, read_records
+from tension.kernels.bootstrap import N_RESAMPLES
+from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stats
+from tension.kernels.groups import GroupStat, group_stats
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -149,9 +149,10 @@ def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings(), 
     y = np.fromiter((v for c in curves for v in c.y), dtype=np.float64, count=int(offsets[-1]))
     stats = batch_stats(x, y, offsets, settings)
     keep = np.array([c.id not in failed for c in curves], dtype=bool)
-    labels = [c.group for c in curves if c.id not in failed]
+    labels = cast(list[str], [c.group for c in curves if c.id not in failed])  # checked curves have a group
     matrix = _stat_matrix(stats)[keep]
-    groups = {name: group_stats(matrix[:, k], labels, n_resamples, seed) for k, name in enumerate(stat_columns(settings))}
+    groups = {name: group_stats(matrix[:, k], labels, n_resamples, seed)
+              for k, name in enumerate(stat_columns(settings))}
     return stats, groups
 
 

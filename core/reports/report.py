@@ -21,15 +21,14 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
-from tension.kernels.curves import BatchStats, CurveSettings
-from tension.kernels.groups import GroupStat
-
 from tension.core.errors import ConfigError, InputError, exit_status
 from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
 from tension.core.reports.answer_warnings import markdown_section
 from tension.core.reports.filenames import unique_filenames
 from tension.core.reports.metrics import Curve, compute, read_run_positions, stat_columns
+from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
+from tension.kernels.curves import BatchStats, CurveSettings
+from tension.kernels.groups import GroupStat
 
 __all__ = ["RunData", "load_run", "table6", "table18", "compare", "Comparison", "comparison_table", "report"]
 
@@ -160,7 +159,8 @@ def _render(header: list[str], rows: list[list[str]], fmt: str) -> str:
         w.writerow(header)
         w.writerows(rows)
         return buf.getvalue()
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -260,8 +260,9 @@ def comparison_table(c: Comparison, fmt: str = "md") -> str:
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(["statistic", "n_pairs", "mean_a", "mean_b", "diff", "boot_lo", "boot_hi", "significant", "t", "p"])
         for r in c.rows:
-            w.writerow([r.stat, r.n_pairs, *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.mean_a, r.mean_b, r.diff,
-                        r.lo, r.hi)), int(r.significant), *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.t, r.p))])
+            w.writerow([r.stat, r.n_pairs,
+                        *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.mean_a, r.mean_b, r.diff, r.lo, r.hi)),
+                        int(r.significant), *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.t, r.p))])
         return buf.getvalue()
     return _render(header, rows, "md")
 
@@ -296,7 +297,8 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
     if curve_files:
         lines += ["### No-rate curves", "", "Raw (grey) and smoothed (blue) no-rate; triangles mark reversals "
                   "whose vertex angle is ≤ 60° (000, Fig. 3)."
-                  + (f" First {max_curves} of {len(data.curves)} stories." if len(data.curves) > max_curves else ""), ""]
+                  + (f" First {max_curves} of {len(data.curves)} stories." if len(data.curves) > max_curves else ""),
+                  ""]
         lines += [f"![{sid}]({path})" for sid, path in curve_files] + [""]
     if data.run:
         lines += _run_lines(data, gpu_hour_usd)

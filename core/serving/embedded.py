@@ -21,8 +21,15 @@ from pathlib import Path
 
 import msgspec
 
-from tension.core.serving.install import (ensure_installed, ensure_model, find_torch_wheel_dir, install_command,
-                                          log_tail, patch_seed_rewind, say)
+from tension.core.serving.install import (
+    ensure_installed,
+    ensure_model,
+    find_torch_wheel_dir,
+    install_command,
+    log_tail,
+    patch_seed_rewind,
+    say,
+)
 from tension.core.serving.settings import MODEL_ID, EmbeddedError, EmbeddedSettings, Paths, paths
 
 __all__ = [

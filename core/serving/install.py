@@ -137,8 +137,9 @@ def ensure_installed(s: EmbeddedSettings = EmbeddedSettings(), p: Paths | None =
 # not bit-for-bit across servers.
 SEED_REWIND_OLD = """            if gen is not None:
                 gen.set_offset(gen.get_offset() - 4)"""
-SEED_REWIND_NEW = """            if gen is not None and gen.device.type != "cpu":  # tension-run: CPU generators have no offset
-                gen.set_offset(gen.get_offset() - 4)"""
+SEED_REWIND_NEW = ('            if gen is not None and gen.device.type != "cpu":'
+                   "  # tension-run: CPU generators have no offset\n"
+                   "                gen.set_offset(gen.get_offset() - 4)")
 
 
 def patch_seed_rewind(venv: Path) -> str:

@@ -15,7 +15,6 @@ from pathlib import Path
 import msgspec
 
 from tension.cache.paths import cache_root
-
 from tension.core.errors import TensionError
 
 __all__ = ["MODEL_ID", "EmbeddedError", "EmbeddedSettings", "Paths", "paths"]

@@ -11,7 +11,7 @@ import csv
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tension.cache.store import Store
 from tension.core.errors import InputError
@@ -32,7 +32,7 @@ def _column(dist: list[list[float] | None], j: int | None) -> list[float | None]
 class FairPlayRun:
     """One fairplay run folder, loaded once."""
 
-    kind = "fairplay"
+    kind: Literal["fairplay"] = "fairplay"
 
     def __init__(self, path: str | Path, stores: Stores, recall: CheckpointRecallFactory | None = None,
                  cache: str | None = None):

@@ -17,7 +17,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 import numpy as np
@@ -124,7 +124,7 @@ def _number(v: float) -> float | None:
 class ScoreRun:
     """One score run folder, loaded once; the page data are built from it on demand."""
 
-    kind = "score"
+    kind: Literal["score"] = "score"
 
     def __init__(self, path: str | Path, stores: Stores, recall: RecallFactory | None = None,
                  cache: str | None = None, n_resamples: int = 10_000):

@@ -73,7 +73,7 @@ class Site:
         """The document at `path` (relative, without the leading slash); a clear
         page (HTML) or JSON error for anything it does not have."""
         path = path.lstrip("/") or "index.html"
-        for pattern, name in _PATHS:
+        for pattern, name in _PATHS:  # noqa: B007 (name is used after the break)
             m = pattern.match(path)
             if m:
                 break
@@ -117,9 +117,9 @@ class Site:
         return Document(status, "text/html", body.encode())
 
     async def _runs(self) -> Document:
-        runs = [{"i": i, "kind": r.kind, "dir": str(r.dir), "stories": len(r.stories if r.kind == "fairplay"
-                                                                           else r.curves),
-                 "notes": r.notes} for i, r in enumerate(self.runs)]
+        runs: list[dict[str, Any]] = [
+            {"i": i, "kind": r.kind, "dir": str(r.dir), "stories": len(r.stories if r.kind == "fairplay" else r.curves),
+             "notes": r.notes} for i, r in enumerate(self.runs)]
         score = [r["i"] for r in runs if r["kind"] == "score"]
         pairs = [[a, b] for a in score for b in score if a < b]
         return self.page("runs", {"kind": "runs", "runs": runs, "pairs": pairs}, 0)
