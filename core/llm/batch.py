@@ -43,9 +43,18 @@ from tension.cache.records import Usage
 from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, StatusError
 from tension.core.llm.client import EMPTY_ANSWER_RETRIES, ChatResult, Client, ShortAnswerError
 from tension.core.llm.failures import RetryPolicy
-from tension.core.llm.protocol import (ChatRequest, CompletionChoice, CompletionRequest, CompletionResponse,
-                                       DetokenizeRequest, DetokenizeResponse, TemplateRequest, TokenIds,
-                                       TokenizeRequest, usage_of)
+from tension.core.llm.protocol import (
+    ChatRequest,
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TemplateRequest,
+    TokenIds,
+    TokenizeRequest,
+    usage_of,
+)
 from tension.core.redact import redact_secrets
 
 __all__ = ["Template", "Batch", "Batcher", "MODES", "SENTINEL"]

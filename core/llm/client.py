@@ -46,8 +46,16 @@ from tension.cache.records import Usage
 from tension.core.errors import RefusedError, RetryBudgetError, ServerError, StatusError
 from tension.core.llm.failures import Outages, RetryPolicy, error_message, parse_retry_after, status_error
 from tension.core.llm.gate import Gate
-from tension.core.llm.protocol import (ChatChunk, ChatRequest, ChatResponse, ModelList, TokenizeRequest,
-                                       TokenizeResponse, routing_headers, usage_of)
+from tension.core.llm.protocol import (
+    ChatChunk,
+    ChatRequest,
+    ChatResponse,
+    ModelList,
+    TokenizeRequest,
+    TokenizeResponse,
+    routing_headers,
+    usage_of,
+)
 from tension.core.llm.transport import AiohttpTransport, StreamStatus, Transport, TransportError
 from tension.core.redact import redact, redact_secrets, register
 

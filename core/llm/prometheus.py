@@ -83,13 +83,15 @@ def prefix_cache_delta(start: dict[str, float] | None, end: dict[str, float] | N
     /metrics; None when the end reading has no query counter. A missing start
     reading counts from zero (since the server started), and so does one larger
     than the end: the server restarted and reset its counters."""
-    q1 = counter(end, PREFIX_CACHE_QUERIES) if end is not None else None
+    if end is None:
+        return None
+    q1 = counter(end, PREFIX_CACHE_QUERIES)
     if q1 is None:
         return None
     h1 = counter(end, PREFIX_CACHE_HITS) or 0.0
     q0 = h0 = 0.0
     s_q = counter(start, PREFIX_CACHE_QUERIES) if start is not None else None
-    if s_q is not None and s_q <= q1:
+    if start is not None and s_q is not None and s_q <= q1:
         q0, h0 = s_q, counter(start, PREFIX_CACHE_HITS) or 0.0
     return h1 - h0, q1 - q0
 

@@ -6,7 +6,8 @@ core/llm/vllm_router.py) and sends every request there. Each request carries a
 routing key (`X-Session-ID`, core/llm/client.py): the story for generation and
 /tokenize, the story and position for the judge. The router sends a new key to
 its least loaded worker and keeps it there (`sticky_least_loaded`), so the
-prompts that share a prefix meet one prefix cache and the load stays even. Failover is the router's (retries on another worker, a circuit breaker per
+prompts that share a prefix meet one prefix cache and the load stays even.
+Failover is the router's (retries on another worker, a circuit breaker per
 worker, health checks); the client's own retries come on top.
 
     gen, judge = Router("generation", replicas, client, limit=64), Router("judge", ...)
@@ -30,8 +31,8 @@ from typing import Any
 
 import msgspec
 
-from tension.core.errors import ConfigError, ServerError
 from tension.cache.records import Usage
+from tension.core.errors import ConfigError, ServerError
 from tension.core.llm.batch import Batch, Batcher, Template
 from tension.core.llm.client import ChatResult, Client
 from tension.core.llm.failures import RetryPolicy
@@ -151,7 +152,8 @@ class Router:
             async with asyncio.timeout(PROBE_TIMEOUT if not self.single else None):
                 ids = await self.client.models(url, retry=RetryPolicy(attempts=1) if not self.single else None)
         except TimeoutError:
-            raise ServerError(f"{self.role} server {url} did not answer /v1/models within {PROBE_TIMEOUT:g} s") from None
+            raise ServerError(f"{self.role} server {url} did not answer /v1/models "
+                              f"within {PROBE_TIMEOUT:g} s") from None
         if not ids:
             raise ServerError(f"{url}/v1/models lists no model; pass {flag}")
         return ids

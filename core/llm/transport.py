@@ -11,7 +11,6 @@ which the client retries; everything else is the server's answer.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -88,11 +87,13 @@ class AiohttpTransport:
                    timeout: float | None = None) -> Reply:
         session = self._open_session()
         # only an explicit timeout is passed: aiohttp reads timeout=None as "no timeout"
-        extra = {"timeout": aiohttp.ClientTimeout(total=timeout)} if timeout is not None else {}
+        request = (session.request(method, url, data=body, headers=headers) if timeout is None else
+                   session.request(method, url, data=body, headers=headers,
+                                   timeout=aiohttp.ClientTimeout(total=timeout)))
         try:
-            async with session.request(method, url, data=body, headers=headers, **extra) as resp:
+            async with request as resp:
                 return Reply(status=resp.status, body=await resp.read(), retry_after=resp.headers.get("Retry-After"))
-        except asyncio.TimeoutError as e:
+        except TimeoutError as e:
             raise TransportError(f"timed out after {timeout or self.request:g} s", timed_out=True) from e
         except aiohttp.ClientError as e:
             raise TransportError(redact(f"{type(e).__name__}: {e}")) from e
@@ -105,7 +106,7 @@ class AiohttpTransport:
                     raise StreamStatus(resp.status, await resp.read())
                 async for line in resp.content:
                     yield line
-        except asyncio.TimeoutError as e:
+        except TimeoutError as e:
             raise TransportError(f"streamed answer timed out after {self.request:g} s", timed_out=True) from e
         except aiohttp.ClientError as e:
             raise TransportError(redact(f"{type(e).__name__}: {e}")) from e

@@ -150,9 +150,11 @@ class LocalRouter:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.ready_seconds
         last = "no answer"
+        proc = self.proc
+        assert proc is not None  # started
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ConfigError(f"vllm-router exited with status {self.proc.returncode} at start-up "
+            if proc.poll() is not None:
+                raise ConfigError(f"vllm-router exited with status {proc.returncode} at start-up "
                                   f"(workers {', '.join(self.workers)}); its log {self.log}:\n{self.log_tail()}")
             last = self.readiness()
             if last.startswith("ready"):
@@ -195,7 +197,7 @@ class LocalRouter:
     def __enter__(self) -> LocalRouter:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

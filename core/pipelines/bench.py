@@ -41,8 +41,17 @@ from tension.core.errors import ConfigError, InputError, TensionError
 from tension.core.inputs.corpus import read_corpus
 from tension.core.llm.client import Client, StreamResult
 from tension.core.llm.prometheus import parse_samples, prefix_cache_delta, prefix_cache_hit_rate
-from tension.core.pipelines.bench_figures import (BenchFigures, Percentiles, RunFigures, ServerFigures, format_bench,
-                                                  load_figures, percentiles, save_figures)
+from tension.core.llm.protocol import ChatRequest
+from tension.core.pipelines.bench_figures import (
+    BenchFigures,
+    Percentiles,
+    RunFigures,
+    ServerFigures,
+    format_bench,
+    load_figures,
+    percentiles,
+    save_figures,
+)
 from tension.core.pipelines.score.positions import Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.run.lifecycle import open_run, open_store, run_blocking
@@ -55,7 +64,7 @@ __all__ = ["BenchOptions", "Percentiles", "ServerFigures", "RunFigures", "BenchF
 MAX_ERRORS = 10  # error messages kept per run (vLLM's bench prints the first 10)
 
 
-class BenchOptions(msgspec.Struct, kw_only=True):
+class BenchOptions(msgspec.Struct, frozen=True, kw_only=True):
     positions: int = 4
     seed: int = 0
     gpu_hour_usd: float | None = None
@@ -63,7 +72,7 @@ class BenchOptions(msgspec.Struct, kw_only=True):
     stream: bool = True  # False: plain requests, as score sends them (no time to first token)
 
 
-def _tagged(req, tag: str):
+def _tagged(req: ChatRequest, tag: str) -> ChatRequest:
     """The request with its system message marked by the bench and run: a prefix
     no other run (of this or an earlier bench) shares, so each run starts from a
     cold prefix cache."""
@@ -121,7 +130,7 @@ class _Bench:
         gen_url = {p: self.gen_urls[slot[p] % len(self.gen_urls)] for p in ps}
         judge_url = {p: self.judge_urls[slot[p] % len(self.judge_urls)] for p in ps}
 
-        async def send(lane: str, url: str, req) -> StreamResult | None:
+        async def send(lane: str, url: str, req: ChatRequest) -> StreamResult | None:
             try:
                 res = await sched.request(lane, self._call, url, _tagged(req, f"bench {self.nonce} run {run_no}"))
             except TensionError as e:
@@ -133,7 +142,7 @@ class _Bench:
             by_url[url].append(res)
             return res
 
-        async def judge_position(item) -> None:
+        async def judge_position(item: tuple[Position, StreamResult]) -> None:
             p, res = item
             head, tail = self.reqs.judge_parts(self.sentences[p.story], p.k)
             reqs = [r for _, r in self.reqs.verdicts(head, tail, res.texts)]
@@ -160,7 +169,7 @@ class _Bench:
             fig.servers[url] = _server_figures(roles, by_url[url], before[url], after[url])
         return fig
 
-    async def _call(self, url: str, req) -> StreamResult:
+    async def _call(self, url: str, req: ChatRequest) -> StreamResult:
         """One request, streamed (timed to the first token) or plain, as score sends it."""
         if self.opts.stream:
             return await self.client.chat_stream(url, req)

@@ -115,7 +115,7 @@ def load_figures(path: str | Path) -> BenchFigures:
 
 
 def _ms(p: Percentiles) -> str:
-    if not p.count:
+    if not p.count or p.p50 is None or p.p90 is None or p.p99 is None:
         return "–"
     return f"{p.p50 * 1e3:,.0f} / {p.p90 * 1e3:,.0f} / {p.p99 * 1e3:,.0f}"
 

@@ -3,8 +3,9 @@
 The positions are chosen by the score pipeline's own code (`PositionFinder`: the
 same corpus reading, word filter, splitter, token counter, pct filter and context
 check), and the requests are built by its own `ScoreRequests`, so the request
-counts and the cache look-ups are those `score` would make. Token counts come from the configured counter (``--tokenizer``:
-the server's ``/tokenize``, a tokenizer.json, or whitespace words).
+counts and the cache look-ups are those `score` would make. Token counts come
+from the configured counter (``--tokenizer``: the server's ``/tokenize``, a
+tokenizer.json, or whitespace words).
 
 Prompt tokens, per docs/cost.md (T(x) = tokens of text x; O = T(ending system) +
 T(ending instruction); P = prefix tokens; a, c = anchor and continuation tokens;
@@ -36,14 +37,14 @@ import numpy as np
 from tension.core.config import ScoreConfig
 from tension.core.errors import ConfigError, StatusError
 from tension.core.inputs.corpus import Corpus, read_corpus
+from tension.core.pipelines.score.lookup import lookup
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.prompts import score as prompts
-from tension.core.pipelines.score.lookup import lookup
 from tension.core.run.engine import CacheReads
 from tension.core.run.lifecycle import Run, open_run, run_blocking
-from tension.core.run.record import RunHeader
 from tension.core.run.progress import Progress
+from tension.core.run.record import RunHeader
 
 __all__ = ["Throughput", "TokenTotals", "Estimate", "estimate", "estimate_async", "format_estimate",
            "COST_FORMULA"]

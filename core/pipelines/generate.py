@@ -28,23 +28,22 @@ from typing import Any
 
 import msgspec
 
-
-from tension.core.prompts import generate as gp
-from tension.core.prompts.fill import story_join
 from tension.core.config.generate import MODES, GenerateConfig
 from tension.core.errors import ConfigError, InputError, RunStatus, StatusError
 from tension.core.formats import Generator
 from tension.core.inputs.ideas import Idea, Reference, ReferencePrompt, read_ideas, reference_pool
 from tension.core.inputs.jsonl import atomic_write
-from tension.core.run.progress import Progress
+from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
-from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.router import ITEM_KEY, Router
 from tension.core.llm.transport import Transport
 from tension.core.pipelines.answer_checks import StoryChecks
+from tension.core.prompts import generate as gp
+from tension.core.prompts.fill import story_join
 from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.run.lifecycle import Run, open_run, out_lock, run_blocking
+from tension.core.run.progress import Progress
 from tension.core.run.record import Failure
 
 __all__ = [
@@ -213,7 +212,8 @@ class StoryWriter:
                               warmup=warmup, beats=beats, attempts=len(short) + 1, short_attempts=short,
                               settings=settings, idea_group=idea.group)
 
-    async def until_long_enough(self, messages, seed: int, min_chars: int, what: str) -> tuple[str, list[int]]:
+    async def until_long_enough(self, messages: list[dict[str, str]], seed: int, min_chars: int, what: str
+                                ) -> tuple[str, list[int]]:
         """The first answer of at least `min_chars` characters (stripped), asking
         with seed, seed + 1, … up to `attempts` times; and the discarded lengths."""
         short: list[int] = []

@@ -136,8 +136,8 @@ class CacheReads:
         judged = self.group_at(key)
         if judged is None:
             return None
-        return Answers(texts=list(judged.texts), first_logprobs=list(judged.first_logprobs or [None] * len(judged.texts)),
-                       usage=judged.usage, group=True)
+        logprobs = judged.first_logprobs or [None] * len(judged.texts)
+        return Answers(texts=list(judged.texts), first_logprobs=list(logprobs), usage=judged.usage, group=True)
 
     def verdicts(self, requests: Sequence[ChatRequest]) -> list[records.Verdict | None]:
         return [_typed(r, records.Verdict) for r in self.store.get_many("verdicts", [chat_key(q) for q in requests])]

@@ -18,7 +18,6 @@ import msgspec
 
 from tension.cache.records import Usage
 from tension.core.errors import RunStatus
-
 from tension.core.inputs.jsonl import atomic_write
 
 __all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_invocations", "RunHeader", "Http",

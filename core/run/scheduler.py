@@ -17,7 +17,8 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from types import TracebackType
 from typing import Any, TypeVar
 
 import msgspec
@@ -101,8 +102,10 @@ class Scheduler:
         await self._tg.__aenter__()
         return self
 
-    async def __aexit__(self, et, exc, tb):
+    async def __aexit__(self, et: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         tg = self._tg
+        assert tg is not None  # entered
         if et is None:
             # Join the work first; services (e.g. the group-commit timer) run
             # until then. A failing task cancels us here, and the TaskGroup below
@@ -115,13 +118,13 @@ class Scheduler:
         for t in self._services:
             t.cancel()
         self._tg = None
-        return await tg.__aexit__(et, exc, tb)
+        await tg.__aexit__(et, exc, tb)
 
     @property
     def lane_stats(self) -> dict[str, LaneStats]:
         return {name: lane.stats for name, lane in self._lanes.items()}
 
-    def spawn(self, coro: Awaitable[T]) -> asyncio.Task[T]:
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Start a task of the run's work; leaving the block waits for it."""
         if self._tg is None:
             raise RuntimeError("spawn() outside `async with Scheduler(...)`")
@@ -130,7 +133,7 @@ class Scheduler:
         task.add_done_callback(self._work.discard)
         return task
 
-    def service(self, coro: Awaitable[None]) -> asyncio.Task[None]:
+    def service(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Start a background task that runs until all work is done, then is cancelled."""
         if self._tg is None:
             raise RuntimeError("service() outside `async with Scheduler(...)`")
@@ -162,7 +165,7 @@ class Scheduler:
             st.finished += weight
             st.busy_seconds += time.perf_counter() - t1
 
-    async def map(self, fn: Callable[[T], Awaitable[R]], items: Iterable[T]) -> list[R]:
+    async def map(self, fn: Callable[[T], Coroutine[Any, Any, R]], items: Iterable[T]) -> list[R]:
         """``fn`` over every item concurrently, as tasks of this scheduler; results in order."""
         tasks = [self.spawn(fn(it)) for it in items]
         return [await t for t in tasks]

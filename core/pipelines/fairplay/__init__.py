@@ -19,9 +19,9 @@ filled in. Requests run through the Scheduler's lanes ("reader", "generation",
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -37,6 +37,9 @@ from tension.core.pipelines.fairplay.readers import Job, Readers, Value
 from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir, run_blocking
 from tension.core.run.progress import Progress
+
+if TYPE_CHECKING:  # the metrics are imported when they run
+    from tension.core.reports.fairplay_metrics import FairPlaySummary
 
 __all__ = ["READERS", "FairPlayConfig", "Generator", "WhodunitStory", "ReaderFailure", "FairPlayRun",
            "load_fairplay_config", "read_stories", "segment_text", "reader_schedule", "run_readers", "fairplay",
@@ -93,7 +96,7 @@ class ReaderRun:
         self.readers = Readers(cfg, stories, run.llm, run, path)
         self.values: list[dict[str, list[list[float] | None]]] = [{} for _ in stories]
         self.failures: list[list[ReaderFailure]] = [[] for _ in stories]
-        self.metrics = None  # the metrics' summary, once they ran
+        self.metrics: FairPlaySummary | None = None  # the metrics' summary, once they ran
 
     # -- bookkeeping ----------------------------------------------------------
 
@@ -114,13 +117,13 @@ class ReaderRun:
             # This request was refused (e.g. a prompt over the context): this value
             # fails, the rest go on.
             value = Value(None, str(e))
-        if value.error is None:
+        if value.probs is not None:
             self.record(job, value.probs)
         else:
-            self.fail(job, value.error)
+            self.fail(job, value.error or "no distribution")
         self.run.progress.unit_done()
 
-    async def jobs(self, extract: list[int]):
+    async def jobs(self, extract: list[int]) -> AsyncIterator[Job]:
         """Every (story, reader, paragraph) in input order; a story's suspects are
         extracted before its first job."""
         todo = set(extract)
@@ -228,7 +231,7 @@ async def fairplay_async(cfg: FairPlayConfig, stories_path: str | os.PathLike[st
     return reading.summary()
 
 
-def _metrics(out: Path, cfg: FairPlayConfig, options: dict[str, Any] | None):
+def _metrics(out: Path, cfg: FairPlayConfig, options: dict[str, Any] | None) -> FairPlaySummary:
     """The metrics (reports/fairplay_metrics.py) over the readers just written;
     `options` are its keyword settings (settings, max_plots, n_resamples, seed)."""
     from tension.core.reports.fairplay_metrics import fairplay_metrics

@@ -10,20 +10,21 @@ no number is ever filled in.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
 from tension.core.config.fairplay import FairPlayConfig, experienced_readers
 from tension.core.errors import InputError
 from tension.core.inputs.whodunits import WhodunitStory
+from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
-from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.router import Router
 from tension.core.pipelines.answer_checks import ReaderChecks
 from tension.core.prompts import readers as rp
-from tension.core.prompts.answers import match_suspect, parse_culprit, parse_distribution, parse_suspect_list
+from tension.core.prompts.answers import Culprit, match_suspect, parse_culprit, parse_distribution, parse_suspect_list
 from tension.core.run.engine import Asks
 from tension.core.run.lifecycle import Run
 
@@ -56,6 +57,13 @@ class Job(msgspec.Struct, frozen=True):
     story: int
     reader: str
     paragraph: int
+
+
+class _Parse(Protocol):
+    error: str | None
+
+
+P = TypeVar("P", bound=_Parse)
 
 
 class Value(NamedTuple):
@@ -115,8 +123,9 @@ class Readers:
             models = ((cfg.generator_model,) if cfg.generator_model else
                       tuple(sorted({st.generator.model for st in self.stories if st.generator is not None})))
             flag = "--generator-base-url" if cfg.generator_base_url else "--base-url"
+            model_flag = "--generator-model" if cfg.generator_model else "the stories' generator.model"
             needs.append(Need(role="generation", urls=urls["generation"], flag=flag, models=models,
-                              model_flag="--generator-model" if cfg.generator_model else "the stories' generator.model"))
+                              model_flag=model_flag))
         return needs
 
     # -- one cached chat request ----------------------------------------------
@@ -128,13 +137,14 @@ class Readers:
             return (await self.llm.endings(server, req, role=role)).texts  # routed by the story (ITEM_KEY)
         return [(await self.llm.answer(server, req, role=role)).text]
 
-    async def ask_parsed(self, role: str, server: str, model: str, messages, temperature: float, max_tokens: int,
-                         parse, schema: dict[str, Any] | None = None):
+    async def ask_parsed(self, role: str, server: str, model: str, messages: list[dict[str, str]],
+                         temperature: float, max_tokens: int, parse: Callable[[str], P],
+                         schema: dict[str, Any] | None = None) -> P:
         """Ask until `parse(answer)` has no error: the first try at `temperature`,
         each re-ask at least `retry_temperature` with the next seed. Returns the
         last parse result (with its error when every try failed)."""
         cfg = self.cfg
-        result = None
+        result: P | None = None
         for attempt in range(cfg.parse_retries + 1):
             if attempt > 0:
                 # Each re-ask must be a new request (a new cache key): the next seed,
@@ -150,6 +160,7 @@ class Readers:
             self.checks.answer(role, result.error is None)
             if result.error is None:
                 return result
+        assert result is not None  # parse_retries >= 0: asked at least once
         return result
 
     # -- suspects -------------------------------------------------------------
@@ -172,7 +183,7 @@ class Readers:
         if res.error is not None:
             raise InputError(self.path, st.line, "suspects", f"missing, and the extraction failed: {res.error}")
         names: list[str] = []
-        for n in res.names:  # the labels' spelling wins: "Baron Gruner" → "Adelbert Gruner"
+        for n in res.names or []:  # the labels' spelling wins: "Baron Gruner" → "Adelbert Gruner"
             for label in (st.culprit, st.distractor):
                 if label and match_suspect(n, [label])[0] == 0:
                     n = label
@@ -199,7 +210,7 @@ class Readers:
                                     cfg.reader_temperature, cfg.reader_max_tokens,
                                     lambda text: parse_distribution(text, st.suspects),
                                     distribution_schema(st.suspects))
-        if res.error is not None:
+        if res.error is not None or res.probs is None:
             return Value(None, f"unusable answer after {cfg.parse_retries + 1} tries: {res.error}")
         self.checks.value(job.reader, messages, res.probs)
         return Value(res.probs, None)
@@ -233,7 +244,7 @@ class Readers:
         return self.frequencies(st, verdicts, cfg.k)
 
     @staticmethod
-    def frequencies(st: WhodunitStory, verdicts, k: int) -> Value:
+    def frequencies(st: WhodunitStory, verdicts: Sequence[Culprit], k: int) -> Value:
         """The suspects' relative frequencies among the verdicts naming one."""
         counts = [0] * len(st.suspects)
         nobody = unusable = 0
@@ -250,7 +261,7 @@ class Readers:
                                f"({nobody} name nobody, {unusable} unusable judge answers)")
         return Value([x / named for x in counts], None)
 
-    async def continuation_culprit(self, st: WhodunitStory, paragraphs: list[str], k: int):
+    async def continuation_culprit(self, st: WhodunitStory, paragraphs: list[str], k: int) -> Culprit:
         """Write continuation k to the end, then ask the judge whom it reveals."""
         cfg = self.cfg
         while len(paragraphs) < st.L:
@@ -267,6 +278,7 @@ class Readers:
         samples with seed + k throughout; the first paragraph of all K is one
         request with n = K and seed (vLLM samples its choice k with seed + k)."""
         g = st.generator
+        assert g is not None  # only stories with a generator have a know-it-all
         i = len(paragraphs) + 1
         blind = self.cfg.know_it_all_culprit == "blind"
         prompt = rp.render_generator(g.final_prompt if i == st.L else g.paragraph_prompt, i=i, L=st.L,

@@ -29,8 +29,13 @@ from tension.core.llm.replicas import in_shard
 from tension.core.llm.transport import Transport
 from tension.core.pipelines.score.feed import PositionFeed, max_open
 from tension.core.pipelines.score.judge import Judge
-from tension.core.pipelines.score.outputs import (PositionResult, TextsSpool, position_line, position_result,
-                                                  write_outputs)
+from tension.core.pipelines.score.outputs import (
+    PositionResult,
+    TextsSpool,
+    position_line,
+    position_result,
+    write_outputs,
+)
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.pipelines.score.watch import AnswerWatch

@@ -10,7 +10,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import msgspec
 
@@ -60,7 +60,7 @@ class TextsSpool:
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.file = None
+        self.file: IO[bytes] | None = None
         self.where: dict[tuple[int, int], tuple[int, int]] = {}  # (story index, k) -> (offset, length)
 
     def add(self, key: tuple[int, int], record: dict[str, Any]) -> None:

@@ -32,13 +32,13 @@ class ScoreRequests:
         self.judge_model = judge_model
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
 
-    def generation(self, messages) -> ChatRequest:
+    def generation(self, messages: list[dict[str, str]]) -> ChatRequest:
         c = self.cfg
         return ChatRequest(model=self.gen_model, messages=messages, n=c.endings, temperature=c.temperature,
                            top_p=c.top_p, max_tokens=c.max_tokens, seed=c.seed,
                            chat_template_kwargs=self.template_kwargs)
 
-    def judge(self, messages) -> ChatRequest:
+    def judge(self, messages: list[dict[str, str]]) -> ChatRequest:
         c = self.cfg
         logprobs = c.judge_constraint == "logprobs"
         return ChatRequest(model=self.judge_model, messages=messages, n=1, temperature=c.judge_temperature,
@@ -75,7 +75,11 @@ def score_routers(cfg: ScoreConfig, client: Client, on_change: Callable[[str], N
     """The generation router (which also answers /tokenize) and the judge router. A
     replica taken out or re-admitted is told at once on stderr (and to `on_change`,
     for the run record), not only when the run ends."""
-    told = (lambda event: (warn(event), on_change(event))) if on_change else None
+    def told(event: str) -> None:
+        warn(event)
+        if on_change is not None:
+            on_change(event)
+
     gen = Router("generation", cfg.generation_replicas(), client, limit=cfg.gen_concurrency,
                  tokenize_limit=cfg.tokenize_concurrency, timeout=cfg.timeout, on_change=told)
     judge = Router("judge", cfg.judge_replicas(), client, limit=cfg.judge_concurrency, timeout=cfg.timeout,
