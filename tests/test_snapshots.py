@@ -48,6 +48,30 @@ ADDED = {
 }
 
 
+# The run-record changelog: keys renamed or moved on purpose, per record, as
+# (record, old key, new key, why). Each is checked against the snapshot below, and
+# docs/architecture.md ("Renamed run-record keys") lists the same.
+RUN_RECORD_CHANGES = [
+    # issue 24: one header for every run record (core/run/record.py RunHeader), then the
+    # pipeline's body; `command`, `models`, `requests`, `http.followups`, `cache` and
+    # `usage_all_answers` are in every record now.
+    ("generate STORIES.run.json", "model", "models.generation", "the header's models, by role"),
+    ("generate STORIES.run.json", "requests", "requests.generation", "an int before; per role as everywhere"),
+    ("generate STORIES.run.json", "cache_hits", "cache.hits", "the progress bar's int before; per database"),
+    ("fairplay fairplay_run.json", "summary.status", "status", "the header's"),
+    ("fairplay fairplay_run.json", "summary.error", "error", "the header's"),
+    ("fairplay fairplay_run.json", "summary.requests", "requests", "the header's"),
+    ("fairplay fairplay_run.json", "summary.cache_hits", "cache.hits", "the header's cache figures"),
+    ("fairplay fairplay_run.json", "summary.out", "out", "the nested summary is flattened into the body"),
+    ("fairplay fairplay_run.json", "summary.stories", "stories", "flattened"),
+    ("fairplay fairplay_run.json", "summary.input_errors", "input_errors", "flattened"),
+    ("fairplay fairplay_run.json", "summary.reader_failures", "reader_failures", "flattened"),
+    ("fairplay fairplay_run.json", "summary.failed_stories", "failed_stories", "flattened"),
+    ("fairplay fairplay_run.json", "summary.warnings", "warnings", "flattened"),
+    ("fairplay fairplay_run.json", "summary.metrics", "metrics", "it was always null beside `metrics`"),
+]
+
+
 def _compare(name: str, got) -> None:
     path = SNAPSHOTS / name
     if UPDATE or not path.exists():
@@ -228,6 +252,22 @@ def test_outputs_and_run_records_are_as_snapshotted(server, tmp_path):
 
     _compare("outputs.json", digests)
     _compare("run_records.json", records)
+
+
+def test_the_run_record_changelog_is_what_the_snapshot_holds():
+    records = json.loads((SNAPSHOTS / "run_records.json").read_text())
+    header = ["command", "status", "error", "exit_status", "argv", "started", "wall_seconds", "config", "models",
+              "versions", "requests", "http", "usage_this_run", "usage_all_answers", "cache", "lanes"]
+    for name, keys in records.items():
+        top = [k for k in keys if "." not in k]
+        assert top[:len(header)] == header, name  # the same header, in the same order, first
+    for name, old, new, _why in RUN_RECORD_CHANGES:
+        keys = records[name]
+        assert old not in keys or new.startswith(old + "."), (name, old)  # gone, or now a dict of its parts
+        assert new in keys or new.split(".")[0] in keys, (name, new)
+    docs = (ROOT / "docs" / "architecture.md").read_text()
+    for _name, old, new, _why in RUN_RECORD_CHANGES:
+        assert f"`{old}` → `{new}`" in docs, (old, new)
 
 
 def test_score_outputs_with_batched_judge_prompts_are_the_snapshot(tmp_path):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -357,39 +357,45 @@ class Engine:
             self.store.counts.hits["verdicts"] += out.found
             self._cached(out.usage, out.found)
             return out
-        todo = [i for i, r in enumerate(requests) if r is not None and out.texts[i] is None]
+        todo = [(i, r) for i, r in enumerate(requests) if r is not None and out.texts[i] is None]
         self._cached(out.usage, out.found)
+
+        def keep(i: int, request: ChatRequest, rec: records.Verdict) -> None:
+            # committed as each answer arrives: a stop loses only what is in flight
+            self._keep("verdicts", chat_key(request), rec)
+            out.texts[i], out.first_logprobs[i] = rec.text, rec.first_logprobs
+            out.usage.add(rec.usage)
+
         for part in ([todo[:1], todo[1:]] if warm_first else [todo]):
             if part:
                 self.counts.sent(role or server, len(part))
-                for i, rec in zip(part, await self._send_many(server, key, [requests[i] for i in part])):
-                    self._keep("verdicts", chat_key(requests[i]), rec)  # type: ignore[arg-type]  # part: requests
-                    out.texts[i], out.first_logprobs[i] = rec.text, rec.first_logprobs
-                    out.usage.add(rec.usage)
+                await self._send_many(server, key, part, keep)
         if group is not None:
             self._keep("positions", group, out.record())
         return out
 
-    async def _send_many(self, server: str, key: str, requests: Sequence[ChatRequest | None]
-                         ) -> list[records.Verdict]:
-        """Fresh answers to `requests`: one batched request holding a lane slot per
-        prompt, or one chat request each."""
+    async def _send_many(self, server: str, key: str, asked: list[tuple[int, ChatRequest]],
+                         keep: Callable[[int, ChatRequest, records.Verdict], None]) -> None:
+        """Fresh answers to `asked` (slot, request), each handed to `keep`: from one
+        batched request holding a lane slot per prompt, or one chat request each."""
         router = self.routers[server]
-        asked = [r for r in requests if r is not None]
-        template = await router.batch_template(asked)
+        template = await router.batch_template([r for _, r in asked])
         if template is None:
-            async def one(request: ChatRequest) -> records.Verdict:
-                return verdict_record(await self._chat(server, key, request))
+            async def one(item: tuple[int, ChatRequest]) -> None:
+                keep(*item, verdict_record(await self._chat(server, key, item[1])))
 
-            return await self.sched.map(one, asked)
+            await self.sched.map(one, asked)
+            return
+        requests = [r for _, r in asked]
         with self._short_counted():
-            batch = await self.sched.request_weighted(router.role, len(asked), router.complete, key, template, asked)
+            batch = await self.sched.request_weighted(router.role, len(requests), router.complete, key, template,
+                                                      requests)
         self.progress.fresh(batch.usage)
         self._spent(batch.usage, batch.followups)
-        recs = [verdict_record(res) for res in batch.results]
-        for rec in recs:
+        for (i, request), res in zip(asked, batch.results):
+            rec = verdict_record(res)
             self.counts.usage_all.add(rec.usage)
-        return recs
+            keep(i, request, rec)
 
     # -- token counts ---------------------------------------------------------------
 

@@ -214,7 +214,7 @@ def test_fairplay_readers_that_do_not_read_are_warned_about(tmp_path, whodunits,
         r = _cli("fairplay", str(whodunits), "--out", str(tmp_path / "fp"), "--readers", "gullible",
                  "--base-url", srv.base_url, "--cache", str(tmp_path / "cache"), "--no-progress")
     record = json.loads((tmp_path / "fp" / "fairplay_run.json").read_text())
-    checks = [w["check"] for w in record["summary"]["warnings"]]
+    checks = [w["check"] for w in record["warnings"]]
     if misbehave == "example":
         assert checks == ["reader_constant"]
         assert re.search(r"warning: the gullible reader gave the example distribution in its prompt "

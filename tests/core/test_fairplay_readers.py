@@ -203,7 +203,7 @@ def test_given_mode_names_the_culprit_and_keeps_the_key_out_of_outputs(server, t
         if f.is_file():
             assert b"sk-secret-4242" not in f.read_bytes(), f
     run_json = json.loads((tmp_path / "out" / "fairplay_run.json").read_text())
-    assert run_json["config"]["api_key"] == "(set)" and run_json["summary"]["requests"]["generation"] == 1
+    assert run_json["config"]["api_key"] == "(set)" and run_json["requests"]["generation"] == 1
 
 
 def test_unusable_answers_are_retried_with_a_new_seed_then_recorded(server, tmp_path):
@@ -465,7 +465,7 @@ def test_a_server_that_stays_down_fails_the_run_honestly(tmp_path, capsys):
     assert "gave up after 1 attempt" in err and "rerun the same command" in err
     assert not (tmp_path / "out" / "readers.jsonl").exists()
     doc = json.loads((tmp_path / "out" / "fairplay_run.json").read_text())
-    assert doc["summary"]["status"] == "failed"
+    assert doc["status"] == "failed"
 
 
 def test_a_second_run_on_the_same_out_folder_fails_fast_naming_fairplay(server, tmp_path, capsys):

@@ -36,7 +36,7 @@ def test_generator_reads_a_hand_written_one():
 def test_position_line_is_what_score_writes_and_keeps_its_key_order():
     assert score.PositionResult is PositionLine  # one definition for the writer and the reader
     assert PositionLine.__struct_fields__ == ("id", "group", "k", "pct", "n_endings", "n_match", "n_empty",
-                                              "n_malformed", "no_rate")
+                                              "n_malformed", "no_rate", "endings_key", "judged_key")
     res = score.PositionResult(id="s", group="g", k=3, pct=0.25, n_endings=100, n_match=40, n_empty=1,
                                n_malformed=2, no_rate=0.6)
     line = msgspec.json.encode(res)

@@ -78,7 +78,7 @@ def test_full_pipeline_sends_the_papers_prompts_and_chains_the_steps(server, tmp
     script_pipeline(server)
     out = tmp_path / "full.jsonl"
     s = generate(cfg_for(server, tmp_path, mode="full"), write_ideas(tmp_path / "ideas.jsonl"), out)
-    assert s.status == "complete" and s.stories == 3 and s.requests == 9 and not s.failures
+    assert s.status == "complete" and s.stories == 3 and s.requests["generation"] == 9 and not s.failures
     bodies = chats(server)
     assert len(bodies) == 9
     for b in bodies:  # App. D.2: T 0.7, 4,000 tokens, min_p 0.1, reasoning off; one answer each
@@ -103,7 +103,7 @@ def test_full_pipeline_sends_the_papers_prompts_and_chains_the_steps(server, tmp
         assert rec["attempts"] == 1 and rec["short_attempts"] == []
         assert rec["settings"]["temperature"] == 0.7 and rec["settings"]["min_p"] == 0.1
     run = json.loads(run_record_path(out).read_text())
-    assert run["status"] == "complete" and run["requests"] == 9 and run["sampling"]["max_tokens"] == 4000
+    assert run["status"] == "complete" and run["requests"] == {"generation": 9} and run["sampling"]["max_tokens"] == 4000
     assert not (tmp_path / "full.jsonl.partial").read_text() == ""  # streamed as stories finished
 
 
@@ -111,7 +111,7 @@ def test_ablations_skip_the_right_steps(server, tmp_path):
     script_pipeline(server)
     ideas = write_ideas(tmp_path / "ideas.jsonl", IDEAS[:2])
     s = generate(cfg_for(server, tmp_path, mode="vanilla"), ideas, tmp_path / "v.jsonl")
-    assert s.requests == 2
+    assert s.requests["generation"] == 2
     for b, idea in zip(sorted(chats(server), key=lambda b: b["messages"][0]["content"]),
                        sorted(IDEAS[:2], key=lambda i: i["idea"])):
         content = b["messages"][0]["content"]
@@ -123,7 +123,7 @@ def test_ablations_skip_the_right_steps(server, tmp_path):
     server.reset_records()
     s = generate(cfg_for(server, tmp_path, mode="beats", beats=5), ideas, tmp_path / "b.jsonl")
     bodies = chats(server)
-    assert s.requests == 4 and len(bodies) == 4
+    assert s.requests["generation"] == 4 and len(bodies) == 4
     step1 = [b["messages"][0]["content"] for b in bodies if "to-do list of the most important" in
              b["messages"][0]["content"]]
     assert len(step1) == 2
@@ -206,16 +206,16 @@ def test_rerun_is_served_from_the_cache_and_a_failed_run_resumes(server, tmp_pat
     server.set_fault_rates({"500": 1.0})
     out = tmp_path / "three.jsonl"
     s = generate(cfg_for(server, tmp_path, retries=1), ideas, out)
-    assert s.status == "failed" and s.cache_hits == 6 and not out.exists()
+    assert s.status == "failed" and s.cache_hits["endings"] == 6 and not out.exists()
     assert len((tmp_path / "three.jsonl.partial").read_text().splitlines()) == 2  # completed stories kept
     server.clear_faults()
     server.reset_records()
     s = generate(cfg_for(server, tmp_path), ideas, out)
-    assert s.status == "complete" and s.requests == 3 and server.count(path=CHAT_PATH) == 3
+    assert s.status == "complete" and s.requests["generation"] == 3 and server.count(path=CHAT_PATH) == 3
     server.reset_records()
     again = tmp_path / "again.jsonl"
     s = generate(cfg_for(server, tmp_path), ideas, again)
-    assert s.requests == 0 and s.cache_hits == 9 and server.requests == []  # nothing sent, not even /v1/models
+    assert s.requests["generation"] == 0 and s.cache_hits["endings"] == 9 and server.requests == []  # nothing sent, not even /v1/models
     assert again.read_bytes() == out.read_bytes()
 
 
@@ -265,7 +265,7 @@ def test_whodunit_paragraph_by_paragraph_in_the_fairplay_format(server, tmp_path
     ideas = write_ideas(tmp_path / "w.jsonl", [WHODUNIT])
     out = tmp_path / "w_out.jsonl"
     s = generate(cfg_for(server, tmp_path, mode="whodunit", paragraphs=4), ideas, out)
-    assert s.status == "complete" and s.requests == 4
+    assert s.status == "complete" and s.requests["generation"] == 4
     (line,) = out.read_bytes().splitlines()
     rec = msgspec.json.decode(line, type=FairplayInput)
     assert rec.segments == ["Paragraph 1 {clue} text.", "Paragraph 2 {clue} text.", "Paragraph 3 {clue} text.",
@@ -408,7 +408,7 @@ def test_sigterm_stops_cleanly_and_the_same_command_resumes(server, tmp_path):
     assert 2 <= done < 8  # the third may still have been on its way back
     server.delay = 0.0
     s = generate(cfg_for(server, tmp_path, mode="vanilla"), ideas, out)
-    assert s.status == "complete" and s.stories == 8 and s.cache_hits >= done and s.requests <= 8 - done
+    assert s.status == "complete" and s.stories == 8 and s.cache_hits["endings"] >= done and s.requests["generation"] <= 8 - done
     assert [r["idea_id"] for r in read_out(out)] == [f"i{k}" for k in range(8)]
 
 
