@@ -93,7 +93,7 @@ class Router:
         # server costs its requests that half, not the client's whole retry budget.
         self.settings = RouterSettings(request_timeout_secs=max(1, int(timeout // 2)))
         self.on_change = on_change  # told "worker url unhealthy" / "… healthy again"
-        # `chat_many` sends a list of requests as one /v1/completions request when the
+        # `batch_template` + `complete` send a list of requests as one /v1/completions request when the
         # server renders its chat template for us (core/llm/batch.py)
         self.batcher = Batcher(client, batch, role)
         self.model: str | None = None

@@ -94,14 +94,13 @@ _PREVIOUS_ONE = "\n## BEGINNING OF PREVIOUS STORY {n}##\n\n{story}\n\n## END OF 
 
 CULPRIT_SYSTEM = "You are a careful reader of detective stories. You answer only with JSON."
 
+def _story_block(heading: str) -> str:
+    """A heading, then the story between the markers the readers' prompts use."""
+    return heading + "\n## BEGINNING OF STORY ##\n\n{story}\n\n## END OF STORY ##\n\n"
+
+
 CULPRIT_USER = (
-    "Here is a finished detective story.\n"
-    "## BEGINNING OF STORY ##\n"
-    "\n"
-    "{story}\n"
-    "\n"
-    "## END OF STORY ##\n"
-    "\n"
+    _story_block("Here is a finished detective story.") +
     "The suspects are: {suspects}. Which of them does the story reveal at its end as the true culprit? "
     "Answer with the JSON object {\"culprit\": \"NAME\"}, NAME written exactly as in the list of suspects. "
     "If the story reveals none of them as the culprit, answer {\"culprit\": null}."
@@ -110,13 +109,7 @@ CULPRIT_USER = (
 EXTRACT_SYSTEM = "You are a careful reader of detective stories. You answer only with JSON."
 
 EXTRACT_USER = (
-    "Here is the beginning of a detective story.\n"
-    "## BEGINNING OF STORY ##\n"
-    "\n"
-    "{story}\n"
-    "\n"
-    "## END OF STORY ##\n"
-    "\n"
+    _story_block("Here is the beginning of a detective story.") +
     "List the suspects: the characters this story presents as possibly guilty of its crime, the most "
     "prominent first, at most {max} of them. Answer with the JSON object {\"suspects\": [\"NAME\", ...]}, each "
     "name as the story writes it."

@@ -51,6 +51,7 @@ from tension.core.run.scheduler import Scheduler
 __all__ = ["Counts", "Answers", "CacheReads", "Asks", "Engine", "chat_key", "NotCached", "CacheReplay"]
 
 R = TypeVar("R", bound=records.Record)
+A = TypeVar("A", records.Endings, records.Verdict)  # a chat answer's record
 
 
 def chat_key(request: ChatRequest) -> bytes:
@@ -319,27 +320,23 @@ class Engine:
         """The n texts answering `request`, from the cache or from the `server`
         role's router (routed by `key`); sent requests are counted under `role`
         (default `server`)."""
-        ck = chat_key(request)
-        rec = self.reads.endings_at(ck)
-        if rec is not None:
-            self._cached(rec.usage)
-            return rec
-        self.counts.sent(role or server)
-        rec = endings_record(await self._chat(server, key, request))
-        self._keep("endings", ck, rec)
-        return rec
+        return await self._one("endings", records.Endings, endings_record, server, request, key, role)
 
     async def answer(self, server: str, request: ChatRequest, *, key: str = "",
                      role: str | None = None) -> records.Verdict:
         """The one text answering `request` (a reader's answer, a verdict)."""
+        return await self._one("verdicts", records.Verdict, verdict_record, server, request, key, role)
+
+    async def _one(self, db: str, kind: type[A], make: Callable[[ChatResult], A], server: str,
+                   request: ChatRequest, key: str, role: str | None) -> A:
         ck = chat_key(request)
-        rec = _typed(self.store.get("verdicts", ck), records.Verdict)
-        if rec is not None:
+        rec = _typed(self.store.get(db, ck), kind)
+        if rec is None:
+            self.counts.sent(role or server)
+            rec = make(await self._chat(server, key, request))
+            self._keep(db, ck, rec)
+        else:
             self._cached(rec.usage)
-            return rec
-        self.counts.sent(role or server)
-        rec = verdict_record(await self._chat(server, key, request))
-        self._keep("verdicts", ck, rec)
         return rec
 
     async def answers(self, server: str, requests: Sequence[ChatRequest | None], *, key: str = "",
