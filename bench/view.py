@@ -2,7 +2,7 @@
 time to open a story (first paint, then a sentence's endings), on a 300-story run
 beside a 30-story run (the first 30 stories of the same corpus), in one run.
 
-Both runs are scored once on the loopback server (tests/openai_server.py) through
+Both runs are scored once on the loopback server (tension.testing.openai_server) through
 the CLI (2 endings per position, synthetic stories of 520–700 words) into
 ``--work`` (default /tmp/tension-bench-view) and reused when already there. Then
 one `tension-run view RUN_300 RUN_30 --port 0` serves both, and Debian's Chromium
@@ -34,16 +34,14 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 BIN = Path(sys.executable).parent / "tension-run"
 SIZES = (300, 30)
 
 
 def make_runs(work: Path) -> dict[int, Path]:
     """The 300-story run and the 30-story run, scored unless already there."""
-    from conftest import make_corpus
-    from openai_server import LoopbackServer
+    from tension.testing.corpus import make_corpus
+    from tension.testing.openai_server import LoopbackServer
 
     runs = {n: work / f"run-{n}" for n in SIZES}
     if all((r / "positions.jsonl").is_file() for r in runs.values()):

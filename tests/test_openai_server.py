@@ -1,4 +1,4 @@
-"""The loopback OpenAI-compatible test server (tests/openai_server.py), seen by plain clients.
+"""The loopback OpenAI-compatible test server (tests/testing/openai_server.py), seen by plain clients.
 
 Every other test that talks to an LLM server trusts this one, so its answers, errors
 and faults are checked here with http.client and a bare aiohttp session, not with the
@@ -15,13 +15,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import aiohttp
 import pytest
 
-import openai_server
-from openai_server import (
+from tension.testing import openai_server
+from tension.testing.openai_server import (
     BLOCK_SIZE,
     CHAT_PATH,
     FAULT_KINDS,
@@ -34,8 +33,6 @@ from openai_server import (
     judge_blocks,
     tokenize,
 )
-
-HERE = Path(__file__).resolve().parent
 
 GEN_SYSTEM = "You are a fiction writer. Write only story text."
 JUDGE_SYSTEM = (
@@ -607,7 +604,7 @@ def test_throughput_smoke(srv):
 
 def test_standalone_process():
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "openai_server.py"), "--port", "0", "--model", "m1",
+        [sys.executable, "-m", "tension.testing.openai_server", "--port", "0", "--model", "m1",
          "--delay", "0", "--fault-rate", "0.1", "--seed", "1"],
         stdout=subprocess.PIPE, text=True,
     )

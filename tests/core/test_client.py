@@ -14,7 +14,7 @@ from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, Ser
 from tension.core.llm.protocol import ChatRequest
 
 # tests/conftest.py puts tests/ on sys.path
-from openai_server import CHAT_PATH, LoopbackServer, count_tokens, expected_endings
+from tension.testing.openai_server import CHAT_PATH, LoopbackServer, count_tokens, expected_endings
 
 MODEL = "m"
 GEN_MESSAGES = [

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import msgspec
-from openai_server import CHAT_PATH
+from tension.testing.openai_server import CHAT_PATH
 
 from tension.core.cli import main
 from tension.core.pipelines.generate import GenerateConfig, generate, run_record_path

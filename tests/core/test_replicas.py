@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_corpus
-from openai_server import CHAT_PATH, LoopbackServer, judge_blocks
+from tension.testing.openai_server import CHAT_PATH, LoopbackServer, judge_blocks
 
 from tension.core.llm import replicas as replicas_mod
 from tension.core.cli import main
@@ -471,7 +471,7 @@ def test_batched_judge_prompts_through_the_router_stay_with_their_position(tmp_p
     """Issue 19 behind vllm-router: a position's judge prompts travel as /v1/completions
     requests (the warm one, then the rest), routed by the position's key to one
     server; the outputs are those of one server and one chat request per ending."""
-    from openai_server import COMPLETIONS_PATH, parse_rendered
+    from tension.testing.openai_server import COMPLETIONS_PATH, parse_rendered
 
     servers = [LoopbackServer(model=MODELS, batching=True).start() for _ in range(3)]
     try:

@@ -15,7 +15,7 @@ In a test::
 
 As a process (benchmarks, kill/resume tests)::
 
-    python tests/openai_server.py --port 8123 [--model M] [--delay S] [--max-concurrent K]
+    python -m tension.testing.openai_server --port 8123 [--model M] [--delay S] [--max-concurrent K]
                                   [--fault-rate 0.1 --seed 1]
 
 prints ``listening on http://127.0.0.1:PORT`` (flushed) and serves until SIGINT/SIGTERM.
