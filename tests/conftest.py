@@ -1,5 +1,6 @@
-"""Shared fixtures: the loopback OpenAI-compatible server, synthetic stories
-written here (no text from elsewhere), and a private cache/home per test."""
+"""Shared fixtures: the loopback OpenAI-compatible server (one per session, reset
+for each test), synthetic stories (tension.testing.corpus), and a private
+cache/home per test."""
 
 from __future__ import annotations
 
@@ -29,10 +30,21 @@ def verdict_records(cache: Path) -> dict:
         return dict(zip(keys, s.get_many("verdicts", keys)))
 
 
-@pytest.fixture
-def server():
+@pytest.fixture(scope="session")
+def _session_server():
+    """One loopback server for the session (models test-gen and test-judge); use
+    `server`, which resets it for each test."""
     with LoopbackServer(model=["test-gen", "test-judge"]) as srv:
         yield srv
+
+
+@pytest.fixture
+def server(_session_server):
+    """The session's loopback server, as a new one: `LoopbackServer.reset` restores
+    every knob a test may set (delay, rates, max_model_len, …), drops records,
+    faults and scripted answers, empties the prefix cache and zeroes the counters
+    (a test that needs other constructor settings starts its own LoopbackServer)."""
+    return _session_server.reset()
 
 
 # The real environment, before _private_home: the slow tests that run the embedded

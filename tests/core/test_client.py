@@ -42,15 +42,7 @@ def loopback():
 
 @pytest.fixture
 def srv(loopback):
-    server = loopback
-    server.clear_faults()
-    server.reset_records()
-    server.retry_after = "0"
-    server.slow_seconds = 5.0
-    server.delay = 0.0
-    yield server
-    server.clear_faults()
-    server.retry_after = "0"
+    return loopback.reset()
 
 
 def chat_records(srv):
