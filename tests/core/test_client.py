@@ -45,6 +45,16 @@ def srv(loopback):
     return loopback.reset()
 
 
+def chat_once(srv, req):
+    """One chat request with a fresh Client (fast retries): (the result, the client)."""
+
+    async def go():
+        async with Client(retry=FAST) as c:
+            return await c.chat(srv.base_url, req), c
+
+    return run(go())
+
+
 def chat_records(srv):
     return [r for r in srv.requests if r.path == CHAT_PATH]
 
@@ -117,11 +127,7 @@ def test_unseeded_request_sends_no_seed(srv):
 def test_few_choices_completed_by_a_followup_with_the_seed_moved_on(srv):
     srv.fail_next("few_choices")
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=4, seed=7)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=4, seed=7))
     assert c.followups == 1
     assert c.retries == 0
     assert c.sent == 2
@@ -139,11 +145,7 @@ def test_few_choices_completed_by_a_followup_with_the_seed_moved_on(srv):
 def test_two_short_answers_in_a_row(srv):
     srv.fail_next("few_choices", times=2)
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=4, seed=100)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=4, seed=100))
     # 4 asked -> 2 given; 2 asked -> 1 given; 1 asked -> 1 given
     assert c.followups == 2
     assert [(r.body["n"], r.body["seed"]) for r in chat_records(srv)] == [(4, 100), (2, 102), (1, 103)]
@@ -155,11 +157,7 @@ def test_two_short_answers_in_a_row(srv):
 def test_few_choices_without_seed_sends_no_seed(srv):
     srv.fail_next("few_choices")
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=6, seed=None)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=6, seed=None))
     assert c.followups == 1 and len(res.texts) == 6
     _, second = chat_records(srv)
     assert second.body["n"] == 3
@@ -170,11 +168,7 @@ def test_few_choices_without_seed_sends_no_seed(srv):
 def test_transient_faults_are_retried(srv, kind):
     srv.fail_next(kind)
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=3, seed=1)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=3, seed=1))
     assert res.texts == expected_endings(GEN_MESSAGES, 3, 1)
     assert c.retries == 1
     assert c.sent == 2
@@ -188,11 +182,7 @@ def test_several_faults_in_a_row(srv):
     srv.fail_next("drop")
     srv.fail_next("500")
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=2)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=2))
     assert len(res.texts) == 2
     assert (c.sent, c.retries) == (4, 3)
 
@@ -200,11 +190,7 @@ def test_several_faults_in_a_row(srv):
 def test_wrong_content_type_with_valid_json_is_accepted(srv):
     srv.fail_next("wrong_content_type")
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=3, seed=5)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=3, seed=5))
     assert res.texts == expected_endings(GEN_MESSAGES, 3, 5)
     assert (c.sent, c.retries) == (1, 0)
 
@@ -212,11 +198,7 @@ def test_wrong_content_type_with_valid_json_is_accepted(srv):
 def test_an_all_empty_answer_is_asked_again(srv):
     srv.fail_next("empty_content")
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=3, seed=2)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=3, seed=2))
     assert res.texts == expected_endings(gen_request(n=3, seed=2).messages, 3, 2)
     assert (c.sent, c.retries, c.followups) == (2, 1, 0)
 
@@ -224,11 +206,7 @@ def test_an_all_empty_answer_is_asked_again(srv):
 def test_an_answer_that_stays_empty_is_the_models_answer(srv):
     srv.fail_next("empty_content", times=3)  # more than EMPTY_ANSWER_RETRIES
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=3)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=3))
     assert res.texts == ["", "", ""]
     assert (c.sent, c.retries, c.followups) == (3, 2, 0)
 
