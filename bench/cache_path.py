@@ -5,7 +5,7 @@ the key (`request_key`: sorted msgpack, then blake2b-128), the lookup of a miss,
 record, its encoding with the checksum, its insert in group commits of 512 (as the
 run's committer does), and the lookup of a hit.
 
-    .venv/bin/python bench/cache_path.py [--requests 20000]
+    python bench/cache_path.py [--requests 20000]
 """
 
 from __future__ import annotations

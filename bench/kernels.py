@@ -31,8 +31,8 @@ never reaches BLAS.
 
 Run from the repository root::
 
-    .venv/bin/python bench/kernels.py
-    .venv/bin/python bench/kernels.py --n 20000 --seed 1 --json out.json
+    python bench/kernels.py
+    python bench/kernels.py --n 20000 --seed 1 --json out.json
 """
 
 from __future__ import annotations

@@ -24,8 +24,10 @@ replica's requests, the speed-up the story split allows.
 
 Run from the repository root::
 
-    .venv/bin/python bench/replicas.py --stories 12 --repeats 3 \
-        --contender router=.venv/bin/python --contender ours=/work/main/.venv/bin/python
+    python bench/replicas.py --stories 12 --repeats 3 \
+        --contender router=python --contender ours=OTHER_PYTHON
+
+(OTHER_PYTHON: the interpreter of another checkout's virtualenv.)
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ each path and their difference, the router's cost per request.
 
 Run from the repository root::
 
-    .venv/bin/python bench/router_latency.py --requests 2000
+    python bench/router_latency.py --requests 2000
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ smallest corpus beside each.
 
 Run from the repository root::
 
-    .venv/bin/python bench/scale.py                      # 100, 300, 1000 stories
-    .venv/bin/python bench/scale.py --sizes 50,100 --json out.json
+    python bench/scale.py                      # 100, 300, 1000 stories
+    python bench/scale.py --sizes 50,100 --json out.json
 """
 
 from __future__ import annotations
