@@ -1,11 +1,11 @@
 """What the cache costs per chat request, part by part (issue 19: the cached Client
 must stay within 0.9x of the uncached one). 20,000 distinct judge requests of about
-2 KB (bench/client.py's bodies), each step timed alone in client CPU per request:
+2 KB (bench/client.py's bodies, tension.testing.bench.judge_bodies), each step timed alone in client CPU per request:
 the key (`request_key`: sorted msgpack, then blake2b-128), the lookup of a miss, the
 record, its encoding with the checksum, its insert in group commits of 512 (as the
 run's committer does), and the lookup of a hit.
 
-    .venv/bin/python bench/cache_path.py [--requests 20000]
+    python bench/cache_path.py [--requests 20000]
 """
 
 from __future__ import annotations
@@ -13,20 +13,16 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from client import JUDGE_MODEL, TEMPLATE_KWARGS, judge_bodies  # noqa: E402
-
-from tension.cache import records  # noqa: E402
-from tension.cache.keys import canonical, request_key  # noqa: E402
-from tension.cache.records import Usage, Verdict  # noqa: E402
-from tension.cache.store import Store  # noqa: E402
-from tension.core.llm.protocol import ChatRequest  # noqa: E402
+from tension.cache import records
+from tension.cache.keys import canonical, request_key
+from tension.cache.records import Usage, Verdict
+from tension.cache.store import Store
+from tension.core.llm.protocol import ChatRequest
+from tension.testing.bench import JUDGE_MODEL, TEMPLATE_KWARGS, judge_bodies
 
 
 def main() -> None:

@@ -8,8 +8,8 @@ a token), n Verdict records ("Y"/"N" with usage), one JudgedPosition record and 
 TokenCount, under keys of the real size, in group commits of 512 like the run's
 committer. It prints bytes of data.mdb per position, with and without logprobs.
 
-    .venv/bin/python bench/cache_size.py                     # n 100, 1,000 positions
-    .venv/bin/python bench/cache_size.py --endings 10 --positions 3000
+    python bench/cache_size.py                     # n 100, 1,000 positions
+    python bench/cache_size.py --endings 10 --positions 3000
 """
 
 from __future__ import annotations

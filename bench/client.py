@@ -3,7 +3,7 @@
 The client must never be the bottleneck: one client process drives many replicas
 (docs/scale-out.md). This bench measures how many judge-shaped chat requests per
 second each contender completes against the same stub server
-(``bench/stub_server.py``: raw asyncio + uvloop, fixed answers), started
+(``tension.testing.stub_server``: raw asyncio + uvloop, fixed answers), started
 once for the whole run, with the same concurrency and the same request bodies:
 
 - (a)   ``tension``: ``Client`` through a ``Scheduler`` lane of C, cache on. Per
@@ -17,7 +17,7 @@ once for the whole run, with the same concurrency and the same request bodies:
 - (c)   ``aiohttp``: one ``ClientSession`` (``TCPConnector(limit=0)``), a semaphore
         of C, ``session.post`` of msgspec-encoded bytes, ``read``, msgspec decode.
 - (a'') ``score``: a DIFFERENT workload, the whole ``score_async`` pipeline on a
-        synthetic corpus (tests/conftest.make_corpus), 20 endings per position, the
+        synthetic corpus (tension.testing.corpus.make_corpus), 20 endings per position, the
         stub answering generation (n = 20 short choices), judge (batched: one
         /v1/completions request per position after the warm-up prompt, as on vLLM)
         and /tokenize requests, then the report (figures), timed apart as well.
@@ -44,12 +44,12 @@ time around the call for openai and aiohttp. Each child checks with the stub's
 
 Run from the repository root::
 
-    .venv/bin/python bench/client.py
-    .venv/bin/python bench/client.py --requests 5000 --repeats 1 --json out.json
-    .venv/bin/python bench/client.py --contenders tension,aiohttp
+    python bench/client.py
+    python bench/client.py --requests 5000 --repeats 1 --json out.json
+    python bench/client.py --contenders tension,aiohttp
 
-The stub alone: ``.venv/bin/python bench/stub_server.py --port 8123``; one child
-against it (for a profiler): ``… bench/client.py --child tension --port 8123``.
+The stub alone: ``python -m tension.testing.stub_server --port 8123``; one child
+against it (for a profiler): ``python bench/client.py --child tension --port 8123``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ import gc
 import json
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
@@ -69,12 +68,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tension.testing.bench import (GEN_MODEL, JUDGE_MODEL, TEMPLATE_KWARGS, body_dict, cpu_model, judge_bodies,
+                                   loadavg)
+from tension.testing.stub_server import loop_factory, start_stub
+
 BANNER = 60
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-JUDGE_MODEL = "bench-judge"
-GEN_MODEL = "bench-gen"
-TEMPLATE_KWARGS = {"enable_thinking": False}
+ROOT = Path(__file__).resolve().parent.parent
 
 LABELS = {
     "tension": "(a) tension Client+Scheduler, cache on",
@@ -85,35 +84,6 @@ LABELS = {
     "score-chat": "(a2) the same, --judge-batch off *",
 }
 ORDER = ("tension", "tension-nocache", "openai", "aiohttp", "score", "score-chat")
-
-# ----------------------------------------------------------------------------
-# Request bodies (identical in every child: same seed, same construction)
-
-_WORDS = ("the old keeper watched a grey boat drift past the harbour wall while rain fell on "
-          "lanterns and nets and somebody called her name from the ferry road across the water "
-          "where the letter had been hidden under a loose stone beside the chapel door").split()
-
-
-def judge_bodies(n: int, seed: int, start: int = 0) -> list[list[dict[str, str]]]:
-    """``n`` distinct judge message lists (indices start..start+n-1), ~2 KB of JSON each."""
-    from tension.core.prompts.score import judge_messages
-
-    rng = random.Random(seed)
-    pool = [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 18))).capitalize() + "."
-            for _ in range(997)]
-    out = []
-    for i in range(start, start + n):
-        anchor = pool[i % 997]
-        continuation = " ".join(pool[(i * 7 + k * 131) % 997] for k in range(7))
-        ending = f"{pool[(i * 13 + 5) % 997]} {pool[(i * 29 + 11) % 997]} (ending {i})"
-        out.append(judge_messages(anchor, continuation, ending))
-    return out
-
-
-def body_dict(messages) -> dict:
-    return {"model": JUDGE_MODEL, "messages": messages, "n": 1, "temperature": 0.0,
-            "max_tokens": 10, "chat_template_kwargs": TEMPLATE_KWARGS}
-
 
 def pct(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
@@ -146,6 +116,38 @@ class Phase:
             self.first_errors.append(f"{type(e).__name__}: {e}")
 
 
+async def measure(base: str, warm_phase, timed_phase) -> tuple[Phase, float, dict]:
+    """Run the warm-up phase, then time the timed one (wall and client CPU seconds);
+    `extra` holds the CPU seconds and the chat requests the stub saw meanwhile."""
+    await warm_phase()
+    gc.collect()
+    before = server_stats(base)["chat"]
+    c0, t0 = time.process_time(), time.perf_counter()
+    ph = await timed_phase()
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return ph, seconds, {"server_chat_requests": server_stats(base)["chat"] - before, "cpu_seconds": cpu}
+
+
+async def gathered(send, msgs, sem: asyncio.Semaphore) -> Phase:
+    """`send(m)` for every message list at once, `sem` bounding those in flight; a
+    request's latency is its time inside the semaphore, a failure is counted, not raised."""
+    ph = Phase()
+
+    async def one(m):
+        async with sem:
+            t = time.perf_counter()
+            try:
+                await send(m)
+            except Exception as e:  # failures are counted, not raised
+                ph.error(e)
+                return
+            ph.latencies.append(time.perf_counter() - t)
+
+    await asyncio.gather(*(one(m) for m in msgs))
+    ph.done = len(ph.latencies)
+    return ph
+
+
 async def contender_tension(base: str, warm, timed, conc: int, cache: bool) -> tuple[Phase, float, dict]:
     from tension.cache.keys import request_key
     from tension.cache.records import Verdict
@@ -160,7 +162,6 @@ async def contender_tension(base: str, warm, timed, conc: int, cache: bool) -> t
                             chat_template_kwargs=TEMPLATE_KWARGS) for m in msgs]
 
     warm_reqs, timed_reqs = requests(warm), requests(timed)
-    extra: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench-client-") as tmp:
         store = Store(Path(tmp) / "llm.lmdb") if cache else None
 
@@ -194,13 +195,8 @@ async def contender_tension(base: str, warm, timed, conc: int, cache: bool) -> t
                 ph.done = len(ph.latencies)
                 return ph
 
-            await phase(warm_reqs, "warm")
-            gc.collect()
-            before = server_stats(base)["chat"]
-            c0, t0 = time.process_time(), time.perf_counter()
-            ph = await phase(timed_reqs, "timed")
-            seconds, extra["cpu_seconds"] = time.perf_counter() - t0, time.process_time() - c0
-            extra["server_chat_requests"] = server_stats(base)["chat"] - before
+            ph, seconds, extra = await measure(base, lambda: phase(warm_reqs, "warm"),
+                                               lambda: phase(timed_reqs, "timed"))
         if store is not None:
             extra["cache"] = {"misses": store.counts.misses["verdicts"], "hits": store.counts.hits["verdicts"],
                               "writes": store.counts.writes["verdicts"]}
@@ -214,37 +210,19 @@ async def contender_openai(base: str, warm, timed, conc: int) -> tuple[Phase, fl
     client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
     sem = asyncio.Semaphore(conc)
 
-    async def phase(msgs) -> Phase:
-        ph = Phase()
+    async def send(m) -> None:
+        r = await client.chat.completions.create(
+            model=JUDGE_MODEL, messages=m, n=1, temperature=0.0, max_tokens=10,
+            extra_body={"chat_template_kwargs": TEMPLATE_KWARGS})
+        r.choices[0].message.content
 
-        async def one(m):
-            async with sem:
-                t = time.perf_counter()
-                try:
-                    r = await client.chat.completions.create(
-                        model=JUDGE_MODEL, messages=m, n=1, temperature=0.0, max_tokens=10,
-                        extra_body={"chat_template_kwargs": TEMPLATE_KWARGS})
-                    r.choices[0].message.content
-                except Exception as e:  # failures are counted, not raised
-                    ph.error(e)
-                    return
-                ph.latencies.append(time.perf_counter() - t)
-
-        await asyncio.gather(*(one(m) for m in msgs))
-        ph.done = len(ph.latencies)
-        return ph
+    def phase(msgs):
+        return gathered(send, msgs, sem)
 
     try:
-        await phase(warm)
-        gc.collect()
-        before = server_stats(base)["chat"]
-        c0, t0 = time.process_time(), time.perf_counter()
-        ph = await phase(timed)
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-        extra = {"server_chat_requests": server_stats(base)["chat"] - before, "cpu_seconds": cpu}
+        return await measure(base, lambda: phase(warm), lambda: phase(timed))
     finally:
         await client.close()
-    return ph, seconds, extra
 
 
 async def contender_aiohttp(base: str, warm, timed, conc: int) -> tuple[Phase, float, dict]:
@@ -258,44 +236,24 @@ async def contender_aiohttp(base: str, warm, timed, conc: int) -> tuple[Phase, f
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
-        async def phase(msgs) -> Phase:
-            ph = Phase()
+        async def send(m) -> None:
+            async with session.post(url, data=enc.encode(body_dict(m)), headers=headers) as resp:
+                data = await resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"HTTP {resp.status}: {data[:120]!r}")
+            msgspec.json.decode(data)["choices"][0]["message"]["content"]
 
-            async def one(m):
-                async with sem:
-                    t = time.perf_counter()
-                    try:
-                        async with session.post(url, data=enc.encode(body_dict(m)), headers=headers) as resp:
-                            data = await resp.read()
-                            if resp.status != 200:
-                                raise RuntimeError(f"HTTP {resp.status}: {data[:120]!r}")
-                        msgspec.json.decode(data)["choices"][0]["message"]["content"]
-                    except Exception as e:  # failures are counted, not raised
-                        ph.error(e)
-                        return
-                    ph.latencies.append(time.perf_counter() - t)
+        def phase(msgs):
+            return gathered(send, msgs, sem)
 
-            await asyncio.gather(*(one(m) for m in msgs))
-            ph.done = len(ph.latencies)
-            return ph
-
-        await phase(warm)
-        gc.collect()
-        before = server_stats(base)["chat"]
-        c0, t0 = time.process_time(), time.perf_counter()
-        ph = await phase(timed)
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-        extra = {"server_chat_requests": server_stats(base)["chat"] - before, "cpu_seconds": cpu}
-    return ph, seconds, extra
+        return await measure(base, lambda: phase(warm), lambda: phase(timed))
 
 
 async def contender_score(base: str, conc: int, stories: int, seed: int, batch: str = "auto"
                           ) -> tuple[Phase, float, dict]:
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import make_corpus
-
     from tension.core.config import ScoreConfig
     from tension.core.pipelines.score import score_async
+    from tension.testing.corpus import make_corpus
 
     def config(cache: Path, report: bool = True) -> ScoreConfig:
         return ScoreConfig(base_url=base, model=GEN_MODEL, judge_model=JUDGE_MODEL, endings=20, report=report,
@@ -345,13 +303,6 @@ def child(args) -> int:
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     base = f"http://127.0.0.1:{args.port}"
-    factory = None
-    if not args.no_uvloop:
-        try:
-            import uvloop
-            factory = uvloop.new_event_loop
-        except ImportError:
-            pass
     name = args.child
     if name in ("score", "score-chat"):
         coro = contender_score(base, args.concurrency, args.score_stories, args.seed,
@@ -371,7 +322,7 @@ def child(args) -> int:
             coro = contender_aiohttp(base, warm, timed, args.concurrency)
         else:
             raise SystemExit(f"unknown contender {name!r}; known: {', '.join(ORDER)}")
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with asyncio.Runner(loop_factory=loop_factory(args.no_uvloop)) as runner:
         ph, seconds, extra = runner.run(coro)
     lat = sorted(ph.latencies)
     print(json.dumps({
@@ -400,39 +351,6 @@ def versions() -> dict[str, str]:
     return out
 
 
-def loadavg() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def start_stub(port: int, cpu: int | None, no_uvloop: bool) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, str(HERE / "stub_server.py"), "--port", str(port)]
-    if cpu is not None:
-        cmd += ["--cpu", str(cpu)]
-    if no_uvloop:
-        cmd.append("--no-uvloop")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline().strip()
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise SystemExit(f"the stub did not start ({' '.join(cmd)}): {line!r}")
-    return proc, line.removeprefix("listening on ")
-
-
 def readiness(base: str) -> None:
     """One chat request before anything else; fail fast with a hint."""
     from tension.core.prompts.score import judge_messages
@@ -445,7 +363,7 @@ def readiness(base: str) -> None:
             content = json.loads(r.read())["choices"][0]["message"]["content"]
     except Exception as e:
         raise SystemExit(f"readiness check failed against {base}: {e}\n"
-                         f"hint: run `{sys.executable} bench/stub_server.py --port 8123` by hand") from e
+                         f"hint: run `{sys.executable} -m tension.testing.stub_server --port 8123` by hand") from e
     if content != "Y":
         raise SystemExit(f"readiness check: expected content 'Y', got {content!r}")
 
@@ -511,7 +429,7 @@ def main(argv=None) -> int:
         "repeats": args.repeats,
         "body_bytes": f"median {sizes[len(sizes) // 2]} (min {sizes[0]}, max {sizes[-1]}), judge-shaped, distinct",
         "request": "temperature 0, max_tokens 10, n 1",
-        "server": "bench/stub_server.py (raw asyncio, fixed answer)" + (", core 0" if pin else ""),
+        "server": "tension.testing.stub_server (raw asyncio, fixed answer)" + (", core 0" if pin else ""),
         "clients": f"one child process per run, {loop}" + (", core 1" if pin else ""),
         "score_corpus": f"{args.score_stories} synthetic stories, endings=20, lanes of {args.concurrency}",
         "contenders": ", ".join(names),

@@ -50,6 +50,7 @@ import numba
 import numpy as np
 
 from tension.kernels import fairplay as fp
+from tension.testing.bench import timed
 
 BANNER = 60
 L, K, R = 25, 4, 4
@@ -142,15 +143,6 @@ def check(probs, Ls, Ks, culprit, distractor, n, s) -> int:
         bad += not np.allclose(sc.FP[j], story["FP"], equal_nan=True)
         bad += not np.allclose(sc.p_true_mean[j], story["p_true_mean"], equal_nan=True)
     return bad
-
-
-def timed(fn, repeats: int) -> list[float]:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return times
 
 
 def write_readers(path: Path, probs, culprit, distractor, n: int) -> None:

@@ -3,7 +3,7 @@ as `view` and a single figure use it) against one reused frame (`CurvePlot`, as 
 report draws its up to 50 curves), client CPU per curve, on the same 30 synthetic
 curves of 10–40 positions.
 
-    .venv/bin/python bench/figures.py [--curves 30]
+    python bench/figures.py [--curves 30]
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -32,12 +33,9 @@ def main() -> None:
         for i, (x, y) in enumerate(curves):
             curve_figure(d / f"a{i}.png", f"story-{i}", x, y)
         c1 = time.process_time()
-        plot = CurvePlot(CurveSettings())
-        try:
+        with closing(CurvePlot(CurveSettings())) as plot:
             for i, (x, y) in enumerate(curves):
                 plot.draw(d / f"b{i}.png", f"story-{i}", x, y)
-        finally:
-            plot.close()
         c2 = time.process_time()
     print(f"{n} curves: a new figure each {1000 * (c1 - c0) / n:.0f} ms/curve; one reused frame "
           f"{1000 * (c2 - c1) / n:.0f} ms/curve ({(c1 - c0) / (c2 - c1):.1f}x)")

@@ -9,7 +9,7 @@ Result on the embedded vLLM CPU server (SmolLM2-135M-Instruct), 2026-11-30: toke
 identical 6/6 (plain, double space, leading space, non-ASCII, empty, line break
 endings); answers identical 6/6.
 
-    .venv/bin/tension-run serve --embedded && .venv/bin/python bench/judge_batch_probe.py
+    tension-run serve --embedded && python bench/judge_batch_probe.py
 """
 import json, sys, urllib.request
 from tension.core.prompts.score import judge_messages_from_parts, JUDGE_SYSTEM

@@ -31,8 +31,8 @@ never reaches BLAS.
 
 Run from the repository root::
 
-    .venv/bin/python bench/kernels.py
-    .venv/bin/python bench/kernels.py --n 20000 --seed 1 --json out.json
+    python bench/kernels.py
+    python bench/kernels.py --n 20000 --seed 1 --json out.json
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ import numpy as np
 
 from tension.kernels import curves
 from tension.kernels.curves import ANGLE_EPS, TIE_EPS, CurveSettings
+from tension.testing.bench import cpu_model, timed
 
 BANNER = 60
 
@@ -252,32 +253,12 @@ def cold_compile_seconds() -> tuple[float, float] | None:
     return float(imp), float(first)
 
 
-def timed(fn, repeats: int) -> list[float]:
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def pct(values, q):
     return float(np.percentile(values, q))
 
 
 # ----------------------------------------------------------------------------
 # Main
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main(argv=None) -> int:

@@ -15,8 +15,8 @@ of a corpus against its cold run.
    store's `records.encode` for the plain encoder). The ratio is the checksum's
    cost on the write and the read path.
 2. **Cached rerun** (goal: 0 requests, < 2 % of the cold time): `score` on a
-   synthetic corpus of ``--stories`` stories (tests/conftest.make_corpus) against
-   the loopback test server (tests/openai_server.py), cold (empty cache), then the
+   synthetic corpus of ``--stories`` stories (tension.testing.corpus.make_corpus) against
+   the loopback test server (tension.testing.openai_server), cold (empty cache), then the
    same command again (every answer from the cache; `--model` given, so not even
    the model list is asked), then once more with the cache's `positions` database
    dropped (the per-verdict path a cache written before it existed takes). Reports are off in both (`--no-report`): the figures
@@ -41,9 +41,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
 
 BANNER = 60
 
@@ -123,11 +120,10 @@ def _values(store, db: str, keys) -> list[bytes]:
 
 
 def cached_rerun(stories: int, endings: int) -> dict:
-    from conftest import make_corpus
-    from openai_server import LoopbackServer
-
     from tension.core.config import load_config
     from tension.core.pipelines.score import score
+    from tension.testing.corpus import make_corpus
+    from tension.testing.openai_server import LoopbackServer
 
     with tempfile.TemporaryDirectory() as tmp, LoopbackServer(model=["test-gen"], record=True) as srv:
         tmp = Path(tmp)

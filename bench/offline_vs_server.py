@@ -21,7 +21,10 @@ the workload only (after `/health`, after ``LLM(...)``); start-up is reported ap
 
 Run it alone on the machine (it uses all CPU), from the repository root::
 
-    flock /tmp/embedded.lock python bench/offline_vs_server.py --positions 3 --endings 6
+    flock EMBEDDED_LOCK python bench/offline_vs_server.py --positions 3 --endings 6
+
+(EMBEDDED_LOCK: the lock file the users of the one embedded server on a shared
+machine agree on; without others, drop the ``flock``.)
 
 ``--json FILE`` keeps the raw figures (the server side as `tension-run bench --save`).
 """

@@ -2,13 +2,13 @@
 through the vLLM router and, side by side in the same run, through another
 checkout's code (e.g. the client-side routing this project had before).
 
-Each replica is `tests/openai_server.py` in its own process with ``--delay D
+Each replica is the loopback test server (`tension.testing.openai_server`) in its own process with ``--delay D
 --max-concurrent K``: it serves at most K chat requests at once and each takes D
 seconds, so one replica completes at most K / D chat requests per second,
 whatever the client sends — a stand-in for a GPU-bound vLLM server, and the
 servers, not the client, are the bottleneck. The client is the whole
 ``score_async`` pipeline (cache on, fresh cache per run) on a synthetic corpus
-(tests/conftest.make_corpus), the judge on the same replicas (``--base-url
+(tension.testing.corpus.make_corpus), the judge on the same replicas (``--base-url
 A,B,C``). Lanes are ``--gen-concurrency`` and ``--judge-concurrency`` per replica
 (above K, so each server's queue stays full).
 
@@ -24,8 +24,10 @@ replica's requests, the speed-up the story split allows.
 
 Run from the repository root::
 
-    .venv/bin/python bench/replicas.py --stories 12 --repeats 3 \
-        --contender router=.venv/bin/python --contender ours=/work/main/.venv/bin/python
+    python bench/replicas.py --stories 12 --repeats 3 \
+        --contender router=python --contender ours=OTHER_PYTHON
+
+(OTHER_PYTHON: the interpreter of another checkout's virtualenv.)
 """
 
 from __future__ import annotations
@@ -40,17 +42,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from conftest import make_corpus  # noqa: E402
+from tension.testing.corpus import make_corpus
 
 
 
 def start_replica(delay: float, capacity: int) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "openai_server.py"), "--port", "0", "--model", "test-gen",
+        [sys.executable, "-m", "tension.testing.openai_server", "--port", "0", "--model", "test-gen",
          "--model", "test-judge", "--delay", str(delay), "--max-concurrent", str(capacity)],
         stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline().strip()

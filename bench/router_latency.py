@@ -1,12 +1,12 @@
 """The vLLM router's added latency per request: the same chat requests sent one at
 a time straight to a server and through `vllm-router` in front of it, in
 alternating blocks (the machine is noisy), on the loopback test server
-(tests/openai_server.py, no added delay). Reports the median and p90 latency of
+(tension.testing.openai_server, no added delay). Reports the median and p90 latency of
 each path and their difference, the router's cost per request.
 
 Run from the repository root::
 
-    .venv/bin/python bench/router_latency.py --requests 2000
+    python bench/router_latency.py --requests 2000
 """
 
 from __future__ import annotations
@@ -17,14 +17,9 @@ import statistics
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from openai_server import LoopbackServer  # noqa: E402
-
-from tension.core.llm.vllm_router import LocalRouter  # noqa: E402
+from tension.core.llm.vllm_router import LocalRouter
+from tension.testing.openai_server import LoopbackServer
 
 
 def one(url: str, i: int) -> float:

@@ -1,8 +1,8 @@
 """Cost that grows linearly: the whole `score` pipeline on synthetic corpora of
-growing size against the fast stub server (bench/stub_server.py), one child
+growing size against the fast stub server (tension.testing.stub_server), one child
 process per run (so peak RSS is the run's own).
 
-For each corpus size (default 100, 300, 1000 stories; tests/conftest.make_corpus,
+For each corpus size (default 100, 300, 1000 stories; tension.testing.corpus.make_corpus,
 endings 10): a cold run into a fresh cache, then the same command again (the cached
 rerun). Per run: wall time and client CPU per judged ending, peak RSS, cache bytes
 on disk per position, the time spent writing the outputs (run.json's timing), and
@@ -12,8 +12,8 @@ smallest corpus beside each.
 
 Run from the repository root::
 
-    .venv/bin/python bench/scale.py                      # 100, 300, 1000 stories
-    .venv/bin/python bench/scale.py --sizes 50,100 --json out.json
+    python bench/scale.py                      # 100, 300, 1000 stories
+    python bench/scale.py --sizes 50,100 --json out.json
 """
 
 from __future__ import annotations
@@ -27,17 +27,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from client import start_stub  # the same stub process as bench/client.py (run as bench/scale.py)
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from tension.testing.corpus import make_corpus
+from tension.testing.stub_server import start_stub  # the same stub process as bench/client.py's
 
 CHILD = r"""
 import asyncio, json, resource, sys, time
-sys.path.insert(0, sys.argv[2])
 from tension.core.config import load_config
 from tension.core.pipelines.score import score_async
-base, corpus, cache, out, endings = sys.argv[3:8]
+base, corpus, cache, out, endings = sys.argv[2:7]
 cfg = load_config(None, {"base_url": base, "model": "bench-gen", "judge_model": "bench-judge", "endings": int(endings),
                          "cache": cache, "progress": False, "report": False, "seed": 1,
                          "gen_concurrency": 64, "judge_concurrency": 256, "tokenize_concurrency": 64})
@@ -57,7 +54,7 @@ print(json.dumps({"rss_anon_mb": kb("RssAnon"), "rss_file_mb": kb("RssFile"), "h
 
 
 def one(base: str, corpus: Path, cache: Path, out: Path, endings: int) -> dict:
-    r = subprocess.run([sys.executable, "-c", CHILD, "-", str(ROOT / "tests"), base, str(corpus), str(cache),
+    r = subprocess.run([sys.executable, "-c", CHILD, "-", base, str(corpus), str(cache),
                         str(out), str(endings)], capture_output=True, text=True, timeout=7200)
     if r.returncode != 0:
         raise SystemExit(f"run failed:\n{r.stderr[-3000:]}")
@@ -75,9 +72,6 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH", help="also write config + results as JSON to PATH")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import make_corpus
-
     print("config: " + json.dumps({**vars(args), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
                                    "python": platform.python_version(), "loadavg": os.getloadavg()}))
     stub, base = start_stub(0, None, False)

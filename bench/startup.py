@@ -34,8 +34,10 @@ otherwise every run would compile cli.py from source.
 
 Run from anywhere (the figures are in bench/RESULTS.md)::
 
-    /work/main/.venv/bin/python bench/startup.py --checkout before=/work/wt-base --checkout after=/work/main
-    /work/main/.venv/bin/python bench/startup.py --runs 3 --json /tmp/startup.json
+    python bench/startup.py --checkout before=OTHER_CHECKOUT --checkout after=.
+    python bench/startup.py --runs 3 --json startup.json
+
+(OTHER_CHECKOUT: another checkout of this repository, e.g. a worktree at an older commit.)
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 time to open a story (first paint, then a sentence's endings), on a 300-story run
 beside a 30-story run (the first 30 stories of the same corpus), in one run.
 
-Both runs are scored once on the loopback server (tests/openai_server.py) through
+Both runs are scored once on the loopback server (tension.testing.openai_server) through
 the CLI (2 endings per position, synthetic stories of 520–700 words) into
-``--work`` (default /tmp/tension-bench-view) and reused when already there. Then
+``--work`` (default: tension-bench-view in the temporary folder) and reused when already there. Then
 one `tension-run view RUN_300 RUN_30 --port 0` serves both, and Debian's Chromium
 (headless, through Selenium and chromedriver) loads each page ``--runs`` times
 round-robin, a fresh navigation each time:
@@ -19,7 +19,7 @@ round-robin, a fresh navigation each time:
 
 Medians and p20/p80 in milliseconds, and the 300 / 30 ratio.
 
-    .venv/bin/python bench/view.py [--runs 7] [--work DIR] [--json out.json]
+    python bench/view.py [--runs 7] [--work DIR] [--json out.json]
 """
 
 from __future__ import annotations
@@ -31,19 +31,18 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 BIN = Path(sys.executable).parent / "tension-run"
 SIZES = (300, 30)
 
 
 def make_runs(work: Path) -> dict[int, Path]:
     """The 300-story run and the 30-story run, scored unless already there."""
-    from conftest import make_corpus
-    from openai_server import LoopbackServer
+    from tension.testing.corpus import make_corpus
+    from tension.testing.openai_server import LoopbackServer
 
     runs = {n: work / f"run-{n}" for n in SIZES}
     if all((r / "positions.jsonl").is_file() for r in runs.values()):
@@ -109,7 +108,7 @@ def measure(drv, url: str, n_stories: int, story: str, k: int) -> dict[str, floa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=7)
-    ap.add_argument("--work", type=Path, default=Path("/tmp/tension-bench-view"))
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "tension-bench-view")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     runs = make_runs(args.work)

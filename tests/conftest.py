@@ -1,57 +1,18 @@
-"""Shared fixtures: the loopback OpenAI-compatible server, synthetic stories
-written here (no text from elsewhere), and a private cache/home per test."""
+"""Shared fixtures: the loopback OpenAI-compatible server (one per session, reset
+for each test), synthetic stories (tension.testing.corpus), and a private
+cache/home per test."""
 
 from __future__ import annotations
 
-import json
 import os
-import random
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tension.testing.corpus import make_corpus, write_story
+from tension.testing.openai_server import LoopbackServer
 
-from openai_server import LoopbackServer  # noqa: E402
-
-_WORDS = ("the old keeper watched a grey boat drift past the harbour wall while rain fell on "
-          "lanterns and nets and somebody called her name from the ferry road across the water "
-          "where the letter had been hidden under a loose stone beside the chapel door").split()
-_NAMES = ["Mara", "Tobias", "Ines", "Old Fenn", "The constable", "Her brother"]
-
-
-def write_story(rng: random.Random, words: int) -> str:
-    """A made-up story of about `words` words: sentences of 6–22 words, some with
-    dialogue in curly quotes, paragraphs of 3–6 sentences."""
-    out: list[str] = []
-    para: list[str] = []
-    n = 0
-    while n < words:
-        length = rng.randint(6, 22)
-        body = " ".join(rng.choice(_WORDS) for _ in range(length - 1))
-        s = f"{rng.choice(_NAMES)} {body}{rng.choice('.....!?')}"
-        if rng.random() < 0.15:
-            s = f"\u201c{s}\u201d"
-        para.append(s)
-        n += len(s.split())
-        if len(para) >= rng.randint(3, 6):
-            out.append(" ".join(para))
-            para = []
-    if para:
-        out.append(" ".join(para))
-    return "\n\n".join(out)
-
-
-def make_corpus(path: Path, n: int, seed: int = 0, words: tuple[int, int] = (520, 700),
-                groups: tuple[str, ...] = ("a", "b"), start: int = 0) -> Path:
-    rng = random.Random(seed)
-    with path.open("w", encoding="utf-8") as f:
-        for i in range(start, start + n):
-            text = write_story(rng, rng.randint(*words))
-            f.write(json.dumps({"id": f"story-{i:03d}", "group": groups[i % len(groups)], "text": text,
-                                "prompt_id": f"p{i}"}) + "\n")
-    return path
+__all__ = ["make_corpus", "write_story", "verdict_records", "real_home_env", "REAL_ENV"]
 
 
 def verdict_records(cache: Path) -> dict:
@@ -69,10 +30,21 @@ def verdict_records(cache: Path) -> dict:
         return dict(zip(keys, s.get_many("verdicts", keys)))
 
 
-@pytest.fixture
-def server():
+@pytest.fixture(scope="session")
+def _session_server():
+    """One loopback server for the session (models test-gen and test-judge); use
+    `server`, which resets it for each test."""
     with LoopbackServer(model=["test-gen", "test-judge"]) as srv:
         yield srv
+
+
+@pytest.fixture
+def server(_session_server):
+    """The session's loopback server, as a new one: `LoopbackServer.reset` restores
+    every knob a test may set (delay, rates, max_model_len, …), drops records,
+    faults and scripted answers, empties the prefix cache and zeroes the counters
+    (a test that needs other constructor settings starts its own LoopbackServer)."""
+    return _session_server.reset()
 
 
 # The real environment, before _private_home: the slow tests that run the embedded

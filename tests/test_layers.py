@@ -1,7 +1,9 @@
 """The layers of core/ (docs/architecture.md), checked by reading the imports:
 lower layers never import higher ones, no module imports another's private
 names, and every package is listed in pyproject.toml (an installed copy would
-miss an unlisted one, while a checkout would not notice)."""
+miss an unlisted one, while a checkout would not notice). The test doubles,
+tension.testing (tests/testing/), sit above them all: they may import any of
+them, and nothing in core/, kernels/ or cache/ imports them."""
 
 from __future__ import annotations
 
@@ -10,6 +12,9 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# import package -> folder, as pyproject maps them (tension.testing -> tests/testing)
+PACKAGE_DIR = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+PRODUCT = ("core", "kernels", "cache")  # the folders of the shipped code
 
 # What each layer may import from tension (besides itself). Listed, not ranked, so
 # that an allowed edge is a decision written here.
@@ -45,11 +50,17 @@ def _layer(mod: str) -> str:
 
 
 def _module_name(path: Path) -> str:
+    """core/llm/client.py -> tension.core.llm.client; tests/testing/corpus.py -> tension.testing.corpus."""
     rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
+    for package, folder in PACKAGE_DIR.items():
+        if rel.parts[:len(Path(folder).parts)] == Path(folder).parts:
+            parts = [package, *rel.parts[len(Path(folder).parts):]]
+            break
+    else:
+        raise AssertionError(f"{rel} is in no package of pyproject's package-dir")
     if parts[-1] == "__init__":
         parts = parts[:-1]
-    return "tension." + ".".join(parts)
+    return ".".join(parts)
 
 
 def _imports(path: Path):
@@ -63,8 +74,8 @@ def _imports(path: Path):
                     yield node.lineno, a.name, []
 
 
-def _sources():
-    for top in ("core", "kernels", "cache"):
+def _sources(folders=PRODUCT):
+    for top in folders:
         yield from sorted((ROOT / top).rglob("*.py"))
 
 
@@ -79,9 +90,23 @@ def test_layers_import_only_what_they_may():
     assert bad == []
 
 
+def test_nothing_shipped_imports_the_test_doubles():
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}" for path in _sources()
+           for line, mod, _names in _imports(path) if _layer(mod) == "testing"]
+    assert bad == []
+
+
+def test_the_test_doubles_import_only_the_project():
+    """tension.testing may import core/, kernels/ and cache/ (no layer rule below it)."""
+    layers = set(ALLOWED) | {"core", "testing"}
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}" for path in _sources([PACKAGE_DIR["tension.testing"]])
+           for line, mod, _names in _imports(path) if _layer(mod) not in layers]
+    assert bad == []
+
+
 def test_no_module_imports_a_private_name_of_another():
     bad = []
-    for path in _sources():
+    for path in _sources([*PRODUCT, PACKAGE_DIR["tension.testing"]]):
         for line, mod, names in _imports(path):
             if mod != _module_name(path):
                 bad += [f"{path.relative_to(ROOT)}:{line} imports {mod}.{n}" for n in names if n.startswith("_")]
@@ -90,6 +115,6 @@ def test_no_module_imports_a_private_name_of_another():
 
 def test_every_package_is_listed_in_pyproject():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {_module_name(p.parent / "__init__.py") for top in ("core", "kernels", "cache")
+    found = {_module_name(p.parent / "__init__.py") for top in PACKAGE_DIR.values()
              for p in (ROOT / top).rglob("__init__.py")}
     assert found == listed

@@ -1,4 +1,4 @@
-"""The loopback OpenAI-compatible test server (tests/openai_server.py), seen by plain clients.
+"""The loopback OpenAI-compatible test server (tests/testing/openai_server.py), seen by plain clients.
 
 Every other test that talks to an LLM server trusts this one, so its answers, errors
 and faults are checked here with http.client and a bare aiohttp session, not with the
@@ -8,6 +8,7 @@ project's own client.
 from __future__ import annotations
 
 import asyncio
+import copy
 import http.client
 import json
 import random
@@ -15,13 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import aiohttp
 import pytest
 
-import openai_server
-from openai_server import (
+from tension.testing import openai_server
+from tension.testing.openai_server import (
     BLOCK_SIZE,
     CHAT_PATH,
     FAULT_KINDS,
@@ -34,8 +34,6 @@ from openai_server import (
     judge_blocks,
     tokenize,
 )
-
-HERE = Path(__file__).resolve().parent
 
 GEN_SYSTEM = "You are a fiction writer. Write only story text."
 JUDGE_SYSTEM = (
@@ -607,7 +605,7 @@ def test_throughput_smoke(srv):
 
 def test_standalone_process():
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "openai_server.py"), "--port", "0", "--model", "m1",
+        [sys.executable, "-m", "tension.testing.openai_server", "--port", "0", "--model", "m1",
          "--delay", "0", "--fault-rate", "0.1", "--seed", "1"],
         stdout=subprocess.PIPE, text=True,
     )
@@ -659,3 +657,59 @@ def test_scripted_answers_match_by_content_first_match_wins_and_clear(srv):
     assert srv.requests[-1].body["seed"] == 10  # still recorded as usual
     srv.clear_scripts()
     assert contents(chat(srv, body)) == expected_endings(body["messages"], 3, 10)
+
+
+def _state(s: LoopbackServer) -> dict:
+    """Everything a test can change on a server, as values (not the thread, loop or lock)."""
+    out = copy.deepcopy({k: v for k, v in vars(s).items()
+                         if k not in ("_loop", "_thread", "_runner", "_lock", "_rng", "_capacity")})
+    out["_rng"] = s._rng.getstate()
+    out["_capacity"] = s._capacity is None
+    return out
+
+
+@pytest.mark.parametrize("in_flight", [False, True])
+def test_reset_makes_a_used_server_as_new(in_flight):
+    """The tests' shared `server` fixture resets one server per test: every knob back to
+    the constructor's value, and no trace of the last test (records, faults, scripts,
+    prefix cache, token vocabulary, counters, a request still being served)."""
+    with LoopbackServer(model=["a", "b"], delay=0.0, yes_rate=0.5, batching=True) as s:
+        fresh, url = _state(s), s.base_url
+        body = {"model": "a", "messages": judge_messages(STORY, "x")}
+        out = chat(s, body)
+        assert chat(s, body)["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+        post(s, "/tokenize", {"model": "a", "prompt": "Once upon a time"})
+        for knob, value in (("delay", 0.01), ("yes_rate", 1.0), ("empty_rate", 0.5), ("malformed_rate", 0.5),
+                            ("slow_seconds", 9.0), ("retry_after", None), ("max_model_len", 100), ("record", False),
+                            ("prefix_cache_blocks", 1), ("serve_metrics", False), ("serve_tokenize", False),
+                            ("batching", False), ("template_quirk", "newlines"), ("api_key", "k"), ("echo_auth", True),
+                            ("max_concurrent", 3), ("misbehave", "echo"), ("model", "b"), ("models", ("b",))):
+            assert getattr(s, knob) != value, knob
+            setattr(s, knob, value)
+        if in_flight:  # a request the server is still serving when the test ends
+            s.api_key, s.slow_seconds, s.record = None, 30, True
+            s.fail_next("slow")
+            th, errors = _start_slow_request(s)
+        s.added_by_a_test = 1
+        s.fail_next("500", times=3)
+        s.set_fault_rates({"503": 0.5}, seed=7, path=None)
+        s.script("harbour", "scripted")
+        assert _state(s) != fresh
+        t = time.monotonic()
+        s.reset()
+        assert time.monotonic() - t < 2 and s.running and s.base_url == url
+        assert _state(s) == fresh
+        if in_flight:
+            th.join(timeout=5)
+            assert not th.is_alive() and len(errors) == 1
+            assert s.requests == []  # the cancelled request recorded nothing after the reset
+        again = chat(s, body)
+        assert contents(again) == contents(out) and again["usage"] == out["usage"]  # a cold prefix cache again
+        assert metrics(s)["vllm:request_success_total"] == 1 and s.count() == 2
+
+
+def test_reset_starts_a_stopped_server_on_its_port():
+    with LoopbackServer() as s:
+        url = s.base_url
+        s.shutdown_hard()
+        assert s.reset().running and s.base_url == url and call(s, "GET", "/health")[0] == 200

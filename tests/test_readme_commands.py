@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import make_corpus
 
-from openai_server import LoopbackServer
+from tension.testing.openai_server import LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

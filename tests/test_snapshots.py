@@ -273,7 +273,7 @@ def test_the_run_record_changelog_is_what_the_snapshot_holds():
 def test_score_outputs_with_batched_judge_prompts_are_the_snapshot(tmp_path):
     """Issue 19: the judge's prompts sent as one /v1/completions request per position
     (a server with vLLM's extras) give today's output bytes."""
-    from openai_server import COMPLETIONS_PATH, LoopbackServer
+    from tension.testing.openai_server import COMPLETIONS_PATH, LoopbackServer
 
     with LoopbackServer(model=["test-gen", "test-judge"], batching=True) as srv:
         out = _score_run(srv, tmp_path)

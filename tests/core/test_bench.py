@@ -11,7 +11,7 @@ import math
 import msgspec
 import pytest
 from conftest import make_corpus
-from openai_server import CHAT_PATH, expected_endings
+from tension.testing.openai_server import CHAT_PATH, expected_endings
 from sigterm import run_until_sigterm
 
 from tension.core.pipelines.bench import BenchOptions, bench, load_figures
@@ -150,7 +150,7 @@ def test_bench_positions_flag_is_checked(server, tmp_path):
 
 
 def test_bench_over_replicas_gives_each_its_share_and_its_figures(server, tmp_path):
-    from openai_server import LoopbackServer
+    from tension.testing.openai_server import LoopbackServer
 
     with LoopbackServer(model=["test-gen", "test-judge"]) as other:
         urls = [server.base_url, other.base_url]

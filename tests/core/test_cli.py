@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from openai_server import CHAT_PATH
+from tension.testing.openai_server import CHAT_PATH
 
 from tension.core.cli import VERBS, build_parser, main
 from tension.core.cli.flags import CONFIG_ONLY, flag_specs

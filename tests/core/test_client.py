@@ -15,7 +15,7 @@ from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, Ser
 from tension.core.llm.protocol import ChatRequest
 
 # tests/conftest.py puts tests/ on sys.path
-from openai_server import CHAT_PATH, LoopbackServer, count_tokens, expected_endings
+from tension.testing.openai_server import CHAT_PATH, LoopbackServer, count_tokens, expected_endings
 
 MODEL = "m"
 GEN_MESSAGES = [
@@ -43,15 +43,17 @@ def loopback():
 
 @pytest.fixture
 def srv(loopback):
-    server = loopback
-    server.clear_faults()
-    server.reset_records()
-    server.retry_after = "0"
-    server.slow_seconds = 5.0
-    server.delay = 0.0
-    yield server
-    server.clear_faults()
-    server.retry_after = "0"
+    return loopback.reset()
+
+
+def chat_once(srv, req):
+    """One chat request with a fresh Client (fast retries): (the result, the client)."""
+
+    async def go():
+        async with Client(retry=FAST) as c:
+            return await c.chat(srv.base_url, req), c
+
+    return run(go())
 
 
 def chat_records(srv):
@@ -125,11 +127,7 @@ def test_unseeded_request_sends_no_seed(srv):
 def test_few_choices_completed_by_a_followup_with_the_seed_moved_on(srv):
     srv.fail_next("few_choices")
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=4, seed=7)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=4, seed=7))
     assert res.followups == 1
     assert c.retries == 0
     assert c.sent == 2
@@ -146,11 +144,7 @@ def test_few_choices_completed_by_a_followup_with_the_seed_moved_on(srv):
 def test_two_short_answers_in_a_row(srv):
     srv.fail_next("few_choices", times=2)
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=4, seed=100)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=4, seed=100))
     # 4 asked -> 2 given; 2 asked -> 1 given; 1 asked -> 1 given
     assert res.followups == 2
     assert [(r.body["n"], r.body["seed"]) for r in chat_records(srv)] == [(4, 100), (2, 102), (1, 103)]
@@ -162,11 +156,7 @@ def test_two_short_answers_in_a_row(srv):
 def test_few_choices_without_seed_sends_no_seed(srv):
     srv.fail_next("few_choices")
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=6, seed=None)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=6, seed=None))
     assert res.followups == 1 and len(res.texts) == 6
     _, second = chat_records(srv)
     assert second.body["n"] == 3
@@ -177,11 +167,7 @@ def test_few_choices_without_seed_sends_no_seed(srv):
 def test_transient_faults_are_retried(srv, kind):
     srv.fail_next(kind)
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=3, seed=1)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=3, seed=1))
     assert res.texts == expected_endings(GEN_MESSAGES, 3, 1)
     assert c.retries == 1
     assert c.sent == 2
@@ -195,11 +181,7 @@ def test_several_faults_in_a_row(srv):
     srv.fail_next("drop")
     srv.fail_next("500")
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=2)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=2))
     assert len(res.texts) == 2
     assert (c.sent, c.retries) == (4, 3)
 
@@ -207,11 +189,7 @@ def test_several_faults_in_a_row(srv):
 def test_wrong_content_type_with_valid_json_is_accepted(srv):
     srv.fail_next("wrong_content_type")
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=3, seed=5)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=3, seed=5))
     assert res.texts == expected_endings(GEN_MESSAGES, 3, 5)
     assert (c.sent, c.retries) == (1, 0)
 
@@ -219,11 +197,7 @@ def test_wrong_content_type_with_valid_json_is_accepted(srv):
 def test_an_all_empty_answer_is_asked_again(srv):
     srv.fail_next("empty_content")
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=3, seed=2)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=3, seed=2))
     assert res.texts == expected_endings(gen_request(n=3, seed=2).messages, 3, 2)
     assert (c.sent, c.retries, res.followups) == (2, 1, 0)
 
@@ -231,11 +205,7 @@ def test_an_all_empty_answer_is_asked_again(srv):
 def test_an_answer_that_stays_empty_is_the_models_answer(srv):
     srv.fail_next("empty_content", times=3)  # more than EMPTY_ANSWER_RETRIES
 
-    async def go():
-        async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=3)), c
-
-    res, c = run(go())
+    res, c = chat_once(srv, gen_request(n=3))
     assert res.texts == ["", "", ""]
     assert (c.sent, c.retries, res.followups) == (3, 2, 0)
 

@@ -173,33 +173,20 @@ def _story(n: int) -> str:
     return "\n".join(f"w{i}," if i % 3 else f"\tw{i}." for i in range(n))
 
 
-def test_word_filter_bounds_are_inclusive_with_reasons(tmp_path):
-    p = _write(tmp_path / "c.jsonl", [
-        _rec(id="lo-1", text=_story(4)),
-        _rec(id="lo", text=_story(5)),
-        _rec(id="hi", text=_story(8)),
-        _rec(id="hi+1", text=_story(9)),
-    ])
-    c = read_corpus(p, min_words=5, max_words=8)
-    assert [s.id for s in c.stories] == ["lo", "hi"]
-    assert [s.words for s in c.stories] == [5, 8]
+@pytest.mark.parametrize("given, lo, hi", [({"min_words": 5, "max_words": 8}, 5, 8), ({}, 500, 5000)],
+                         ids=["given", "default"])
+def test_word_filter_bounds_are_inclusive_with_reasons(tmp_path, given, lo, hi):
+    """The bounds given, and the defaults 500 and 5000, keep both ends and say why
+    they skip a story."""
+    p = _write(tmp_path / "c.jsonl", [_rec(id=f"{n}", text=_story(n)) for n in (lo - 1, lo, hi, hi + 1)])
+    c = read_corpus(p, **given)
+    assert [s.id for s in c.stories] == [f"{lo}", f"{hi}"]
+    assert [s.words for s in c.stories] == [lo, hi]
     assert c.skipped == [
-        Skipped(id="lo-1", reason="4 words, fewer than --min-words 5"),
-        Skipped(id="hi+1", reason="9 words, more than --max-words 8"),
+        Skipped(id=f"{lo - 1}", reason=f"{lo - 1} words, fewer than --min-words {lo}"),
+        Skipped(id=f"{hi + 1}", reason=f"{hi + 1} words, more than --max-words {hi}"),
     ]
     assert c.errors == []
-
-
-def test_default_word_bounds_are_500_and_5000(tmp_path):
-    p = _write(tmp_path / "c.jsonl", [
-        _rec(id="499", text=_story(499)),
-        _rec(id="500", text=_story(500)),
-        _rec(id="5000", text=_story(5000)),
-        _rec(id="5001", text=_story(5001)),
-    ])
-    c = read_corpus(p)
-    assert [s.id for s in c.stories] == ["500", "5000"]
-    assert [s.id for s in c.skipped] == ["499", "5001"]
 
 
 # --------------------------------------------------------------------- folder

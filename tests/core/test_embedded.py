@@ -18,8 +18,6 @@ from tension.core.cli import main
 from tension.core.serving.embedded import EmbeddedError, EmbeddedSettings
 from tension.core.serving.profiles import paper_servers, shell_line
 
-TESTS = Path(__file__).resolve().parents[1]
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -93,7 +91,7 @@ def test_server_that_exits_at_start_shows_its_log():
 
 def test_state_file_lifecycle_and_score_picks_it_up(tmp_path):
     port = free_port()
-    cmd = [sys.executable, str(TESTS / "openai_server.py"), "--port", str(port), "--model", "smollm2-135m"]
+    cmd = [sys.executable, "-m", "tension.testing.openai_server", "--port", str(port), "--model", "smollm2-135m"]
     st = embedded.start(EmbeddedSettings(port=port, start_timeout=60), command=cmd, env=dict(os.environ))
     try:
         assert st.url == f"http://127.0.0.1:{port}" and st.model == "smollm2-135m"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_corpus
-from openai_server import CHAT_PATH, count_tokens
+from tension.testing.openai_server import CHAT_PATH, count_tokens
 from sigterm import run_until_sigterm
 
 from tension.core.prompts import score as prompts

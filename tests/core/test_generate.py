@@ -8,10 +8,10 @@ import json
 import re
 from pathlib import Path
 
-import msgspec
-from openai_server import CHAT_PATH
+from tension.testing.openai_server import CHAT_PATH
 
 from tension.core.cli import main
+from tension.core.pipelines.fairplay import load_fairplay_config, read_stories
 from tension.core.pipelines.generate import GenerateConfig, generate, run_record_path
 from tension.core.prompts.fill import render_whodunit
 
@@ -233,28 +233,6 @@ WHODUNIT = {"id": "w1", "idea": "A prize marrow is poisoned at the village show.
             "suspects": ["Mrs Pell", "The vicar", "Dr Lowe", "Tam"], "culprit": "Dr Lowe", "distractor": "Tam"}
 
 
-class FairplayInput(msgspec.Struct, forbid_unknown_fields=True):
-    """The fairplay contract, written from the brief (independent of core/)."""
-
-    class Gen(msgspec.Struct, forbid_unknown_fields=True):
-        model: str
-        system: str
-        paragraph_prompt: str
-        final_prompt: str
-        temperature: float
-        max_tokens: int
-        L: int
-
-    id: str
-    group: str
-    segments: list[str]
-    suspects: list[str]
-    culprit: str
-    distractor: str
-    revelation: int
-    generator: Gen
-
-
 def test_whodunit_paragraph_by_paragraph_in_the_fairplay_format(server, tmp_path):
     def paragraph(m, seed, i):
         k = re.search(r"paragraph (\d+) of", m[-1]["content"]).group(1)
@@ -267,7 +245,13 @@ def test_whodunit_paragraph_by_paragraph_in_the_fairplay_format(server, tmp_path
     s = generate(cfg_for(server, tmp_path, mode="whodunit", paragraphs=4), ideas, out)
     assert s.status == "complete" and s.requests["generation"] == 4
     (line,) = out.read_bytes().splitlines()
-    rec = msgspec.json.decode(line, type=FairplayInput)
+    # the fairplay contract (docs/fairplay.md): these fields, no others; and fairplay reads the file
+    doc = json.loads(line)
+    assert set(doc) == {"id", "group", "segments", "suspects", "culprit", "distractor", "revelation", "generator"}
+    assert set(doc["generator"]) == {"model", "system", "paragraph_prompt", "final_prompt", "temperature",
+                                     "max_tokens", "L"}
+    (rec,), _, errors = read_stories(out, load_fairplay_config(None, {}))
+    assert errors == []
     assert rec.segments == ["Paragraph 1 {clue} text.", "Paragraph 2 {clue} text.", "Paragraph 3 {clue} text.",
                             "So it was Dr Lowe, and the clues said so."]
     assert (rec.id, rec.group, rec.culprit, rec.distractor, rec.revelation) == ("w1", "cozy", "Dr Lowe", "Tam", 4)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_corpus, verdict_records
-from openai_server import CHAT_PATH, COMPLETIONS_PATH, LoopbackServer
+from tension.testing.openai_server import CHAT_PATH, COMPLETIONS_PATH, LoopbackServer
 
 from tension.core.cli import main
 
@@ -161,7 +161,7 @@ def test_constrained_judges_give_the_same_verdicts_batched(tmp_path, constraint)
 def test_the_prompts_are_exactly_the_chat_prompts(tmp_path):
     """Each batched prompt, read back by the server, is the chat request's messages
     rendered by its template, for the judge's template kwargs (enable_thinking off)."""
-    from openai_server import parse_rendered, render_template
+    from tension.testing.openai_server import parse_rendered, render_template
 
     with LoopbackServer(model=["test-gen", "test-judge"], batching=True) as srv:
         assert _score(srv.base_url, tmp_path, "b") == 0

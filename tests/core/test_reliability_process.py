@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_corpus
-from openai_server import LoopbackServer
+from tension.testing.openai_server import LoopbackServer
 
 from tension.cache import records
 from tension.cache.keys import request_key

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_corpus
-from openai_server import CHAT_PATH, LoopbackServer, judge_blocks
+from tension.testing.openai_server import CHAT_PATH, LoopbackServer, judge_blocks
 
 from tension.core.llm import replicas as replicas_mod
 from tension.core.cli import main
@@ -272,7 +272,9 @@ def _busiest(trio, heads):
     return owner, first[owner][0]
 
 
-def test_killing_a_worker_mid_run_gives_the_clean_outputs_and_names_it(trio, tmp_path, clean_outputs):
+def _failing_mid_run(trio, tmp_path, hard: bool):
+    """A six-story corpus, its story heads, the busiest server of a routed run and its
+    first story, and a thread that kills (`hard`) or hangs that server mid-story."""
     corpus = make_corpus(tmp_path / "c.jsonl", 6, seed=3)
     heads = story_heads(corpus)
     # where the router sends each story: a routed run into a throw-away cache
@@ -280,7 +282,12 @@ def test_killing_a_worker_mid_run_gives_the_clean_outputs_and_names_it(trio, tmp
     owner, target = _busiest(trio, heads)
     for srv in trio:
         srv.delay = 0.005  # so the run is still going when the kill lands
-    th, killed = _kill_when(trio[owner], heads, target, 3)
+    th, killed = _kill_when(trio[owner], heads, target, 3, hard=hard)
+    return corpus, heads, owner, target, th, killed
+
+
+def test_killing_a_worker_mid_run_gives_the_clean_outputs_and_names_it(trio, tmp_path, clean_outputs):
+    corpus, heads, owner, target, th, killed = _failing_mid_run(trio, tmp_path, hard=True)
     s = score(cfg_for(urls(trio), tmp_path, gen_concurrency=4, judge_concurrency=16), corpus, tmp_path / "out")
     th.join()
     assert killed, "the run ended before the kill"
@@ -297,13 +304,7 @@ def test_killing_a_worker_mid_run_gives_the_clean_outputs_and_names_it(trio, tmp
 
 
 def test_a_hung_worker_is_left_behind_within_the_routers_request_timeout(trio, tmp_path, clean_outputs):
-    corpus = make_corpus(tmp_path / "c.jsonl", 6, seed=3)
-    heads = story_heads(corpus)
-    assert score(cfg_for(urls(trio), tmp_path, cache="probe"), corpus, tmp_path / "probe").status == "complete"
-    owner, target = _busiest(trio, heads)
-    for srv in trio:
-        srv.delay = 0.005
-    th, hung = _kill_when(trio[owner], heads, target, 3, hard=False)
+    corpus, heads, owner, target, th, hung = _failing_mid_run(trio, tmp_path, hard=False)
     # the router gives up on a request after request_timeout_secs; a short one here
     t0 = time.monotonic()
     # the router leaves a server after half the client's --timeout (core/llm/router.py)
@@ -471,7 +472,7 @@ def test_batched_judge_prompts_through_the_router_stay_with_their_position(tmp_p
     """Issue 19 behind vllm-router: a position's judge prompts travel as /v1/completions
     requests (the warm one, then the rest), routed by the position's key to one
     server; the outputs are those of one server and one chat request per ending."""
-    from openai_server import COMPLETIONS_PATH, parse_rendered
+    from tension.testing.openai_server import COMPLETIONS_PATH, parse_rendered
 
     servers = [LoopbackServer(model=MODELS, batching=True).start() for _ in range(3)]
     try:

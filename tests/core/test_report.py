@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -141,12 +142,9 @@ def test_one_reused_curve_frame_draws_each_story_as_a_fresh_figure_would(tmp_pat
 
     rng = random.Random(3)
     curves = [random_curve(rng, n) for n in (40, 7, 0, 25)]  # peaks, few points, none, again
-    shared = CurvePlot(CurveSettings())
-    try:
+    with closing(CurvePlot(CurveSettings())) as shared:
         for i, (x, y) in enumerate(curves):
             shared.draw(tmp_path / f"shared{i}.png", f"story {i}", x, y)
-    finally:
-        shared.close()
     for i, (x, y) in enumerate(curves):
         curve_figure(tmp_path / f"alone{i}.png", f"story {i}", x, y)
         a, b = (np.asarray(Image.open(tmp_path / f"{k}{i}.png")) for k in ("shared", "alone"))

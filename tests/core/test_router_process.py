@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import pytest
 
-from openai_server import LoopbackServer
+from tension.testing.openai_server import LoopbackServer
 from tension.core.errors import ConfigError
 from tension.core.llm.vllm_router import LocalRouter, RouterSettings, free_port, router_command, worker_models
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_corpus, write_story
-from openai_server import count_tokens, expected_endings, expected_verdict
+from tension.testing.openai_server import count_tokens, expected_endings, expected_verdict
 
 from tension.cache.store import Store
 from tension.core.config import load_config
@@ -460,7 +460,7 @@ def test_stories_without_positions_are_reported(server, tmp_path, capsys):
 def test_ten_percent_faults_of_every_kind_leave_the_outputs_unchanged(server, tmp_path):
     """10% of chat and tokenize requests fail in every way the test server knows;
     the seeded run's outputs equal a clean run's, and retries stay in bounds."""
-    from openai_server import FAULT_KINDS
+    from tension.testing.openai_server import FAULT_KINDS
 
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=17)
     clean = score(cfg_for(server, tmp_path, cache=str(tmp_path / "clean-cache")), corpus, tmp_path / "clean")

@@ -6,7 +6,7 @@ models it has); a missing endpoint is told from a missing model; a key a server
 echoes reaches neither stderr, nor a run record, nor the cache; a server that does
 not answer is said at once, with until when it is retried; OPENAI_BASE_URL names
 the server when --base-url does not. Through the real CLI against the loopback
-server (tests/openai_server.py answers as vLLM does).
+server (tests/testing/openai_server.py answers as vLLM does).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from conftest import make_corpus
-from openai_server import CHAT_PATH, LoopbackServer
+from tension.testing.openai_server import CHAT_PATH, LoopbackServer
 
 from tension.core.cli import main
 

@@ -14,7 +14,7 @@ from tension.kernels import curves
 from tension.kernels.curves import CurveSettings, Reason
 
 
-import curve_reference as ref  # noqa: E402  (tests/ is on sys.path: conftest.py)
+import curve_reference as ref  # tests/ is on sys.path (pyproject's pythonpath)
 
 NAN = float("nan")
 ALL_EMPTY = Reason.NO_POSITIONS | Reason.FEW_POSITIONS | Reason.NO_LATE | Reason.NO_PEAK

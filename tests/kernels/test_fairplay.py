@@ -1,12 +1,10 @@
 """Fair-play kernels (docs/fairplay.md): tension.kernels.fairplay against
 hand-worked cases and against the plain-Python reference in
-``tests/kernels/fairplay_reference.py`` on random distributions."""
+``tests/fairplay_reference.py`` on random distributions."""
 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +16,7 @@ from scipy.stats import binomtest
 from tension.kernels import fairplay as fp
 from tension.kernels.fairplay import FairPlaySettings
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fairplay_reference as ref  # noqa: E402
+import fairplay_reference as ref  # tests/ is on sys.path (pyproject's pythonpath)
 
 HYP = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 NAMES = fp.READERS

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tension.kernels import groups
 
 
-import curve_reference as ref  # noqa: E402  (tests/ is on sys.path: conftest.py)
+import curve_reference as ref  # tests/ is on sys.path (pyproject's pythonpath)
 NAN = float("nan")
 HYP = dict(deadline=None, database=None)
 

@@ -96,15 +96,15 @@ def test_fairplay_json_and_the_know_it_alls_continuations(runs, viewer):
     assert w1["readers"]["gullible"]["culprit"] == [0.1 if p in (1, 3, 5) else None for p in range(1, fp_L() + 1)]
     status, c = viewer.json("api/r2/continuations/w1/3.json")
     assert status == 200 and c["cached"] is True and len(c["continuations"]) == 4
-    # the scripted generator: continuations k < c - 1 end with the culprit (test_fairplay_readers)
+    # the scripted generator: continuations k < c - 1 end with the culprit (tests/fairplay_scripted.py)
     assert [x["culprit"] for x in c["continuations"]] == ["Tobias Fenn", "Tobias Fenn", "Ines Harrow", "Ines Harrow"]
     assert c["continuations"][0]["paragraphs"][-1] == "In the end, Tobias Fenn is unmasked as the culprit."
 
 
 def fp_L() -> int:
-    import test_fairplay_readers as fp
+    from fairplay_scripted import L
 
-    return fp.L
+    return L
 
 
 def test_an_unknown_story_gets_a_clear_page_and_json(viewer):

@@ -1,6 +1,6 @@
 """Runs to view, made once per session on the loopback server through the
 CLI: two score runs of the same stories (two judge models) sharing one cache,
-and a fairplay run with scripted readers (tests/core/test_fairplay_readers.py);
+and a fairplay run with scripted readers (tests/fairplay_scripted.py);
 and a `tension-run view` process serving them."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from conftest import make_corpus
-from openai_server import LoopbackServer
+import fairplay_scripted as fp  # tests/fairplay_scripted.py
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "core"))
-import test_fairplay_readers as fp  # noqa: E402
+from tension.core.pipelines.fairplay import fairplay
+from tension.testing.corpus import make_corpus
+from tension.testing.openai_server import LoopbackServer
 
 BIN = Path(sys.executable).parent / "tension-run"
 ENDINGS = 5
@@ -63,7 +63,7 @@ def _make_runs(tmp_path_factory) -> Runs:
             assert done.returncode == 0, done.stderr
         srv.respond(fp.scripted)
         stories = fp.write_jsonl(r.root / "whodunits.jsonl", [fp.story_record("w1"), fp.story_record("w2")])
-        run = fp.fairplay(fp.cfg_for(srv, r.root), stories, r.fp, fp.FAST)
+        run = fairplay(fp.cfg_for(srv, r.root), stories, r.fp, fp.FAST)
         assert run.status == "complete", run.error
     return r
 

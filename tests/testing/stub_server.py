@@ -1,4 +1,4 @@
-"""A minimal, fast OpenAI-compatible stub for client benchmarks (bench/client.py).
+"""A minimal, fast OpenAI-compatible stub for client benchmarks (bench/client.py, bench/scale.py).
 
 It answers from fixed bytes so that the server costs as little CPU as possible and
 the client under test is what gets measured. Raw asyncio (uvloop when installed),
@@ -22,12 +22,13 @@ HTTP/1.1 keep-alive with Content-Length bodies; no aiohttp in the request path.
 
 Anything else gets a 404 JSON error; a chunked body gets 411.
 
-Run from the repository root::
+Run it as::
 
-    /tmp/v2/bin/python bench/stub_server.py --port 8123 [--cpu 0]
+    python -m tension.testing.stub_server --port 8123 [--cpu 0]
 
-prints ``listening on http://127.0.0.1:PORT`` (flushed) and serves until
-SIGINT/SIGTERM. ``--cpu N`` pins the process to that core.
+(`start_stub` does so in a child process). It prints ``listening on
+http://127.0.0.1:PORT`` (flushed) and serves until SIGINT/SIGTERM. ``--cpu N`` pins
+the process to that core.
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ import argparse
 import asyncio
 import os
 import signal
+import subprocess
 import sys
+from typing import Callable
 
 import msgspec
 
-__all__ = ["StubProtocol", "chat_body", "main"]
+__all__ = ["StubProtocol", "chat_body", "loop_factory", "main", "start_stub"]
 
 MODELS = ("bench-gen", "bench-judge")
 _USAGE = {"prompt_tokens": 512, "completion_tokens": 1, "total_tokens": 513}
@@ -260,16 +263,36 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    factory = None
-    if not args.no_uvloop:
-        try:
-            import uvloop
-            factory = uvloop.new_event_loop
-        except ImportError:
-            pass
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with asyncio.Runner(loop_factory=loop_factory(args.no_uvloop)) as runner:
         runner.run(serve(args.host, args.port))
     return 0
+
+
+def loop_factory(no_uvloop: bool = False) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's new_event_loop when installed (and not `no_uvloop`), else None: asyncio's."""
+    if not no_uvloop:
+        try:
+            import uvloop
+            return uvloop.new_event_loop
+        except ImportError:
+            pass
+    return None
+
+
+def start_stub(port: int = 0, cpu: int | None = None, no_uvloop: bool = False) -> tuple[subprocess.Popen, str]:
+    """The stub in a child process (pinned to core `cpu` if given): the process and its
+    base URL, once it listens. The caller terminates it."""
+    cmd = [sys.executable, "-m", "tension.testing.stub_server", "--port", str(port)]
+    if cpu is not None:
+        cmd += ["--cpu", str(cpu)]
+    if no_uvloop:
+        cmd.append("--no-uvloop")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise SystemExit(f"the stub did not start ({' '.join(cmd)}): {line!r}")
+    return proc, line.removeprefix("listening on ")
 
 
 if __name__ == "__main__":

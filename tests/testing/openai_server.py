@@ -15,7 +15,7 @@ In a test::
 
 As a process (benchmarks, kill/resume tests)::
 
-    python tests/openai_server.py --port 8123 [--model M] [--delay S] [--max-concurrent K]
+    python -m tension.testing.openai_server --port 8123 [--model M] [--delay S] [--max-concurrent K]
                                   [--fault-rate 0.1 --seed 1]
 
 prints ``listening on http://127.0.0.1:PORT`` (flushed) and serves until SIGINT/SIGTERM.
@@ -523,6 +523,7 @@ class LoopbackServer:
     `max_concurrent` > 0 serves at most that many chat requests at once (set it
     before start): a replica's capacity, for the scale-out tests and bench.
     `misbehave` (one of `MISBEHAVIOURS`, or None) makes the model not do the task.
+    `reset` makes a used server as new (the tests share one, tests/conftest.py).
     """
 
     def __init__(
@@ -549,35 +550,35 @@ class LoopbackServer:
         api_key: str | None = None,
         echo_auth: bool = False,
     ) -> None:
-        self.models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
-        if not self.models:
+        models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
+        if not models:
             raise ValueError("LoopbackServer needs at least one model name")
-        self.model = self.models[0]
         self.host = host
         self.port = port
-        self.delay = delay
-        self.empty_rate = empty_rate
-        self.yes_rate = yes_rate
-        self.malformed_rate = malformed_rate
-        self.slow_seconds = slow_seconds
-        self.retry_after = retry_after
-        self.max_model_len = max_model_len
-        self.record = record
-        self.prefix_cache_blocks = prefix_cache_blocks
-        self.serve_metrics = serve_metrics  # False: /metrics answers 404, as a server without it
-        self.serve_tokenize = serve_tokenize  # False: /tokenize is FastAPI's 404, as a server without it
-        # True: /detokenize, /v1/completions and templated /tokenize of messages (vLLM's)
-        self.batching = batching
-        self.template_quirk = template_quirk  # see render_template
+        # The knobs, plain attributes a test may set at any time; `reset` restores them.
+        self._knobs: dict[str, Any] = dict(
+            models=models, model=models[0],
+            delay=delay, empty_rate=empty_rate, yes_rate=yes_rate, malformed_rate=malformed_rate,
+            slow_seconds=slow_seconds, retry_after=retry_after, max_model_len=max_model_len, record=record,
+            prefix_cache_blocks=prefix_cache_blocks,
+            serve_metrics=serve_metrics,  # False: /metrics answers 404, as a server without it
+            serve_tokenize=serve_tokenize,  # False: /tokenize is FastAPI's 404, as a server without it
+            batching=batching,  # True: /detokenize, /v1/completions and templated /tokenize of messages (vLLM's)
+            template_quirk=template_quirk,  # see render_template
+            api_key=api_key,  # set: every request needs "Authorization: Bearer <api_key>"
+            echo_auth=echo_auth,  # the 401 body echoes the header it got
+            # > 0: at most this many chat requests are served at once, the rest wait (a
+            # GPU's batch); with `delay`, capacity is max_concurrent / delay requests/s
+            max_concurrent=max_concurrent,
+            misbehave=misbehave,
+        )
+        self.models: tuple[str, ...]
+        self.model: str
+        vars(self).update(self._knobs)
         self._vocab: dict[str, int] = {}  # piece -> token id (see _PIECE_RE)
         self._pieces: list[str] = []
-        self.api_key = api_key  # set: every request needs "Authorization: Bearer <api_key>"
-        self.echo_auth = echo_auth  # the 401 body echoes the header it got
-        # > 0: at most this many chat requests are served at once, the rest wait (a
-        # GPU's batch); with `delay`, capacity is max_concurrent / delay requests/s
-        self.max_concurrent = max_concurrent
         self._capacity: asyncio.Semaphore | None = None
-        self.misbehave = misbehave
+        self._active = 0  # requests being served (in the server's loop)
 
         self.responders: list[Any] = []  # see `respond`
 
@@ -706,6 +707,35 @@ class LoopbackServer:
             loop.call_soon_threadsafe(lambda: (abort_all(), done.set()))
             done.wait(timeout=5)
         self.stop(grace=0.01)
+
+    def reset(self) -> "LoopbackServer":
+        """As a new server on the same port, for one shared by many tests: every knob
+        as the constructor set it (attributes a test added are dropped), no records,
+        faults, scripted answers, token vocabulary or prefix cache, /metrics counters
+        at 0. A request still being served (left behind by the last test) is cancelled
+        by a restart, so that it records nothing in the next test; a stopped server
+        starts again."""
+        if self.running and self._active:
+            self.stop()
+        for k in [k for k in vars(self) if not k.startswith("_") and k not in self._knobs
+                  and k not in ("host", "port", "responders")]:
+            delattr(self, k)
+        vars(self).update(self._knobs)
+        with self._lock:
+            self._records.clear()
+            self._queued.clear()
+            self._rates, self._rate_path, self._rng = [], CHAT_PATH, random.Random(0)
+            self.responders.clear()
+            self._vocab.clear()
+            self._pieces.clear()
+        if self.running:  # idle: nothing in the server's loop uses these now
+            self._blocks = set()
+            self._capacity = None
+            for k in self._counters:
+                self._counters[k] = 0
+        else:
+            self.start()  # a fresh prefix cache, semaphore and counters
+        return self
 
     def __enter__(self) -> "LoopbackServer":
         return self.start()
@@ -1168,6 +1198,7 @@ class LoopbackServer:
         body: Any = None
         status = 0
         fault = self._take_fault(path)
+        self._active += 1
         try:
             body, ok = await self._read_json(request)
             if chat and self.max_concurrent > 0:
@@ -1227,6 +1258,7 @@ class LoopbackServer:
             if not isinstance(body, dict):
                 body = None
             self._add_record(Recorded(path, request.method, body, status, fault, t0))
+            self._active -= 1
 
 
     async def _stream(self, request: web.Request, body: dict, payload: dict) -> web.StreamResponse:
