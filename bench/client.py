@@ -6,12 +6,12 @@ second each contender completes against the same stub server
 (``tension.testing.stub_server``: raw asyncio + uvloop, fixed answers), started
 once for the whole run, with the same concurrency and the same request bodies:
 
-- (a)   ``tension``: ``Client`` through a ``Scheduler`` lane of C, cache on. Per
-        request: ``request_key`` of the ``ChatRequest``, a ``Store.get`` (a miss:
-        the LMDB cache is fresh), ``scheduler.request("judge", client.chat, …)``,
-        then a ``Verdict`` record handed to the run's group committer
-        (``put_many`` every <= 50 ms or 512 records).
-- (a')  ``tension-nocache``: the same without key, lookup and commit.
+- (a)   ``tension``: the run's engine (``Engine.answer``, core/run/engine.py) with a
+        judge lane of C, cache on. Per request: the key of the ``ChatRequest``, a
+        ``Store.get`` (a miss: the LMDB cache is fresh), the judge lane,
+        ``Router.chat`` and ``Client.chat``, then a ``Verdict`` record handed to
+        the run's group committer (``put_many`` every <= 50 ms or 512 records).
+- (a')  ``tension-nocache``: the lane and ``Router.chat`` alone (no key, lookup or commit).
 - (b)   ``openai``: ``AsyncOpenAI(base_url=…/v1, api_key="x", max_retries=0)``,
         ``asyncio.Semaphore(C)`` and ``gather``.
 - (c)   ``aiohttp``: one ``ClientSession`` (``TCPConnector(limit=0)``), a semaphore
@@ -68,8 +68,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tension.testing.bench import (GEN_MODEL, JUDGE_MODEL, TEMPLATE_KWARGS, body_dict, cpu_model, judge_bodies,
-                                   loadavg)
+from tension.testing.bench import GEN_MODEL, JUDGE_MODEL, TEMPLATE_KWARGS, body_dict, cpu_model, judge_bodies, loadavg
 from tension.testing.stub_server import loop_factory, start_stub
 
 BANNER = 60
@@ -149,13 +148,17 @@ async def gathered(send, msgs, sem: asyncio.Semaphore) -> Phase:
 
 
 async def contender_tension(base: str, warm, timed, conc: int, cache: bool) -> tuple[Phase, float, dict]:
-    from tension.cache.keys import request_key
-    from tension.cache.records import Verdict
+    """The run's own request path: with the cache, `Engine.answer` (key, lookup, the
+    judge lane, `Router.chat`, `Client.chat`, the record committed in groups); without
+    it, the lane and `Router.chat` alone."""
     from tension.cache.store import Store
     from tension.core.llm.client import Client
     from tension.core.llm.protocol import ChatRequest
+    from tension.core.llm.replicas import Replica
+    from tension.core.llm.router import Router
+    from tension.core.run.engine import Engine
+    from tension.core.run.progress import Progress
     from tension.core.run.scheduler import Scheduler
-    from tension.core.run.commit import Committer
 
     def requests(msgs):
         return [ChatRequest(model=JUDGE_MODEL, messages=m, n=1, temperature=0.0, max_tokens=10,
@@ -166,32 +169,27 @@ async def contender_tension(base: str, warm, timed, conc: int, cache: bool) -> t
         store = Store(Path(tmp) / "llm.lmdb") if cache else None
 
         async with Client() as client:
+            router = Router("judge", [Replica(url=base)], client, limit=conc)
 
             async def phase(reqs, tag: str) -> Phase:
                 ph = Phase()
-                async with Scheduler({"judge": conc}) as s:
-                    if cache:
-                        committer = Committer(store, Path(tmp) / f"{tag}.partial.jsonl")
-                        s.service(committer.run())
+                if store is not None:
+                    engine = Engine(store, client, Progress(enabled=False, stories=0), ("judge",),
+                                    Path(tmp) / f"{tag}.partial.jsonl")
+
+                    async def one(req):
+                        ph.latencies.append((await engine.answer("judge", req)).seconds)
+
+                    # leaving `serving` commits the last group: part of the work
+                    async with engine.serving(router, route=False) as s:
+                        await s.map(one, reqs)
+                else:
+                    async with Scheduler(router.lanes()) as s:
 
                         async def one(req):
-                            key = request_key("chat", req)
-                            if store.get("verdicts", key) is not None:
-                                return
-                            res = await s.request("judge", client.chat, base, req)
-                            committer.add("verdicts", key, Verdict(
-                                text=res.texts[0], finish_reason=res.finish_reasons[0], model=res.model,
-                                usage=res.usage, created=time.time(), seconds=res.seconds))
-                            ph.latencies.append(res.seconds)
-                    else:
+                            ph.latencies.append((await s.request("judge", router.chat, "", req)).seconds)
 
-                        async def one(req):
-                            res = await s.request("judge", client.chat, base, req)
-                            ph.latencies.append(res.seconds)
-
-                    await s.map(one, reqs)
-                if cache:
-                    committer.close()  # the last group commit is part of the work
+                        await s.map(one, reqs)
                 ph.done = len(ph.latencies)
                 return ph
 
@@ -214,7 +212,7 @@ async def contender_openai(base: str, warm, timed, conc: int) -> tuple[Phase, fl
         r = await client.chat.completions.create(
             model=JUDGE_MODEL, messages=m, n=1, temperature=0.0, max_tokens=10,
             extra_body={"chat_template_kwargs": TEMPLATE_KWARGS})
-        r.choices[0].message.content
+        _ = r.choices[0].message.content  # the answer read, as a user would
 
     def phase(msgs):
         return gathered(send, msgs, sem)

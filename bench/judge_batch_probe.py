@@ -11,8 +11,12 @@ endings); answers identical 6/6.
 
     tension-run serve --embedded && python bench/judge_batch_probe.py
 """
-import json, sys, urllib.request
-from tension.core.prompts.score import judge_messages_from_parts, JUDGE_SYSTEM
+import json
+import sys
+import urllib.request
+
+from tension.core.prompts.score import JUDGE_SYSTEM, judge_messages_from_parts
+
 B = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8765"
 M = sys.argv[2] if len(sys.argv) > 2 else "smollm2-135m"
 def post(path, body):

@@ -229,7 +229,7 @@ def main() -> int:
         # alternated, so that a change of load on the shared machine hits both alike
         pairs = [[store_throughput(kind, count, batch, args.endings, 1, plain) for plain in (False, True)]
                  for _ in range(args.repeats)]
-        for i, plain in enumerate((False, True)):
+        for i in range(2):  # plain False, then True
             runs = [pair[i] for pair in pairs]
             row = dict(runs[0])
             for f in ("writes_per_s", "reads_per_s", "write_mb_s", "read_mb_s"):

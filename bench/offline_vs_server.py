@@ -93,11 +93,10 @@ def main() -> int:
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
 
-    from tension.core.serving import embedded
-
-    from tension.core.prompts import score as prompts
-    from tension.core.pipelines.bench import BenchOptions, bench, format_bench, save_figures
     from tension.core.config import load_config
+    from tension.core.pipelines.bench import BenchOptions, bench, format_bench, save_figures
+    from tension.core.prompts import score as prompts
+    from tension.core.serving import embedded
     from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
 
     corpus = str(files("tension.core").joinpath("data/demo_story.jsonl"))

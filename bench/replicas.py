@@ -45,7 +45,6 @@ from pathlib import Path
 from tension.testing.corpus import make_corpus
 
 
-
 def start_replica(delay: float, capacity: int) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "tension.testing.openai_server", "--port", "0", "--model", "test-gen",

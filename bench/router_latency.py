@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     with LoopbackServer(model="m", record=False) as srv, LocalRouter([srv.base_url]) as router:
         paths = {"direct": srv.base_url, "router": router.url}
         times: dict[str, list[float]] = {name: [] for name in paths}
-        for name, url in paths.items():  # warm-up: connections, the router's first-request work
+        for _name, url in paths.items():  # warm-up: connections, the router's first-request work
             for i in range(20):
                 one(url, i)
         for b in range(args.requests // args.block):

@@ -50,7 +50,7 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 HERE_CHECKOUT = Path(__file__).resolve().parent.parent
@@ -153,7 +153,7 @@ def git_rev(root: Path) -> str:
 
 def config(checkouts: list[tuple[str, Path]], args) -> dict:
     return {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "python": f"{platform.python_version()} ({sys.executable})",
         "machine": f"{platform.system()} {platform.release()} {platform.machine()}, nproc {os.cpu_count()}",
         "runs": args.runs, "warmup": args.warmup, "loadavg_start": loadavg(),

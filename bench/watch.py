@@ -62,7 +62,7 @@ def main() -> None:
 
         def watched():
             watch = AnswerWatch(cfg)
-            for p in positions:
+            for _p in positions:
                 watch.position(story.id, rec, answers, "m")
 
         watch = _time(watched, args.repeats)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -93,6 +93,11 @@ class Counts(msgspec.Struct, kw_only=True):
 
     def sent(self, role: str, n: int = 1) -> None:
         self.requests[role] = self.requests.get(role, 0) + n
+
+    def spend(self, usage: Usage, followups: int) -> None:
+        """What requests used, answered or not (this run's usage)."""
+        self.usage_sent.add(usage)
+        self.followups += followups
 
 
 class Answers(msgspec.Struct, kw_only=True):
@@ -204,6 +209,21 @@ class CacheReplay:
         return rec
 
 
+class _ShortCounted:
+    """Around a send: a request that stays short still spent what it used (a class,
+    not a generator: it wraps every request the run sends)."""
+
+    def __init__(self, counts: Counts):
+        self.counts = counts
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, ShortAnswerError):
+            self.counts.spend(exc.spent, exc.followups)
+
+
 class Engine:
     """One run's LLM work (module docstring). Open `serving(...)` to send; the
     read-only `reads` work at any time."""
@@ -219,6 +239,7 @@ class Engine:
         self.routers: dict[str, Router] = {}
         self._sched: Scheduler | None = None
         self._committer: Committer | None = None
+        self._short = _ShortCounted(self.counts)
 
     # -- the run's sending part -------------------------------------------------
 
@@ -286,7 +307,7 @@ class Engine:
     def _fresh(self, res: ChatResult) -> None:
         self.progress.fresh(res.usage)
         self.counts.usage_all.add(res.usage)
-        self._spent(res.usage, res.followups)
+        self.counts.spend(res.usage, res.followups)
 
     def _cached(self, usage: Usage, n: int = 1) -> None:
         self.progress.hit(n)
@@ -294,23 +315,9 @@ class Engine:
 
     # -- chat answers ----------------------------------------------------------------
 
-    def _spent(self, usage: Usage, followups: int) -> None:
-        """What requests used, answered or not (this run's usage)."""
-        self.counts.usage_sent.add(usage)
-        self.counts.followups += followups
-
-    @contextlib.contextmanager
-    def _short_counted(self) -> Iterator[None]:
-        """A request that stays short still spent what it used."""
-        try:
-            yield
-        except ShortAnswerError as e:
-            self._spent(e.spent, e.followups)
-            raise
-
     async def _chat(self, server: str, key: str, request: ChatRequest) -> ChatResult:
         router = self.routers[server]
-        with self._short_counted():
+        with self._short:
             res = await self.sched.request(router.role, router.chat, key, request)
         self._fresh(res)
         return res
@@ -384,11 +391,11 @@ class Engine:
             await self.sched.map(one, asked)
             return
         requests = [r for _, r in asked]
-        with self._short_counted():
+        with self._short:
             batch = await self.sched.request_weighted(router.role, len(requests), router.complete, key, template,
                                                       requests)
         self.progress.fresh(batch.usage)
-        self._spent(batch.usage, batch.followups)
+        self.counts.spend(batch.usage, batch.followups)
         for (i, request), res in zip(asked, batch.results):
             rec = verdict_record(res)
             self.counts.usage_all.add(rec.usage)

@@ -7,7 +7,8 @@ import lmdb
 import msgspec
 import pytest
 
-from tension.cache import pages, records, store as store_mod
+from tension.cache import pages, records
+from tension.cache import store as store_mod
 from tension.cache.keys import request_key
 from tension.cache.records import Endings, TokenCount, Usage, Verdict
 from tension.cache.store import DBS, FORMAT_VERSION, RunCounts, Store, default_path

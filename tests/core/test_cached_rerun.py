@@ -16,12 +16,12 @@ import pytest
 from conftest import make_corpus
 
 from tension.cache import records
+from tension.cache.keys import request_key
 from tension.cache.store import Store
-from tension.core.prompts import score as prompts
 from tension.core.config import load_config
 from tension.core.llm.protocol import ChatRequest
 from tension.core.pipelines.score import score
-from tension.cache.keys import request_key
+from tension.core.prompts import score as prompts
 
 N = 6
 OUTPUTS = ("positions.jsonl", "stories.csv", "groups.csv", "meta.jsonl", "texts.jsonl")

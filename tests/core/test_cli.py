@@ -14,13 +14,13 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from tension.testing.openai_server import CHAT_PATH
 
 from tension.core.cli import VERBS, build_parser, main
 from tension.core.cli.flags import CONFIG_ONLY, flag_specs
 from tension.core.cli.serve import EMBEDDED_FLAGS
 from tension.core.config import FairPlayConfig, GenerateConfig, ScoreConfig
 from tension.kernels.settings import CurveSettings, FairPlaySettings
+from tension.testing.openai_server import CHAT_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 STRUCTS = (ScoreConfig, GenerateConfig, FairPlayConfig, CurveSettings, FairPlaySettings)

@@ -8,10 +8,10 @@ import time
 import pytest
 from aiohttp import web
 
+from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, ServerError, StatusError, TensionError
 from tension.core.llm import client as client_mod
 from tension.core.llm.client import ChatResult, Client, ShortAnswerError, Timeouts, normalize_base_url
 from tension.core.llm.failures import RetryPolicy
-from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, ServerError, StatusError, TensionError
 from tension.core.llm.protocol import ChatRequest
 
 # tests/conftest.py puts tests/ on sys.path

@@ -6,9 +6,18 @@ from __future__ import annotations
 import pytest
 
 import tension.core.config as config_pkg
+from tension.core.config import (
+    API_KEY_ENV,
+    FairPlayConfig,
+    GenerateConfig,
+    ScoreConfig,
+    build_settings,
+    load_config,
+    load_fairplay_config,
+    load_settings,
+    public,
+)
 from tension.core.config import score as config_mod
-from tension.core.config import (API_KEY_ENV, FairPlayConfig, GenerateConfig, ScoreConfig, build_settings, load_config,
-                                 load_fairplay_config, load_settings, public)
 from tension.core.config import settings as settings_mod
 from tension.core.errors import ConfigError, TensionError
 from tension.kernels.settings import CurveSettings, FairPlaySettings

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from tension.core.errors import InputError, TensionError
 from tension.core.inputs import corpus as corpus_mod
 from tension.core.inputs.corpus import DEFAULT_GROUP, Skipped, read_corpus
-from tension.core.errors import InputError, TensionError
 
 
 def _write(path, lines: list[bytes | str]) -> str:

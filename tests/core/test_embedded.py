@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tension.core.serving import embedded, install
 from tension.core.cli import main
+from tension.core.serving import embedded, install
 from tension.core.serving.embedded import EmbeddedError, EmbeddedSettings
 from tension.core.serving.profiles import paper_servers, shell_line
 

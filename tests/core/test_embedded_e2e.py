@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
-from tension.core.serving import embedded
 from tension.core.config import load_config
-from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
 from tension.core.pipelines.score import score
+from tension.core.serving import embedded
+from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
 
 pytestmark = pytest.mark.slow
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 from conftest import make_corpus
-from tension.testing.openai_server import CHAT_PATH, count_tokens
 from sigterm import run_until_sigterm
 
-from tension.core.prompts import score as prompts
 from tension.core.cli import main
 from tension.core.config import load_config
 from tension.core.pipelines.estimate import Throughput, estimate
 from tension.core.pipelines.score import score
+from tension.core.prompts import score as prompts
+from tension.testing.openai_server import CHAT_PATH, count_tokens
 
 N = 5  # endings per position
 E = 7  # words per ending in the independent count (= --ending-tokens)

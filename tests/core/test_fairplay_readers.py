@@ -11,14 +11,28 @@ import time
 from pathlib import Path
 
 import pytest
+from fairplay_scripted import (  # tests/
+    CULPRIT,
+    FAST,
+    GEN_SYSTEM,
+    GENERATOR,
+    SUSPECTS,
+    K,
+    L,
+    cfg_for,
+    experienced_expected,
+    gullible_expected,
+    kia_culprit_share,
+    prefix_len,
+    scene,
+    scripted,
+    story_record,
+    user_text,
+    write_jsonl,
+)
 
 from tension.core.cli import main
-from tension.core.pipelines.fairplay import (reader_schedule, fairplay, load_fairplay_config,
-                                  read_stories, segment_text)
-
-from fairplay_scripted import (CULPRIT, FAST, GEN_SYSTEM, GENERATOR, K, L, SUSPECTS, cfg_for,  # tests/
-                               experienced_expected, gullible_expected, kia_culprit_share, prefix_len,
-                               scene, scripted, story_record, user_text, write_jsonl)
+from tension.core.pipelines.fairplay import fairplay, load_fairplay_config, read_stories, reader_schedule, segment_text
 
 
 def read_readers(out: Path) -> list[dict]:

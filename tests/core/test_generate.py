@@ -8,12 +8,11 @@ import json
 import re
 from pathlib import Path
 
-from tension.testing.openai_server import CHAT_PATH
-
 from tension.core.cli import main
 from tension.core.pipelines.fairplay import load_fairplay_config, read_stories
 from tension.core.pipelines.generate import GenerateConfig, generate, run_record_path
 from tension.core.prompts.fill import render_whodunit
+from tension.testing.openai_server import CHAT_PATH
 
 # The paper's prompts (000, App. D.4), typed here from the paper, not from core/.
 EXTRACT = ("extract 7 scene-level beats. For each beat describe: (1) the concrete action, (2) the specific "

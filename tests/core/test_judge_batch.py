@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from conftest import make_corpus, verdict_records
-from tension.testing.openai_server import CHAT_PATH, COMPLETIONS_PATH, LoopbackServer
 
 from tension.core.cli import main
+from tension.testing.openai_server import CHAT_PATH, COMPLETIONS_PATH, LoopbackServer
 
 SCORE_FILES = ("positions.jsonl", "stories.csv", "groups.csv", "texts.jsonl")
 

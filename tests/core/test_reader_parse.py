@@ -9,8 +9,13 @@ import json
 import pytest
 
 from tension.core.prompts import readers as rp
-from tension.core.prompts.answers import (json_objects, match_suspect, parse_culprit, parse_distribution,
-                                       parse_suspect_list)
+from tension.core.prompts.answers import (
+    json_objects,
+    match_suspect,
+    parse_culprit,
+    parse_distribution,
+    parse_suspect_list,
+)
 
 SUS = ["Mara Quill", "Tobias Fenn", "Ines Harrow", "Old Gus"]
 P = [0.1, 0.6, 0.2, 0.1]

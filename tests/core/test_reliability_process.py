@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 from conftest import make_corpus
-from tension.testing.openai_server import LoopbackServer
 
 from tension.cache import records
 from tension.cache.keys import request_key
@@ -28,6 +27,7 @@ from tension.cache.store import DBS, Store
 from tension.core.config import load_config
 from tension.core.pipelines.score import score
 from tension.core.run.commit import COMMIT_BATCH
+from tension.testing.openai_server import LoopbackServer
 
 N = 6  # endings per position
 GEN_CONC, JUDGE_CONC, TOKENIZE_CONC = 4, 16, 64  # the lanes of every run here (tokenize: the default)
@@ -176,7 +176,7 @@ def test_sigkill_at_random_moments_then_resume_gives_the_clean_bytes(server, tmp
     args = score_args(corpus, tmp_path / "out", tmp_path / "cache", server.base_url)
     moments = []
     torn_tails = 0
-    for i in range(20):
+    for _ in range(20):
         chat0, tok0 = server.count(path=CHAT), server.count(path="/tokenize")
         mode = rng.choices(["time", "tokenize", "chat"], weights=[2, 3, 15])[0]
         p = start(args)

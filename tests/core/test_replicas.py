@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 from conftest import make_corpus
-from tension.testing.openai_server import CHAT_PATH, LoopbackServer, judge_blocks
 
-from tension.core.llm import replicas as replicas_mod
 from tension.core.cli import main
 from tension.core.config import load_config
 from tension.core.errors import ConfigError
+from tension.core.llm import replicas as replicas_mod
 from tension.core.llm import router as router_mod
 from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_hit_rate
 from tension.core.llm.replicas import Replica, parse_replicas
 from tension.core.pipelines.score import score
+from tension.testing.openai_server import CHAT_PATH, LoopbackServer, judge_blocks
 
 N = 4  # endings per position
 MODELS = ["test-gen", "test-judge"]

@@ -9,11 +9,11 @@ import random
 from contextlib import closing
 from pathlib import Path
 
+import curve_reference as ref
 import numpy as np
 import pytest
 from scipy import stats as sps
 
-import curve_reference as ref
 from tension.core.cli import main
 from tension.core.reports.figures import curve_figure
 from tension.core.reports.report import compare, comparison_table, load_run, report, table6, table18

@@ -12,6 +12,7 @@ import time
 import urllib.request
 
 import pytest
+from test_embedded_e2e import STORY
 
 from tension.core.config import load_config
 from tension.core.llm.vllm_router import free_port
@@ -19,8 +20,6 @@ from tension.core.pipelines.score import score
 from tension.core.serving import embedded
 from tension.core.serving.install import ensure_installed, ensure_model, patch_seed_rewind
 from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
-
-from test_embedded_e2e import STORY
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,9 @@ from collections import defaultdict
 
 import pytest
 
-from tension.testing.openai_server import LoopbackServer
 from tension.core.errors import ConfigError
 from tension.core.llm.vllm_router import LocalRouter, RouterSettings, free_port, router_command, worker_models
+from tension.testing.openai_server import LoopbackServer
 
 CHAT = "/v1/chat/completions"
 

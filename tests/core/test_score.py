@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 from conftest import make_corpus, write_story
-from tension.testing.openai_server import count_tokens, expected_endings, expected_verdict
 
 from tension.cache.store import Store
 from tension.core.config import load_config
 from tension.core.pipelines.score import score, score_async
+from tension.testing.openai_server import count_tokens, expected_endings, expected_verdict
 
 N = 6  # endings per position: small, so the tests run in seconds
 

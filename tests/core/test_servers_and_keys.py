@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from conftest import make_corpus
-from tension.testing.openai_server import CHAT_PATH, LoopbackServer
 
 from tension.core.cli import main
+from tension.testing.openai_server import CHAT_PATH, LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test-4f2a9c1e7b30d5"  # what the user set; the server wants another

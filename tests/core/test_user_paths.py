@@ -20,7 +20,7 @@ import pytest
 from conftest import make_corpus, write_story
 
 from tension.core.cli import main
-from tension.core.reports.metrics import compute, Curve
+from tension.core.reports.metrics import Curve, compute
 from tension.core.reports.report import report
 
 ROOT = Path(__file__).resolve().parents[2]

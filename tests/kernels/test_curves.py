@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import curve_reference as ref  # tests/ is on sys.path (pyproject's pythonpath)
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,9 +13,6 @@ from hypothesis import strategies as st
 
 from tension.kernels import curves
 from tension.kernels.curves import CurveSettings, Reason
-
-
-import curve_reference as ref  # tests/ is on sys.path (pyproject's pythonpath)
 
 NAN = float("nan")
 ALL_EMPTY = Reason.NO_POSITIONS | Reason.FEW_POSITIONS | Reason.NO_LATE | Reason.NO_PEAK

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import fairplay_reference as ref  # tests/ is on sys.path (pyproject's pythonpath)
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,8 +16,6 @@ from scipy.stats import binomtest
 
 from tension.kernels import fairplay as fp
 from tension.kernels.fairplay import FairPlaySettings
-
-import fairplay_reference as ref  # tests/ is on sys.path (pyproject's pythonpath)
 
 HYP = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 NAMES = fp.READERS

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import curve_reference as ref  # tests/ is on sys.path (pyproject's pythonpath)
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,8 +13,6 @@ from hypothesis import strategies as st
 
 from tension.kernels import groups
 
-
-import curve_reference as ref  # tests/ is on sys.path (pyproject's pythonpath)
 NAN = float("nan")
 HYP = dict(deadline=None, database=None)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from tension.testing.corpus import WORDS
 

@@ -117,8 +117,9 @@ import threading
 import time
 import uuid
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from aiohttp import web
 
@@ -631,7 +632,7 @@ class LoopbackServer:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self) -> "LoopbackServer":
+    def start(self) -> LoopbackServer:
         """Bind and serve; returns once the port is open. After stop(), start() serves
         again on the same port (so `base_url` stays valid) with an empty prefix cache
         and zeroed /metrics counters; records and faults are kept."""
@@ -708,7 +709,7 @@ class LoopbackServer:
             done.wait(timeout=5)
         self.stop(grace=0.01)
 
-    def reset(self) -> "LoopbackServer":
+    def reset(self) -> LoopbackServer:
         """As a new server on the same port, for one shared by many tests: every knob
         as the constructor set it (attributes a test added are dropped), no records,
         faults, scripted answers, token vocabulary or prefix cache, /metrics counters
@@ -737,7 +738,7 @@ class LoopbackServer:
             self.start()  # a fresh prefix cache, semaphore and counters
         return self
 
-    def __enter__(self) -> "LoopbackServer":
+    def __enter__(self) -> LoopbackServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -39,7 +39,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import msgspec
 

@@ -10,8 +10,6 @@ import math
 import shutil
 
 import pytest
-
-
 from view_fixtures import ENDINGS, Viewer, cli, made_runs
 
 from tension.core.reports.figures import sharp_reversals
