@@ -25,7 +25,7 @@ def _cfg(tmp_path: Path, **kw):
 
 
 def test_score_runs_in_process_and_its_rerun_sends_nothing(tmp_path):
-    corpus = make_corpus(tmp_path / "c.jsonl", 2, words=(300, 360))
+    corpus = make_corpus(tmp_path / "c.jsonl", 2)
     server = InProcessServer(models=["gen", "judge"])
     s = score(_cfg(tmp_path), corpus, tmp_path / "a", transport=server)
     assert s.status == "complete" and s.exit_status == 0 and s.positions > 0
@@ -46,7 +46,7 @@ def test_score_runs_in_process_and_its_rerun_sends_nothing(tmp_path):
 
 
 def test_a_server_error_mid_run_is_retried_and_changes_no_output(tmp_path):
-    corpus = make_corpus(tmp_path / "c.jsonl", 1, words=(300, 360))
+    corpus = make_corpus(tmp_path / "c.jsonl", 1)
     clean = score(_cfg(tmp_path, cache=str(tmp_path / "c1")), corpus, tmp_path / "a",
                   transport=InProcessServer(models=["gen", "judge"]))
     faulty = InProcessServer(models=["gen", "judge"])
@@ -58,7 +58,7 @@ def test_a_server_error_mid_run_is_retried_and_changes_no_output(tmp_path):
 
 
 def test_an_unknown_model_is_a_usage_error_before_any_chat_request(tmp_path):
-    corpus = make_corpus(tmp_path / "c.jsonl", 1, words=(300, 360))
+    corpus = make_corpus(tmp_path / "c.jsonl", 1)
     server = InProcessServer(models=["other"])
     try:
         score(_cfg(tmp_path), corpus, tmp_path / "a", transport=server)

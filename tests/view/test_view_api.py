@@ -171,3 +171,50 @@ def test_export_writes_the_pages_and_says_how_large_the_endings_are(runs, tmp_pa
     files = list((out / "r0/endings").iterdir())
     size = sum(f.stat().st_size for f in files)
     assert f"and 3 endings files ({size / 1e6:.1f} MB)" in done.stdout
+
+
+def _endings_through_a_viewer(run, env, sid: str, k: int) -> dict:
+    v = Viewer(run, env=env)
+    try:
+        status, e = v.json(f"api/r0/endings/{sid}/{k}.json")
+        assert status == 200
+        return e
+    finally:
+        assert "Traceback" not in v.stop()
+
+
+def test_the_view_finds_a_runs_endings_by_the_keys_positions_jsonl_names(runs, tmp_path):
+    """Issue 24: a run whose settings no longer rebuild its requests (here its
+    run.json says another temperature and continuation length, as a run made by an
+    older prompt or request would) still shows its endings: positions.jsonl names
+    the cache keys each position was scored from."""
+    moved = tmp_path / "run-a"
+    shutil.copytree(runs.a, moved)
+    record = json.loads((moved / "run.json").read_text())
+    record["config"]["temperature"] = 0.123
+    record["config"]["continuation_words"] = 7
+    (moved / "run.json").write_text(json.dumps(record))
+    line = next(p for p in runs.positions(runs.a) if p["id"] == "story-001")
+    assert line["endings_key"] and line["judged_key"]
+    e = _endings_through_a_viewer(moved, runs.env, "story-001", line["k"])
+    assert e["cached"] is True and len(e["endings"]) == line["n_endings"]
+    assert sum(x["verdict"] == "match" for x in e["endings"]) == line["n_match"]
+
+    # a run written before the lines named their keys is read by rebuilding its
+    # requests, as before; with the changed settings those miss, and the page says so
+    (moved / "positions.jsonl").write_text("".join(
+        json.dumps({k: v for k, v in p.items() if not k.endswith("_key")}) + "\n" for p in runs.positions(runs.a)))
+    e = _endings_through_a_viewer(moved, runs.env, "story-001", line["k"])
+    assert e["cached"] is False and "not in the cache" in e["message"]
+
+
+def test_an_old_run_without_keys_is_read_by_rebuilding_its_requests(runs, tmp_path):
+    moved = tmp_path / "run-b"
+    shutil.copytree(runs.b, moved)
+    lines = runs.positions(runs.b)
+    (moved / "positions.jsonl").write_text("".join(
+        json.dumps({k: v for k, v in p.items() if not k.endswith("_key")}) + "\n" for p in lines))
+    line = lines[0]
+    e = _endings_through_a_viewer(moved, runs.env, line["id"], line["k"])
+    assert e["cached"] is True and len(e["endings"]) == line["n_endings"]
+    assert sum(x["verdict"] == "match" for x in e["endings"]) == line["n_match"]
