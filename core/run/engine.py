@@ -247,12 +247,12 @@ class Engine:
     async def serving(self, *routers: Router, lanes: dict[str, int] | None = None,
                       route: bool = True) -> AsyncIterator[Scheduler]:
         """Send through `routers` for the length of the block: vllm-router started
-        in front of a role with several servers (`route`), a Scheduler lane per role
-        (`lanes`, default the routers' own), the commit loop and the routers'
-        per-server figures as services; records are committed in groups (core/run/commit.py).
-        On leaving, the work is joined and the
-        committer closed: every completed answer is on disk. A failed last commit
-        is the block's error unless the work failed first."""
+        in front of a role with several servers (`route`), a Scheduler lane per
+        role (`lanes`, default the routers' own), the commit loop (records are
+        committed in groups, core/run/commit.py) and the routers' per-server
+        figures as services. On leaving, the work is joined and the committer
+        closed, once: every completed answer is on disk. A failed last commit is
+        the block's error unless the work failed first."""
         self.routers.update({r.role: r for r in routers})
         if lanes is None:
             lanes = {}
@@ -278,9 +278,14 @@ class Engine:
                     await r.scrape_metrics("end")
         except BaseException:
             with contextlib.suppress(TensionError):  # the work's error is the run's
-                committer.close()
+                self._close_committer()
             raise
-        committer.close()
+        self._close_committer()
+
+    def _close_committer(self) -> None:
+        committer, self._committer = self._committer, None  # nothing is kept after the block
+        if committer is not None:
+            committer.close()
 
     @property
     def sched(self) -> Scheduler:
