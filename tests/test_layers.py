@@ -118,3 +118,52 @@ def test_every_package_is_listed_in_pyproject():
     found = {_module_name(p.parent / "__init__.py") for top in PACKAGE_DIR.values()
              for p in (ROOT / top).rglob("__init__.py")}
     assert found == listed
+
+
+def _functions(folder: str):
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                yield path, node
+
+
+def test_llm_holds_no_part_of_a_run():
+    """Issue 24: the request path goes down, never back up. No function of core/llm/
+    takes the run's scheduler, committer or progress bar (not even untyped, by a
+    name: the seam a type checker cannot follow), and none names their types."""
+    run_parts = {"sched", "scheduler", "committer", "progress", "run", "engine"}
+    for path, fn in _functions("core/llm"):
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        names = {a.arg for a in args}
+        assert not names & run_parts, f"{path.relative_to(ROOT)}:{fn.lineno} {fn.name} takes {names & run_parts}"
+    for path in sorted((ROOT / "core" / "llm").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            assert name not in ("Scheduler", "Committer", "Progress", "Engine"), \
+                f"{path.relative_to(ROOT)}:{node.lineno} names {name}"
+
+
+def test_a_runs_status_is_decided_in_one_place():
+    """Issue 24: no code assigns a run's status; `Run.status` decides it from what
+    happened (a cancellation, the first error). (An HTTP error's `status` in
+    core/errors.py is another thing.)"""
+    for folder in ("core/run", "core/pipelines", "core/cli", "core/view"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                targets = (node.targets if isinstance(node, ast.Assign) else
+                           [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else [])
+                for t in targets:
+                    for leaf in ast.walk(t):
+                        assert not (isinstance(leaf, ast.Attribute) and leaf.attr == "status"), \
+                            f"{path.relative_to(ROOT)}:{node.lineno} assigns .status"
+
+
+def test_no_call_site_hands_a_lambda_to_the_engine():
+    """Issue 24: pipelines ask the engine typed methods; nothing passes a callback as
+    the way to send."""
+    asking = {"endings", "answer", "answers", "token_counts", "context_len", "one", "many", "chat", "chat_many"}
+    for path in sorted((ROOT / "core").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in asking:
+                assert not any(isinstance(a, ast.Lambda) for a in [*node.args, *(k.value for k in node.keywords)]), \
+                    f"{path.relative_to(ROOT)}:{node.lineno}"
