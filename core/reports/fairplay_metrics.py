@@ -39,6 +39,8 @@ from tension.core.inputs.readers import (
     reader_names,
     row_warnings,
 )
+from tension.core.reports.fairplay_tables import GroupRow, curves_csv, groups_csv, groups_md
+from tension.core.reports.fairplay_tables import cell as _cell
 from tension.core.reports.filenames import safe_filename
 from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.fairplay import (
@@ -48,7 +50,6 @@ from tension.kernels.fairplay import (
     KNOW_IT_ALL,
     READERS,
     FairPlaySettings,
-    PooledCurves,
     StepArrays,
     StoryScores,
     batch_fairplay,
@@ -135,10 +136,6 @@ def compute(stories: Sequence[ScoredWhodunit], settings: FairPlaySettings = Fair
 
 # ----------------------------------------------------------------------------
 # Outputs
-
-
-def _cell(v: float) -> str:
-    return "" if v is None or math.isnan(v) else f"{v:.10g}"
 
 
 def _flag(v: float) -> str:
@@ -243,17 +240,6 @@ def distributions_jsonl(stories: Sequence[ScoredWhodunit]) -> bytes:
     return b"".join(x + b"\n" for x in out)
 
 
-class GroupRow(msgspec.Struct, kw_only=True):
-    group: str
-    statistic: str
-    mean: float
-    lo: float
-    hi: float
-    interval: str  # "bootstrap" (means) or "clopper-pearson" (shares of stories)
-    n: int
-    n_nan: int
-
-
 def group_rows(stories: Sequence[ScoredWhodunit], c: Computed, settings: FairPlaySettings, *,
                n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[GroupRow]:
     """Per group (first-appearance order) and statistic: the mean of the story
@@ -279,59 +265,6 @@ def group_rows(stories: Sequence[ScoredWhodunit], c: Computed, settings: FairPla
                 rows.append(GroupRow(group=g, statistic=name, mean=d.mean, lo=d.boot_lo, hi=d.boot_hi,
                                      interval="bootstrap", n=d.n, n_nan=d.n_nan))
     return rows
-
-
-def groups_csv(rows: Sequence[GroupRow]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["group", "statistic", "mean", "lo", "hi", "interval", "n", "n_nan"])
-    for r in rows:
-        w.writerow([r.group, r.statistic, _cell(r.mean), _cell(r.lo), _cell(r.hi), r.interval, r.n, r.n_nan])
-    return buf.getvalue()
-
-
-_MD_STATS = ("S", "C_UB", "FP_UB", "C_ER", "FP_ER", "C_AR", "FP_AR", "insufficient_gap")
-
-
-def groups_md(rows: Sequence[GroupRow], statistics: Sequence[str] = _MD_STATS) -> str:
-    """The headline table: one row per group, ``mean [lo, hi]`` per statistic."""
-    by = {(r.group, r.statistic): r for r in rows}
-    groups = list(dict.fromkeys(r.group for r in rows))
-
-    def cell(r: GroupRow | None) -> str:
-        if r is None or math.isnan(r.mean):
-            return "—"
-        if math.isnan(r.lo):
-            return f"{r.mean:.3f}"
-        return f"{r.mean:.3f} [{r.lo:.3f}, {r.hi:.3f}]"
-
-    n = {g: max(by[(g, s)].n + by[(g, s)].n_nan for s in statistics if (g, s) in by) for g in groups}
-    lines = ["| group | n | " + " | ".join(statistics) + " |", "|---|---|" + "---|" * len(statistics)]
-    lines += [f"| {g} | {n[g]} | " + " | ".join(cell(by.get((g, s))) for s in statistics) + " |" for g in groups]
-    return "\n".join(lines) + "\n"
-
-
-def curves_csv(pooled: dict[str, PooledCurves], settings: FairPlaySettings, readers: Sequence[str] = READERS) -> str:
-    """Pooled hit curves per group, reader and relative-position bin."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["group", "reader", "bin", "position", "n", "hits", "hit_rate", "cp_lo", "cp_hi",
-                "p_true_mean_pw", "p_distractor_mean_pw", "n_distractor", "n_U", "U_mean", "SEff_mean",
-                "dcoh_mean", "dintel_mean"])
-    B = settings.bins
-    for g, pc in pooled.items():
-        for r, name in enumerate(readers):
-            if not pc.n[r].any():
-                continue
-            for b in range(B):
-                if not pc.n[r, b]:
-                    continue
-                w.writerow([g, name, b + 1, _cell((b + 1) / B), int(pc.n[r, b]), _cell(pc.hits[r, b]),
-                            _cell(pc.hit_rate[r, b]), _cell(pc.cp_lo[r, b]), _cell(pc.cp_hi[r, b]),
-                            _cell(pc.p_true_mean[r, b]), _cell(pc.p_distractor_mean[r, b]),
-                            int(pc.n_distractor[r, b]), int(pc.n_U[r, b]), _cell(pc.U_mean[r, b]),
-                            _cell(pc.seff_mean[r, b]), _cell(pc.dcoh_mean[r, b]), _cell(pc.dintel_mean[r, b])])
-    return buf.getvalue()
 
 
 def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | Path | None = None,

@@ -21,7 +21,7 @@ group of answers stored as one record (a position's n verdicts), "tokens" token
 counts and context lengths. The names are historical and part of the cache
 format.
 
-`CacheReads` is the read-only half: what the cache holds for requests, without
+`CacheReads` (core/run/reads.py) is the read-only half: what the cache holds for requests, without
 sending or counting anything beyond the store's own hits and misses; `estimate`
 and the view read through it, and the engine reads through the same methods.
 """
@@ -32,12 +32,11 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import msgspec
 
 from tension.cache import records
-from tension.cache.keys import request_key
 from tension.cache.records import Usage
 from tension.cache.store import Store
 from tension.core.errors import TensionError
@@ -46,41 +45,21 @@ from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.router import Router, routing
 from tension.core.run.commit import Committer
 from tension.core.run.progress import Progress
+from tension.core.run.reads import (
+    Answers,
+    CacheReads,
+    chat_key,
+    context_key,
+    endings_record,
+    tokens_key,
+    typed,
+    verdict_record,
+)
 from tension.core.run.scheduler import Scheduler
 
-__all__ = ["Counts", "Answers", "CacheReads", "Asks", "Engine", "chat_key", "NotCached", "CacheReplay"]
+__all__ = ["Counts", "Engine"]
 
-R = TypeVar("R", bound=records.Record)
 A = TypeVar("A", records.Endings, records.Verdict)  # a chat answer's record
-
-
-def chat_key(request: ChatRequest) -> bytes:
-    """The cache key of a chat request's answer."""
-    return request_key("chat", request)
-
-
-def _tokens_key(model: str, text: str) -> bytes:
-    return request_key("tokenize", {"model": model, "prompt": text, "add_special_tokens": False})
-
-
-def _context_key(model: str) -> bytes:
-    return request_key("context", {"model": model})
-
-
-def _typed(rec: records.Record | None, kind: type[R]) -> R | None:
-    """A record of the kind its database holds (a stranger is a miss)."""
-    return rec if isinstance(rec, kind) else None
-
-
-def endings_record(res: ChatResult) -> records.Endings:
-    return records.Endings(texts=res.texts, finish_reasons=res.finish_reasons, model=res.model,
-                           usage=res.usage, created=time.time(), seconds=res.seconds)
-
-
-def verdict_record(res: ChatResult) -> records.Verdict:
-    return records.Verdict(text=res.texts[0], finish_reason=res.finish_reasons[0], model=res.model,
-                           usage=res.usage, created=time.time(), seconds=res.seconds,
-                           first_logprobs=res.first_logprobs[0] if res.first_logprobs else None)
 
 
 class Counts(msgspec.Struct, kw_only=True):
@@ -98,115 +77,6 @@ class Counts(msgspec.Struct, kw_only=True):
         """What requests used, answered or not (this run's usage)."""
         self.usage_sent.add(usage)
         self.followups += followups
-
-
-class Answers(msgspec.Struct, kw_only=True):
-    """The answers to a group of requests, one slot per request: the raw text and
-    first-token logprobs, None where the slot holds no request (or, read from the
-    cache only, no record). `group` says they came from the group's one record."""
-
-    texts: list[str | None]
-    first_logprobs: list[dict[str, float] | None]
-    usage: Usage
-    group: bool = False
-
-    @property
-    def found(self) -> int:
-        return sum(t is not None for t in self.texts)
-
-    def record(self) -> records.JudgedPosition:
-        logprobs = self.first_logprobs if any(lp is not None for lp in self.first_logprobs) else []
-        return records.JudgedPosition(texts=self.texts, first_logprobs=logprobs, usage=self.usage,
-                                      judged=self.found, created=time.time())
-
-
-class CacheReads:
-    """What the cache holds, read only: the one walk of a group of answers (its
-    group record, else a record per request), used by the engine, `estimate` and
-    the view alike."""
-
-    def __init__(self, store: Store):
-        self.store = store
-
-    def endings(self, request: ChatRequest) -> records.Endings | None:
-        return self.endings_at(chat_key(request))
-
-    def endings_at(self, key: bytes) -> records.Endings | None:
-        return _typed(self.store.get("endings", key), records.Endings)
-
-    def group_at(self, key: bytes) -> records.JudgedPosition | None:
-        return _typed(self.store.get("positions", key), records.JudgedPosition)
-
-    def group_answers(self, key: bytes) -> Answers | None:
-        """The answers a group record under `key` holds, if there is one."""
-        judged = self.group_at(key)
-        if judged is None:
-            return None
-        logprobs = judged.first_logprobs or [None] * len(judged.texts)
-        return Answers(texts=list(judged.texts), first_logprobs=list(logprobs), usage=judged.usage, group=True)
-
-    def verdicts(self, requests: Sequence[ChatRequest]) -> list[records.Verdict | None]:
-        return [_typed(r, records.Verdict) for r in self.store.get_many("verdicts", [chat_key(q) for q in requests])]
-
-    def answers(self, requests: Sequence[ChatRequest | None], group: bytes | None) -> Answers:
-        """The answers the cache holds for `requests` (None: a slot without a
-        request): from the group's record under `group`, else from each request's
-        record (None where missing)."""
-        if group is not None and (found := self.group_answers(group)) is not None:
-            return found
-        asked = [i for i, r in enumerate(requests) if r is not None]
-        recs = self.verdicts([r for r in requests if r is not None])
-        out = Answers(texts=[None] * len(requests), first_logprobs=[None] * len(requests), usage=Usage())
-        for i, rec in zip(asked, recs):
-            if rec is not None:
-                out.texts[i], out.first_logprobs[i] = rec.text, rec.first_logprobs
-                out.usage.add(rec.usage)
-        return out
-
-    def token_counts(self, model: str, texts: Sequence[str]) -> list[int | None]:
-        return [r.count if isinstance(r, records.TokenCount) else None
-                for r in self.store.get_many("tokens", [_tokens_key(model, t) for t in texts])]
-
-    def context_len(self, model: str) -> int | None:
-        rec = _typed(self.store.get("tokens", _context_key(model)), records.TokenCount)
-        return rec.count if rec is not None else None
-
-
-class Asks(Protocol):
-    """What a pipeline asks of an engine, whichever answers it (`Engine` sends;
-    `CacheReplay` reads the cache only)."""
-
-    async def endings(self, server: str, request: ChatRequest, *, key: str = "",
-                      role: str | None = None) -> records.Endings: ...
-
-    async def answer(self, server: str, request: ChatRequest, *, key: str = "",
-                     role: str | None = None) -> records.Verdict: ...
-
-
-class NotCached(TensionError):
-    """A record a read-only replay looked for is not in the cache."""
-
-
-class CacheReplay:
-    """The engine's asking methods answered from the cache alone, never sending
-    (the view replays a run's requests with it); a missing record raises NotCached."""
-
-    def __init__(self, store: Store):
-        self.reads = CacheReads(store)
-
-    async def endings(self, server: str, request: ChatRequest, *, key: str = "",
-                      role: str | None = None) -> records.Endings:
-        rec = self.reads.endings(request)
-        if rec is None:
-            raise NotCached(f"a {role or server} request is not in the cache")
-        return rec
-
-    async def answer(self, server: str, request: ChatRequest, *, key: str = "",
-                     role: str | None = None) -> records.Verdict:
-        (rec,) = self.reads.verdicts([request])
-        if rec is None:
-            raise NotCached(f"a {role or server} request is not in the cache")
-        return rec
 
 
 class _ShortCounted:
@@ -342,7 +212,7 @@ class Engine:
     async def _one(self, db: str, kind: type[A], make: Callable[[ChatResult], A], server: str,
                    request: ChatRequest, key: str, role: str | None) -> A:
         ck = chat_key(request)
-        rec = _typed(self.store.get(db, ck), kind)
+        rec = typed(self.store.get(db, ck), kind)
         if rec is None:
             self.counts.sent(role or server)
             rec = make(await self._chat(server, key, request))
@@ -418,7 +288,7 @@ class Engine:
             self.counts.sent("tokenize")
             n = await self.sched.request("tokenize", router.tokenize, key, model, texts[i])
             counts[i] = n
-            self._keep("tokens", _tokens_key(model, texts[i]), records.TokenCount(count=n, model=model,
+            self._keep("tokens", tokens_key(model, texts[i]), records.TokenCount(count=n, model=model,
                                                                                   created=time.time()))
 
         await self.sched.map(one, [i for i, c in enumerate(counts) if c is None])
@@ -436,6 +306,6 @@ class Engine:
             await self.sched.request("tokenize", router.tokenize, key, model, "")
         learned = router.max_model_len()
         if learned is not None:
-            self._keep("tokens", _context_key(model), records.TokenCount(count=learned, model=model,
+            self._keep("tokens", context_key(model), records.TokenCount(count=learned, model=model,
                                                                          created=time.time()))
         return learned

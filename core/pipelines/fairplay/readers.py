@@ -25,8 +25,8 @@ from tension.core.llm.router import Router
 from tension.core.pipelines.answer_checks import ReaderChecks
 from tension.core.prompts import readers as rp
 from tension.core.prompts.answers import Culprit, match_suspect, parse_culprit, parse_distribution, parse_suspect_list
-from tension.core.run.engine import Asks
 from tension.core.run.lifecycle import Run
+from tension.core.run.reads import Asks
 
 __all__ = ["Job", "Value", "Readers", "distribution_schema", "culprit_schema"]
 

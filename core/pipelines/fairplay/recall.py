@@ -18,7 +18,7 @@ from tension.cache.store import Store
 from tension.core.config.fairplay import FairPlayConfig, load_fairplay_config
 from tension.core.inputs.whodunits import WhodunitStory, read_stories
 from tension.core.pipelines.fairplay.readers import Readers
-from tension.core.run.engine import CacheReplay, NotCached
+from tension.core.run.reads import CacheReplay, NotCached
 
 __all__ = ["NotCached", "Continuation", "FairPlayRecall"]
 

@@ -18,7 +18,8 @@ from tension.core.config import ScoreConfig
 from tension.core.pipelines.score.lookup import JudgeAsk, judge_ask
 from tension.core.pipelines.score.requests import ScoreRequests
 from tension.core.prompts import score as prompts
-from tension.core.run.engine import Answers, Engine
+from tension.core.run.engine import Engine
+from tension.core.run.reads import Answers
 
 __all__ = ["Judge", "counted"]
 

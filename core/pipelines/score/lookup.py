@@ -16,7 +16,7 @@ import msgspec
 from tension.cache import records
 from tension.core.llm.protocol import ChatRequest
 from tension.core.pipelines.score.requests import ScoreRequests
-from tension.core.run.engine import Answers, CacheReads, chat_key
+from tension.core.run.reads import Answers, CacheReads, chat_key
 
 __all__ = ["JudgeAsk", "Cached", "judge_ask", "lookup", "lookup_at"]
 

@@ -22,7 +22,7 @@ from tension.core.pipelines.score.judge import counted
 from tension.core.pipelines.score.lookup import Cached, lookup, lookup_at
 from tension.core.pipelines.score.requests import ScoreRequests
 from tension.core.prompts import score as prompts
-from tension.core.run.engine import CacheReads
+from tension.core.run.reads import CacheReads
 
 __all__ = ["Recalled", "ScoreRecall"]
 

@@ -1,0 +1,165 @@
+"""What the cache holds for a run's requests, read only: the keys of chat,
+tokenize and context records, the records built from answers, and `CacheReads`,
+the one walk of a group of answers (its group record, else a record per request)
+that the engine (core/run/engine.py), `estimate` and the view all read through.
+`CacheReplay` answers a pipeline's asking methods from the cache alone."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+import msgspec
+
+from tension.cache import records
+from tension.cache.keys import request_key
+from tension.cache.records import Usage
+from tension.cache.store import Store
+from tension.core.errors import TensionError
+from tension.core.llm.client import ChatResult
+from tension.core.llm.protocol import ChatRequest
+
+__all__ = ["Answers", "CacheReads", "Asks", "NotCached", "CacheReplay", "chat_key", "tokens_key", "context_key",
+           "typed", "endings_record", "verdict_record"]
+
+R = TypeVar("R", bound=records.Record)
+A = TypeVar("A", records.Endings, records.Verdict)  # a chat answer's record
+
+
+def chat_key(request: ChatRequest) -> bytes:
+    """The cache key of a chat request's answer."""
+    return request_key("chat", request)
+
+
+def tokens_key(model: str, text: str) -> bytes:
+    return request_key("tokenize", {"model": model, "prompt": text, "add_special_tokens": False})
+
+
+def context_key(model: str) -> bytes:
+    return request_key("context", {"model": model})
+
+
+def typed(rec: records.Record | None, kind: type[R]) -> R | None:
+    """A record of the kind its database holds (a stranger is a miss)."""
+    return rec if isinstance(rec, kind) else None
+
+
+def endings_record(res: ChatResult) -> records.Endings:
+    return records.Endings(texts=res.texts, finish_reasons=res.finish_reasons, model=res.model,
+                           usage=res.usage, created=time.time(), seconds=res.seconds)
+
+
+def verdict_record(res: ChatResult) -> records.Verdict:
+    return records.Verdict(text=res.texts[0], finish_reason=res.finish_reasons[0], model=res.model,
+                           usage=res.usage, created=time.time(), seconds=res.seconds,
+                           first_logprobs=res.first_logprobs[0] if res.first_logprobs else None)
+
+
+class Answers(msgspec.Struct, kw_only=True):
+    """The answers to a group of requests, one slot per request: the raw text and
+    first-token logprobs, None where the slot holds no request (or, read from the
+    cache only, no record). `group` says they came from the group's one record."""
+
+    texts: list[str | None]
+    first_logprobs: list[dict[str, float] | None]
+    usage: Usage
+    group: bool = False
+
+    @property
+    def found(self) -> int:
+        return sum(t is not None for t in self.texts)
+
+    def record(self) -> records.JudgedPosition:
+        logprobs = self.first_logprobs if any(lp is not None for lp in self.first_logprobs) else []
+        return records.JudgedPosition(texts=self.texts, first_logprobs=logprobs, usage=self.usage,
+                                      judged=self.found, created=time.time())
+
+
+class CacheReads:
+    """What the cache holds, read only: the one walk of a group of answers (its
+    group record, else a record per request), used by the engine, `estimate` and
+    the view alike."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def endings(self, request: ChatRequest) -> records.Endings | None:
+        return self.endings_at(chat_key(request))
+
+    def endings_at(self, key: bytes) -> records.Endings | None:
+        return typed(self.store.get("endings", key), records.Endings)
+
+    def group_at(self, key: bytes) -> records.JudgedPosition | None:
+        return typed(self.store.get("positions", key), records.JudgedPosition)
+
+    def group_answers(self, key: bytes) -> Answers | None:
+        """The answers a group record under `key` holds, if there is one."""
+        judged = self.group_at(key)
+        if judged is None:
+            return None
+        logprobs = judged.first_logprobs or [None] * len(judged.texts)
+        return Answers(texts=list(judged.texts), first_logprobs=list(logprobs), usage=judged.usage, group=True)
+
+    def verdicts(self, requests: Sequence[ChatRequest]) -> list[records.Verdict | None]:
+        return [typed(r, records.Verdict) for r in self.store.get_many("verdicts", [chat_key(q) for q in requests])]
+
+    def answers(self, requests: Sequence[ChatRequest | None], group: bytes | None) -> Answers:
+        """The answers the cache holds for `requests` (None: a slot without a
+        request): from the group's record under `group`, else from each request's
+        record (None where missing)."""
+        if group is not None and (found := self.group_answers(group)) is not None:
+            return found
+        asked = [i for i, r in enumerate(requests) if r is not None]
+        recs = self.verdicts([r for r in requests if r is not None])
+        out = Answers(texts=[None] * len(requests), first_logprobs=[None] * len(requests), usage=Usage())
+        for i, rec in zip(asked, recs):
+            if rec is not None:
+                out.texts[i], out.first_logprobs[i] = rec.text, rec.first_logprobs
+                out.usage.add(rec.usage)
+        return out
+
+    def token_counts(self, model: str, texts: Sequence[str]) -> list[int | None]:
+        return [r.count if isinstance(r, records.TokenCount) else None
+                for r in self.store.get_many("tokens", [tokens_key(model, t) for t in texts])]
+
+    def context_len(self, model: str) -> int | None:
+        rec = typed(self.store.get("tokens", context_key(model)), records.TokenCount)
+        return rec.count if rec is not None else None
+
+
+class Asks(Protocol):
+    """What a pipeline asks of an engine, whichever answers it (`Engine` sends;
+    `CacheReplay` reads the cache only)."""
+
+    async def endings(self, server: str, request: ChatRequest, *, key: str = "",
+                      role: str | None = None) -> records.Endings: ...
+
+    async def answer(self, server: str, request: ChatRequest, *, key: str = "",
+                     role: str | None = None) -> records.Verdict: ...
+
+
+class NotCached(TensionError):
+    """A record a read-only replay looked for is not in the cache."""
+
+
+class CacheReplay:
+    """The engine's asking methods answered from the cache alone, never sending
+    (the view replays a run's requests with it); a missing record raises NotCached."""
+
+    def __init__(self, store: Store):
+        self.reads = CacheReads(store)
+
+    async def endings(self, server: str, request: ChatRequest, *, key: str = "",
+                      role: str | None = None) -> records.Endings:
+        rec = self.reads.endings(request)
+        if rec is None:
+            raise NotCached(f"a {role or server} request is not in the cache")
+        return rec
+
+    async def answer(self, server: str, request: ChatRequest, *, key: str = "",
+                     role: str | None = None) -> records.Verdict:
+        (rec,) = self.reads.verdicts([request])
+        if rec is None:
+            raise NotCached(f"a {role or server} request is not in the cache")
+        return rec
