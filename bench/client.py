@@ -174,7 +174,7 @@ async def contender_tension(base: str, warm, timed, conc: int, cache: bool) -> t
             async def phase(reqs, tag: str) -> Phase:
                 ph = Phase()
                 if store is not None:
-                    engine = Engine(store, client, Progress(enabled=False, stories=0), ("judge",),
+                    engine = Engine(store, Progress(enabled=False, stories=0), ("judge",),
                                     Path(tmp) / f"{tag}.partial.jsonl")
 
                     async def one(req):

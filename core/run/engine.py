@@ -40,7 +40,7 @@ from tension.cache import records
 from tension.cache.records import Usage
 from tension.cache.store import Store
 from tension.core.errors import TensionError
-from tension.core.llm.client import ChatResult, Client, ShortAnswerError
+from tension.core.llm.client import ChatResult, ShortAnswerError
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.router import Router, routing
 from tension.core.run.commit import Committer
@@ -98,11 +98,10 @@ class Engine:
     """One run's LLM work (module docstring). Open `serving(...)` to send; the
     read-only `reads` work at any time."""
 
-    def __init__(self, store: Store, client: Client, progress: Progress, roles: Sequence[str] = (),
+    def __init__(self, store: Store, progress: Progress, roles: Sequence[str] = (),
                  partial: Path | None = None):
         self.store = store
         self.partial = partial  # the run's partial file of finished output lines
-        self.client = client
         self.progress = progress
         self.reads = CacheReads(store)
         self.counts = Counts(requests=dict.fromkeys(roles, 0))

@@ -99,7 +99,7 @@ class Run:
         self.partial = partial
         self.record_path = record_path
         self.last_run = last_run
-        self.llm = Engine(store, client, progress, roles, partial)
+        self.llm = Engine(store, progress, roles, partial)
         self.pipeline: Pipeline | None = None
         self.error: str | None = None  # the first error, as the record states it
         self.cancelled = False

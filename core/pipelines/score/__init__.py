@@ -115,7 +115,8 @@ class Scoring:
         story = self.corpus.stories[pos.story]
         sents = self.finder.sentences[pos.story]
         try:
-            rec = await self.llm.endings("generation", self.reqs.endings(sents, pos.k), key=story.id)
+            request = self.reqs.endings(sents, pos.k)
+            rec = await self.llm.endings("generation", request, key=story.id)
             # A position's judge prompts share a prefix: one server for all of them.
             ask, answers = await self.judge.verdicts(self.reqs, f"{story.id}\x00{pos.k}", sents, pos.k, rec.texts)
         except StatusError as e:
@@ -126,7 +127,7 @@ class Scoring:
             return
         self.watch.position(story.id, rec, answers, self.reqs.judge_model)  # may stop the run early
         res = position_result(story, pos, rec.texts, answers)
-        res.endings_key = chat_key(self.reqs.endings(sents, pos.k)).hex()
+        res.endings_key = chat_key(request).hex()
         res.judged_key = ask.group.hex()
         self.results[(pos.story, pos.k)] = res
         if self.cfg.save_texts:

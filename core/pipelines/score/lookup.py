@@ -16,7 +16,7 @@ import msgspec
 from tension.cache import records
 from tension.core.llm.protocol import ChatRequest
 from tension.core.pipelines.score.requests import ScoreRequests
-from tension.core.run.reads import Answers, CacheReads, chat_key
+from tension.core.run.reads import Answers, CacheReads
 
 __all__ = ["JudgeAsk", "Cached", "judge_ask", "lookup", "lookup_at"]
 
@@ -42,7 +42,6 @@ class Cached(msgspec.Struct, kw_only=True):
     record is missing (and `answers` then too); an answer is None for an empty
     ending or a verdict record that is missing."""
 
-    endings_key: bytes
     endings: records.Endings | None
     answers: Answers | None = None
     asked: int = 0  # endings judged (non-empty)
@@ -50,13 +49,11 @@ class Cached(msgspec.Struct, kw_only=True):
 
 def lookup(reads: CacheReads, reqs: ScoreRequests, sentences: Sequence[str], k: int) -> Cached:
     """The position's records, its requests rebuilt from the run's settings."""
-    request = reqs.endings(sentences, k)
-    key = chat_key(request)
-    rec = reads.endings_at(key)
+    rec = reads.endings(reqs.endings(sentences, k))
     if rec is None:
-        return Cached(endings_key=key, endings=None)
+        return Cached(endings=None)
     ask = judge_ask(reqs, sentences, k, rec.texts)
-    return Cached(endings_key=key, endings=rec, answers=reads.answers(ask.requests, ask.group),
+    return Cached(endings=rec, answers=reads.answers(ask.requests, ask.group),
                   asked=sum(r is not None for r in ask.requests))
 
 
@@ -65,8 +62,8 @@ def lookup_at(reads: CacheReads, endings_key: bytes, judged_key: bytes | None) -
     its judged record is missing (an unfinished cache: rebuild its requests instead)."""
     rec = reads.endings_at(endings_key)
     if rec is None:
-        return Cached(endings_key=endings_key, endings=None)
+        return Cached(endings=None)
     answers = reads.group_answers(judged_key) if judged_key is not None else None
     if answers is None:
         return None
-    return Cached(endings_key=endings_key, endings=rec, answers=answers, asked=answers.found)
+    return Cached(endings=rec, answers=answers, asked=answers.found)
