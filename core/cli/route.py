@@ -24,11 +24,13 @@ def cmd_route(args) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with router:
         served = ", ".join(next(iter(models.values())))
-        print(f"vllm-router ready: {router.url} over {len(urls)} server(s) serving {served} "
-              f"(policy {args.policy}; metrics {router.metrics_url}; log {router.log})")
-        print(f"then: tension-run score CORPUS --out DIR --base-url {router.url}")
-        print("Ctrl-C stops it", flush=True)
+        # the prints are inside the try: a Ctrl-C that lands as soon as the URL is
+        # out (a script that read it) stops the router as cleanly as a later one
         try:
+            print(f"vllm-router ready: {router.url} over {len(urls)} server(s) serving {served} "
+                  f"(policy {args.policy}; metrics {router.metrics_url}; log {router.log})")
+            print(f"then: tension-run score CORPUS --out DIR --base-url {router.url}")
+            print("Ctrl-C stops it", flush=True)
             assert router.proc is not None  # `with router` started it
             code = router.proc.wait()
         except KeyboardInterrupt:
