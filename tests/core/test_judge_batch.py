@@ -61,7 +61,12 @@ def test_batched_run_sends_one_request_per_position_and_writes_the_same_outputs(
     assert chat_run["judge_batch"]["why_not"] == "--judge-batch off"
     # the prompts are counted as the judge requests they replace; usage totals are the same
     assert run["requests"] == chat_run["requests"]
-    assert run["usage_this_run"] == chat_run["usage_this_run"]
+    # cached tokens are the fake's prefix cache, which sees requests in whatever order
+    # the lanes deliver them: CI found the two runs a 16-token block apart
+    ours, theirs = dict(run["usage_this_run"]), dict(chat_run["usage_this_run"])
+    cached, chat_cached = ours.pop("cached_tokens", 0), theirs.pop("cached_tokens", 0)
+    assert ours == theirs
+    assert abs(cached - chat_cached) <= 0.01 * chat_cached
     assert run["http"]["attempts"] < chat_run["http"]["attempts"] - 300
     # the lane holds one slot per prompt: in flight never above --judge-concurrency
     assert run["lanes"]["judge"]["finished"] == 522
