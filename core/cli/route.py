@@ -36,6 +36,7 @@ def cmd_route(args) -> int:
         except KeyboardInterrupt:
             print("stopped the router", file=sys.stderr)
             return EXIT_OK
+    router.keep_log = True  # named below
     print(f"error: vllm-router exited with status {code}; its log: {router.log}", file=sys.stderr)
     return 1
 

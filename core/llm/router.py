@@ -280,7 +280,11 @@ async def routing(*routers: Router) -> AsyncIterator[None]:
                 continue
             key = tuple(r.workers)
             if key not in started:
-                started[key] = await asyncio.to_thread(LocalRouter(r.workers, settings=r.settings).start)
+                local = LocalRouter(r.workers, settings=r.settings)
+                await asyncio.to_thread(local.check_workers)
+                local.spawn()  # on the loop's thread, which outlives the router (LocalRouter.spawn)
+                started[key] = local
+                await asyncio.to_thread(local.wait_ready)
             r.local = started[key]
             r.url = r.local.url
         yield

@@ -17,6 +17,7 @@ settings below were measured against killed, hung and overloaded workers
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -25,15 +26,17 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
 
 from tension.core.errors import ConfigError
 
-__all__ = ["RouterSettings", "LocalRouter", "router_binary", "router_command", "free_port", "MISSING"]
+__all__ = ["RouterSettings", "LocalRouter", "router_binary", "router_command", "free_port", "health_missing",
+           "startup_cause", "MISSING"]
 
 MISSING = ("the vLLM router is not installed: `pip install 'tension-run[router]'` "
            "(or `pip install vllm-router`) puts the `vllm-router` binary next to tension-run")
@@ -114,8 +117,10 @@ class LocalRouter:
         self.port = port or free_port(host)
         self.metrics_port = free_port(host)
         self.ready_seconds = ready_seconds
-        self.log = Path(tempfile.mkstemp(prefix="vllm-router-", suffix=".log", dir=log_dir)[1])
+        self.log_dir = log_dir
+        self.log = Path(os.devnull)  # its own file once started (`spawn`)
         self.proc: subprocess.Popen | None = None
+        self.keep_log = False  # the log is deleted at `stop` unless an error named it
 
     @property
     def url(self) -> str:
@@ -134,18 +139,43 @@ class LocalRouter:
                               settings=self.settings)
 
     def start(self) -> LocalRouter:
+        """Check the workers, start the router and wait until it is ready (the
+        three steps of `routing`, core/llm/router.py, which waits off the loop)."""
+        self.check_workers()
+        self.spawn()
+        self.wait_ready()
+        return self
+
+    def check_workers(self) -> None:
+        """Each worker's /health, as the router asks it: a server without it (not
+        vLLM) would be left out as unhealthy, and the router would never be ready.
+        Said at once, before the router starts, instead of after its start-up wait."""
+        for url in self.workers:
+            missing = health_missing(url)
+            if missing is not None:
+                raise ConfigError(f"{url} has no /health endpoint (HTTP {missing}); vllm-router needs it (vLLM "
+                                  "serves it) to spread requests over several servers: give this server alone, "
+                                  "or only servers that answer GET /health")
+
+    def spawn(self) -> None:
+        """Start the process. Call it on a thread that lives as long as the router
+        (the main thread): on Linux the router is killed when the thread that
+        started it ends, so a client killed with SIGKILL leaves no router behind."""
         cmd = self.command()
         # RUST_LOG, not --log-level: the binary ignores the flag (0.1.17)
         env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
-        with open(self.log, "wb") as log:
+        fd, name = tempfile.mkstemp(prefix="vllm-router-", suffix=".log", dir=self.log_dir)
+        self.log = Path(name)
+        with open(fd, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True)
+                                         env=env, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
+
+    def wait_ready(self) -> None:
         try:
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
-        return self
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.ready_seconds
@@ -154,12 +184,15 @@ class LocalRouter:
         assert proc is not None  # started
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise ConfigError(f"vllm-router exited with status {proc.returncode} at start-up "
-                                  f"(workers {', '.join(self.workers)}); its log {self.log}:\n{self.log_tail()}")
+                self.keep_log = True  # named below
+                raise ConfigError(f"vllm-router could not start on {self.host}:{self.port} (workers "
+                                  f"{', '.join(self.workers)}): {startup_cause(self.log_tail(200))} "
+                                  f"(exit status {proc.returncode}; its log: {self.log})")
             last = self.readiness()
             if last.startswith("ready"):
                 return
             time.sleep(0.1)
+        self.keep_log = True
         raise ConfigError(f"vllm-router at {self.url} not ready within {self.ready_seconds:.0f} s ({last}) for "
                           f"workers {', '.join(self.workers)}: are they running? Its log: {self.log}")
 
@@ -193,12 +226,67 @@ class LocalRouter:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.proc = None
+        if not self.keep_log and self.log.name.startswith("vllm-router-"):
+            self.log.unlink(missing_ok=True)
+
+    def remove_worker(self, url: str) -> None:
+        """Take `url` out of the router's workers (its /remove_worker): no request
+        goes there any more, and its sticky keys move to the others."""
+        req = urllib.request.Request(f"{self.url}/remove_worker?url={urllib.parse.quote(url, safe=':/')}",
+                                     method="POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            r.read()
 
     def __enter__(self) -> LocalRouter:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def health_missing(url: str, timeout: float = 10.0) -> int | None:
+    """The status of `url`'s GET /health when it says the endpoint is missing
+    (404, 405), else None: a server that is up, loading, or down is the router's
+    to wait for and the /v1/models check's to name."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=timeout):
+            return None
+    except urllib.error.HTTPError as e:
+        return e.code if e.code in (404, 405) else None
+    except OSError:
+        return None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def startup_cause(log: str) -> str:
+    """Why the router exited at start-up, from its log: the launcher's "Error
+    starting router: …" line (its DEBUG lines, colours and Python traceback
+    around it say nothing more), else the last line."""
+    lines = [_ANSI.sub("", line).strip() for line in log.splitlines()]
+    for line in reversed(lines):
+        if line.startswith("Error starting router:"):
+            return line.removeprefix("Error starting router:").strip()
+    return next((line for line in reversed(lines) if line), "no message in its log")
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """A `preexec_fn` that asks Linux to SIGKILL the child when its parent's
+    starting thread ends (prctl PR_SET_PDEATHSIG), and exits if the parent is
+    already gone. None elsewhere: the router then outlives a killed client."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the prctl
+            os._exit(1)
+
+    return preexec
 
 
 def worker_models(workers: Sequence[str], api_key: str | None = None, timeout: float = 10.0) -> dict[str, list[str]]:

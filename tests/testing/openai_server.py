@@ -72,7 +72,13 @@ Misbehaviour (`MISBEHAVIOURS`), a server whose model does not do the task, set w
                      (temperature or seed not honoured)
 "echo"               every answer repeats the last user message (a wrong chat
                      template): a judge echoes its prompt, a writer the idea
+"html200"            every POST (chat, completions, /tokenize) answers HTTP 200
+                     with an HTML page (a proxy's welcome page in front of no
+                     model); /v1/models, /health and /metrics stay well
 ==================== ==========================================================
+
+``serve_health=False`` makes ``/health`` FastAPI's 404, as on a server that lacks it
+(vllm-router health-checks its workers there).
 
 Errors are vLLM-style JSON ``{"error": {"message", "type", "param", "code"}}``: 400 for
 a body that is not a JSON object, missing/invalid ``messages``, ``n`` < 1, negative
@@ -144,6 +150,7 @@ __all__ = [
     "CHAT_PATH",
     "COMPLETIONS_PATH",
     "FAULT_KINDS",
+    "HTML_PAGE",
     "KINDS",
     "MAX_MODEL_LEN",
     "PREFIX_CHARS",
@@ -180,7 +187,9 @@ FAULT_KINDS = (
 )
 # Faults a retrying client is expected to survive; the standalone --fault-rate default.
 TRANSIENT_FAULTS = ("500", "503", "429", "drop", "truncate")
-MISBEHAVIOURS = ("think", "random", "always_y", "identical", "echo")
+MISBEHAVIOURS = ("think", "random", "always_y", "identical", "echo", "html200")
+# the page a "html200" server sends for every POST
+HTML_PAGE = "<html><body><h1>Welcome to nginx!</h1></body></html>"
 
 # --------------------------------------------------------------------------- tokenizer
 
@@ -428,6 +437,8 @@ def misbehaving(mode: str, kind: str, messages: Sequence[dict], contents: list[s
         return ["Y"] * len(contents) if kind == "judge" else contents
     if mode == "identical":
         return contents[:1] * len(contents) if kind == "generation" else contents
+    if mode == "html200":  # the answer is replaced whole (LoopbackServer._serve)
+        return contents
     if mode == "echo":
         return [_last_user(messages)] * len(contents)
     raise ValueError(f"misbehave: expected one of {MISBEHAVIOURS}, got {mode!r}")
@@ -546,6 +557,7 @@ class LoopbackServer:
         max_concurrent: int = 0,
         misbehave: str | None = None,
         serve_tokenize: bool = True,
+        serve_health: bool = True,
         batching: bool = False,
         template_quirk: str | None = None,
         api_key: str | None = None,
@@ -564,6 +576,7 @@ class LoopbackServer:
             prefix_cache_blocks=prefix_cache_blocks,
             serve_metrics=serve_metrics,  # False: /metrics answers 404, as a server without it
             serve_tokenize=serve_tokenize,  # False: /tokenize is FastAPI's 404, as a server without it
+            serve_health=serve_health,  # False: /health is FastAPI's 404, as a server without it
             batching=batching,  # True: /detokenize, /v1/completions and templated /tokenize of messages (vLLM's)
             template_quirk=template_quirk,  # see render_template
             api_key=api_key,  # set: every request needs "Authorization: Bearer <api_key>"
@@ -924,6 +937,8 @@ class LoopbackServer:
         return web.Response(body=_encode(payload), status=status, content_type="application/json")
 
     async def _h_health(self, request: web.Request) -> web.Response:
+        if not self.serve_health:
+            return self._not_found(request)
         self._add_record(Recorded(request.path, request.method, None, 200, None, time.monotonic()))
         return web.Response(status=200)
 
@@ -1236,6 +1251,9 @@ class LoopbackServer:
                     status = e.status
                     payload = _error_payload(e.status, e.message, e.etype, e.param)
 
+            if self.misbehave == "html200":
+                status = 200
+                return web.Response(text=HTML_PAGE, content_type="text/html")
             if chat and make is None and status == 200 and body.get("stream") is True and fault is None:
                 return await self._stream(request, body, payload)
             if fault == "nonjson":
@@ -1310,6 +1328,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slow-seconds", type=float, default=5.0)
     ap.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN)
     ap.add_argument("--misbehave", choices=MISBEHAVIOURS, default=None, help="a model that does not do the task")
+    ap.add_argument("--no-health", action="store_true", help="/health answers 404, as on a server without it")
     ap.add_argument("--batching", action="store_true",
                     help="serve /detokenize, /v1/completions and templated /tokenize of messages (vLLM's)")
     args = ap.parse_args(argv)
@@ -1319,6 +1338,7 @@ def main(argv: list[str] | None = None) -> int:
         empty_rate=args.empty_rate, yes_rate=args.yes_rate, malformed_rate=args.malformed_rate,
         slow_seconds=args.slow_seconds, max_model_len=args.max_model_len, record=False,
         max_concurrent=args.max_concurrent, misbehave=args.misbehave, batching=args.batching,
+        serve_health=not args.no_health,
     )
     if args.fault_rate > 0:
         kinds = [k.strip() for k in args.fault_kinds.split(",") if k.strip()]
