@@ -9,8 +9,13 @@ the request itself is wrong and sending it again cannot help. 401/403 (the key)
 and 404/405 (no such model, no such endpoint) refuse every request alike: they are
 a RefusedError, which stops the run (core/errors.py).
 
-A server that does not answer is said at once, through `notice`, once per server
-until it answers again: what is retried and until when (the retry budget).
+A failed attempt is said at once, through `notice`, in the words of what happened
+(did not answer, refused with 429, failed with 5xx, sent an unreadable answer) and
+at most once per server per interval (core/llm/failures.py `Outages`): what is
+retried and until when (the retry budget). A retry after an unreadable answer
+from a router the run started first asks the router's check of its workers
+(`suspects`, core/llm/unreadable.py), and goes with a new routing key, so it can
+reach another worker.
 Everything a server sends that goes into an error message passes the one
 redactor (core/redact.py); so do answer texts, for the API key.
 
@@ -39,12 +44,20 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 import msgspec
 
 from tension.cache.records import Usage
 from tension.core.errors import RefusedError, RetryBudgetError, ServerError, StatusError
-from tension.core.llm.failures import Outages, RetryPolicy, error_message, parse_retry_after, status_error
+from tension.core.llm.failures import (
+    Outages,
+    RetryPolicy,
+    error_message,
+    parse_retry_after,
+    server_root,
+    status_error,
+)
 from tension.core.llm.gate import Gate
 from tension.core.llm.protocol import (
     ChatChunk,
@@ -94,6 +107,14 @@ class StreamResult(msgspec.Struct, kw_only=True):
     events: int  # content events received (≈ tokens when the server sent no usage)
 
 
+def salted(headers: dict[str, str] | None, attempt: int) -> dict[str, str] | None:
+    """`headers` with the routing key made new for a retry: a sticky router sends
+    the same key to the same worker, which has just sent an unreadable answer."""
+    if not headers or "X-Session-ID" not in headers:
+        return headers
+    return {**headers, "X-Session-ID": f"{headers['X-Session-ID']}~retry{attempt + 1}"}
+
+
 def normalize_base_url(url: str) -> str:
     url = url.rstrip("/")
     if url.endswith("/v1"):
@@ -112,9 +133,19 @@ class ShortAnswerError(RetryBudgetError):
 
 
 class _Retryable(Exception):
-    def __init__(self, message: str, retry_after: float | None = None):
+    """A failed attempt worth retrying; `kind` says what happened, for the notice
+    (core/llm/failures.py `Outages`): "unreachable" (no answer), "refused" (429),
+    "failed" (5xx) or "unreadable" (a 200 whose body cannot be read)."""
+
+    def __init__(self, message: str, retry_after: float | None = None, kind: str = "unreachable"):
         super().__init__(message)
         self.retry_after = retry_after
+        self.kind = kind
+
+
+# Asked before a request whose answer was unreadable is retried (core/llm/unreadable.py):
+# (method, path, body, decoder) -> None, once the server behind that answer is found.
+Suspect = Callable[[str, str, bytes | None, msgspec.json.Decoder], Awaitable[None]]
 
 
 class Client:
@@ -143,6 +174,10 @@ class Client:
         self.retries = 0
         self.max_model_len: dict[str, int] = {}  # base URL -> context length its /tokenize reported
         self.owners: dict[str, dict[str, str | None]] = {}  # base URL -> model id -> owned_by, from /v1/models
+        # A router's URL (one the run started itself) -> how messages name it, and the check of its
+        # workers when an answer through it is unreadable (core/llm/router.py `routing` sets both).
+        self.names: dict[str, str] = {}
+        self.suspects: dict[str, Suspect] = {}
 
     def __repr__(self) -> str:  # never show the key
         return f"<Client {self._state} key={'set' if self._api_key else 'none'}>"
@@ -344,30 +379,37 @@ class Client:
         self._check_open()
         policy = retry or self.retry
         start = time.monotonic()
-        last: Exception | None = None
+        last: _Retryable | None = None
+        root = server_root(url)
+        name = self.names.get(root, root)
+        sent = headers
         for attempt in range(policy.attempts):
             try:
-                result = await self._attempt(method, url, body, decoder, model, headers)
+                result = await self._attempt(method, url, body, decoder, model, sent)
             except _Retryable as e:
                 last = e
                 wait = min(policy.backoff_cap, policy.backoff * 2 ** attempt) * self._rng.uniform(0.5, 1.0)
                 if e.retry_after is not None:
                     wait = min(policy.backoff_cap, max(wait, e.retry_after))
             except (StatusError, RefusedError):
-                self.outages.answered(url)
+                self.outages.answered(root, name)
                 raise
             else:
-                self.outages.answered(url)
+                self.outages.answered(root, name)
                 return result
             if attempt + 1 >= policy.attempts or time.monotonic() - start + wait > policy.total_seconds:
                 break
-            self.outages.retrying(method, url, str(last), attempt, policy, start)
+            self.outages.retrying(name, method, url, last.kind, str(last), attempt, policy, start)
             self.retries += 1
+            if last.kind == "unreadable":
+                if (suspect := self.suspects.get(root)) is not None:
+                    await suspect(method, urlsplit(url).path, body, decoder)  # takes the bad worker out
+                sent = salted(headers, attempt)
             await asyncio.sleep(wait)
         raise RetryBudgetError(
-            f"{url}: gave up after {attempt + 1} attempt(s) in {time.monotonic() - start:.1f} s "
-            f"(retry budget: {policy.attempts} attempts, {policy.total_seconds:g} s); last error: {last}",
-            last) from last
+            f"{url if name == root else f'{name}, {method} {urlsplit(url).path}'}: gave up after {attempt + 1} "
+            f"attempt(s) in {time.monotonic() - start:.1f} s (retry budget: {policy.attempts} attempts, "
+            f"{policy.total_seconds:g} s); last error: {last}", last) from last
 
     async def _attempt(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder[T],
                        model: str | None = None, headers: dict[str, str] | None = None) -> T:
@@ -380,8 +422,10 @@ class Client:
             try:
                 return decoder.decode(reply.body)
             except (msgspec.DecodeError, msgspec.ValidationError) as e:
-                raise _Retryable(redact(f"malformed answer ({e}): {reply.body[:120]!r}")) from e
+                raise _Retryable(redact(f"malformed answer ({e}): {reply.body[:120]!r}"),
+                                 kind="unreadable") from e
         message = error_message(reply.body)
         if reply.status == 429 or reply.status >= 500:
-            raise _Retryable(f"HTTP {reply.status}: {message}", parse_retry_after(reply.retry_after))
+            raise _Retryable(f"HTTP {reply.status}: {message}", parse_retry_after(reply.retry_after),
+                             "refused" if reply.status == 429 else "failed")
         raise status_error(reply.status, url, message, model)

@@ -5,8 +5,10 @@ body names the model asked for (vLLM's "The model `X` does not exist.") lacks th
 model, any other 404/405 lacks the endpoint (FastAPI's ``{"detail": "Not Found"}``
 names no model) — each a RefusedError that stops the run — and any other 4xx
 refuses this one request (StatusError). `error_message` is the text of an error
-body, redacted. `Outages` says on the run's notice channel, once per server, that
-it does not answer and how long it will be retried; and when it answers again.
+body, redacted. `Outages` says on the run's notice channel what a server did (did
+not answer, refused with 429, failed with 5xx, sent an unreadable answer) and how
+long it will be retried, at most once per server per interval; and when it
+answers again.
 """
 
 from __future__ import annotations
@@ -89,30 +91,52 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 class Outages:
-    """The servers that stopped answering, each told once through `notice` (None:
-    silent) until it answers again: with 512 requests in flight to a dead server,
-    one line, not 512."""
+    """Retries told through `notice` (None: silent), at most one line per server
+    per `interval` seconds, with the retries not told since: with 512 requests in
+    flight to a dead server, or a 429 storm, one line, not hundreds. After a
+    notice, the server's next answer is told once ("answers again")."""
 
-    def __init__(self, notice: Callable[[str], None] | None):
+    # what happened, by the kind of a failed attempt (core/llm/client.py `_Retryable`)
+    VERBS = {"unreachable": "did not answer", "refused": "refused", "failed": "failed on",
+             "unreadable": "sent an unreadable answer to"}
+
+    def __init__(self, notice: Callable[[str], None] | None, interval: float = 30.0):
         self.notice = notice
-        self._since: dict[str, float] = {}  # server root -> when its outage was told
+        self.interval = interval
+        self._told: dict[str, float] = {}  # server root -> when its last notice was given
+        self._quiet: dict[str, int] = {}  # server root -> retries since that notice, not told
+        self._down: set[str] = set()  # told, and no answer since
 
-    def retrying(self, method: str, url: str, why: str, attempt: int, policy: RetryPolicy, start: float) -> None:
-        """Attempt `attempt` (0-based) of a request begun at `start` failed with
-        `why` and will be retried: say so, and until when the budget lasts."""
+    def retrying(self, name: str, method: str, url: str, kind: str, why: str, attempt: int, policy: RetryPolicy,
+                 start: float) -> None:
+        """Attempt `attempt` (0-based) of a request begun at `start` failed (`kind`,
+        `why`) and will be retried: say so, and until when the budget lasts.
+        `name` is how the server is named (a router the run started is named by
+        the servers behind it)."""
         root = server_root(url)
-        if self.notice is None or root in self._since:
+        if self.notice is None:
             return
-        self._since[root] = time.monotonic()
+        now = time.monotonic()
+        if now - self._told.get(root, -self.interval) < self.interval:
+            self._quiet[root] = self._quiet.get(root, 0) + 1
+            return
+        quiet, self._quiet[root] = self._quiet.get(root, 0), 0
+        self._told[root] = now
+        self._down.add(root)
         left = policy.attempts - attempt - 1
         waits = sum(min(policy.backoff_cap, policy.backoff * 2 ** i) for i in range(attempt, policy.attempts - 1))
-        seconds = max(0.0, min(policy.total_seconds - (time.monotonic() - start), waits))
+        seconds = max(0.0, min(policy.total_seconds - (now - start), waits))
         until = time.strftime("%H:%M:%S", time.localtime(time.time() + seconds))
-        self.notice(f"{root} did not answer {method} {urlsplit(url).path} ({why}); retrying up to {left} more "
-                    f"time(s), until about {until} (retry budget: {policy.attempts} attempts, "
-                    f"{policy.total_seconds:g} s), then giving up")
+        also = f"; {quiet} more retried since the last notice" if quiet else ""
+        self.notice(f"{name} {self.VERBS.get(kind, 'did not answer')} {method} {urlsplit(url).path} ({why}); "
+                    f"retrying up to {left} more time(s), until about {until} (retry budget: {policy.attempts} "
+                    f"attempts, {policy.total_seconds:g} s), then giving up{also} (one such line per server "
+                    f"every {self.interval:g} s at most)")
 
-    def answered(self, url: str) -> None:
-        """A request to `url` got an answer: an outage told about it is over."""
-        if self._since and (since := self._since.pop(server_root(url), None)) is not None and self.notice:
-            self.notice(f"{server_root(url)} answers again (after {time.monotonic() - since:.0f} s)")
+    def answered(self, root: str, name: str) -> None:
+        """A request to the server `root` (named `name`) got an answer: an outage
+        told is over."""
+        if root in self._down:
+            self._down.discard(root)
+            if self.notice:
+                self.notice(f"{name}: answering again (after {time.monotonic() - self._told[root]:.0f} s)")

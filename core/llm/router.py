@@ -39,6 +39,7 @@ from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_hit_rate
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import Replica
+from tension.core.llm.unreadable import Unreadable
 from tension.core.llm.vllm_router import LocalRouter, RouterSettings
 from tension.core.redact import redact
 
@@ -68,6 +69,7 @@ class ReplicaStats(msgspec.Struct, kw_only=True):
     requests: int = 0
     failures: int = 0
     circuit_breaker: str | None = None
+    taken_out: str | None = None  # why the run took it out of the router (core/llm/unreadable.py)
     completion_tokens: int | None = None  # the client's count: one server only
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
@@ -235,12 +237,19 @@ class Router:
             s.requests, s.failures = (int(now[k].get(url, 0) - start.get(k, {}).get(url, 0))
                                       for k in ("requests", "failures"))
             s.circuit_breaker = _BREAKER.get(int(breaker.get(url, 0)))
+            if s.taken_out is not None:  # told when it was taken out; the router no longer asks it
+                continue
             up = health.get(url, 1.0) == 1 and s.circuit_breaker != "open"
             if up != s.up and self.on_change:
                 h = f"{health[url]:g}" if url in health else "?"  # a worker the router does not report
                 self.on_change(f"{self.role} server {s.url} {'healthy again' if up else 'unhealthy'} "
                                f"(router: health {h}, circuit breaker {s.circuit_breaker})")
             s.up = up
+
+    def take_out(self, url: str, why: str) -> None:
+        """The run took `url` out of the router (it answers unreadably)."""
+        s = self._stats[url]
+        s.up, s.taken_out = False, why
 
     def figures(self) -> list[dict[str, Any]]:
         """Per-server figures as plain dicts (run.json, `bench`)."""
@@ -274,6 +283,7 @@ async def routing(*routers: Router) -> AsyncIterator[None]:
     of the block: one router for roles on the same servers (a judge on the
     generation servers shares their router, and their prefix caches)."""
     started: dict[tuple[str, ...], LocalRouter] = {}
+    groups: dict[tuple[str, ...], list[Router]] = {}
     try:
         for r in routers:
             if r.single:
@@ -287,7 +297,32 @@ async def routing(*routers: Router) -> AsyncIterator[None]:
                 await asyncio.to_thread(local.wait_ready)
             r.local = started[key]
             r.url = r.local.url
+            groups.setdefault(key, []).append(r)
+        for key, group in groups.items():
+            _watch_workers(started[key], group)
         yield
     finally:
         for local in started.values():
+            for r in routers:
+                r.client.names.pop(local.url, None)
+                r.client.suspects.pop(local.url, None)
             await asyncio.to_thread(local.stop)
+
+
+def _watch_workers(local: LocalRouter, group: list[Router]) -> None:
+    """How the run's messages name `local` (by the servers behind it, not its
+    private port), and the check that takes out a worker sending unreadable
+    answers (core/llm/unreadable.py), told once for the roles it serves."""
+    client = group[0].client
+    roles = " and ".join(r.role for r in group)
+    client.names[local.url] = f"the {roles} servers (via vllm-router over {', '.join(map(redact, local.workers))})"
+
+    def out(worker: str, why: str, left: list[str]) -> None:
+        for r in group:
+            r.take_out(worker, why)
+        tell = group[0].on_change or client.outages.notice
+        if tell is not None:
+            tell(f"{roles} server {redact(worker)} sent an unreadable answer ({why}): taken out of vllm-router; "
+                 f"the run goes on with {', '.join(map(redact, left))}")
+
+    client.suspects[local.url] = Unreadable(local, client.transport, out).check

@@ -7,6 +7,7 @@ is the real `vllm-router` binary over loopback servers."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -162,3 +163,62 @@ def test_route_on_a_busy_port_prints_only_the_cause(pair):
     log = Path(lines[0].rsplit("its log: ", 1)[1].rstrip(")"))
     assert log.exists()  # named in the error: kept
     log.unlink()
+
+
+# --- one bad worker among several (review 5m) ------------------------------------------
+
+OUTPUTS = ("positions.jsonl", "stories.csv", "groups.csv", "meta.jsonl")
+
+
+def _cfg(urls: str, tmp_path: Path, cache: str, **kw):
+    from tension.core.config import load_config
+
+    return load_config(None, {"base_url": urls, "model": "test-gen", "judge_model": "test-judge",
+                              "cache": str(tmp_path / cache), "endings": 4, "progress": False, "seed": 7,
+                              "report": False, **kw})
+
+
+def _outputs(out: Path) -> dict[str, bytes]:
+    return {name: (out / name).read_bytes() for name in OUTPUTS}
+
+
+def test_a_worker_answering_html_with_200_is_taken_out_and_the_run_ends_on_the_others(pair, tmp_path, capsys):
+    from tension.core.pipelines.score import score
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 6, seed=3)
+    good, bad = pair
+    clean = score(_cfg(good.base_url, tmp_path, "clean"), corpus, tmp_path / "clean")
+    assert clean.status == "complete", clean.error
+    good.reset_records()
+    bad.misbehave = "html200"  # a proxy's welcome page for every POST; /v1/models and /health stay well
+    s = score(_cfg(f"{good.base_url},{bad.base_url}", tmp_path, "cache"), corpus, tmp_path / "out")
+    err = capsys.readouterr().err
+    assert s.status == "complete", s.error
+    assert _outputs(tmp_path / "out") == _outputs(tmp_path / "clean")  # --seed: the retries sample the same
+    assert bad.count(path=CHAT_PATH) + bad.count(path="/tokenize") >= 1  # it was routed to before it went out
+    told = [e for e in s.replica_events if "taken out" in e]
+    assert len(told) == 1 and told[0].startswith(f"generation and judge server {bad.base_url} sent an unreadable "
+                                                 "answer (HTTP 200 with an unreadable body"), s.replica_events
+    assert f"the run goes on with {good.base_url}" in told[0]
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    for role in ("generation", "judge"):
+        fig = {f["url"]: f for f in run["replicas"][role]}
+        assert fig[bad.base_url]["up"] is False and fig[bad.base_url]["taken_out"].startswith("HTTP 200")
+        assert fig[good.base_url]["up"] is True and fig[good.base_url]["taken_out"] is None
+    router_port = run["replicas"]["generation"][0]["router"].rsplit(":", 1)[1]
+    assert f"127.0.0.1:{router_port}" not in err  # the notices name the servers, not the router's own port
+
+
+def test_when_every_worker_answers_html_the_error_names_the_servers_not_the_router(pair, tmp_path, capsys):
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
+    for s in pair:
+        s.misbehave = "html200"
+    rc = main(score_argv(corpus, tmp_path, ",".join(s.base_url for s in pair), "--retries", "3"))
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    router = run["replicas"]["generation"][0]["router"]
+    assert router not in err and router not in run["error"]
+    servers = ", ".join(s.base_url for s in pair)
+    assert f"the generation and judge servers (via vllm-router over {servers}), POST /tokenize: gave up" in err
+    assert "sent an unreadable answer to POST /tokenize" in err
