@@ -228,7 +228,8 @@ class Batcher:
                     again.append(i)
                     continue
                 lp = choice.first_token_logprobs() if requests[i].logprobs else None
-                out[i] = ChatResult(texts=[redact_secrets(choice.text)], finish_reasons=[choice.finish_reason],
+                text = self.client.answer_text(url, choice.text, requests[i].max_tokens)
+                out[i] = ChatResult(texts=[text], finish_reasons=[choice.finish_reason],
                                     model=model, usage=u, seconds=0.0,
                                     first_logprobs=[lp] if requests[i].logprobs else [])
             if not again:

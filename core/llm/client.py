@@ -76,6 +76,11 @@ __all__ = ["Timeouts", "ChatResult", "StreamResult", "ShortAnswerError", "Client
            "EMPTY_ANSWER_RETRIES"]
 
 EMPTY_ANSWER_RETRIES = 2
+# An answer is kept up to this many characters per token of its max_tokens (plus a
+# margin): ≈ 4 for English text, and no tokenizer's tokens reach 32 characters, so
+# only a server that ignores max_tokens (10 MB per verdict seen) is cut.
+CHARS_PER_TOKEN = 32
+CHARS_MARGIN = 1024
 T = TypeVar("T")
 
 
@@ -178,6 +183,7 @@ class Client:
         # workers when an answer through it is unreadable (core/llm/router.py `routing` sets both).
         self.names: dict[str, str] = {}
         self.suspects: dict[str, Suspect] = {}
+        self._overlong: set[str] = set()  # server roots told to ignore max_tokens
 
     def __repr__(self) -> str:  # never show the key
         return f"<Client {self._state} key={'set' if self._api_key else 'none'}>"
@@ -294,7 +300,7 @@ class Client:
             usage.add(usage_of(data.usage))
             model = data.model or model
             for ch in sorted(data.choices, key=lambda c: c.index)[: req.n]:
-                texts.append(redact_secrets(ch.message.content or ""))
+                texts.append(self.answer_text(url, ch.message.content or "", request.max_tokens))
                 reasons.append(ch.finish_reason)
                 logprobs.append(ch.first_token_logprobs() if request.logprobs else None)
             missing = request.n - len(texts)
@@ -309,6 +315,21 @@ class Client:
             req = msgspec.structs.replace(request, n=missing, seed=seed)
         raise ShortAnswerError(f"{url}: asked for {request.n} choices, got {len(texts)} after "
                                f"{self.retry.attempts} follow-up requests", usage, followups)
+
+    def answer_text(self, url: str, text: str, max_tokens: int | None) -> str:
+        """An answer's text as it is kept: without the key, and cut when it is far
+        longer than `max_tokens` allows (CHARS_PER_TOKEN), said once per server."""
+        text = redact_secrets(text)  # before the cut, which could leave part of a key
+        limit = None if max_tokens is None else CHARS_PER_TOKEN * max_tokens + CHARS_MARGIN
+        if limit is None or len(text) <= limit:
+            return text
+        root = server_root(url)
+        if root not in self._overlong and self.outages.notice is not None:
+            self._overlong.add(root)
+            self.outages.notice(f"{self.names.get(root, root)} ignores max_tokens: it sent an answer of "
+                                f"{len(text):,} characters for max_tokens {max_tokens}; every answer longer than "
+                                f"{limit:,} characters is kept cut to that length")
+        return text[:limit]
 
     async def post(self, base_url: str, path: str, body: msgspec.Struct, decoder: msgspec.json.Decoder[T], *,
                    model: str, key: str = "", retry: RetryPolicy | None = None) -> T:

@@ -222,3 +222,44 @@ def test_when_every_worker_answers_html_the_error_names_the_servers_not_the_rout
     servers = ", ".join(s.base_url for s in pair)
     assert f"the generation and judge servers (via vllm-router over {servers}), POST /tokenize: gave up" in err
     assert "sent an unreadable answer to POST /tokenize" in err
+
+
+# --- retry notices in a 429 storm (review 5k) -------------------------------------------
+
+def test_a_429_storm_prints_one_notice_per_server_per_interval_worded_as_a_refusal(server, tmp_path, capsys):
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
+    server.set_fault_rates({"429": 0.33}, seed=1)  # Retry-After: 0
+    rc = main(score_argv(corpus, tmp_path, server.base_url))
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    retried = sum(1 for r in server.requests if r.fault == "429")
+    assert retried > 20  # a storm: every one retried
+    notices = [line for line in err.splitlines() if line.startswith("warning:") and server.base_url in line]
+    assert len(notices) <= 2, notices  # one retry notice (the run is shorter than the interval), one "again"
+    assert notices[0].startswith(f"warning: {server.base_url} refused POST /v1/chat/completions (HTTP 429: ")
+    assert "did not answer" not in err
+
+
+# --- answers far beyond max_tokens (review 5g) -------------------------------------------
+
+@pytest.mark.parametrize("batching", [False, True], ids=["chat", "batched"])
+def test_answers_far_beyond_max_tokens_are_kept_cut_and_said_once(tmp_path, capsys, batching):
+    from conftest import verdict_records
+
+    from tension.core.llm.client import CHARS_MARGIN, CHARS_PER_TOKEN
+    from tension.testing.openai_server import classify
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
+    huge = "Y " + "pad " * 250_000  # 1 MB per verdict, for --judge-max-tokens 10
+    with LoopbackServer(model=MODELS, batching=batching) as srv:
+        srv.respond(lambda msgs, n, seed: huge if classify(msgs) == "judge" else None)
+        rc = main(score_argv(corpus, tmp_path, srv.base_url, "--judge-batch", "on" if batching else "off"))
+        err = capsys.readouterr().err
+        assert srv.count(path="/v1/completions" if batching else CHAT_PATH, kind=None) > 0
+    assert rc == 0, err
+    limit = CHARS_PER_TOKEN * 10 + CHARS_MARGIN
+    verdicts = verdict_records(tmp_path / "cache")
+    assert verdicts and all(len(v.text) == limit for v in verdicts.values())
+    told = [line for line in err.splitlines() if "ignores max_tokens" in line]
+    assert len(told) == 1 and told[0].startswith(f"warning: {srv.base_url} ignores max_tokens: it sent an answer "
+                                                 f"of {len(huge):,} characters for max_tokens 10"), err
