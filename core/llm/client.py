@@ -185,6 +185,11 @@ class Client:
         self.suspects: dict[str, Suspect] = {}
         self._overlong: set[str] = set()  # server roots told to ignore max_tokens
 
+    @property
+    def has_key(self) -> bool:
+        """Whether requests carry an API key (an Authorization header)."""
+        return bool(self._api_key)
+
     def __repr__(self) -> str:  # never show the key
         return f"<Client {self._state} key={'set' if self._api_key else 'none'}>"
 

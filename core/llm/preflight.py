@@ -32,7 +32,7 @@ from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, Ser
 from tension.core.llm.client import Client, RetryPolicy, normalize_base_url
 from tension.core.llm.failures import KEY_ADVICE
 
-__all__ = ["Need", "check_servers"]
+__all__ = ["Need", "check_servers", "listing_refused"]
 
 # A role with several replicas: one try each; one that does not answer is left to
 # the router (taken out and probed), as long as another answers.
@@ -85,13 +85,20 @@ async def _models(client: Client, need: Need, url: str, requests: dict[str, int]
         raise ServerError(f"the {need.role} server {url} ({need.flag}) did not answer: {e}; start it "
                           f"or correct {need.flag}") from e
     except RefusedError as e:
-        if e.missing == "key":
-            raise ConfigError(f"the {need.role} server {url} ({need.flag}) refused GET /v1/models with HTTP "
-                              f"{e.status} ({e.body}): {KEY_ADVICE}") from e
-        raise ConfigError(f"{need.flag} {url}: not the root of an OpenAI-compatible server (GET /v1/models "
-                          f"answered HTTP {e.status}: {e.body})") from e
+        raise listing_refused(need.role, url, need.flag, e) from e
     except StatusError as e:
         raise ConfigError(f"{need.flag} {url}: GET /v1/models answered HTTP {e.status}: {e.body}") from e
+
+
+def listing_refused(role: str, url: str, flag: str, e: RefusedError) -> ConfigError:
+    """The error of a GET /v1/models that `url` refused: the key, or a URL that is
+    not a server's root (e.g. one ending in /v1/chat/completions). `flag` names the
+    URL (``--base-url``, or ``--base-url[1]`` for an item of a list)."""
+    if e.missing == "key":
+        return ConfigError(f"the {role} server {url} ({flag}) refused GET /v1/models with HTTP "
+                           f"{e.status} ({e.body}): {KEY_ADVICE}")
+    return ConfigError(f"{flag} {url}: not the root of an OpenAI-compatible server (GET /v1/models "
+                       f"answered HTTP {e.status}: {e.body})")
 
 
 def _check_models(need: Need, url: str, ids: list[str]) -> None:

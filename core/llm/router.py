@@ -28,14 +28,16 @@ import contextvars
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
 from tension.cache.records import Usage
-from tension.core.errors import ConfigError, ServerError
+from tension.core.errors import ConfigError, RefusedError, ServerError
 from tension.core.llm.batch import Batch, Batcher, Template
 from tension.core.llm.client import ChatResult, Client
 from tension.core.llm.failures import RetryPolicy
+from tension.core.llm.preflight import listing_refused
 from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_hit_rate
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import Replica
@@ -85,6 +87,12 @@ class Router:
                  on_change: Callable[[str], None] | None = None, batch: str = "off"):
         if not replicas:
             raise ValueError("a Router needs at least one server")
+        for r in replicas:
+            if client.has_key and urlsplit(r.url).username is not None:
+                # aiohttp refuses to send both (a ValueError after the first requests); said before any
+                raise ConfigError(f"the {role} server {redact(r.url)} has a user in its URL, and an API key is "
+                                  "set too (OPENAI_API_KEY, or the variable --api-key-env names): only one can be "
+                                  "sent; drop the user and password from the URL, or unset the key")
         self.role = role
         self.workers = [r.url for r in replicas]
         self.client = client
@@ -153,6 +161,9 @@ class Router:
         try:
             async with asyncio.timeout(PROBE_TIMEOUT if not self.single else None):
                 ids = await self.client.models(url, retry=RetryPolicy(attempts=1) if not self.single else None)
+        except RefusedError as e:  # the key, or a list item that is not a server's root
+            item = flag.replace("-model", "-base-url") + (f"[{self.workers.index(url)}]" if not self.single else "")
+            raise listing_refused(self.role, url, item, e) from None
         except TimeoutError:
             raise ServerError(f"{self.role} server {url} did not answer /v1/models "
                               f"within {PROBE_TIMEOUT:g} s") from None

@@ -362,6 +362,15 @@ def _outcome_lines(data: RunData) -> list[str]:
     return lines
 
 
+def _tokens(usage: dict, cached: bool) -> str:
+    """Tokens used; "unknown" when answers were counted but not one token: the
+    server sends no `usage`, and 0 would be a false count."""
+    if usage.get("requests", 0) > 0 and not (usage.get("prompt_tokens") or usage.get("completion_tokens")):
+        return "unknown: the server reported no token usage"
+    prefix = f" ({usage.get('cached_tokens', 0):,} served from the server's prefix cache)" if cached else ""
+    return f"{usage.get('prompt_tokens', 0):,} prompt{prefix}, {usage.get('completion_tokens', 0):,} completion"
+
+
 def _run_lines(data: RunData, gpu_hour_usd: float | None) -> list[str]:
     """The run's models, settings, requests, tokens, cost and versions."""
     run, s = data.run, data.settings
@@ -382,10 +391,8 @@ def _run_lines(data: RunData, gpu_hour_usd: float | None) -> list[str]:
     lines += [f"- requests sent: {req.get('generation', 0)} generation, {req.get('judge', 0)} judge, "
               f"{req.get('tokenize', 0)} tokenize ({run.get('http', {}).get('retries', 0)} retries); cache hits: "
               + ", ".join(f"{v} {k}" for k, v in hits.items()),
-              f"- tokens this run: {u_now.get('prompt_tokens', 0):,} prompt ({u_now.get('cached_tokens', 0):,} "
-              f"served from the server's prefix cache), {u_now.get('completion_tokens', 0):,} completion",
-              f"- tokens of all answers (as if nothing were cached): {u_all.get('prompt_tokens', 0):,} prompt, "
-              f"{u_all.get('completion_tokens', 0):,} completion"]
+              "- tokens this run: " + _tokens(u_now, cached=True),
+              "- tokens of all answers (as if nothing were cached): " + _tokens(u_all, cached=False)]
     if gpu_hour_usd is not None:
         inv = run.get("invocations", {"count": 1, "wall_seconds": run.get("wall_seconds", 0)})
         hours = inv["wall_seconds"] / 3600

@@ -263,3 +263,56 @@ def test_answers_far_beyond_max_tokens_are_kept_cut_and_said_once(tmp_path, caps
     told = [line for line in err.splitlines() if "ignores max_tokens" in line]
     assert len(told) == 1 and told[0].startswith(f"warning: {srv.base_url} ignores max_tokens: it sent an answer "
                                                  f"of {len(huge):,} characters for max_tokens 10"), err
+
+
+# --- a list item that names an endpoint (review 4e) ------------------------------------
+
+@pytest.mark.parametrize("flag", ["--base-url", "--judge-base-url"])
+@pytest.mark.parametrize("bad", [0, 1])
+def test_a_list_item_naming_an_endpoint_is_told_it_is_not_a_servers_root(pair, tmp_path, capsys, flag, bad):
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
+    items = [s.base_url for s in pair]
+    items[bad] += "/v1/chat/completions"
+    more = [] if flag == "--base-url" else ["--judge-base-url", ",".join(items)]
+    rc = main(score_argv(corpus, tmp_path, ",".join(items) if flag == "--base-url" else pair[0].base_url, *more))
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith(f"error: {flag}[{bad}] {items[bad]}: not the root of an OpenAI-compatible server "
+                          "(GET /v1/models answered HTTP 404"), err
+    assert all(s.count(path=CHAT_PATH) == 0 for s in pair)
+
+
+# --- URL credentials beside an API key (review 10d) ---------------------------------------
+
+@pytest.mark.parametrize("verb", ["score", "generate"])
+def test_url_credentials_and_an_api_key_together_are_a_usage_error_before_any_request(server, tmp_path, capsys,
+                                                                                      monkeypatch, verb):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-CANARY-10d")
+    url = server.base_url.replace("http://", "http://alice:PW-SECRET@")
+    if verb == "score":
+        argv = score_argv(make_corpus(tmp_path / "c.jsonl", 1, seed=3), tmp_path, url)
+    else:
+        ideas = tmp_path / "ideas.jsonl"
+        ideas.write_text('{"id": "i1", "idea": "a lighthouse keeper finds a letter"}\n')
+        argv = ["generate", str(ideas), "--out", str(tmp_path / "gen"), "--base-url", url, "--model", "test-gen",
+                "--cache", str(tmp_path / "cache"), "--no-progress"]
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "has a user in its URL, and an API key is set too" in err and "Traceback" not in err
+    assert "PW-SECRET" not in err and "sk-CANARY-10d" not in err
+    assert server.requests == []  # not one request, not even /v1/models
+
+
+# --- a server that reports no usage (review 5l) ---------------------------------------------
+
+def test_a_server_reporting_no_usage_gets_unknown_tokens_in_report_md_not_zeros(tmp_path, capsys):
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
+    with LoopbackServer(model=MODELS, serve_usage=False) as srv:
+        argv = [a for a in score_argv(corpus, tmp_path, srv.base_url) if a != "--no-report"]
+        rc = main(argv)
+    assert rc == 0, capsys.readouterr().err
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "- tokens this run: unknown: the server reported no token usage" in report
+    assert "- tokens of all answers (as if nothing were cached): unknown: the server reported no token usage" in report
+    assert "0 prompt" not in report

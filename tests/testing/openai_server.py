@@ -78,7 +78,8 @@ Misbehaviour (`MISBEHAVIOURS`), a server whose model does not do the task, set w
 ==================== ==========================================================
 
 ``serve_health=False`` makes ``/health`` FastAPI's 404, as on a server that lacks it
-(vllm-router health-checks its workers there).
+(vllm-router health-checks its workers there); ``serve_usage=False`` leaves ``usage``
+out of every answer, as some OpenAI-compatible servers do.
 
 Errors are vLLM-style JSON ``{"error": {"message", "type", "param", "code"}}``: 400 for
 a body that is not a JSON object, missing/invalid ``messages``, ``n`` < 1, negative
@@ -558,6 +559,7 @@ class LoopbackServer:
         misbehave: str | None = None,
         serve_tokenize: bool = True,
         serve_health: bool = True,
+        serve_usage: bool = True,
         batching: bool = False,
         template_quirk: str | None = None,
         api_key: str | None = None,
@@ -577,6 +579,7 @@ class LoopbackServer:
             serve_metrics=serve_metrics,  # False: /metrics answers 404, as a server without it
             serve_tokenize=serve_tokenize,  # False: /tokenize is FastAPI's 404, as a server without it
             serve_health=serve_health,  # False: /health is FastAPI's 404, as a server without it
+            serve_usage=serve_usage,  # False: answers carry no `usage`, as some OpenAI-compatible servers send
             batching=batching,  # True: /detokenize, /v1/completions and templated /tokenize of messages (vLLM's)
             template_quirk=template_quirk,  # see render_template
             api_key=api_key,  # set: every request needs "Authorization: Bearer <api_key>"
@@ -1254,6 +1257,8 @@ class LoopbackServer:
             if self.misbehave == "html200":
                 status = 200
                 return web.Response(text=HTML_PAGE, content_type="text/html")
+            if status == 200 and not self.serve_usage and isinstance(payload, dict):
+                payload = {k: v for k, v in payload.items() if k != "usage"}
             if chat and make is None and status == 200 and body.get("stream") is True and fault is None:
                 return await self._stream(request, body, payload)
             if fault == "nonjson":
