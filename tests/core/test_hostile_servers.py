@@ -316,3 +316,27 @@ def test_a_server_reporting_no_usage_gets_unknown_tokens_in_report_md_not_zeros(
     assert "- tokens this run: unknown: the server reported no token usage" in report
     assert "- tokens of all answers (as if nothing were cached): unknown: the server reported no token usage" in report
     assert "0 prompt" not in report
+
+
+def test_generate_over_a_worker_answering_html_ends_on_the_others_with_the_clean_stories(pair, tmp_path, capsys):
+    long = "The ferry left without her, and the harbour lights went out one by one. " * 4
+    ideas = tmp_path / "ideas.jsonl"
+    ideas.write_text("".join(json.dumps({"id": f"i{i}", "idea": f"A keeper finds letter number {i}."}) + "\n"
+                             for i in range(6)))
+    good, bad = pair
+    for s in pair:
+        s.script("Write the story now.", lambda m, seed, i: f"STORY[{seed}] {m[-1]['content'][-40:]} " + long)
+
+    def generate(urls: str, name: str) -> list[dict]:
+        out = tmp_path / f"{name}.jsonl"
+        rc = main(["generate", str(ideas), "--out", str(out), "--mode", "vanilla", "--base-url", urls,
+                   "--model", "test-gen", "--cache", str(tmp_path / f"cache-{name}"), "--no-progress"])
+        assert rc == 0, capsys.readouterr().err
+        return [{k: r[k] for k in ("idea_id", "text")} for r in map(json.loads, out.read_text().splitlines())]
+
+    clean = generate(good.base_url, "clean")
+    bad.misbehave = "html200"
+    assert generate(f"{good.base_url},{bad.base_url}", "routed") == clean
+    assert bad.count(path=CHAT_PATH) >= 1  # routed to before it went out
+    err = capsys.readouterr().err
+    assert f"generation server {bad.base_url} sent an unreadable answer" in err and "taken out" in err
