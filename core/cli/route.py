@@ -14,7 +14,11 @@ __all__ = ["VERBS", "cmd_route"]
 
 def cmd_route(args) -> int:
     """Start the vLLM project's router (vllm-router) over running OpenAI-compatible
-    servers and print the one URL to give `score`; Ctrl-C stops it."""
+    servers and print the one URL to give `score`; Ctrl-C stops it.
+
+    Each server must list its models (GET /v1/models) and answer GET /health, where
+    the router checks its workers (vLLM serves both); a server without /health is
+    refused at once. The router's log is deleted when it stops cleanly."""
     from tension.core.llm.vllm_router import LocalRouter, RouterSettings, worker_models
 
     urls = [u.strip() for arg in args.urls for u in arg.split(",") if u.strip()]

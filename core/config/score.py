@@ -49,8 +49,9 @@ _CURVE = CurveSettings()
 class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     # servers
     base_url: Annotated[URLs, flag(
-        "generation server root, e.g. http://127.0.0.1:8000; several comma-separated are replicas (a story's "
-        "requests stay on one; docs/scale-out.md)", SERVERS, metavar="URL",
+        "generation server root, e.g. http://127.0.0.1:8000; several comma-separated are replicas behind "
+        "vllm-router (a story's requests stay on one; each must answer GET /health, as vLLM does; one that "
+        "answers unreadably is taken out; docs/scale-out.md)", SERVERS, metavar="URL",
         default="OPENAI_BASE_URL, else the running embedded server, else http://127.0.0.1:8000")] = "http://127.0.0.1:8000"
     model: Annotated[str | None, flag(
         "generation model id (default: the first the server lists; giving it lets a fully cached rerun send "
