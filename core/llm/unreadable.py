@@ -84,7 +84,10 @@ class Unreadable:
             left = [w for w in live if w not in bad]
             if left:
                 for worker, why in bad.items():
-                    await asyncio.to_thread(self.local.remove_worker, worker)
+                    try:
+                        await asyncio.to_thread(self.local.remove_worker, worker)
+                    except OSError:  # the router did not take it: the client's retries go on as before
+                        continue
                     self.out.add(worker)
                     self.on_out(worker, why, left)
             self._checked = time.monotonic()
