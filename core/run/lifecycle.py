@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from tension.cache.store import Store, default_path
-from tension.core.errors import ConfigError, RunStatus, TensionError, exit_status
+from tension.core.errors import EXIT_USAGE, ConfigError, RunStatus, TensionError, exit_status
 from tension.core.llm.client import Client, Timeouts
 from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.router import Router
@@ -102,6 +102,9 @@ class Run:
         self.llm = Engine(store, progress, roles, partial)
         self.pipeline: Pipeline | None = None
         self.error: str | None = None  # the first error, as the record states it
+        # The first error was a ConfigError: the CLI exits 2 for it (a rerun of the same
+        # command cannot pass), and the record must state the code the process returns.
+        self.usage_error = False
         self.cancelled = False
         self.started = time.time()
         self.wall_seconds: float | None = None  # fixed by `freeze_wall`
@@ -117,6 +120,8 @@ class Run:
 
     @property
     def exit_status(self) -> int:
+        if self.status == "failed" and self.usage_error:
+            return EXIT_USAGE
         produced, problems = self.pipeline.outcome() if self.pipeline is not None else (1, 0)
         return exit_status(self.status, produced, problems)
 
@@ -142,6 +147,7 @@ class Run:
     def _failed(self, e: BaseException) -> None:
         if self.error is None:
             self.error = describe(e)
+            self.usage_error = isinstance(e, ConfigError)
 
     async def work(self, work: Awaitable[None], *, stop: bool = False) -> bool:
         """Await the pipeline's work; True when it completed. A failure during the
