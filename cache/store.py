@@ -16,9 +16,10 @@ writes the new answer over it.
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import lmdb
@@ -29,7 +30,7 @@ from tension.core.errors import CacheDamagedError, CacheError
 from . import pages, records
 from .paths import cache_root
 
-__all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damaged"]
+__all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damaged", "disk_free", "write_failure"]
 
 # "positions" (added later, no format change): one record per judged position, so a
 # rerun reads a position's n verdicts with one lookup; older caches simply lack it.
@@ -194,14 +195,48 @@ class Store:
 
     # -- writes -------------------------------------------------------------
 
-    def put_many(self, items: Iterable[tuple[str, bytes, records.Record]]) -> int:
+    def put_many(self, items: Iterable[tuple[str, bytes, records.Record]],
+                 replace: Collection[tuple[str, bytes]] = ()) -> int:
         """Write completed records in one transaction. A key already present is
         left as it is (values are written once), unless its value is damaged (its
-        checksum fails): then the new one replaces it. Returns how many were new."""
-        encoded = [(self._dbs[db], key, records.encode(rec), db) for db, key, rec in items]
+        checksum fails) or (database, key) is in `replace` (a record asked again on
+        purpose, `--refresh`): then the new one replaces it. Returns how many were
+        new."""
+        encoded = [(self._dbs[db], key, records.encode(rec), db, (db, key) in replace) for db, key, rec in items]
         if not encoded:
             return 0
         return self._write(encoded)
+
+    def keys(self, db: str) -> Iterator[tuple[bytes, records.Record | None]]:
+        """Every key of a database with its record (None: damaged), in key order,
+        read in one transaction (`cache drop` looks at each)."""
+        handle = self._dbs[db]
+        if handle is None:
+            return
+        with self._map_lock, self._lmdb.begin(db=handle) as txn:
+            for key, value in txn.cursor():
+                try:
+                    rec = records.decode(value)
+                except records.DamagedRecord:
+                    rec = None
+                yield bytes(key), rec
+
+    def delete_many(self, items: Iterable[tuple[str, bytes]]) -> dict[str, int]:
+        """Delete records in one transaction; how many were there, per database."""
+        if self.readonly:
+            raise CacheError(f"the cache at {self.path} is open read-only")
+        gone = dict.fromkeys(DBS, 0)
+        try:
+            with self._lmdb.begin(write=True) as txn:
+                for db, key in items:
+                    handle = self._dbs[db]
+                    if handle is not None and txn.delete(key, db=handle):
+                        gone[db] += 1
+        except _DAMAGE as e:
+            raise damaged(self.path, f"writing to it failed: {e}") from e
+        except lmdb.Error as e:
+            raise CacheError(write_failure(self.path, e)) from e
+        return gone
 
     def _write(self, encoded, meta: bool = False) -> int:
         if self.readonly:
@@ -214,9 +249,9 @@ class Store:
                         for _db, key, value in encoded:
                             txn.put(key, value, db=self._meta)
                         return 1
-                    for handle, key, value, name in encoded:
-                        if txn.put(key, value, db=handle, overwrite=False) or _replace_damaged(txn, handle, key,
-                                                                                             value):
+                    for handle, key, value, name, replace in encoded:
+                        if (txn.put(key, value, db=handle, overwrite=replace)
+                                or _replace_damaged(txn, handle, key, value)):
                             added[name] += 1
                 # Counted only once the transaction committed: a batch retried
                 # after the map grew must not be counted twice.
@@ -231,8 +266,7 @@ class Store:
             except _DAMAGE as e:
                 raise damaged(self.path, f"writing to it failed: {e}") from e
             except lmdb.Error as e:
-                raise CacheError(f"cannot write to the cache at {self.path}: {e} "
-                                 "(the records already written are intact)") from e
+                raise CacheError(write_failure(self.path, e)) from e
         raise CacheError(f"the cache at {self.path} is full after growing {_MAX_GROWS} times")
 
     def _grow(self) -> None:
@@ -240,8 +274,10 @@ class Store:
         new = size * 2
         if self.max_bytes is not None:
             if size >= self.max_bytes:
+                # The limit is the user's: the same command would stop here again.
                 raise CacheError(f"the cache at {self.path} is full: it reached its limit of {self.max_bytes:,} "
-                                 "bytes (--cache-max-gb); the records written so far are intact and readable")
+                                 "bytes (--cache-max-gb); the records written so far are intact and readable. "
+                                 f"Raise --cache-max-gb (now {self.max_bytes / 1e9:g}) and rerun to continue")
             new = min(new, self.max_bytes)
         try:
             with self._map_lock:
@@ -275,6 +311,27 @@ class Store:
         with self._lmdb.begin(db=self._meta) as txn:
             v = txn.get(b"last_run")
         return msgspec.json.decode(v, type=RunCounts) if v else None
+
+
+def disk_free(path: str | os.PathLike) -> str:
+    """The free space of the disk holding `path` (or its nearest existing parent), said."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        free = shutil.disk_usage(p).free
+    except OSError:
+        return "an unknown amount of space"
+    return f"{free:,} bytes ({free / 1e6:.1f} MB)"
+
+
+def write_failure(path: str | os.PathLike, e: BaseException) -> str:
+    """What a failed write to the cache at `path` says. LMDB reports a short write
+    (a full disk, a file-size limit) as "Input/output error": name the likely
+    cause and the free space, and the way on."""
+    return (f"cannot write to the cache at {path}: {e}. The disk holding it has {disk_free(path)} free: a full "
+            "disk or a file-size limit (ulimit -f) ends a write this way. The records already written are intact; "
+            "make room (or give another --cache) and rerun the same command to continue")
 
 
 def _replace_damaged(txn, handle, key: bytes, value) -> bool:

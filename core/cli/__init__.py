@@ -35,7 +35,7 @@ __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAG
 VERBS: list[Verb] = [*score.VERBS, *generate.VERBS, *fairplay.VERBS, *reports.VERBS, *serve.VERBS, *route.VERBS,
                      *cache.VERBS, *view.VERBS]
 # the help of the verbs that group others ("cache stats")
-GROUPS = {"cache": "inspect, verify and recover the LMDB cache"}
+GROUPS = {"cache": "inspect, verify, recover and drop records of the LMDB cache"}
 
 EPILOG = """\
 Each command's --help lists its flags with their defaults (the papers' settings).

@@ -36,6 +36,7 @@ class Committer:
     def __init__(self, store: Store, partial: Path | None):
         self.store = store
         self.records: list[tuple[str, bytes, records.Record]] = []
+        self.replace: set[tuple[str, bytes]] = set()  # (database, key) of records asked again on purpose
         self.lines: list[bytes] = []
         # No partial file: records only (`estimate` keeps the token counts it asked for).
         self._partial = partial.open("ab") if partial is not None else None
@@ -43,8 +44,12 @@ class Committer:
         self._pending: list[Future[None]] = []
         self._closed = False
 
-    def add(self, db: str, key: bytes, rec: records.Record) -> None:
+    def add(self, db: str, key: bytes, rec: records.Record, replace: bool = False) -> None:
+        """Keep `rec` under `key`; with `replace` it is written over a record already
+        there (an answer asked again on purpose: `--refresh`)."""
         self.records.append((db, key, rec))
+        if replace:
+            self.replace.add((db, key))
         if len(self.records) >= COMMIT_BATCH:
             self.flush()
 
@@ -54,12 +59,14 @@ class Committer:
             return
         batch, self.records = self.records, []
         lines, self.lines = self.lines, []
-        self._pending.append(self._writer.submit(self._commit, batch, lines))
+        replace, self.replace = self.replace, set()
+        self._pending.append(self._writer.submit(self._commit, batch, lines, replace))
         self.check()
 
-    def _commit(self, batch: list[tuple[str, bytes, records.Record]], lines: list[bytes]) -> None:
+    def _commit(self, batch: list[tuple[str, bytes, records.Record]], lines: list[bytes],
+                replace: set[tuple[str, bytes]]) -> None:
         if batch:
-            self.store.put_many(batch)
+            self.store.put_many(batch, replace)
         if lines and self._partial is not None:
             self._partial.write(b"".join(lines))
             self._partial.flush()

@@ -24,7 +24,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
@@ -90,7 +90,7 @@ class Run:
 
     def __init__(self, *, command: str, settings: RunSettings, store: Store, client: Client, progress: Progress,
                  partial: Path | None, record_path: Path | None = None, roles: tuple[str, ...] = (),
-                 last_run: bool = True):
+                 last_run: bool = True, refresh: Collection[str] = ()):
         self.command = command
         self.settings = settings
         self.store = store
@@ -99,14 +99,14 @@ class Run:
         self.partial = partial
         self.record_path = record_path
         self.last_run = last_run
-        self.llm = Engine(store, progress, roles, partial)
+        self.started = time.time()
+        self.llm = Engine(store, progress, roles, partial, refresh=refresh, since=self.started)
         self.pipeline: Pipeline | None = None
         self.error: str | None = None  # the first error, as the record states it
         # The first error was a ConfigError: the CLI exits 2 for it (a rerun of the same
         # command cannot pass), and the record must state the code the process returns.
         self.usage_error = False
         self.cancelled = False
-        self.started = time.time()
         self.wall_seconds: float | None = None  # fixed by `freeze_wall`
 
     @property
@@ -235,13 +235,14 @@ class Run:
 
 def open_run(settings: RunSettings, command: str, *, progress: Progress, partial: Path | None = None,
              record_path: Path | None = None, roles: tuple[str, ...] = (), last_run: bool = True,
-             store: Store | None = None, transport: Transport | None = None) -> Run:
+             store: Store | None = None, transport: Transport | None = None, refresh: Collection[str] = ()) -> Run:
     """A run of `command` with the settings' cache (or `store`) and a client with
-    their timeout and retry budget (over `transport`, default aiohttp)."""
+    their timeout and retry budget (over `transport`, default aiohttp). The
+    `refresh` roles' cached answers are asked again (`--refresh`)."""
     return Run(command=command, settings=settings,
                store=store if store is not None else open_store(settings.cache, settings.cache_max_gb),
                client=client_for(settings, transport), progress=progress, partial=partial,
-               record_path=record_path, roles=roles, last_run=last_run)
+               record_path=record_path, roles=roles, last_run=last_run, refresh=refresh)
 
 
 @contextlib.contextmanager

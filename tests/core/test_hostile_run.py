@@ -15,6 +15,7 @@ from conftest import make_corpus
 from fairplay_scripted import story_record, write_jsonl
 
 from tension.core.cli import main
+from tension.testing.openai_server import LoopbackServer
 
 # --- finding 4 (11f): the record's exit status is the process's ---------------------
 
@@ -52,3 +53,121 @@ def test_a_config_error_after_the_run_opened_is_exit_2_in_the_record_too(verb, s
     doc = json.loads(record.read_text())
     assert doc["status"] == "failed" and "nosuch" in doc["error"]
     assert doc["exit_status"] == rc  # one truth: the record holds the code the process returns
+
+
+# --- finding 1 (5c, 5d): a broken setup's answers are not replayed forever ----------
+
+OUTPUT_FILES = ("positions.jsonl", "stories.csv", "groups.csv")
+
+
+def _score4(url: str, corpus: Path, out: Path, cache: Path, *flags: str) -> int:
+    """score with 4 endings (2 stories: about 260 verdicts, past the early stop's 200)."""
+    return main(["score", str(corpus), "--out", str(out), "--base-url", url, "--model", "test-gen",
+                 "--endings", "4", "--seed", "1", "--cache", str(cache), "--no-progress", *flags])
+
+
+def _same_outputs(a: Path, b: Path) -> None:
+    for name in OUTPUT_FILES:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+@pytest.fixture
+def broken(tmp_path):
+    """The corpus, and a clean run's folder on a healthy server (what a fixed setup must give)."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
+    with LoopbackServer(model=["test-gen"]) as ok:
+        assert _score4(ok.base_url, corpus, tmp_path / "clean", tmp_path / "clean-cache") == 0
+    return corpus, tmp_path / "clean"
+
+
+def _null_endings_run(corpus: Path, out: Path, cache: Path, capsys) -> str:
+    with LoopbackServer(model=["test-gen"], misbehave="null_content") as bad:
+        rc = _score4(bad.base_url, corpus, out, cache)
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    return err
+
+
+def test_endings_that_came_back_null_fail_the_run_and_refresh_generation_asks_them_again(broken, tmp_path,
+                                                                                          capsys):
+    corpus, clean = broken
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    err = _null_endings_run(corpus, out, cache, capsys)
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "failed" and run["exit_status"] == 1
+    assert run["error"].startswith("every ending is empty")
+    assert "a rerun reads them from it" in err and "--refresh generation" in err
+    assert f"tension-run cache drop --run {out} --role generation --yes" in err
+    assert "rerun the same command to continue" not in err  # it would fail again
+    assert not (out / "positions.jsonl").exists()  # no result that looks like one
+    # identical because empty: not blamed on the temperature or seed
+    assert "temperature" not in err and "endings_identical" not in [w["check"] for w in run["warnings"]]
+    with LoopbackServer(model=["test-gen"]) as ok:
+        assert _score4(ok.base_url, corpus, out, cache) == 1  # fixed, but replayed from the cache
+        assert ok.count(kind="generation") == 0
+        assert _score4(ok.base_url, corpus, out, cache, "--refresh", "generation") == 0, capsys.readouterr().err
+        assert ok.count(kind="generation") > 0
+        _same_outputs(out, clean)
+        # the fresh answers replaced the cached ones: a plain rerun sends nothing and gives the same
+        ok.reset_records()
+        assert _score4(ok.base_url, corpus, tmp_path / "again", cache) == 0
+        assert ok.count(kind="generation") == 0 and ok.count(kind="judge") == 0
+    _same_outputs(tmp_path / "again", clean)
+
+
+def test_endings_that_came_back_null_are_dropped_by_cache_drop_run(broken, tmp_path, capsys):
+    corpus, clean = broken
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    _null_endings_run(corpus, out, cache, capsys)
+    args = ["cache", "drop", "--cache", str(cache), "--run", str(out), "--role", "generation"]
+    assert main(args) == 0  # a dry run first: counts, drops nothing
+    dry = capsys.readouterr().out
+    n = int(dry.split(" records match")[0].rsplit(" ", 1)[1])
+    assert n > 0 and "endings records (generation)" in dry and "add --yes" in dry
+    assert main(args) == 0 and capsys.readouterr().out == dry  # nothing was dropped
+    assert main([*args, "--yes"]) == 0
+    assert f"dropped {n} records" in capsys.readouterr().out
+    with LoopbackServer(model=["test-gen"]) as ok:
+        assert _score4(ok.base_url, corpus, out, cache) == 0, capsys.readouterr().err
+    _same_outputs(out, clean)
+
+
+def _think_judge_run(corpus: Path, out: Path, cache: Path, gen_url: str, capsys) -> str:
+    with LoopbackServer(model=["test-gen"], misbehave="think") as judge:
+        rc = _score4(gen_url, corpus, out, cache, "--judge-base-url", judge.base_url)
+    err = capsys.readouterr().err
+    assert rc == 1 and "the judge is not answering Y or N" in err, err
+    return err
+
+
+@pytest.mark.parametrize("way", ["refresh", "drop_run", "drop_model"])
+def test_a_judge_that_answered_think_is_asked_again_once_fixed(broken, tmp_path, capsys, way):
+    corpus, clean = broken
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    with LoopbackServer(model=["test-gen"]) as ok:
+        err = _think_judge_run(corpus, out, cache, ok.base_url, capsys)
+        assert "a rerun reads them from it" in err and "--refresh judge" in err
+        assert f"tension-run cache drop --run {out} --role judge --yes" in err
+        assert "Rerunning the same command stops here again" not in err
+        # the healthy judge alone: the cached verdicts stop the run again (what the user met)
+        assert _score4(ok.base_url, corpus, out, cache) == 1
+        assert "the judge is not answering Y or N" in capsys.readouterr().err
+        if way == "refresh":
+            flags: tuple[str, ...] = ("--refresh", "judge")
+        else:
+            by = ["--run", str(out)] if way == "drop_run" else ["--model", "test-gen"]
+            assert main(["cache", "drop", "--cache", str(cache), "--role", "judge", *by, "--yes"]) == 0
+            assert "verdict records (judge)" in capsys.readouterr().out
+            flags = ()
+        ok.reset_records()
+        assert _score4(ok.base_url, corpus, out, cache, *flags) == 0, capsys.readouterr().err
+        assert ok.count(kind="generation") == 0  # the endings were fine: only the judge is asked again
+        assert ok.count(kind="judge") > 0
+    _same_outputs(out, clean)
+
+
+def test_cache_drop_needs_a_filter_and_a_cache(tmp_path, capsys):
+    assert main(["cache", "drop", "--cache", str(tmp_path)]) == 2
+    assert "name what to drop" in capsys.readouterr().err
+    assert main(["cache", "drop", "--cache", str(tmp_path / "none"), "--role", "judge"]) == 2
+    assert "no cache at" in capsys.readouterr().err

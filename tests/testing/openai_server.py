@@ -72,6 +72,8 @@ Misbehaviour (`MISBEHAVIOURS`), a server whose model does not do the task, set w
                      (temperature or seed not honoured)
 "echo"               every answer repeats the last user message (a wrong chat
                      template): a judge echoes its prompt, a writer the idea
+"null_content"       every generation choice has ``"content": null`` (a server
+                     that loses the text); judge answers are normal
 ==================== ==========================================================
 
 Errors are vLLM-style JSON ``{"error": {"message", "type", "param", "code"}}``: 400 for
@@ -180,7 +182,7 @@ FAULT_KINDS = (
 )
 # Faults a retrying client is expected to survive; the standalone --fault-rate default.
 TRANSIENT_FAULTS = ("500", "503", "429", "drop", "truncate")
-MISBEHAVIOURS = ("think", "random", "always_y", "identical", "echo")
+MISBEHAVIOURS = ("think", "random", "always_y", "identical", "echo", "null_content")
 
 # --------------------------------------------------------------------------- tokenizer
 
@@ -222,8 +224,8 @@ def count_tokens(text: str) -> int:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _count_answer(text: str) -> int:  # answers come from a small set of strings
-    return len(_TOKEN_RE.findall(text))
+def _count_answer(text: str | None) -> int:  # answers come from a small set of strings
+    return len(_TOKEN_RE.findall(text or ""))
 
 
 def _token_id(tok: str) -> int:
@@ -416,7 +418,7 @@ def expected_verdict(
     return "Y" if v % 1000 < yes_rate * 1000 else "N"
 
 
-def misbehaving(mode: str, kind: str, messages: Sequence[dict], contents: list[str]) -> list[str]:
+def misbehaving(mode: str, kind: str, messages: Sequence[dict], contents: list[str]) -> list[str | None]:
     """The answers of a misbehaving server (`MISBEHAVIOURS`) in place of `contents`."""
     if mode == "think":
         return ["<think>\nOkay, the user wants me to decide whether this"] * len(contents)
@@ -430,6 +432,8 @@ def misbehaving(mode: str, kind: str, messages: Sequence[dict], contents: list[s
         return contents[:1] * len(contents) if kind == "generation" else contents
     if mode == "echo":
         return [_last_user(messages)] * len(contents)
+    if mode == "null_content":
+        return [None] * len(contents) if kind == "generation" else list(contents)
     raise ValueError(f"misbehave: expected one of {MISBEHAVIOURS}, got {mode!r}")
 
 
@@ -1156,7 +1160,7 @@ class LoopbackServer:
         else:
             contents = ["OK"] * n
         if self.misbehave and scripted is None:
-            contents = misbehaving(self.misbehave, kind, msgs, contents)
+            contents = misbehaving(self.misbehave, kind, msgs, contents)  # type: ignore[assignment]
         finish = "length" if self.misbehave == "think" else "stop"
         if fault == "few_choices":
             contents = contents[: n // 2]
@@ -1178,7 +1182,7 @@ class LoopbackServer:
             "model": body.get("model") or self.model,
             "choices": [
                 {"index": i, "message": {"role": "assistant", "content": text},
-                 "logprobs": _logprobs(text) if body.get("logprobs") else None,
+                 "logprobs": _logprobs(text or "") if body.get("logprobs") else None,
                  "finish_reason": finish, "stop_reason": None}
                 for i, text in enumerate(contents)
             ],

@@ -88,7 +88,7 @@ class Scoring:
         self.reqs = ScoreRequests(cfg, cfg.model or "", cfg.judge_model or "")  # model ids resolved in `score`
         self.finder = PositionFinder(cfg, run.llm, self.gen_router, count)
         self.judge = Judge(cfg, run.llm)
-        self.watch = AnswerWatch(cfg)
+        self.watch = AnswerWatch(cfg, out_folder(run))
         self.results: dict[tuple[int, int], PositionResult] = {}  # (story index, k) ->
         self.texts = TextsSpool(out_folder(run))  # with --save-texts: (story index, k) -> endings and verdicts
         self.failed: dict[int, Failure] = {}  # story index ->
@@ -107,6 +107,7 @@ class Scoring:
         # One lane per role ("generation", "judge", "tokenize"), `limit` per server.
         async with run.serving(gen, judge) as sched:
             await feed.run(sched, self.position, max_open(cfg, len(gen.urls), len(judge.urls)))
+        self.watch.check_endings()  # every ending empty: no result (the records are committed)
 
     async def position(self, pos: Position) -> None:
         if pos.story in self.failed:
@@ -201,7 +202,7 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
             corpus.stories = [st for st in corpus.stories if in_shard(st.id, *shard)]
         run = open_run(cfg, "score", progress=Progress(enabled=cfg.progress, stories=len(corpus.stories)),
                        partial=out / "positions.partial.jsonl", record_path=out / "run.json", roles=ROLES,
-                       transport=transport)
+                       transport=transport, refresh=cfg.refresh_roles())
         scoring = Scoring(cfg, corpus, run, count, corpus_path)
         scoring.earlier = earlier_invocations(out / "run.json")
         run.pipeline = scoring
