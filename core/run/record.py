@@ -20,7 +20,7 @@ from tension.cache.records import Usage
 from tension.core.errors import RunStatus
 from tension.core.inputs.jsonl import atomic_write
 
-__all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_invocations", "RunHeader", "Http",
+__all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_record", "RunHeader", "Http",
            "CacheFigures"]
 
 _DISTRIBUTIONS = ("tension-run", "numpy", "numba", "msgspec", "aiohttp", "lmdb", "uvloop")
@@ -100,18 +100,10 @@ class Invocations(msgspec.Struct, kw_only=True):
     wall_seconds: float = 0.0
 
 
-def earlier_invocations(record_path: Path) -> Invocations:
-    """What the run record already in the output folder says about the invocations
-    before this one (none when there is no readable record)."""
+def earlier_record(record_path: Path) -> dict[str, Any] | None:
+    """The run record already at `record_path` (None when there is no readable one)."""
     try:
         doc = json.loads(record_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return Invocations()
-    if not isinstance(doc, dict):
-        return Invocations()
-    try:
-        return msgspec.convert(doc["invocations"], Invocations)
-    except (KeyError, msgspec.ValidationError):
-        # a record written before invocations were counted: its own wall time
-        wall = doc.get("wall_seconds")
-        return Invocations(count=1, wall_seconds=float(wall)) if isinstance(wall, (int, float)) else Invocations()
+        return None
+    return doc if isinstance(doc, dict) else None

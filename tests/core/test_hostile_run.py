@@ -171,3 +171,51 @@ def test_cache_drop_needs_a_filter_and_a_cache(tmp_path, capsys):
     assert "name what to drop" in capsys.readouterr().err
     assert main(["cache", "drop", "--cache", str(tmp_path / "none"), "--role", "judge"]) == 2
     assert "no cache at" in capsys.readouterr().err
+
+
+# --- finding 11 (3a, 6b, 7a, 7c): the limit, no positions, a reused --out -----------
+
+
+def test_the_cache_size_limit_says_raise_it_not_rerun(server, tmp_path, capsys):
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
+    args = _score_args(corpus, tmp_path / "out", tmp_path / "cache", server.base_url, "--model", "test-gen")
+    assert main([*args, "--cache-max-gb", "0.0002"]) == 1
+    err = capsys.readouterr().err
+    assert "reached its limit of 200,000 bytes (--cache-max-gb)" in err
+    assert "Raise --cache-max-gb (now 0.0002) and rerun to continue" in err
+    assert "rerun the same command" not in err  # that fails again at the same limit
+    assert main([*args, "--cache-max-gb", "1"]) == 0, capsys.readouterr().err  # raised: it continues
+
+
+def test_a_corpus_without_any_position_fails_and_says_why(server, tmp_path, capsys):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "flat", "text": " ".join(["word"] * 700)}) + "\n")  # no sentence end
+    rc = main(_score_args(corpus, tmp_path / "out", tmp_path / "cache", server.base_url, "--model", "test-gen"))
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["status"] == "failed" and run["exit_status"] == 1
+    assert run["error"].startswith("no position to score in any of the 1 stories (story 'flat':")
+    assert "no position to score in any of the 1 stories" in err and "rerun the same command" not in err
+
+
+def test_reusing_an_out_folder_for_another_run_is_said_and_its_cost_not_added(server, tmp_path, capsys):
+    c1 = make_corpus(tmp_path / "c1.jsonl", 1, seed=3)
+    c2 = make_corpus(tmp_path / "c2.jsonl", 1, seed=4)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+
+    def run(corpus: Path, *flags: str) -> tuple[str, dict]:
+        assert main(_score_args(corpus, out, cache, server.base_url, "--model", "test-gen", *flags)) == 0
+        return capsys.readouterr().err, json.loads((out / "run.json").read_text())
+
+    err, doc = run(c1)
+    assert "note:" not in err and doc["invocations"]["count"] == 1
+    err, doc = run(c1, "--judge-concurrency", "7")  # how it runs, not what: the same run, counted
+    assert "note:" not in err and doc["invocations"]["count"] == 2
+    err, doc = run(c1, "--temperature", "1.0")
+    assert f"note: --out {out} held a run of other settings (temperature 1.2 → 1.0); this run replaces it" in err
+    assert doc["invocations"]["count"] == 1
+    assert "invocations into this folder" not in (out / "report.md").read_text()
+    err, doc = run(c2, "--temperature", "1.0")
+    assert f"note: --out {out} held a run of another corpus ({c1})" in err
+    assert doc["invocations"]["count"] == 1 and "invocations into this folder" not in (out / "report.md").read_text()
