@@ -306,7 +306,8 @@ async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike[str]
         async with run:
             # no story at all: no file, rather than an empty corpus that looks like a result
             if await run.work(writer.write()) and writer.done:
-                atomic_write(out, writer.output())
+                with run.outputs():  # a stop signal while it is written is obeyed at once
+                    atomic_write(out, writer.output())
     return _summary(writer, run, out)
 
 

@@ -23,6 +23,7 @@ import fcntl
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator
 from pathlib import Path
@@ -102,6 +103,9 @@ class Run:
         self.started = time.time()
         self.llm = Engine(store, progress, roles, partial, refresh=refresh, since=self.started)
         self.pipeline: Pipeline | None = None
+        # Files that say the run is complete (report.md): removed if the run is stopped
+        # after they were begun, so that no file contradicts the record's "interrupted".
+        self.claims: list[Path] = []
         self.error: str | None = None  # the first error, as the record states it
         # The first error was a ConfigError: the CLI exits 2 for it (a rerun of the same
         # command cannot pass), and the record must state the code the process returns.
@@ -180,6 +184,15 @@ class Run:
             self.cancelled = True
         elif exc is not None:
             self._failed(exc)
+        try:
+            await self._close()
+        finally:
+            if self.cancelled:
+                for path in self.claims:
+                    with contextlib.suppress(OSError):
+                        path.unlink(missing_ok=True)
+
+    async def _close(self) -> None:
         # Each step runs even when one before it failed; ExitStack runs them in
         # reverse order of registration: progress, client, run counts, record, store.
         with contextlib.ExitStack() as later:
@@ -195,6 +208,30 @@ class Run:
                 # final commit): the caller sees an interruption, and so does the record.
                 self.cancelled = True
                 raise
+
+    @contextlib.contextmanager
+    def outputs(self) -> Iterator[None]:
+        """The block in which a run writes its outputs, synchronously: a SIGTERM or
+        SIGINT stops it at once (KeyboardInterrupt), where the loop's handlers would
+        act only at the next await, after every file was written and the report
+        drawn (a scheduler's SIGTERM was lost, Ctrl-C left a report saying
+        "complete"). A stop that is already pending is obeyed before the first file."""
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals reach only the main thread's handlers
+            return
+
+        def stop(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt
+
+        before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
 
     # -- the run record ---------------------------------------------------------------
 

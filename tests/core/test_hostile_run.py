@@ -8,6 +8,10 @@ loopback server (in process through `main`, or as a subprocess)."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -219,3 +223,32 @@ def test_reusing_an_out_folder_for_another_run_is_said_and_its_cost_not_added(se
     err, doc = run(c2, "--temperature", "1.0")
     assert f"note: --out {out} held a run of another corpus ({c1})" in err
     assert doc["invocations"]["count"] == 1 and "invocations into this folder" not in (out / "report.md").read_text()
+
+
+# --- finding 10 (8b, 8c): a stop signal while the outputs are written --------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_while_the_outputs_are_written_is_obeyed_and_every_file_agrees(server, tmp_path, sig):
+    corpus = make_corpus(tmp_path / "c.jsonl", 4, seed=5)
+    args = _score_args(corpus, tmp_path / "clean", tmp_path / "cache", server.base_url, "--model", "test-gen")
+    assert main(args) == 0  # a clean run; the signalled one below is then fully cached: all its time is outputs
+    out = tmp_path / "out"
+    exe = str(Path(sys.executable).parent / "tension-run")
+    p = subprocess.Popen([exe, *_score_args(corpus, out, tmp_path / "cache", server.base_url, "--model",
+                                            "test-gen")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (out / "positions.jsonl").exists() and p.poll() is None:
+        time.sleep(0.002)
+    assert p.poll() is None, p.communicate()  # still writing: the report comes after positions.jsonl
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err  # obeyed, not lost
+    assert "Traceback" not in err and "Resume with the same command" in err
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["exit_status"] == 130
+    # no file says otherwise: a report saying "complete, exit status 0" is not left beside it
+    report = out / "report.md"
+    assert not report.exists() or "Status **interrupted**" in report.read_text()
+    assert main(args[:3] + [str(out)] + args[4:]) == 0  # the same command then finishes
+    _same_outputs(out, tmp_path / "clean")
+    assert "Status **complete**, exit status 0" in report.read_text()

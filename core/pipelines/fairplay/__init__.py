@@ -226,8 +226,9 @@ async def fairplay_async(cfg: FairPlayConfig, stories_path: str | os.PathLike[st
             done = await run.work(reading.read(extract)) if stories else True
             run.progress.close()  # before the metrics' own progress bar
             if done and stories:
-                atomic_write(out / "readers.jsonl", reading.readers_jsonl())
-                reading.metrics = _metrics(out, cfg, metrics_options)
+                with run.outputs():  # a stop signal while they are written is obeyed at once
+                    atomic_write(out / "readers.jsonl", reading.readers_jsonl())
+                    reading.metrics = _metrics(out, cfg, metrics_options)
     return reading.summary()
 
 

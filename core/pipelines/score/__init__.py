@@ -219,12 +219,14 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
         run.pipeline = scoring
         async with run:
             if await run.work(scoring.score()):
-                scoring.write_outputs(out)
-                run.freeze_wall()  # report.md and run.json state the same wall time
-                if cfg.report:
-                    run.write_record()  # the report reads it
-                    from tension.core.reports.report import report
-                    report(out, gpu_hour_usd=cfg.gpu_hour_usd)
+                with run.outputs():  # a stop signal while they are written is obeyed at once
+                    scoring.write_outputs(out)
+                    run.freeze_wall()  # report.md and run.json state the same wall time
+                    if cfg.report:
+                        run.write_record()  # the report reads it
+                        from tension.core.reports.report import report
+                        run.claims.append(out / "report.md")  # says "complete": gone if the run is stopped
+                        report(out, gpu_hour_usd=cfg.gpu_hour_usd)
     return _summary(scoring, run, out)
 
 
