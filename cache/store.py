@@ -15,6 +15,7 @@ writes the new answer over it.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -30,7 +31,8 @@ from tension.core.errors import CacheDamagedError, CacheError
 from . import pages, records
 from .paths import cache_root
 
-__all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damaged", "disk_free", "write_failure"]
+__all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damaged", "disk_free", "write_failure",
+           "cannot_write", "open_for_run"]
 
 # "positions" (added later, no format change): one record per judged position, so a
 # rerun reads a position's n verdicts with one lookup; older caches simply lack it.
@@ -84,12 +86,12 @@ class Store:
         self.counts = RunCounts(hits=dict.fromkeys(DBS, 0), misses=dict.fromkeys(DBS, 0),
                                 writes=dict.fromkeys(DBS, 0), damaged=dict.fromkeys(DBS, 0))
         self.env: lmdb.Environment | None = None
+        self.unlocked = False  # opened read-only without LMDB's lock file (`_open_env`)
         try:
             pages.check(self.path)  # before LMDB maps the file: a short one would SIGBUS
             if not readonly:
                 self.path.mkdir(parents=True, exist_ok=True)
-            self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=len(DBS) + 1,
-                                 readonly=readonly, subdir=True, create=not readonly)
+            self.env = self._open_env(map_size)
             self._dbs = {name: self._open_db(name) for name in DBS}
             self._meta = self.env.open_db(_META, create=not readonly)
             self._check_format()
@@ -102,6 +104,21 @@ class Store:
             if isinstance(e, (OSError, lmdb.Error)):
                 raise CacheError(f"cannot open the cache at {self.path}: {e}") from e
             raise
+
+    def _open_env(self, map_size: int) -> lmdb.Environment:
+        try:
+            return lmdb.open(str(self.path), map_size=map_size, max_dbs=len(DBS) + 1, readonly=self.readonly,
+                             subdir=True, create=not self.readonly)
+        except lmdb.Error as e:
+            if not (self.readonly and cannot_write(e)):
+                raise
+        # LMDB writes its lock file even to read, which a cache on a read-only mount
+        # or one this user may only read does not allow. Without the lock a reader
+        # is not protected from a writer in another process; nobody can write such
+        # a cache anyway, so this is only the fallback.
+        self.unlocked = True
+        return lmdb.open(str(self.path), map_size=map_size, max_dbs=len(DBS) + 1, readonly=True, subdir=True,
+                         create=False, lock=False)
 
     def _open_db(self, name: str):
         """A database's handle; None for one a read-only open finds missing (a cache
@@ -240,7 +257,10 @@ class Store:
 
     def _write(self, encoded, meta: bool = False) -> int:
         if self.readonly:
-            raise CacheError(f"the cache at {self.path} is open read-only")
+            raise CacheError(f"the cache at {self.path} cannot be written (a read-only mount, or files this user "
+                             "may only read), and this run has new answers to keep: give a writable --cache (a copy "
+                             f"of it will do: cp -r {self.path} NEW, then --cache NEW) and rerun to continue; what "
+                             "it holds is read from it")
         for _ in range(_MAX_GROWS):
             try:
                 added = dict.fromkeys(DBS, 0)
@@ -304,6 +324,9 @@ class Store:
         return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
 
     def save_run_counts(self) -> None:
+        """Keep this run's counts for `cache stats` (not in a cache that cannot be written)."""
+        if self.readonly:
+            return
         self.counts.finished = time.time()
         self._write([(_META, b"last_run", msgspec.json.encode(self.counts))], meta=True)
 
@@ -311,6 +334,28 @@ class Store:
         with self._lmdb.begin(db=self._meta) as txn:
             v = txn.get(b"last_run")
         return msgspec.json.decode(v, type=RunCounts) if v else None
+
+
+def cannot_write(e: BaseException) -> bool:
+    """Whether an error of LMDB or the OS is the file system refusing writes (a
+    read-only mount, permissions), not a damaged or missing cache."""
+    if isinstance(e, lmdb.ReadonlyError) or (isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES,
+                                                                                      errno.EPERM)):
+        return True
+    text = str(e)
+    return text.endswith(("Read-only file system", "Permission denied", "Operation not permitted"))
+
+
+def open_for_run(path: str | os.PathLike, max_bytes: int | None = None) -> Store:
+    """The cache a run uses: opened to be written, or, where the file system
+    refuses writes (a read-only mount, a cache this user may only read), read-only
+    (`Store.readonly`), which a fully cached rerun needs no more than."""
+    try:
+        return Store(path, max_bytes=max_bytes)
+    except CacheError as e:
+        if e.__cause__ is None or not cannot_write(e.__cause__) or not (Path(path) / "data.mdb").is_file():
+            raise
+    return Store(path, readonly=True, max_bytes=max_bytes)
 
 
 def disk_free(path: str | os.PathLike) -> str:

@@ -28,7 +28,7 @@ def cmd_cache_stats(args) -> int:
     from tension.cache.store import Store, default_path
 
     path = _existing(args.cache or default_path())
-    with Store(path, readonly=False) as store:
+    with Store(path, readonly=True) as store:  # looking writes nothing (a read-only cache can be looked at)
         stats = store.stats()
         last = store.last_run_counts()
         size = store.file_bytes()

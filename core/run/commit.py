@@ -20,6 +20,7 @@ from tension.cache import records
 from tension.cache.store import Store
 from tension.core.errors import TensionError
 from tension.core.redact import redact
+from tension.core.run.record import cannot_write
 
 __all__ = ["COMMIT_INTERVAL", "COMMIT_BATCH", "Committer", "first_error", "describe"]
 
@@ -68,8 +69,11 @@ class Committer:
         if batch:
             self.store.put_many(batch, replace)
         if lines and self._partial is not None:
-            self._partial.write(b"".join(lines))
-            self._partial.flush()
+            try:
+                self._partial.write(b"".join(lines))
+                self._partial.flush()
+            except OSError as e:  # a full disk: the records are committed, the lines are only a summary of them
+                raise cannot_write(OSError(e.errno, e.strerror, self._partial.name)) from e
 
     def check(self) -> None:
         """Raise the error of a failed commit (e.g. a full cache) in the caller."""

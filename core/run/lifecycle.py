@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import os
 import signal
@@ -32,7 +33,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from tension.cache.store import Store, default_path
+from tension.cache.store import Store, default_path, open_for_run
 from tension.core.errors import EXIT_USAGE, ConfigError, RunStatus, TensionError, exit_status
 from tension.core.llm.client import Client, Timeouts
 from tension.core.llm.failures import RetryPolicy
@@ -42,7 +43,7 @@ from tension.core.redact import redact
 from tension.core.run.commit import describe, first_error
 from tension.core.run.engine import Engine
 from tension.core.run.progress import Progress
-from tension.core.run.record import CacheFigures, Http, RunHeader, versions, write_record
+from tension.core.run.record import CacheFigures, Http, RunHeader, cannot_write, versions, write_record
 from tension.core.run.scheduler import Scheduler
 
 __all__ = ["LOCK_NAME", "Run", "RunSettings", "Pipeline", "open_run", "out_lock", "prepare_out_dir", "open_store",
@@ -220,7 +221,10 @@ class Run:
         if task is not None and task.cancelling():
             raise asyncio.CancelledError
         if threading.current_thread() is not threading.main_thread():
-            yield  # signals reach only the main thread's handlers
+            try:
+                yield  # signals reach only the main thread's handlers
+            except OSError as e:
+                raise cannot_write(e) from e
             return
 
         def stop(signum: int, frame: object) -> None:
@@ -229,9 +233,22 @@ class Run:
         before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             yield
+        except OSError as e:
+            raise cannot_write(e, self.written_since_start(Path(e.filename).parent if e.filename else None)) from e
         finally:
             for sig, handler in before.items():
                 signal.signal(sig, handler)
+
+    def written_since_start(self, folder: Path | None) -> str:
+        """The files of `folder` this run wrote, said (a full disk: what was kept)."""
+        if folder is None:
+            return ""
+        try:
+            names = sorted(p.name for p in folder.iterdir()
+                           if p.is_file() and not p.name.startswith(".") and p.stat().st_mtime >= self.started)
+        except OSError:
+            return ""
+        return ", ".join(names)
 
     # -- the run record ---------------------------------------------------------------
 
@@ -265,8 +282,17 @@ class Run:
         return doc
 
     def write_record(self) -> None:
-        """Write the run record as it stands."""
-        if self.record_path is not None:
+        """Write the run record as it stands. On a full disk the partial file makes
+        room for it: its lines only repeat what the cache holds (a rerun reads the
+        cache), while without a record nobody can tell how the run ended."""
+        if self.record_path is None:
+            return
+        try:
+            write_record(self.record_path, self.record())
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT) or self.partial is None or not self.partial.is_file():
+                raise
+            self.partial.write_bytes(b"")
             write_record(self.record_path, self.record())
 
 
@@ -315,8 +341,14 @@ def prepare_out_dir(out_dir: str | os.PathLike) -> Path:
 
 
 def open_store(cache: str | None, max_gb: float | None) -> Store:
-    """The LMDB cache at `cache` (default: the user's cache folder), never grown past `max_gb`."""
-    return Store(cache or default_path(), max_bytes=int(max_gb * 1e9) if max_gb else None)
+    """The LMDB cache at `cache` (default: the user's cache folder), never grown past
+    `max_gb`; read-only where it cannot be written (said: the run stops only if it
+    has a new answer to keep)."""
+    store = open_for_run(cache or default_path(), max_bytes=int(max_gb * 1e9) if max_gb else None)
+    if store.readonly:
+        warn(f"the cache at {store.path} cannot be written (a read-only mount, or files this user may only read): "
+             "answers are read from it; the run stops if it has a new answer to keep", "note")
+    return store
 
 
 def client_for(settings: RunSettings, transport: Transport | None = None) -> Client:

@@ -9,7 +9,9 @@ keys for the same facts in score, generate, fairplay, and in the files estimate
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import platform
 from pathlib import Path
 from typing import Any
@@ -17,10 +19,11 @@ from typing import Any
 import msgspec
 
 from tension.cache.records import Usage
-from tension.core.errors import RunStatus
+from tension.cache.store import disk_free
+from tension.core.errors import RunStatus, TensionError
 from tension.core.inputs.jsonl import atomic_write
 
-__all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_record", "RunHeader", "Http",
+__all__ = ["cannot_write", "Failure", "versions", "write_record", "Invocations", "earlier_record", "RunHeader", "Http",
            "CacheFigures"]
 
 _DISTRIBUTIONS = ("tension-run", "numpy", "numba", "msgspec", "aiohttp", "lmdb", "uvloop")
@@ -79,9 +82,36 @@ class RunHeader(msgspec.Struct, kw_only=True):
     lanes: dict[str, Any]  # per Scheduler lane: limit, requests, queue and busy time
 
 
+def cannot_write(e: OSError, kept: str = "") -> TensionError:
+    """The error of an output file that could not be written (a full disk, a file-size
+    limit, a read-only folder): the file, the free space on its disk, what was
+    written before it (`kept`), and the way on. Every answer of the run is in the
+    cache by then, so the same command rewrites the outputs without asking again."""
+    where = e.filename or "an output file"
+    free = f" ({disk_free(where)} free on its disk)" if e.filename else ""
+    return TensionError(f"cannot write {where}: {e.strerror or e}{free}. "
+                        + (f"Written before it: {kept}. " if kept else "")
+                        + "Every answer completed is in the cache: make room (or give another --out) and rerun the "
+                          "same command to continue (nothing already answered is asked again)")
+
+
 def write_record(path: Path, doc: dict[str, Any]) -> None:
-    """Indented JSON, written atomically (a reader never sees half a record)."""
-    atomic_write(path, msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n")
+    """Indented JSON, written atomically (a reader never sees half a record). On a
+    full disk, where there is no room for a second copy, an earlier record is
+    written over in place (its blocks are freed, then reused): the record states
+    how the run ended rather than an earlier state ("complete" before a report
+    that could not be written)."""
+    data = msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
+    try:
+        atomic_write(path, data)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT) or not path.is_file():
+            raise
+        with path.open("r+b") as f:
+            f.truncate(0)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
 
 
 class Failure(msgspec.Struct, kw_only=True):

@@ -252,3 +252,190 @@ def test_a_stop_signal_while_the_outputs_are_written_is_obeyed_and_every_file_ag
     assert main(args[:3] + [str(out)] + args[4:]) == 0  # the same command then finishes
     _same_outputs(out, tmp_path / "clean")
     assert "Status **complete**, exit status 0" in report.read_text()
+
+
+# --- finding 9 (1a-1d, 2a, 2b): full disks and read-only caches --------------------
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(size) -> a fresh tmpfs of `size` bytes (a small disk that fills); needs
+    root (CAP_SYS_ADMIN), else the test is skipped saying so; unmounted after."""
+    mounted: list[Path] = []
+
+    def mount(size: int, name: str = "disk") -> Path:
+        where = tmp_path / name
+        where.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"a small disk needs a tmpfs mount, which this user may not make: {r.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in reversed(mounted):
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(disk: Path, leave: int) -> Path:
+    """Fill `disk` but `leave` bytes; the filler file (delete it to make room)."""
+    import shutil as sh
+
+    filler = disk / "filler"
+    free = sh.disk_usage(disk).free
+    with filler.open("wb") as f:
+        f.write(b"\0" * max(0, free - leave))
+    return filler
+
+
+def test_a_full_disk_under_the_cache_is_said_with_the_free_space_and_the_run_resumes(broken, tmpfs, tmp_path,
+                                                                                       capsys):
+    corpus, clean = broken
+    disk = tmpfs(3 << 20)
+    filler = _fill(disk, 160_000)
+    out, cache = tmp_path / "out", disk / "cache"
+    with LoopbackServer(model=["test-gen"]) as ok:
+        rc = _score4(ok.base_url, corpus, out, cache)
+        err = capsys.readouterr().err
+        assert rc == 1, err
+        assert f"cannot write to the cache at {cache}" in err
+        assert "The disk holding it has" in err and "bytes (" in err and "a full disk" in err
+        assert "rerun the same command to continue" in err
+        assert err.count("rerun the same command") == 1  # the way on said once
+        run = json.loads((out / "run.json").read_text())
+        assert run["status"] == "failed" and run["exit_status"] == 1 and "full disk" in run["error"]
+        filler.unlink()
+        assert _score4(ok.base_url, corpus, out, cache) == 0, capsys.readouterr().err
+    _same_outputs(out, clean)
+
+
+@pytest.mark.parametrize("leave", [60_000, 12_000], ids=["outputs", "record"])
+def test_a_full_disk_under_the_outputs_names_the_file_and_the_way_on(broken, tmpfs, tmp_path, capsys, leave):
+    corpus, clean = broken
+    disk = tmpfs(2 << 20)
+    out, cache = disk / "out", tmp_path / "cache"
+    with LoopbackServer(model=["test-gen"]) as ok:
+        assert _score4(ok.base_url, corpus, tmp_path / "warm", cache) == 0  # the answers are cached
+        filler = _fill(disk, leave)
+        rc = _score4(ok.base_url, corpus, out, cache)
+        err = capsys.readouterr().err
+        assert rc == 1, err
+        line = next((x for x in err.splitlines() if x.startswith("error: cannot write ")), err)
+        assert f"error: cannot write {out}/" in line and "No space left on device" in line  # the file
+        assert "free on its disk" in line and "rerun the same command to continue" in line
+        assert "Traceback" not in err
+        if (out / "run.json").exists():  # room is made for it where possible (the partial file gives way)
+            run = json.loads((out / "run.json").read_text())
+            assert run["status"] == "failed" and "cannot write" in run["error"], err
+        else:  # no room even for the record: that is said too
+            assert f"error: cannot write {out / 'run.json'}: No space left on device" in err
+        filler.unlink()
+        ok.reset_records()
+        assert _score4(ok.base_url, corpus, out, cache) == 0, capsys.readouterr().err
+        assert ok.count(kind="generation") == ok.count(kind="judge") == 0  # nothing asked again
+    _same_outputs(out, clean)
+
+
+def test_a_file_size_limit_under_the_cache_is_said_like_a_full_disk(server, tmp_path):
+    import resource
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
+    args = _score_args(corpus, tmp_path / "out", tmp_path / "cache", server.base_url, "--model", "test-gen")
+    exe = str(Path(sys.executable).parent / "tension-run")
+    limit = 200 * 1024  # `ulimit -f 200`
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    r = subprocess.run([exe, *args], capture_output=True, text=True, timeout=120, preexec_fn=small_files)
+    assert r.returncode == 1, r.stderr
+    assert f"cannot write to the cache at {tmp_path / 'cache'}" in r.stderr
+    assert "a file-size limit (ulimit -f)" in r.stderr and "free" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert main(args) == 0  # without the limit the same command finishes
+
+
+# runs a command as the unprivileged user nobody (no DAC override: root reads any file)
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.fixture
+def readonly_cache(broken, tmpfs, tmp_path, request):
+    """A cache that holds every answer of `broken`'s corpus (4 endings), made
+    read-only as `request.param` says: "ro_mount" (a read-only mount) or
+    "ro_files" (folder 555, files 444, read by a user without DAC override)."""
+    import os
+    import tempfile
+
+    corpus, clean = broken
+    if request.param == "ro_mount":
+        disk = tmpfs(16 << 20)
+        cache, work, prefix = disk / "cache", tmp_path, []
+    else:
+        work = Path(tempfile.mkdtemp(prefix="tension-ro-"))  # nobody cannot enter pytest's 0700 tmp folders
+        os.chmod(work, 0o777)
+        corpus = Path(str(work / "c.jsonl"))
+        corpus.write_bytes(broken[0].read_bytes())
+        os.chmod(corpus, 0o644)
+        cache, prefix = work / "cache", AS_NOBODY
+    with LoopbackServer(model=["test-gen"]) as ok:
+        assert _score4(ok.base_url, corpus, work / "warm", cache) == 0
+        if request.param == "ro_mount":
+            subprocess.run(["mount", "-o", "remount,ro", str(cache.parent)], check=True)
+        else:
+            for f in cache.iterdir():
+                os.chmod(f, 0o444)
+            os.chmod(cache, 0o555)
+        yield ok, corpus, clean, cache, work, prefix
+    if request.param == "ro_files":
+        import shutil
+
+        shutil.rmtree(work)  # root may: DAC does not stop it
+
+
+@pytest.mark.parametrize("readonly_cache", ["ro_mount", "ro_files"], indirect=True)
+def test_a_read_only_cache_serves_a_fully_cached_rerun_stats_and_the_view(readonly_cache):
+    import os
+
+    ok, corpus, clean, cache, work, prefix = readonly_cache
+    exe = str(Path(sys.executable).parent / "tension-run")
+    env = {**os.environ, "HOME": str(work), "MPLCONFIGDIR": str(work / "mpl"),
+           "NUMBA_CACHE_DIR": str(work / "numba")}  # writable for nobody
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*prefix, exe, *args], capture_output=True, text=True, timeout=120, env=env,
+                              cwd=work)
+
+    base = ["score", str(corpus), "--base-url", ok.base_url, "--model", "test-gen", "--endings", "4", "--seed",
+            "1", "--cache", str(cache), "--no-progress"]
+    ok.reset_records()
+    r = cli(*base[:2], "--out", str(work / "out"), *base[2:])
+    assert r.returncode == 0, r.stderr
+    assert f"note: the cache at {cache} cannot be written" in r.stderr
+    _same_outputs(work / "out", clean)
+    assert ok.count(kind="generation") == ok.count(kind="judge") == 0
+    r = cli("cache", "stats", "--cache", str(cache))
+    assert r.returncode == 0 and "endings" in r.stdout, r.stderr
+    r = cli("view", str(work / "out"), "--cache", str(cache), "--export", str(work / "export"), "--endings")
+    assert r.returncode == 0, r.stderr
+    endings = next((work / "export" / "r0" / "endings").iterdir()).read_text()
+    assert '"cached":true' in endings and "cannot be read" not in endings
+    # a run with new answers to keep stops and says what to do
+    r = cli(*base[:2], "--out", str(work / "more"), *base[2:7], "5", *base[8:])
+    assert r.returncode == 1, r.stderr
+    assert f"the cache at {cache} cannot be written" in r.stderr and f"cp -r {cache} NEW" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_an_export_with_endings_of_which_none_could_be_read_fails(server, tmp_path, capsys):
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    assert main(_score_args(corpus, out, cache, server.base_url, "--model", "test-gen")) == 0
+    assert main(["cache", "drop", "--cache", str(cache), "--run", str(out), "--role", "generation", "--yes"]) == 0
+    capsys.readouterr()
+    rc = main(["view", str(out), "--cache", str(cache), "--export", str(tmp_path / "e"), "--endings"])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert "error: none of the" in err and "positions' endings could be read (the endings of this position are " \
+                                             "not in the cache" in err
