@@ -226,7 +226,8 @@ class Store:
 
     def keys(self, db: str) -> Iterator[tuple[bytes, records.Record | None]]:
         """Every key of a database with its record (None: damaged), in key order,
-        read in one transaction (`cache drop` looks at each)."""
+        read in one transaction (`cache drop` looks at each). The store must not be
+        read otherwise while this is iterated (it holds the map's lock)."""
         handle = self._dbs[db]
         if handle is None:
             return

@@ -20,7 +20,6 @@ its library modules when it runs.
 from __future__ import annotations
 
 import argparse
-import errno
 import shlex
 import sys
 import textwrap
@@ -93,9 +92,6 @@ def _docstring(func) -> str:
     return (first.strip() + "\n" + textwrap.dedent(rest)).strip()
 
 
-_NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, a file-size limit, a quota
-
-
 def _interrupts() -> tuple[type[BaseException], ...]:
     # A verb that runs asyncio can end in CancelledError; asyncio is not imported at
     # start-up, and a verb that never imported it cannot raise it.
@@ -124,9 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_error(e)
         return EXIT_FAILED
     except OSError as e:
-        if e.errno in _NO_ROOM:  # the run record itself, or a file outside a run's outputs
-            from tension.core.run.record import cannot_write
+        from tension.core.run.record import NO_ROOM, cannot_write
 
+        if e.errno in NO_ROOM:  # the run record itself, or a file outside a run's outputs
             print_error(cannot_write(e))
             return EXIT_FAILED
         where = f" ({e.filename})" if e.filename else ""

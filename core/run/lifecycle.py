@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import fcntl
 import os
 import signal
@@ -43,7 +42,7 @@ from tension.core.redact import redact
 from tension.core.run.commit import describe, first_error
 from tension.core.run.engine import Engine
 from tension.core.run.progress import Progress
-from tension.core.run.record import CacheFigures, Http, RunHeader, cannot_write, versions, write_record
+from tension.core.run.record import NO_ROOM, CacheFigures, Http, RunHeader, cannot_write, versions, write_record
 from tension.core.run.scheduler import Scheduler
 
 __all__ = ["LOCK_NAME", "Run", "RunSettings", "Pipeline", "open_run", "out_lock", "prepare_out_dir", "open_store",
@@ -224,6 +223,8 @@ class Run:
             try:
                 yield  # signals reach only the main thread's handlers
             except OSError as e:
+                if e.errno not in NO_ROOM:
+                    raise
                 raise cannot_write(e) from e
             return
 
@@ -234,6 +235,8 @@ class Run:
         try:
             yield
         except OSError as e:
+            if e.errno not in NO_ROOM:  # other errors name their file as they are (atomic_write)
+                raise
             raise cannot_write(e, self.written_since_start(Path(e.filename).parent if e.filename else None)) from e
         finally:
             for sig, handler in before.items():
@@ -290,7 +293,7 @@ class Run:
         try:
             write_record(self.record_path, self.record())
         except OSError as e:
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT) or self.partial is None or not self.partial.is_file():
+            if e.errno not in NO_ROOM or self.partial is None or not self.partial.is_file():
                 raise
             self.partial.write_bytes(b"")
             write_record(self.record_path, self.record())

@@ -23,7 +23,8 @@ from tension.cache.store import disk_free
 from tension.core.errors import RunStatus, TensionError
 from tension.core.inputs.jsonl import atomic_write
 
-__all__ = ["cannot_write", "Failure", "versions", "write_record", "Invocations", "earlier_record", "RunHeader", "Http",
+__all__ = ["NO_ROOM", "cannot_write", "Failure", "versions", "write_record", "Invocations", "earlier_record",
+           "RunHeader", "Http",
            "CacheFigures"]
 
 _DISTRIBUTIONS = ("tension-run", "numpy", "numba", "msgspec", "aiohttp", "lmdb", "uvloop")
@@ -82,6 +83,9 @@ class RunHeader(msgspec.Struct, kw_only=True):
     lanes: dict[str, Any]  # per Scheduler lane: limit, requests, queue and busy time
 
 
+NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, a file-size limit, a quota
+
+
 def cannot_write(e: OSError, kept: str = "") -> TensionError:
     """The error of an output file that could not be written (a full disk, a file-size
     limit, a read-only folder): the file, the free space on its disk, what was
@@ -105,7 +109,7 @@ def write_record(path: Path, doc: dict[str, Any]) -> None:
     try:
         atomic_write(path, data)
     except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT) or not path.is_file():
+        if e.errno not in NO_ROOM or not path.is_file():
             raise
         with path.open("r+b") as f:
             f.truncate(0)
