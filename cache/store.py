@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import threading
 import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -26,12 +25,12 @@ from pathlib import Path
 import lmdb
 import msgspec
 
-from tension.core.errors import CacheDamagedError, CacheError
+from tension.core.errors import CacheDamagedError, CacheError, disk_free
 
 from . import pages, records
 from .paths import cache_root
 
-__all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damaged", "disk_free", "write_failure",
+__all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damaged", "write_failure",
            "cannot_write", "open_for_run"]
 
 # "positions" (added later, no format change): one record per judged position, so a
@@ -357,18 +356,6 @@ def open_for_run(path: str | os.PathLike, max_bytes: int | None = None) -> Store
         if e.__cause__ is None or not cannot_write(e.__cause__) or not (Path(path) / "data.mdb").is_file():
             raise
     return Store(path, readonly=True, max_bytes=max_bytes)
-
-
-def disk_free(path: str | os.PathLike) -> str:
-    """The free space of the disk holding `path` (or its nearest existing parent), said."""
-    p = Path(path)
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    try:
-        free = shutil.disk_usage(p).free
-    except OSError:
-        return "an unknown amount of space"
-    return f"{free:,} bytes ({free / 1e6:.1f} MB)"
 
 
 def write_failure(path: str | os.PathLike, e: BaseException) -> str:

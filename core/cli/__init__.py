@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from tension.core.cli import cache, fairplay, generate, reports, route, score, serve, view
 from tension.core.cli.flags import Once, Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, print_error
-from tension.core.errors import ConfigError, TensionError
+from tension.core.errors import NO_ROOM, ConfigError, TensionError, cannot_write
 
 __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
@@ -120,8 +120,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_error(e)
         return EXIT_FAILED
     except OSError as e:
-        from tension.core.run.record import NO_ROOM, cannot_write
-
         if e.errno in NO_ROOM:  # the run record itself, or a file outside a run's outputs
             print_error(cannot_write(e))
             return EXIT_FAILED

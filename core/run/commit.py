@@ -18,9 +18,8 @@ from pathlib import Path
 
 from tension.cache import records
 from tension.cache.store import Store
-from tension.core.errors import TensionError
+from tension.core.errors import TensionError, cannot_write
 from tension.core.redact import redact
-from tension.core.run.record import cannot_write
 
 __all__ = ["COMMIT_INTERVAL", "COMMIT_BATCH", "Committer", "first_error", "describe"]
 

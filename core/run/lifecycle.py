@@ -33,7 +33,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from tension.cache.store import Store, default_path, open_for_run
-from tension.core.errors import EXIT_USAGE, ConfigError, RunStatus, TensionError, exit_status
+from tension.core.errors import EXIT_USAGE, NO_ROOM, ConfigError, RunStatus, TensionError, cannot_write, exit_status
 from tension.core.llm.client import Client, Timeouts
 from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.router import Router
@@ -42,7 +42,7 @@ from tension.core.redact import redact
 from tension.core.run.commit import describe, first_error
 from tension.core.run.engine import Engine
 from tension.core.run.progress import Progress
-from tension.core.run.record import NO_ROOM, CacheFigures, Http, RunHeader, cannot_write, versions, write_record
+from tension.core.run.record import CacheFigures, Http, RunHeader, versions, write_record
 from tension.core.run.scheduler import Scheduler
 
 __all__ = ["LOCK_NAME", "Run", "RunSettings", "Pipeline", "open_run", "out_lock", "prepare_out_dir", "open_store",

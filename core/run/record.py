@@ -9,7 +9,6 @@ keys for the same facts in score, generate, fairplay, and in the files estimate
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import platform
@@ -19,12 +18,10 @@ from typing import Any
 import msgspec
 
 from tension.cache.records import Usage
-from tension.cache.store import disk_free
-from tension.core.errors import RunStatus, TensionError
+from tension.core.errors import NO_ROOM, RunStatus
 from tension.core.inputs.jsonl import atomic_write
 
-__all__ = ["NO_ROOM", "cannot_write", "Failure", "versions", "write_record", "Invocations", "earlier_record",
-           "RunHeader", "Http",
+__all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_record", "RunHeader", "Http",
            "CacheFigures"]
 
 _DISTRIBUTIONS = ("tension-run", "numpy", "numba", "msgspec", "aiohttp", "lmdb", "uvloop")
@@ -81,22 +78,6 @@ class RunHeader(msgspec.Struct, kw_only=True):
     usage_all_answers: Usage  # what every answer used, cached or not
     cache: CacheFigures
     lanes: dict[str, Any]  # per Scheduler lane: limit, requests, queue and busy time
-
-
-NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, a file-size limit, a quota
-
-
-def cannot_write(e: OSError, kept: str = "") -> TensionError:
-    """The error of an output file that could not be written (a full disk, a file-size
-    limit, a read-only folder): the file, the free space on its disk, what was
-    written before it (`kept`), and the way on. Every answer of the run is in the
-    cache by then, so the same command rewrites the outputs without asking again."""
-    where = e.filename or "an output file"
-    free = f" ({disk_free(where)} free on its disk)" if e.filename else ""
-    return TensionError(f"cannot write {where}: {e.strerror or e}{free}. "
-                        + (f"Written before it: {kept}. " if kept else "")
-                        + "Every answer completed is in the cache: make room (or give another --out) and rerun the "
-                          "same command to continue (nothing already answered is asked again)")
 
 
 def write_record(path: Path, doc: dict[str, Any]) -> None:
