@@ -42,9 +42,11 @@ ADDED = {
               "--refresh"},  # issue 25: ask a broken setup's cached answers again
     "estimate": {"--judge-constraint"},  # estimate and bench take score's judging flags
     "bench": {"--judge-constraint"},
-    "generate": {"--config", "--cache-max-gb"},  # as score and fairplay have them
+    "generate": {"--config", "--cache-max-gb",  # as score and fairplay have them
+                 "--refresh"},  # issue 25, as score has it
     "fairplay": {"--retry-seconds",  # a FairPlayConfig field without its flag
-                 "--schedule", "--ties"},  # issue 15: one reader schedule; the authors' tie rule or misses
+                 "--schedule", "--ties",  # issue 15: one reader schedule; the authors' tie rule or misses
+                 "--refresh"},  # issue 25, as score has it
     "fairplay-metrics": {"--ties", "--from"},  # issue 15: the tie rule; the authors' result files as input
 }
 

@@ -27,6 +27,7 @@ from tension.core.config.settings import (
     flag,
     load_settings,
     read_config_file,
+    refresh_roles,
 )
 from tension.core.errors import ConfigError
 from tension.kernels.settings import CurveSettings, LateThreshold, RetentionWindow, Thresholds, Window
@@ -205,7 +206,7 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
 
     def refresh_roles(self) -> tuple[str, ...]:
         """The engine roles --refresh asks again."""
-        return ("generation", "judge") if self.refresh == "all" else (self.refresh,) if self.refresh else ()
+        return refresh_roles(self.refresh, ("generation", "judge"))
 
     def curve_settings(self):
         return make_curve_settings(self.window, self.thresholds, self.late_threshold, self.retention_window)

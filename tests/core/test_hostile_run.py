@@ -439,3 +439,53 @@ def test_an_export_with_endings_of_which_none_could_be_read_fails(server, tmp_pa
     assert rc == 1, err
     assert "error: none of the" in err and "positions' endings could be read (the endings of this position are " \
                                              "not in the cache" in err
+
+
+def _generate(url: str, ideas: Path, out: Path, cache: Path, *flags: str) -> int:
+    return main(["generate", str(ideas), "--out", str(out), "--mode", "vanilla", "--base-url", url, "--model",
+                 "test-gen", "--cache", str(cache), "--no-progress", "--min-chars", "1", *flags])
+
+
+def test_generate_refresh_asks_a_broken_setups_stories_again(tmp_path, capsys):
+    ideas = tmp_path / "ideas.jsonl"
+    ideas.write_text("".join(json.dumps({"id": f"i{i}", "idea": f"A lighthouse keeper, {i}."}) + "\n"
+                             for i in range(2)))
+    with LoopbackServer(model=["test-gen"]) as ok:
+        assert _generate(ok.base_url, ideas, tmp_path / "clean.jsonl", tmp_path / "clean-cache") == 0
+    out, cache = tmp_path / "stories.jsonl", tmp_path / "cache"
+    with LoopbackServer(model=["test-gen"], misbehave="think") as bad:
+        assert _generate(bad.base_url, ideas, out, cache) == 0  # stories of cut reasoning traces (warned)
+    assert "generate_reasoning" in json.loads((tmp_path / "stories.run.json").read_text())["warnings"][0]["check"]
+    with LoopbackServer(model=["test-gen"]) as ok:
+        assert _generate(ok.base_url, ideas, out, cache) == 0
+        assert ok.count(path="/v1/chat/completions") == 0  # fixed, but replayed from the cache
+        assert out.read_bytes() != (tmp_path / "clean.jsonl").read_bytes()
+        assert _generate(ok.base_url, ideas, out, cache, "--refresh", "generation") == 0, capsys.readouterr().err
+        assert ok.count(path="/v1/chat/completions") > 0
+    assert out.read_bytes() == (tmp_path / "clean.jsonl").read_bytes()
+
+
+def _fairplay(url: str, stories: Path, out: Path, cache: Path, *flags: str) -> int:
+    return main(["fairplay", str(stories), "--out", str(out), "--base-url", url, "--model", "test-judge",
+                 "--cache", str(cache), "--readers", "gullible", "--no-progress", "--resamples", "50", *flags])
+
+
+def test_fairplay_refresh_asks_a_broken_readers_answers_again(tmp_path, capsys):
+    from fairplay_scripted import scripted
+
+    stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1", generator=False)])
+    clean = tmp_path / "clean"
+    with LoopbackServer(model=["test-judge"]) as ok:
+        ok.respond(scripted)
+        assert _fairplay(ok.base_url, stories, clean, tmp_path / "clean-cache") == 0, capsys.readouterr().err
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    with LoopbackServer(model=["test-judge"], misbehave="think") as bad:
+        _fairplay(bad.base_url, stories, out, cache, "--parse-retries", "1")  # readers that never parse
+    broken = (out / "readers.jsonl").read_bytes() if (out / "readers.jsonl").exists() else b""
+    assert broken != (clean / "readers.jsonl").read_bytes()
+    with LoopbackServer(model=["test-judge"]) as ok:
+        ok.respond(scripted)
+        _fairplay(ok.base_url, stories, out, cache, "--parse-retries", "1")
+        assert ok.count(path="/v1/chat/completions") == 0  # fixed, but replayed from the cache
+        assert _fairplay(ok.base_url, stories, out, cache, "--refresh", "all") == 0, capsys.readouterr().err
+    assert (out / "readers.jsonl").read_bytes() == (clean / "readers.jsonl").read_bytes()
