@@ -209,6 +209,12 @@ class Store:
         self.counts.damaged[db] += bad
         return out
 
+    def not_taken(self, db: str, n: int = 1) -> None:
+        """`n` records read from `db` were not taken (written before a --refresh run):
+        they count as misses, not hits."""
+        self.counts.hits[db] -= n
+        self.counts.misses[db] += n
+
     # -- writes -------------------------------------------------------------
 
     def put_many(self, items: Iterable[tuple[str, bytes, records.Record]],

@@ -223,6 +223,8 @@ class Engine:
         rec = typed(self.store.get(db, ck), kind)
         since = self._refreshing(role or server)
         stale = rec is not None and since is not None and rec.created < since
+        if stale:
+            self.store.not_taken(db)
         if rec is None or stale:
             self.counts.sent(role or server)
             rec = make(await self._chat(server, key, request))

@@ -97,7 +97,10 @@ class CacheReads:
         """The answers a group record under `key` holds, if there is one (written
         at `since` or later, when given)."""
         judged = self.group_at(key)
-        if judged is None or (since is not None and judged.created < since):
+        if judged is not None and since is not None and judged.created < since:
+            self.store.not_taken("positions")
+            return None
+        if judged is None:
             return None
         logprobs = judged.first_logprobs or [None] * len(judged.texts)
         return Answers(texts=list(judged.texts), first_logprobs=list(logprobs), usage=judged.usage, group=True)
@@ -116,6 +119,9 @@ class CacheReads:
         asked = [i for i, r in enumerate(requests) if r is not None]
         recs = self.verdicts([r for r in requests if r is not None])
         out = Answers(texts=[None] * len(requests), first_logprobs=[None] * len(requests), usage=Usage())
+        stale = [rec for rec in recs if rec is not None and since is not None and rec.created < since]
+        if stale:
+            self.store.not_taken("verdicts", len(stale))
         for i, rec in zip(asked, recs):
             if rec is not None and (since is None or rec.created >= since):
                 out.texts[i], out.first_logprobs[i] = rec.text, rec.first_logprobs

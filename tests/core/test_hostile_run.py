@@ -112,6 +112,8 @@ def test_endings_that_came_back_null_fail_the_run_and_refresh_generation_asks_th
         assert _score4(ok.base_url, corpus, out, cache, "--refresh", "generation") == 0, capsys.readouterr().err
         assert ok.count(kind="generation") > 0
         _same_outputs(out, clean)
+        counts = json.loads((out / "run.json").read_text())["cache"]
+        assert counts["hits"]["endings"] == 0 and counts["misses"]["endings"] > 0  # asked again: not hits
         # the fresh answers replaced the cached ones: a plain rerun sends nothing and gives the same
         ok.reset_records()
         assert _score4(ok.base_url, corpus, tmp_path / "again", cache) == 0
