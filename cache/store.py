@@ -15,21 +15,23 @@ writes the new answer over it.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import lmdb
 import msgspec
 
-from tension.core.errors import CacheDamagedError, CacheError
+from tension.core.errors import CacheDamagedError, CacheError, disk_free
 
 from . import pages, records
 from .paths import cache_root
 
-__all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damaged"]
+__all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damaged", "write_failure",
+           "cannot_write", "open_for_run"]
 
 # "positions" (added later, no format change): one record per judged position, so a
 # rerun reads a position's n verdicts with one lookup; older caches simply lack it.
@@ -83,12 +85,12 @@ class Store:
         self.counts = RunCounts(hits=dict.fromkeys(DBS, 0), misses=dict.fromkeys(DBS, 0),
                                 writes=dict.fromkeys(DBS, 0), damaged=dict.fromkeys(DBS, 0))
         self.env: lmdb.Environment | None = None
+        self.unlocked = False  # opened read-only without LMDB's lock file (`_open_env`)
         try:
             pages.check(self.path)  # before LMDB maps the file: a short one would SIGBUS
             if not readonly:
                 self.path.mkdir(parents=True, exist_ok=True)
-            self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=len(DBS) + 1,
-                                 readonly=readonly, subdir=True, create=not readonly)
+            self.env = self._open_env(map_size)
             self._dbs = {name: self._open_db(name) for name in DBS}
             self._meta = self.env.open_db(_META, create=not readonly)
             self._check_format()
@@ -101,6 +103,21 @@ class Store:
             if isinstance(e, (OSError, lmdb.Error)):
                 raise CacheError(f"cannot open the cache at {self.path}: {e}") from e
             raise
+
+    def _open_env(self, map_size: int) -> lmdb.Environment:
+        try:
+            return lmdb.open(str(self.path), map_size=map_size, max_dbs=len(DBS) + 1, readonly=self.readonly,
+                             subdir=True, create=not self.readonly)
+        except lmdb.Error as e:
+            if not (self.readonly and cannot_write(e)):
+                raise
+        # LMDB writes its lock file even to read, which a cache on a read-only mount
+        # or one this user may only read does not allow. Without the lock a reader
+        # is not protected from a writer in another process; nobody can write such
+        # a cache anyway, so this is only the fallback.
+        self.unlocked = True
+        return lmdb.open(str(self.path), map_size=map_size, max_dbs=len(DBS) + 1, readonly=True, subdir=True,
+                         create=False, lock=False)
 
     def _open_db(self, name: str):
         """A database's handle; None for one a read-only open finds missing (a cache
@@ -192,20 +209,64 @@ class Store:
         self.counts.damaged[db] += bad
         return out
 
+    def not_taken(self, db: str, n: int = 1) -> None:
+        """`n` records read from `db` were not taken (written before a --refresh run):
+        they count as misses, not hits."""
+        self.counts.hits[db] -= n
+        self.counts.misses[db] += n
+
     # -- writes -------------------------------------------------------------
 
-    def put_many(self, items: Iterable[tuple[str, bytes, records.Record]]) -> int:
+    def put_many(self, items: Iterable[tuple[str, bytes, records.Record]],
+                 replace: Collection[tuple[str, bytes]] = ()) -> int:
         """Write completed records in one transaction. A key already present is
         left as it is (values are written once), unless its value is damaged (its
-        checksum fails): then the new one replaces it. Returns how many were new."""
-        encoded = [(self._dbs[db], key, records.encode(rec), db) for db, key, rec in items]
+        checksum fails) or (database, key) is in `replace` (a record asked again on
+        purpose, `--refresh`): then the new one replaces it. Returns how many were
+        new."""
+        encoded = [(self._dbs[db], key, records.encode(rec), db, (db, key) in replace) for db, key, rec in items]
         if not encoded:
             return 0
         return self._write(encoded)
 
-    def _write(self, encoded, meta: bool = False) -> int:
+    def keys(self, db: str) -> Iterator[tuple[bytes, records.Record | None]]:
+        """Every key of a database with its record (None: damaged), in key order,
+        read in one transaction (`cache drop` looks at each). The store must not be
+        read otherwise while this is iterated (it holds the map's lock)."""
+        handle = self._dbs[db]
+        if handle is None:
+            return
+        with self._map_lock, self._lmdb.begin(db=handle) as txn:
+            for key, value in txn.cursor():
+                try:
+                    rec = records.decode(value)
+                except records.DamagedRecord:
+                    rec = None
+                yield bytes(key), rec
+
+    def delete_many(self, items: Iterable[tuple[str, bytes]]) -> dict[str, int]:
+        """Delete records in one transaction; how many were there, per database."""
         if self.readonly:
             raise CacheError(f"the cache at {self.path} is open read-only")
+        gone = dict.fromkeys(DBS, 0)
+        try:
+            with self._lmdb.begin(write=True) as txn:
+                for db, key in items:
+                    handle = self._dbs[db]
+                    if handle is not None and txn.delete(key, db=handle):
+                        gone[db] += 1
+        except _DAMAGE as e:
+            raise damaged(self.path, f"writing to it failed: {e}") from e
+        except lmdb.Error as e:
+            raise CacheError(write_failure(self.path, e)) from e
+        return gone
+
+    def _write(self, encoded, meta: bool = False) -> int:
+        if self.readonly:
+            raise CacheError(f"the cache at {self.path} cannot be written (a read-only mount, or files this user "
+                             "may only read), and this run has new answers to keep: give a writable --cache (a copy "
+                             f"of it will do: cp -r {self.path} NEW, then --cache NEW) and rerun to continue; what "
+                             "it holds is read from it")
         for _ in range(_MAX_GROWS):
             try:
                 added = dict.fromkeys(DBS, 0)
@@ -214,9 +275,9 @@ class Store:
                         for _db, key, value in encoded:
                             txn.put(key, value, db=self._meta)
                         return 1
-                    for handle, key, value, name in encoded:
-                        if txn.put(key, value, db=handle, overwrite=False) or _replace_damaged(txn, handle, key,
-                                                                                             value):
+                    for handle, key, value, name, replace in encoded:
+                        if (txn.put(key, value, db=handle, overwrite=replace)
+                                or _replace_damaged(txn, handle, key, value)):
                             added[name] += 1
                 # Counted only once the transaction committed: a batch retried
                 # after the map grew must not be counted twice.
@@ -231,8 +292,7 @@ class Store:
             except _DAMAGE as e:
                 raise damaged(self.path, f"writing to it failed: {e}") from e
             except lmdb.Error as e:
-                raise CacheError(f"cannot write to the cache at {self.path}: {e} "
-                                 "(the records already written are intact)") from e
+                raise CacheError(write_failure(self.path, e)) from e
         raise CacheError(f"the cache at {self.path} is full after growing {_MAX_GROWS} times")
 
     def _grow(self) -> None:
@@ -240,8 +300,10 @@ class Store:
         new = size * 2
         if self.max_bytes is not None:
             if size >= self.max_bytes:
+                # The limit is the user's: the same command would stop here again.
                 raise CacheError(f"the cache at {self.path} is full: it reached its limit of {self.max_bytes:,} "
-                                 "bytes (--cache-max-gb); the records written so far are intact and readable")
+                                 "bytes (--cache-max-gb); the records written so far are intact and readable. "
+                                 f"Raise --cache-max-gb (now {self.max_bytes / 1e9:g}) and rerun to continue")
             new = min(new, self.max_bytes)
         try:
             with self._map_lock:
@@ -268,6 +330,9 @@ class Store:
         return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
 
     def save_run_counts(self) -> None:
+        """Keep this run's counts for `cache stats` (not in a cache that cannot be written)."""
+        if self.readonly:
+            return
         self.counts.finished = time.time()
         self._write([(_META, b"last_run", msgspec.json.encode(self.counts))], meta=True)
 
@@ -275,6 +340,37 @@ class Store:
         with self._lmdb.begin(db=self._meta) as txn:
             v = txn.get(b"last_run")
         return msgspec.json.decode(v, type=RunCounts) if v else None
+
+
+def cannot_write(e: BaseException) -> bool:
+    """Whether an error of LMDB or the OS is the file system refusing writes (a
+    read-only mount, permissions), not a damaged or missing cache."""
+    if isinstance(e, lmdb.ReadonlyError) or (isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES,
+                                                                                      errno.EPERM)):
+        return True
+    text = str(e)
+    return text.endswith(("Read-only file system", "Permission denied", "Operation not permitted"))
+
+
+def open_for_run(path: str | os.PathLike, max_bytes: int | None = None) -> Store:
+    """The cache a run uses: opened to be written, or, where the file system
+    refuses writes (a read-only mount, a cache this user may only read), read-only
+    (`Store.readonly`), which a fully cached rerun needs no more than."""
+    try:
+        return Store(path, max_bytes=max_bytes)
+    except CacheError as e:
+        if e.__cause__ is None or not cannot_write(e.__cause__) or not (Path(path) / "data.mdb").is_file():
+            raise
+    return Store(path, readonly=True, max_bytes=max_bytes)
+
+
+def write_failure(path: str | os.PathLike, e: BaseException) -> str:
+    """What a failed write to the cache at `path` says. LMDB reports a short write
+    (a full disk, a file-size limit) as "Input/output error": name the likely
+    cause and the free space, and the way on."""
+    return (f"cannot write to the cache at {path}: {e}. The disk holding it has {disk_free(path)} free: a full "
+            "disk or a file-size limit (ulimit -f) ends a write this way. The records already written are intact; "
+            "make room (or give another --cache) and rerun the same command to continue")
 
 
 def _replace_damaged(txn, handle, key: bytes, value) -> bool:

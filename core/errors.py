@@ -24,6 +24,10 @@ status. Lower-level exceptions (aiohttp, lmdb, msgspec) are chained with ``from`
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
+from pathlib import Path
 from typing import Literal
 
 __all__ = [
@@ -42,6 +46,9 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_INTERRUPTED",
     "exit_status",
+    "NO_ROOM",
+    "disk_free",
+    "cannot_write",
 ]
 
 # The exit statuses of every verb (docs/reliability.md, "Reports, inputs and exit status").
@@ -139,3 +146,32 @@ def exit_status(status: RunStatus, produced: int, problems: int) -> int:
     if status != "complete" or problems or not produced:
         return EXIT_FAILED
     return EXIT_OK
+
+
+NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, a file-size limit, a quota
+
+
+def disk_free(path: str | os.PathLike) -> str:
+    """The free space of the disk holding `path` (or its nearest existing parent), said."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        free = shutil.disk_usage(p).free
+    except OSError:
+        return "an unknown amount of space"
+    return f"{free:,} bytes ({free / 1e6:.1f} MB)"
+
+
+def cannot_write(e: OSError, kept: str = "") -> TensionError:
+    """The error of an output file that could not be written for want of room (a
+    full disk, a file-size limit, a quota): the file, the free space on its disk,
+    what was written before it (`kept`), and the way on. Every answer of the run is
+    in the cache by then, so the same command rewrites the outputs without asking
+    again."""
+    where = e.filename or "an output file"
+    free = f" ({disk_free(where)} free on its disk)" if e.filename else ""
+    return TensionError(f"cannot write {where}: {e.strerror or e}{free}. "
+                        + (f"Written before it: {kept}. " if kept else "")
+                        + "Every answer completed is in the cache: make room (or give another --out) and rerun the "
+                          "same command to continue (nothing already answered is asked again)")

@@ -43,6 +43,7 @@ HEADING_COMMANDS = [
     "tension-run cache stats",
     "tension-run cache verify",
     "tension-run cache recover {default_cache} runs/recovered",
+    "tension-run cache drop --run runs/first --role judge",  # a dry run: counts, drops nothing
     "tension-run view runs/first --export runs/view",
 ]
 
@@ -61,7 +62,7 @@ def shell_commands() -> list[str]:
 
 def heading_verbs() -> set[str]:
     verbs = set()
-    for m in re.finditer(r"`tension-run ([a-z-]+)( stats| verify| recover)?", README):
+    for m in re.finditer(r"`tension-run ([a-z-]+)( stats| verify| recover| drop)?", README):
         verbs.add(m.group(1) + (m.group(2) or ""))
     # demo, serve: the embedded server, the slow step (tests/test_readme.py); route runs
     # until Ctrl-C: tests/core/test_router_process.py runs it over three test servers

@@ -38,12 +38,15 @@ ADDED = {
               # issue 20: the answer checks (docs/reliability.md, "Degenerate answers")
               "--no-keep-going", "--stop-after", "--stop-malformed-share", "--warn-malformed-share",
               "--warn-constant-share", "--warn-cut-share", "--warn-identical-share",
-              "--judge-batch"},  # issue 19: a position's judge prompts as one request
+              "--judge-batch",  # issue 19: a position's judge prompts as one request
+              "--refresh"},  # issue 25: ask a broken setup's cached answers again
     "estimate": {"--judge-constraint"},  # estimate and bench take score's judging flags
     "bench": {"--judge-constraint"},
-    "generate": {"--config", "--cache-max-gb"},  # as score and fairplay have them
+    "generate": {"--config", "--cache-max-gb",  # as score and fairplay have them
+                 "--refresh"},  # issue 25, as score has it
     "fairplay": {"--retry-seconds",  # a FairPlayConfig field without its flag
-                 "--schedule", "--ties"},  # issue 15: one reader schedule; the authors' tie rule or misses
+                 "--schedule", "--ties",  # issue 15: one reader schedule; the authors' tie rule or misses
+                 "--refresh"},  # issue 25, as score has it
     "fairplay-metrics": {"--ties", "--from"},  # issue 15: the tie rule; the authors' result files as input
 }
 

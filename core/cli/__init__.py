@@ -28,14 +28,14 @@ from collections.abc import Sequence
 from tension.core.cli import cache, fairplay, generate, reports, route, score, serve, view
 from tension.core.cli.flags import Once, Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, print_error
-from tension.core.errors import ConfigError, TensionError
+from tension.core.errors import NO_ROOM, ConfigError, TensionError, cannot_write
 
 __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
 VERBS: list[Verb] = [*score.VERBS, *generate.VERBS, *fairplay.VERBS, *reports.VERBS, *serve.VERBS, *route.VERBS,
                      *cache.VERBS, *view.VERBS]
 # the help of the verbs that group others ("cache stats")
-GROUPS = {"cache": "inspect, verify and recover the LMDB cache"}
+GROUPS = {"cache": "inspect, verify, recover and drop records of the LMDB cache"}
 
 EPILOG = """\
 Each command's --help lists its flags with their defaults (the papers' settings).
@@ -120,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_error(e)
         return EXIT_FAILED
     except OSError as e:
+        if e.errno in NO_ROOM:  # the run record itself, or a file outside a run's outputs
+            print_error(cannot_write(e))
+            return EXIT_FAILED
         where = f" ({e.filename})" if e.filename else ""
         print(f"error: {e.strerror or e}{where}", file=sys.stderr)
         return EXIT_FAILED

@@ -30,8 +30,11 @@ def print_stopped(error: str | None, kept: str) -> None:
     command continues once the cause is gone. Errors no rerun can cure (a refused
     key, a missing model or endpoint, bad settings) are ConfigErrors and end with
     exit status 2 before this is reached. ``kept`` says what the cache holds
-    ("work is", "answers are")."""
+    ("work is", "answers are"). An error that says how to continue itself (a
+    cache at its --cache-max-gb, a full disk) is printed alone."""
     print_error(error)
+    if error is not None and "to continue" in error:
+        return
     print(f"Completed {kept} in the cache; once the cause above is gone (the server answers again, the disk "
           "has space), rerun the same command to continue where this run stopped.", file=sys.stderr)
 

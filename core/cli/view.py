@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from tension.core.cli.flags import Verb
-from tension.core.cli.messages import EXIT_OK
+from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
 
 __all__ = ["VERBS", "cmd_view", "DEFAULT_PORT"]
 
@@ -20,11 +20,17 @@ def cmd_view(args) -> int:
     from tension.core.view import view
 
     try:
-        view(args.runs, host=args.host, port=args.port, cache=args.cache, export_dir=args.export,
-             endings=args.endings, score_recall=ScoreRecall, fairplay_recall=FairPlayRecall,
-             say=lambda m: print(m, flush=True))
+        size = view(args.runs, host=args.host, port=args.port, cache=args.cache, export_dir=args.export,
+                    endings=args.endings, score_recall=ScoreRecall, fairplay_recall=FairPlayRecall,
+                    say=lambda m: print(m, flush=True))
     except KeyboardInterrupt:
         print("view stopped", file=sys.stderr)
+        return EXIT_OK
+    if size is not None and size.positions and not size.positions_read:
+        # asked for the endings, and not one could be read: the export is not what was asked
+        print(f"error: none of the {size.positions} positions' endings could be read ({size.unread}); the export "
+              "holds the pages without them", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 

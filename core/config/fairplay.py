@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from tension.core.config.settings import (
     CONCURRENCY,
+    OUTPUTS,
     SERVERS,
     ApiKey,
     CacheMaxGB,
@@ -30,6 +31,7 @@ __all__ = ["READERS", "SEGMENT_RULES", "KNOW_IT_ALL_CULPRIT", "FairPlayConfig", 
 READERS = ("gullible", "experienced", "know_it_all")
 SEGMENT_RULES = ("paragraphs", "sentences")
 KNOW_IT_ALL_CULPRIT = ("blind", "given")
+FAIRPLAY_REFRESH = ("reader", "judge", "generation", "all")  # --refresh: roles whose cached answers are asked again
 
 # flag groups of --help
 READING = "readers (paper 003, SI)"
@@ -118,6 +120,11 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     cache: CachePath = None
     cache_max_gb: CacheMaxGB = None
     progress: Progress = True
+    refresh: Annotated[str | None, flag(
+        "ask again the answers of a role that the cache already holds, and write the new ones over them: "
+        "reader, judge (the culprit judge), generation (the know-it-all's continuations) or all; for a setup "
+        "fixed after it answered badly. Records this run writes are not asked again", OUTPUTS,
+        choices=FAIRPLAY_REFRESH)] = None
     # passed to the metrics
     actual: Annotated[str | None, flag(
         "human guesses per paragraph: columns id, reader, paragraph, guess (a suspect, or empty / 'not sure'); "
@@ -125,6 +132,7 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         check = self.check
+        check(self.refresh in (None, *FAIRPLAY_REFRESH), "refresh", " or ".join(FAIRPLAY_REFRESH))
         bad = [r for r in self.readers if r not in READERS]
         check(bool(self.readers) and not bad, "readers", f"a comma-separated subset of {','.join(READERS)}")
         check(self.k >= 1, "k", "an integer >= 1")

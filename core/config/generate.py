@@ -93,10 +93,15 @@ class GenerateConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     cache: CachePath = None
     progress: Progress = True
     cache_max_gb: CacheMaxGB = None  # added last, so the record's keys keep their order
+    refresh: Annotated[str | None, flag(
+        "ask again the generation answers that the cache already holds, and write the new ones over them "
+        "(generation, or all: the same here); for a setup fixed after it answered badly. Records this run "
+        "writes are not asked again", OUTPUTS, choices=("generation", "all"))] = None  # last, as cache_max_gb
 
     def __post_init__(self) -> None:
         check = self.check
         check(self.mode in MODES, "mode", " or ".join(MODES))
+        check(self.refresh in (None, "generation", "all"), "refresh", "generation or all")
         check(self.base_url.startswith(("http://", "https://")), "base_url", "an http(s) URL")
         check(self.temperature is None or 0 <= self.temperature < math.inf, "temperature", "a finite number >= 0")
         check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens", "an integer >= 1")

@@ -27,6 +27,7 @@ from tension.core.config.settings import (
     flag,
     load_settings,
     read_config_file,
+    refresh_roles,
 )
 from tension.core.errors import ConfigError
 from tension.kernels.settings import CurveSettings, LateThreshold, RetentionWindow, Thresholds, Window
@@ -44,6 +45,7 @@ CHECKS = "answer checks (docs/reliability.md, Degenerate answers)"
 # tables: replicas of one role (core/llm/replicas.py)
 URLs = str | list[str | dict[str, Any]]
 _CURVE = CurveSettings()
+REFRESH = ("generation", "judge", "all")  # --refresh: the roles whose cached answers are asked again
 
 
 class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
@@ -136,6 +138,11 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     report: Annotated[bool, flag("write report.md, tables and figures at the end", OUTPUTS)] = True
     gpu_hour_usd: Annotated[float | None, flag("price of a GPU-hour, for the report's cost line",
                                                OUTPUTS)] = None
+    refresh: Annotated[str | None, flag(
+        "ask again the answers of a role that the cache already holds, and write the new ones over them: "
+        "generation (the endings), judge (the verdicts) or all; for a setup fixed after it answered badly "
+        "(every cached answer is otherwise replayed as it is). Records this run writes are not asked again",
+        OUTPUTS, choices=REFRESH)] = None
     # curve statistics (docs/metrics.md 1.4): help and defaults are CurveSettings'
     window: Window = _CURVE.window
     thresholds: Thresholds = _CURVE.thresholds
@@ -156,6 +163,7 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         check(self.judge_max_tokens >= 1, "judge_max_tokens", "an integer >= 1")
         check(self.continuation_words >= 1, "continuation_words", "an integer >= 1")
         check(self.judge_batch in ("auto", "on", "off"), "judge_batch", "auto, on or off")
+        check(self.refresh in (None, *REFRESH), "refresh", " or ".join(REFRESH))
         check(0 <= self.min_words <= self.max_words, "min_words", f"0 <= min-words <= max-words ({self.max_words})")
         check(0.0 <= self.pct_min <= self.pct_max <= 1.0, "pct_min", "0 <= pct-min <= pct-max <= 1")
         for lane in ("gen_concurrency", "judge_concurrency", "tokenize_concurrency"):
@@ -196,6 +204,10 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         if self.judge_base_url is None:
             return self.generation_replicas()
         return parse_replicas(self.judge_base_url, "judge_base_url")
+
+    def refresh_roles(self) -> tuple[str, ...]:
+        """The engine roles --refresh asks again."""
+        return refresh_roles(self.refresh, ("generation", "judge"))
 
     def curve_settings(self):
         return make_curve_settings(self.window, self.thresholds, self.late_threshold, self.retention_window)

@@ -80,6 +80,11 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return public(self)
 
 
+def refresh_roles(value: str | None, roles: tuple[str, ...]) -> tuple[str, ...]:
+    """The engine roles a verb's --refresh value names ("all": every one of `roles`)."""
+    return roles if value == "all" else (value,) if value else ()
+
+
 def env_base_url() -> str | None:
     """The server OPENAI_BASE_URL names, or None when it is unset or empty."""
     return os.environ.get(BASE_URL_ENV, "").strip() or None

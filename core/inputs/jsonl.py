@@ -190,9 +190,12 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Iterable[bytes]) -
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError) and e.filename is None:
+            # a failed write names no file (a full disk): name the one being written
+            raise OSError(e.errno, e.strerror, str(p)) from e
         raise

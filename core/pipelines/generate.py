@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from tension.core.config.generate import MODES, GenerateConfig
+from tension.core.config.settings import refresh_roles
 from tension.core.errors import ConfigError, InputError, RunStatus, StatusError
 from tension.core.formats import Generator
 from tension.core.inputs.ideas import Idea, Reference, ReferencePrompt, read_ideas, reference_pool
@@ -300,13 +301,15 @@ async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike[str]
             for _ in ideas:
                 progress.item_started(1)
         run = open_run(cfg, "generate", progress=progress, partial=out.with_name(out.name + ".partial"),
-                       record_path=run_record_path(out), roles=("generation",), transport=transport)
+                       record_path=run_record_path(out), roles=("generation",), transport=transport,
+                       refresh=refresh_roles(cfg.refresh, ("generation",)))
         writer = StoryWriter(cfg, ideas, pool, run, errors=errors, ideas_path=ideas_path, out=out)
         run.pipeline = writer
         async with run:
             # no story at all: no file, rather than an empty corpus that looks like a result
             if await run.work(writer.write()) and writer.done:
-                atomic_write(out, writer.output())
+                with run.outputs():  # a stop signal while it is written is obeyed at once
+                    atomic_write(out, writer.output())
     return _summary(writer, run, out)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tension.cache import records
 from tension.cache.store import Store
-from tension.core.errors import TensionError
+from tension.core.errors import TensionError, cannot_write
 from tension.core.redact import redact
 
 __all__ = ["COMMIT_INTERVAL", "COMMIT_BATCH", "Committer", "first_error", "describe"]
@@ -36,6 +36,7 @@ class Committer:
     def __init__(self, store: Store, partial: Path | None):
         self.store = store
         self.records: list[tuple[str, bytes, records.Record]] = []
+        self.replace: set[tuple[str, bytes]] = set()  # (database, key) of records asked again on purpose
         self.lines: list[bytes] = []
         # No partial file: records only (`estimate` keeps the token counts it asked for).
         self._partial = partial.open("ab") if partial is not None else None
@@ -43,8 +44,12 @@ class Committer:
         self._pending: list[Future[None]] = []
         self._closed = False
 
-    def add(self, db: str, key: bytes, rec: records.Record) -> None:
+    def add(self, db: str, key: bytes, rec: records.Record, replace: bool = False) -> None:
+        """Keep `rec` under `key`; with `replace` it is written over a record already
+        there (an answer asked again on purpose: `--refresh`)."""
         self.records.append((db, key, rec))
+        if replace:
+            self.replace.add((db, key))
         if len(self.records) >= COMMIT_BATCH:
             self.flush()
 
@@ -54,15 +59,20 @@ class Committer:
             return
         batch, self.records = self.records, []
         lines, self.lines = self.lines, []
-        self._pending.append(self._writer.submit(self._commit, batch, lines))
+        replace, self.replace = self.replace, set()
+        self._pending.append(self._writer.submit(self._commit, batch, lines, replace))
         self.check()
 
-    def _commit(self, batch: list[tuple[str, bytes, records.Record]], lines: list[bytes]) -> None:
+    def _commit(self, batch: list[tuple[str, bytes, records.Record]], lines: list[bytes],
+                replace: set[tuple[str, bytes]]) -> None:
         if batch:
-            self.store.put_many(batch)
+            self.store.put_many(batch, replace)
         if lines and self._partial is not None:
-            self._partial.write(b"".join(lines))
-            self._partial.flush()
+            try:
+                self._partial.write(b"".join(lines))
+                self._partial.flush()
+            except OSError as e:  # a full disk: the records are committed, the lines are only a summary of them
+                raise cannot_write(OSError(e.errno, e.strerror, self._partial.name)) from e
 
     def check(self) -> None:
         """Raise the error of a failed commit (e.g. a full cache) in the caller."""

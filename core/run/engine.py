@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -99,8 +99,13 @@ class Engine:
     read-only `reads` work at any time."""
 
     def __init__(self, store: Store, progress: Progress, roles: Sequence[str] = (),
-                 partial: Path | None = None):
+                 partial: Path | None = None, refresh: Collection[str] = (), since: float = 0.0):
         self.store = store
+        # `--refresh`: the roles whose records written before `since` (the run's
+        # start) are asked again and written over the old ones (a broken setup's
+        # answers are not replayed once it is fixed); records this run wrote are used.
+        self.refresh = frozenset(refresh)
+        self.since = since
         self.partial = partial  # the run's partial file of finished output lines
         self.progress = progress
         self.reads = CacheReads(store)
@@ -166,10 +171,14 @@ class Engine:
     def lane_stats(self) -> dict[str, object]:
         return {k: msgspec.to_builtins(v) for k, v in self._sched.lane_stats.items()} if self._sched else {}
 
-    def _keep(self, db: str, key: bytes, rec: records.Record) -> None:
+    def _keep(self, db: str, key: bytes, rec: records.Record, replace: bool = False) -> None:
         if self._committer is None:
             raise RuntimeError("the engine keeps records only inside `serving(...)`")
-        self._committer.add(db, key, rec)
+        self._committer.add(db, key, rec, replace)
+
+    def _refreshing(self, role: str) -> float | None:
+        """The time before which `role`'s records are asked again; None: not refreshed."""
+        return self.since if role in self.refresh else None
 
     def output(self, line: bytes) -> None:
         """A finished output line (a position's result, a reader's value): appended
@@ -212,10 +221,14 @@ class Engine:
                    request: ChatRequest, key: str, role: str | None) -> A:
         ck = chat_key(request)
         rec = typed(self.store.get(db, ck), kind)
-        if rec is None:
+        since = self._refreshing(role or server)
+        stale = rec is not None and since is not None and rec.created < since
+        if stale:
+            self.store.not_taken(db)
+        if rec is None or stale:
             self.counts.sent(role or server)
             rec = make(await self._chat(server, key, request))
-            self._keep(db, ck, rec)
+            self._keep(db, ck, rec, replace=stale)
         else:
             self._cached(rec.usage)
         return rec
@@ -229,7 +242,8 @@ class Engine:
         request where the server takes it (core/llm/batch.py), else a chat request
         each. With `group`, the answers are kept as one record under it too, and
         a rerun reads them with that one lookup."""
-        out = self.reads.answers(requests, group)
+        since = self._refreshing(role or server)
+        out = self.reads.answers(requests, group, since)
         if out.group:
             # The record stands for its answers: count them as the cache hits they replace.
             self.store.counts.hits["verdicts"] += out.found
@@ -240,7 +254,7 @@ class Engine:
 
         def keep(i: int, request: ChatRequest, rec: records.Verdict) -> None:
             # committed as each answer arrives: a stop loses only what is in flight
-            self._keep("verdicts", chat_key(request), rec)
+            self._keep("verdicts", chat_key(request), rec, replace=since is not None)
             out.texts[i], out.first_logprobs[i] = rec.text, rec.first_logprobs
             out.usage.add(rec.usage)
 
@@ -249,7 +263,7 @@ class Engine:
                 self.counts.sent(role or server, len(part))
                 await self._send_many(server, key, part, keep)
         if group is not None:
-            self._keep("positions", group, out.record())
+            self._keep("positions", group, out.record(), replace=since is not None)
         return out
 
     async def _send_many(self, server: str, key: str, asked: list[tuple[int, ChatRequest]],

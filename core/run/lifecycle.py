@@ -23,16 +23,17 @@ import fcntl
 import os
 import signal
 import sys
+import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from tension.cache.store import Store, default_path
-from tension.core.errors import ConfigError, RunStatus, TensionError, exit_status
+from tension.cache.store import Store, default_path, open_for_run
+from tension.core.errors import EXIT_USAGE, NO_ROOM, ConfigError, RunStatus, TensionError, cannot_write, exit_status
 from tension.core.llm.client import Client, Timeouts
 from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.router import Router
@@ -90,7 +91,7 @@ class Run:
 
     def __init__(self, *, command: str, settings: RunSettings, store: Store, client: Client, progress: Progress,
                  partial: Path | None, record_path: Path | None = None, roles: tuple[str, ...] = (),
-                 last_run: bool = True):
+                 last_run: bool = True, refresh: Collection[str] = ()):
         self.command = command
         self.settings = settings
         self.store = store
@@ -99,11 +100,17 @@ class Run:
         self.partial = partial
         self.record_path = record_path
         self.last_run = last_run
-        self.llm = Engine(store, progress, roles, partial)
-        self.pipeline: Pipeline | None = None
-        self.error: str | None = None  # the first error, as the record states it
-        self.cancelled = False
         self.started = time.time()
+        self.llm = Engine(store, progress, roles, partial, refresh=refresh, since=self.started)
+        self.pipeline: Pipeline | None = None
+        # Files that say the run is complete (report.md): removed if the run is stopped
+        # after they were begun, so that no file contradicts the record's "interrupted".
+        self.claims: list[Path] = []
+        self.error: str | None = None  # the first error, as the record states it
+        # The first error was a ConfigError: the CLI exits 2 for it (a rerun of the same
+        # command cannot pass), and the record must state the code the process returns.
+        self.usage_error = False
+        self.cancelled = False
         self.wall_seconds: float | None = None  # fixed by `freeze_wall`
 
     @property
@@ -117,6 +124,8 @@ class Run:
 
     @property
     def exit_status(self) -> int:
+        if self.status == "failed" and self.usage_error:
+            return EXIT_USAGE
         produced, problems = self.pipeline.outcome() if self.pipeline is not None else (1, 0)
         return exit_status(self.status, produced, problems)
 
@@ -142,6 +151,7 @@ class Run:
     def _failed(self, e: BaseException) -> None:
         if self.error is None:
             self.error = describe(e)
+            self.usage_error = isinstance(e, ConfigError)
 
     async def work(self, work: Awaitable[None], *, stop: bool = False) -> bool:
         """Await the pipeline's work; True when it completed. A failure during the
@@ -174,6 +184,15 @@ class Run:
             self.cancelled = True
         elif exc is not None:
             self._failed(exc)
+        try:
+            await self._close()
+        finally:
+            if self.cancelled:
+                for path in self.claims:
+                    with contextlib.suppress(OSError):
+                        path.unlink(missing_ok=True)
+
+    async def _close(self) -> None:
         # Each step runs even when one before it failed; ExitStack runs them in
         # reverse order of registration: progress, client, run counts, record, store.
         with contextlib.ExitStack() as later:
@@ -189,6 +208,50 @@ class Run:
                 # final commit): the caller sees an interruption, and so does the record.
                 self.cancelled = True
                 raise
+
+    @contextlib.contextmanager
+    def outputs(self) -> Iterator[None]:
+        """The block in which a run writes its outputs, synchronously: a SIGTERM or
+        SIGINT stops it at once (KeyboardInterrupt), where the loop's handlers would
+        act only at the next await, after every file was written and the report
+        drawn (a scheduler's SIGTERM was lost, Ctrl-C left a report saying
+        "complete"). A stop that is already pending is obeyed before the first file."""
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
+        if threading.current_thread() is not threading.main_thread():
+            try:
+                yield  # signals reach only the main thread's handlers
+            except OSError as e:
+                if e.errno not in NO_ROOM:
+                    raise
+                raise cannot_write(e) from e
+            return
+
+        def stop(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt
+
+        before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        except OSError as e:
+            if e.errno not in NO_ROOM:  # other errors name their file as they are (atomic_write)
+                raise
+            raise cannot_write(e, self.written_since_start(Path(e.filename).parent if e.filename else None)) from e
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+
+    def written_since_start(self, folder: Path | None) -> str:
+        """The files of `folder` this run wrote, said (a full disk: what was kept)."""
+        if folder is None:
+            return ""
+        try:
+            names = sorted(p.name for p in folder.iterdir()
+                           if p.is_file() and not p.name.startswith(".") and p.stat().st_mtime >= self.started)
+        except OSError:
+            return ""
+        return ", ".join(names)
 
     # -- the run record ---------------------------------------------------------------
 
@@ -222,20 +285,30 @@ class Run:
         return doc
 
     def write_record(self) -> None:
-        """Write the run record as it stands."""
-        if self.record_path is not None:
+        """Write the run record as it stands. On a full disk the partial file makes
+        room for it: its lines only repeat what the cache holds (a rerun reads the
+        cache), while without a record nobody can tell how the run ended."""
+        if self.record_path is None:
+            return
+        try:
+            write_record(self.record_path, self.record())
+        except OSError as e:
+            if e.errno not in NO_ROOM or self.partial is None or not self.partial.is_file():
+                raise
+            self.partial.write_bytes(b"")
             write_record(self.record_path, self.record())
 
 
 def open_run(settings: RunSettings, command: str, *, progress: Progress, partial: Path | None = None,
              record_path: Path | None = None, roles: tuple[str, ...] = (), last_run: bool = True,
-             store: Store | None = None, transport: Transport | None = None) -> Run:
+             store: Store | None = None, transport: Transport | None = None, refresh: Collection[str] = ()) -> Run:
     """A run of `command` with the settings' cache (or `store`) and a client with
-    their timeout and retry budget (over `transport`, default aiohttp)."""
+    their timeout and retry budget (over `transport`, default aiohttp). The
+    `refresh` roles' cached answers are asked again (`--refresh`)."""
     return Run(command=command, settings=settings,
                store=store if store is not None else open_store(settings.cache, settings.cache_max_gb),
                client=client_for(settings, transport), progress=progress, partial=partial,
-               record_path=record_path, roles=roles, last_run=last_run)
+               record_path=record_path, roles=roles, last_run=last_run, refresh=refresh)
 
 
 @contextlib.contextmanager
@@ -271,8 +344,14 @@ def prepare_out_dir(out_dir: str | os.PathLike) -> Path:
 
 
 def open_store(cache: str | None, max_gb: float | None) -> Store:
-    """The LMDB cache at `cache` (default: the user's cache folder), never grown past `max_gb`."""
-    return Store(cache or default_path(), max_bytes=int(max_gb * 1e9) if max_gb else None)
+    """The LMDB cache at `cache` (default: the user's cache folder), never grown past
+    `max_gb`; read-only where it cannot be written (said: the run stops only if it
+    has a new answer to keep)."""
+    store = open_for_run(cache or default_path(), max_bytes=int(max_gb * 1e9) if max_gb else None)
+    if store.readonly:
+        warn(f"the cache at {store.path} cannot be written (a read-only mount, or files this user may only read): "
+             "answers are read from it; the run stops if it has a new answer to keep", "note")
+    return store
 
 
 def client_for(settings: RunSettings, transport: Transport | None = None) -> Client:

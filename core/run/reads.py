@@ -93,9 +93,13 @@ class CacheReads:
     def group_at(self, key: bytes) -> records.JudgedPosition | None:
         return typed(self.store.get("positions", key), records.JudgedPosition)
 
-    def group_answers(self, key: bytes) -> Answers | None:
-        """The answers a group record under `key` holds, if there is one."""
+    def group_answers(self, key: bytes, since: float | None = None) -> Answers | None:
+        """The answers a group record under `key` holds, if there is one (written
+        at `since` or later, when given)."""
         judged = self.group_at(key)
+        if judged is not None and since is not None and judged.created < since:
+            self.store.not_taken("positions")
+            return None
         if judged is None:
             return None
         logprobs = judged.first_logprobs or [None] * len(judged.texts)
@@ -104,17 +108,22 @@ class CacheReads:
     def verdicts(self, requests: Sequence[ChatRequest]) -> list[records.Verdict | None]:
         return [typed(r, records.Verdict) for r in self.store.get_many("verdicts", [chat_key(q) for q in requests])]
 
-    def answers(self, requests: Sequence[ChatRequest | None], group: bytes | None) -> Answers:
+    def answers(self, requests: Sequence[ChatRequest | None], group: bytes | None,
+                since: float | None = None) -> Answers:
         """The answers the cache holds for `requests` (None: a slot without a
         request): from the group's record under `group`, else from each request's
-        record (None where missing)."""
-        if group is not None and (found := self.group_answers(group)) is not None:
+        record (None where missing). With `since`, records written before it are
+        not taken (`--refresh`: they are asked again)."""
+        if group is not None and (found := self.group_answers(group, since)) is not None:
             return found
         asked = [i for i, r in enumerate(requests) if r is not None]
         recs = self.verdicts([r for r in requests if r is not None])
         out = Answers(texts=[None] * len(requests), first_logprobs=[None] * len(requests), usage=Usage())
+        stale = [rec for rec in recs if rec is not None and since is not None and rec.created < since]
+        if stale:
+            self.store.not_taken("verdicts", len(stale))
         for i, rec in zip(asked, recs):
-            if rec is not None:
+            if rec is not None and (since is None or rec.created >= since):
                 out.texts[i], out.first_logprobs[i] = rec.text, rec.first_logprobs
                 out.usage.add(rec.usage)
         return out

@@ -10,6 +10,7 @@ keys for the same facts in score, generate, fairplay, and in the files estimate
 from __future__ import annotations
 
 import json
+import os
 import platform
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,10 @@ from typing import Any
 import msgspec
 
 from tension.cache.records import Usage
-from tension.core.errors import RunStatus
+from tension.core.errors import NO_ROOM, RunStatus
 from tension.core.inputs.jsonl import atomic_write
 
-__all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_invocations", "RunHeader", "Http",
+__all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_record", "RunHeader", "Http",
            "CacheFigures"]
 
 _DISTRIBUTIONS = ("tension-run", "numpy", "numba", "msgspec", "aiohttp", "lmdb", "uvloop")
@@ -80,8 +81,22 @@ class RunHeader(msgspec.Struct, kw_only=True):
 
 
 def write_record(path: Path, doc: dict[str, Any]) -> None:
-    """Indented JSON, written atomically (a reader never sees half a record)."""
-    atomic_write(path, msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n")
+    """Indented JSON, written atomically (a reader never sees half a record). On a
+    full disk, where there is no room for a second copy, an earlier record is
+    written over in place (its blocks are freed, then reused): the record states
+    how the run ended rather than an earlier state ("complete" before a report
+    that could not be written)."""
+    data = msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
+    try:
+        atomic_write(path, data)
+    except OSError as e:
+        if e.errno not in NO_ROOM or not path.is_file():
+            raise
+        with path.open("r+b") as f:
+            f.truncate(0)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
 
 
 class Failure(msgspec.Struct, kw_only=True):
@@ -100,18 +115,10 @@ class Invocations(msgspec.Struct, kw_only=True):
     wall_seconds: float = 0.0
 
 
-def earlier_invocations(record_path: Path) -> Invocations:
-    """What the run record already in the output folder says about the invocations
-    before this one (none when there is no readable record)."""
+def earlier_record(record_path: Path) -> dict[str, Any] | None:
+    """The run record already at `record_path` (None when there is no readable one)."""
     try:
         doc = json.loads(record_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return Invocations()
-    if not isinstance(doc, dict):
-        return Invocations()
-    try:
-        return msgspec.convert(doc["invocations"], Invocations)
-    except (KeyError, msgspec.ValidationError):
-        # a record written before invocations were counted: its own wall time
-        wall = doc.get("wall_seconds")
-        return Invocations(count=1, wall_seconds=float(wall)) if isinstance(wall, (int, float)) else Invocations()
+        return None
+    return doc if isinstance(doc, dict) else None

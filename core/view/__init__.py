@@ -16,10 +16,14 @@ cached records) it is given by the CLI as a `recall` factory.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tension.core.errors import InputError
 from tension.core.view.fairplay_run import CheckpointRecallFactory, FairPlayRun
 from tension.core.view.score_run import RecallFactory, ScoreRun, Stores
+
+if TYPE_CHECKING:  # the export (and its imports) load only when exporting
+    from tension.core.view.export import ExportSize
 
 __all__ = ["open_runs"]
 
@@ -45,9 +49,10 @@ def open_runs(dirs: list[str], stores: Stores, score_recall: RecallFactory | Non
 
 def view(dirs: list[str], *, host: str = "127.0.0.1", port: int = 8780, cache: str | None = None,
          export_dir: str | None = None, endings: bool = False, score_recall: RecallFactory | None = None,
-         fairplay_recall: CheckpointRecallFactory | None = None, say=print) -> None:
+         fairplay_recall: CheckpointRecallFactory | None = None, say=print) -> ExportSize | None:
     """Serve the runs' pages on host:port until interrupted, or with `export_dir`
-    write them there as static files (`endings`: with the endings behind each point)."""
+    write them there as static files (`endings`: with the endings behind each point)
+    and return what was exported."""
     import asyncio
 
     from tension.core.view.app import serve
@@ -61,10 +66,11 @@ def view(dirs: list[str], *, host: str = "127.0.0.1", port: int = 8780, cache: s
             for n in r.notes:
                 say(f"note: {r.dir}: {n}")
         if export_dir is not None:
-            export(Site(runs, "export", endings), export_dir, say)
+            size = export(Site(runs, "export", endings), export_dir, say)
             say(f"open {Path(export_dir) / 'index.html'} in a browser (no server needed)")
-            return
+            return size
         asyncio.run(serve(Site(runs), host, port,
                           lambda url: say(f"view: {url}  ({len(runs)} run(s); Ctrl-C stops it)")))
+        return None
     finally:
         stores.close()

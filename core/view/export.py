@@ -25,6 +25,11 @@ class ExportSize(msgspec.Struct, kw_only=True):
     page_bytes: int
     endings_files: int
     endings_bytes: int
+    # score positions whose endings were exported, and how many of them the cache could
+    # give (none read: `view --export --endings` fails, saying why: `unread`)
+    positions: int = 0
+    positions_read: int = 0
+    unread: str | None = None
 
 
 def _script(name: str, key: str, data: object) -> bytes:
@@ -48,14 +53,21 @@ async def _pages(site: Site) -> dict[str, bytes]:
     return out
 
 
-async def endings_files(site: Site) -> dict[str, bytes]:
+async def endings_files(site: Site, size: ExportSize | None = None) -> dict[str, bytes]:
     """One script per score story (its positions' endings) and per fair-play story
-    (its checkpoints' continuations)."""
+    (its checkpoints' continuations); `size` counts the score positions and those
+    whose endings the cache gave."""
     out = {}
     for i, r in enumerate(site.runs):
         if r.kind == "score":
             for sid, slug in r.slug.items():
-                out[f"r{i}/endings/{slug}.js"] = _script("endings", slug, r.all_endings(sid))
+                endings = r.all_endings(sid)
+                if size is not None:
+                    size.positions += len(endings)
+                    size.positions_read += sum(bool(e["cached"]) for e in endings.values())
+                    size.unread = size.unread or next((e.get("message") for e in endings.values()
+                                                       if not e["cached"]), None)
+                out[f"r{i}/endings/{slug}.js"] = _script("endings", slug, endings)
         else:
             for s in r.page()["stories"]:
                 data = {p: await r.continuations(s["id"], p) for p in s["checkpoints"]}
@@ -67,9 +79,9 @@ def export(site: Site, out_dir: str | Path, say: Callable[[str], None] = print) 
     """Write the site into `out_dir`; `site.with_endings` adds the endings files."""
     out = Path(out_dir)
     pages = asyncio.run(_pages(site))
-    extra = asyncio.run(endings_files(site)) if site.with_endings else {}
-    size = ExportSize(pages=len(pages), page_bytes=sum(map(len, pages.values())), endings_files=len(extra),
-                      endings_bytes=sum(map(len, extra.values())))
+    size = ExportSize(pages=len(pages), page_bytes=sum(map(len, pages.values())), endings_files=0, endings_bytes=0)
+    extra = asyncio.run(endings_files(site, size)) if site.with_endings else {}
+    size.endings_files, size.endings_bytes = len(extra), sum(map(len, extra.values()))
     say(f"writing {size.pages} pages ({size.page_bytes / 1e6:.1f} MB)"
         + (f" and {size.endings_files} endings files ({size.endings_bytes / 1e6:.1f} MB)" if extra else
            "; endings left out (--endings adds them)") + f" to {out}/")

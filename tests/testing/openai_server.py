@@ -75,6 +75,8 @@ Misbehaviour (`MISBEHAVIOURS`), a server whose model does not do the task, set w
 "html200"            every POST (chat, completions, /tokenize) answers HTTP 200
                      with an HTML page (a proxy's welcome page in front of no
                      model); /v1/models, /health and /metrics stay well
+"null_content"       every generation choice has ``"content": null`` (a server
+                     that loses the text); judge answers are normal
 ==================== ==========================================================
 
 ``serve_health=False`` makes ``/health`` FastAPI's 404, as on a server that lacks it
@@ -188,7 +190,7 @@ FAULT_KINDS = (
 )
 # Faults a retrying client is expected to survive; the standalone --fault-rate default.
 TRANSIENT_FAULTS = ("500", "503", "429", "drop", "truncate")
-MISBEHAVIOURS = ("think", "random", "always_y", "identical", "echo", "html200")
+MISBEHAVIOURS = ("think", "random", "always_y", "identical", "echo", "html200", "null_content")
 # the page a "html200" server sends for every POST
 HTML_PAGE = "<html><body><h1>Welcome to nginx!</h1></body></html>"
 
@@ -232,8 +234,8 @@ def count_tokens(text: str) -> int:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _count_answer(text: str) -> int:  # answers come from a small set of strings
-    return len(_TOKEN_RE.findall(text))
+def _count_answer(text: str | None) -> int:  # answers come from a small set of strings
+    return len(_TOKEN_RE.findall(text or ""))
 
 
 def _token_id(tok: str) -> int:
@@ -426,7 +428,7 @@ def expected_verdict(
     return "Y" if v % 1000 < yes_rate * 1000 else "N"
 
 
-def misbehaving(mode: str, kind: str, messages: Sequence[dict], contents: list[str]) -> list[str]:
+def misbehaving(mode: str, kind: str, messages: Sequence[dict], contents: list[str]) -> list[str | None]:
     """The answers of a misbehaving server (`MISBEHAVIOURS`) in place of `contents`."""
     if mode == "think":
         return ["<think>\nOkay, the user wants me to decide whether this"] * len(contents)
@@ -442,6 +444,8 @@ def misbehaving(mode: str, kind: str, messages: Sequence[dict], contents: list[s
         return contents
     if mode == "echo":
         return [_last_user(messages)] * len(contents)
+    if mode == "null_content":
+        return [None] * len(contents) if kind == "generation" else list(contents)
     raise ValueError(f"misbehave: expected one of {MISBEHAVIOURS}, got {mode!r}")
 
 
@@ -1174,7 +1178,7 @@ class LoopbackServer:
         else:
             contents = ["OK"] * n
         if self.misbehave and scripted is None:
-            contents = misbehaving(self.misbehave, kind, msgs, contents)
+            contents = misbehaving(self.misbehave, kind, msgs, contents)  # type: ignore[assignment]
         finish = "length" if self.misbehave == "think" else "stop"
         if fault == "few_choices":
             contents = contents[: n // 2]
@@ -1196,7 +1200,7 @@ class LoopbackServer:
             "model": body.get("model") or self.model,
             "choices": [
                 {"index": i, "message": {"role": "assistant", "content": text},
-                 "logprobs": _logprobs(text) if body.get("logprobs") else None,
+                 "logprobs": _logprobs(text or "") if body.get("logprobs") else None,
                  "finish_reason": finish, "stop_reason": None}
                 for i, text in enumerate(contents)
             ],

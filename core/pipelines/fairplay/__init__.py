@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tension.core.config.fairplay import READERS, FairPlayConfig, experienced_readers, load_fairplay_config
+from tension.core.config.settings import refresh_roles
 from tension.core.errors import InputError, RunStatus, StatusError
 from tension.core.formats import Generator
 from tension.core.inputs.jsonl import atomic_write
@@ -219,15 +220,17 @@ async def fairplay_async(cfg: FairPlayConfig, stories_path: str | os.PathLike[st
         stories, extract, errors = read_stories(stories_path, cfg)
         run = open_run(cfg, "fairplay", progress=Progress(enabled=cfg.progress, stories=len(stories)),
                        partial=out / "readers.partial.jsonl", record_path=out / "fairplay_run.json",
-                       roles=("reader", "generation", "judge", "models"), transport=transport)
+                       roles=("reader", "generation", "judge", "models"), transport=transport,
+                       refresh=refresh_roles(cfg.refresh, ("reader", "judge", "generation")))
         reading = ReaderRun(cfg, stories, run, str(stories_path), errors=errors, out=out)
         run.pipeline = reading
         async with run:
             done = await run.work(reading.read(extract)) if stories else True
             run.progress.close()  # before the metrics' own progress bar
             if done and stories:
-                atomic_write(out / "readers.jsonl", reading.readers_jsonl())
-                reading.metrics = _metrics(out, cfg, metrics_options)
+                with run.outputs():  # a stop signal while they are written is obeyed at once
+                    atomic_write(out / "readers.jsonl", reading.readers_jsonl())
+                    reading.metrics = _metrics(out, cfg, metrics_options)
     return reading.summary()
 
 

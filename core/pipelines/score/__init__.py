@@ -23,11 +23,12 @@ from typing import Any
 import msgspec
 
 from tension.core.config import ScoreConfig
-from tension.core.errors import RunStatus, StatusError
+from tension.core.errors import RunStatus, StatusError, TensionError
 from tension.core.inputs.corpus import Corpus, Skipped, read_corpus
 from tension.core.llm.replicas import in_shard
 from tension.core.llm.transport import Transport
 from tension.core.pipelines.score.feed import PositionFeed, max_open
+from tension.core.pipelines.score.folder import earlier_run
 from tension.core.pipelines.score.judge import Judge
 from tension.core.pipelines.score.outputs import (
     PositionResult,
@@ -40,13 +41,14 @@ from tension.core.pipelines.score.positions import Counter, Position, PositionFi
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.pipelines.score.watch import AnswerWatch
 from tension.core.reports.answer_warnings import AnswerWarning
-from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir, run_blocking
+from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir, run_blocking, warn
 from tension.core.run.progress import Progress
 from tension.core.run.reads import chat_key
-from tension.core.run.record import Failure, Invocations, earlier_invocations
+from tension.core.run.record import Failure, Invocations
 
-__all__ = ["Position", "PositionResult", "Failure", "RunSummary", "Scoring", "score", "score_async"]
+__all__ = ["NO_POSITIONS", "Position", "PositionResult", "Failure", "RunSummary", "Scoring", "score", "score_async"]
 
+NO_POSITIONS = "no position to score"  # opens the error of a corpus that yields none (no result at all)
 ROLES = ("generation", "judge", "tokenize", "models")  # the run record's request counts, in this order
 
 
@@ -88,7 +90,7 @@ class Scoring:
         self.reqs = ScoreRequests(cfg, cfg.model or "", cfg.judge_model or "")  # model ids resolved in `score`
         self.finder = PositionFinder(cfg, run.llm, self.gen_router, count)
         self.judge = Judge(cfg, run.llm)
-        self.watch = AnswerWatch(cfg)
+        self.watch = AnswerWatch(cfg, out_folder(run))
         self.results: dict[tuple[int, int], PositionResult] = {}  # (story index, k) ->
         self.texts = TextsSpool(out_folder(run))  # with --save-texts: (story index, k) -> endings and verdicts
         self.failed: dict[int, Failure] = {}  # story index ->
@@ -107,6 +109,13 @@ class Scoring:
         # One lane per role ("generation", "judge", "tokenize"), `limit` per server.
         async with run.serving(gen, judge) as sched:
             await feed.run(sched, self.position, max_open(cfg, len(gen.urls), len(judge.urls)))
+        self.watch.check_endings()  # every ending empty: no result (the records are committed)
+        if self.corpus.stories and not self.results and not self.failed:
+            why = "; ".join(f"story {sid!r}: {w}" for sid, w in list(self.finder.no_positions.items())[:5])
+            raise TensionError(f"{NO_POSITIONS} in any of the {len(self.corpus.stories)} stories ({why}): a "
+                               "position needs a sentence end (. ! ?) after a sentence of at least "
+                               f"--min-anchor-words ({cfg.min_anchor_words}) words, within --pct-min..--pct-max "
+                               "of the story; nothing was produced")
 
     async def position(self, pos: Position) -> None:
         if pos.story in self.failed:
@@ -201,18 +210,23 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
             corpus.stories = [st for st in corpus.stories if in_shard(st.id, *shard)]
         run = open_run(cfg, "score", progress=Progress(enabled=cfg.progress, stories=len(corpus.stories)),
                        partial=out / "positions.partial.jsonl", record_path=out / "run.json", roles=ROLES,
-                       transport=transport)
+                       transport=transport, refresh=cfg.refresh_roles())
         scoring = Scoring(cfg, corpus, run, count, corpus_path)
-        scoring.earlier = earlier_invocations(out / "run.json")
+        scoring.earlier, other = earlier_run(out / "run.json", cfg, corpus_path)
+        if other is not None:
+            # replaced whole (its outputs are rewritten); its cost is not this run's
+            warn(f"--out {out} held a run of {other}; this run replaces it (its cost is not counted)", "note")
         run.pipeline = scoring
         async with run:
             if await run.work(scoring.score()):
-                scoring.write_outputs(out)
-                run.freeze_wall()  # report.md and run.json state the same wall time
-                if cfg.report:
-                    run.write_record()  # the report reads it
-                    from tension.core.reports.report import report
-                    report(out, gpu_hour_usd=cfg.gpu_hour_usd)
+                with run.outputs():  # a stop signal while they are written is obeyed at once
+                    scoring.write_outputs(out)
+                    run.freeze_wall()  # report.md and run.json state the same wall time
+                    if cfg.report:
+                        run.write_record()  # the report reads it
+                        from tension.core.reports.report import report
+                        run.claims.append(out / "report.md")  # says "complete": gone if the run is stopped
+                        report(out, gpu_hour_usd=cfg.gpu_hour_usd)
     return _summary(scoring, run, out)
 
 

@@ -11,20 +11,26 @@ them. Nothing is sent: a position whose records are not in the cache says so.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from tension.cache.store import Store
 from tension.core.config import ScoreConfig, load_config
+from tension.core.errors import ConfigError
+from tension.core.formats import PositionLine
+from tension.core.inputs.corpus import read_corpus
+from tension.core.inputs.segment import split_sentences
 from tension.core.pipelines.score.judge import counted
-from tension.core.pipelines.score.lookup import Cached, lookup, lookup_at
+from tension.core.pipelines.score.lookup import Cached, judge_ask, lookup, lookup_at
 from tension.core.pipelines.score.requests import ScoreRequests
 from tension.core.prompts import score as prompts
-from tension.core.run.reads import CacheReads
+from tension.core.run.reads import CacheReads, chat_key
 
-__all__ = ["Recalled", "ScoreRecall"]
+__all__ = ["Recalled", "ScoreRecall", "RunKeys", "run_keys"]
 
 
 class Recalled(msgspec.Struct, kw_only=True):
@@ -86,3 +92,78 @@ def _config(saved: dict[str, Any]) -> ScoreConfig:
     run by another version) are left out rather than refused."""
     known = set(ScoreConfig.__struct_fields__)
     return load_config(None, {k: v for k, v in saved.items() if k in known and v is not None})
+
+
+class RunKeys(msgspec.Struct, kw_only=True):
+    """The cache keys of a score run folder's positions, per database (`cache drop
+    --run`). With the run's corpus readable: every position of every story whose
+    endings record (under the run's settings and models) the cache holds, with
+    its judged record and each verdict's key, so the positions of a stopped run
+    and those in flight when it stopped are found too; without it only the keys
+    its lines in positions.jsonl and positions.partial.jsonl name (`note` says
+    so: the verdict records cannot be named then)."""
+
+    keys: dict[str, set[bytes]]
+    note: str | None = None
+
+
+def run_keys(run_dir: Path, store: Store) -> RunKeys:
+    """The keys of the run in `run_dir` (RunKeys); `store` holds its records."""
+    record = _run_record(run_dir)
+    keys: dict[str, set[bytes]] = {"endings": set(), "verdicts": set(), "positions": set()}
+    for line in _position_lines(run_dir):
+        if line.endings_key:
+            keys["endings"].add(bytes.fromhex(line.endings_key))
+        if line.judged_key:
+            keys["positions"].add(bytes.fromhex(line.judged_key))
+    corpus = record.get("corpus")
+    if not corpus or not Path(corpus).exists():
+        return RunKeys(keys=keys, note=f"the run's corpus ({corpus or 'not named in run.json'}) is not there: only "
+                                        "the endings and judged records its positions files name are found, not "
+                                        "its verdict records (score --refresh judge asks those again instead)")
+    recall = ScoreRecall(record, store)
+    for story in read_corpus(corpus, min_words=0, max_words=10**9).stories:
+        sentences = split_sentences(story.text)
+        for k in range(1, len(sentences) + 1):
+            key = chat_key(recall.requests.endings(sentences, k))
+            rec = recall.reads.endings_at(key)
+            if rec is None:
+                continue
+            ask = judge_ask(recall.requests, sentences, k, rec.texts)
+            keys["endings"].add(key)
+            keys["positions"].add(ask.group)
+            keys["verdicts"].update(chat_key(r) for r in ask.requests if r is not None)
+    return RunKeys(keys=keys)
+
+
+def _run_record(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "run.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"--run {run_dir}: not a score run folder (no run.json in it)") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--run {run_dir}: {path} cannot be read: {e}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"--run {run_dir}: {path} is not a run record")
+    return doc
+
+
+def _position_lines(run_dir: Path) -> list[PositionLine]:
+    """The lines of the run's positions.jsonl and positions.partial.jsonl (either may
+    be missing; a line cut by a kill is skipped)."""
+    out = []
+    for name in ("positions.jsonl", "positions.partial.jsonl"):
+        try:
+            data = (run_dir / name).read_bytes()
+        except FileNotFoundError:
+            continue
+        for raw in data.splitlines():
+            try:
+                out.append(_line_decoder.decode(raw))
+            except msgspec.DecodeError:
+                continue
+    return out
+
+
+_line_decoder = msgspec.json.Decoder(PositionLine)

@@ -23,9 +23,12 @@ from tension.core.prompts.answers import reasoning_trace
 from tension.core.prompts.score import parse_verdict
 from tension.core.reports.answer_warnings import AnswerWarning
 
-__all__ = ["AnswerWatch", "DegenerateAnswers", "MIN_VERDICTS", "STOP_PREFIX", "redacted_sample", "server_text"]
+__all__ = ["AnswerWatch", "DegenerateAnswers", "MIN_VERDICTS", "STOP_PREFIX", "EMPTY_PREFIX", "OWN_WAY_OUT", "way_out",
+           "redacted_sample", "server_text"]
 
-STOP_PREFIX = "the judge is not answering Y or N"  # opens the early stop's error (the CLI knows it by it)
+STOP_PREFIX = "the judge is not answering Y or N"  # opens the early stop's error (the CLI knows it)
+EMPTY_PREFIX = "every ending is empty"  # opens the error of a run whose endings are all empty
+OWN_WAY_OUT = (STOP_PREFIX, EMPTY_PREFIX)  # errors that say their own way out (not "rerun the same command")
 SAMPLES = 3  # raw answers quoted in the early-stop error and the warning
 SAMPLE_CHARS = 60  # each cut to this many characters
 SAMPLE_TRIES = 50  # malformed answers looked at for a sample that reads differently (then no more cost)
@@ -37,7 +40,15 @@ _SECRET = re.compile(r"(?i)authorization\s*[:=]?\s*(?:bearer\s+)?\S+|bearer\s+\S
 
 
 class DegenerateAnswers(ServerError):
-    """The judge is not answering Y or N: the run stopped early (--keep-going scores on)."""
+    """The judge is not answering Y or N: the run stopped early (--keep-going scores
+    on); or every ending is empty (nothing was judged: no result)."""
+
+
+def way_out(role: str, out: object) -> str:
+    """How to get past a broken setup's answers of `role` that the cache now holds."""
+    return (f"once the setup is fixed, rerun with --refresh {role} (it asks again and writes the new answers "
+            f"over the cached ones), or drop them first with `tension-run cache drop --run {out} --role {role} "
+            "--yes`")
 
 
 def redacted_sample(text: str) -> str:
@@ -59,8 +70,9 @@ class AnswerWatch:
     """Counts of one score run's endings and verdicts, the early stop, and the
     warnings at the end (module docstring)."""
 
-    def __init__(self, cfg: ScoreConfig):
+    def __init__(self, cfg: ScoreConfig, out: object = "OUT"):
         self.cfg = cfg
+        self.out = out  # the run's folder, named in the way out
         self.servers = ", ".join(server_text(r.url) for r in cfg.judge_replicas())
         self.verdicts = self.yes = self.no = self.malformed = self.empty = self.traces = 0
         self.samples: list[str] = []  # the first malformed answers that read differently, as quoted
@@ -103,7 +115,7 @@ class AnswerWatch:
         self.endings += len(rec.texts)
         if len(rec.texts) >= 2:
             self.positions += 1
-            self.identical += same
+            self.identical += same and bool(first.strip())  # all empty is `endings_empty`, not the sampling
 
     def see_malformed(self, answer: str) -> None:
         self.malformed += 1
@@ -136,8 +148,20 @@ class AnswerWatch:
                 f"{judge_model!r} at {self.servers}. Sample answers: {self.sample_text()}. Likely causes: "
                 + "; ".join(f"({i}) {c}" for i, c in enumerate(causes, 1))
                 + ". A malformed verdict counts as no match, so every no-rate would be near 1 and mean nothing. "
-                "Rerunning the same command stops here again: fix the setup, or add --keep-going to score with "
-                "these answers anyway.")
+                "These answers are now in the cache and a rerun reads them from it, so the same command stops "
+                f"here again even against a fixed server: {way_out('judge', self.out)}; or add --keep-going to "
+                "score with these answers anyway.")
+
+    def check_endings(self) -> None:
+        """At the end of the work: a run whose every ending is empty has no result."""
+        e = self.endings
+        if e and self.empty_endings == e:
+            servers = ", ".join(server_text(r.url) for r in self.cfg.generation_replicas())
+            raise DegenerateAnswers(
+                f"{EMPTY_PREFIX}: the generation server returned {e} of {e} endings empty (content null or \"\"), "
+                f"so nothing was judged and every no-rate would be 1; no outputs were written. Generation server "
+                f"{servers}. These answers are now in the cache and a rerun reads them from it: "
+                f"{way_out('generation', self.out)}.")
 
     # -- the end of the run ----------------------------------------------------
 
@@ -154,7 +178,8 @@ class AnswerWatch:
             seen=f"{m} of {n} ({m / n:.0%}) judge answers were neither Y nor N ({self.traces} opened with a "
                  f"reasoning trace, {self.empty} were empty; e.g. {self.sample_text()})",
             meaning=f"each counts as no match, so the no-rates are raised by up to {m / n:.2f} on average; the "
-                    "curves measure the judge's answer format more than the stories")
+                    "curves measure the judge's answer format more than the stories; a rerun reads these answers "
+                    f"from the cache: {way_out('judge', self.out)}")
 
     def one_letter_warning(self) -> AnswerWarning | None:
         share = self.cfg.warn_constant_share
@@ -182,7 +207,8 @@ class AnswerWatch:
         return [
             _share_warning("endings_empty", self.empty_endings, e, cfg.warn_malformed_share,
                            "endings were empty",
-                           "an empty ending is not judged and counts as no match: the no-rates are raised"),
+                           "an empty ending is not judged and counts as no match: the no-rates are raised; "
+                           f"{way_out('generation', self.out)}"),
             _share_warning("endings_cut", self.cut, e, cfg.warn_cut_share,
                            f"endings were cut at --max-tokens ({cfg.max_tokens})",
                            "the judge compared unfinished predictions; raise --max-tokens, or the model does "
