@@ -285,7 +285,7 @@ KINDS: dict[str, Kind] = {
     "--temperature abc": Kind(_bad_flag("--temperature", "abc"), 2,
                               ["error: argument --temperature: invalid float value: 'abc'"], scored=None),
     "--temperature nan": Kind(_bad_flag("--temperature", "nan"), 2,
-                              ["error: temperature: expected a finite number, got nan"], scored=None),
+                              ["error: temperature: expected a number in [0, 100], got nan"], scored=None),
     "--min-words above --max-words": Kind(_bad_flag("--min-words", "6000"), 2,
                                           ["error: min-words: expected 0 <= min-words <= max-words (5000), got 6000"],
                                           scored=None),
