@@ -41,6 +41,7 @@ INPUT = "input"
 class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     """Settings of `fairplay`: these defaults < the --config file (top-level keys it
     knows, then its [fairplay] table) < flags."""
+    path_fields = ("cache", "suspects_file", "actual")
 
     # servers: the readers' and judge's server; the know-it-all's generator server.
     # --base-url and --model name the readers' server as they name score's servers;
@@ -132,6 +133,7 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         self.check_declared()  # every numeric field within its declared Bounds
+        self.expand_paths()
         check = self.check
         bad = [r for r in self.readers if r not in READERS]
         check(bool(self.readers) and not bad, "readers", f"a comma-separated subset of {','.join(READERS)}")

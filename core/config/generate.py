@@ -45,6 +45,7 @@ SAMPLING = "sampling"
 
 class GenerateConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     flag_prefix = "--"
+    path_fields = ("cache", "titles", "reference_stories")
 
     mode: Annotated[str, flag("vanilla: Step 2 only; beats: Steps 1-2; full: Steps 0-2; whodunit: paragraph by "
                               "paragraph (paper 003)", PIPELINE, choices=MODES)] = "full"
@@ -98,6 +99,7 @@ class GenerateConfig(Settings, kw_only=True, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         self.check_declared()  # every numeric field within its declared Bounds
+        self.expand_paths()
         check = self.check
         check(self.mode in MODES, "mode", " or ".join(MODES))
         check(self.base_url.startswith(("http://", "https://")), "base_url", "an http(s) URL")

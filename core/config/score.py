@@ -50,6 +50,7 @@ SHARE = Bounds(ge=0, le=1)
 
 
 class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
+    path_fields = ("cache", "tokenizer")
     # servers
     base_url: Annotated[URLs, flag(
         "generation server root, e.g. http://127.0.0.1:8000; several comma-separated are replicas (a story's "
@@ -151,6 +152,7 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         self.check_declared()  # every numeric field within its declared Bounds
+        self.expand_paths()
         check = self.check
         check(self.judge_batch in ("auto", "on", "off"), "judge_batch", "auto, on or off")
         check(self.min_words <= self.max_words, "min_words", f"0 <= min-words <= max-words ({self.max_words})")

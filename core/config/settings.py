@@ -84,6 +84,28 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ConfigError(f"{self.flag_prefix}{field.replace('_', '-')}: expected {what}, "
                               f"got {getattr(self, field)!r}")
 
+    # The fields that name files or folders: `~` is expanded in each (a config file's
+    # "~/x" is under the home folder, not a folder named "~" in the current one).
+    path_fields: ClassVar[tuple[str, ...]] = ("cache",)
+
+    def expand_paths(self) -> None:
+        """`~` expanded in every path setting; the cache made absolute, so the run
+        record names it for a view or report started elsewhere; a cache given as a
+        file (its data.mdb) is a ConfigError saying to give the folder."""
+        for name in self.path_fields:
+            v = getattr(self, name, None)
+            if isinstance(v, str) and v.startswith("~"):
+                setattr(self, name, os.path.expanduser(v))
+            elif isinstance(v, list):
+                setattr(self, name, [os.path.expanduser(x) if isinstance(x, str) else x for x in v])
+        cache = getattr(self, "cache", None)
+        if cache is not None:
+            self.cache = os.path.abspath(cache)
+            if Path(cache).is_file():
+                held = Path(cache).parent if Path(cache).name == "data.mdb" else None
+                raise ConfigError(f"cache: {cache} is a file; give the folder that holds data.mdb"
+                                  + (f" ({held})" if held else " (the LMDB cache is a folder)"))
+
     def check_declared(self) -> None:
         """Every numeric field within the Bounds its declaration carries (a flag and a
         config key alike), else a ConfigError naming the setting; each subclass's

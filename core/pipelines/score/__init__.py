@@ -16,6 +16,7 @@ it is the same bytes however the run was interrupted and resumed.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -162,7 +163,9 @@ class Scoring:
         corpus, finder = self.corpus, self.finder
         wall = self.run.wall()
         return {
-            "corpus": str(self.corpus_path),
+            # absolute, so a view or report started in another folder finds it; as typed, for display
+            "corpus": os.path.abspath(self.corpus_path),
+            "corpus_given": str(self.corpus_path),
             "invocations": {"count": self.earlier.count + 1,
                             "wall_seconds": round(self.earlier.wall_seconds + wall, 3)},
             "stories": {"kept": len(corpus.stories), "skipped": [msgspec.to_builtins(s) for s in corpus.skipped],
