@@ -65,12 +65,12 @@ def cmd_score(args) -> int:
             print_stopped(summary.error, "work is")
         return EXIT_FAILED
     print(f"outputs in {summary.out}: positions.jsonl, stories.csv, groups.csv, run.json")
-    n_bad = len(summary.input_errors) + len(summary.failures)
+    n_bad = summary.bad_records + len(summary.failures)  # the file's own error (empty, an array) is no story
     scored = summary.stories - len(summary.failures)
     if n_bad:
         rest = "the others were scored" if scored else "no story could be scored"
         print(f"{n_bad} stories failed (see above); {rest}", file=sys.stderr)
-    elif not scored:
+    elif not scored and len(summary.input_errors) == summary.bad_records:  # else the file's error said it
         print(f"error: no story to score ({summary.skipped} skipped by the word filter, see above)",
               file=sys.stderr)
     return summary.exit_status
