@@ -244,10 +244,10 @@ def test_hostile_ids_groups_and_texts_draw_in_the_browser_served_and_exported(br
 @pytest.mark.slow
 def test_an_exported_storys_endings_script_is_loaded_once_however_many_clicks(browser, hr, tmp_path):
     out = tmp_path / "site"
-    done = cli("view", str(hr.run), "--export", str(out), "--endings", env=hr.env, cwd=hr.elsewhere, timeout=120)
+    done = cli("view", str(hr.run), "--export", str(out), "--endings", env=hr.env, cwd=hr.scored_in, timeout=120)
     assert done.returncode == 0, done.stderr
     corpus = _data((out / "r0/index.html").read_bytes())
-    browser.get((out / f"r0/story/{_slug(corpus, HOSTILE_ID)}.html").as_uri())
+    browser.get((out / f"r0/story/{_slug(corpus, CASE_IDS[1])}.html").as_uri())  # a page that drew before, too
     spans = wait(browser, "span.s.pos")
     for span in [spans[0], spans[1], spans[0], spans[-1], spans[1]]:
         browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", span)
