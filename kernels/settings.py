@@ -37,6 +37,7 @@ class Bounds(msgspec.Struct, frozen=True, kw_only=True):
     gt: float | None = None
     le: float | None = None
     lt: float | None = None
+    noun: str | None = None  # what a message calls the value ("a share"); default "an integer" / "a number"
 
     def expected(self, value: float, integer: bool) -> str | None:
         """What a value must be, when `value` is not that; None when it is."""
@@ -53,7 +54,7 @@ class Bounds(msgspec.Struct, frozen=True, kw_only=True):
 
     def text(self, integer: bool, value: float | None = None, lower_only: bool = False) -> str:
         """"an integer >= 1", "a number in (0, 1]", "a finite number >= 0", …"""
-        kind = "an integer" if integer else "a number"
+        kind = self.noun or ("an integer" if integer else "a number")
         lo = (">=", self.ge) if self.ge is not None else (">", self.gt) if self.gt is not None else None
         hi = ("<=", self.le) if self.le is not None else ("<", self.lt) if self.lt is not None else None
         if lower_only and lo and not (lo[1] == 0 and hi and hi[1] == 1):  # a share keeps its [0, 1]

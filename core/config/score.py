@@ -46,7 +46,7 @@ CHECKS = "answer checks (docs/reliability.md, Degenerate answers)"
 # tables: replicas of one role (core/llm/replicas.py)
 URLs = str | list[str | dict[str, Any]]
 _CURVE = CurveSettings()
-SHARE = Bounds(ge=0, le=1)
+SHARE = Bounds(ge=0, le=1, noun="a share")
 
 
 class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):

@@ -34,7 +34,8 @@ S = TypeVar("S", bound=msgspec.Struct)
 def flag(description: str, group: str | None = None, **extra: Any) -> msgspec.Meta:
     """A field's metadata: its help text and, for a field that is a flag, the help
     group it is listed under. ``extra`` may name the flag when it differs from the
-    field (``flag="reader-seed"``), its ``aliases`` and its ``metavar``. Without a
+    field (``flag="reader-seed"``), its ``aliases``, its ``metavar`` and, for a number,
+    its ``bounds`` (kernels.settings.Bounds; `Settings.check_declared`). Without a
     group the field is a config key only (cli.flags.CONFIG_ONLY says why). A Meta
     with only a description and extra adds no constraint: decoding is unchanged."""
     if group is not None:
