@@ -96,14 +96,15 @@ class Number:
         return value
 
 
-def number(kind: type, **bounds: float) -> Number:
+def number(kind: type, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
+           lt: float | None = None) -> Number:
     """``number(int, ge=1)``: the argparse type of a numeric flag with its bounds."""
-    return Number(kind, Bounds(**bounds))
+    return Number(kind, Bounds(ge=ge, gt=gt, le=le, lt=lt))
 
 
 def count(minimum: int = 0, maximum: int = INT_MAX) -> Number:
     """An argparse type: an integer >= `minimum` (and <= `maximum`)."""
-    return number(int, ge=minimum, **({} if maximum == INT_MAX else {"le": maximum}))
+    return number(int, ge=minimum, le=None if maximum == INT_MAX else maximum)
 
 
 # a TCP port; 0 asks the system for a free one where a verb says so
