@@ -31,8 +31,9 @@ ALLOWED = {
     "core.run": {"core.errors", "core.redact", "cache", "core.llm", "core.inputs"},
     "core.reports": {"core.errors", "core.formats", "core.inputs", "kernels"},
     "core.serving": {"core.errors", "cache"},
-    "core.pipelines": {"core.errors", "core.formats", "core.config", "core.inputs", "core.prompts", "core.llm",
-                       "core.run", "core.reports", "cache", "kernels"},
+    # redact: bench prints and saves its servers' URLs (issue 25: a URL's password reached stdout)
+    "core.pipelines": {"core.errors", "core.redact", "core.formats", "core.config", "core.inputs", "core.prompts",
+                       "core.llm", "core.run", "core.reports", "cache", "kernels"},
     # the view reads run folders, reports and the cache; what it needs of a pipeline
     # (a run's request keys) the cli hands it as a recall factory
     "core.view": {"core.errors", "core.formats", "core.config", "core.inputs", "core.reports", "cache", "kernels"},

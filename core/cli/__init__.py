@@ -29,6 +29,7 @@ from tension.core.cli import cache, fairplay, generate, reports, route, score, s
 from tension.core.cli.flags import Once, Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, print_error
 from tension.core.errors import NO_ROOM, ConfigError, TensionError, cannot_write
+from tension.core.redact import redact_argv
 
 __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
@@ -128,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except _interrupts():
         # Ctrl-C or SIGTERM: the run has committed what completed before stopping.
+        shown = redact_argv(sys.argv)
         print("interrupted: completed work is in the cache. Resume with the same command:\n  "
-              + " ".join(shlex.quote(a) for a in sys.argv), file=sys.stderr)
+              + " ".join(shlex.quote(a) for a in shown)
+              + ("\n(its secrets are shown as ***: give them again)" if shown != sys.argv else ""), file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -12,6 +12,7 @@ from tension.core.cli.flags import (
     Verb,
     add_bootstrap_flags,
     add_settings_flags,
+    count,
     group_for,
     overrides,
 )
@@ -103,7 +104,7 @@ def _metric_flags(p) -> None:
     """The flags of the fair-play metrics (docs/fairplay.md), shared by both verbs."""
     add_settings_flags(p, FairPlaySettings, defaults=True)
     g = group_for(p, FAIRPLAY_GROUP)
-    g.add_argument("--max-plots", type=int, default=20,
+    g.add_argument("--max-plots", type=count(0), default=20,
                    help="reading-curve plots for at most this many stories (default: %(default)s)")
     add_bootstrap_flags(g)
 

@@ -19,11 +19,11 @@ from typing import Any
 import msgspec
 
 from tension.core.config import FairPlayConfig, ScoreConfig
-from tension.kernels.settings import FairPlaySettings
+from tension.kernels.settings import INT_MAX, Bounds, FairPlaySettings, bounds_of
 
 __all__ = ["Verb", "Once", "OnceBool", "FlagSpec", "CONFIG_ONLY", "SERVER_ENV", "flag_specs", "fields_in",
            "add_settings_flags", "overrides", "float_list", "group_for", "add_bootstrap_flags", "count",
-           "EMPTY_ALLOWED"]
+           "EMPTY_ALLOWED", "number", "Number", "PORT", "declared_bounds"]
 
 _API_KEY_REASON = ("a secret: the OPENAI_API_KEY environment variable or the config file, never the command "
                    "line (shell history, ps)")
@@ -75,21 +75,40 @@ class Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def count(minimum: int = 0) -> Callable[[str], int]:
-    """An argparse type: an integer >= `minimum` (a negative count is a usage
-    error at parse time, never a traceback or a silent no-op later)."""
+class Number:
+    """An argparse type for a flag that is no settings field: an int or a float
+    within declared Bounds (kernels.settings.Bounds, the same rule the settings'
+    fields declare), so that -1, nan, inf or 2**80 is a usage error at parse time,
+    never a traceback or a silent no-op later. tests/core/test_numeric_flags.py
+    finds every flag of this type, and every settings flag, and tries them."""
 
-    def parse(text: str) -> int:
+    def __init__(self, kind: type, bounds: Bounds) -> None:
+        self.kind, self.bounds = kind, bounds
+        self.__name__ = kind.__name__  # argparse names the type in its messages; the snapshots read it
+
+    def __call__(self, text: str) -> Any:
         try:
-            value = int(text)
+            value = self.kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+            raise argparse.ArgumentTypeError(f"expected {self.bounds.text(self.kind is int)}, got {text!r}") from None
+        if (what := self.bounds.expected(value, self.kind is int)) is not None:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
         return value
 
-    parse.__name__ = "int"  # argparse names the type in its messages; the snapshots read it
-    return parse
+
+def number(kind: type, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
+           lt: float | None = None) -> Number:
+    """``number(int, ge=1)``: the argparse type of a numeric flag with its bounds."""
+    return Number(kind, Bounds(ge=ge, gt=gt, le=le, lt=lt))
+
+
+def count(minimum: int = 0, maximum: int = INT_MAX) -> Number:
+    """An argparse type: an integer >= `minimum` (and <= `maximum`)."""
+    return number(int, ge=minimum, le=None if maximum == INT_MAX else maximum)
+
+
+# a TCP port; 0 asks the system for a free one where a verb says so
+PORT = Bounds(ge=0, le=65535)
 
 
 class OnceBool(argparse.BooleanOptionalAction):
@@ -211,6 +230,12 @@ def group_for(parser: argparse.ArgumentParser, title: str):
     return groups[title]
 
 
+def declared_bounds(struct: type, field: str) -> Bounds:
+    """The Bounds a settings field declares, for a verb's own flag of the same value
+    (report's --gpu-hour-usd is score's)."""
+    return bounds_of(struct)[field][0]
+
+
 def add_settings_flags(parser: argparse.ArgumentParser, struct: type, fields: Iterable[str] | None = None, *,
                        defaults: bool = False, group: str | None = None, help: dict[str, str] | None = None) -> None:
     """Add the flags of `struct`'s fields (all that have a group, or `fields`).
@@ -255,5 +280,7 @@ def overrides(args: argparse.Namespace, struct: type,
 
 def add_bootstrap_flags(g) -> None:
     """--resamples and --seed of the bootstrap intervals (report, compare, the fair-play metrics)."""
-    g.add_argument("--resamples", type=count(0), default=10_000, help="bootstrap resamples (default: %(default)s)")
-    g.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
+    # more resamples than this is memory, not precision (the interval's digits stop moving long before)
+    g.add_argument("--resamples", type=count(0, 10_000_000), default=10_000,
+                   help="bootstrap resamples (default: %(default)s)")
+    g.add_argument("--seed", type=count(0), default=0, help="bootstrap seed (default: %(default)s)")

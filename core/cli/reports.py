@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from tension.core.cli.flags import Verb, add_bootstrap_flags, add_settings_flags, count
+from tension.core.cli.flags import Number, Verb, add_bootstrap_flags, add_settings_flags, count, declared_bounds
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_errors
+from tension.core.config import ScoreConfig
 from tension.core.errors import exit_status
 from tension.kernels.settings import CurveSettings
 
@@ -74,7 +75,8 @@ def _report_flags(p) -> None:
     p.add_argument("run", metavar="RUN_DIR", help="the --out folder of a score run")
     p.add_argument("--max-curves", type=count(0), default=50,
                    help="curve figures for at most this many stories (default: %(default)s)")
-    p.add_argument("--gpu-hour-usd", type=float, default=None, help="price of a GPU-hour, for the cost line")
+    p.add_argument("--gpu-hour-usd", type=Number(float, declared_bounds(ScoreConfig, "gpu_hour_usd")), default=None,
+                   help="price of a GPU-hour, for the cost line")
     add_bootstrap_flags(p)
     add_settings_flags(p, CurveSettings, defaults=True)
 

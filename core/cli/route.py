@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 
-from tension.core.cli.flags import Verb
+from tension.core.cli.flags import Verb, number
 from tension.core.cli.messages import EXIT_OK
 
 __all__ = ["VERBS", "cmd_route"]
@@ -49,7 +49,7 @@ def _route_flags(p) -> None:
     p.add_argument("urls", nargs="+", metavar="URL", help="server roots, e.g. http://gpu1:8000 (or comma-separated)")
     p.add_argument("--host", default="127.0.0.1", help="address the router listens on (default: %(default)s; "
                    "0.0.0.0 opens it to the network)")
-    p.add_argument("--port", type=int, default=30000, help="router port (default: %(default)s)")
+    p.add_argument("--port", type=number(int, ge=1, le=65535), default=30000, help="router port (default: %(default)s)")
     p.add_argument("--policy", default="sticky_least_loaded",
                    choices=["sticky_least_loaded", "consistent_hash", "cache_aware", "power_of_two", "round_robin",
                             "random"],

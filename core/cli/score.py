@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import sys
 
-from tension.core.cli.flags import SERVER_ENV, Verb, add_settings_flags, fields_in, group_for, overrides
+from tension.core.cli.flags import (
+    SERVER_ENV,
+    Verb,
+    add_settings_flags,
+    count,
+    fields_in,
+    group_for,
+    number,
+    overrides,
+)
 from tension.core.cli.messages import (
     EXIT_FAILED,
     EXIT_OK,
@@ -17,7 +26,7 @@ from tension.core.config.score import CONCURRENCY, CORPUS, ENDINGS, JUDGING, SER
 
 __all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench", "server_config", "embedded_fallback", "unnamed_server"]
 
-CORPUS_HELP = "JSON Lines (id, text, group?, …) or a folder of .txt files"
+CORPUS_HELP = "JSON Lines, one object per line (id, text, group?, …), or a folder of .txt files"
 
 
 def cmd_score(args) -> int:
@@ -58,12 +67,12 @@ def cmd_score(args) -> int:
             print_stopped(summary.error, "work is")
         return EXIT_FAILED
     print(f"outputs in {summary.out}: positions.jsonl, stories.csv, groups.csv, run.json")
-    n_bad = len(summary.input_errors) + len(summary.failures)
+    n_bad = summary.bad_records + len(summary.failures)  # the file's own error (empty, an array) is no story
     scored = summary.stories - len(summary.failures)
     if n_bad:
         rest = "the others were scored" if scored else "no story could be scored"
         print(f"{n_bad} stories failed (see above); {rest}", file=sys.stderr)
-    elif not scored:
+    elif not scored and len(summary.input_errors) == summary.bad_records:  # else the file's error said it
         print(f"error: no story to score ({summary.skipped} skipped by the word filter, see above)",
               file=sys.stderr)
     return summary.exit_status
@@ -187,12 +196,12 @@ def _estimate_flags(p) -> None:
     p.add_argument("corpus", metavar="CORPUS", help=CORPUS_HELP)
     _server_flags(p, _ESTIMATE_FIELDS)
     g = group_for(p, "cost")
-    g.add_argument("--gen-tok-s", type=float, help="generation output tokens per second of your servers")
-    g.add_argument("--judge-req-s", type=float, help="judge requests per second of your servers")
+    g.add_argument("--gen-tok-s", type=number(float, gt=0), help="generation output tokens per second of your servers")
+    g.add_argument("--judge-req-s", type=number(float, gt=0), help="judge requests per second of your servers")
     g.add_argument("--bench", metavar="FILE", help="figures saved by `tension-run bench --save FILE` "
                                                     "(flags given as well override them)")
     add_settings_flags(p, ScoreConfig, ["gpu_hour_usd"], group="cost", help={"gpu_hour_usd": "price of a GPU-hour"})
-    g.add_argument("--ending-tokens", type=float, metavar="E",
+    g.add_argument("--ending-tokens", type=number(float, gt=0), metavar="E",
                    help="tokens per ending (default: --max-tokens, an upper bound; a --bench file measures it)")
     p.add_argument("--json", metavar="FILE", help="also write the estimate as JSON")
 
@@ -203,8 +212,9 @@ def _bench_flags(p) -> None:
                   cache_help="LMDB cache for token counts only (default: a temporary one); answers are never "
                              "taken from a cache")
     g = group_for(p, "workload")
-    g.add_argument("--positions", type=int, default=4, help="positions of the first story (default: %(default)s)")
-    g.add_argument("--bench-seed", type=int, default=0, help="seed of the position choice and shuffles "
+    g.add_argument("--positions", type=count(1, 10_000), default=4,
+                   help="positions of the first story (default: %(default)s)")
+    g.add_argument("--bench-seed", type=count(0), default=0, help="seed of the position choice and shuffles "
                                                              "(default: %(default)s)")
     g.add_argument("--no-variants", action="store_true",
                    help="only the baseline run (positions in story order, judge warm-up on)")

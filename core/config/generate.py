@@ -3,7 +3,6 @@ Each field's metadata is its flag's help and group."""
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Annotated
 
@@ -12,6 +11,9 @@ from tension.core.config.settings import (
     CONCURRENCY,
     OUTPUTS,
     SERVERS,
+    TEMPERATURE,
+    TOKENS,
+    Bounds,
     CacheMaxGB,
     CachePath,
     Progress,
@@ -43,6 +45,7 @@ SAMPLING = "sampling"
 
 class GenerateConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     flag_prefix = "--"
+    path_fields = ("cache", "titles", "reference_stories")
 
     mode: Annotated[str, flag("vanilla: Step 2 only; beats: Steps 1-2; full: Steps 0-2; whodunit: paragraph by "
                               "paragraph (paper 003)", PIPELINE, choices=MODES)] = "full"
@@ -57,15 +60,15 @@ class GenerateConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     # sampling; None = the mode's paper default (see the constants above)
     temperature: Annotated[float | None, flag(
         f"sampling temperature (default: {PIPELINE_TEMPERATURE}; whodunit {WHODUNIT_TEMPERATURE})",
-        SAMPLING)] = None
+        SAMPLING, bounds=TEMPERATURE)] = None
     max_tokens: Annotated[int | None, flag(
         f"longest answer, per request (default: {PIPELINE_MAX_TOKENS}; whodunit {WHODUNIT_MAX_TOKENS})",
-        SAMPLING)] = None
+        SAMPLING, bounds=TOKENS)] = None
     min_p: Annotated[float | None, flag(
         f"min_p sampling (default: {PIPELINE_MIN_P}; whodunit: not sent); 0 sends none, for APIs that reject it",
-        SAMPLING)] = None
+        SAMPLING, bounds=Bounds(ge=0, le=1))] = None
     seed: Annotated[int, flag("run seed: reference choice and request seeds derive from it and the idea id",
-                              SAMPLING)] = 0
+                              SAMPLING, bounds=Bounds(ge=0))] = 0
     # pipeline
     titles: Annotated[str, flag("Step 0 title pool: the paper's 3, its recommended 20, or a file, one per line",
                                 PIPELINE, metavar="paper|recommended|FILE")] = "paper"
@@ -73,20 +76,20 @@ class GenerateConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         "Step 0 in full-text mode: a reference story file (repeat for a pool; one drawn per story)", PIPELINE,
         flag="reference-story", metavar="FILE")] = []
     beats: Annotated[int | None, flag('Step 1 adds "Limit to exactly N beats." (default: no limit)', PIPELINE,
-                                      metavar="N")] = None
+                                      metavar="N", bounds=Bounds(ge=1))] = None
     system: Annotated[str | None, flag("Step 2 system prompt (default: none)", PIPELINE, metavar="TEXT")] = None
-    min_chars: Annotated[int, flag("regenerate stories shorter than this", PIPELINE)] = 200
+    min_chars: Annotated[int, flag("regenerate stories shorter than this", PIPELINE, bounds=Bounds(ge=0))] = 200
     attempts: Annotated[int, flag("tries per story, or per whodunit paragraph, before it fails",
-                                  PIPELINE)] = 5
+                                  PIPELINE, bounds=Bounds(ge=1))] = 5
     # whodunit
-    paragraphs: Annotated[int, flag("paragraphs per story", WHODUNIT, metavar="L")] = 25
+    paragraphs: Annotated[int, flag("paragraphs per story", WHODUNIT, metavar="L", bounds=Bounds(ge=1, le=10_000))] = 25
     # output
     group: Annotated[str | None, flag(
         "group of every output story (default: the mode; whodunit: the idea's group, else the model)",
         OUTPUTS)] = None
     # concurrency and reliability
     concurrency: Annotated[int, flag("requests in flight (the paper ran 4-6 threads; lower it for a hosted "
-                                     "API's rate limit)", CONCURRENCY)] = 6
+                                     "API's rate limit)", CONCURRENCY, bounds=Bounds(ge=1))] = 6
     timeout: Timeout = 600.0
     retries: Retries = 8
     retry_seconds: RetrySeconds = 1800.0
@@ -99,20 +102,12 @@ class GenerateConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         "writes are not asked again", OUTPUTS, choices=("generation", "all"))] = None  # last, as cache_max_gb
 
     def __post_init__(self) -> None:
+        self.check_declared()  # every numeric field within its declared Bounds
+        self.expand_paths()
         check = self.check
         check(self.mode in MODES, "mode", " or ".join(MODES))
         check(self.refresh in (None, "generation", "all"), "refresh", "generation or all")
         check(self.base_url.startswith(("http://", "https://")), "base_url", "an http(s) URL")
-        check(self.temperature is None or 0 <= self.temperature < math.inf, "temperature", "a finite number >= 0")
-        check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens", "an integer >= 1")
-        check(self.min_p is None or 0 <= self.min_p <= 1, "min_p", "a number in [0, 1]")
-        check(self.beats is None or self.beats >= 1, "beats", "an integer >= 1")
-        check(self.min_chars >= 0, "min_chars", "an integer >= 0")
-        check(self.attempts >= 1, "attempts", "an integer >= 1")
-        check(self.paragraphs >= 1, "paragraphs", "an integer >= 1")
-        check(self.concurrency >= 1, "concurrency", "an integer >= 1")
-        check(self.timeout > 0, "timeout", "seconds > 0")
-        check(self.retries >= 1, "retries", "an integer >= 1")
 
     @property
     def whodunit(self) -> bool:

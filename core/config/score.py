@@ -4,7 +4,6 @@ override the file. Each field's metadata is its flag's help and group."""
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Annotated, Any
 
@@ -13,7 +12,10 @@ from tension.core.config.settings import (
     CONCURRENCY,
     OUTPUTS,
     SERVERS,
+    TEMPERATURE,
+    TOKENS,
     ApiKey,
+    Bounds,
     CacheMaxGB,
     CachePath,
     Progress,
@@ -46,9 +48,11 @@ CHECKS = "answer checks (docs/reliability.md, Degenerate answers)"
 URLs = str | list[str | dict[str, Any]]
 _CURVE = CurveSettings()
 REFRESH = ("generation", "judge", "all")  # --refresh: the roles whose cached answers are asked again
+SHARE = Bounds(ge=0, le=1, noun="a share")
 
 
 class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
+    path_fields = ("cache", "tokenizer")
     # servers
     base_url: Annotated[URLs, flag(
         "generation server root, e.g. http://127.0.0.1:8000; several comma-separated are replicas behind "
@@ -65,43 +69,47 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     api_key: ApiKey = None
     reasoning_off: ReasoningOff = True
     # ending generation (000, App. C.4)
-    endings: Annotated[int, flag("endings per position (n)", ENDINGS)] = 100
-    temperature: Annotated[float, flag("sampling temperature of the endings", ENDINGS)] = 1.2
-    top_p: Annotated[float, flag("nucleus sampling of the endings", ENDINGS)] = 0.95
-    max_tokens: Annotated[int, flag("longest ending, in tokens", ENDINGS)] = 150
+    endings: Annotated[int, flag("endings per position (n)", ENDINGS, bounds=Bounds(ge=1, le=10_000))] = 100
+    temperature: Annotated[float, flag("sampling temperature of the endings", ENDINGS, bounds=TEMPERATURE)] = 1.2
+    top_p: Annotated[float, flag("nucleus sampling of the endings", ENDINGS, bounds=Bounds(gt=0, le=1))] = 0.95
+    max_tokens: Annotated[int, flag("longest ending, in tokens", ENDINGS, bounds=TOKENS)] = 150
     seed: Annotated[int | None, flag(
         "sampling seed sent with every generation request. Give it for reproducible runs: seeded, a run "
         "through faults, retries, kills and resumes is byte-identical to a clean one; unseeded, vLLM samples "
-        "a retried request anew (default: none)", ENDINGS)] = None
+        "a retried request anew (default: none)", ENDINGS, bounds=Bounds(ge=0))] = None
     # judging (000, App. C.5)
-    judge_temperature: Annotated[float, flag("judge temperature", JUDGING)] = 0.0
-    judge_max_tokens: Annotated[int, flag("longest verdict, in tokens", JUDGING)] = 10
+    judge_temperature: Annotated[float, flag("judge temperature", JUDGING, bounds=TEMPERATURE)] = 0.0
+    judge_max_tokens: Annotated[int, flag("longest verdict, in tokens", JUDGING, bounds=TOKENS)] = 10
     judge_constraint: Annotated[str, flag(
         "none: free answers, as in the paper; choice: the judge may only answer Y or N (vLLM structured "
         "outputs); logprobs: Y or N by the first token's Y-vs-N probability (for weak judges)", JUDGING,
         metavar="none|choice|logprobs")] = "none"
     continuation_words: Annotated[int, flag("the continuation shown to the judge is cut to this many words",
-                                            JUDGING)] = 2000
+                                            JUDGING, bounds=Bounds(ge=1))] = 2000
     judge_batch: Annotated[str, flag(
         "auto: send a position's judge prompts as one /v1/completions request when the judge server renders "
         "its chat template for us and the prompts' token ids equal the chat endpoint's (vLLM; checked at the "
         "start), else one chat request per ending; on: require it; off: one chat request per ending. Same "
         "verdicts, cache keys and records either way (docs/cost.md)", JUDGING, metavar="auto|on|off")] = "auto"
     # corpus and positions (000, App. C.2–C.3)
-    min_words: Annotated[int, flag("skip stories with fewer words", CORPUS)] = 500
-    max_words: Annotated[int, flag("skip stories with more words", CORPUS)] = 5000
-    min_anchor_words: Annotated[int, flag("skip positions whose last sentence has fewer words", CORPUS)] = 10
+    min_words: Annotated[int, flag("skip stories with fewer words", CORPUS, bounds=Bounds(ge=0))] = 500
+    max_words: Annotated[int, flag("skip stories with more words", CORPUS, bounds=Bounds(ge=0))] = 5000
+    min_anchor_words: Annotated[int, flag("skip positions whose last sentence has fewer words", CORPUS,
+                                          bounds=Bounds(ge=0))] = 10
     pct_min: Annotated[float, flag("keep positions with at least this share of the story's tokens revealed",
-                                   CORPUS)] = 0.10
-    pct_max: Annotated[float, flag("… and at most this share", CORPUS)] = 0.99
+                                   CORPUS, bounds=Bounds(ge=0, le=1))] = 0.10
+    pct_max: Annotated[float, flag("… and at most this share", CORPUS, bounds=Bounds(ge=0, le=1))] = 0.99
     tokenizer: Annotated[str, flag(
         "token counts for pct: 'server' (its /tokenize), 'words', or a tokenizer.json path", CORPUS)] = "server"
     max_model_len: Annotated[int | None, flag(
-        "generation context, in tokens (default: as the server's /tokenize reports it)")] = None
+        "generation context, in tokens (default: as the server's /tokenize reports it)", bounds=Bounds(ge=1))] = None
     # concurrency: requests in flight per lane (the paper's batch sizes)
-    gen_concurrency: Annotated[int, flag("generation requests in flight (per replica)", CONCURRENCY)] = 64
-    judge_concurrency: Annotated[int, flag("judge requests in flight (per replica)", CONCURRENCY)] = 512
-    tokenize_concurrency: Annotated[int, flag("tokenize requests in flight (per replica)", CONCURRENCY)] = 64
+    gen_concurrency: Annotated[int, flag("generation requests in flight (per replica)", CONCURRENCY,
+                                          bounds=Bounds(ge=1))] = 64
+    judge_concurrency: Annotated[int, flag("judge requests in flight (per replica)", CONCURRENCY,
+                                            bounds=Bounds(ge=1))] = 512
+    tokenize_concurrency: Annotated[int, flag("tokenize requests in flight (per replica)", CONCURRENCY,
+                                               bounds=Bounds(ge=1))] = 64
     warm_judge: Annotated[bool, flag("send one judge request per position first to warm the prefix cache",
                                      CONCURRENCY)] = True
     shard: Annotated[str | None, flag(
@@ -112,20 +120,21 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         "score on when the first verdicts show that the judge is not answering Y or N (see --stop-after)",
         CHECKS)] = False
     stop_after: Annotated[int, flag(
-        "the early stop decides once this many verdicts are in, and again at every position after", CHECKS)] = 200
+        "the early stop decides once this many verdicts are in, and again at every position after", CHECKS,
+        bounds=Bounds(ge=1))] = 200
     stop_malformed_share: Annotated[float, flag(
-        "stop early when at least this share of the verdicts so far is neither Y nor N", CHECKS)] = 0.8
+        "stop early when at least this share of the verdicts so far is neither Y nor N", CHECKS, bounds=SHARE)] = 0.8
     warn_malformed_share: Annotated[float, flag(
         "warn at the end when more than this share of the verdicts is malformed or empty, of the endings is "
-        "empty, or looks like a reasoning trace", CHECKS)] = 0.05
+        "empty, or looks like a reasoning trace", CHECKS, bounds=SHARE)] = 0.05
     warn_constant_share: Annotated[float, flag(
         "warn when the judge gives one letter to at least this share of the run's verdicts, or of a story's",
-        CHECKS)] = 0.98
+        CHECKS, bounds=SHARE)] = 0.98
     warn_cut_share: Annotated[float, flag("warn when more than this share of the endings is cut at --max-tokens",
-                                          CHECKS)] = 0.5
+                                          CHECKS, bounds=SHARE)] = 0.5
     warn_identical_share: Annotated[float, flag(
         "warn when more than this share of the positions has n identical endings (temperature or seed not "
-        "honoured)", CHECKS)] = 0.1
+        "honoured)", CHECKS, bounds=SHARE)] = 0.1
     # reliability
     timeout: Timeout = 600.0
     retries: Retries = 8
@@ -137,7 +146,7 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     progress: Progress = True
     report: Annotated[bool, flag("write report.md, tables and figures at the end", OUTPUTS)] = True
     gpu_hour_usd: Annotated[float | None, flag("price of a GPU-hour, for the report's cost line",
-                                               OUTPUTS)] = None
+                                               OUTPUTS, bounds=Bounds(ge=0))] = None
     refresh: Annotated[str | None, flag(
         "ask again the answers of a role that the cache already holds, and write the new ones over them: "
         "generation (the endings), judge (the verdicts) or all; for a setup fixed after it answered badly "
@@ -150,33 +159,15 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     retention_window: RetentionWindow = _CURVE.retention_window
 
     def __post_init__(self) -> None:
+        self.check_declared()  # every numeric field within its declared Bounds
+        self.expand_paths()
         check = self.check
-        for name in ("temperature", "top_p", "judge_temperature", "pct_min", "pct_max", "timeout", "retry_seconds",
-                     "late_threshold"):
-            # inf and nan would pass the range checks below (or reach the server as JSON null)
-            check(math.isfinite(getattr(self, name)), name, "a finite number")
-        check(self.min_anchor_words >= 0, "min_anchor_words", "an integer >= 0")
-        check(self.endings >= 1, "endings", "an integer >= 1")
-        check(self.temperature >= 0, "temperature", "a number >= 0")
-        check(0 < self.top_p <= 1, "top_p", "a number in (0, 1]")
-        check(self.max_tokens >= 1, "max_tokens", "an integer >= 1")
-        check(self.judge_max_tokens >= 1, "judge_max_tokens", "an integer >= 1")
-        check(self.continuation_words >= 1, "continuation_words", "an integer >= 1")
         check(self.judge_batch in ("auto", "on", "off"), "judge_batch", "auto, on or off")
         check(self.refresh in (None, *REFRESH), "refresh", " or ".join(REFRESH))
-        check(0 <= self.min_words <= self.max_words, "min_words", f"0 <= min-words <= max-words ({self.max_words})")
-        check(0.0 <= self.pct_min <= self.pct_max <= 1.0, "pct_min", "0 <= pct-min <= pct-max <= 1")
-        for lane in ("gen_concurrency", "judge_concurrency", "tokenize_concurrency"):
-            check(getattr(self, lane) >= 1, lane, "an integer >= 1")
-        check(self.timeout > 0, "timeout", "seconds > 0")
-        check(self.retries >= 1, "retries", "an integer >= 1")
+        check(self.min_words <= self.max_words, "min_words", f"0 <= min-words <= max-words ({self.max_words})")
+        check(self.pct_min <= self.pct_max, "pct_min", "0 <= pct-min <= pct-max <= 1")
         check(self.judge_constraint in ("none", "choice", "logprobs"), "judge_constraint",
               "'none', 'choice' or 'logprobs'")
-        check(self.judge_temperature >= 0, "judge_temperature", "a number >= 0")
-        check(self.stop_after >= 1, "stop_after", "an integer >= 1")
-        for share in ("stop_malformed_share", "warn_malformed_share", "warn_constant_share", "warn_cut_share",
-                      "warn_identical_share"):
-            check(0.0 <= getattr(self, share) <= 1.0, share, "a share in [0, 1]")
         self.generation_replicas()  # each raises a ConfigError naming the bad entry
         self.shard_spec()
         self.judge_replicas()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+import typing
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar
 
@@ -13,11 +14,12 @@ import msgspec
 
 from tension.core.errors import ConfigError
 from tension.core.redact import redact
+from tension.kernels.settings import Bounds, check_bounds
 
 __all__ = ["API_KEY_ENV", "BASE_URL_ENV", "DEFAULT_BASE_URL", "env_base_url", "Settings", "flag", "public",
            "load_settings", "read_config_file", "config_file_keys", "build_settings", "SERVERS", "CONCURRENCY",
            "OUTPUTS", "ApiKey", "ReasoningOff", "Timeout", "Retries", "RetrySeconds", "CachePath", "CacheMaxGB",
-           "Progress"]
+           "Progress", "Bounds", "TEMPERATURE", "TOKENS"]
 
 API_KEY_ENV = "OPENAI_API_KEY"
 # The server when none is named (--base-url, a config file's base_url): this
@@ -32,7 +34,8 @@ S = TypeVar("S", bound=msgspec.Struct)
 def flag(description: str, group: str | None = None, **extra: Any) -> msgspec.Meta:
     """A field's metadata: its help text and, for a field that is a flag, the help
     group it is listed under. ``extra`` may name the flag when it differs from the
-    field (``flag="reader-seed"``), its ``aliases`` and its ``metavar``. Without a
+    field (``flag="reader-seed"``), its ``aliases``, its ``metavar`` and, for a number,
+    its ``bounds`` (kernels.settings.Bounds; `Settings.check_declared`). Without a
     group the field is a config key only (cli.flags.CONFIG_ONLY says why). A Meta
     with only a description and extra adds no constraint: decoding is unchanged."""
     if group is not None:
@@ -48,15 +51,25 @@ OUTPUTS = "storage and outputs"
 # The fields those verbs share, as types: one help text for each on every verb.
 ApiKey = Annotated[str | None, flag(f"API key; the {API_KEY_ENV} environment variable wins")]
 ReasoningOff = Annotated[bool, flag("send chat_template_kwargs {enable_thinking: false}", SERVERS)]
-Timeout = Annotated[float, flag("seconds allowed for one request", CONCURRENCY)]
+Timeout = Annotated[float, flag("seconds allowed for one request", CONCURRENCY, bounds=Bounds(gt=0))]
 Retries = Annotated[int, flag("attempts per request, the first included (429, 5xx, dropped connections)",
-                              CONCURRENCY)]
-RetrySeconds = Annotated[float, flag("give a request up after retrying this long", CONCURRENCY)]
+                              CONCURRENCY, bounds=Bounds(ge=1))]
+RetrySeconds = Annotated[float, flag("give a request up after retrying this long", CONCURRENCY,
+                                     bounds=Bounds(ge=0))]
 CachePath = Annotated[str | None, flag("LMDB cache folder (default: ~/.cache/tension-run/llm.lmdb)", OUTPUTS,
                                        metavar="PATH")]
-CacheMaxGB = Annotated[float | None, flag("never let the cache grow past this size (default: the disk is the limit)",
-                                          OUTPUTS, metavar="GB")]
+# > 0: a limit of 0 would be no limit in LMDB's terms, which nobody means by it; at
+# most a petabyte, which LMDB's map size (a size_t) holds.
+CacheMaxGB = Annotated[float | None, flag(
+    "never let the cache grow past this size, in GB (a number > 0; default: the disk is the limit)", OUTPUTS,
+    metavar="GB", bounds=Bounds(gt=0, le=1e6))]
 Progress = Annotated[bool, flag("show a progress bar", OUTPUTS)]
+
+
+# The bounds several settings share. Temperatures past 100 sample nothing a reader
+# could tell from noise; a token limit past a million is no context any server has.
+TEMPERATURE = Bounds(ge=0, le=100)
+TOKENS = Bounds(ge=1, le=1_000_000)
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -72,6 +85,42 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ConfigError(f"{self.flag_prefix}{field.replace('_', '-')}: expected {what}, "
                               f"got {getattr(self, field)!r}")
 
+    # The fields that name files or folders: `~` is expanded in each (a config file's
+    # "~/x" is under the home folder, not a folder named "~" in the current one).
+    path_fields: ClassVar[tuple[str, ...]] = ("cache",)
+
+    def expand_paths(self) -> None:
+        """`~` expanded in every path setting; the cache made absolute, so the run
+        record names it for a view or report started elsewhere; a cache given as a
+        file (its data.mdb) is a ConfigError saying to give the folder."""
+        for name in self.path_fields:
+            v = getattr(self, name, None)
+            if isinstance(v, str) and v.startswith("~"):
+                setattr(self, name, os.path.expanduser(v))
+            elif isinstance(v, list):
+                setattr(self, name, [os.path.expanduser(x) if isinstance(x, str) else x for x in v])
+        cache = getattr(self, "cache", None)
+        if cache is not None:
+            self.cache = os.path.abspath(cache)
+            if Path(cache).is_file():
+                held = Path(cache).parent if Path(cache).name == "data.mdb" else None
+                raise ConfigError(f"cache: {cache} is a file; give the folder that holds data.mdb"
+                                  + (f" ({held})" if held else " (the LMDB cache is a folder)"))
+
+    def check_declared(self) -> None:
+        """Every numeric field within the Bounds its declaration carries (a flag and a
+        config key alike), else a ConfigError naming the setting; each subclass's
+        __post_init__ calls it first."""
+        try:
+            check_bounds(self)
+        except ValueError as e:
+            field, _, rest = str(e).partition(": ")
+            name = field.replace("_", "-")
+            flag_name = _flag_names(type(self)).get(field, name)
+            if flag_name != name:  # fairplay's `seed` key is --reader-seed (its --seed seeds the bootstrap)
+                name = f"{flag_name} (config key `{field}`)"
+            raise ConfigError(f"{self.flag_prefix}{name}: {rest}") from None
+
     def resolved_api_key(self) -> str | None:
         """The environment variable first, then the config file's `api_key`."""
         return os.environ.get(API_KEY_ENV) or getattr(self, "api_key", None)
@@ -83,6 +132,16 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 def refresh_roles(value: str | None, roles: tuple[str, ...]) -> tuple[str, ...]:
     """The engine roles a verb's --refresh value names ("all": every one of `roles`)."""
     return roles if value == "all" else (value,) if value else ()
+
+
+def _flag_names(struct: type) -> dict[str, str]:
+    """The flag name of each field whose flag is named otherwise (``flag="reader-seed"``)."""
+    out = {}
+    for f in msgspec.structs.fields(struct):
+        for m in typing.get_args(f.type)[1:]:
+            if isinstance(m, msgspec.Meta) and m.extra and "flag" in m.extra:
+                out[f.name] = m.extra["flag"]
+    return out
 
 
 def env_base_url() -> str | None:

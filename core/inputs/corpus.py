@@ -11,7 +11,7 @@ import msgspec
 
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
-from tension.core.inputs.jsonl import read_records, string_field
+from tension.core.inputs.jsonl import FileError, check_label, read_records, string_field
 
 __all__ = ["Story", "Skipped", "Corpus", "read_corpus", "DEFAULT_GROUP"]
 
@@ -41,7 +41,7 @@ def read_corpus(path: str | os.PathLike, min_words: int = 500, max_words: int = 
     if p.is_dir():
         records, errors = _read_folder(p)
     else:
-        records, errors = read_records(p, _story, empty="stories")
+        records, errors = read_records(p, _story, empty="stories", what="the corpus")
     stories: list[Story] = []
     skipped: list[Skipped] = []
     for s in records:
@@ -61,6 +61,8 @@ def _story(path: str, lineno: int, obj: dict[str, Any]) -> Story:
     group = string_field(path, lineno, obj, "group", required=False)
     if not sid.strip():
         raise InputError(path, lineno, "id", "expected a non-empty string")
+    check_label(path, lineno, "id", sid)
+    check_label(path, lineno, "group", group)
     if not text.strip():
         raise InputError(path, lineno, "text", "empty text")
     meta = {k: v for k, v in obj.items() if k not in ("id", "text", "group")}
@@ -72,7 +74,7 @@ def _read_folder(p: Path) -> tuple[list[Story], list[InputError]]:
     errors: list[InputError] = []
     files = sorted(f for f in p.iterdir() if f.suffix == ".txt" and f.is_file())
     if not files:
-        errors.append(InputError(str(p), 0, None, "no .txt files in this folder"))
+        errors.append(FileError(str(p), 0, None, "no .txt files in this folder"))
     for f in files:
         try:
             text = f.read_bytes().decode("utf-8-sig")  # a byte order mark is no part of the text
@@ -84,6 +86,11 @@ def _read_folder(p: Path) -> tuple[list[Story], list[InputError]]:
             continue
         if not text.strip():
             errors.append(InputError(str(f), 0, "text", "empty text"))
+            continue
+        try:
+            check_label(str(f), 0, "id", f.stem)  # the file name is the id
+        except InputError as e:
+            errors.append(e)
             continue
         stories.append(Story(id=f.stem, text=text))
     return stories, errors

@@ -12,7 +12,7 @@ import msgspec
 
 from tension.core.config.generate import GenerateConfig
 from tension.core.errors import ConfigError, InputError
-from tension.core.inputs.jsonl import json_type, read_records, string_field
+from tension.core.inputs.jsonl import check_label, json_type, read_records, string_field
 from tension.core.prompts import generate as gp
 
 __all__ = ["Idea", "Reference", "ReferencePrompt", "read_ideas", "reference_pool"]
@@ -64,6 +64,8 @@ def _idea(path: str, lineno: int, obj: dict[str, Any], whodunit: bool) -> Idea:
         return v
 
     idea = Idea(id=text("id"), idea=text("idea"), group=text("group", required=False))
+    check_label(path, lineno, "id", idea.id)  # the id and group reach the stories, CSV files and file names
+    check_label(path, lineno, "group", idea.group)
     if not whodunit:
         return idea
     suspects = obj.get("suspects")

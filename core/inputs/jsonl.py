@@ -18,8 +18,8 @@ import msgspec
 
 from tension.core.errors import InputError
 
-__all__ = ["STDIN", "MAX_NOT_TEXT", "iter_lines", "is_text", "decode_line", "read_records", "display_name",
-           "string_field", "json_type", "atomic_write"]
+__all__ = ["STDIN", "MAX_NOT_TEXT", "FileError", "iter_lines", "is_text", "decode_line", "read_records",
+           "display_name", "string_field", "check_label", "json_type", "atomic_write"]
 
 T = TypeVar("T")
 
@@ -29,6 +29,35 @@ MAX_NOT_TEXT = 5  # lines that are not text before a file is taken for binary an
 # msgspec reports where a value failed as "... - at `$.y[3]`"; we turn the path
 # into the field name users see ("y[3]").
 _AT = re.compile(r"\s*-\s*at `\$\.?(?P<path>[^`]*)`$")
+
+
+class FileError(InputError):
+    """The file as a whole holds no records: it is empty, or a JSON array where
+    JSON Lines belong. One error says so; no record failed (a summary counts none)."""
+
+
+# Control characters in an id or group reach CSV files, file names and terminals
+# raw (a NUL byte in stories.csv breaks the tools that read it as text).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def check_label(path: str, lineno: int, name: str, value: str | None) -> None:
+    """Raise InputError when an id or group name holds a control character."""
+    if value is not None and (m := _CONTROL.search(value)):
+        raise InputError(path, lineno, name, f"holds a control character (U+{ord(m.group()):04X} at character "
+                                             f"{m.start() + 1}); an {name} must be printable text")
+
+
+def _is_json_array(raw: bytes) -> bool:
+    """Whether a file's first line opens a JSON array of records (`[` alone, as
+    pretty-printed; or a whole array of objects on one line), not a bad line."""
+    if not raw.lstrip().startswith(b"["):
+        return False
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return True  # the array goes on over the next lines
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
@@ -103,7 +132,7 @@ def _raise(path, lineno, field, msg, cause):
 def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *,
                  decode: Callable[[str, int, bytes], Any] = functools.partial(decode_line, type=dict),
                  id_of: Callable[[T], str] = operator.attrgetter("id"),
-                 empty: str | None = None) -> tuple[list[T], list[InputError]]:
+                 empty: str | None = None, what: str = "the file") -> tuple[list[T], list[InputError]]:
     """Every good record of a JSON Lines file in file order, and an InputError per
     bad line: blank lines are skipped, each line is decoded by ``decode(path, line,
     raw)`` and made a record by ``parse(path, line, value)`` (either may raise
@@ -111,7 +140,8 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
     neither records nor errors is an error "no EMPTY (the file is empty)" when
     ``empty`` names what it should hold. After MAX_NOT_TEXT lines that are not
     text (not UTF-8, or NUL bytes: a binary file, a wrong path) reading stops with
-    one error that counts the lines left unread."""
+    one error that counts the lines left unread. A JSON array in place of JSON
+    Lines is one FileError naming `what` the file should be, not one per line."""
     lines = iter_lines(path)
     path = display_name(path)
     items: list[T] = []
@@ -119,6 +149,10 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
     seen: dict[str, int] = {}
     not_text = 0
     for lineno, raw in lines:
+        if not items and not errors and _is_json_array(raw):
+            errors.append(FileError(path, lineno, None, f"a JSON array; {what} is JSON Lines, one object per line "
+                                                        "(convert with jq -c '.[]')"))
+            break
         try:
             if not is_text(raw):
                 not_text += 1
@@ -137,7 +171,7 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
         seen[key] = lineno
         items.append(item)
     if empty and not items and not errors:
-        errors.append(InputError(path, 0, None, f"no {empty} (the file is empty)"))
+        errors.append(FileError(path, 0, None, f"no {empty} (the file is empty)"))
     return items, errors
 
 

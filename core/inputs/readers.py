@@ -19,7 +19,7 @@ import numpy as np
 
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
-from tension.core.inputs.jsonl import decode_line, read_records
+from tension.core.inputs.jsonl import check_label, decode_line, read_records
 from tension.kernels.fairplay import ACTUAL, READERS
 
 __all__ = ["NOT_SURE", "RENORM_TOL", "EXPERIENCED_SETTING", "ReaderRecord", "ScoredWhodunit", "check_record",
@@ -137,6 +137,8 @@ def check_record(path: str, line: int, r: ReaderRecord) -> ScoredWhodunit:
     """The rules of a READERS.jsonl record beyond its types; raises InputError."""
     if not r.id:
         raise InputError(path, line, "id", "expected a non-empty string")
+    check_label(path, line, "id", r.id)
+    check_label(path, line, "group", r.group)
     K = len(r.suspects)
     if K < 2:
         raise InputError(path, line, "suspects", f"expected at least 2 suspects, got {K}")

@@ -14,7 +14,7 @@ import msgspec
 from tension.core.config.fairplay import FairPlayConfig
 from tension.core.errors import InputError
 from tension.core.formats import Generator
-from tension.core.inputs.jsonl import decode_line, iter_lines, read_records
+from tension.core.inputs.jsonl import check_label, decode_line, iter_lines, read_records
 from tension.core.inputs.segment import split_sentences
 from tension.core.prompts.answers import match_suspect
 
@@ -110,6 +110,8 @@ def _story(path: str, line: int, obj: dict, cfg: FairPlayConfig, suspects_map: d
     group = obj.get("group")
     if group is not None and not isinstance(group, str):
         raise InputError(path, line, "group", f"expected a string or null, got {group!r}")
+    check_label(path, line, "id", sid)
+    check_label(path, line, "group", group)
     for field in ("segments", "segments_25"):
         if obj.get(field) is not None:
             segments = _string_list(path, line, field, obj[field], min_len=2)

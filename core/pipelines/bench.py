@@ -54,6 +54,7 @@ from tension.core.pipelines.bench_figures import (
 )
 from tension.core.pipelines.score.positions import Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
+from tension.core.redact import redact
 from tension.core.run.lifecycle import open_run, open_store, run_blocking
 from tension.core.run.progress import Progress
 from tension.core.run.scheduler import Scheduler
@@ -166,7 +167,7 @@ class _Bench:
         after = await self._metrics()
         _phase_figures(fig, results, t1 - t0, t2 - t1, cfg.endings)
         for url, roles in self.urls.items():
-            fig.servers[url] = _server_figures(roles, by_url[url], before[url], after[url])
+            fig.servers[redact(url)] = _server_figures(roles, by_url[url], before[url], after[url])
         return fig
 
     async def _call(self, url: str, req: ChatRequest) -> StreamResult:
@@ -277,8 +278,8 @@ def _bench_figures(b: _Bench, corpus: str, story: str, story_positions: int, run
         per_story = (base.generation_seconds + base.judge_seconds) / len(b.chosen) * story_positions
     fig = BenchFigures(
         created=time.time(), corpus=corpus, story=story, story_positions=story_positions,
-        positions_benched=[p.k for p in b.chosen], base_url=",".join(b.gen_urls),
-        judge_base_url=",".join(b.judge_urls), model=b.reqs.gen_model, judge_model=b.reqs.judge_model,
+        positions_benched=[p.k for p in b.chosen], base_url=redact(",".join(b.gen_urls)),  # printed and saved
+        judge_base_url=redact(",".join(b.judge_urls)), model=b.reqs.gen_model, judge_model=b.reqs.judge_model,
         endings=cfg.endings, max_tokens=cfg.max_tokens, gen_concurrency=cfg.gen_concurrency,
         judge_concurrency=cfg.judge_concurrency, seed=opts.seed, gen_tok_s=base.gen_tok_s,
         judge_req_s=base.judge_req_s, mean_ending_tokens=base.mean_ending_tokens, seconds_per_story=per_story,

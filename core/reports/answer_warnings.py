@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from tension.core.reports.markdown import md_text
+
 __all__ = ["AnswerWarning", "warning_text", "markdown_section", "DEMO_CAVEAT"]
 
 # What `tension-run demo` says after its numbers, whatever they are: the bundled
@@ -49,4 +51,4 @@ def markdown_section(run: dict[str, Any]) -> list[str]:
     return (["## Warnings: the models did not do the task as asked", "",
              "These numbers come from degenerate answers; read them with the warnings below "
              "(docs/reliability.md, \"Degenerate answers\").", ""]
-            + [f"- {warning_text(w)}" for w in found] + [""])
+            + [f"- {md_text(warning_text(w))}" for w in found] + [""])

@@ -14,6 +14,7 @@ matplotlib.use("Agg")  # no screen: CI, servers, GPU boxes
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from tension.core.reports.figures import glyphs_quiet  # noqa: E402
 from tension.kernels.fairplay import READERS, FairPlaySettings, PooledCurves  # noqa: E402
 
 __all__ = ["reading_curve_figure", "pooled_figure"]
@@ -34,6 +35,7 @@ def _line(ax, i, p, **kw):
     ax.plot(i[ok], p[ok], **kw)
 
 
+@glyphs_quiet
 def reading_curve_figure(path: str | Path, story, p_true: np.ndarray, p_distractor: np.ndarray,
                          present: np.ndarray) -> None:
     """``p_true``/``p_distractor`` are (R, L) per reader in READERS order; a reader
@@ -69,6 +71,7 @@ def reading_curve_figure(path: str | Path, story, p_true: np.ndarray, p_distract
         plt.close(fig)
 
 
+@glyphs_quiet
 def pooled_figure(path: str | Path, group: str, pc: PooledCurves, settings: FairPlaySettings) -> None:
     """Hit rate per reader over relative position, with the Clopper–Pearson band,
     and the probability-weighted mean M(i)_{y*} dotted beside it."""

@@ -4,11 +4,13 @@ with its sharp reversals (000, Fig. 3) and group bars with 95% intervals
 
 from __future__ import annotations
 
+import functools
 import math
 import textwrap
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, TypeVar, cast
 
 import matplotlib
 
@@ -23,11 +25,27 @@ from PIL import Image  # noqa: E402  (matplotlib's own PNG writer)
 from tension.kernels.curves import CurveSettings, reversals, smooth, vertex_angles  # noqa: E402
 from tension.kernels.groups import GroupStat  # noqa: E402
 
-__all__ = ["sharp_reversals", "curve_figure", "CurvePlot", "bars_figure", "bars_plot", "BARS_SIZE"]
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["glyphs_quiet", "sharp_reversals", "curve_figure", "CurvePlot", "bars_figure", "bars_plot", "BARS_SIZE"]
 
 SHARP_ANGLE = 60.0  # the triangles of the paper's Figure 3
 # zlib level of the PNGs: 1 writes them ~3x faster than the default 6, ~15% larger
 PNG_COMPRESSION = 1
+
+
+def glyphs_quiet(draw: F) -> F:
+    """`draw` without matplotlib's "Glyph N (…) missing from font(s)" warnings: an id
+    or group in a script the font lacks (CJK) is drawn as boxes, the id itself is in
+    the file's name and the tables; a warning per glyph on stderr tells the user nothing."""
+
+    @functools.wraps(draw)
+    def quiet(*args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+            return draw(*args, **kwargs)
+
+    return cast(F, quiet)
 
 
 def sharp_reversals(x, y, settings: CurveSettings = CurveSettings(), angle: float = SHARP_ANGLE) -> np.ndarray:
@@ -84,6 +102,7 @@ class CurvePlot:
         self.canvas.draw()
         self.frame = self.canvas.copy_from_bbox(self.fig.bbox)
 
+    @glyphs_quiet
     def draw(self, path: str | Path, story_id: str, x, y, title: str | None = None) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
@@ -135,6 +154,7 @@ _MIN_CHARS = 8  # narrower than this ("n = 123" must fit), the labels stand upri
 _UPRIGHT = 24  # characters of an upright label's name
 
 
+@glyphs_quiet
 def bars_figure(path: str | Path, groups: dict[str, dict[str, GroupStat]], stats: Sequence[str],
                 labels: Sequence[str], title: str, ylabel: str, scale: float = 1.0, top: float | None = None) -> None:
     """`bars_plot` saved to `path` (PNG)."""

@@ -24,7 +24,7 @@ import numpy as np
 
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP, PositionLine
-from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines, read_records
+from tension.core.inputs.jsonl import atomic_write, check_label, decode_line, iter_lines, read_records
 from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stats
 from tension.kernels.groups import GroupStat, group_stats
@@ -65,6 +65,8 @@ def check_curve(path: str, lineno: int, c: Curve) -> None:
     """The rules a curve must meet beyond its types (docs/metrics.md 1.4)."""
     if not c.id:
         raise InputError(path, lineno, "id", "expected a non-empty string")
+    check_label(path, lineno, "id", c.id)
+    check_label(path, lineno, "group", c.group)
     if len(c.x) != len(c.y):
         raise InputError(path, lineno, "y", f"expected {len(c.x)} values (as many as `x`), got {len(c.y)}")
     for name, arr in (("x", c.x), ("y", c.y)):
@@ -81,7 +83,12 @@ def check_curve(path: str, lineno: int, c: Curve) -> None:
 
 
 def read_run_positions(run_dir: str | os.PathLike) -> tuple[list[Curve], list[InputError]]:
-    """Curves from a score run's positions.jsonl (lines grouped by story, ascending k)."""
+    """Curves from a score run's positions.jsonl (lines grouped by story, ascending k).
+
+    One rule for every bad line, whether it is not JSON, holds a wrong type or a
+    value out of range (a no-rate of 1.5, a pct that does not increase): its error
+    names the line and the field, the line is left out, and its story is computed
+    from its other lines."""
     path = str(Path(run_dir) / "positions.jsonl")
     by_id: dict[str, Curve] = {}
     errors: list[InputError] = []
@@ -89,21 +96,34 @@ def read_run_positions(run_dir: str | os.PathLike) -> tuple[list[Curve], list[In
     for lineno, raw in iter_lines(path):
         try:
             p = decode_line(path, lineno, raw, PositionLine, dec)
+            _check_position(path, lineno, p, by_id.get(p.id))
         except InputError as e:
-            errors.append(e)
+            errors.append(InputError(e.path, e.line, e.field, f"{e.message} (line left out)"))
             continue
         c = by_id.setdefault(p.id, Curve(id=p.id, group=p.group, x=[], y=[]))
         c.x.append(p.pct)
         c.y.append(p.no_rate)
     curves = []
     for c in by_id.values():
-        try:
-            check_curve(path, 0, c)
-        except InputError as e:
-            errors.append(InputError(path, 0, e.field, f"story {c.id!r}: {e.message}"))
-            continue
+        check_curve(path, 0, c)  # each line met the rules above, so its curve does
         curves.append(c)
     return curves, errors
+
+
+def _check_position(path: str, lineno: int, p: PositionLine, before: Curve | None) -> None:
+    """A positions.jsonl line's values, as check_curve checks a curve's, named by line."""
+    if not p.id:
+        raise InputError(path, lineno, "id", "expected a non-empty string")
+    check_label(path, lineno, "id", p.id)
+    check_label(path, lineno, "group", p.group)
+    for name, v in (("pct", p.pct), ("no_rate", p.no_rate)):
+        if not math.isfinite(v):
+            raise InputError(path, lineno, name, f"expected a finite number, got {v}")
+    if not 0.0 <= p.no_rate <= 1.0:
+        raise InputError(path, lineno, "no_rate", f"expected a no-rate in [0, 1], got {p.no_rate}")
+    if before is not None and before.x and not p.pct > before.x[-1]:
+        raise InputError(path, lineno, "pct", f"expected the story's pct to increase, got {p.pct} after "
+                                              f"{before.x[-1]} (story {p.id!r})")
 
 
 def read_curves(path: str | os.PathLike) -> tuple[list[Curve], list[InputError]]:

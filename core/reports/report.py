@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import shlex
 import shutil
 import warnings
 from pathlib import Path
@@ -25,6 +26,7 @@ from tension.core.errors import ConfigError, InputError, exit_status
 from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
 from tension.core.reports.answer_warnings import markdown_section
 from tension.core.reports.filenames import unique_filenames
+from tension.core.reports.markdown import md_alt, md_code, md_text
 from tension.core.reports.metrics import Curve, compute, read_run_positions, stat_columns
 from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
 from tension.kernels.curves import BatchStats, CurveSettings
@@ -159,9 +161,9 @@ def _render(header: list[str], rows: list[list[str]], fmt: str) -> str:
         w.writerow(header)
         w.writerows(rows)
         return buf.getvalue()
-    lines = ["| " + " | ".join(header) + " |",
+    lines = ["| " + " | ".join(map(md_text, header)) + " |",
              "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["| " + " | ".join(map(md_text, r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -284,7 +286,7 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
     atomic_write(d / "table18.csv", table18(data.groups, s, "csv"))
     curve_files = _draw_figures(d / "figures", data, max_curves)
 
-    lines = [f"# tension-run report: `{d.name}`", ""]
+    lines = [f"# tension-run report: {md_code(d.name)}", ""]
     if data.run:
         lines += _outcome_lines(data)
     lines += markdown_section(data.run)  # degenerate answers, first: they qualify every number below
@@ -299,11 +301,11 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
                   "whose vertex angle is ≤ 60° (000, Fig. 3)."
                   + (f" First {max_curves} of {len(data.curves)} stories." if len(data.curves) > max_curves else ""),
                   ""]
-        lines += [f"![{sid}]({path})" for sid, path in curve_files] + [""]
+        lines += [f"![{md_alt(sid)}]({path})" for sid, path in curve_files] + [""]
     if data.run:
         lines += _run_lines(data, gpu_hour_usd)
     lines += ["Files: `positions.jsonl`, `stories.csv`, `groups.csv`, `table6.csv`, `table18.csv`, `run.json`. "
-              "Rebuild with `tension-run report " + str(d) + "`.", ""]
+              f"Rebuild with {md_code('tension-run report ' + shlex.quote(str(d)))}.", ""]
     atomic_write(d / "report.md", "\n".join(lines))
     return d / "report.md"
 
@@ -346,17 +348,17 @@ def _outcome_lines(data: RunData) -> list[str]:
         code = exit_status(run.get("status", "complete"), kept - len(failed), len(errors) + len(failed))
     what = {0: "everything asked for was produced", 130: "interrupted"}.get(code, "something asked for is missing")
     inv = run.get("invocations", {})
-    lines = [f"Status **{run.get('status')}**, exit status {code} ({what}). Corpus `{run.get('corpus')}`: "
+    lines = [f"Status **{run.get('status')}**, exit status {code} ({what}). Corpus {md_code(_corpus_shown(run))}: "
              f"{kept - len(failed)} stories scored, {len(failed)} failed, {len(skipped)} skipped by the word filter, "
              f"{len(errors)} bad input record(s); {sum(len(c.x) for c in data.curves)} positions in "
              f"`positions.jsonl`; wall time {run.get('wall_seconds', 0):.1f} s"
              + (f" ({inv['wall_seconds']:.1f} s over {inv['count']} invocations into this folder)"
                 if inv.get("count", 1) > 1 else "") + ".", ""]
     if run.get("error"):
-        lines += [f"The run stopped: {run['error']}", ""]
-    items = ([f"- bad input: {e}" for e in errors] + [f"- story `{f['id']}` failed at {f['stage']}: {f['error']}"
-                                                      for f in failed]
-             + [f"- story `{k['id']}` skipped: {k['reason']}" for k in skipped])
+        lines += [f"The run stopped: {md_text(run['error'])}", ""]
+    items = ([f"- bad input: {md_text(e)}" for e in errors]
+             + [f"- story {md_code(f['id'])} failed at {f['stage']}: {md_text(f['error'])}" for f in failed]
+             + [f"- story {md_code(k['id'])} skipped: {md_text(k['reason'])}" for k in skipped])
     if items:
         lines += ["## Input errors, failures and skipped stories", "", *items, ""]
     return lines
@@ -369,6 +371,11 @@ def _tokens(usage: dict, cached: bool) -> str:
         return "unknown: the server reported no token usage"
     prefix = f" ({usage.get('cached_tokens', 0):,} served from the server's prefix cache)" if cached else ""
     return f"{usage.get('prompt_tokens', 0):,} prompt{prefix}, {usage.get('completion_tokens', 0):,} completion"
+
+
+def _corpus_shown(run: dict[str, Any]) -> str:
+    """The corpus as the user typed it (run.json `corpus_given`), else as recorded."""
+    return str(run.get("corpus_given") or run.get("corpus"))
 
 
 def _run_lines(data: RunData, gpu_hour_usd: float | None) -> list[str]:

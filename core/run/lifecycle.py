@@ -38,7 +38,7 @@ from tension.core.llm.client import Client, Timeouts
 from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.router import Router
 from tension.core.llm.transport import Transport
-from tension.core.redact import redact
+from tension.core.redact import redact, redact_argv
 from tension.core.run.commit import describe, first_error
 from tension.core.run.engine import Engine
 from tension.core.run.progress import Progress
@@ -267,7 +267,7 @@ class Run:
         c, counts, sc = self.client, self.llm.counts, self.store.counts
         return RunHeader(
             command=self.command, status=self.status, error=self.error, exit_status=self.exit_status,
-            argv=list(sys.argv), started=self.started,
+            argv=redact_argv(sys.argv), started=self.started,  # a URL's password, an --api-key's value
             wall_seconds=self.wall(),
             config=self.settings.public(), models=self.pipeline.models() if self.pipeline is not None else {},
             versions=versions(), requests=dict(counts.requests),

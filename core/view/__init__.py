@@ -54,8 +54,9 @@ def view(dirs: list[str], *, host: str = "127.0.0.1", port: int = 8780, cache: s
     write them there as static files (`endings`: with the endings behind each point)
     and return what was exported."""
     import asyncio
+    import sys
 
-    from tension.core.view.app import serve
+    from tension.core.view.app import is_loopback, serve
     from tension.core.view.export import export
     from tension.core.view.site import Site
 
@@ -69,6 +70,10 @@ def view(dirs: list[str], *, host: str = "127.0.0.1", port: int = 8780, cache: s
             size = export(Site(runs, "export", endings), export_dir, say)
             say(f"open {Path(export_dir) / 'index.html'} in a browser (no server needed)")
             return size
+        if not is_loopback(host):
+            print(f"warning: --host {host} serves the story texts, every ending and verdict, and the run folders' "
+                  "paths to anyone who can reach this address, without authentication; the default 127.0.0.1 "
+                  "serves this machine only", file=sys.stderr, flush=True)
         asyncio.run(serve(Site(runs), host, port,
                           lambda url: say(f"view: {url}  ({len(runs)} run(s); Ctrl-C stops it)")))
         return None

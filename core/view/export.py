@@ -13,11 +13,9 @@ from pathlib import Path
 import msgspec
 
 from tension.core.inputs.jsonl import atomic_write
-from tension.core.view.site import STATIC, Site
+from tension.core.view.site import STATIC, Site, inline_json
 
 __all__ = ["ExportSize", "export", "endings_files"]
-
-_json = msgspec.json.Encoder()
 
 
 class ExportSize(msgspec.Struct, kw_only=True):
@@ -34,8 +32,7 @@ class ExportSize(msgspec.Struct, kw_only=True):
 
 def _script(name: str, key: str, data: object) -> bytes:
     # A script, not JSON: a page opened from file:// may load scripts but not fetch files.
-    return (f"window.tensionView.loaded({_json.encode(name).decode()}, {_json.encode(key).decode()}, ".encode()
-            + _json.encode(data).replace(b"</", b"<\\/") + b");\n")
+    return f"window.tensionView.loaded({inline_json(name)}, {inline_json(key)}, {inline_json(data)});\n".encode()
 
 
 async def _pages(site: Site) -> dict[str, bytes]:

@@ -91,7 +91,7 @@ class FairPlayRun:
 
     def recall(self):
         if self._recall is None and self.cache_note is None:
-            self._recall, self.cache_note = open_recall(*self._recall_from, self.record, "continuations")
+            self._recall, self.cache_note = open_recall(*self._recall_from, self.record, "continuations", self.dir)
         return self._recall
 
     async def continuations(self, slug_or_id: str, paragraph: int) -> dict[str, Any]:

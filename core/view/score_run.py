@@ -29,11 +29,13 @@ from tension.core.formats import PositionLine
 from tension.core.inputs.corpus import read_corpus
 from tension.core.inputs.jsonl import decode_line, iter_lines
 from tension.core.inputs.segment import split_sentences
+from tension.core.reports.answer_warnings import warning_text
 from tension.core.reports.figures import sharp_reversals
 from tension.core.reports.metrics import Curve, check_curve, compute, stat_columns
 from tension.kernels.curves import CurveSettings, Reason, smooth
 
-__all__ = ["Recall", "RecallFactory", "Stores", "ScoreRun", "NotFound", "slugs", "read_record", "open_recall"]
+__all__ = ["Recall", "RecallFactory", "Stores", "ScoreRun", "NotFound", "slugs", "read_record", "open_recall",
+           "recorded_path"]
 
 
 class Recall(Protocol):
@@ -81,11 +83,24 @@ def read_record(path: Path, notes: list[str], what: str) -> dict[str, Any]:
         return {}
 
 
-def open_recall(stores: Stores, factory, cache: str | None, record: dict[str, Any], what: str):
+def recorded_path(record: dict[str, Any], path: str | None, run_dir: Path) -> str | None:
+    """A path a run record names, as this process can open it: absolute as recorded
+    (runs since issue 25); a relative one of an older record against the folder the
+    run was started in (`cwd`, when the record has it), else against the run folder."""
+    if not path:
+        return path
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return str(p)
+    return str(Path(record.get("cwd") or run_dir) / p)
+
+
+def open_recall(stores: Stores, factory, cache: str | None, record: dict[str, Any], what: str,
+                run_dir: Path):
     """(recall, None) for a run's cached records, or (None, why not): no factory, no
     cache at the path (`cache`, else the one the run record names), or a run record
     its requests cannot be rebuilt from."""
-    store, note = stores.get(cache or (record.get("config") or {}).get("cache"))
+    store, note = stores.get(cache or recorded_path(record, (record.get("config") or {}).get("cache"), run_dir))
     if factory is None:
         return None, f"{what} are not available in this view"
     if store is None:
@@ -101,18 +116,11 @@ class NotFound(TensionError):
 
 
 def slugs(ids: list[str]) -> dict[str, str]:
-    """A file-safe name per id, unique within the run (a clash gets its index)."""
-    from tension.core.reports.filenames import safe_filename
+    """A file-safe name per id, unique within the run, also where two ids differ only
+    in case (`Story`, `story`: one file on macOS and Windows): the reports' scheme."""
+    from tension.core.reports.filenames import unique_filenames
 
-    out: dict[str, str] = {}
-    used: set[str] = set()
-    for i, sid in enumerate(ids):
-        s = safe_filename(sid)
-        if s in used:
-            s = f"{s}-{i}"
-        used.add(s)
-        out[sid] = s
-    return out
+    return dict(zip(ids, unique_filenames(ids)))
 
 
 def _number(v: float) -> float | None:
@@ -220,7 +228,17 @@ class ScoreRun:
         models = self.record.get("models", {})
         return {"kind": "score", "dir": str(self.dir), "status": self.record.get("status", "unknown"),
                 "models": models, "columns": list(values), "stories": stories, "groups": groups,
-                "notes": self.notes}
+                "notes": self.notes, "warnings": self.warnings()}
+
+    def warnings(self) -> list[str]:
+        """run.json's degenerate-answer warnings, one line each, as report.md shows them."""
+        out = []
+        for w in self.record.get("warnings") or []:
+            try:
+                out.append(warning_text(w))
+            except (msgspec.ValidationError, TypeError):
+                out.append(f"a warning run.json holds in an unknown form: {w!r}")
+        return out
 
     # -- a story ---------------------------------------------------------------------
 
@@ -235,10 +253,11 @@ class ScoreRun:
         """Story texts by id, from the corpus named in run.json (read once)."""
         if self._texts is None:
             self._texts = {}
-            corpus = self.record.get("corpus")
+            corpus = recorded_path(self.record, self.record.get("corpus"), self.dir)
             if not corpus or not Path(corpus).exists():
-                self.notes.append(f"the run's corpus ({corpus or 'not named in run.json'}) is not there: "
-                                  "story texts and endings cannot be shown")
+                shown = self.record.get("corpus_given") or corpus or "not named in run.json"
+                self.notes.append(f"the run's corpus ({shown}) is not there: story texts and endings cannot be "
+                                  "shown")
             else:
                 read = read_corpus(corpus, min_words=0, max_words=10**9)
                 self._texts = {s.id: s.text for s in read.stories}
@@ -269,7 +288,7 @@ class ScoreRun:
         """The run's cached records, on first use; None (and `cache_note` says why)
         when there is no cache to read."""
         if self._recall is None and self.cache_note is None:
-            self._recall, self.cache_note = open_recall(*self._recall_from, self.record, "endings")
+            self._recall, self.cache_note = open_recall(*self._recall_from, self.record, "endings", self.dir)
         return self._recall
 
     def endings(self, slug_or_id: str, k: int) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from tension.core.view.compare_runs import comparison
 from tension.core.view.fairplay_run import FairPlayRun
 from tension.core.view.score_run import NotFound, ScoreRun
 
-__all__ = ["Site", "Document", "STATIC"]
+__all__ = ["Site", "Document", "STATIC", "inline_json"]
 
 STATIC = ("view.js", "view.css")
 _json = msgspec.json.Encoder()
@@ -52,6 +52,20 @@ class Document(msgspec.Struct):
     status: int
     content_type: str
     body: bytes
+
+
+# Inside a <script> element the HTML tokenizer, not JSON, decides where the data
+# ends: `</script>` closes it and `<!--<script>` makes the next `</script>` not
+# close it (the page goes blank). Escaped as \uXXXX, these characters mean the
+# same to JSON.parse and nothing to the tokenizer; U+2028/2029 end a line in
+# older JavaScript.
+_INLINE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_INLINE_RE = re.compile("[<>&\u2028\u2029]")
+
+
+def inline_json(data: Any) -> str:
+    """`data` as JSON that is safe inside an HTML <script> element or a script file."""
+    return _INLINE_RE.sub(lambda m: _INLINE[m.group()], _json.encode(data).decode())
 
 
 def _json_doc(data: Any, status: int = 200) -> Document:
@@ -106,7 +120,7 @@ class Site:
     def page(self, title: str, data: dict[str, Any], depth: int, status: int = 200) -> Document:
         root = "../" * depth
         data = {**data, "root": root, "mode": self.mode, "with_endings": self.with_endings}
-        payload = _json.encode(data).decode().replace("</", "<\\/")
+        payload = inline_json(data)
         body = (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
                 f'<meta name="viewport" content="width=device-width, initial-scale=1">'
                 f"<title>{html.escape(title)} · tension-run view</title>"

@@ -165,8 +165,9 @@ def test_cli_table_json_and_bad_flags(tmp_path, capsys):
     assert "GPU-hours" in out and "formula:" in out and "cost at $2/GPU-hour" in out
     doc = json.loads((tmp_path / "e.json").read_text())
     assert doc["positions"] > 0 and doc["usd"] > 0
-    assert main(args + ["--gen-tok-s", "-1", "--judge-req-s", "10"]) == 2
-    assert "--gen-tok-s" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # a usage error of the flag's declared bounds, at parse time
+        main(args + ["--gen-tok-s", "-1", "--judge-req-s", "10"])
+    assert e.value.code == 2 and "--gen-tok-s" in capsys.readouterr().err
     assert main(args + ["--bench", str(tmp_path / "missing.json")]) != 0
 
 

@@ -384,7 +384,9 @@ def test_serve_profile_paper_replicas_prints_one_engine_pair_per_gpu_and_the_rou
     assert flags[flags.index("--gen-concurrency") + 1] == "192" and flags[flags.index("--judge-concurrency") + 1] == "1536"
     # --replicas belongs to the GPU profile only
     assert main(["serve", "--embedded", "--replicas", "2"]) == 2
-    assert main(["serve", "--profile", "paper", "--replicas", "0"]) == 2
+    with pytest.raises(SystemExit) as e:  # a usage error of the flag's declared bounds, at parse time
+        main(["serve", "--profile", "paper", "--replicas", "0"])
+    assert e.value.code == 2
     assert "--replicas: expected an integer >= 1, got 0" in capsys.readouterr().err
 
 

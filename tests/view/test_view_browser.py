@@ -32,6 +32,12 @@ def site(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
+    yield from chromium()
+
+
+def chromium():
+    """Headless Chromium under Selenium, quit when the generator closes (the
+    `browser` fixture of this module and of test_view_hostile_ground.py)."""
     webdriver = pytest.importorskip("selenium.webdriver")
     if not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)):
         pytest.fail("Chromium is not installed: apt-get install -y chromium chromium-driver (.ci/run does)")

@@ -71,13 +71,13 @@ def _make_runs(tmp_path_factory) -> Runs:
 class Viewer:
     """A `tension-run view` process on a free port."""
 
-    def __init__(self, *dirs: Path, env: dict, extra: tuple[str, ...] = ()):
+    def __init__(self, *dirs: Path, env: dict, extra: tuple[str, ...] = (), cwd: Path | None = None):
         self.proc = subprocess.Popen([str(BIN), "view", *map(str, dirs), "--port", "0", *extra], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
         lines = []
         for line in self.proc.stdout:
             lines.append(line)
-            m = re.search(r"view: (http://127\.0\.0\.1:\d+/)", line)
+            m = re.search(r"view: (http://(?:127\.0\.0\.1|\[[0-9a-f:]+\]|[0-9.]+):\d+/)", line)
             if m:
                 self.url = m.group(1)
                 self.startup = "".join(lines)

@@ -16,6 +16,7 @@ it is the same bytes however the run was interrupted and resumed.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import msgspec
 from tension.core.config import ScoreConfig
 from tension.core.errors import RunStatus, StatusError, TensionError
 from tension.core.inputs.corpus import Corpus, Skipped, read_corpus
+from tension.core.inputs.jsonl import FileError
 from tension.core.llm.replicas import in_shard
 from tension.core.llm.transport import Transport
 from tension.core.pipelines.score.feed import PositionFeed, max_open
@@ -72,6 +74,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     replicas: dict[str, list[dict[str, Any]]] = {}
     replica_events: list[str] = []
     warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/score/watch.py)
+    bad_records: int = 0  # input errors of single records (not of the whole file: empty, a JSON array)
 
 
 class Scoring:
@@ -171,7 +174,9 @@ class Scoring:
         corpus, finder = self.corpus, self.finder
         wall = self.run.wall()
         return {
-            "corpus": str(self.corpus_path),
+            # absolute, so a view or report started in another folder finds it; as typed, for display
+            "corpus": os.path.abspath(self.corpus_path),
+            "corpus_given": str(self.corpus_path),
             "invocations": {"count": self.earlier.count + 1,
                             "wall_seconds": round(self.earlier.wall_seconds + wall, 3)},
             "stories": {"kept": len(corpus.stories), "skipped": [msgspec.to_builtins(s) for s in corpus.skipped],
@@ -239,7 +244,8 @@ def _summary(scoring: Scoring, run: Run, out: Path) -> RunSummary:
         no_positions=dict(finder.no_positions), requests=dict(run.llm.counts.requests),
         cache_hits=dict(run.store.counts.hits), error=run.error, exit_status=run.exit_status,
         replicas=scoring.replica_figures(), replica_events=list(scoring.replica_events),
-        warnings=scoring.watch.warnings())
+        warnings=scoring.watch.warnings(),
+        bad_records=sum(not isinstance(e, FileError) for e in corpus.errors))
 
 
 def score(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Path, *,

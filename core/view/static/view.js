@@ -24,6 +24,13 @@
   }
   const fmt = (v, d = 3) => (v === null || v === undefined || v === "" ? "—" : Number(v).toFixed(d));
   const pct = (v) => (100 * v).toFixed(1) + "%";
+  // run.json's degenerate-answer warnings, first, as report.md puts them: they qualify every number below
+  function warnings(list) {
+    return list && list.length ? el("section", {class: "warnings"},
+      el("h2", {}, "Warnings: the models did not do the task as asked"),
+      el("ul", {}, list.map((w) => el("li", {}, w)))) : "";
+  }
+
   function notes(list) {
     return list && list.length ? el("ul", {class: "notes"}, list.map((n) => el("li", {}, n))) : "";
   }
@@ -98,7 +105,7 @@
   }
 
   function corpusPage() {
-    main.append(el("h1", {}, "corpus: " + D.dir), notes(D.notes),
+    main.append(el("h1", {}, "corpus: " + D.dir), notes(D.notes), warnings(D.warnings),
       el("p", {}, `status ${D.status}; generation ${D.models.generation || "?"}, judge ${D.models.judge || "?"}; `,
         `${D.stories.length} stories`),
       el("h2", {}, "groups (mean [95% bootstrap interval])"), groupsTable(D.columns), el("h2", {}, "stories"));
@@ -174,8 +181,13 @@
   }
 
   // endings/continuations: the api (server), or a script written by --export --endings
-  const waiting = {};
-  window.tensionView = {loaded(kind, slug, data) { (waiting[kind + slug] || []).forEach((f) => f(data)); }};
+  // An exported story's endings file is loaded once and kept: a second click reads it here, not the file again.
+  const waiting = {}, loaded = {};
+  window.tensionView = {loaded(kind, slug, data) {
+    loaded[kind + slug] = data;
+    (waiting[kind + slug] || []).forEach((f) => f(data));
+    delete waiting[kind + slug];
+  }};
   function load(kind, slug, k) {
     if (D.mode === "server") {
       return fetch(`${D.root}api/r${D.run}/${kind}/${slug}/${k}.json`).then((r) => r.json());
@@ -183,9 +195,12 @@
     if (!D.with_endings) {
       return Promise.resolve({cached: false, message: `the ${kind} were not exported (view RUN --export DIR --endings)`});
     }
+    const key = kind + slug;
+    if (key in loaded) return Promise.resolve(loaded[key][k]);
     return new Promise((resolve) => {
-      (waiting[kind + slug] = waiting[kind + slug] || []).push((data) => resolve(data[k]));
-      document.body.append(el("script", {src: `${D.root}r${D.run}/${kind}/${slug}.js`}));
+      const first = !(key in waiting);
+      (waiting[key] = waiting[key] || []).push((data) => resolve(data[k]));
+      if (first) document.body.append(el("script", {src: `${D.root}r${D.run}/${kind}/${slug}.js`}));
     });
   }
 

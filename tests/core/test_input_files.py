@@ -1,0 +1,221 @@
+"""Input files and paths on hostile ground (review 2026-12-01, 6c, 6e, 6g, 6h, 2e,
+2h, 11d; issue 25 finding 11): control characters in ids and groups, a JSON array
+for a corpus, an empty file, `~` in path settings, a cache given as its data.mdb,
+CJK ids in figures, and a hand-edited positions.jsonl."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import make_corpus, write_story
+
+from tension.core.cli import main
+from tension.core.errors import InputError
+from tension.core.inputs.corpus import read_corpus
+from tension.core.inputs.ideas import read_ideas
+from tension.core.reports.metrics import read_curves, read_run_positions
+
+BIN = Path(sys.executable).parent / "tension-run"
+
+
+def _call(capsys, argv: list[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _score(server, tmp_path, corpus: Path, *extra: str) -> list[str]:
+    return ["score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", server.base_url, "--model",
+            "test-gen", "--endings", "2", "--cache", str(tmp_path / "cache"), "--no-progress", *extra]
+
+
+# --- 6c: control characters in ids and groups, in every file that names stories ----------
+
+
+CONTROLS = ["\x00", "\x07", "\n", "\x1b", "\x7f", "\x85", "\u2028"]
+
+
+def _good(rng_seed: int = 1) -> dict:
+    import random
+
+    return {"id": "good", "text": write_story(random.Random(rng_seed), 600)}
+
+
+@pytest.mark.parametrize("ch", CONTROLS)
+@pytest.mark.parametrize("field", ["id", "group"])
+def test_a_control_character_in_any_id_or_group_is_refused_with_file_line_and_field(tmp_path, ch, field):
+    bad = {**_good(2), "id": "bad", field: f"a{ch}b"}
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps(_good()) + "\n" + json.dumps(bad) + "\n")
+    want = f"{corpus}:2 field `{field}`: holds a control character (U+{ord(ch):04X} at character 2)"
+    got = read_corpus(corpus, min_words=0)
+    assert [s.id for s in got.stories] == ["good"] and [str(e) for e in got.errors][0].startswith(want)
+    # the ideas of generate, the curves of metrics, the readers of fairplay-metrics: the same rule
+    ideas = tmp_path / "ideas.jsonl"
+    ideas.write_text(json.dumps({"id": "i", "idea": "x"}) + "\n"
+                     + json.dumps({"id": "j", "idea": "y", field: f"a{ch}b"}) + "\n")
+    _, errors = read_ideas(ideas)
+    assert str(errors[0]).startswith(f"{ideas}:2 field `{field}`: holds a control character")
+    curves = tmp_path / "curves.jsonl"
+    curves.write_text(json.dumps({"id": "c", "x": [0.1], "y": [0.5], field: f"a{ch}b"}) + "\n")
+    _, errors = read_curves(curves)
+    assert str(errors[0]).startswith(f"{curves}:1 field `{field}`: holds a control character")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "positions.jsonl").write_text(json.dumps({"id": "s", "k": 1, "pct": 0.5, "no_rate": 0.5, field: f"a{ch}b"})
+                                         + "\n")
+    _, errors = read_run_positions(run)
+    assert str(errors[0]).startswith(f"{run / 'positions.jsonl'}:1 field `{field}`: holds a control character")
+    from tension.core.inputs.readers import ReaderRecord, check_record
+
+    with pytest.raises(InputError, match=rf"r.jsonl:3 field `{field}`: holds a control character"):
+        check_record("r.jsonl", 3, ReaderRecord(id="x" if field == "group" else f"a{ch}b", suspects=["A", "B"],
+                                                culprit="A", readers={}, **({"group": f"a{ch}b"}
+                                                                           if field == "group" else {})))
+
+
+def test_a_nul_in_an_id_never_reaches_stories_csv(server, tmp_path, capsys):
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
+    lines = corpus.read_text().splitlines()
+    rec = json.loads(lines[1])
+    rec["id"] = "nul\x00id"
+    corpus.write_text(lines[0] + "\n" + json.dumps(rec) + "\n")
+    rc, _, err = _call(capsys, _score(server, tmp_path, corpus))
+    assert rc == 1 and f"{corpus}:2 field `id`: holds a control character (U+0000 at character 4)" in err
+    for f in (tmp_path / "out").iterdir():
+        if f.is_file():
+            assert b"\x00" not in f.read_bytes(), f
+
+
+# --- 6g, 6h: a JSON array, an empty file ---------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["pretty", "one line"])
+def test_a_json_array_corpus_is_one_message_not_one_per_line(server, tmp_path, capsys, layout):
+    stories = [json.loads(x) for x in make_corpus(tmp_path / "src.jsonl", 3, seed=4).read_text().splitlines()]
+    array = tmp_path / "array.json"
+    array.write_text(json.dumps(stories, indent=2 if layout == "pretty" else None) + "\n")
+    rc, _, err = _call(capsys, _score(server, tmp_path, array))
+    assert rc == 1
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {array}:1: a JSON array; the corpus is JSON Lines, one object per line "
+                      "(convert with jq -c '.[]')"], err
+    assert "stories failed" not in err
+
+
+def test_a_jsonl_file_with_an_array_line_still_names_that_line(tmp_path):
+    # one array line among objects is a bad line, not a JSON-array file
+    good = make_corpus(tmp_path / "src.jsonl", 1, seed=4).read_text()
+    p = tmp_path / "c.jsonl"
+    p.write_text('["story-x", "some text"]\n' + good)
+    got = read_corpus(p, min_words=0)
+    assert len(got.stories) == 1 and str(got.errors[0]) == f"{p}:1: Expected `object`, got `array`"
+
+
+@pytest.mark.parametrize("content", [b"", b"\n  \n"])
+def test_an_empty_corpus_says_so_once(server, tmp_path, capsys, content):
+    p = tmp_path / "empty.jsonl"
+    p.write_bytes(content)
+    rc, _, err = _call(capsys, _score(server, tmp_path, p))
+    assert rc == 1 and f"error: {p}: no stories (the file is empty)" in err
+    assert "stories failed" not in err and "no story to score" not in err
+
+
+# --- 2h, 2e: `~` in path settings, a cache given as its data.mdb ------------------------
+
+
+def test_tilde_in_a_config_files_cache_and_a_cache_flag_is_the_home_folder(server, tmp_path, capsys, monkeypatch):
+    home = Path(os.environ["HOME"])
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=5)
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text('cache = "~/tr-cache"\n')
+    monkeypatch.chdir(tmp_path)
+    argv = ["score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", server.base_url, "--model",
+            "test-gen", "--endings", "2", "--no-progress", "--config", str(cfg)]
+    rc, _, err = _call(capsys, argv)
+    assert rc == 0, err
+    assert (home / "tr-cache" / "data.mdb").is_file() and not (tmp_path / "~").exists()
+    record = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert record["config"]["cache"] == str(home / "tr-cache")
+    # the same from a flag given as --cache=~/… (no shell expands that)
+    rc, _, err = _call(capsys, ["score", str(corpus), "--out", str(tmp_path / "out2"), "--base-url",
+                                server.base_url, "--model", "test-gen", "--endings", "2", "--no-progress",
+                                "--cache=~/tr-cache2"])
+    assert rc == 0, err
+    assert (home / "tr-cache2" / "data.mdb").is_file() and not (tmp_path / "~").exists()
+
+
+@pytest.mark.parametrize("verb", ["score", "generate", "fairplay"])
+def test_a_cache_given_as_its_data_mdb_file_says_give_the_folder(server, tmp_path, capsys, verb):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "data.mdb").write_bytes(b"\0" * 4096)
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=5)
+    argv = {"score": ["score", str(corpus), "--out", str(tmp_path / "out")],
+            "generate": ["generate", str(corpus), "--out", str(tmp_path / "s.jsonl")],
+            "fairplay": ["fairplay", str(corpus), "--out", str(tmp_path / "fp")]}[verb]
+    rc, _, err = _call(capsys, [*argv, "--base-url", server.base_url, "--cache", str(cache / "data.mdb")])
+    assert rc == 2 and f"give the folder that holds data.mdb ({cache})" in err, err
+    assert "Not a directory" not in err and not server.requests
+
+
+# --- 6e: CJK ids and groups in figures --------------------------------------------------
+
+
+def test_cjk_ids_and_groups_draw_without_glyph_warnings(server, tmp_path):
+    import random
+
+    rng = random.Random(8)
+    corpus = tmp_path / "cjk.jsonl"
+    corpus.write_text("".join(json.dumps({"id": sid, "group": "日本の物語", "text": write_story(rng, 600)}) + "\n"
+                              for sid in ("日本-1", "物語-2")))
+    r = subprocess.run([str(BIN), "score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", server.base_url,
+                        "--model", "test-gen", "--endings", "2", "--cache", str(tmp_path / "cache"), "--no-progress"],
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    assert list((tmp_path / "out" / "figures" / "curves").iterdir())  # the curves were drawn
+    assert "Glyph" not in r.stderr and "UserWarning" not in r.stderr, r.stderr
+
+
+# --- 11d: metrics on a hand-edited positions.jsonl: one rule ----------------------------
+
+
+EDITS = {"NaN": "NaN", "Infinity": "Infinity", "null": "null", '"0.5"': '"0.5"', "1e309": "1e309", "1.5": "1.5",
+         "-0.1": "-0.1"}
+
+
+@pytest.mark.parametrize("value", list(EDITS))
+def test_a_hand_edited_no_rate_drops_its_line_with_its_number_whatever_the_fault(tmp_path, capsys, value):
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [json.dumps({"id": sid, "group": "g", "k": k, "pct": k / 10, "no_rate": 0.5})
+             for sid in ("s1", "s2") for k in range(1, 6)]
+    lines[3] = lines[3].replace('"no_rate": 0.5', f'"no_rate": {EDITS[value]}')  # line 4: s1, k = 4
+    (run / "positions.jsonl").write_text("\n".join(lines) + "\n")
+    curves, errors = read_run_positions(run)
+    assert [str(e).split(": ", 1)[0] for e in errors] in ([f"{run / 'positions.jsonl'}:4 field `no_rate`"],
+                                                          [f"{run / 'positions.jsonl'}:4"]), errors
+    assert str(errors[0]).endswith("(line left out)")
+    assert {c.id: len(c.x) for c in curves} == {"s1": 4, "s2": 5}  # the story is kept, without that line
+    rc, _, err = _call(capsys, ["metrics", str(run), "--out", str(tmp_path / "m")])
+    assert rc == 1 and f"{run / 'positions.jsonl'}:4" in err
+    assert (tmp_path / "m" / "stories.csv").read_text().count("\n") == 3  # header, s1, s2
+
+
+def test_a_pct_that_does_not_increase_drops_its_line_with_its_number(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"id": "s1", "k": k, "pct": p, "no_rate": 0.5} for k, p in ((1, 0.1), (2, 0.3), (3, 0.2), (4, 0.4))]
+    (run / "positions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    curves, errors = read_run_positions(run)
+    assert str(errors[0]).startswith(f"{run / 'positions.jsonl'}:3 field `pct`: expected the story's pct to increase")
+    assert curves[0].x == [0.1, 0.3, 0.4]
