@@ -37,14 +37,20 @@ ALLOWED = {
     # the view reads run folders, reports and the cache; what it needs of a pipeline
     # (a run's request keys) the cli hands it as a recall factory
     "core.view": {"core.errors", "core.formats", "core.config", "core.inputs", "core.reports", "cache", "kernels"},
+    # the Python API (docs/python.md): the verbs over the pipelines and reports, below the CLI that calls it
+    "core.api": {"core.errors", "core.redact", "core.config", "core.pipelines", "core.reports", "core.serving",
+                 "core.inputs", "core.run", "kernels"},
     "core.cli": {"core.errors", "core.redact", "core.config", "core.pipelines", "core.reports", "core.serving",
-                 "core.inputs", "core.view", "cache", "kernels", "core.llm"},  # llm: `route` starts the vLLM router
+                 "core.inputs", "core.view", "cache", "kernels", "core.llm", "core.api"},  # llm: `route` starts the router
+    "core.tension": {"core.api", "core.errors"},  # the package `tension` itself: the API's facade
 }
 
 
 def _layer(mod: str) -> str:
     """tension.core.llm.client -> core.llm; tension.kernels.curves -> kernels."""
     parts = mod.split(".")[1:]
+    if not parts:  # the package `tension` itself (core/tension/)
+        return "core.tension"
     if parts[0] != "core":
         return parts[0]
     return ".".join(parts[:2]) if len(parts) > 1 else "core"
@@ -53,7 +59,8 @@ def _layer(mod: str) -> str:
 def _module_name(path: Path) -> str:
     """core/llm/client.py -> tension.core.llm.client; tests/testing/corpus.py -> tension.testing.corpus."""
     rel = path.relative_to(ROOT).with_suffix("")
-    for package, folder in PACKAGE_DIR.items():
+    # the deepest folder first: core/tension/ is the package `tension`, not tension.core.tension
+    for package, folder in sorted(PACKAGE_DIR.items(), key=lambda kv: -len(Path(kv[1]).parts)):
         if rel.parts[:len(Path(folder).parts)] == Path(folder).parts:
             parts = [package, *rel.parts[len(Path(folder).parts):]]
             break

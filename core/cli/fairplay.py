@@ -13,8 +13,8 @@ from tension.core.cli.flags import (
     add_bootstrap_flags,
     add_settings_flags,
     count,
+    given,
     group_for,
-    overrides,
 )
 from tension.core.cli.messages import (
     EXIT_FAILED,
@@ -32,13 +32,12 @@ __all__ = ["VERBS", "cmd_fairplay", "cmd_fairplay_metrics"]
 
 def cmd_fairplay_metrics(args) -> int:
     """Fair-play scores (S, C_UB, FP_UB, …) from saved per-paragraph reader distributions (no LLM needed)."""
-    from tension.core.reports.fairplay_metrics import fairplay_metrics
+    from tension.core.api.verbs import fairplay_metrics
 
-    options = _metrics_options(args)
-    summary = fairplay_metrics(args.readers, args.out, actual_csv=args.actual, settings=options["settings"],
-                               max_plots=args.max_plots, n_resamples=args.resamples, seed=args.seed,
-                               progress=args.progress, source=args.source)
-    return print_fairplay_summary(summary)
+    r = fairplay_metrics(args.readers, out=args.out, actual=args.actual, source=args.source, progress=args.progress,
+                         max_plots=args.max_plots, resamples=args.resamples, seed=args.seed,
+                         **given(args, FairPlaySettings))
+    return print_fairplay_summary(r.summary)
 
 
 def cmd_fairplay(args) -> int:
@@ -46,18 +45,12 @@ def cmd_fairplay(args) -> int:
     write readers.jsonl, then the fair-play metrics (S, C_UB, FP_UB, ...).
 
     Settings: defaults (the paper's) < --config file < flags. See docs/fairplay.md."""
-    from tension.core.cli.score import embedded_fallback
-    from tension.core.config import config_file_keys, load_fairplay_config
-    from tension.core.pipelines.fairplay import fairplay
+    from tension.core.api.verbs import fairplay
 
-    explicit = args.reader_base_url is not None or "base_url" in config_file_keys(args.config)
-    fallback = {}
-    if not explicit:
-        emb = embedded_fallback()
-        fallback = {"base_url": emb["base_url"], "reader_model": emb.get("model")} if emb else {}
-    cfg = load_fairplay_config(args.config, overrides(args, FairPlayConfig, parse={"previous_stories": _counts}),
-                               fallback=fallback)
-    summary = fairplay(cfg, args.stories, args.out, _metrics_options(args))
+    summary = fairplay(args.stories, out=args.out, config=args.config, max_plots=args.max_plots,
+                       resamples=args.resamples, bootstrap_seed=args.seed,
+                       **given(args, FairPlayConfig, parse={"previous_stories": _counts}),
+                       **given(args, FairPlaySettings)).summary
     print_errors(summary.input_errors)
     if summary.reader_failures:
         failed = summary.failed_stories
@@ -85,19 +78,6 @@ def _counts(text: str) -> int | list[int]:
         return [int(x) for x in text.split(",") if x.strip()] if "," in text else int(text)
     except ValueError:
         raise ConfigError(f"--previous-stories: expected a count or comma-separated counts, got {text!r}") from None
-
-
-def _metrics_options(args) -> dict:
-    """The metrics' settings and options from their flags."""
-    from tension.core.config import build_settings
-
-    if args.max_plots < 0 or args.resamples < 0:
-        raise ConfigError("--max-plots and --resamples: expected >= 0")
-    if any(not float(i).is_integer() for i in args.early_steps):
-        raise ConfigError(f"--early-steps: expected paragraph numbers, got {args.early_steps}")
-    values = {**overrides(args, FairPlaySettings), "early_steps": tuple(int(i) for i in args.early_steps)}
-    return {"settings": build_settings(FairPlaySettings, "--", **values), "max_plots": args.max_plots,
-            "n_resamples": args.resamples, "seed": args.seed}
 
 
 def _metric_flags(p) -> None:

@@ -22,7 +22,7 @@ from tension.core.config import FairPlayConfig, ScoreConfig
 from tension.kernels.settings import INT_MAX, Bounds, FairPlaySettings, bounds_of
 
 __all__ = ["Verb", "Once", "OnceBool", "FlagSpec", "CONFIG_ONLY", "SERVER_ENV", "flag_specs", "fields_in",
-           "add_settings_flags", "overrides", "float_list", "group_for", "add_bootstrap_flags", "count",
+           "add_settings_flags", "overrides", "given", "float_list", "group_for", "add_bootstrap_flags", "count",
            "EMPTY_ALLOWED", "number", "Number", "PORT", "declared_bounds"]
 
 _API_KEY_REASON = ("a secret: the OPENAI_API_KEY environment variable or the config file, never the command "
@@ -276,6 +276,13 @@ def overrides(args: argparse.Namespace, struct: type,
             value = tuple(v.strip() for v in value.split(",") if v.strip())
         out[spec.field] = value
     return out
+
+
+def given(args: argparse.Namespace, struct: type,
+          parse: dict[str, Callable[[Any], Any]] | None = None) -> dict[str, Any]:
+    """The flags of `struct`'s fields the user gave, as the API's keyword arguments
+    (core/api/verbs.py): `overrides` without the ones not given."""
+    return {k: v for k, v in overrides(args, struct, parse).items() if v is not None}
 
 
 def add_bootstrap_flags(g) -> None:

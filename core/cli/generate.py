@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from tension.core.cli.flags import Verb, add_settings_flags, overrides
+from tension.core.cli.flags import Verb, add_settings_flags, given
 from tension.core.cli.messages import EXIT_FAILED, print_answer_warnings, print_errors, print_stopped
 from tension.core.config.generate import GenerateConfig
 
@@ -26,17 +26,9 @@ def cmd_generate(args) -> int:
     (beats adapted to the idea) → Step 2; whodunit = L paragraphs, the last
     revealing the culprit (fairplay input).
     Settings: defaults (the paper's) < --config file < flags."""
-    from tension.core.cli.score import unnamed_server
-    from tension.core.config import config_file_keys, load_settings
-    from tension.core.pipelines.generate import generate
+    from tension.core.api.verbs import generate
 
-    fallback = {}
-    explicit = args.base_url is not None or "base_url" in config_file_keys(args.config)
-    if not explicit:
-        url, st = unnamed_server()
-        fallback = {"base_url": st.url, "model": st.model} if st is not None else {"base_url": url} if url else {}
-    cfg = load_settings(GenerateConfig, args.config, overrides(args, GenerateConfig), fallback)
-    summary = generate(cfg, args.ideas, args.out)
+    summary = generate(args.ideas, out=args.out, config=args.config, **given(args, GenerateConfig)).summary
     print_errors(summary.input_errors)
     for f in summary.failures:
         print(f"error: idea {f.id!r} failed at {f.stage}: {f.error}", file=sys.stderr)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from tension.core.cli.flags import Number, Verb, add_bootstrap_flags, add_settings_flags, count, declared_bounds
+from tension.core.cli.flags import Number, Verb, add_bootstrap_flags, add_settings_flags, count, declared_bounds, given
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_errors
 from tension.core.config import ScoreConfig
-from tension.core.errors import exit_status
 from tension.kernels.settings import CurveSettings
 
 __all__ = ["VERBS", "cmd_metrics", "cmd_report", "cmd_compare"]
@@ -15,9 +14,11 @@ __all__ = ["VERBS", "cmd_metrics", "cmd_report", "cmd_compare"]
 
 def cmd_metrics(args) -> int:
     """Story and group statistics from saved no-rate curves (no LLM needed)."""
-    from tension.core.reports.metrics import format_group_table, metrics
+    from tension.core.api.verbs import metrics
+    from tension.core.reports.metrics import format_group_table
 
-    result = metrics(args.curves, args.out, _curve_settings(args))
+    r = metrics(args.curves, out=args.out, **given(args, CurveSettings))
+    result = r.computed
     print_errors(result.errors)
     print(format_group_table(result.groups))
     print(f"\n{len(result.curves)} stories -> {args.out}/stories.csv, {args.out}/groups.csv")
@@ -25,7 +26,7 @@ def cmd_metrics(args) -> int:
         print(f"{len(result.errors)} line(s) failed; see the errors above", file=sys.stderr)
     elif not result.curves:
         print(f"error: {args.curves}: no curve to compute", file=sys.stderr)
-    return exit_status("complete", len(result.curves), len(result.errors))
+    return r.exit_status
 
 
 def cmd_report(args) -> int:
@@ -40,16 +41,14 @@ def cmd_report(args) -> int:
 
 def cmd_compare(args) -> int:
     """Paired comparison of two runs (B − A): mean difference, bootstrap 95% interval, paired t-test."""
-    from tension.core.inputs.jsonl import atomic_write
-    from tension.core.reports.report import compare, comparison_table
+    from tension.core.api.verbs import compare
 
-    c = compare(args.run_a, args.run_b, args.pair_by, n_resamples=args.resamples, seed=args.seed)
+    r = compare(args.run_a, args.run_b, pair_by=args.pair_by, out=args.out, resamples=args.resamples, seed=args.seed)
+    c = r.comparison
     print(f"{c.n_pairs} pairs by `{c.pair_by}` ({c.unpaired_a} stories only in A, {c.unpaired_b} only in B); "
           f"B − A = {c.run_b} − {c.run_a}; ✓ = 95% bootstrap interval excludes 0\n")
-    print(comparison_table(c))
+    print(r.markdown)
     if args.out:
-        atomic_write(f"{args.out}/compare.md", comparison_table(c))
-        atomic_write(f"{args.out}/compare.csv", comparison_table(c, "csv"))
         print(f"written: {args.out}/compare.md, {args.out}/compare.csv")
     if c.n_pairs == 0:
         print(f"error: no story of {c.run_a} pairs with one of {c.run_b} by `{c.pair_by}`", file=sys.stderr)

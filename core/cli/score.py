@@ -10,9 +10,9 @@ from tension.core.cli.flags import (
     add_settings_flags,
     count,
     fields_in,
+    given,
     group_for,
     number,
-    overrides,
 )
 from tension.core.cli.messages import (
     EXIT_FAILED,
@@ -24,7 +24,7 @@ from tension.core.cli.messages import (
 )
 from tension.core.config.score import CONCURRENCY, CORPUS, ENDINGS, JUDGING, SERVERS, ScoreConfig
 
-__all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench", "server_config", "embedded_fallback", "unnamed_server"]
+__all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench", "server_config"]
 
 CORPUS_HELP = "JSON Lines, one object per line (id, text, group?, …), or a folder of .txt files"
 
@@ -33,9 +33,9 @@ def cmd_score(args) -> int:
     """Score a corpus with the 100-Endings metric against OpenAI-compatible servers.
 
     Settings: defaults (the paper's) < --config file < flags."""
-    from tension.core.pipelines.score import score
+    from tension.core.api.verbs import score
 
-    summary = score(server_config(args), args.corpus, args.out)
+    summary = score(args.corpus, out=args.out, config=args.config, **given(args, ScoreConfig)).summary
     print_errors(summary.input_errors)
     for f in summary.failures:
         print(f"error: story {f.id!r} failed at {f.stage}: {f.error}", file=sys.stderr)
@@ -82,34 +82,15 @@ def cmd_estimate(args) -> int:
     """Requests, tokens, cache coverage, GPU-hours and money of scoring a corpus, before any LLM call.
 
     Formulas: docs/cost.md."""
-    from tension.core.inputs.jsonl import atomic_write
-    from tension.core.pipelines.estimate import (
-        Throughput,
-        check_throughput,
-        estimate,
-        format_estimate,
-        throughput_from_bench,
-    )
+    from tension.core.api.verbs import estimate
 
-    cfg = server_config(args)
-    if args.bench:
-        thr = throughput_from_bench(args.bench, args.gpu_hour_usd)
-        for name in ("gen_tok_s", "judge_req_s", "ending_tokens"):
-            if getattr(args, name) is not None:  # a flag overrides the bench file
-                setattr(thr, name, getattr(args, name))
-    else:
-        thr = Throughput(gen_tok_s=args.gen_tok_s, judge_req_s=args.judge_req_s, gpu_hour_usd=args.gpu_hour_usd,
-                         ending_tokens=args.ending_tokens)
-    check_throughput(thr)
-    est = estimate(cfg, args.corpus, thr)
-    print_errors(est.input_errors + est.stories_failed)
-    print(format_estimate(est))
+    r = estimate(args.corpus, config=args.config, gen_tok_s=args.gen_tok_s, judge_req_s=args.judge_req_s,
+                 bench=args.bench, ending_tokens=args.ending_tokens, json=args.json, **given(args, ScoreConfig))
+    print_errors(r.estimate.input_errors + r.estimate.stories_failed)
+    print(r.text)
     if args.json:
-        import msgspec
-
-        atomic_write(args.json, msgspec.json.format(msgspec.json.encode(est), indent=2) + b"\n")
         print(f"written: {args.json}")
-    return EXIT_FAILED if est.input_errors or est.stories_failed else EXIT_OK
+    return r.exit_status
 
 
 def cmd_bench(args) -> int:
@@ -133,45 +114,11 @@ def cmd_bench(args) -> int:
 
 
 def server_config(args) -> ScoreConfig:
-    """Settings as score reads them: defaults < --config < flags, with the running
+    """bench's settings as score reads them: defaults < --config < flags, with the running
     embedded server as the default when no server is named."""
-    from tension.core.config import config_file_keys, load_config
+    from tension.core.api.verbs import score_settings
 
-    explicit = args.base_url is not None or "base_url" in config_file_keys(args.config)
-    return load_config(args.config, overrides(args, ScoreConfig), fallback={} if explicit else embedded_fallback())
-
-
-def embedded_fallback() -> dict:
-    """With no --base-url, the server `unnamed_server` finds; a running embedded
-    server (`tension-run serve --embedded`) with its model and the embedded
-    profile's settings."""
-    from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
-
-    url, st = unnamed_server("with the embedded profile settings")
-    if st is None:
-        return {} if url is None else {"base_url": url}
-    return {**EMBEDDED_SCORE_SETTINGS, "base_url": st.url, "model": st.model}
-
-
-def unnamed_server(embedded_note: str = ""):
-    """The server when no --base-url is named, said on stderr: (OPENAI_BASE_URL's
-    URL, None); else (None, the running embedded server's state); else (None, None)
-    for the settings' default URL."""
-    from tension.core.config.settings import BASE_URL_ENV, DEFAULT_BASE_URL, env_base_url
-    from tension.core.redact import redact
-    from tension.core.serving.embedded import running_state
-
-    if (url := env_base_url()) is not None:
-        print(f"using the server {BASE_URL_ENV} names, {redact(url)}; pass --base-url to use another",
-              file=sys.stderr)
-        return url, None
-    if (st := running_state()) is not None:
-        print(f"using the embedded server at {st.url} (model {st.model})" + (f" {embedded_note}" if embedded_note
-              else "") + "; pass --base-url to use another server", file=sys.stderr)
-        return None, st
-    print(f"no server named (--base-url, {BASE_URL_ENV}, a running embedded server): using {DEFAULT_BASE_URL}",
-          file=sys.stderr)
-    return None, None
+    return score_settings("bench", args.config, given(args, ScoreConfig))
 
 
 def _score_flags(p) -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from tqdm import tqdm
+from tqdm.auto import tqdm  # a widget in a notebook, text in a terminal
 
 from tension.cache.store import Store
 from tension.core.config import ScoreConfig

@@ -328,7 +328,7 @@ def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | 
 def _plots(stories, c, pooled, out, max_plots, progress, settings) -> int:
     # Imported here, not at the top: matplotlib takes a second to import, and
     # the CLI and the readers' checks should not pay it.
-    from tqdm import tqdm
+    from tqdm.auto import tqdm  # a widget in a notebook, text in a terminal
 
     from tension.core.reports.fairplay_figures import pooled_figure, reading_curve_figure
 

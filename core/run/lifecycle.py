@@ -374,7 +374,41 @@ def warn(message: str, kind: str = "warning") -> None:
 def run_blocking(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run the coroutine ``make_coro()`` to its end on uvloop (asyncio when uvloop is
     missing), SIGTERM cancelling it like Ctrl-C: completed work is committed
-    first. The blocking form of every command that talks to servers."""
+    first. The blocking form of every command that talks to servers.
+
+    Called from code that runs inside an event loop (a notebook cell, a script's
+    ``asyncio.run(main())``), where a second loop cannot run on the same thread,
+    the coroutine runs on a worker thread with its own loop, and this call waits
+    for it (the caller's loop is blocked meanwhile, as any blocking call blocks
+    it; ``await`` the ``*_async`` form instead to keep it running)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop on this thread: the usual case, the CLI
+        return _run_here(make_coro)
+    return _run_on_worker(make_coro)
+
+
+def _run_on_worker(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``_run_here`` on a thread of its own; its result returned, its exception raised
+    here. Signal handlers can be installed on the main thread only, so the worker
+    runs without the SIGTERM handler (``_run_here`` skips it there)."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = _run_here(make_coro)
+        except BaseException as e:  # handed to the caller's thread, raised there
+            box["error"] = e
+
+    worker = threading.Thread(target=work, name="tension-run", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def _run_here(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
     try:
         import uvloop
         factory = uvloop.new_event_loop
@@ -387,7 +421,7 @@ def run_blocking(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
         assert task is not None
         try:
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
-        except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (uvloop: ValueError), no signals
             return await make_coro()
         try:
             return await make_coro()

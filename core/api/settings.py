@@ -1,0 +1,89 @@
+"""The keyword arguments of the API verbs as settings: each name a field of the
+verb's settings Struct (a config file's key), its value checked against the
+field's type, then defaults < fallback < ``config=`` TOML file < keywords, as the
+CLI loads flags; and the server a verb talks to when none is named."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, TypeVar
+
+import msgspec
+
+from tension.core.errors import ConfigError
+
+__all__ = ["check_keywords", "load", "embedded_fallback", "unnamed_server", "server_fallback"]
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def check_keywords(verb: str, structs: tuple[type[msgspec.Struct], ...], values: dict[str, Any]) -> None:
+    """A ConfigError naming the keyword for one no struct has, or whose value is not
+    of its field's type. Bounds are the settings' own check (`check_declared`),
+    whose message names the setting as well."""
+    fields = {f.name: f for s in structs for f in msgspec.structs.fields(s)}
+    for name, value in values.items():
+        if name not in fields:
+            raise ConfigError(f"{verb}(): unknown keyword `{name}` (known: {', '.join(sorted(fields))})")
+        if value is None:
+            continue  # None: not given, the default (as a flag not given)
+        try:
+            msgspec.convert(value, fields[name].type)
+        except msgspec.ValidationError as e:
+            raise ConfigError(f"{verb}(): keyword `{name}`: {e}") from None
+
+
+def load(verb: str, struct: type[S], config: str | os.PathLike | None, values: dict[str, Any],
+         fallback: dict[str, Any] | None = None, table: str | None = None) -> S:
+    """The settings of a verb: its keywords checked, then loaded like flags."""
+    from tension.core.config import load_settings
+
+    check_keywords(verb, (struct,), values)
+    return load_settings(struct, config, values, fallback, table)
+
+
+def named_server(config: str | os.PathLike | None, values: dict[str, Any], key: str = "base_url") -> bool:
+    """Whether the keywords or the config file name a server."""
+    from tension.core.config import config_file_keys
+
+    return values.get(key) is not None or "base_url" in config_file_keys(config)
+
+
+def embedded_fallback() -> dict:
+    """With no server named, the server `unnamed_server` finds; a running embedded
+    server (`tension-run serve --embedded`) with its model and the embedded
+    profile's settings."""
+    from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
+
+    url, st = unnamed_server("with the embedded profile settings")
+    if st is None:
+        return {} if url is None else {"base_url": url}
+    return {**EMBEDDED_SCORE_SETTINGS, "base_url": st.url, "model": st.model}
+
+
+def server_fallback() -> dict:
+    """generate's fallback: the server `unnamed_server` finds, without a profile."""
+    url, st = unnamed_server()
+    return {"base_url": st.url, "model": st.model} if st is not None else {"base_url": url} if url else {}
+
+
+def unnamed_server(embedded_note: str = ""):
+    """The server when no base URL is named, said on stderr: (OPENAI_BASE_URL's
+    URL, None); else (None, the running embedded server's state); else (None, None)
+    for the settings' default URL."""
+    from tension.core.config.settings import BASE_URL_ENV, DEFAULT_BASE_URL, env_base_url
+    from tension.core.redact import redact
+    from tension.core.serving.embedded import running_state
+
+    if (url := env_base_url()) is not None:
+        print(f"using the server {BASE_URL_ENV} names, {redact(url)}; pass --base-url to use another",
+              file=sys.stderr)
+        return url, None
+    if (st := running_state()) is not None:
+        print(f"using the embedded server at {st.url} (model {st.model})" + (f" {embedded_note}" if embedded_note
+              else "") + "; pass --base-url to use another server", file=sys.stderr)
+        return None, st
+    print(f"no server named (--base-url, {BASE_URL_ENV}, a running embedded server): using {DEFAULT_BASE_URL}",
+          file=sys.stderr)
+    return None, None

@@ -1,0 +1,390 @@
+"""The verbs a researcher scripts, as functions: the same work, files and
+exceptions as the CLI's verbs (which call these), keyword arguments named as the
+settings' fields (a config file's keys), results typed (core/api/results.py).
+
+Each blocking function works from a script and from code that runs inside an
+event loop (a notebook cell): there the work runs on a worker thread with its own
+loop (`run.lifecycle.run_blocking`). Each has an ``*_async`` twin to await.
+Errors are the TensionError subclasses of core/errors.py (a bad keyword is a
+ConfigError naming it), never SystemExit."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from tension.core.api.results import (
+    CompareResult,
+    EstimateResult,
+    FairPlayMetricsResult,
+    FairPlayResult,
+    GenerateResult,
+    MetricsResult,
+    ScoreResult,
+    read_record,
+    read_table,
+)
+from tension.core.api.settings import (
+    check_keywords,
+    embedded_fallback,
+    load,
+    named_server,
+    server_fallback,
+)
+from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
+
+__all__ = ["score", "score_async", "estimate", "estimate_async", "metrics", "metrics_async", "compare",
+           "compare_async", "fairplay", "fairplay_async", "fairplay_metrics", "fairplay_metrics_async", "generate",
+           "generate_async"]
+
+PathLike = str | Path
+
+
+def _blocking(make_coro: Any) -> Any:
+    from tension.core.run.lifecycle import run_blocking
+
+    return run_blocking(make_coro)
+
+
+# ------------------------------------------------------------------------------ score
+
+
+def score_settings(verb: str, config: PathLike | None, settings: dict[str, Any]) -> Any:
+    """ScoreConfig from keywords as score, estimate and bench read it: defaults <
+    ``config`` < keywords, with the running embedded server (and its profile) as
+    the default when no server is named."""
+    from tension.core.config import ScoreConfig
+
+    check_keywords(verb, (ScoreConfig,), settings)  # before the fallback looks for a server
+    fallback = {} if named_server(config, settings) else embedded_fallback()
+    return load(verb, ScoreConfig, config, settings, fallback)
+
+
+async def _score(cfg: Any, corpus: PathLike, out: PathLike) -> ScoreResult:
+    from tension.core.pipelines.score import score_async as run
+
+    s = await run(cfg, corpus, out)
+    done = s.status == "complete"
+    folder = Path(s.out)
+    return ScoreResult(status=s.status, exit_status=s.exit_status, out=s.out,
+                       stories=read_table(folder / "stories.csv") if done else None,
+                       groups=read_table(folder / "groups.csv") if done else None,
+                       run=read_record(folder / "run.json"), summary=s)
+
+
+def score(corpus: PathLike, *, out: PathLike, config: PathLike | None = None, **settings: Any) -> ScoreResult:
+    """Score a corpus with the 100-Endings metric (as ``tension-run score CORPUS --out OUT``).
+
+    `corpus`: JSON Lines (id, text, group?, …) or a folder of .txt files; `out`: the
+    folder for positions.jsonl, stories.csv, groups.csv and run.json; `config`: a
+    TOML settings file (``--config``); `settings`: ScoreConfig's fields by name
+    (``base_url``, ``model``, ``endings``, ``seed``, …; docs/python.md), the CLI's
+    defaults otherwise. Returns a ScoreResult (per-story statistics, groups, the run
+    record); a run that fails part way returns with ``status`` "failed"."""
+    cfg = score_settings("score", config, settings)
+    return _blocking(lambda: _score(cfg, corpus, out))
+
+
+async def score_async(corpus: PathLike, *, out: PathLike, config: PathLike | None = None,
+                      **settings: Any) -> ScoreResult:
+    """`score`, awaited on the caller's loop."""
+    return await _score(score_settings("score", config, settings), corpus, out)
+
+
+# --------------------------------------------------------------------------- estimate
+
+
+def _throughput(gen_tok_s: float | None, judge_req_s: float | None, bench: PathLike | None,
+                ending_tokens: float | None, gpu_hour_usd: float | None) -> Any:
+    from tension.core.pipelines.estimate import Throughput, check_throughput, throughput_from_bench
+
+    if bench is not None:
+        thr = throughput_from_bench(bench, gpu_hour_usd)
+        for name, v in (("gen_tok_s", gen_tok_s), ("judge_req_s", judge_req_s), ("ending_tokens", ending_tokens)):
+            if v is not None:  # a keyword overrides the bench file
+                setattr(thr, name, v)
+    else:
+        thr = Throughput(gen_tok_s=gen_tok_s, judge_req_s=judge_req_s, gpu_hour_usd=gpu_hour_usd,
+                         ending_tokens=ending_tokens)
+    check_throughput(thr)
+    return thr
+
+
+async def _estimate(cfg: Any, corpus: PathLike, thr: Any, json: PathLike | None) -> EstimateResult:
+    from tension.core.pipelines.estimate import estimate_async as run
+    from tension.core.pipelines.estimate import format_estimate
+
+    est = await run(cfg, corpus, thr)
+    if json is not None:
+        import msgspec
+
+        from tension.core.inputs.jsonl import atomic_write
+
+        atomic_write(json, msgspec.json.format(msgspec.json.encode(est), indent=2) + b"\n")
+    bad = bool(est.input_errors or est.stories_failed)
+    return EstimateResult(status="failed" if bad else "complete", exit_status=EXIT_FAILED if bad else EXIT_OK,
+                          out=str(json) if json is not None else "", estimate=est, text=format_estimate(est))
+
+
+def _estimate_args(config: PathLike | None, settings: dict[str, Any], gen_tok_s: float | None,
+                   judge_req_s: float | None, bench: PathLike | None, ending_tokens: float | None) -> tuple[Any, Any]:
+    for name, v in (("gen_tok_s", gen_tok_s), ("judge_req_s", judge_req_s), ("ending_tokens", ending_tokens)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not v > 0):
+            raise ConfigError(f"estimate(): keyword `{name}`: expected a number > 0, got {v!r}")
+    cfg = score_settings("estimate", config, settings)
+    return cfg, _throughput(gen_tok_s, judge_req_s, bench, ending_tokens, settings.get("gpu_hour_usd"))
+
+
+def estimate(corpus: PathLike, *, config: PathLike | None = None, gen_tok_s: float | None = None,
+             judge_req_s: float | None = None, bench: PathLike | None = None, ending_tokens: float | None = None,
+             json: PathLike | None = None, **settings: Any) -> EstimateResult:
+    """Requests, tokens, cache coverage, GPU-hours and money of scoring `corpus`,
+    before any LLM call (as ``tension-run estimate``; formulas: docs/cost.md).
+    `gen_tok_s`, `judge_req_s`, `bench` (a ``bench --save`` file), `ending_tokens`:
+    the throughput; `json`: also write the estimate there; `settings`: ScoreConfig's
+    fields, as for `score`."""
+    cfg, thr = _estimate_args(config, settings, gen_tok_s, judge_req_s, bench, ending_tokens)
+    return _blocking(lambda: _estimate(cfg, corpus, thr, json))
+
+
+async def estimate_async(corpus: PathLike, *, config: PathLike | None = None, gen_tok_s: float | None = None,
+                         judge_req_s: float | None = None, bench: PathLike | None = None,
+                         ending_tokens: float | None = None, json: PathLike | None = None,
+                         **settings: Any) -> EstimateResult:
+    """`estimate`, awaited on the caller's loop."""
+    cfg, thr = _estimate_args(config, settings, gen_tok_s, judge_req_s, bench, ending_tokens)
+    return await _estimate(cfg, corpus, thr, json)
+
+
+# ---------------------------------------------------------------------------- metrics
+
+
+def _count(verb: str, name: str, v: Any, hi: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (hi is not None and v > hi):
+        what = f"an integer in [0, {hi}]" if hi is not None else "an integer >= 0"
+        raise ConfigError(f"{verb}(): keyword `{name}`: expected {what}, got {v!r}")
+    return v
+
+
+def curve_settings(verb: str, settings: dict[str, Any]) -> Any:
+    """CurveSettings from keywords (window, thresholds, late_threshold, retention_window)."""
+    from tension.core.config import build_settings
+    from tension.kernels.settings import CurveSettings
+
+    check_keywords(verb, (CurveSettings,), settings)
+    values = {k: v for k, v in settings.items() if v is not None}
+    if "thresholds" in values:
+        values["thresholds"] = tuple(values["thresholds"])
+    return build_settings(CurveSettings, "--", **values)
+
+
+def metrics(curves: PathLike, *, out: PathLike, **settings: Any) -> MetricsResult:
+    """Story and group statistics from saved no-rate curves, no LLM (as ``tension-run
+    metrics``): `curves` is CURVES.jsonl or a score run's folder; writes
+    OUT/stories.csv and OUT/groups.csv; `settings`: CurveSettings' fields (window,
+    thresholds, late_threshold, retention_window)."""
+    from tension.core.errors import exit_status
+    from tension.core.reports.metrics import metrics as run
+
+    r = run(curves, out, curve_settings("metrics", settings))
+    code = exit_status("complete", len(r.curves), len(r.errors))
+    return MetricsResult(status="complete" if code == EXIT_OK else "failed", exit_status=code, out=str(out),
+                         stories=read_table(Path(out) / "stories.csv"), groups=read_table(Path(out) / "groups.csv"),
+                         errors=[str(e) for e in r.errors], computed=r)
+
+
+async def metrics_async(curves: PathLike, *, out: PathLike, **settings: Any) -> MetricsResult:
+    """`metrics` on a worker thread, awaited (numbers only: no loop of its own)."""
+    return await asyncio.to_thread(lambda: metrics(curves, out=out, **settings))
+
+
+# ---------------------------------------------------------------------------- compare
+
+
+def compare(run_a: PathLike, run_b: PathLike, *, pair_by: str = "id", out: PathLike | None = None,
+            resamples: int = 10_000, seed: int = 0) -> CompareResult:
+    """Paired comparison of two score runs, B − A (as ``tension-run compare``): per
+    statistic the means, their difference with a bootstrap 95% interval
+    (`resamples`, `seed`) and a paired t-test; `pair_by` a corpus metadata field (or
+    the story id); `out`: also write compare.md and compare.csv there."""
+    from tension.core.reports.report import compare as run
+    from tension.core.reports.report import comparison_table
+
+    c = run(run_a, run_b, pair_by, n_resamples=_count("compare", "resamples", resamples, 10_000_000),
+            seed=_count("compare", "seed", seed))
+    md, table = comparison_table(c), comparison_table(c, "csv")
+    if out is not None:
+        from tension.core.inputs.jsonl import atomic_write
+
+        atomic_write(f"{out}/compare.md", md)
+        atomic_write(f"{out}/compare.csv", table)
+    code = EXIT_FAILED if c.n_pairs == 0 else EXIT_OK
+    return CompareResult(status="complete" if code == EXIT_OK else "failed", exit_status=code,
+                         out=str(out) if out is not None else "", comparison=c, markdown=md, csv=table)
+
+
+async def compare_async(run_a: PathLike, run_b: PathLike, *, pair_by: str = "id", out: PathLike | None = None,
+                        resamples: int = 10_000, seed: int = 0) -> CompareResult:
+    """`compare` on a worker thread, awaited."""
+    return await asyncio.to_thread(lambda: compare(run_a, run_b, pair_by=pair_by, out=out, resamples=resamples,
+                                                   seed=seed))
+
+
+# ------------------------------------------------------------------------ fair play
+
+
+def metric_options(verb: str, settings: dict[str, Any], max_plots: int, resamples: int, seed: int) -> dict[str, Any]:
+    """The fair-play metrics' settings (FairPlaySettings' fields) and options."""
+    from tension.core.config import build_settings
+    from tension.kernels.settings import FairPlaySettings
+
+    if not isinstance(max_plots, int) or not isinstance(resamples, int) or max_plots < 0 or resamples < 0:
+        raise ConfigError("--max-plots and --resamples: expected >= 0")
+    values = {k: v for k, v in settings.items() if v is not None}
+    return {"settings": build_settings(FairPlaySettings, "--", **values), "max_plots": max_plots,
+            "n_resamples": resamples, "seed": _count(verb, "seed", seed)}
+
+
+def _early_steps(settings: dict[str, Any]) -> dict[str, Any]:
+    """`early_steps` as paragraph numbers (the flag reads them as numbers: 1.0 is 1)."""
+    steps = settings.get("early_steps")
+    if steps is None or isinstance(steps, str) or not hasattr(steps, "__iter__"):
+        return settings  # absent, or for check_keywords to name
+    if any(isinstance(i, bool) or not isinstance(i, int | float) or not float(i).is_integer() for i in steps):
+        raise ConfigError(f"--early-steps: expected paragraph numbers, got {steps}")
+    return {**settings, "early_steps": tuple(int(i) for i in steps)}
+
+
+def _split(verb: str, settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """fairplay's keywords: FairPlayConfig's, FairPlaySettings' (a name both have goes to both)."""
+    from tension.core.config import FairPlayConfig
+    from tension.kernels.settings import FairPlaySettings
+
+    settings = _early_steps(settings)
+    check_keywords(verb, (FairPlayConfig, FairPlaySettings), settings)
+    run_keys = set(FairPlayConfig.__struct_fields__)
+    metric_keys = set(FairPlaySettings.__struct_fields__)
+    return ({k: v for k, v in settings.items() if k in run_keys},
+            {k: v for k, v in settings.items() if k in metric_keys})
+
+
+def _metrics_result(s: Any) -> FairPlayMetricsResult:
+    code = EXIT_FAILED if s.errors else EXIT_OK
+    return FairPlayMetricsResult(status="complete" if code == EXIT_OK else "failed", exit_status=code,
+                                 out=str(s.out), stories=read_table(Path(s.out) / "stories.csv"),
+                                 groups=read_table(Path(s.out) / "groups.csv"), summary=s)
+
+
+def fairplay_metrics(readers: PathLike, *, out: PathLike, actual: PathLike | None = None, source: str = "readers",
+                     progress: bool = True, max_plots: int = 20, resamples: int = 10_000, seed: int = 0,
+                     **settings: Any) -> FairPlayMetricsResult:
+    """Fair-play scores (S, C_UB, FP_UB, …) from saved reader distributions, no LLM
+    (as ``tension-run fairplay-metrics``): `readers` is READERS.jsonl, a fairplay
+    run's folder, or (``source="authors"``) the fair-play authors' result files;
+    `actual` a CSV of actual-reader distributions; `seed` and `resamples` the
+    bootstrap's; `settings`: FairPlaySettings' fields (docs/fairplay.md)."""
+    from tension.core.reports.fairplay_metrics import fairplay_metrics as run
+    from tension.kernels.settings import FairPlaySettings
+
+    if source not in ("readers", "authors"):
+        raise ConfigError(f"fairplay_metrics(): keyword `source`: expected 'readers' or 'authors', got {source!r}")
+    settings = _early_steps(settings)
+    check_keywords("fairplay_metrics", (FairPlaySettings,), settings)
+    options = metric_options("fairplay_metrics", settings, max_plots, resamples, seed)
+    s = run(readers, out, actual_csv=actual, settings=options["settings"], max_plots=options["max_plots"],
+            n_resamples=options["n_resamples"], seed=options["seed"], progress=progress, source=source)
+    return _metrics_result(s)
+
+
+async def fairplay_metrics_async(readers: PathLike, *, out: PathLike, actual: PathLike | None = None,
+                                 source: str = "readers", progress: bool = True, max_plots: int = 20,
+                                 resamples: int = 10_000, seed: int = 0, **settings: Any) -> FairPlayMetricsResult:
+    """`fairplay_metrics` on a worker thread, awaited."""
+    return await asyncio.to_thread(lambda: fairplay_metrics(
+        readers, out=out, actual=actual, source=source, progress=progress, max_plots=max_plots,
+        resamples=resamples, seed=seed, **settings))
+
+
+def fairplay_settings(config: PathLike | None, settings: dict[str, Any], max_plots: int, resamples: int,
+                      bootstrap_seed: int) -> tuple[Any, dict[str, Any]]:
+    """FairPlayConfig (defaults < ``config`` and its [fairplay] table < keywords, the
+    running embedded server when none is named) and the metrics' options."""
+    from tension.core.config import FairPlayConfig
+
+    run_values, metric_values = _split("fairplay", settings)
+    fallback = {}
+    if not named_server(config, run_values):
+        emb = embedded_fallback()
+        fallback = {"base_url": emb["base_url"], "reader_model": emb.get("model")} if emb else {}
+    cfg = load("fairplay", FairPlayConfig, config, run_values, fallback, table="fairplay")
+    return cfg, metric_options("fairplay", metric_values, max_plots, resamples, bootstrap_seed)
+
+
+async def _fairplay(cfg: Any, stories: PathLike, out: PathLike, options: dict[str, Any]) -> FairPlayResult:
+    from tension.core.pipelines.fairplay import fairplay_async as run
+
+    s = await run(cfg, stories, out, options)
+    m = _metrics_result(s.metrics) if s.metrics is not None else None
+    code = EXIT_FAILED if (s.status != "complete" or m is None or m.exit_status != EXIT_OK or s.input_errors
+                           or s.reader_failures) else EXIT_OK
+    return FairPlayResult(status=s.status, exit_status=code, out=s.out, metrics=m,
+                          run=read_record(Path(s.out) / "fairplay_run.json"), summary=s)
+
+
+def fairplay(stories: PathLike, *, out: PathLike, config: PathLike | None = None, max_plots: int = 20,
+             resamples: int = 10_000, bootstrap_seed: int = 0, **settings: Any) -> FairPlayResult:
+    """The gullible, experienced and know-it-all readers over whodunits, then the
+    fair-play metrics (as ``tension-run fairplay``; docs/fairplay.md). `settings`:
+    FairPlayConfig's fields (``base_url``, ``reader_model``, ``seed`` — the readers'
+    sampling seed, ``--reader-seed`` — …) and FairPlaySettings' (the metrics);
+    `bootstrap_seed` and `resamples` the bootstrap's (the CLI's ``--seed``,
+    ``--resamples``)."""
+    cfg, options = fairplay_settings(config, settings, max_plots, resamples, bootstrap_seed)
+    return _blocking(lambda: _fairplay(cfg, stories, out, options))
+
+
+async def fairplay_async(stories: PathLike, *, out: PathLike, config: PathLike | None = None, max_plots: int = 20,
+                         resamples: int = 10_000, bootstrap_seed: int = 0, **settings: Any) -> FairPlayResult:
+    """`fairplay`, awaited on the caller's loop."""
+    cfg, options = fairplay_settings(config, settings, max_plots, resamples, bootstrap_seed)
+    return await _fairplay(cfg, stories, out, options)
+
+
+# --------------------------------------------------------------------------- generate
+
+
+def generate_settings(config: PathLike | None, settings: dict[str, Any]) -> Any:
+    from tension.core.config import GenerateConfig
+
+    check_keywords("generate", (GenerateConfig,), settings)
+    fallback = {} if named_server(config, settings) else server_fallback()
+    return load("generate", GenerateConfig, config, settings, fallback)
+
+
+async def _generate(cfg: Any, ideas: PathLike, out: PathLike) -> GenerateResult:
+    import msgspec
+
+    from tension.core.pipelines.generate import generate_async as run
+    from tension.core.pipelines.generate import run_record_path
+
+    s = await run(cfg, ideas, out)
+    path = Path(s.out)
+    stories = ([msgspec.json.decode(line) for line in path.read_bytes().splitlines() if line.strip()]
+               if s.status == "complete" and s.stories and path.is_file() else [])
+    return GenerateResult(status=s.status, exit_status=s.exit_status, out=s.out, stories=stories,
+                          run=read_record(run_record_path(path)), summary=s)
+
+
+def generate(ideas: PathLike, *, out: PathLike, config: PathLike | None = None, **settings: Any) -> GenerateResult:
+    """Stories from ideas (as ``tension-run generate``): the paper's pipeline, its
+    ablations (``mode``) or whodunits; `out` the STORIES.jsonl to write;
+    `settings`: GenerateConfig's fields."""
+    cfg = generate_settings(config, settings)
+    return _blocking(lambda: _generate(cfg, ideas, out))
+
+
+async def generate_async(ideas: PathLike, *, out: PathLike, config: PathLike | None = None,
+                         **settings: Any) -> GenerateResult:
+    """`generate`, awaited on the caller's loop."""
+    return await _generate(generate_settings(config, settings), ideas, out)

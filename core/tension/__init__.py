@@ -1,0 +1,18 @@
+"""tension-run's Python API (docs/python.md): ``import tension``, then
+``tension.score("stories.jsonl", out="runs/a", base_url=..., model=..., endings=20, seed=1)``.
+
+The verbs: score, estimate, metrics, compare, fairplay, fairplay_metrics, generate,
+each with an ``*_async`` twin; their keyword arguments are the settings' field names
+(a --config file's keys), their defaults the CLI's, their results typed
+(``to_pandas()`` with the extra ``pandas``); errors are tension.core.errors'
+(TensionError and below). The subpackages: tension.core, tension.kernels,
+tension.cache (the CLI and the layers under it).
+
+This folder is the package ``tension`` itself (pyproject's package-dir); what it
+exports lives in tension.core.api."""
+
+from tension.core import api
+from tension.core.api import *  # noqa: F403 (its __all__: the verbs, their async twins, the result types)
+from tension.core.errors import ConfigError, InputError, ServerError, TensionError
+
+__all__ = api.__all__ + ["TensionError", "ConfigError", "InputError", "ServerError"]
