@@ -391,24 +391,38 @@ def run_blocking(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
 def _run_on_worker(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """``_run_here`` on a thread of its own; its result returned, its exception raised
     here. Signal handlers can be installed on the main thread only, so the worker
-    runs without the SIGTERM handler (``_run_here`` skips it there)."""
+    runs without the SIGTERM handler (``_run_here`` skips it there); a Ctrl-C that
+    interrupts the wait here (KeyboardInterrupt: a notebook's interrupt) cancels the
+    work like Ctrl-C in the CLI, completed work committed, before it is re-raised."""
     box: dict[str, Any] = {}
+    # an Event, not Thread.join: a join that a KeyboardInterrupt broke may not wait
+    # again (CPython 3.11), and the interrupted work must be waited for
+    done = threading.Event()
 
     def work() -> None:
         try:
-            box["result"] = _run_here(make_coro)
+            box["result"] = _run_here(make_coro, started=lambda loop, task: box.update(loop=loop, task=task))
         except BaseException as e:  # handed to the caller's thread, raised there
             box["error"] = e
+        finally:
+            done.set()
 
-    worker = threading.Thread(target=work, name="tension-run", daemon=True)
-    worker.start()
-    worker.join()
+    threading.Thread(target=work, name="tension-run", daemon=True).start()
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        if "task" in box:
+            with contextlib.suppress(RuntimeError):  # its loop closed meanwhile: nothing left to stop
+                box["loop"].call_soon_threadsafe(box["task"].cancel)
+        done.wait()
+        raise
     if "error" in box:
         raise box["error"]
     return box["result"]
 
 
-def _run_here(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
+def _run_here(make_coro: Callable[[], Coroutine[Any, Any, T]],
+              started: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], None] | None = None) -> T:
     try:
         import uvloop
         factory = uvloop.new_event_loop
@@ -419,6 +433,8 @@ def _run_here(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
+        if started is not None:
+            started(loop, task)  # the worker's caller may cancel it (_run_on_worker)
         try:
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (uvloop: ValueError), no signals

@@ -193,3 +193,36 @@ def test_json_of_estimate_is_written(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=8)
     e = tension.estimate(corpus, json=tmp_path / "e.json", **settings(server, tmp_path / "cache"))
     assert json.loads((tmp_path / "e.json").read_text())["positions"] == e.estimate.positions
+
+
+INTERRUPTED_CELL = """
+import asyncio, sys
+import tension
+
+async def cell():  # as a notebook cell: inside a running loop, no SIGINT handler of asyncio's
+    tension.score(sys.argv[1], out=sys.argv[2], base_url=sys.argv[3], model="test-gen", endings=3, seed=1,
+                  cache=sys.argv[4], progress=False, report=False)
+
+asyncio.new_event_loop().run_until_complete(cell())
+"""
+
+
+def test_ctrl_c_during_a_blocking_call_inside_a_loop_stops_the_run_and_keeps_its_work(server, tmp_path):
+    import signal
+    import time
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=30)
+    server.delay = 0.2  # slow answers: the run is still going when Ctrl-C comes
+    args = [sys.executable, "-c", INTERRUPTED_CELL, str(corpus), str(tmp_path / "o"), server.base_url,
+            str(tmp_path / "cache")]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while server.count(kind="judge") < 3 and p.poll() is None:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode != 0 and "KeyboardInterrupt" in err, err
+    assert (tmp_path / "o" / "run.json").is_file(), err
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["status"] == "interrupted"
+    server.delay = 0.0
+    again = tension.score(corpus, out=tmp_path / "o", **settings(server, tmp_path / "cache"))
+    assert again.status == "complete" and sum(again.summary.cache_hits.values()) > 0  # nothing was lost
