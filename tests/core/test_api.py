@@ -226,3 +226,20 @@ def test_ctrl_c_during_a_blocking_call_inside_a_loop_stops_the_run_and_keeps_its
     server.delay = 0.0
     again = tension.score(corpus, out=tmp_path / "o", **settings(server, tmp_path / "cache"))
     assert again.status == "complete" and sum(again.summary.cache_hits.values()) > 0  # nothing was lost
+
+
+def test_fairplay_runs_the_readers_then_the_metrics(server, tmp_path):
+    from fairplay_scripted import K, scripted, story_record, write_jsonl  # tests/
+
+    server.respond(scripted)
+    stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1"), story_record("s2", generator=False)])
+    r = tension.fairplay(stories, out=tmp_path / "fp", base_url=server.base_url, reader_model="test-judge",
+                         cache=str(tmp_path / "cache"), progress=False, k=K, schedule="1,3,5", seed=3,
+                         max_plots=0, resamples=50, bootstrap_seed=1)
+    assert isinstance(r, tension.FairPlayResult) and r.status == "complete" and r.exit_status == 0
+    assert r.run["config"]["seed"] == 3  # `seed` is the readers' (--reader-seed)
+    assert isinstance(r.metrics, tension.FairPlayMetricsResult)
+    assert [row["id"] for row in r.metrics.stories.records()] == ["s1", "s2"]
+    assert (tmp_path / "fp" / "readers.jsonl").is_file()
+    with pytest.raises(ConfigError, match=r"fairplay\(\): keyword `k`"):
+        tension.fairplay(stories, out=tmp_path / "fp2", base_url=server.base_url, k="many")
