@@ -1,10 +1,13 @@
-"""How a record's msgpack is stored compressed: zstd (level 3) with a fixed dictionary.
+"""How a record's msgpack is stored compressed: zstd (level 3), small records against a
+fixed dictionary.
 
-Endings records (≈ 30–60 KB of prose) shrink ≈ 4–7× with plain zstd; a verdict (≈ 160 B)
+An Endings record (≈ 30–60 KB of prose) shrinks ≈ 2.5× with zstd; a verdict (≈ 160 B)
 does not shrink at all on its own, and the 100 verdicts of a position are a third of a
-cache. Most of a small record is its field names and their usual values, so every
-record is compressed against `_DICTIONARY`, a zstd raw-content dictionary made of the
-msgpack of one record of each kind: a verdict then takes ≈ 30 B.
+cache. Most of a small record is its field names and their usual values, so a record
+under `SMALL` bytes is compressed against `_DICTIONARY`, a zstd raw-content dictionary
+made of the msgpack of one record of each kind: a verdict then takes ≈ 30 B. A large
+one is compressed without it: with the dictionary attached zstd keeps the parameters
+it chose for small inputs, and an Endings record came out 7 % larger (bench/RESULTS.md).
 
 The dictionary is part of the stored format: a record compressed with it can only be
 read with exactly these bytes. It is frozen here as bytes (not built from the record
@@ -22,9 +25,10 @@ import threading
 
 import zstandard
 
-__all__ = ["LEVEL", "compress", "decompress", "CodecError"]
+__all__ = ["LEVEL", "SMALL", "with_dictionary", "compress", "decompress", "CodecError"]
 
-LEVEL = 3  # zstd's default: level 1 is as fast and a few % larger, 6+ several times slower to write (RESULTS.md)
+LEVEL = 3  # zstd's default: level 1 is as fast and 5 % larger, 19 gains 9 % for 15× the write time (RESULTS.md)
+SMALL = 4096  # msgpack bytes below which the dictionary is used
 
 # The msgpack of a TokenCount, a JudgedPosition, an Endings without texts, a Verdict
 # with logprobs and one without (the most frequent record last: zstd reaches the end
@@ -52,27 +56,37 @@ _local = threading.local()
 CodecError = zstandard.ZstdError
 
 
-def _compressor() -> zstandard.ZstdCompressor:
-    c = getattr(_local, "compressor", None)
+def _compressor(small: bool) -> zstandard.ZstdCompressor:
+    name = "small" if small else "large"
+    c = getattr(_local, name, None)
     if c is None:
         # no checksum of zstd's own (the record frame has its CRC-32) and no dictionary id
         # (a raw-content dictionary has none); the content size stays, so a read knows it
-        c = _local.compressor = zstandard.ZstdCompressor(level=LEVEL, dict_data=_DICT, write_checksum=False,
-                                                         write_dict_id=False)
+        c = zstandard.ZstdCompressor(level=LEVEL, dict_data=_DICT if small else None, write_checksum=False,
+                                     write_dict_id=False)
+        setattr(_local, name, c)
     return c
 
 
-def _decompressor() -> zstandard.ZstdDecompressor:
-    d = getattr(_local, "decompressor", None)
+def _decompressor(small: bool) -> zstandard.ZstdDecompressor:
+    name = "unpack_small" if small else "unpack_large"
+    d = getattr(_local, name, None)
     if d is None:
-        d = _local.decompressor = zstandard.ZstdDecompressor(dict_data=_DICT)
+        d = zstandard.ZstdDecompressor(dict_data=_DICT if small else None)
+        setattr(_local, name, d)
     return d
 
 
-def compress(data: bytes | bytearray | memoryview) -> bytes:
-    return _compressor().compress(data)
+def with_dictionary(size: int) -> bool:
+    """Whether msgpack of `size` bytes is compressed against the dictionary."""
+    return size < SMALL
 
 
-def decompress(data: bytes | memoryview) -> bytes:
-    """The bytes `compress` was given; CodecError when `data` is not such a frame."""
-    return _decompressor().decompress(data)
+def compress(data: bytes | bytearray | memoryview, dictionary: bool) -> bytes:
+    return _compressor(dictionary).compress(data)
+
+
+def decompress(data: bytes | memoryview, dictionary: bool) -> bytes:
+    """The bytes `compress` was given (with the same `dictionary`); CodecError when
+    `data` is not such a frame."""
+    return _decompressor(dictionary).decompress(data)

@@ -18,10 +18,12 @@ then either
 - a msgpack map (0x80–0x8F, 0xDE, 0xDF: a record is always a map), the record
   uncompressed: every value framed before compression existed, and a record that
   compression would not shrink; or
-- `ZSTD` (0x01), then the zstd frame of the msgpack.
+- `ZSTD` (0x01), then the zstd frame of the msgpack (a large record); or
+- `ZSTD_DICT` (0x02), then the zstd frame of the msgpack compressed against the
+  codec's dictionary (a small record: a verdict, a token count).
 
-A record's msgpack never starts with 0x01, so the byte after the CRC tells the
-two apart, and the CRC covers the codec byte: a damaged value is found before it
+A record's msgpack never starts with 0x01 or 0x02, so the byte after the CRC tells
+them apart, and the CRC covers the codec byte: a damaged value is found before it
 is decompressed. Cache keys do not change; a cache may hold every form at once.
 """
 
@@ -35,7 +37,7 @@ import msgspec
 from . import codec
 
 __all__ = ["Usage", "Endings", "Verdict", "JudgedPosition", "TokenCount", "Record", "DamagedRecord", "CHECKED",
-           "ZSTD", "encode", "decode", "is_checked", "is_compressed"]
+           "ZSTD", "ZSTD_DICT", "encode", "decode", "is_checked", "is_compressed"]
 
 
 class Usage(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
@@ -101,6 +103,7 @@ _decoder = msgspec.msgpack.Decoder(Record)
 
 CHECKED = 0xC1  # first byte of a value with a checksum; msgpack never uses it
 ZSTD = 0x01  # after the CRC: the zstd frame of the msgpack follows (codec.py)
+ZSTD_DICT = 0x02  # … compressed against codec's dictionary
 _FRAME = 5  # CHECKED, CRC-32
 _CRC = struct.Struct("<I")
 
@@ -117,10 +120,12 @@ def encode(record: Record, compress: bool = True) -> bytearray:
     buf = bytearray(_FRAME)
     _encoder.encode_into(record, buf, _FRAME)
     if compress:
-        packed = codec.compress(memoryview(buf)[_FRAME:])
-        if len(packed) + 1 < len(buf) - _FRAME:
+        size = len(buf) - _FRAME
+        small = codec.with_dictionary(size)
+        packed = codec.compress(memoryview(buf)[_FRAME:], small)
+        if len(packed) + 1 < size:
             del buf[_FRAME:]
-            buf.append(ZSTD)
+            buf.append(ZSTD_DICT if small else ZSTD)
             buf += packed
     buf[0] = CHECKED
     _CRC.pack_into(buf, 1, zlib.crc32(memoryview(buf)[_FRAME:]))
@@ -134,7 +139,7 @@ def is_checked(data: bytes | memoryview) -> bool:
 
 def is_compressed(data: bytes | memoryview) -> bool:
     """Whether a stored value holds its msgpack compressed."""
-    return len(data) > _FRAME and data[0] == CHECKED and data[_FRAME] == ZSTD
+    return len(data) > _FRAME and data[0] == CHECKED and data[_FRAME] in (ZSTD, ZSTD_DICT)
 
 
 def decode(data: bytes | memoryview) -> Record:
@@ -147,8 +152,8 @@ def decode(data: bytes | memoryview) -> Record:
             want, got = _CRC.unpack_from(data, 1)[0], zlib.crc32(payload)
             if want != got:
                 raise DamagedRecord(f"checksum mismatch (stored {want:08x}, computed {got:08x})")
-            if payload[0] == ZSTD:
-                payload = codec.decompress(payload[1:])
+            if payload[0] in (ZSTD, ZSTD_DICT):
+                payload = codec.decompress(payload[1:], payload[0] == ZSTD_DICT)
         else:
             payload = data
         return _decoder.decode(payload)

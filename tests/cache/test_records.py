@@ -65,13 +65,14 @@ def test_every_record_kind_round_trips_compressed():
         assert records.decode(value) == rec
         assert records.decode(memoryview(bytes(value))) == rec  # as LMDB hands it (buffers=True)
     endings, verdict = every_kind()[:2]
+    assert records.encode(endings)[5] == records.ZSTD and records.encode(verdict)[5] == records.ZSTD_DICT
     assert len(records.encode(endings)) * 4 < len(msgspec.msgpack.encode(endings))
     assert len(records.encode(verdict)) * 3 < len(msgspec.msgpack.encode(verdict))  # the dictionary's work
 
 
 def test_the_dictionary_is_frozen():
     # Records compressed with it can be read only with exactly these bytes: a new
-    # dictionary needs a new codec byte beside records.ZSTD, never a change here.
+    # dictionary needs a new codec byte beside records.ZSTD_DICT, never a change here.
     assert hashlib.blake2b(codec._DICTIONARY, digest_size=16).hexdigest() == "079f7e2a82a2265a8243b1ada9122c1c"
 
 
@@ -132,8 +133,10 @@ def test_a_damaged_compressed_record_is_found_and_left_out_by_recover(tmp_path):
     # a frame whose CRC matches but whose zstd frame is not one (written by something else)
     body = bytes([records.ZSTD]) + b"(\xb5/\xfd not zstd at all"
     _put_raw(path, "endings", key(0), b"\xc1" + struct.pack("<I", zlib.crc32(body)) + body)
-    with pytest.raises(records.DamagedRecord, match="does not decompress"):
-        records.decode(b"\xc1" + struct.pack("<I", zlib.crc32(body)) + body)
+    for codec_byte in (records.ZSTD, records.ZSTD_DICT):
+        junk = bytes([codec_byte]) + b"(\xb5/\xfd not zstd at all"
+        with pytest.raises(records.DamagedRecord, match="does not decompress"):
+            records.decode(b"\xc1" + struct.pack("<I", zlib.crc32(junk)) + junk)
 
     report = verify(path)
     assert not report.sound
