@@ -8,19 +8,23 @@ of a corpus against its cold run.
    - a `Verdict` record ("Y", usage, timings: ≈ 50 B) —
    written with ``put_many`` in group commits of ``--batch`` records (as score's
    committer does, every ≤ 50 ms), then read back with ``get_many`` in random key
-   order, ``--batch`` keys per read transaction, records decoded. Twice, side by
-   side in one run: values framed with their CRC-32 (what the store writes and
-   checks since checksums exist) and plain msgpack (as written before: the store
-   reads such values without a check; to write them, this script swaps the
-   store's `records.encode` for the plain encoder). The ratio is the checksum's
-   cost on the write and the read path.
+   order, ``--batch`` keys per read transaction, records decoded. Three times,
+   side by side in one run: values compressed in their checksummed frame (`zstd`:
+   what the store writes since issue 28), framed with their CRC-32 uncompressed
+   (`crc32`: as written from issue 16 to 28) and plain msgpack (`none`: as written
+   before checksums; read without a check). To write the older forms this script
+   swaps the store's `records.encode`. The ratios are compression's cost (zstd vs
+   crc32) and the checksum's (crc32 vs none) on the write and the read path. The
+   Endings texts are real prose when ../shared/data/pd_short_stories.jsonl is there
+   (bench/cache_size.py's `Prose`), else a 14-word vocabulary.
 2. **Cached rerun** (goal: 0 requests, < 2 % of the cold time): `score` on a
    synthetic corpus of ``--stories`` stories (tension.testing.corpus.make_corpus) against
    the loopback test server (tension.testing.openai_server), cold (empty cache), then the
    same command again (every answer from the cache; `--model` given, so not even
    the model list is asked), then once more with the cache's `positions` database
    dropped (the per-verdict path a cache written before it existed takes). Reports are off in both (`--no-report`): the figures
-   compare the pipeline, not matplotlib.
+   compare the pipeline, not matplotlib. The rerun is also timed on a copy of the
+   cache rewritten uncompressed (as before issue 28), alternated, median of 3.
 
 Run from the repository root::
 
@@ -46,13 +50,15 @@ BANNER = 60
 
 
 def _endings(rng: random.Random, n: int):
+    from cache_size import _SHARED, Prose
+
     from tension.cache.records import Endings, Usage
 
-    words = "the keeper watched a grey boat drift past the harbour wall while rain fell on lanterns".split()
-    texts = []
-    for _ in range(n):
-        t = " ".join(rng.choice(words) for _ in range(110))
-        texts.append(t[:600])
+    if _SHARED.is_file():
+        texts = Prose(_SHARED, rng).endings(n, 600)
+    else:
+        words = "the keeper watched a grey boat drift past the harbour wall while rain fell on lanterns".split()
+        texts = [" ".join(rng.choice(words) for _ in range(110))[:600] for _ in range(n)]
     return Endings(texts=texts, finish_reasons=["stop"] * n, model="Qwen/Qwen3-32B",
                    usage=Usage(prompt_tokens=1500, completion_tokens=n * 70, requests=1), created=time.time(),
                    seconds=12.5)
@@ -66,36 +72,45 @@ def _verdict():
                    created=time.time(), seconds=0.21)
 
 
+FORMS = ("zstd", "crc32", "none")  # what the store writes, then the older forms
+
+
 @contextlib.contextmanager
-def _plain_values(plain: bool):
-    """Values written as before checksums (plain msgpack) while inside, if `plain`."""
+def _values(form: str):
+    """Values written in `form` while inside: "zstd" as the store writes them, "crc32"
+    uncompressed in their checksummed frame (before issue 28), "none" as plain msgpack
+    (before checksums)."""
+    import functools
+
     import msgspec
 
     from tension.cache import records
 
-    checked = records.encode
-    if plain:
+    encode = records.encode
+    if form == "crc32":
+        records.encode = functools.partial(encode, compress=False)
+    elif form == "none":
         records.encode = msgspec.msgpack.Encoder().encode
     try:
         yield
     finally:
-        records.encode = checked
+        records.encode = encode
 
 
-def store_throughput(kind: str, count: int, batch: int, n_endings: int, repeats: int, plain: bool = False) -> dict:
+def store_throughput(kind: str, count: int, batch: int, n_endings: int, repeats: int, form: str = "zstd") -> dict:
     from tension.cache import records
     from tension.cache.keys import request_key
     from tension.cache.store import Store
 
     rng = random.Random(0)
     rec = _endings(rng, n_endings) if kind == "endings" else _verdict()
-    with _plain_values(plain):
+    with _values(form):
         size = len(records.encode(rec))
     db = "endings" if kind == "endings" else "verdicts"
     writes, reads = [], []
     for r in range(repeats):
         keys = [request_key("chat", {"i": i, "r": r}) for i in range(count)]
-        with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "c.lmdb") as store, _plain_values(plain):
+        with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "c.lmdb") as store, _values(form):
             t0 = time.perf_counter()
             for i in range(0, count, batch):
                 store.put_many([(db, k, rec) for k in keys[i:i + batch]])
@@ -107,13 +122,15 @@ def store_throughput(kind: str, count: int, batch: int, n_endings: int, repeats:
                 got = store.get_many(db, order[i:i + batch])
             reads.append(count / (time.perf_counter() - t0))
             assert all(g is not None for g in got)
-            assert all(records.is_checked(v) != plain for v in _values(store, db, order[:3]))
-    return {"kind": kind, "checksum": "none" if plain else "crc32", "value_bytes": size, "records": count, "batch": batch,
+            stored = _stored(store, db, order[:3])
+            assert all(records.is_checked(v) == (form != "none") for v in stored)
+            assert all(records.is_compressed(v) == (form == "zstd") for v in stored)
+    return {"kind": kind, "form": form, "value_bytes": size, "records": count, "batch": batch,
             "writes_per_s": statistics.median(writes), "reads_per_s": statistics.median(reads),
             "write_mb_s": statistics.median(writes) * size / 1e6, "read_mb_s": statistics.median(reads) * size / 1e6}
 
 
-def _values(store, db: str, keys) -> list[bytes]:
+def _stored(store, db: str, keys) -> list[bytes]:
     """The stored bytes (checked that the contender wrote what it says)."""
     with store.env.begin(db=store.env.open_db(db.encode(), create=False)) as txn:
         return [txn.get(k) for k in keys]
@@ -139,7 +156,7 @@ def cached_rerun(stories: int, endings: int) -> dict:
         warm = score(cfg, corpus, tmp / "warm")
         warm_s = time.perf_counter() - t0
         warm_requests = srv.count()
-        checksum = _rerun_checked_vs_plain(cfg, corpus, tmp)
+        compression = _rerun_compressed_vs_not(cfg, corpus, tmp)
         # The same rerun on a cache without the judged-position records (as written
         # before they existed): every verdict key is built and read, and the
         # records are written back.
@@ -156,13 +173,13 @@ def cached_rerun(stories: int, endings: int) -> dict:
                 "rerun_seconds": warm_s, "rerun_requests": warm_requests, "ratio": warm_s / cold_s,
                 "fallback_seconds": fallback_s, "fallback_requests": srv.count(), "fallback_ratio": fallback_s / cold_s,
                 "same_positions_bytes": same, "same_fallback_bytes": same_fallback,
-                "status": [cold.status, warm.status, fallback.status], "checksum": checksum}
+                "status": [cold.status, warm.status, fallback.status], "compression": compression}
 
 
-def _rerun_checked_vs_plain(cfg, corpus: Path, tmp: Path, repeats: int = 3) -> dict:
-    """The cached rerun on the cache as written (every value checksummed) and on a
-    copy whose values were rewritten as plain msgpack (as before checksums; read
-    without a check), alternated; medians of `repeats` each."""
+def _rerun_compressed_vs_not(cfg, corpus: Path, tmp: Path, repeats: int = 3) -> dict:
+    """The cached rerun on the cache as written (every value compressed) and on a
+    copy whose values were rewritten uncompressed in their checksummed frame (as
+    before issue 28), alternated; medians of `repeats` each."""
     import shutil
 
     import lmdb
@@ -173,22 +190,21 @@ def _rerun_checked_vs_plain(cfg, corpus: Path, tmp: Path, repeats: int = 3) -> d
 
     shutil.copytree(tmp / "cache", tmp / "plain")
     env = lmdb.open(str(tmp / "plain"), max_dbs=8, map_size=1 << 30)
-    plain = msgspec.msgpack.Encoder()
     for name in (b"endings", b"verdicts", b"tokens", b"positions"):
         db = env.open_db(name)
         with env.begin(write=True, db=db) as txn:
             for k, v in list(txn.cursor()):
-                txn.put(k, plain.encode(records.decode(v)))
+                txn.put(k, records.encode(records.decode(v), compress=False))
     env.close()
     cfg_plain = msgspec.structs.replace(cfg, cache=str(tmp / "plain"))
-    times: dict[str, list[float]] = {"crc32": [], "none": []}
+    times: dict[str, list[float]] = {"zstd": [], "crc32": []}
     for i in range(repeats):
-        for name, c in (("crc32", cfg), ("none", cfg_plain)):
+        for name, c in (("zstd", cfg), ("crc32", cfg_plain)):
             t0 = time.perf_counter()
             assert score(c, corpus, tmp / f"rerun-{name}-{i}").status == "complete"
             times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {"crc32_seconds": med["crc32"], "none_seconds": med["none"], "ratio": med["crc32"] / med["none"],
+    return {"zstd_seconds": med["zstd"], "crc32_seconds": med["crc32"], "ratio": med["zstd"] / med["crc32"],
             "all": times}
 
 
@@ -226,25 +242,28 @@ def main() -> int:
     rows = []
     for kind, count, batch in (("verdicts", args.records, args.batch),
                                ("endings", args.endings_records, min(args.batch, 10))):
-        # alternated, so that a change of load on the shared machine hits both alike
-        pairs = [[store_throughput(kind, count, batch, args.endings, 1, plain) for plain in (False, True)]
-                 for _ in range(args.repeats)]
-        for i in range(2):  # plain False, then True
-            runs = [pair[i] for pair in pairs]
-            row = dict(runs[0])
+        # alternated, so that a change of load on the shared machine hits every form alike
+        runs = [[store_throughput(kind, count, batch, args.endings, 1, form) for form in FORMS]
+                for _ in range(args.repeats)]
+        for i in range(len(FORMS)):
+            row = dict(runs[0][i])
             for f in ("writes_per_s", "reads_per_s", "write_mb_s", "read_mb_s"):
-                row[f] = statistics.median(r[f] for r in runs)
+                row[f] = statistics.median(r[i][f] for r in runs)
+            row["write_us"], row["read_us"] = 1e6 / row["writes_per_s"], 1e6 / row["reads_per_s"]
             rows.append(row)
-    print(f"| {'record':<9} | {'checksum':<8} | {'value B':>8} | {'batch':>5} | {'writes/s':>10} | {'MB/s w':>7} | "
-          f"{'reads/s':>10} | {'MB/s r':>7} |")
-    print(f"|{'-' * 11}|{'-' * 10}|{'-' * 9}:|{'-' * 6}:|{'-' * 11}:|{'-' * 8}:|{'-' * 11}:|{'-' * 8}:|")
+    print(f"| {'record':<9} | {'form':<6} | {'value B':>8} | {'batch':>5} | {'writes/s':>10} | {'µs/write':>8} | "
+          f"{'reads/s':>10} | {'µs/read':>8} |")
+    print(f"|{'-' * 11}|{'-' * 8}|{'-' * 9}:|{'-' * 6}:|{'-' * 11}:|{'-' * 9}:|{'-' * 11}:|{'-' * 9}:|")
     for r in rows:
-        print(f"| {r['kind']:<9} | {r['checksum']:<8} | {r['value_bytes']:>8,} | {r['batch']:>5} | "
-              f"{r['writes_per_s']:>10,.0f} | {r['write_mb_s']:>7.1f} | {r['reads_per_s']:>10,.0f} | "
-              f"{r['read_mb_s']:>7.1f} |", flush=True)
-    for checked, plain in zip(rows[::2], rows[1::2]):
-        print(f"{checked['kind']}: crc32 vs none: writes {checked['writes_per_s'] / plain['writes_per_s']:.3f}x, "
-              f"reads {checked['reads_per_s'] / plain['reads_per_s']:.3f}x")
+        print(f"| {r['kind']:<9} | {r['form']:<6} | {r['value_bytes']:>8,} | {r['batch']:>5} | "
+              f"{r['writes_per_s']:>10,.0f} | {r['write_us']:>8.1f} | {r['reads_per_s']:>10,.0f} | "
+              f"{r['read_us']:>8.1f} |", flush=True)
+    for i in range(0, len(rows), len(FORMS)):
+        z, c, n = rows[i:i + len(FORMS)]
+        print(f"{z['kind']}: zstd vs crc32: value {z['value_bytes'] / c['value_bytes']:.3f}x, "
+              f"writes {z['writes_per_s'] / c['writes_per_s']:.3f}x, reads {z['reads_per_s'] / c['reads_per_s']:.3f}x; "
+              f"crc32 vs none: writes {c['writes_per_s'] / n['writes_per_s']:.3f}x, "
+              f"reads {c['reads_per_s'] / n['reads_per_s']:.3f}x")
     if args.no_rerun:
         return 0
 
@@ -256,8 +275,8 @@ def main() -> int:
     print(f"| {'rerun':<22} | {rr['rerun_seconds']:>8.2f} | {rr['rerun_requests']:>13,} | {rr['ratio']:>7.2%} |")
     print(f"| {'rerun, no positions db':<22} | {rr['fallback_seconds']:>8.2f} | {rr['fallback_requests']:>13,} | "
           f"{rr['fallback_ratio']:>7.2%} |")
-    ck = rr["checksum"]
-    print(f"rerun, median of 3 alternated: crc32 {ck['crc32_seconds']:.3f} s, plain values {ck['none_seconds']:.3f} s "
+    ck = rr["compression"]
+    print(f"rerun, median of 3 alternated: compressed {ck['zstd_seconds']:.3f} s, uncompressed {ck['crc32_seconds']:.3f} s "
           f"({ck['ratio']:.3f}x)")
     print(f"cold requests by kind: {rr['cold_chat']}; positions.jsonl identical: {rr['same_positions_bytes']} "
           f"(fallback: {rr['same_fallback_bytes']}); goal: 0 requests and < 2% of the cold time")

@@ -10,6 +10,21 @@ value written before checksums existed (plain msgpack, a map) is told apart by
 its first byte and still read, with only its decoding to vouch for it. CRC-32
 (zlib) costs ≈ 30 µs on a 60 KB Endings record, ≈ 0.2 µs on a verdict
 (bench/RESULTS.md); xxhash is not a dependency.
+
+Since issue 28 the msgpack is stored compressed (`codec.py`: zstd with a fixed
+dictionary), behind a codec byte: the frame is 0xC1, the CRC-32 of what follows,
+then either
+
+- a msgpack map (0x80–0x8F, 0xDE, 0xDF: a record is always a map), the record
+  uncompressed: every value framed before compression existed, and a record that
+  compression would not shrink; or
+- `ZSTD` (0x01), then the zstd frame of the msgpack (a large record); or
+- `ZSTD_DICT` (0x02), then the zstd frame of the msgpack compressed against the
+  codec's dictionary (a small record: a verdict, a token count).
+
+A record's msgpack never starts with 0x01 or 0x02, so the byte after the CRC tells
+them apart, and the CRC covers the codec byte: a damaged value is found before it
+is decompressed. Cache keys do not change; a cache may hold every form at once.
 """
 
 from __future__ import annotations
@@ -19,8 +34,10 @@ import zlib
 
 import msgspec
 
+from . import codec
+
 __all__ = ["Usage", "Endings", "Verdict", "JudgedPosition", "TokenCount", "Record", "DamagedRecord", "CHECKED",
-           "encode", "decode", "is_checked"]
+           "ZSTD", "ZSTD_DICT", "encode", "decode", "is_checked", "is_compressed"]
 
 
 class Usage(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
@@ -85,6 +102,8 @@ _decoder = msgspec.msgpack.Decoder(Record)
 
 
 CHECKED = 0xC1  # first byte of a value with a checksum; msgpack never uses it
+ZSTD = 0x01  # after the CRC: the zstd frame of the msgpack follows (codec.py)
+ZSTD_DICT = 0x02  # … compressed against codec's dictionary
 _FRAME = 5  # CHECKED, CRC-32
 _CRC = struct.Struct("<I")
 
@@ -93,11 +112,21 @@ class DamagedRecord(ValueError):
     """A stored value whose checksum does not match, or that does not decode."""
 
 
-def encode(record: Record) -> bytearray:
-    """The stored value of `record`: the frame, then the msgpack (encoded in place,
-    so a 60 KB record is not copied to prepend five bytes)."""
+def encode(record: Record, compress: bool = True) -> bytearray:
+    """The stored value of `record`: the frame, then the msgpack compressed (when
+    that is shorter), or as it is (`compress=False`: as written before issue 28;
+    the msgpack is encoded in place, so a 60 KB record is not copied to prepend
+    five bytes)."""
     buf = bytearray(_FRAME)
     _encoder.encode_into(record, buf, _FRAME)
+    if compress:
+        size = len(buf) - _FRAME
+        small = codec.with_dictionary(size)
+        packed = codec.compress(memoryview(buf)[_FRAME:], small)
+        if len(packed) + 1 < size:
+            del buf[_FRAME:]
+            buf.append(ZSTD_DICT if small else ZSTD)
+            buf += packed
     buf[0] = CHECKED
     _CRC.pack_into(buf, 1, zlib.crc32(memoryview(buf)[_FRAME:]))
     return buf
@@ -106,6 +135,11 @@ def encode(record: Record) -> bytearray:
 def is_checked(data: bytes | memoryview) -> bool:
     """Whether a stored value carries a checksum (written since checksums exist)."""
     return len(data) > 0 and data[0] == CHECKED
+
+
+def is_compressed(data: bytes | memoryview) -> bool:
+    """Whether a stored value holds its msgpack compressed."""
+    return len(data) > _FRAME and data[0] == CHECKED and data[_FRAME] in (ZSTD, ZSTD_DICT)
 
 
 def decode(data: bytes | memoryview) -> Record:
@@ -118,6 +152,8 @@ def decode(data: bytes | memoryview) -> Record:
             want, got = _CRC.unpack_from(data, 1)[0], zlib.crc32(payload)
             if want != got:
                 raise DamagedRecord(f"checksum mismatch (stored {want:08x}, computed {got:08x})")
+            if payload[0] in (ZSTD, ZSTD_DICT):
+                payload = codec.decompress(payload[1:], payload[0] == ZSTD_DICT)
         else:
             payload = data
         return _decoder.decode(payload)
@@ -125,3 +161,5 @@ def decode(data: bytes | memoryview) -> Record:
         raise DamagedRecord(f"a value of {len(data)} bytes is too short for a record") from e
     except msgspec.DecodeError as e:  # ValidationError is a DecodeError
         raise DamagedRecord(f"not a record: {e}") from e
+    except codec.CodecError as e:  # (the CRC matched: written so by something else than encode)
+        raise DamagedRecord(f"the compressed record does not decompress: {e}") from e

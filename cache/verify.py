@@ -4,8 +4,9 @@ is readable into a fresh one.
 Both read the data file with `pages.DataFile`, not LMDB: a truncated file or a
 page of zeros would crash an LMDB reader (SIGBUS, an assertion), and the point of
 these commands is to work on exactly such files. A record is good when its
-checksum matches (or, written before checksums, when it decodes) and it is the
-kind of record its database holds. `recover` also carves the leaf pages that no
+checksum matches (or, written before checksums, when it decodes; compressed or
+not) and it is the kind of record its database holds; `recover` writes every
+record it keeps compressed. `recover` also carves the leaf pages that no
 database reaches any more (under a damaged branch page, or older copies): records
 are written once and never changed, so any good copy of one is the record.
 """
@@ -45,6 +46,7 @@ class DatabaseReport(msgspec.Struct):
     records: int = 0  # good records
     checked: int = 0  # of which with a checksum
     bad: int = 0
+    compressed: int = 0  # good records stored compressed (issue 28; the others are msgpack as before)
 
 
 class Report(msgspec.Struct, kw_only=True):
@@ -131,6 +133,7 @@ def _take(report: Report, found: dict, db: str, key: bytes, value, keep: bool) -
         return
     stats.records += 1
     stats.checked += records.is_checked(value)
+    stats.compressed += records.is_compressed(value)
     # verify keeps only the keys (to tell the records no database reaches), recover the records
     found[db][key] = rec if keep else None
 

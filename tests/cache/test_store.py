@@ -3,11 +3,14 @@ checksums and a damaged file."""
 
 from __future__ import annotations
 
+import base64
+import random
+
 import lmdb
 import msgspec
 import pytest
 
-from tension.cache import pages, records
+from tension.cache import codec, pages, records
 from tension.cache import store as store_mod
 from tension.cache.keys import request_key
 from tension.cache.records import Endings, TokenCount, Usage, Verdict
@@ -126,9 +129,11 @@ def test_stats_entries(path):
         assert s.file_bytes() > 0
 
 
-def _big_batch(n: int = 1000, size: int = 2000):
-    # ~2 MB of records: 1000 verdicts of 2000 characters each
-    return [("verdicts", key("judge", i), verdict(i, "Y" * size)) for i in range(n)]
+def _big_batch(n: int = 1000, size: int = 3000):
+    # > 2 MB of records as stored: 1000 verdicts of 3000 random base64 characters each
+    # (6 bits a character, which compression cannot take away: records are stored compressed)
+    return [("verdicts", key("judge", i), verdict(i, base64.b64encode(random.Random(i).randbytes(size)).decode()[:size]))
+            for i in range(n)]
 
 
 def test_map_grows_when_full(path):
@@ -293,7 +298,9 @@ def test_every_value_carries_a_checksum(path):
         with s.env.begin(db=s._dbs["endings"]) as txn:
             value = txn.get(key("chat", 1))
     assert records.is_checked(value) and records.decode(value) == rec
-    assert value[5:] == msgspec.msgpack.encode(rec)  # the frame, then the msgpack as before
+    # the frame, then the codec byte and the msgpack compressed
+    assert records.is_compressed(value) and value[5] == records.ZSTD_DICT  # a small record: the dictionary
+    assert codec.decompress(value[6:], dictionary=True) == msgspec.msgpack.encode(rec)
 
 
 def test_records_written_before_checksums_are_still_read(path):
