@@ -5,7 +5,7 @@ An Endings record (≈ 30–60 KB of prose) shrinks ≈ 2.5× with zstd; a verdi
 does not shrink at all on its own, and the 100 verdicts of a position are a third of a
 cache. Most of a small record is its field names and their usual values, so a record
 under `SMALL` bytes is compressed against `_DICTIONARY`, a zstd raw-content dictionary
-made of the msgpack of one record of each kind: a verdict then takes ≈ 30 B. A large
+made of the msgpack of one record of each kind: a verdict then takes ≈ 46 B. A large
 one is compressed without it: with the dictionary attached zstd keeps the parameters
 it chose for small inputs, and an Endings record came out 7 % larger (bench/RESULTS.md).
 

@@ -64,6 +64,18 @@ def endings_value(cache: Path) -> tuple[bytes, bytes]:
     return key, value
 
 
+def leaf_keys(page: bytes) -> list[bytes]:
+    """The keys of a leaf page's nodes (LMDB 0.9: a 16-byte header ending with
+    `lower`, then 2-byte node offsets up to `lower`; a node is lo, hi, flags, ksize, key)."""
+    lower = int.from_bytes(page[12:14], "little")
+    keys = []
+    for ptr in range(16, lower, 2):
+        at = int.from_bytes(page[ptr:ptr + 2], "little")
+        ksize = int.from_bytes(page[at + 6:at + 8], "little")
+        keys.append(page[at + 8:at + 8 + ksize])
+    return keys
+
+
 def value_offsets(cache: Path, value: bytes) -> list[int]:
     """Where the value is in data.mdb: compressed, an endings record fits in a leaf
     page, and older copies of that page (copy-on-write) may still be in the file."""
@@ -109,13 +121,16 @@ def test_a_page_of_zeros_stops_the_run_with_the_way_out(server, cold, tmp_path):
     corpus, cache, cold_positions = cold
     bad = damaged_copy(cache, tmp_path / "zeroed")
     _, value = endings_value(bad)
+    key, _ = endings_value(bad)
     zeroed = []
     with (bad / "data.mdb").open("r+b") as f:
-        # every leaf page holding a copy, so none is left to carve (stale bytes in the free
-        # space of a page reused as a branch page are read by nobody)
+        # every leaf page with a node of this record (the live page and older copies of it),
+        # so none is left to carve; stale bytes in the free space of a page reused by
+        # another database are not its nodes
         for page in sorted({at // 4096 for at in value_offsets(bad, value)}):
-            f.seek(page * 4096 + 10)
-            if int.from_bytes(f.read(2), "little") & 0x02:  # a leaf page
+            f.seek(page * 4096)
+            data = f.read(4096)
+            if int.from_bytes(data[10:12], "little") & 0x02 and key in leaf_keys(data):
                 zeroed.append(page)
                 f.seek(page * 4096)
                 f.write(bytes(4096))

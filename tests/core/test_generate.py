@@ -5,7 +5,9 @@ in the fairplay format, the cache, and bad ideas."""
 from __future__ import annotations
 
 import json
+import random
 import re
+import string
 from pathlib import Path
 
 from tension.core.cli import main
@@ -444,11 +446,18 @@ def test_a_refused_request_fails_its_idea_and_the_others_go_on(server, tmp_path)
 
 
 def test_cache_max_gb_bounds_the_cache_and_the_run_resumes_with_room(server, tmp_path):
-    # Stories of ~100 kB each: the third cannot fit a 300 kB cache.
-    server.script("Write the story now.", lambda m, seed, i: f"STORY[{seed}] " + LONG * 400)
+    # Stories of ~90 kB each as stored (120,000 random characters of 64: the cache stores
+    # records compressed, and a repeated text would take nothing; the client cuts an answer
+    # at 129,024 characters): the third cannot fit a 200 kB cache.
+    def story(m, seed, i):
+        rng = random.Random(f"{seed}-{i}")
+        return f"STORY[{seed}] " + "".join(rng.choice(string.ascii_letters + string.digits + " .")
+                                           for _ in range(120_000))
+
+    server.script("Write the story now.", story)
     ideas = write_ideas(tmp_path / "ideas.jsonl")
-    s = generate(cfg_for(server, tmp_path, mode="vanilla", cache_max_gb=0.0003), ideas, tmp_path / "v.jsonl")
+    s = generate(cfg_for(server, tmp_path, mode="vanilla", cache_max_gb=0.0002), ideas, tmp_path / "v.jsonl")
     assert s.status == "failed"
-    assert f"the cache at {tmp_path / 'cache'} is full: it reached its limit of 300,000 bytes" in s.error
+    assert f"the cache at {tmp_path / 'cache'} is full: it reached its limit of 200,000 bytes" in s.error
     done = generate(cfg_for(server, tmp_path, mode="vanilla"), ideas, tmp_path / "v.jsonl")
     assert done.status == "complete" and done.stories == 3

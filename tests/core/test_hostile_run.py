@@ -24,8 +24,8 @@ from tension.testing.openai_server import LoopbackServer
 # --- finding 4 (11f): the record's exit status is the process's ---------------------
 
 
-def _score_args(corpus: Path, out: Path, cache: Path, url: str, *flags: str) -> list[str]:
-    return ["score", str(corpus), "--out", str(out), "--base-url", url, "--endings", "3", "--seed", "1",
+def _score_args(corpus: Path, out: Path, cache: Path, url: str, *flags: str, endings: int = 3) -> list[str]:
+    return ["score", str(corpus), "--out", str(out), "--base-url", url, "--endings", str(endings), "--seed", "1",
             "--cache", str(cache), "--no-progress", *flags]
 
 
@@ -184,7 +184,9 @@ def test_cache_drop_needs_a_filter_and_a_cache(tmp_path, capsys):
 
 def test_the_cache_size_limit_says_raise_it_not_rerun(server, tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
-    args = _score_args(corpus, tmp_path / "out", tmp_path / "cache", server.base_url, "--model", "test-gen")
+    # 16 endings a position: records are stored compressed, and 3 would fit the limit
+    args = _score_args(corpus, tmp_path / "out", tmp_path / "cache", server.base_url, "--model", "test-gen",
+                       endings=16)
     assert main([*args, "--cache-max-gb", "0.0002"]) == 1
     err = capsys.readouterr().err
     assert "reached its limit of 200,000 bytes (--cache-max-gb)" in err
@@ -343,7 +345,9 @@ def test_a_file_size_limit_under_the_cache_is_said_like_a_full_disk(server, tmp_
     import resource
 
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
-    args = _score_args(corpus, tmp_path / "out", tmp_path / "cache", server.base_url, "--model", "test-gen")
+    # 16 endings a position: records are stored compressed, and 3 would fit under the limit
+    args = _score_args(corpus, tmp_path / "out", tmp_path / "cache", server.base_url, "--model", "test-gen",
+                       endings=16)
     exe = str(Path(sys.executable).parent / "tension-run")
     limit = 200 * 1024  # `ulimit -f 200`
 
