@@ -136,7 +136,7 @@ class EstimateResult(_Result, kw_only=True):
 
 class CompareResult(_Result, kw_only=True):
     """`compare`: the paired comparison (B − A per statistic: means, difference,
-    bootstrap interval, t-test) as reports.report.Comparison, and its tables."""
+    bootstrap interval, t-test) as reports.comparison.Comparison, and its tables."""
 
     comparison: Any
     markdown: str

@@ -4,7 +4,7 @@ settings' fields (a config file's keys), results typed (core/api/results.py).
 
 Each blocking function works from a script and from code that runs inside an
 event loop (a notebook cell): there the work runs on a worker thread with its own
-loop (`run.lifecycle.run_blocking`). Each has an ``*_async`` twin to await.
+loop (`run.blocking.run_blocking`). Each has an ``*_async`` twin to await.
 Errors are the TensionError subclasses of core/errors.py (a bad keyword is a
 ConfigError naming it), never SystemExit."""
 
@@ -42,7 +42,7 @@ PathLike = str | Path
 
 
 def _blocking(make_coro: Any) -> Any:
-    from tension.core.run.lifecycle import run_blocking
+    from tension.core.run.blocking import run_blocking
 
     return run_blocking(make_coro)
 
@@ -208,8 +208,8 @@ def compare(run_a: PathLike, run_b: PathLike, *, pair_by: str = "id", out: PathL
     statistic the means, their difference with a bootstrap 95% interval
     (`resamples`, `seed`) and a paired t-test; `pair_by` a corpus metadata field (or
     the story id); `out`: also write compare.md and compare.csv there."""
-    from tension.core.reports.report import compare as run
-    from tension.core.reports.report import comparison_table
+    from tension.core.reports.comparison import compare as run
+    from tension.core.reports.comparison import comparison_table
 
     c = run(run_a, run_b, pair_by, n_resamples=_count("compare", "resamples", resamples, 10_000_000),
             seed=_count("compare", "seed", seed))

@@ -52,6 +52,7 @@ from tension.cache.records import Usage
 from tension.core.errors import RefusedError, RetryBudgetError, ServerError, StatusError
 from tension.core.llm.failures import (
     Outages,
+    Retryable,
     RetryPolicy,
     error_message,
     parse_retry_after,
@@ -67,9 +68,12 @@ from tension.core.llm.protocol import (
     TokenizeRequest,
     TokenizeResponse,
     routing_headers,
+    salted,
     usage_of,
 )
+from tension.core.llm.results import ChatResult, ShortAnswerError, StreamResult, Timeouts
 from tension.core.llm.transport import AiohttpTransport, StreamStatus, Transport, TransportError
+from tension.core.llm.unreadable import Suspect
 from tension.core.redact import redact, redact_secrets, register
 
 __all__ = ["Timeouts", "ChatResult", "StreamResult", "ShortAnswerError", "Client", "normalize_base_url",
@@ -84,73 +88,11 @@ CHARS_MARGIN = 1024
 T = TypeVar("T")
 
 
-class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
-    """Seconds. `request` bounds one whole attempt (connect + send + answer)."""
-
-    connect: float = 10.0
-    request: float = 600.0
-
-
-class ChatResult(msgspec.Struct, kw_only=True):
-    texts: list[str]
-    finish_reasons: list[str | None]
-    first_logprobs: list[dict[str, float] | None] = []  # when the request asked for logprobs
-    model: str
-    usage: Usage
-    seconds: float
-    followups: int = 0  # requests sent to complete a short answer (their usage is in `usage`)
-
-
-class StreamResult(msgspec.Struct, kw_only=True):
-    """A streamed chat completion, timed (for `tension-run bench`)."""
-
-    texts: list[str]
-    model: str
-    usage: Usage  # from the last event (stream_options.include_usage); zeros if the server sent none
-    ttft: float | None  # seconds from sending to the first content token; None if no content came
-    seconds: float  # sending to the last event
-    events: int  # content events received (≈ tokens when the server sent no usage)
-
-
-def salted(headers: dict[str, str] | None, attempt: int) -> dict[str, str] | None:
-    """`headers` with the routing key made new for a retry: a sticky router sends
-    the same key to the same worker, which has just sent an unreadable answer."""
-    if not headers or "X-Session-ID" not in headers:
-        return headers
-    return {**headers, "X-Session-ID": f"{headers['X-Session-ID']}~retry{attempt + 1}"}
-
-
 def normalize_base_url(url: str) -> str:
     url = url.rstrip("/")
     if url.endswith("/v1"):
         url = url[: -len("/v1")]
     return url
-
-
-class ShortAnswerError(RetryBudgetError):
-    """Follow-ups ran out before an answer had all its choices; what the request
-    spent on the way (`spent`, `followups`) is still counted by the run."""
-
-    def __init__(self, message: str, spent: Usage, followups: int):
-        super().__init__(message)
-        self.spent = spent
-        self.followups = followups
-
-
-class _Retryable(Exception):
-    """A failed attempt worth retrying; `kind` says what happened, for the notice
-    (core/llm/failures.py `Outages`): "unreachable" (no answer), "refused" (429),
-    "failed" (5xx) or "unreadable" (a 200 whose body cannot be read)."""
-
-    def __init__(self, message: str, retry_after: float | None = None, kind: str = "unreachable"):
-        super().__init__(message)
-        self.retry_after = retry_after
-        self.kind = kind
-
-
-# Asked before a request whose answer was unreadable is retried (core/llm/unreadable.py):
-# (method, path, body, decoder) -> None, once the server behind that answer is found.
-Suspect = Callable[[str, str, bytes | None, msgspec.json.Decoder], Awaitable[None]]
 
 
 class Client:
@@ -405,14 +347,14 @@ class Client:
         self._check_open()
         policy = retry or self.retry
         start = time.monotonic()
-        last: _Retryable | None = None
+        last: Retryable | None = None
         root = server_root(url)
         name = self.names.get(root, root)
         sent = headers
         for attempt in range(policy.attempts):
             try:
                 result = await self._attempt(method, url, body, decoder, model, sent)
-            except _Retryable as e:
+            except Retryable as e:
                 last = e
                 wait = min(policy.backoff_cap, policy.backoff * 2 ** attempt) * self._rng.uniform(0.5, 1.0)
                 if e.retry_after is not None:
@@ -443,15 +385,15 @@ class Client:
         try:
             reply = await self.transport.send(method, url, body, headers)
         except TransportError as e:
-            raise _Retryable(str(e)) from e
+            raise Retryable(str(e)) from e
         if reply.status == 200:
             try:
                 return decoder.decode(reply.body)
             except (msgspec.DecodeError, msgspec.ValidationError) as e:
-                raise _Retryable(redact(f"malformed answer ({e}): {reply.body[:120]!r}"),
+                raise Retryable(redact(f"malformed answer ({e}): {reply.body[:120]!r}"),
                                  kind="unreadable") from e
         message = error_message(reply.body)
         if reply.status == 429 or reply.status >= 500:
-            raise _Retryable(f"HTTP {reply.status}: {message}", parse_retry_after(reply.retry_after),
+            raise Retryable(f"HTTP {reply.status}: {message}", parse_retry_after(reply.retry_after),
                              "refused" if reply.status == 429 else "failed")
         raise status_error(reply.status, url, message, model)

@@ -23,7 +23,8 @@ from tension.core.errors import RefusedError, ServerError, StatusError
 from tension.core.llm.protocol import ErrorBody
 from tension.core.redact import redact
 
-__all__ = ["RetryPolicy", "KEY_ADVICE", "server_root", "status_error", "error_message", "parse_retry_after", "Outages"]
+__all__ = ["RetryPolicy", "KEY_ADVICE", "server_root", "status_error", "error_message", "parse_retry_after",
+           "Retryable", "Outages"]
 
 KEY_ADVICE = ("the server refuses the API key: check the key in OPENAI_API_KEY (or in the variable "
               "--api-key-env names, for generate)")
@@ -90,13 +91,24 @@ def parse_retry_after(value: str | None) -> float | None:
         return None  # an HTTP date; fall back to our own backoff
 
 
+class Retryable(Exception):
+    """A failed attempt worth retrying; `kind` says what happened, for the notice
+    (core/llm/failures.py `Outages`): "unreachable" (no answer), "refused" (429),
+    "failed" (5xx) or "unreadable" (a 200 whose body cannot be read)."""
+
+    def __init__(self, message: str, retry_after: float | None = None, kind: str = "unreachable"):
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.kind = kind
+
+
 class Outages:
     """Retries told through `notice` (None: silent), at most one line per server
     per `interval` seconds, with the retries not told since: with 512 requests in
     flight to a dead server, or a 429 storm, one line, not hundreds. After a
     notice, the server's next answer is told once ("answers again")."""
 
-    # what happened, by the kind of a failed attempt (core/llm/client.py `_Retryable`)
+    # what happened, by the kind of a failed attempt (`Retryable`)
     VERBS = {"unreachable": "did not answer", "refused": "refused", "failed": "failed on",
              "unreadable": "sent an unreadable answer to"}
 

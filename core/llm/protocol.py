@@ -12,7 +12,7 @@ from tension.cache.records import Usage
 
 __all__ = [
     "ChatRequest", "ChatResponse", "ChatChunk", "ChunkChoice", "Delta", "Choice", "ChoiceMessage", "WireUsage",
-    "TokenizeRequest", "TokenizeResponse", "ModelList", "ModelCard", "ErrorBody", "routing_headers",
+    "TokenizeRequest", "TokenizeResponse", "ModelList", "ModelCard", "ErrorBody", "routing_headers", "salted",
     "TemplateRequest", "TokenIds", "DetokenizeRequest", "DetokenizeResponse", "CompletionRequest",
     "CompletionResponse", "CompletionChoice", "usage_of",
 ]
@@ -244,3 +244,11 @@ def routing_headers(key: str) -> dict[str, str] | None:
     if not key:
         return None
     return {"X-Session-ID": key if key.isascii() and key.isprintable() else urllib.parse.quote(key, safe="")}
+
+
+def salted(headers: dict[str, str] | None, attempt: int) -> dict[str, str] | None:
+    """`headers` with the routing key made new for a retry: a sticky router sends
+    the same key to the same worker, which has just sent an unreadable answer."""
+    if not headers or "X-Session-ID" not in headers:
+        return headers
+    return {**headers, "X-Session-ID": f"{headers['X-Session-ID']}~retry{attempt + 1}"}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
@@ -28,7 +28,11 @@ from tension.core.llm.transport import Transport, TransportError
 from tension.core.llm.vllm_router import LocalRouter
 from tension.core.redact import redact
 
-__all__ = ["Unreadable", "small_probe"]
+__all__ = ["Unreadable", "Suspect", "small_probe"]
+
+# What the client (core/llm/client.py `suspects`) asks before it retries an unreadable answer:
+# (method, path, body, decoder) -> None, once the server behind that answer is found.
+Suspect = Callable[[str, str, bytes | None, msgspec.json.Decoder], Awaitable[None]]
 
 PROBE_TIMEOUT = 30.0  # one small request per worker
 # A check that ran this recently answers every request that failed meanwhile

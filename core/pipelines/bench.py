@@ -55,7 +55,8 @@ from tension.core.pipelines.bench_figures import (
 from tension.core.pipelines.score.positions import Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.redact import redact
-from tension.core.run.lifecycle import open_run, open_store, run_blocking
+from tension.core.run.blocking import run_blocking
+from tension.core.run.lifecycle import open_run, open_store
 from tension.core.run.progress import Progress
 from tension.core.run.scheduler import Scheduler
 

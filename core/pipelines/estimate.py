@@ -41,7 +41,8 @@ from tension.core.pipelines.score.lookup import lookup
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.prompts import score as prompts
-from tension.core.run.lifecycle import Run, open_run, run_blocking
+from tension.core.run.blocking import run_blocking
+from tension.core.run.lifecycle import Run, open_run
 from tension.core.run.progress import Progress
 from tension.core.run.reads import CacheReads
 from tension.core.run.record import RunHeader

@@ -43,7 +43,8 @@ from tension.core.pipelines.answer_checks import StoryChecks
 from tension.core.prompts import generate as gp
 from tension.core.prompts.fill import story_join
 from tension.core.reports.answer_warnings import AnswerWarning
-from tension.core.run.lifecycle import Run, open_run, out_lock, run_blocking
+from tension.core.run.blocking import run_blocking
+from tension.core.run.lifecycle import Run, open_run, out_lock
 from tension.core.run.progress import Progress
 from tension.core.run.record import Failure
 

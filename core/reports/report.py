@@ -1,5 +1,6 @@
 """Reports of a run: the paper's tables (000, Table 6; 001, Tables 18–19), figures,
-``report.md``, and paired comparisons of two runs (`tension-run compare`).
+``report.md``, and its numbers formatted for tables (`fmt_stat`, `render_table`, shared with
+core/reports/comparison.py, the paired comparisons of `tension-run compare`).
 
 Everything here is recomputed from ``positions.jsonl`` (plus ``meta.jsonl`` for
 pairing fields and ``run.json`` for settings and usage), so a report can be
@@ -15,7 +16,6 @@ import math
 import os
 import shlex
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +28,11 @@ from tension.core.reports.answer_warnings import markdown_section
 from tension.core.reports.filenames import unique_filenames
 from tension.core.reports.markdown import md_alt, md_code, md_text
 from tension.core.reports.metrics import Curve, compute, read_run_positions, stat_columns
-from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
+from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.curves import BatchStats, CurveSettings
 from tension.kernels.groups import GroupStat
 
-__all__ = ["RunData", "load_run", "table6", "table18", "compare", "Comparison", "comparison_table", "report"]
+__all__ = ["RunData", "load_run", "table6", "table18", "report"]
 
 _TABLE_STATS = [("mean_nr", "Mean NR"), ("late_nr", "Late NR"), ("retain", "Retain")]
 
@@ -115,7 +115,7 @@ def _columns(settings: CurveSettings) -> list[tuple[str, str]]:
     return _TABLE_STATS + irs
 
 
-def _fmt(stat: str, v: float, signed: bool = False) -> str:
+def fmt_stat(stat: str, v: float, signed: bool = False) -> str:
     if math.isnan(v):
         return "—"
     sign = "+" if signed else ""
@@ -132,9 +132,9 @@ def table6(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fmt
     """000 Table 6: `Corpus, n, Mean NR, Late NR, Retain, IR30, IR60, IR120`."""
     cols = _columns(settings)
     header = ["Corpus", "n"] + [label for _, label in cols]
-    rows = [[g, str(_n(groups, g))] + [_fmt(stat, groups[stat][g].mean) for stat, _ in cols]
+    rows = [[g, str(_n(groups, g))] + [fmt_stat(stat, groups[stat][g].mean) for stat, _ in cols]
             for g in groups["mean_nr"]]
-    return _render(header, rows, fmt)
+    return render_table(header, rows, fmt)
 
 
 def table18(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fmt: str = "md") -> str:
@@ -146,15 +146,15 @@ def table18(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fm
         row = [g, str(_n(groups, g))]
         for stat, _ in cols:
             s = groups[stat][g]
-            cell = _fmt(stat, s.mean)
+            cell = fmt_stat(stat, s.mean)
             if not math.isnan(s.boot_lo):
-                cell += f" [{_fmt(stat, s.boot_lo).rstrip('%')}, {_fmt(stat, s.boot_hi).rstrip('%')}]"
+                cell += f" [{fmt_stat(stat, s.boot_lo).rstrip('%')}, {fmt_stat(stat, s.boot_hi).rstrip('%')}]"
             row.append(cell)
         rows.append(row)
-    return _render(header, rows, fmt)
+    return render_table(header, rows, fmt)
 
 
-def _render(header: list[str], rows: list[list[str]], fmt: str) -> str:
+def render_table(header: list[str], rows: list[list[str]], fmt: str) -> str:
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
@@ -165,108 +165,6 @@ def _render(header: list[str], rows: list[list[str]], fmt: str) -> str:
              "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
     lines += ["| " + " | ".join(map(md_text, r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
-
-
-# --- paired comparison ---------------------------------------------------------
-
-
-class ComparisonRow(msgspec.Struct, kw_only=True):
-    stat: str
-    n_pairs: int
-    mean_a: float
-    mean_b: float
-    diff: float  # mean of (B − A) over pairs
-    lo: float
-    hi: float
-    t: float
-    p: float
-    significant: bool  # the bootstrap interval excludes 0
-
-
-class Comparison(msgspec.Struct, kw_only=True):
-    run_a: str
-    run_b: str
-    pair_by: str
-    n_pairs: int
-    unpaired_a: int
-    unpaired_b: int
-    rows: list[ComparisonRow]
-
-
-def _pair_keys(data: RunData, field: str) -> dict[Any, int]:
-    keys: dict[Any, int] = {}
-    for i, c in enumerate(data.curves):
-        if field == "id":
-            key = c.id
-        elif field == "group":
-            raise InputError(data.dir, 0, field, "cannot pair by `group`: it is shared by many stories")
-        else:
-            m = data.meta.get(c.id)
-            if m is None:
-                raise InputError(str(Path(data.dir) / "meta.jsonl"), 0, None,
-                                 f"story {c.id!r} has no metadata (was the run made by an older version?)")
-            if field not in m.get("meta", {}):
-                raise InputError(str(Path(data.dir) / "meta.jsonl"), 0, field,
-                                 f"story {c.id!r} has no field `{field}` to pair by")
-            key = json.dumps(m["meta"][field], sort_keys=True)
-        if key in keys:
-            raise InputError(data.dir, 0, field, f"two stories share the pairing value {key}; pairs must be unique")
-        keys[key] = i
-    return keys
-
-
-def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "id",
-            n_resamples: int = N_RESAMPLES, seed: int = 0, settings: CurveSettings | None = None) -> Comparison:
-    """B − A for every story statistic over stories paired by `pair_by`: mean
-    difference, paired bootstrap 95% interval, paired t-test."""
-    from scipy import stats as sps
-
-    a = load_run(run_a, settings, n_resamples=0)
-    b = load_run(run_b, settings or a.settings, n_resamples=0)
-    ka, kb = _pair_keys(a, pair_by), _pair_keys(b, pair_by)
-    shared = [k for k in ka if k in kb]
-    ia = np.array([ka[k] for k in shared], dtype=np.int64)
-    ib = np.array([kb[k] for k in shared], dtype=np.int64)
-    rows = []
-    for stat in stat_columns(a.settings):
-        va, vb = a.values(stat)[ia], b.values(stat)[ib]
-        ok = np.isfinite(va) & np.isfinite(vb)
-        va, vb = va[ok], vb[ok]
-        d = vb - va
-        lo, hi = percentile_ci(d, n_resamples, seed)
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            # identical runs give zero variance: scipy warns and returns NaN, which is the honest answer
-            warnings.simplefilter("ignore")
-            t, p = sps.ttest_rel(vb, va) if len(d) >= 2 else (math.nan, math.nan)
-        rows.append(ComparisonRow(stat=stat, n_pairs=int(len(d)), mean_a=float(va.mean()) if len(d) else math.nan,
-                                  mean_b=float(vb.mean()) if len(d) else math.nan,
-                                  diff=float(d.mean()) if len(d) else math.nan, lo=lo, hi=hi, t=float(t),
-                                  p=float(p), significant=bool(lo > 0 or hi < 0)))
-    return Comparison(run_a=str(run_a), run_b=str(run_b), pair_by=pair_by, n_pairs=len(shared),
-                      unpaired_a=len(ka) - len(shared), unpaired_b=len(kb) - len(shared), rows=rows)
-
-
-def comparison_table(c: Comparison, fmt: str = "md") -> str:
-    """001 Table 19 layout, one row per statistic: `Δ [lo, hi] ✓/n.s.` plus the t-test."""
-    header = ["Statistic", "pairs", "A", "B", "B − A [95% CI]", "", "t", "p"]
-    rows = []
-    for r in c.rows:
-        cell = _fmt(r.stat, r.diff, signed=True)
-        if not math.isnan(r.lo):
-            cell += f" [{_fmt(r.stat, r.lo, signed=True)}, {_fmt(r.stat, r.hi, signed=True)}]"
-        rows.append([r.stat, str(r.n_pairs), _fmt(r.stat, r.mean_a).rstrip("%"), _fmt(r.stat, r.mean_b).rstrip("%"),
-                     cell, "✓" if r.significant else "n.s.", "—" if math.isnan(r.t) else f"{r.t:.2f}",
-                     "—" if math.isnan(r.p) else f"{r.p:.3g}"])
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["statistic", "n_pairs", "mean_a", "mean_b", "diff", "boot_lo", "boot_hi", "significant", "t", "p"])
-        for r in c.rows:
-            w.writerow([r.stat, r.n_pairs,
-                        *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.mean_a, r.mean_b, r.diff, r.lo, r.hi)),
-                        int(r.significant), *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.t, r.p))])
-        return buf.getvalue()
-    return _render(header, rows, "md")
 
 
 # --- report.md -------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Two score runs of the same stories side by side (two judges, two generation
 pipelines): the paired summary of `tension-run compare` (bootstrap interval and
-t-test, from `reports.report.compare`), B − A per story for every statistic, and
+t-test, from `reports.comparison.compare`), B − A per story for every statistic, and
 per position (same story, same k) the no-rates and their difference."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from tension.core.errors import TensionError
-from tension.core.reports.report import compare
+from tension.core.reports.comparison import compare
 from tension.core.view.score_run import ScoreRun
 
 __all__ = ["comparison"]

@@ -15,8 +15,9 @@ import pytest
 from scipy import stats as sps
 
 from tension.core.cli import main
+from tension.core.reports.comparison import compare, comparison_table
 from tension.core.reports.figures import curve_figure
-from tension.core.reports.report import compare, comparison_table, load_run, report, table6, table18
+from tension.core.reports.report import load_run, report, table6, table18
 from tension.kernels.bootstrap import percentile_ci, resample_means
 from tension.kernels.curves import CurveSettings
 

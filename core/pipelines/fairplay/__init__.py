@@ -36,7 +36,8 @@ from tension.core.llm.router import ITEM_KEY
 from tension.core.llm.transport import Transport
 from tension.core.pipelines.fairplay.readers import Job, Readers, Value
 from tension.core.reports.answer_warnings import AnswerWarning
-from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir, run_blocking
+from tension.core.run.blocking import run_blocking
+from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir
 from tension.core.run.progress import Progress
 
 if TYPE_CHECKING:  # the metrics are imported when they run

@@ -43,7 +43,8 @@ from tension.core.pipelines.score.positions import Counter, Position, PositionFi
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.pipelines.score.watch import AnswerWatch
 from tension.core.reports.answer_warnings import AnswerWarning
-from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir, run_blocking, warn
+from tension.core.run.blocking import run_blocking
+from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir, warn
 from tension.core.run.progress import Progress
 from tension.core.run.reads import chat_key
 from tension.core.run.record import Failure, Invocations

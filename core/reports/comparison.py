@@ -1,0 +1,127 @@
+"""Paired comparisons of two runs (`tension-run compare`): B − A for every story
+statistic over stories paired by id or a metadata field, with a paired bootstrap
+95% interval and a paired t-test; and its table (001 Table 19 layout)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from tension.core.errors import InputError
+from tension.core.reports.metrics import stat_columns
+from tension.core.reports.report import RunData, fmt_stat, load_run, render_table
+from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
+from tension.kernels.curves import CurveSettings
+
+__all__ = ["compare", "Comparison", "ComparisonRow", "comparison_table"]
+
+
+class ComparisonRow(msgspec.Struct, kw_only=True):
+    stat: str
+    n_pairs: int
+    mean_a: float
+    mean_b: float
+    diff: float  # mean of (B − A) over pairs
+    lo: float
+    hi: float
+    t: float
+    p: float
+    significant: bool  # the bootstrap interval excludes 0
+
+
+class Comparison(msgspec.Struct, kw_only=True):
+    run_a: str
+    run_b: str
+    pair_by: str
+    n_pairs: int
+    unpaired_a: int
+    unpaired_b: int
+    rows: list[ComparisonRow]
+
+
+def _pair_keys(data: RunData, field: str) -> dict[Any, int]:
+    keys: dict[Any, int] = {}
+    for i, c in enumerate(data.curves):
+        if field == "id":
+            key = c.id
+        elif field == "group":
+            raise InputError(data.dir, 0, field, "cannot pair by `group`: it is shared by many stories")
+        else:
+            m = data.meta.get(c.id)
+            if m is None:
+                raise InputError(str(Path(data.dir) / "meta.jsonl"), 0, None,
+                                 f"story {c.id!r} has no metadata (was the run made by an older version?)")
+            if field not in m.get("meta", {}):
+                raise InputError(str(Path(data.dir) / "meta.jsonl"), 0, field,
+                                 f"story {c.id!r} has no field `{field}` to pair by")
+            key = json.dumps(m["meta"][field], sort_keys=True)
+        if key in keys:
+            raise InputError(data.dir, 0, field, f"two stories share the pairing value {key}; pairs must be unique")
+        keys[key] = i
+    return keys
+
+
+def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "id",
+            n_resamples: int = N_RESAMPLES, seed: int = 0, settings: CurveSettings | None = None) -> Comparison:
+    """B − A for every story statistic over stories paired by `pair_by`: mean
+    difference, paired bootstrap 95% interval, paired t-test."""
+    from scipy import stats as sps
+
+    a = load_run(run_a, settings, n_resamples=0)
+    b = load_run(run_b, settings or a.settings, n_resamples=0)
+    ka, kb = _pair_keys(a, pair_by), _pair_keys(b, pair_by)
+    shared = [k for k in ka if k in kb]
+    ia = np.array([ka[k] for k in shared], dtype=np.int64)
+    ib = np.array([kb[k] for k in shared], dtype=np.int64)
+    rows = []
+    for stat in stat_columns(a.settings):
+        va, vb = a.values(stat)[ia], b.values(stat)[ib]
+        ok = np.isfinite(va) & np.isfinite(vb)
+        va, vb = va[ok], vb[ok]
+        d = vb - va
+        lo, hi = percentile_ci(d, n_resamples, seed)
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            # identical runs give zero variance: scipy warns and returns NaN, which is the honest answer
+            warnings.simplefilter("ignore")
+            t, p = sps.ttest_rel(vb, va) if len(d) >= 2 else (math.nan, math.nan)
+        rows.append(ComparisonRow(stat=stat, n_pairs=int(len(d)), mean_a=float(va.mean()) if len(d) else math.nan,
+                                  mean_b=float(vb.mean()) if len(d) else math.nan,
+                                  diff=float(d.mean()) if len(d) else math.nan, lo=lo, hi=hi, t=float(t),
+                                  p=float(p), significant=bool(lo > 0 or hi < 0)))
+    return Comparison(run_a=str(run_a), run_b=str(run_b), pair_by=pair_by, n_pairs=len(shared),
+                      unpaired_a=len(ka) - len(shared), unpaired_b=len(kb) - len(shared), rows=rows)
+
+
+def comparison_table(c: Comparison, fmt: str = "md") -> str:
+    """001 Table 19 layout, one row per statistic: `Δ [lo, hi] ✓/n.s.` plus the t-test."""
+    header = ["Statistic", "pairs", "A", "B", "B − A [95% CI]", "", "t", "p"]
+    rows = []
+    for r in c.rows:
+        cell = fmt_stat(r.stat, r.diff, signed=True)
+        if not math.isnan(r.lo):
+            cell += f" [{fmt_stat(r.stat, r.lo, signed=True)}, {fmt_stat(r.stat, r.hi, signed=True)}]"
+        rows.append([r.stat, str(r.n_pairs), fmt_stat(r.stat, r.mean_a).rstrip("%"),
+                     fmt_stat(r.stat, r.mean_b).rstrip("%"), cell, "✓" if r.significant else "n.s.",
+                     "—" if math.isnan(r.t) else f"{r.t:.2f}",
+                     "—" if math.isnan(r.p) else f"{r.p:.3g}"])
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["statistic", "n_pairs", "mean_a", "mean_b", "diff", "boot_lo", "boot_hi", "significant", "t", "p"])
+        for r in c.rows:
+            w.writerow([r.stat, r.n_pairs,
+                        *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.mean_a, r.mean_b, r.diff, r.lo, r.hi)),
+                        int(r.significant), *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.t, r.p))])
+        return buf.getvalue()
+    return render_table(header, rows, "md")
+
+
