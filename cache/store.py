@@ -19,15 +19,16 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import lmdb
 import msgspec
 
 from tension.core.errors import CacheDamagedError, CacheError, disk_free
 
-from . import pages, records
+from . import mounts, pages, records
 from .paths import cache_root
 
 __all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damaged", "write_failure",
@@ -38,6 +39,7 @@ __all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damag
 DBS = ("endings", "verdicts", "tokens", "positions")
 FORMAT_VERSION = 1
 _META = b"meta"
+T = TypeVar("T")
 _INITIAL_MAP = 1 << 30  # 1 GiB of address space; the file grows only as it fills
 _MAX_GROWS = 16
 # LMDB's errors about the file itself (bad pages, a foreign or torn file), as
@@ -86,6 +88,7 @@ class Store:
                                 writes=dict.fromkeys(DBS, 0), damaged=dict.fromkeys(DBS, 0))
         self.env: lmdb.Environment | None = None
         self.unlocked = False  # opened read-only without LMDB's lock file (`_open_env`)
+        mounts.check_local(self.path)  # every verb opening a cache comes here: none on a network file system
         try:
             pages.check(self.path)  # before LMDB maps the file: a short one would SIGBUS
             if not readonly:
@@ -244,6 +247,32 @@ class Store:
                     rec = None
                 yield bytes(key), rec
 
+    def values(self, db: str) -> Iterator[tuple[bytes, bytes]]:
+        """Every key of a database with its stored value as it is (framed, not
+        decoded), in key order, in one read transaction (`cache merge` copies them)."""
+        handle = self._dbs[db]
+        if handle is None:
+            return
+        with self._map_lock, self._lmdb.begin(db=handle) as txn:
+            yield from txn.cursor()
+
+    def put_values(self, items: Sequence[tuple[str, bytes, bytes]]) -> list[bytes | None]:
+        """Write stored values as they are, in one transaction, never over a good
+        record: per item None when it was written (the key was new, or its value
+        damaged), else the value already there (`cache merge`)."""
+        if self.readonly:
+            raise CacheError(f"the cache at {self.path} is open read-only")
+
+        def body(txn) -> list[bytes | None]:
+            out: list[bytes | None] = []
+            for db, key, value in items:
+                handle = self._dbs[db]
+                written = txn.put(key, value, db=handle, overwrite=False) or _replace_damaged(txn, handle, key, value)
+                out.append(None if written else bytes(txn.get(key, db=handle, default=b"")))
+            return out
+
+        return self._transaction(body)
+
     def delete_many(self, items: Iterable[tuple[str, bytes]]) -> dict[str, int]:
         """Delete records in one transaction; how many were there, per database."""
         if self.readonly:
@@ -267,23 +296,34 @@ class Store:
                              "may only read), and this run has new answers to keep: give a writable --cache (a copy "
                              f"of it will do: cp -r {self.path} NEW, then --cache NEW) and rerun to continue; what "
                              "it holds is read from it")
+        if meta:
+            def put_meta(txn) -> dict[str, int]:
+                for _db, key, value in encoded:
+                    txn.put(key, value, db=self._meta)
+                return {}
+            self._transaction(put_meta)
+            return 1
+
+        def body(txn) -> dict[str, int]:
+            added = dict.fromkeys(DBS, 0)
+            for handle, key, value, name, replace in encoded:
+                if txn.put(key, value, db=handle, overwrite=replace) or _replace_damaged(txn, handle, key, value):
+                    added[name] += 1
+            return added
+
+        added = self._transaction(body)
+        # Counted only once the transaction committed: a batch retried after the
+        # map grew must not be counted twice.
+        for name, n in added.items():
+            self.counts.writes[name] += n
+        return sum(added.values())
+
+    def _transaction(self, body: Callable[[lmdb.Transaction], T]) -> T:
+        """`body` in one write transaction, run again after the map grew."""
         for _ in range(_MAX_GROWS):
             try:
-                added = dict.fromkeys(DBS, 0)
                 with self._lmdb.begin(write=True) as txn:
-                    if meta:
-                        for _db, key, value in encoded:
-                            txn.put(key, value, db=self._meta)
-                        return 1
-                    for handle, key, value, name, replace in encoded:
-                        if (txn.put(key, value, db=handle, overwrite=replace)
-                                or _replace_damaged(txn, handle, key, value)):
-                            added[name] += 1
-                # Counted only once the transaction committed: a batch retried
-                # after the map grew must not be counted twice.
-                for name, n in added.items():
-                    self.counts.writes[name] += n
-                return sum(added.values())
+                    return body(txn)
             except lmdb.MapFullError:
                 self._grow()
             except lmdb.MapResizedError:
@@ -335,6 +375,15 @@ class Store:
             return
         self.counts.finished = time.time()
         self._write([(_META, b"last_run", msgspec.json.encode(self.counts))], meta=True)
+
+    def put_meta(self, name: str, value: bytes) -> None:
+        """Keep a fact about the cache beside its records (`cache merge`: the last merge)."""
+        self._write([(_META, name.encode(), value)], meta=True)
+
+    def get_meta(self, name: str) -> bytes | None:
+        with self._lmdb.begin(db=self._meta) as txn:
+            v = txn.get(name.encode())
+        return bytes(v) if v is not None else None
 
     def last_run_counts(self) -> RunCounts | None:
         with self._lmdb.begin(db=self._meta) as txn:

@@ -49,6 +49,10 @@ ADDED = {
                  "--refresh"},  # issue 25, as score has it
     "fairplay-metrics": {"--ties", "--from"},  # issue 15: the tie rule; the authors' result files as input
 }
+# issue 28: every verb that opens a cache may insist on one on a network file system
+for _verb in ("score", "estimate", "bench", "demo", "generate", "fairplay", "view", "cache stats", "cache verify",
+              "cache recover", "cache drop", "cache merge"):
+    ADDED[_verb] = ADDED.get(_verb, set()) | {"--cache-on-network-fs"}
 
 
 # The run-record changelog: keys renamed or moved on purpose, per record, as

@@ -10,7 +10,7 @@ interrupted.
     messages.py   what several verbs print; the exit statuses
     score.py      score, estimate, bench        generate.py   generate
     fairplay.py   fairplay, fairplay-metrics    reports.py    metrics, report, compare
-    serve.py      serve, demo                   cache.py      cache stats, verify, recover
+    serve.py      serve, demo                   cache.py      cache stats, verify, recover, drop, merge
     view.py       view                          route.py      route
 
 Building the parser imports no numba, numpy, scipy or aiohttp: a verb imports
@@ -33,10 +33,11 @@ from tension.core.redact import redact_argv
 
 __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
-VERBS: list[Verb] = [*score.VERBS, *generate.VERBS, *fairplay.VERBS, *reports.VERBS, *serve.VERBS, *route.VERBS,
-                     *cache.VERBS, *view.VERBS]
+VERBS: list[Verb] = [cache.network_fs_flag(v) if v.name in cache.OPENS_CACHE else v
+                     for v in (*score.VERBS, *generate.VERBS, *fairplay.VERBS, *reports.VERBS, *serve.VERBS,
+                               *route.VERBS, *cache.VERBS, *view.VERBS)]
 # the help of the verbs that group others ("cache stats")
-GROUPS = {"cache": "inspect, verify, recover and drop records of the LMDB cache"}
+GROUPS = {"cache": "inspect, verify, recover, drop and merge records of the LMDB cache"}
 
 EPILOG = """\
 Each command's --help lists its flags with their defaults (the papers' settings).

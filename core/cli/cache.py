@@ -1,17 +1,24 @@
-"""`cache stats`, `cache verify`, `cache recover`, `cache drop`: what the LMDB cache
-holds, whether every record of it is readable, a new cache of the readable ones,
-and forgetting the records a broken setup left (by model, role or run)."""
+"""`cache stats`, `cache verify`, `cache recover`, `cache drop`, `cache merge`: what
+the LMDB cache holds, whether every record of it is readable, a new cache of the
+readable ones, forgetting the records a broken setup left (by model, role or run),
+and joining the caches of several machines; and `--cache-on-network-fs`, which every
+verb that opens a cache takes."""
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 from pathlib import Path
+
+import msgspec
 
 from tension.core.cli.flags import Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
 from tension.core.errors import ConfigError
 
-__all__ = ["VERBS", "cmd_cache_stats", "cmd_cache_verify", "cmd_cache_recover", "cmd_cache_drop"]
+__all__ = ["VERBS", "OPENS_CACHE", "cmd_cache_stats", "cmd_cache_verify", "cmd_cache_recover", "cmd_cache_drop",
+           "cmd_cache_merge", "network_fs_flag"]
 
 MAX_LISTED = 100  # bad records and pages listed one by one; the rest are counted
 # `cache drop --role`: the databases holding a role's answers ("positions" holds a
@@ -25,10 +32,12 @@ WHAT = {"endings": "endings records (generation)", "verdicts": "verdict records 
 
 def cmd_cache_stats(args) -> int:
     """Entries and bytes per database of the cache, and the last run's hits."""
+    from tension.cache.merge import last_merge
     from tension.cache.store import Store, default_path
 
     path = _existing(args.cache or default_path())
     with Store(path, readonly=True) as store:  # looking writes nothing (a read-only cache can be looked at)
+        merged = last_merge(store)
         stats = store.stats()
         last = store.last_run_counts()
         size = store.file_bytes()
@@ -39,6 +48,10 @@ def cmd_cache_stats(args) -> int:
         m = last.misses.get(name, 0) if last else 0
         w = last.writes.get(name, 0) if last else 0
         print(f"{name:<10} {st['entries']:>10} {st['bytes'] / 1e6:>10.2f} {h:>14} {m:>8} {w:>8}")
+    if merged is not None:
+        copied = sum(merged.total("copied").values())
+        print(f"last merge: {copied} records copied from {', '.join(s.path for s in merged.sources)}, "
+              f"{len(merged.conflicts)} conflicting, {len(merged.damaged)} damaged")
     return EXIT_OK
 
 
@@ -54,6 +67,7 @@ def cmd_cache_verify(args) -> int:
     from tension.cache.verify import verify
 
     path = _existing(args.path or default_path())
+    _check_local(path)  # read without LMDB, but a network copy may be half-written: the same rule
     try:
         report = verify(path)
     except PageError as e:
@@ -80,6 +94,7 @@ def cmd_cache_recover(args) -> int:
     from tension.cache.verify import recover
 
     src = _existing(Path(args.src))
+    _check_local(src)
     try:
         report = recover(src, args.dst)
     except FileExistsError as e:
@@ -143,6 +158,78 @@ def cmd_cache_drop(args) -> int:
     return EXIT_OK
 
 
+def cmd_cache_merge(args) -> int:
+    """Join caches: copy every good record of each cache SRC into the cache DST (made
+    when missing), so that one run from DST sends nothing for what any of them holds.
+    Each machine of a split corpus runs its `score --shard I/N` on a cache of its own
+    local disk; copy the caches to one machine, merge them, then run once without
+    --shard (docs/scale-out.md).
+
+    Each record is checked by its checksum and copied as it is stored. A damaged
+    source record is reported and skipped (a run asks again for it). A key whose
+    record differs between the caches (another answer, not only another time) is a
+    conflict: DST keeps the record it holds (its own, else that of the first SRC
+    given), and each conflict is listed with its database, key and sources. The
+    sources are only read. A merge stopped part-way leaves DST sound; run the same
+    command again to complete it. Exit status: 0 every record merged; 1 conflicts or
+    damaged records (the rest is merged); 2 bad usage (DST among the sources, a
+    source that is no cache)."""
+    from tqdm import tqdm
+
+    from tension.cache.merge import DST_BEFORE, merge
+    from tension.cache.store import DBS, Store
+
+    sources = [_existing(Path(s)) for s in args.sources]
+    dst = Path(args.dst)
+    seen: dict[str, str] = {}
+    for src in sources:
+        real = os.path.realpath(src)
+        if real == os.path.realpath(dst):
+            raise ConfigError(f"cache merge: {src} is DST: a cache cannot be merged into itself")
+        if real in seen:
+            raise ConfigError(f"cache merge: {src} is given twice (as {seen[real]})")
+        seen[real] = str(src)
+    if dst.exists() and not (dst / "data.mdb").is_file() and (not dst.is_dir() or any(dst.iterdir())):
+        raise ConfigError(f"cache merge: DST {dst} is neither a cache (no data.mdb in it) nor an empty folder")
+    total = 0
+    for src in sources:
+        with Store(src, readonly=True) as store:
+            total += sum(st["entries"] for st in store.stats().values())
+    with tqdm(total=total, unit="records", desc="merge", disable=None, file=sys.stderr) as bar:
+        report = merge(sources, dst, progress=bar.update)
+    print(f"merged {len(sources)} caches into {dst}")
+    print(f"{'database':<10} {'copied':>10} {'already there':>14} {'conflicting':>12} {'damaged':>8}")
+    totals = {what: report.total(what) for what in ("copied", "present", "conflicting", "damaged")}
+    for db in DBS:
+        print(f"{db:<10} {totals['copied'][db]:>10} {totals['present'][db]:>14} {totals['conflicting'][db]:>12} "
+              f"{totals['damaged'][db]:>8}")
+    for c in report.conflicts[:MAX_LISTED]:
+        kept = "DST's own record" if c.kept_from == DST_BEFORE else f"the record copied from {c.kept_from}"
+        print(f"conflict: {c.database} {c.key}: {c.source} holds another answer; DST keeps {kept}")
+    for d in report.damaged[:MAX_LISTED]:
+        print(f"damaged record: {d.source} {d.database} {d.key}: {d.reason} (skipped)")
+    more = max(0, len(report.conflicts) - MAX_LISTED) + max(0, len(report.damaged) - MAX_LISTED)
+    if more:
+        print(f"… and {more} more conflicts or damaged records")
+    if report.clean:
+        return EXIT_OK
+    if report.conflicts:
+        print(f"error: {len(report.conflicts)} keys have different records in the caches (listed above): DST kept "
+              "its own, or the first source's, and the others were not copied. Different answers to one request "
+              "mean the machines did not run the same settings, or sampled without --seed; `tension-run cache drop` "
+              "the records you do not want, or rerun their stories", file=sys.stderr)
+    if report.damaged:
+        print(f"error: {len(report.damaged)} damaged source records were skipped (listed above); a run from DST "
+              "asks again for them", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _check_local(path: Path) -> None:
+    from tension.cache.mounts import check_local
+
+    check_local(path)
+
+
 def _model_matches(db: str, rec, model: str | None) -> bool:
     """Whether a record is the model's; a judged-position record names no model and
     goes with any judge model's verdicts (it is only their index)."""
@@ -201,9 +288,50 @@ def _drop_flags(p) -> None:
     p.add_argument("--yes", action="store_true", help="drop them (without it: only count them)")
 
 
+def _merge_flags(p) -> None:
+    p.add_argument("sources", nargs="+", metavar="SRC", help="a cache folder to copy from (only read)")
+    p.add_argument("dst", metavar="DST", help="the cache folder to merge into (made when missing)")
+
+
+# The verbs that open a cache, each of which takes --cache-on-network-fs.
+OPENS_CACHE = frozenset({"score", "estimate", "bench", "demo", "generate", "fairplay", "view", "cache stats",
+                         "cache verify", "cache recover", "cache drop", "cache merge"})
+NETWORK_FS_DEST = "cache_on_network_fs"
+
+
+def network_fs_flag(verb: Verb) -> Verb:
+    """`verb` with the flag --cache-on-network-fs: the user insists on a cache folder
+    on a network file system (cache/mounts.py says why it is refused otherwise)."""
+    from tension.cache.mounts import ALLOW_ENV
+
+    def add_flags(p) -> None:
+        verb.add_flags(p)
+        p.add_argument("--cache-on-network-fs", dest=NETWORK_FS_DEST, action="store_true",
+                       help="use a cache folder on a network file system (NFS, SMB, FUSE/sshfs) anyway: refused "
+                            "otherwise, as LMDB's locks and memory map do not hold across machines; one machine "
+                            f"only, at your own risk (or set {ALLOW_ENV}=1)")
+
+    @functools.wraps(verb.run)
+    def run(args) -> int:
+        if not getattr(args, NETWORK_FS_DEST, False):
+            return verb.run(args)
+        before = os.environ.get(ALLOW_ENV)
+        os.environ[ALLOW_ENV] = "1"  # read where every cache is opened (cache.mounts.check_local)
+        try:
+            return verb.run(args)
+        finally:  # (main() called in a process that goes on: the insistence was this command's only)
+            if before is None:
+                del os.environ[ALLOW_ENV]
+            else:
+                os.environ[ALLOW_ENV] = before
+
+    return msgspec.structs.replace(verb, run=run, add_flags=add_flags, verb_only=verb.verb_only | {NETWORK_FS_DEST})
+
+
 _ENV = "environment: XDG_CACHE_HOME moves ~/.cache, where the default cache is."
 VERBS = [Verb("cache stats", cmd_cache_stats, _stats_flags, (), frozenset({"cache"}), _ENV),
          Verb("cache verify", cmd_cache_verify, _verify_flags, (), frozenset({"path"}), _ENV),
          Verb("cache recover", cmd_cache_recover, _recover_flags, (), frozenset({"src", "dst"})),
          Verb("cache drop", cmd_cache_drop, _drop_flags, (), frozenset({"cache", "model", "role", "run", "yes"}),
-              _ENV)]
+              _ENV),
+         Verb("cache merge", cmd_cache_merge, _merge_flags, (), frozenset({"sources", "dst"}))]

@@ -113,8 +113,9 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     warm_judge: Annotated[bool, flag("send one judge request per position first to warm the prefix cache",
                                      CONCURRENCY)] = True
     shard: Annotated[str | None, flag(
-        "I/N: score only shard I (0-based) of N of the stories; N processes sharing one --cache split a "
-        "corpus, then a run without --shard writes the full outputs from the cache", CONCURRENCY)] = None
+        "I/N: score only shard I (0-based) of N of the stories; N processes sharing one --cache (on one "
+        "machine; several machines: a local cache each, then `cache merge`) split a corpus, then a run without "
+        "--shard writes the full outputs from the cache", CONCURRENCY)] = None
     # answer checks: when the models are not doing the task (core/pipelines/score/watch.py)
     keep_going: Annotated[bool, flag(
         "score on when the first verdicts show that the judge is not answering Y or N (see --stop-after)",

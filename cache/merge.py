@@ -1,0 +1,160 @@
+"""`cache merge`: join the caches of several machines (each ran its `--shard` on a
+cache of its own local disk) into one, from which a final run sends nothing.
+
+Each source record is checked by the records module's own check (its checksum,
+whatever the record's format: `records.decode`) and copied as its stored bytes,
+never re-encoded. A key DST already holds is either the same answer (the same bytes,
+or records equal but for when they were made: `created`, `seconds`) and counted as
+already there, or a different answer: a conflict. DST keeps the record it holds (its
+own, or the first source's in the order given), and every conflict is reported with
+its database, key and sources; the merge exits 1. A damaged source record is
+reported and skipped (a run asks again for it).
+
+Records are written in batches, one LMDB transaction each: a merge killed mid-way
+leaves DST a sound cache holding whole batches, and the same command run again
+completes it (what is there counts as already there).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from . import records
+from .store import DBS, Store
+from .verify import RECORD_TYPES
+
+__all__ = ["BATCH", "DST_BEFORE", "Conflict", "DamagedSource", "SourceCounts", "MergeReport", "merge", "last_merge",
+           "same_answer"]
+
+BATCH = 1000  # records per write transaction: a kill loses at most one batch's work, never DST's soundness
+_BATCH_BYTES = 32 << 20  # … or fewer, when the records are large (endings)
+DST_BEFORE = "DST"  # a conflict's record that DST held before this merge
+_KEPT = 100  # conflicts and damaged records the cache's note of its last merge lists (all are counted)
+_TIMING = ("created", "seconds")  # when and how fast an answer was made: not part of the answer
+
+
+class Conflict(msgspec.Struct):
+    database: str
+    key: str  # hex
+    source: str  # the source whose record differs from DST's
+    kept_from: str  # where DST's record came from: DST_BEFORE, or a source (this merge copied it)
+
+
+class DamagedSource(msgspec.Struct):
+    source: str
+    database: str
+    key: str  # hex
+    reason: str
+
+
+class SourceCounts(msgspec.Struct, kw_only=True):
+    path: str
+    copied: dict[str, int] = {}
+    present: dict[str, int] = {}  # already in DST with the same answer
+    conflicting: dict[str, int] = {}
+    damaged: dict[str, int] = {}
+
+
+class MergeReport(msgspec.Struct, kw_only=True):
+    dst: str
+    sources: list[SourceCounts] = []
+    conflicts: list[Conflict] = []
+    damaged: list[DamagedSource] = []
+    finished: float = 0.0
+
+    def total(self, what: str) -> dict[str, int]:
+        """`copied`, `present`, `conflicting` or `damaged`, summed over the sources, per database."""
+        out = dict.fromkeys(DBS, 0)
+        for s in self.sources:
+            for db, n in getattr(s, what).items():
+                out[db] += n
+        return out
+
+    @property
+    def clean(self) -> bool:
+        return not self.conflicts and not self.damaged
+
+
+def same_answer(a: records.Record, b: records.Record) -> bool:
+    """Whether two records hold the same answer (equal but for when it was made)."""
+    if type(a) is not type(b):
+        return False
+    da, db = msgspec.structs.asdict(a), msgspec.structs.asdict(b)
+    for field in _TIMING:
+        da.pop(field, None)
+        db.pop(field, None)
+    return da == db
+
+
+def merge(sources: Sequence[str | os.PathLike], dst: str | os.PathLike,
+          progress: Callable[[int], None] = lambda n: None) -> MergeReport:
+    """Copy every good record of each source cache into the cache `dst` (made when
+    missing). The sources are only read; `progress(n)` is told of each batch.
+    Callers check that no source is DST and that each source holds a cache."""
+    report = MergeReport(dst=str(dst))
+    copied_from: dict[tuple[str, bytes], str] = {}  # records this merge wrote into DST, and from where
+    with Store(dst) as out:
+        for src in sources:
+            counts = SourceCounts(path=str(src), copied=dict.fromkeys(DBS, 0), present=dict.fromkeys(DBS, 0),
+                                  conflicting=dict.fromkeys(DBS, 0), damaged=dict.fromkeys(DBS, 0))
+            report.sources.append(counts)
+            with Store(src, readonly=True) as store:
+                for db in DBS:
+                    batch: list[tuple[str, bytes, bytes]] = []
+                    size = 0
+                    for key, value in store.values(db):
+                        key, value = bytes(key), bytes(value)
+                        reason = _damage(db, value)
+                        if reason is not None:
+                            counts.damaged[db] += 1
+                            report.damaged.append(DamagedSource(str(src), db, key.hex(), reason))
+                            progress(1)
+                            continue
+                        batch.append((db, key, value))
+                        size += len(value)
+                        if len(batch) >= BATCH or size >= _BATCH_BYTES:
+                            _write(out, batch, counts, report, copied_from, progress)
+                            batch, size = [], 0
+                    _write(out, batch, counts, report, copied_from, progress)
+        report.finished = time.time()
+        kept = msgspec.structs.replace(report, conflicts=report.conflicts[:_KEPT], damaged=report.damaged[:_KEPT])
+        out.put_meta("last_merge", msgspec.json.encode(kept))
+    return report
+
+
+def last_merge(store: Store) -> MergeReport | None:
+    """The report of the last merge into this cache (`cache stats`)."""
+    v = store.get_meta("last_merge")
+    return msgspec.json.decode(v, type=MergeReport) if v else None
+
+
+def _damage(db: str, value: bytes) -> str | None:
+    """Why a stored value is no good record of `db`, or None."""
+    try:
+        rec = records.decode(value)
+    except records.DamagedRecord as e:
+        return str(e)
+    if not isinstance(rec, RECORD_TYPES[db]):
+        return f"a {type(rec).__name__} record in the {db} database"
+    return None
+
+
+def _write(out: Store, batch: list[tuple[str, bytes, bytes]], counts: SourceCounts, report: MergeReport,
+           copied_from: dict[tuple[str, bytes], str], progress: Callable[[int], None]) -> None:
+    if not batch:
+        return
+    for (db, key, value), there in zip(batch, out.put_values(batch), strict=True):
+        if there is None:
+            counts.copied[db] += 1
+            copied_from[(db, key)] = counts.path
+        elif there == value or same_answer(records.decode(there), records.decode(value)):
+            counts.present[db] += 1
+        else:
+            counts.conflicting[db] += 1
+            report.conflicts.append(Conflict(db, key.hex(), counts.path, copied_from.get((db, key), DST_BEFORE)))
+    progress(len(batch))
+
