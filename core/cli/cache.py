@@ -250,9 +250,9 @@ def _print_report(report) -> None:
     print(f"cache {report.path}: data.mdb {report.file_bytes:,} bytes")
     if report.problem:
         print(f"problem: {report.problem}")
-    print(f"{'database':<10} {'good':>10} {'checksummed':>12} {'bad':>8}")
+    print(f"{'database':<10} {'good':>10} {'checksummed':>12} {'compressed':>11} {'bad':>8}")
     for name, db in report.databases.items():
-        print(f"{name:<10} {db.records:>10} {db.checked:>12} {db.bad:>8}")
+        print(f"{name:<10} {db.records:>10} {db.checked:>12} {db.compressed:>11} {db.bad:>8}")
     for bad in report.bad[:MAX_LISTED]:
         print(f"bad record: {bad.database} {bad.key}: {bad.reason}")
     for p in report.pages[:MAX_LISTED]:

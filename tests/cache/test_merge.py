@@ -246,3 +246,21 @@ def test_the_file_system_type_is_read_from_the_kernel(tmp_path):
             store.put_many([("verdicts", key(1), verdict("a"))])
     finally:
         subprocess.run(["umount", str(mnt)])
+
+
+def test_the_api_refuses_a_cache_on_a_network_file_system_unless_the_process_insists(tmp_path, on_nfs, monkeypatch):
+    """docs/python.md: the API raises the CLI's ConfigError; the environment variable
+    the flag stands for lets a script insist."""
+    import tension
+    from tension.cache import mounts
+    from tension.core.errors import ConfigError
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
+    with LoopbackServer(model=MODELS) as srv:
+        kw = {"base_url": srv.base_url, "model": "test-gen", "judge_model": "test-judge", "endings": 2,
+              "cache": str(tmp_path / "c.lmdb"), "progress": False, "report": False}
+        with pytest.raises(ConfigError, match=r"is on a network file system \(NFS\)"):
+            tension.score(str(corpus), out=tmp_path / "a", **kw)
+        assert srv.requests == []
+        monkeypatch.setenv(mounts.ALLOW_ENV, "1")
+        assert tension.score(str(corpus), out=tmp_path / "b", **kw).status == "complete"

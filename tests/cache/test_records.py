@@ -158,7 +158,7 @@ def test_a_damaged_compressed_record_is_found_and_left_out_by_recover(tmp_path):
         assert s.get("verdicts", key(1)) == recs[1]
 
 
-def test_a_mixed_cache_gives_a_rerun_the_same_outputs_and_no_request(server, tmp_path):
+def test_a_mixed_cache_gives_a_rerun_the_same_outputs_and_no_request(server, tmp_path, capsys):
     from tension.core.config import load_config
     from tension.core.pipelines.score import score
 
@@ -170,6 +170,7 @@ def test_a_mixed_cache_gives_a_rerun_the_same_outputs_and_no_request(server, tmp
     env = lmdb.open(str(tmp_path / "cache"), max_dbs=8)
     forms = {0: "compressed", 1: "checksummed msgpack", 2: "plain msgpack"}
     seen = dict.fromkeys(forms.values(), 0)
+    held: dict[str, tuple[int, int, int]] = {}  # per database: good, checksummed, compressed
     with env.begin(write=True) as txn:
         for name in DBS:
             db = env.open_db(name.encode(), txn=txn)
@@ -180,9 +181,20 @@ def test_a_mixed_cache_gives_a_rerun_the_same_outputs_and_no_request(server, tmp
                 if form != "compressed":
                     txn.put(k, old_frame(rec) if form == "checksummed msgpack" else msgspec.msgpack.encode(rec), db=db)
                 seen[form] += 1
+            n = txn.stat(db)["entries"]
+            held[name] = (n, sum(j % 3 != 2 for j in range(n)), sum(j % 3 == 0 for j in range(n)))
     env.close()
     assert min(seen.values()) > 3
     assert verify(tmp_path / "cache").sound
+    # `cache verify` says how many records of each form it read
+    from tension.core.cli import main
+
+    capsys.readouterr()
+    assert main(["cache", "verify", str(tmp_path / "cache")]) == 0
+    lines = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines() if line.split()}
+    assert lines["database"] == ["good", "checksummed", "compressed", "bad"]
+    for name, (good, checked, packed) in held.items():
+        assert lines[name] == [str(good), str(checked), str(packed), "0"], name
     server.reset_records()
     warm = score(cfg, corpus, tmp_path / "warm")
     assert warm.status == "complete" and server.count() == 0
