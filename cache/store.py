@@ -95,7 +95,11 @@ class Store:
                 self.path.mkdir(parents=True, exist_ok=True)
             self.env = self._open_env(map_size)
             self._dbs = {name: self._open_db(name) for name in DBS}
-            self._meta = self.env.open_db(_META, create=not readonly)
+            try:
+                self._meta = self.env.open_db(_META, create=not readonly)
+            except lmdb.NotFoundError:  # read-only, and no writer has committed yet
+                raise CacheError(f"the cache at {self.path} holds no databases yet (another process may be creating "
+                                 "it: try again once it has written)") from None
             self._check_format()
         except pages.PageError as e:
             raise damaged(self.path, str(e)) from e

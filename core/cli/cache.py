@@ -178,6 +178,7 @@ def cmd_cache_merge(args) -> int:
 
     from tension.cache.merge import DST_BEFORE, merge
     from tension.cache.store import DBS, Store
+    from tension.core.config.settings import cache_file_given
 
     sources = [_existing(Path(s)) for s in args.sources]
     dst = Path(args.dst)
@@ -189,6 +190,8 @@ def cmd_cache_merge(args) -> int:
         if real in seen:
             raise ConfigError(f"cache merge: {src} is given twice (as {seen[real]})")
         seen[real] = str(src)
+    if (problem := cache_file_given(dst)) is not None:
+        raise ConfigError(f"cache merge: DST {problem}")
     if dst.exists() and not (dst / "data.mdb").is_file() and (not dst.is_dir() or any(dst.iterdir())):
         raise ConfigError(f"cache merge: DST {dst} is neither a cache (no data.mdb in it) nor an empty folder")
     total = 0
@@ -240,7 +243,11 @@ def _model_matches(db: str, rec, model: str | None) -> bool:
 
 def _existing(path) -> Path:
     """The cache folder `path`, which must hold a cache: looking never creates one."""
+    from tension.core.config.settings import cache_file_given
+
     path = Path(path)
+    if (problem := cache_file_given(path)) is not None:
+        raise ConfigError(problem)
     if not (path / "data.mdb").is_file():
         raise ConfigError(f"no cache at {path} (no data.mdb in it)")
     return path

@@ -19,7 +19,7 @@ from tension.kernels.settings import Bounds, check_bounds
 __all__ = ["API_KEY_ENV", "BASE_URL_ENV", "DEFAULT_BASE_URL", "env_base_url", "Settings", "flag", "public",
            "load_settings", "read_config_file", "config_file_keys", "build_settings", "SERVERS", "CONCURRENCY",
            "OUTPUTS", "ApiKey", "ReasoningOff", "Timeout", "Retries", "RetrySeconds", "CachePath", "CacheMaxGB",
-           "Progress", "Bounds", "TEMPERATURE", "TOKENS"]
+           "Progress", "Bounds", "TEMPERATURE", "TOKENS", "cache_file_given"]
 
 API_KEY_ENV = "OPENAI_API_KEY"
 # The server when none is named (--base-url, a config file's base_url): this
@@ -72,6 +72,17 @@ TEMPERATURE = Bounds(ge=0, le=100)
 TOKENS = Bounds(ge=1, le=1_000_000)
 
 
+def cache_file_given(path: str | os.PathLike) -> str | None:
+    """What is wrong when `path`, given as a cache, is a file (its data.mdb, or
+    another), said with the folder to give; None when it is not a file. Every
+    setting and verb taking a cache folder says it the same way."""
+    p = Path(path)
+    if not p.is_file():
+        return None
+    held = f" ({p.parent})" if p.name == "data.mdb" else " (the LMDB cache is a folder)"
+    return f"{path} is a file; give the folder that holds data.mdb{held}"
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Base of ScoreConfig, GenerateConfig and FairPlayConfig."""
 
@@ -102,10 +113,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         cache = getattr(self, "cache", None)
         if cache is not None:
             self.cache = os.path.abspath(cache)
-            if Path(cache).is_file():
-                held = Path(cache).parent if Path(cache).name == "data.mdb" else None
-                raise ConfigError(f"cache: {cache} is a file; give the folder that holds data.mdb"
-                                  + (f" ({held})" if held else " (the LMDB cache is a folder)"))
+            if (problem := cache_file_given(cache)) is not None:
+                raise ConfigError(f"cache: {problem}")
 
     def check_declared(self) -> None:
         """Every numeric field within the Bounds its declaration carries (a flag and a

@@ -20,6 +20,7 @@ from tension.cache import records
 from tension.cache.store import Store
 from tension.cache.verify import verify
 from tension.core.cli import main
+from tension.core.errors import CacheError
 from tension.testing.openai_server import LoopbackServer
 
 MODELS = ["test-gen", "test-judge"]
@@ -157,8 +158,11 @@ def test_a_merge_killed_mid_way_leaves_dst_sound_and_a_rerun_completes_it(tmp_pa
         while proc.poll() is None and held == 0:  # wait for the first batches to commit, then kill
             time.sleep(0.01)
             if (dst / "data.mdb").exists():
-                with Store(dst, readonly=True) as store:
-                    held = store.stats()["verdicts"]["entries"]
+                try:
+                    with Store(dst, readonly=True) as store:
+                        held = store.stats()["verdicts"]["entries"]
+                except CacheError as e:  # made, its first transaction not yet committed
+                    assert "holds no databases yet" in str(e)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
@@ -264,3 +268,20 @@ def test_the_api_refuses_a_cache_on_a_network_file_system_unless_the_process_ins
         assert srv.requests == []
         monkeypatch.setenv(mounts.ALLOW_ENV, "1")
         assert tension.score(str(corpus), out=tmp_path / "b", **kw).status == "complete"
+
+
+def test_every_cache_verb_given_the_data_mdb_file_names_the_folder_to_give(tmp_path, capsys):
+    """The file inside the folder is the usual slip (tab completion): each verb says
+    which folder to give instead, exit 2, as score's --cache does."""
+    a = cache_with(tmp_path / "a", {key(1): verdict("a")})
+    file = a / "data.mdb"
+    verbs = cache_verbs(file, tmp_path)
+    verbs["cache merge DST"] = ["cache", "merge", str(a), str(file)]
+    for name, argv in verbs.items():
+        capsys.readouterr()
+        assert main(argv) == 2, name
+        err = capsys.readouterr().err
+        assert f"{file} is a file; give the folder that holds data.mdb ({a})" in err, (name, err)
+        assert "Traceback" not in err
+    with Store(a, readonly=True) as store:
+        assert store.stats()["verdicts"]["entries"] == 1  # nothing was written over it

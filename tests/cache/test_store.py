@@ -359,3 +359,15 @@ def test_check_passes_new_and_empty_files_and_refuses_short_or_foreign_ones(tmp_
     (tmp_path / "c" / "data.mdb").write_bytes(b"\x00" * 8192)
     with pytest.raises(pages.PageError, match="not an LMDB file"):
         pages.check(tmp_path / "c")
+
+
+def test_a_cache_opened_to_read_before_its_writer_committed_says_so(tmp_path):
+    """Another process made the folder and its file, no database yet (`cache merge`
+    or a run just starting): a reader gets the reason, not LMDB's MDB_NOTFOUND."""
+    import lmdb
+
+    from tension.core.errors import CacheError
+
+    lmdb.open(str(tmp_path / "c"), max_dbs=8).close()
+    with pytest.raises(CacheError, match=r"holds no databases yet \(another process may be creating it"):
+        Store(tmp_path / "c", readonly=True)
