@@ -44,6 +44,7 @@ HEADING_COMMANDS = [
     "tension-run cache verify",
     "tension-run cache recover {default_cache} runs/recovered",
     "tension-run cache drop --run runs/first --role judge",  # a dry run: counts, drops nothing
+    "tension-run cache merge {default_cache} runs/merged.lmdb",  # one machine's cache into a new one
     "tension-run view runs/first --export runs/view",
 ]
 
@@ -62,7 +63,7 @@ def shell_commands() -> list[str]:
 
 def heading_verbs() -> set[str]:
     verbs = set()
-    for m in re.finditer(r"`tension-run ([a-z-]+)( stats| verify| recover| drop)?", README):
+    for m in re.finditer(r"`tension-run ([a-z-]+)( stats| verify| recover| drop| merge)?", README):
         verbs.add(m.group(1) + (m.group(2) or ""))
     # demo, serve: the embedded server, the slow step (tests/test_readme.py); route runs
     # until Ctrl-C: tests/core/test_router_process.py runs it over three test servers
