@@ -259,9 +259,10 @@ def shifted_interval(values: np.ndarray, points: np.ndarray, level: float = LEVE
     """(lo, hi) of each story and statistic from its resamples `values` (stories × B × s)
     and its observed values `points` (stories × s): the percentiles (100 ∓ level)/2 of
     the finite resampled values (numpy's default, linear rule), moved by (observed −
-    mean of the resamples), then cut to the statistic's range (`cut`; a difference of
-    two runs' statistics is not cut). NaN where the observed
-    value is NaN or fewer than MIN_DEFINED of the resamples define the statistic.
+    mean of the resamples), widened to hold the observed value, then cut to the
+    statistic's range (`cut`; a difference of two runs' statistics is not cut). NaN
+    where the observed value is NaN or fewer than MIN_DEFINED of the resamples define
+    the statistic.
 
     Why moved (docs/metrics.md 1.6): a resample adds sampling noise to a curve that
     already holds it, so a statistic that noise moves (reversals, peaks) sits higher in
@@ -275,8 +276,10 @@ def shifted_interval(values: np.ndarray, points: np.ndarray, level: float = LEVE
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice is NaN, which is the answer
         q_lo, q_hi = np.nanpercentile(values, [tail, 100.0 - tail], axis=1)
         centre = np.nanmean(values, axis=1)
-    lo = points + (q_lo - centre)
-    hi = points + (q_hi - centre)
+    # widened to hold the observed value: a discrete statistic can have 97.5 % of its
+    # resamples on one value and its mean beyond it, which would move both ends past it
+    lo = np.minimum(points + (q_lo - centre), points)
+    hi = np.maximum(points + (q_hi - centre), points)
     if cut:
         lo_cut, hi_cut = _ranges(values.shape[2] - 4)
         lo, hi = np.clip(lo, lo_cut, hi_cut), np.clip(hi, lo_cut, hi_cut)

@@ -129,8 +129,8 @@
     const byK = new Map(P.map((p, j) => [p.k, j]));
     main.append(el("p", {}, el("a", {href: "../index.html"}, "← corpus"), ` run ${D.run_dir}`),
       el("h1", {}, D.id, el("small", {}, ` group ${D.group}`)), notes(D.notes),
-      el("p", {class: "stats"}, Object.entries(D.stats).map(([k, v], i) => [i ? " · " : "", `${k} `,
-        withCI(v, D.intervals[k], digits(k))])),
+      el("p", {class: "stats"}, Object.entries(D.stats).flatMap(([k, v], i) => [i ? " · " : "", `${k} `,
+        ...withCI(v, D.intervals[k], digits(k))])),
       D.interval_resamples ? el("p", {class: "legend"}, "[…]: 95% interval over " + D.interval_resamples +
         " resamples of this story's verdicts within each position (the sampling of endings and verdicts at " +
         "these models and prompts; not the choice of story, model or prompt)") : "");
