@@ -18,6 +18,7 @@ Single-threaded, like the kernels. Run from the repository root::
 
     python bench/intervals.py
     python bench/intervals.py --sim-stories 200 --json out.json
+    python bench/intervals.py --sim-stories 0        # the cost only
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def cost(args) -> dict:
     pts = points()
     intervals.story_intervals(ids[:2], x[:2 * args.positions], n[:2 * args.positions], k[:2 * args.positions],
                               off[:3], pts[:2], s, n_resamples=5)  # load the kernels
-    t_pts, t_iv = [], []
+    seeds = intervals.story_seeds(ids, 0)
+    t_pts, t_iv, t_draw = [], [], []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
         points()
@@ -71,12 +73,19 @@ def cost(args) -> dict:
         t0 = time.perf_counter()
         intervals.story_intervals(ids, x, n, k, off, pts, s, n_resamples=args.resamples, seed=0)
         t_iv.append(time.perf_counter() - t0)
-    a, b = statistics.median(t_pts), statistics.median(t_iv)
+        t0 = time.perf_counter()
+        for c in range(0, args.stories, 64):  # the draws alone, in the chunks story_intervals uses
+            e = min(args.stories, c + 64)
+            a_, b_ = off[c], off[e]
+            intervals.resample_curves(x[a_:b_], n[a_:b_], k[a_:b_], off[c:e + 1] - a_, seeds[c:e], args.resamples)
+        t_draw.append(time.perf_counter() - t0)
+    a, b, d = statistics.median(t_pts), statistics.median(t_iv), statistics.median(t_draw)
     print(f"{'point statistics (batch_stats)':44s} {1e3 * a / args.stories:9.3f} ms/story   1.0x")
     print(f"{f'intervals, {args.resamples} resamples':44s} {1e3 * b / args.stories:9.3f} ms/story "
           f"{b / a:6.0f}x")
+    print(f"{'  of which drawing the verdicts (about)':44s} {1e3 * d / args.stories:9.3f} ms/story")
     print(f"{'whole corpus, intervals':44s} {b:9.2f} s")
-    return {"point_s": a, "intervals_s": b, "per_story_ms": 1e3 * b / args.stories}
+    return {"point_s": a, "intervals_s": b, "draws_s": d, "per_story_ms": 1e3 * b / args.stories}
 
 
 def _moved_or_plain(name: str, args, draw: Draw, moved: bool) -> np.ndarray:
@@ -127,7 +136,7 @@ def main() -> None:
     p.add_argument("--positions", type=int, default=150)
     p.add_argument("--resamples", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--sim-stories", type=int, default=400)
+    p.add_argument("--sim-stories", type=int, default=400, help="0: the cost only")
     p.add_argument("--positions-sim", type=int, default=100)
     p.add_argument("--sim-resamples", type=int, default=500)
     p.add_argument("--reruns", type=int, default=20_000)
@@ -142,7 +151,7 @@ def main() -> None:
     print("-- cost")
     res = {"config": vars(args), "cost": cost(args)}
     print("-- coverage (share of stories whose 95% interval holds the statistic's target)")
-    res["coverage"] = coverage(args)
+    res["coverage"] = coverage(args) if args.sim_stories else {}
     print(f"load at the end: {loadavg()}")
     if args.json:
         with open(args.json, "w") as f:
