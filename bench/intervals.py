@@ -39,7 +39,6 @@ from tension.testing.bench import cpu_model, loadavg
 
 BANNER = 60
 NAMES = ["mean_nr", "late_nr", "retain", "convergence", "ir30", "ir60", "ir120"]
-NEAR_CERTAIN = "near certain (0.995)"
 
 
 def corpus(stories: int, m: int, n: int, seed: int):
@@ -96,7 +95,7 @@ def _moved_or_plain(name: str, args, draw: Draw, moved: bool) -> np.ndarray:
         c, h = precision.coverage(sim)
         return c / np.maximum(h, 1)
     rng = np.random.default_rng(args.seed)
-    x, p = _shape(name, args.positions_sim)
+    x, p = precision.shape(name, args.positions_sim)
     target = precision.expected_stats(x, p, 100, s, args.reruns, rng)
     kk = rng.binomial(100, 1 - p, size=(args.sim_stories, len(x))).ravel()
     xs, off = np.tile(x, args.sim_stories), np.arange(args.sim_stories + 1) * len(x)
@@ -108,20 +107,12 @@ def _moved_or_plain(name: str, args, draw: Draw, moved: bool) -> np.ndarray:
     return ((lo <= target + 1e-12) & (target - 1e-12 <= hi)).mean(axis=0)
 
 
-def _shape(name: str, m: int):
-    if name == NEAR_CERTAIN:
-        x = np.linspace(0.1, 0.99, m)
-        return x, np.full(m, 0.995)
-    return precision.shape(name, m)
-
-
 def coverage(args) -> dict:
-    precision.SHAPES.setdefault(NEAR_CERTAIN, lambda x: np.full_like(x, 0.995))
     ways = [("plain percentile", Draw.BINOMIAL, False), ("binomial, moved", Draw.BINOMIAL, True),
             ("edge rule, moved (the project's)", Draw.EDGE, True)]
     out: dict = {}
     print(f"{'shape / way':44s} " + " ".join(f"{c:>7s}" for c in NAMES))
-    for name in precision.SHAPES:
+    for name in [*precision.SHAPES, *precision.EXTRA_SHAPES]:
         print(name)
         for label, draw, moved in ways:
             cov = _moved_or_plain(name, args, draw, moved)

@@ -68,3 +68,22 @@ def test_the_plain_percentile_bootstrap_would_not():
     lo, hi = np.nanpercentile(values, [2.5, 97.5], axis=1)
     plain = ((lo <= target) & (target <= hi)).mean(axis=0)
     assert plain[NAMES.index("retain")] < 0.5 and plain[NAMES.index("convergence")] < 0.5, plain
+
+
+def test_the_bench_runs_as_bench_results_md_shows_it(tmp_path):
+    """bench/intervals.py at small sizes: the cost rows and every shape's three ways."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "intervals.py"
+    out = tmp_path / "b.json"
+    done = subprocess.run([sys.executable, str(bench), "--stories", "4", "--positions", "20", "--resamples", "20",
+                           "--repeats", "1", "--sim-stories", "4", "--positions-sim", "20", "--sim-resamples", "20",
+                           "--reruns", "50", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "intervals, 20 resamples" in done.stdout and "of which drawing the verdicts" in done.stdout
+    res = json.loads(out.read_text())
+    assert set(res["coverage"]) == {*precision.SHAPES, *precision.EXTRA_SHAPES}
+    assert all(len(ways) == 3 for ways in res["coverage"].values())

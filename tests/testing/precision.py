@@ -20,7 +20,7 @@ import numpy as np
 from tension.kernels import curves, intervals
 from tension.kernels.curves import CurveSettings
 
-__all__ = ["SHAPES", "shape", "expected_stats", "Simulated", "simulate", "coverage"]
+__all__ = ["SHAPES", "EXTRA_SHAPES", "NEAR_CERTAIN", "shape", "expected_stats", "Simulated", "simulate", "coverage"]
 
 
 def _flat_high(x: np.ndarray) -> np.ndarray:
@@ -46,12 +46,16 @@ SHAPES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "late twist (0.9, then 0.5 from 75 %)": _late_twist,
     "spiky (0.8 ± 0.12, reversals)": _spiky,
 }
+# A curve near the edge, where the plain bootstrap has no spread (most positions all
+# non-matches): not one of the four shapes, shown beside them by bench/intervals.py.
+NEAR_CERTAIN = "near certain (0.995)"
+EXTRA_SHAPES: dict[str, Callable[[np.ndarray], np.ndarray]] = {NEAR_CERTAIN: lambda x: np.full_like(x, 0.995)}
 
 
 def shape(name: str, m: int) -> tuple[np.ndarray, np.ndarray]:
     """(pct, true no-rate) of `m` positions evenly over [0.1, 0.99]."""
     x = np.linspace(0.1, 0.99, m)
-    return x, np.clip(SHAPES[name](x), 0.0, 1.0)
+    return x, np.clip({**SHAPES, **EXTRA_SHAPES}[name](x), 0.0, 1.0)
 
 
 def _stat_matrix(b: curves.BatchStats) -> np.ndarray:
