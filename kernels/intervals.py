@@ -64,10 +64,12 @@ _TABLE_MAX = 1000
 
 
 @numba.njit(cache=True, nogil=True)
-def _tables(n, k, a, m, draw, cdf, start):
+def _tables(n, k, a, m, draw, cdf, start, flip):
     """The cumulative Binomial(n, p) distribution of each position (a … a+m−1) into
     cdf[start[j] : start[j] + n + 1]: drawing a binomial is then one uniform and a
-    search, five times faster than numba's binomial at n = 100 (bench/intervals.py)."""
+    binary search (bench/intervals.py has its cost). A position whose p is above ½
+    gets the table of its non-matches (flip[j]), so the first term, (1 − p)^n, is at
+    least 2^−n and never underflows for the n a table is used for."""
     at = 0
     for j in range(m):
         nj = n[a + j]
@@ -75,9 +77,12 @@ def _tables(n, k, a, m, draw, cdf, start):
         if nj > _TABLE_MAX or draw == 1:
             continue
         p = _match_p(nj, k[a + j], draw)
-        if p <= 0.0 or p >= 1.0:
+        flip[j] = p > 0.5
+        if flip[j]:
+            p = 1.0 - p
+        if p <= 0.0:
             for i in range(nj + 1):
-                cdf[at + i] = 1.0 if (p <= 0.0 or i == nj) else 0.0
+                cdf[at + i] = 1.0
         else:
             pmf = (1.0 - p) ** nj
             odds = p / (1.0 - p)
@@ -91,7 +96,7 @@ def _tables(n, k, a, m, draw, cdf, start):
 
 
 @numba.njit(cache=True, nogil=True)
-def _draw_curve(n, k, a, m, draw, cdf, start, yb):
+def _draw_curve(n, k, a, m, draw, cdf, start, flip, yb):
     """One resample of a story's curve (positions a … a+m−1) into yb[:m]."""
     for j in range(m):
         nj = n[a + j]
@@ -109,7 +114,8 @@ def _draw_curve(n, k, a, m, draw, cdf, start, yb):
                     hi = mid
                 else:
                     lo = mid + 1
-            yb[j] = 1.0 - (lo - start[j]) / nj
+            drawn = lo - start[j]
+            yb[j] = 1.0 - (nj - drawn if flip[j] else drawn) / nj
 
 
 @numba.njit(cache=True, nogil=True)
@@ -136,24 +142,24 @@ def _scratch(n, offsets):
                 t += n[j] + 1
         most = max(most, t)
         mmax = max(mmax, offsets[i + 1] - offsets[i])
-    return np.empty(most), np.empty(mmax, dtype=np.int64)
+    return np.empty(most), np.empty(mmax, dtype=np.int64), np.zeros(mmax, dtype=np.bool_)
 
 
 @numba.njit(cache=True, nogil=True)
 def _draw_curves(x, n, k, offsets, seeds, n_resamples, draw, out):
     """out[r, j] = position j's no-rate in its story's resample r (the same stream
     `_resample` draws; NaN for a story that cannot be resampled)."""
-    cdf, start = _scratch(n, offsets)
+    cdf, start, flip = _scratch(n, offsets)
     for i in range(offsets.shape[0] - 1):
         a = offsets[i]
         b = offsets[i + 1]
         if not _story_ok(x, n, k, a, b):
             out[:, a:b] = np.nan
             continue
-        _tables(n, k, a, b - a, draw, cdf, start)
+        _tables(n, k, a, b - a, draw, cdf, start, flip)
         np.random.seed(seeds[i])
         for r in range(n_resamples):
-            _draw_curve(n, k, a, b - a, draw, cdf, start, out[r, a:b])
+            _draw_curve(n, k, a, b - a, draw, cdf, start, flip, out[r, a:b])
 
 
 @numba.njit(cache=True, nogil=True)
@@ -162,7 +168,7 @@ def _resample(x, n, k, offsets, seeds, half, thresholds, late_threshold, retenti
     """out[i, b, :] = the statistics of story i's resample b (NaN where the story has
     no position, a position without judged endings, or a non-finite pct)."""
     stories = offsets.shape[0] - 1
-    cdf, start = _scratch(n, offsets)
+    cdf, start, flip = _scratch(n, offsets)
     mmax = start.shape[0]
     yb = np.empty(mmax)
     ys = np.empty(mmax)
@@ -175,13 +181,13 @@ def _resample(x, n, k, offsets, seeds, half, thresholds, late_threshold, retenti
         if not _story_ok(x, n, k, a, b):
             out[i, :, :] = np.nan
             continue
-        _tables(n, k, a, m, draw, cdf, start)
+        _tables(n, k, a, m, draw, cdf, start, flip)
         # numba keeps its own generator state; seeding per story makes a story's
         # resamples a pure function of (its verdicts, its seed, n_resamples)
         np.random.seed(seeds[i])
         xs = x[a:b]
         for r in range(n_resamples):
-            _draw_curve(n, k, a, m, draw, cdf, start, yb)
+            _draw_curve(n, k, a, m, draw, cdf, start, flip, yb)
             stats_row(xs, yb[:m], half, thresholds, late_threshold, retention_window, ys, X, Y, out[i, r])
 
 

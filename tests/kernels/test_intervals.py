@@ -93,8 +93,10 @@ def test_the_interval_holds_the_observed_value_and_stays_in_range(story, seed):
 def test_the_draws_have_the_documented_distribution():
     """Each position's resampled matches: Binomial(n, k/n), and at an all-match or
     no-match position Binomial(n, (k + ½)/(n + 1)); positions may hold different n."""
-    n = np.array([100, 100, 100, 100, 7, 1, 3, 2000, 50])
-    k = np.array([30, 0, 100, 99, 3, 1, 0, 1500, 25])
+    # … including many endings at an extreme rate, where (1 − p)^n underflows unless
+    # the draw is of the rarer outcome: 500 of 500 matches, 999 of 1000, 1 of 1000
+    n = np.array([100, 100, 100, 100, 7, 1, 3, 2000, 50, 500, 1000, 1000, 160])
+    k = np.array([30, 0, 100, 99, 3, 1, 0, 1500, 25, 500, 999, 1, 150])
     x = np.linspace(0.1, 0.9, len(n))
     B = 100_000
     got = intervals.resample_curves(x, n, k, np.array([0, len(n)]), np.array([12345]), B)
