@@ -180,9 +180,9 @@ def _finite(a):
 
 
 @numba.njit(cache=True, nogil=True)
-def _retention_into(yr, retention_window, retain, convergence, i):
-    """Retention and convergence of curve `yr` (docs/metrics.md 1.4) into row i; False
-    when the curve has no peak, so both stay undefined."""
+def _retention(yr, retention_window):
+    """(has a peak, Retain %, convergence %) of curve `yr` (docs/metrics.md 1.4); the
+    two values are NaN when the curve has no peak."""
     m = yr.shape[0]
     npk = 0
     rsum = 0.0
@@ -197,10 +197,60 @@ def _retention_into(yr, retention_window, retain, convergence, i):
             csum += (low - yr[j]) / yr[j]
             npk += 1
     if npk == 0:
-        return False
-    retain[i] = 100.0 * rsum / npk
-    convergence[i] = 100.0 * csum / npk
-    return True
+        return False, np.nan, np.nan
+    return True, 100.0 * rsum / npk, 100.0 * csum / npk
+
+
+@numba.njit(cache=True, nogil=True)
+def stats_row(xs, yr, half, thresholds, late_threshold, retention_window, ys, X, Y, row):
+    """Every statistic of one story's finite curve (xs, yr; m >= 1) into `row`: mean NR,
+    late NR, Retain, convergence, then one inflection rate per threshold; returns the
+    Reason bits. `ys`, `X` and `Y` are scratch of at least m values. The batch kernel
+    and the resampling kernel (kernels/intervals.py) both call it, so an interval is
+    always of the statistic stories.csv holds."""
+    m = xs.shape[0]
+    t = thresholds.shape[0]
+    for q in range(row.shape[0]):
+        row[q] = np.nan
+    flags = 0
+
+    # Mean and late NR.
+    s = 0.0
+    sl = 0.0
+    nl = 0
+    for j in range(m):
+        s += yr[j]
+        if xs[j] >= late_threshold - TIE_EPS:
+            sl += yr[j]
+            nl += 1
+    row[0] = s / m
+    if nl > 0:
+        row[1] = sl / nl
+    else:
+        flags |= 4
+
+    # Post-spike retention on the raw curve.
+    peak, row[2], row[3] = _retention(yr, retention_window)
+    if not peak:
+        flags |= 8
+
+    # Inflection rate on the smoothed curve in the unit square.
+    if m < 3:
+        flags |= 2
+    else:
+        _smooth_into(yr, half, ys[:m])
+        _unit_square_into(xs, ys[:m], X[:m], Y[:m])
+        for k in range(t):
+            row[4 + k] = 0.0
+        for j in range(1, m - 1):
+            if _sign(ys[j] - ys[j - 1]) * _sign(ys[j + 1] - ys[j]) < 0:
+                ang = _angle(X[j - 1], Y[j - 1], X[j], Y[j], X[j + 1], Y[j + 1])
+                for k in range(t):
+                    if ang <= thresholds[k] + ANGLE_EPS:
+                        row[4 + k] += 1.0
+        for k in range(t):
+            row[4 + k] /= m
+    return flags
 
 
 # ----------------------------------------------------------------------------
@@ -218,6 +268,7 @@ def _batch(x, y, offsets, half, thresholds, late_threshold, retention_window,
     ys = np.empty(mmax)
     X = np.empty(mmax)
     Y = np.empty(mmax)
+    row = np.empty(4 + t)
     for i in range(n):
         a = offsets[i]
         b = offsets[i + 1]
@@ -237,44 +288,13 @@ def _batch(x, y, offsets, half, thresholds, late_threshold, retention_window,
         if not (_finite(xs) and _finite(yr)):
             reasons[i] = 16
             continue
-        flags = 0
-
-        # Mean and late NR.
-        s = 0.0
-        sl = 0.0
-        nl = 0
-        for j in range(m):
-            s += yr[j]
-            if xs[j] >= late_threshold - TIE_EPS:
-                sl += yr[j]
-                nl += 1
-        mean_nr[i] = s / m
-        if nl > 0:
-            late_nr[i] = sl / nl
-        else:
-            flags |= 4
-
-        # Post-spike retention on the raw curve.
-        if not _retention_into(yr, retention_window, retain, convergence, i):
-            flags |= 8
-
-        # Inflection rate on the smoothed curve in the unit square.
-        if m < 3:
-            flags |= 2
-        else:
-            _smooth_into(yr, half, ys[:m])
-            _unit_square_into(xs, ys[:m], X[:m], Y[:m])
-            for k in range(t):
-                ir[i, k] = 0.0
-            for j in range(1, m - 1):
-                if _sign(ys[j] - ys[j - 1]) * _sign(ys[j + 1] - ys[j]) < 0:
-                    ang = _angle(X[j - 1], Y[j - 1], X[j], Y[j], X[j + 1], Y[j + 1])
-                    for k in range(t):
-                        if ang <= thresholds[k] + ANGLE_EPS:
-                            ir[i, k] += 1.0
-            for k in range(t):
-                ir[i, k] /= m
-        reasons[i] = flags
+        reasons[i] = stats_row(xs, yr, half, thresholds, late_threshold, retention_window, ys, X, Y, row)
+        mean_nr[i] = row[0]
+        late_nr[i] = row[1]
+        retain[i] = row[2]
+        convergence[i] = row[3]
+        for k in range(t):
+            ir[i, k] = row[4 + k]
 
 
 # ----------------------------------------------------------------------------

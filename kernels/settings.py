@@ -18,7 +18,8 @@ from typing import Annotated
 import msgspec
 
 __all__ = ["Bounds", "bounds_of", "check_bounds", "INT_MIN", "INT_MAX", "CURVE_GROUP", "CurveSettings",
-           "FAIRPLAY_GROUP", "FairPlaySettings", "LateThreshold", "RetentionWindow", "TIE_RULES", "Thresholds",
+           "FAIRPLAY_GROUP", "FairPlaySettings", "IntervalResamples", "IntervalSeed", "LateThreshold",
+           "RetentionWindow", "TIE_RULES", "Thresholds",
            "Window"]
 
 # Every integer setting lies in int64: msgpack (the cache keys), numba (the kernels),
@@ -133,6 +134,13 @@ Thresholds = Annotated[tuple[float, ...], _curve("vertex-angle thresholds in deg
                                                  metavar="A,B,…", bounds=Bounds(gt=0, le=180))]
 LateThreshold = Annotated[float, _curve("late NR averages positions with pct >= this", bounds=Bounds(ge=0, le=1))]
 RetentionWindow = Annotated[int, _curve("positions after a peak searched for its low", bounds=Bounds(ge=1))]
+# The per-story intervals (docs/metrics.md 1.6). More resamples than this is time, not
+# precision: at 1,000 an interval's ends move by well under its width's tenth.
+IntervalResamples = Annotated[int, _curve(
+    "resamples of each story's verdicts for its 95% intervals (stories.csv's *_lo/*_hi; 0 = none)",
+    bounds=Bounds(ge=0, le=100_000))]
+IntervalSeed = Annotated[int, _curve("seed of the per-story intervals' resamples (with each story's id)",
+                                     bounds=Bounds(ge=0))]
 
 
 class CurveSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -142,6 +150,8 @@ class CurveSettings(msgspec.Struct, frozen=True, kw_only=True):
     thresholds: Thresholds = (30.0, 60.0, 120.0)
     late_threshold: LateThreshold = 0.80
     retention_window: RetentionWindow = 10
+    interval_resamples: IntervalResamples = 1000
+    interval_seed: IntervalSeed = 0
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.window % 2 == 0:

@@ -39,7 +39,8 @@ ADDED = {
               "--no-keep-going", "--stop-after", "--stop-malformed-share", "--warn-malformed-share",
               "--warn-constant-share", "--warn-cut-share", "--warn-identical-share",
               "--judge-batch",  # issue 19: a position's judge prompts as one request
-              "--refresh"},  # issue 25: ask a broken setup's cached answers again
+              "--refresh",  # issue 25: ask a broken setup's cached answers again
+              *("--interval-resamples", "--interval-seed")},  # issue 27: per-story intervals (docs/metrics.md 1.6)
     "estimate": {"--judge-constraint"},  # estimate and bench take score's judging flags
     "bench": {"--judge-constraint"},
     "generate": {"--config", "--cache-max-gb",  # as score and fairplay have them
@@ -48,6 +49,10 @@ ADDED = {
                  "--schedule", "--ties",  # issue 15: one reader schedule; the authors' tie rule or misses
                  "--refresh"},  # issue 25, as score has it
     "fairplay-metrics": {"--ties", "--from"},  # issue 15: the tie rule; the authors' result files as input
+    # issue 27: the per-story intervals' resamples and seed (docs/metrics.md 1.6)
+    "metrics": {"--interval-resamples", "--interval-seed"},
+    "report": {"--interval-resamples", "--interval-seed"},
+    "compare": {"--interval-resamples", "--interval-seed"},
 }
 # issue 28: every verb that opens a cache may insist on one on a network file system
 for _verb in ("score", "estimate", "bench", "demo", "generate", "fairplay", "view", "cache stats", "cache verify",
@@ -259,6 +264,20 @@ def test_outputs_and_run_records_are_as_snapshotted(server, tmp_path):
 
     _compare("outputs.json", digests)
     _compare("run_records.json", records)
+    # issue 27 appended the per-story intervals to stories.csv (a deliberate change of its
+    # digest above); the columns before them are the bytes they were
+    assert _digest_columns(out / "stories.csv", 11) == "7a0cd9636a1af3e1"
+    assert _digest_columns(m / "stories.csv", 11) == "eb9745135f068e42"
+
+
+def _digest_columns(path: Path, n: int) -> str:
+    """The digest of a CSV file cut to its first `n` columns, written as the outputs write CSV."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(r[:n] for r in csv.reader(io.StringIO(path.read_text())))
+    return hashlib.sha256(buf.getvalue().encode()).hexdigest()[:16]
 
 
 def test_the_run_record_changelog_is_what_the_snapshot_holds():

@@ -203,32 +203,52 @@ async def metrics_async(curves: PathLike, *, out: PathLike, **settings: Any) -> 
 
 
 def compare(run_a: PathLike, run_b: PathLike, *, pair_by: str = "id", out: PathLike | None = None,
-            resamples: int = 10_000, seed: int = 0) -> CompareResult:
+            resamples: int = 10_000, seed: int = 0, interval_resamples: int | None = None,
+            interval_seed: int | None = None) -> CompareResult:
     """Paired comparison of two score runs, B − A (as ``tension-run compare``): per
     statistic the means, their difference with a bootstrap 95% interval
-    (`resamples`, `seed`) and a paired t-test; `pair_by` a corpus metadata field (or
-    the story id); `out`: also write compare.md and compare.csv there."""
+    (`resamples`, `seed`) and a paired t-test; per pair of stories the difference
+    with its 95% interval over both runs' own verdicts (`interval_resamples`,
+    `interval_seed`; default: run A's recorded settings); `pair_by` a corpus metadata
+    field (or the story id); `out`: also write compare.md, compare.csv and
+    compare_stories.csv there."""
     from tension.core.reports.comparison import compare as run
-    from tension.core.reports.comparison import comparison_table
+    from tension.core.reports.comparison import comparison_table, story_table
 
     c = run(run_a, run_b, pair_by, n_resamples=_count("compare", "resamples", resamples, 10_000_000),
-            seed=_count("compare", "seed", seed))
+            seed=_count("compare", "seed", seed),
+            interval_resamples=None if interval_resamples is None else _count(
+                "compare", "interval_resamples", interval_resamples, 100_000),
+            interval_seed=None if interval_seed is None else _count("compare", "interval_seed", interval_seed))
     md, table = comparison_table(c), comparison_table(c, "csv")
+    if c.stories:
+        md += (f"\nPer pair of stories, B − A with its 95% interval over both runs' own verdicts "
+               f"({c.interval_resamples:,} resamples each, seed {c.interval_seed}; ✓ = excludes 0; "
+               "docs/metrics.md 1.6):\n\n" + story_table(c, max_pairs=_SHOWN_PAIRS))
+        if c.n_pairs > _SHOWN_PAIRS:
+            md += f"\nFirst {_SHOWN_PAIRS} of {c.n_pairs} pairs; all are in compare_stories.csv (--out).\n"
     if out is not None:
         from tension.core.inputs.jsonl import atomic_write
 
         atomic_write(f"{out}/compare.md", md)
         atomic_write(f"{out}/compare.csv", table)
+        atomic_write(f"{out}/compare_stories.csv", story_table(c, "csv"))
     code = EXIT_FAILED if c.n_pairs == 0 else EXIT_OK
     return CompareResult(status="complete" if code == EXIT_OK else "failed", exit_status=code,
                          out=str(out) if out is not None else "", comparison=c, markdown=md, csv=table)
 
 
 async def compare_async(run_a: PathLike, run_b: PathLike, *, pair_by: str = "id", out: PathLike | None = None,
-                        resamples: int = 10_000, seed: int = 0) -> CompareResult:
+                        resamples: int = 10_000, seed: int = 0, interval_resamples: int | None = None,
+                        interval_seed: int | None = None) -> CompareResult:
     """`compare` on a worker thread, awaited."""
     return await asyncio.to_thread(lambda: compare(run_a, run_b, pair_by=pair_by, out=out, resamples=resamples,
-                                                   seed=seed))
+                                                   seed=seed, interval_resamples=interval_resamples,
+                                                   interval_seed=interval_seed))
+
+
+# compare.md and the terminal show the per-story differences of this many pairs
+_SHOWN_PAIRS = 50
 
 
 # ------------------------------------------------------------------------ fair play

@@ -43,13 +43,14 @@ def cmd_compare(args) -> int:
     """Paired comparison of two runs (B − A): mean difference, bootstrap 95% interval, paired t-test."""
     from tension.core.api.verbs import compare
 
-    r = compare(args.run_a, args.run_b, pair_by=args.pair_by, out=args.out, resamples=args.resamples, seed=args.seed)
+    r = compare(args.run_a, args.run_b, pair_by=args.pair_by, out=args.out, resamples=args.resamples, seed=args.seed,
+                interval_resamples=args.interval_resamples, interval_seed=args.interval_seed)
     c = r.comparison
     print(f"{c.n_pairs} pairs by `{c.pair_by}` ({c.unpaired_a} stories only in A, {c.unpaired_b} only in B); "
           f"B − A = {c.run_b} − {c.run_a}; ✓ = 95% bootstrap interval excludes 0\n")
     print(r.markdown)
     if args.out:
-        print(f"written: {args.out}/compare.md, {args.out}/compare.csv")
+        print(f"written: {args.out}/compare.md, {args.out}/compare.csv, {args.out}/compare_stories.csv")
     if c.n_pairs == 0:
         print(f"error: no story of {c.run_a} pairs with one of {c.run_b} by `{c.pair_by}`", file=sys.stderr)
         return EXIT_FAILED
@@ -59,7 +60,8 @@ def cmd_compare(args) -> int:
 def _curve_settings(args):
     from tension.core.config import make_curve_settings
 
-    return make_curve_settings(args.window, args.thresholds, args.late_threshold, args.retention_window, "--")
+    return make_curve_settings(args.window, args.thresholds, args.late_threshold, args.retention_window, "--",
+                               interval_resamples=args.interval_resamples, interval_seed=args.interval_seed)
 
 
 def _metrics_flags(p) -> None:
@@ -85,8 +87,13 @@ def _compare_flags(p) -> None:
     p.add_argument("run_b", metavar="RUN_B", help="run folder compared with it (e.g. pipeline)")
     p.add_argument("--pair-by", default="id", metavar="FIELD",
                    help="pair stories by this metadata field of the corpus (default: the story id)")
-    p.add_argument("--out", metavar="DIR", help="also write compare.md and compare.csv here")
+    p.add_argument("--out", metavar="DIR", help="also write compare.md, compare.csv and compare_stories.csv here")
     add_bootstrap_flags(p)
+    p.add_argument("--interval-resamples", type=Number(int, declared_bounds(CurveSettings, "interval_resamples")),
+                   default=None, metavar="N", help="resamples of each run's verdicts for the per-story differences' "
+                   "95%% intervals (default: run A's setting; 0 = none)")
+    p.add_argument("--interval-seed", type=Number(int, declared_bounds(CurveSettings, "interval_seed")),
+                   default=None, metavar="S", help="seed of those resamples (default: run A's setting)")
 
 
 _BOOTSTRAP = frozenset({"resamples", "seed"})
@@ -94,5 +101,6 @@ VERBS = [
     Verb("metrics", cmd_metrics, _metrics_flags, (CurveSettings,), frozenset({"curves", "out"})),
     Verb("report", cmd_report, _report_flags, (CurveSettings,),
          frozenset({"run", "max_curves", "gpu_hour_usd"}) | _BOOTSTRAP),
-    Verb("compare", cmd_compare, _compare_flags, (), frozenset({"run_a", "run_b", "pair_by", "out"}) | _BOOTSTRAP),
+    Verb("compare", cmd_compare, _compare_flags, (),
+         frozenset({"run_a", "run_b", "pair_by", "out", "interval_resamples", "interval_seed"}) | _BOOTSTRAP),
 ]

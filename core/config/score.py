@@ -32,7 +32,15 @@ from tension.core.config.settings import (
     refresh_roles,
 )
 from tension.core.errors import ConfigError
-from tension.kernels.settings import CurveSettings, LateThreshold, RetentionWindow, Thresholds, Window
+from tension.kernels.settings import (
+    CurveSettings,
+    IntervalResamples,
+    IntervalSeed,
+    LateThreshold,
+    RetentionWindow,
+    Thresholds,
+    Window,
+)
 
 __all__ = ["ScoreConfig", "load_config", "config_file_keys", "make_curve_settings", "read_config_file", "API_KEY_ENV",
            "SERVERS", "ENDINGS", "JUDGING", "CORPUS", "CONCURRENCY", "OUTPUTS"]
@@ -158,6 +166,8 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     thresholds: Thresholds = _CURVE.thresholds
     late_threshold: LateThreshold = _CURVE.late_threshold
     retention_window: RetentionWindow = _CURVE.retention_window
+    interval_resamples: IntervalResamples = _CURVE.interval_resamples
+    interval_seed: IntervalSeed = _CURVE.interval_seed
 
     def __post_init__(self) -> None:
         self.check_declared()  # every numeric field within its declared Bounds
@@ -202,14 +212,18 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         return refresh_roles(self.refresh, ("generation", "judge"))
 
     def curve_settings(self):
-        return make_curve_settings(self.window, self.thresholds, self.late_threshold, self.retention_window)
+        return make_curve_settings(self.window, self.thresholds, self.late_threshold, self.retention_window,
+                                   interval_resamples=self.interval_resamples, interval_seed=self.interval_seed)
 
 
-def make_curve_settings(window, thresholds, late_threshold, retention_window, flag_prefix: str = ""):
+def make_curve_settings(window, thresholds, late_threshold, retention_window, flag_prefix: str = "", *,
+                        interval_resamples: int = _CURVE.interval_resamples,
+                        interval_seed: int = _CURVE.interval_seed):
     """CurveSettings, with a bad value reported as a ConfigError naming the setting
     (``flag_prefix="--"`` names it as a flag)."""
     return build_settings(CurveSettings, flag_prefix, window=window, thresholds=tuple(thresholds),
-                          late_threshold=late_threshold, retention_window=retention_window)
+                          late_threshold=late_threshold, retention_window=retention_window,
+                          interval_resamples=interval_resamples, interval_seed=interval_seed)
 
 
 def load_config(path: str | os.PathLike | None, overrides: dict[str, Any],

@@ -1,6 +1,8 @@
 """Paired comparisons of two runs (`tension-run compare`): B − A for every story
 statistic over stories paired by id or a metadata field, with a paired bootstrap
-95% interval and a paired t-test; and its table (001 Table 19 layout)."""
+95% interval and a paired t-test; and its table (001 Table 19 layout). Per pair of
+stories, B − A of each statistic with its 95% interval over both runs' own verdicts
+(core/reports/story_intervals.py, docs/metrics.md 1.6)."""
 
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ import numpy as np
 from tension.core.errors import InputError
 from tension.core.reports.metrics import stat_columns
 from tension.core.reports.report import RunData, fmt_stat, load_run, render_table
+from tension.core.reports.story_intervals import StoryDiff, paired_differences, stat_matrix
 from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
 from tension.kernels.curves import CurveSettings
 
-__all__ = ["compare", "Comparison", "ComparisonRow", "comparison_table"]
+__all__ = ["compare", "Comparison", "ComparisonRow", "comparison_table", "story_table"]
 
 
 class ComparisonRow(msgspec.Struct, kw_only=True):
@@ -46,6 +49,9 @@ class Comparison(msgspec.Struct, kw_only=True):
     unpaired_a: int
     unpaired_b: int
     rows: list[ComparisonRow]
+    stories: list[StoryDiff] = []  # per pair and statistic, in pair order
+    interval_resamples: int = 0
+    interval_seed: int = 0
 
 
 def _pair_keys(data: RunData, field: str) -> dict[Any, int]:
@@ -71,13 +77,21 @@ def _pair_keys(data: RunData, field: str) -> dict[Any, int]:
 
 
 def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "id",
-            n_resamples: int = N_RESAMPLES, seed: int = 0, settings: CurveSettings | None = None) -> Comparison:
+            n_resamples: int = N_RESAMPLES, seed: int = 0, settings: CurveSettings | None = None,
+            interval_resamples: int | None = None, interval_seed: int | None = None) -> Comparison:
     """B − A for every story statistic over stories paired by `pair_by`: mean
-    difference, paired bootstrap 95% interval, paired t-test."""
+    difference, paired bootstrap 95% interval, paired t-test; and per pair of stories
+    the difference with its interval (`interval_resamples`, `interval_seed`: run A's
+    recorded settings when None; 0 resamples: no per-story interval)."""
     from scipy import stats as sps
 
-    a = load_run(run_a, settings, n_resamples=0)
-    b = load_run(run_b, settings or a.settings, n_resamples=0)
+    a = load_run(run_a, settings, n_resamples=0, intervals=False)
+    s = a.settings
+    if interval_resamples is not None or interval_seed is not None:
+        s = msgspec.structs.replace(s, interval_resamples=s.interval_resamples if interval_resamples is None
+                                    else interval_resamples,
+                                    interval_seed=s.interval_seed if interval_seed is None else interval_seed)
+    b = load_run(run_b, settings or s, n_resamples=0, intervals=False)
     ka, kb = _pair_keys(a, pair_by), _pair_keys(b, pair_by)
     shared = [k for k in ka if k in kb]
     ia = np.array([ka[k] for k in shared], dtype=np.int64)
@@ -97,8 +111,50 @@ def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "
                                   mean_b=float(vb.mean()) if len(d) else math.nan,
                                   diff=float(d.mean()) if len(d) else math.nan, lo=lo, hi=hi, t=float(t),
                                   p=float(p), significant=bool(lo > 0 or hi < 0)))
+    names = stat_columns(s)
+    stories = paired_differences([_key_text(k, pair_by) for k in shared], [a.curves[i] for i in ia],
+                                 stat_matrix(a.stats)[ia], [b.curves[i] for i in ib], stat_matrix(b.stats)[ib],
+                                 names, s)
     return Comparison(run_a=str(run_a), run_b=str(run_b), pair_by=pair_by, n_pairs=len(shared),
-                      unpaired_a=len(ka) - len(shared), unpaired_b=len(kb) - len(shared), rows=rows)
+                      unpaired_a=len(ka) - len(shared), unpaired_b=len(kb) - len(shared), rows=rows,
+                      stories=stories, interval_resamples=s.interval_resamples, interval_seed=s.interval_seed)
+
+
+def _key_text(key: Any, pair_by: str) -> str:
+    """A pairing value as a table shows it: the id, or the metadata value (a string without JSON's quotes)."""
+    if pair_by == "id":
+        return str(key)
+    value = json.loads(key)
+    return value if isinstance(value, str) else str(key)
+
+
+def story_table(c: Comparison, fmt: str = "md", max_pairs: int | None = None) -> str:
+    """B − A per pair of stories: `Δ [lo, hi] ✓` per statistic (md), or one row per pair
+    and statistic (csv: compare_stories.csv)."""
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["pair", "statistic", "a", "b", "diff", "lo", "hi", "significant"])
+        for d in c.stories:
+            w.writerow([d.key, d.stat, *(("" if math.isnan(v) else f"{v:.10g}") for v in (d.a, d.b, d.diff, d.lo,
+                                                                                         d.hi)),
+                        int(d.significant)])
+        return buf.getvalue()
+    by_pair: dict[str, list[StoryDiff]] = {}
+    for d in c.stories:
+        by_pair.setdefault(d.key, []).append(d)
+    names = [r.stat for r in c.rows]
+    rows = []
+    for key, diffs in list(by_pair.items())[:max_pairs]:
+        row = [key]
+        for d in diffs:
+            cell = fmt_stat(d.stat, d.diff, signed=True)
+            if not math.isnan(d.lo):
+                cell += (f" [{fmt_stat(d.stat, d.lo, signed=True)}, {fmt_stat(d.stat, d.hi, signed=True)}]"
+                         + (" ✓" if d.significant else ""))
+            row.append(cell)
+        rows.append(row)
+    return render_table([c.pair_by, *names], rows, "md")
 
 
 def comparison_table(c: Comparison, fmt: str = "md") -> str:

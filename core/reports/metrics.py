@@ -2,10 +2,13 @@
 
 Input is JSON Lines, one story per line::
 
-    {"id": "s1", "group": "human", "x": [0.12, 0.2, ...], "y": [0.8, 0.74, ...]}
+    {"id": "s1", "group": "human", "x": [0.12, 0.2, ...], "y": [0.8, 0.74, ...],
+     "n_endings": [100, 100, ...], "n_match": [20, 26, ...]}
 
 (``x`` = fraction of the story revealed, strictly increasing; ``y`` = no-rate in
-[0, 1]). No LLM is involved: this is the last stage of `score`, usable alone.
+[0, 1]; the optional verdict counts of each position, judged endings and matches,
+give the story its intervals, docs/metrics.md 1.6). No LLM is involved: this is the
+last stage of `score`, usable alone.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ import numpy as np
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP, PositionLine
 from tension.core.inputs.jsonl import atomic_write, check_label, decode_line, iter_lines, read_records
+from tension.core.reports.story_intervals import compute_intervals, interval_columns, stat_matrix
 from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stats
 from tension.kernels.groups import GroupStat, group_stats
+from tension.kernels.intervals import StoryIntervals
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -48,6 +53,10 @@ class Curve(msgspec.Struct, kw_only=True):
     x: list[float]
     y: list[float]
     group: str | None = DEFAULT_GROUP  # null is read as absent (DEFAULT_GROUP); never None once checked
+    # each position's judged endings and matches (y = 1 − n_match / n_endings): what a
+    # story's intervals resample; None when the curve was saved without them
+    n_endings: list[int] | None = None
+    n_match: list[int] | None = None
 
 
 class MetricsResult(msgspec.Struct, kw_only=True):
@@ -56,6 +65,7 @@ class MetricsResult(msgspec.Struct, kw_only=True):
     settings: CurveSettings
     groups: dict[str, dict[str, GroupStat]]  # statistic -> group -> summary
     errors: list[InputError]
+    intervals: StoryIntervals | None = None  # None: interval_resamples = 0
 
 
 _curve_decoder = msgspec.json.Decoder(Curve)
@@ -80,6 +90,29 @@ def check_curve(path: str, lineno: int, c: Curve) -> None:
     for i, v in enumerate(c.y):
         if not 0.0 <= v <= 1.0:
             raise InputError(path, lineno, f"y[{i}]", f"expected a no-rate in [0, 1], got {v}")
+    _check_counts(path, lineno, c)
+
+
+def _check_counts(path: str, lineno: int, c: Curve) -> None:
+    """The verdict counts, when a curve has them: both lists, one entry per position,
+    0 <= n_match <= n_endings, and y = 1 − n_match / n_endings (n_endings 0: counts not
+    known for that position, so the story gets no interval)."""
+    if c.n_endings is None and c.n_match is None:
+        return
+    if c.n_endings is None or c.n_match is None:
+        given, missing = ("n_endings", "n_match") if c.n_match is None else ("n_match", "n_endings")
+        raise InputError(path, lineno, missing, f"expected `{missing}` beside `{given}` (the verdict counts)")
+    for name, arr in (("n_endings", c.n_endings), ("n_match", c.n_match)):
+        if len(arr) != len(c.x):
+            raise InputError(path, lineno, name, f"expected {len(c.x)} counts (as many as `x`), got {len(arr)}")
+    for i, (n, k) in enumerate(zip(c.n_endings, c.n_match)):
+        if n < 0:
+            raise InputError(path, lineno, f"n_endings[{i}]", f"expected a count >= 0, got {n}")
+        if not 0 <= k <= n:
+            raise InputError(path, lineno, f"n_match[{i}]", f"expected a count in [0, n_endings = {n}], got {k}")
+        if n and abs(c.y[i] - (1.0 - k / n)) > 1e-9:
+            raise InputError(path, lineno, f"y[{i}]", f"expected 1 − n_match/n_endings = {1.0 - k / n:.10g} "
+                                                      f"(from the counts {k}/{n}), got {c.y[i]}")
 
 
 def read_run_positions(run_dir: str | os.PathLike) -> tuple[list[Curve], list[InputError]]:
@@ -100,9 +133,11 @@ def read_run_positions(run_dir: str | os.PathLike) -> tuple[list[Curve], list[In
         except InputError as e:
             errors.append(InputError(e.path, e.line, e.field, f"{e.message} (line left out)"))
             continue
-        c = by_id.setdefault(p.id, Curve(id=p.id, group=p.group, x=[], y=[]))
+        c = by_id.setdefault(p.id, Curve(id=p.id, group=p.group, x=[], y=[], n_endings=[], n_match=[]))
         c.x.append(p.pct)
         c.y.append(p.no_rate)
+        c.n_endings.append(p.n_endings)  # type: ignore[union-attr]  # lists, made just above
+        c.n_match.append(p.n_match)  # type: ignore[union-attr]
     curves = []
     for c in by_id.values():
         check_curve(path, 0, c)  # each line met the rules above, so its curve does
@@ -121,6 +156,12 @@ def _check_position(path: str, lineno: int, p: PositionLine, before: Curve | Non
             raise InputError(path, lineno, name, f"expected a finite number, got {v}")
     if not 0.0 <= p.no_rate <= 1.0:
         raise InputError(path, lineno, "no_rate", f"expected a no-rate in [0, 1], got {p.no_rate}")
+    if p.n_endings < 0 or not 0 <= p.n_match <= p.n_endings:
+        raise InputError(path, lineno, "n_match", f"expected 0 <= n_match <= n_endings, got {p.n_match} of "
+                                                  f"{p.n_endings}")
+    if p.n_endings and abs(p.no_rate - (1.0 - p.n_match / p.n_endings)) > 1e-9:
+        raise InputError(path, lineno, "no_rate", f"expected 1 − n_match/n_endings = "
+                                                  f"{1.0 - p.n_match / p.n_endings:.10g}, got {p.no_rate}")
     if before is not None and before.x and not p.pct > before.x[-1]:
         raise InputError(path, lineno, "pct", f"expected the story's pct to increase, got {p.pct} after "
                                               f"{before.x[-1]} (story {p.id!r})")
@@ -151,10 +192,6 @@ def _fmt_angle(a: float) -> str:
     return str(int(a)) if float(a).is_integer() else str(a).replace(".", "_")
 
 
-def _stat_matrix(stats: BatchStats) -> np.ndarray:
-    return np.column_stack([stats.mean_nr, stats.late_nr, stats.retain, stats.convergence, stats.ir])
-
-
 def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings(), *,
             n_resamples: int = N_RESAMPLES, seed: int = 0,
             failed: Collection[str] = ()) -> tuple[BatchStats, dict[str, dict[str, GroupStat]]]:
@@ -170,7 +207,7 @@ def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings(), 
     stats = batch_stats(x, y, offsets, settings)
     keep = np.array([c.id not in failed for c in curves], dtype=bool)
     labels = cast(list[str], [c.group for c in curves if c.id not in failed])  # checked curves have a group
-    matrix = _stat_matrix(stats)[keep]
+    matrix = stat_matrix(stats)[keep]
     groups = {name: group_stats(matrix[:, k], labels, n_resamples, seed)
               for k, name in enumerate(stat_columns(settings))}
     return stats, groups
@@ -181,19 +218,26 @@ def _cell(v: float) -> str:
 
 
 def stories_csv(curves: Sequence[Curve], stats: BatchStats, settings: CurveSettings,
-                failed: Mapping[str, str] | None = None) -> str:
+                failed: Mapping[str, str] | None = None, intervals: StoryIntervals | None = None) -> str:
     """One row per story; a story in `failed` (id -> why) keeps its row, with
-    empty statistics and the reason in `nan_reasons`."""
+    empty statistics and the reason in `nan_reasons`. After `nan_reasons` come the
+    95% interval of each statistic (`<stat>_lo`, `<stat>_hi`; empty without
+    `intervals`, for a story without verdict counts, and where the statistic is NaN)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["id", "group", "n_positions", *stat_columns(settings), "nan_reasons"])
-    matrix = _stat_matrix(stats)
+    names = stat_columns(settings)
+    w.writerow(["id", "group", "n_positions", *names, "nan_reasons", *interval_columns(names)])
+    matrix = stat_matrix(stats)
     for i, c in enumerate(curves):
         reasons = "; ".join(Reason(int(stats.reasons[i])).describe())
+        if intervals is None:
+            bounds = ["" for _ in range(2 * len(names))]
+        else:
+            bounds = [_cell(v) for pair in zip(intervals.lo[i], intervals.hi[i]) for v in pair]
         if failed and c.id in failed:
-            w.writerow([c.id, c.group, 0, *("" for _ in matrix[i]), f"failed: {failed[c.id]}"])
+            w.writerow([c.id, c.group, 0, *("" for _ in matrix[i]), f"failed: {failed[c.id]}", *("" for _ in bounds)])
             continue
-        w.writerow([c.id, c.group, int(stats.n_positions[i]), *(_cell(v) for v in matrix[i]), reasons])
+        w.writerow([c.id, c.group, int(stats.n_positions[i]), *(_cell(v) for v in matrix[i]), reasons, *bounds])
     return buf.getvalue()
 
 
@@ -237,7 +281,9 @@ def metrics(curves_path: str | os.PathLike, out_dir: str | os.PathLike,
     """Read curves, compute story and group statistics, write stories.csv and groups.csv."""
     curves, errors = read_curves(curves_path)
     stats, groups = compute(curves, settings)
+    intervals = compute_intervals(curves, stats, settings)
     out = Path(out_dir)
-    atomic_write(out / "stories.csv", stories_csv(curves, stats, settings))
+    atomic_write(out / "stories.csv", stories_csv(curves, stats, settings, intervals=intervals))
     atomic_write(out / "groups.csv", groups_csv(groups))
-    return MetricsResult(curves=curves, stats=stats, settings=settings, groups=groups, errors=errors)
+    return MetricsResult(curves=curves, stats=stats, settings=settings, groups=groups, errors=errors,
+                         intervals=intervals)

@@ -28,9 +28,11 @@ from tension.core.reports.answer_warnings import markdown_section
 from tension.core.reports.filenames import unique_filenames
 from tension.core.reports.markdown import md_alt, md_code, md_text
 from tension.core.reports.metrics import Curve, compute, read_run_positions, stat_columns
+from tension.core.reports.story_intervals import compute_intervals, stat_matrix
 from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.curves import BatchStats, CurveSettings
 from tension.kernels.groups import GroupStat
+from tension.kernels.intervals import StoryIntervals
 
 __all__ = ["RunData", "load_run", "table6", "table18", "report"]
 
@@ -45,6 +47,7 @@ class RunData(msgspec.Struct, kw_only=True):
     settings: CurveSettings
     run: dict[str, Any]
     meta: dict[str, dict[str, Any]]  # story id -> {"group", "words", "meta": {...}}
+    intervals: StoryIntervals | None = None  # per story (docs/metrics.md 1.6); None when not asked for
 
     def values(self, stat: str) -> np.ndarray:
         cols = stat_columns(self.settings)
@@ -84,11 +87,13 @@ def _settings_from_run(run: dict[str, Any]) -> CurveSettings:
     d = CurveSettings()
     return CurveSettings(window=c.get("window", d.window), thresholds=tuple(c.get("thresholds", d.thresholds)),
                          late_threshold=c.get("late_threshold", d.late_threshold),
-                         retention_window=c.get("retention_window", d.retention_window))
+                         retention_window=c.get("retention_window", d.retention_window),
+                         interval_resamples=c.get("interval_resamples", d.interval_resamples),
+                         interval_seed=c.get("interval_seed", d.interval_seed))
 
 
 def load_run(run_dir: str | os.PathLike, settings: CurveSettings | None = None,
-             n_resamples: int = N_RESAMPLES, seed: int = 0) -> RunData:
+             n_resamples: int = N_RESAMPLES, seed: int = 0, intervals: bool = True) -> RunData:
     d = Path(run_dir)
     if not (d / "positions.jsonl").is_file():
         raise InputError(str(d), 0, None, "not a score run: no positions.jsonl in this folder")
@@ -104,7 +109,9 @@ def load_run(run_dir: str | os.PathLike, settings: CurveSettings | None = None,
             m = decode_line(path, lineno, raw, _MetaLine)
             meta[m.id] = msgspec.to_builtins(m)
     stats, groups = compute(curves, settings, n_resamples=n_resamples, seed=seed)
-    return RunData(dir=str(d), curves=curves, stats=stats, groups=groups, settings=settings, run=run, meta=meta)
+    iv = compute_intervals(curves, stats, settings) if intervals else None
+    return RunData(dir=str(d), curves=curves, stats=stats, groups=groups, settings=settings, run=run, meta=meta,
+                   intervals=iv)
 
 
 # --- tables --------------------------------------------------------------------
@@ -191,6 +198,7 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
     lines += ["## Results (000, Table 6 layout)", "", table6(data.groups, s),
               "## With 95% bootstrap intervals (001, Table 18 layout)", "",
               f"{n_resamples:,} resamples over stories, seed {seed}.", "", table18(data.groups, s),
+              *_story_lines(data, max_curves),
               "## Figures", "", "Bars: group means with 95% bootstrap intervals; a group of one story has no "
               "interval (marked n = 1).", "", "![Mean and late no-rate](figures/nr.png)", "",
               "![Inflection rate](figures/ir.png)", "", "![Retention](figures/retain.png)", ""]
@@ -206,6 +214,42 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
               f"Rebuild with {md_code('tension-run report ' + shlex.quote(str(d)))}.", ""]
     atomic_write(d / "report.md", "\n".join(lines))
     return d / "report.md"
+
+
+def _story_lines(data: RunData, max_stories: int) -> list[str]:
+    """The per-story table: each statistic with its 95% interval over resamples of the
+    story's own verdicts (docs/metrics.md 1.6)."""
+    s = data.settings
+    if data.intervals is None:
+        return ["## Stories", "", "No per-story intervals (`--interval-resamples 0`).", "",
+                story_table(data, max_stories), ""]
+    shown = min(len(data.curves), max_stories)
+    more = f" First {shown} of {len(data.curves)} stories; all are in `stories.csv`." if shown < len(data.curves) \
+        else ""
+    return ["## Stories, with 95% intervals over their own verdicts", "",
+            f"Each story's verdicts resampled within each position ({s.interval_resamples:,} resamples, seed "
+            f"{s.interval_seed}); the interval covers the sampling of endings and verdicts at these models and "
+            f"prompts, not the choice of story, model or prompt (docs/metrics.md 1.6).{more}", "",
+            story_table(data, max_stories), ""]
+
+
+def story_table(data: RunData, max_stories: int) -> str:
+    """One row per story (the first `max_stories`): `value [lo, hi]` per statistic."""
+    cols = _columns(data.settings)
+    names = stat_columns(data.settings)
+    matrix = stat_matrix(data.stats)
+    rows = []
+    for i, c in enumerate(data.curves[:max_stories]):
+        row = [c.id, c.group or "", str(len(c.x))]
+        for stat, _ in cols:
+            j = names.index(stat)
+            cell = fmt_stat(stat, float(matrix[i, j]))
+            if data.intervals is not None and not math.isnan(data.intervals.lo[i, j]):
+                cell += (f" [{fmt_stat(stat, float(data.intervals.lo[i, j])).rstrip('%')}, "
+                         f"{fmt_stat(stat, float(data.intervals.hi[i, j])).rstrip('%')}]")
+            row.append(cell)
+        rows.append(row)
+    return render_table(["Story", "Group", "positions"] + [label for _, label in cols], rows, "md")
 
 
 def _draw_figures(figs: Path, data: RunData, max_curves: int) -> list[tuple[str, str]]:

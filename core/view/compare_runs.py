@@ -5,6 +5,7 @@ per position (same story, same k) the no-rates and their difference."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tension.core.errors import TensionError
@@ -18,13 +19,17 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round(b - a, 6)
 
 
-def _summary(a: ScoreRun, b: ScoreRun) -> tuple[list[dict[str, Any]], str | None]:
+def _summary(a: ScoreRun, b: ScoreRun) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], str | None]:
+    """The paired summary rows, and per story id the 95% interval of each difference."""
     try:
         c = compare(a.dir, b.dir, "id", n_resamples=10_000)
     except TensionError as e:
-        return [], f"no paired summary: {e}"
+        return [], {}, f"no paired summary: {e}"
+    cis: dict[str, dict[str, Any]] = {}
+    for d in c.stories:
+        cis.setdefault(d.key, {})[d.stat] = None if math.isnan(d.lo) else [d.lo, d.hi]
     return [{"stat": r.stat, "n_pairs": r.n_pairs, "mean_a": r.mean_a, "mean_b": r.mean_b, "diff": r.diff,
-             "lo": r.lo, "hi": r.hi, "t": r.t, "p": r.p, "significant": r.significant} for r in c.rows], None
+             "lo": r.lo, "hi": r.hi, "t": r.t, "p": r.p, "significant": r.significant} for r in c.rows], cis, None
 
 
 def comparison(a: ScoreRun, b: ScoreRun) -> dict[str, Any]:
@@ -45,7 +50,9 @@ def comparison(a: ScoreRun, b: ScoreRun) -> dict[str, Any]:
                         "diff": {k: _diff(s["stats"][k], t["stats"].get(k)) for k in s["stats"]},
                         "positions": positions, "only_a": len(pa.keys() - pb.keys()),
                         "only_b": len(pb.keys() - pa.keys())})
-    summary, note = _summary(a, b)
+    summary, cis, note = _summary(a, b)
+    for s in stories:
+        s["diff_ci"] = cis.get(s["id"], {})
     paired = {s["id"] for s in stories}
     return {"kind": "compare", "a": str(a.dir), "b": str(b.dir), "models_a": ca["models"], "models_b": cb["models"],
             "columns": ca["columns"], "stories": stories, "summary": summary,

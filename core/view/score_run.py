@@ -32,6 +32,7 @@ from tension.core.inputs.segment import split_sentences
 from tension.core.reports.answer_warnings import warning_text
 from tension.core.reports.figures import sharp_reversals
 from tension.core.reports.metrics import Curve, check_curve, compute, stat_columns
+from tension.core.reports.story_intervals import compute_intervals
 from tension.kernels.curves import CurveSettings, Reason, smooth
 
 __all__ = ["Recall", "RecallFactory", "Stores", "ScoreRun", "NotFound", "slugs", "read_record", "open_recall",
@@ -143,6 +144,7 @@ class ScoreRun:
         self.lines = self._read_lines()
         self.curves = self._curves()
         self.stats, self.groups = compute(self.curves, self.settings, n_resamples=n_resamples)
+        self.intervals = compute_intervals(self.curves, self.stats, self.settings)
         self.index = {c.id: i for i, c in enumerate(self.curves)}
         self.slug = slugs([c.id for c in self.curves])
         self.by_slug = {s: sid for sid, s in self.slug.items()}
@@ -158,7 +160,9 @@ class ScoreRun:
         try:
             return make_curve_settings(c.get("window", d.window), c.get("thresholds", d.thresholds),
                                        c.get("late_threshold", d.late_threshold),
-                                       c.get("retention_window", d.retention_window))
+                                       c.get("retention_window", d.retention_window),
+                                       interval_resamples=c.get("interval_resamples", d.interval_resamples),
+                                       interval_seed=c.get("interval_seed", d.interval_seed))
         except TensionError as e:
             self.notes.append(f"{self.dir / 'run.json'}: {e}; the paper's curve settings are used")
             return d
@@ -195,7 +199,8 @@ class ScoreRun:
         curves = []
         for sid, ps in by_id.items():
             ps.sort(key=lambda p: p.k)  # the partial file is in completion order
-            c = Curve(id=sid, group=ps[0].group, x=[p.pct for p in ps], y=[p.no_rate for p in ps])
+            c = Curve(id=sid, group=ps[0].group, x=[p.pct for p in ps], y=[p.no_rate for p in ps],
+                      n_endings=[p.n_endings for p in ps], n_match=[p.n_match for p in ps])
             try:
                 check_curve(str(self.dir / "positions.jsonl"), 0, c)
             except InputError as e:
@@ -213,13 +218,22 @@ class ScoreRun:
         values = [s.mean_nr, s.late_nr, s.retain, s.convergence] + [s.ir[:, j] for j in range(s.ir.shape[1])]
         return dict(zip(cols, values))
 
+    def story_intervals(self, i: int) -> dict[str, list[float] | None]:
+        """Story i's 95% interval of each statistic, [lo, hi] (None: none, docs/metrics.md 1.6)."""
+        cols = stat_columns(self.settings)
+        iv = self.intervals
+        if iv is None:
+            return {c: None for c in cols}
+        return {c: None if math.isnan(iv.lo[i, j]) else [float(iv.lo[i, j]), float(iv.hi[i, j])]
+                for j, c in enumerate(cols)}
+
     def corpus(self) -> dict[str, Any]:
         values = self.stat_values()
         stories = []
         for i, c in enumerate(self.curves):
             stories.append({
                 "id": c.id, "slug": self.slug[c.id], "group": c.group, "n_positions": len(c.x),
-                "stats": {k: _number(v[i]) for k, v in values.items()},
+                "stats": {k: _number(v[i]) for k, v in values.items()}, "intervals": self.story_intervals(i),
                 "nan_reasons": "; ".join(Reason(int(self.stats.reasons[i])).describe()),
                 "x": [round(v, 4) for v in c.x], "y": [round(v, 4) for v in c.y]})
         groups = {stat: {g: {"mean": _number(s.mean), "lo": _number(s.boot_lo), "hi": _number(s.boot_hi),
@@ -279,7 +293,8 @@ class ScoreRun:
                       "n_endings": p.n_endings, "n_match": p.n_match, "n_empty": p.n_empty,
                       "n_malformed": p.n_malformed, "mark": marks.get(j)} for j, p in enumerate(ps)]
         return {"kind": "story", "id": sid, "slug": self.slug[sid], "group": c.group,
-                "stats": {k: _number(v[i]) for k, v in values.items()}, "window": self.settings.window,
+                "stats": {k: _number(v[i]) for k, v in values.items()}, "intervals": self.story_intervals(i),
+                "interval_resamples": self.settings.interval_resamples, "window": self.settings.window,
                 "sentences": self.sentences(sid), "positions": positions, "notes": self.notes}
 
     # -- a position's endings ------------------------------------------------------------

@@ -25,11 +25,17 @@ SMALL = [
 #     with angles 34.6°, 40.6°, 63.4° -> IR30 = 0/5, IR60 = 2/5, IR120 = 3/5.
 # s2: flat: no peak (NaN), no reversal (IR 0).
 # s3: one position: only the mean is defined.
-STORIES_CSV = """\
-id,group,n_positions,mean_nr,late_nr,retain,convergence,ir30,ir60,ir120,nan_reasons
-s1,A,5,0.54,0.4,50,-50,0,0.4,0.6,
-s2,A,3,0.5,0.5,,,0,0,0,no peak (retain/convergence undefined)
-s3,B,1,0.7,,,,,,,fewer than 3 positions (no inflection rate); no late position (late NR undefined); no peak (retain/convergence undefined)
+# The curves carry no verdict counts, so the interval columns (issue 27, appended
+# after nan_reasons) are empty.
+NO_INTERVALS = "," * 14
+STORIES_CSV = f"""\
+id,group,n_positions,mean_nr,late_nr,retain,convergence,ir30,ir60,ir120,nan_reasons,\
+mean_nr_lo,mean_nr_hi,late_nr_lo,late_nr_hi,retain_lo,retain_hi,convergence_lo,convergence_hi,\
+ir30_lo,ir30_hi,ir60_lo,ir60_hi,ir120_lo,ir120_hi
+s1,A,5,0.54,0.4,50,-50,0,0.4,0.6,{NO_INTERVALS}
+s2,A,3,0.5,0.5,,,0,0,0,no peak (retain/convergence undefined){NO_INTERVALS}
+s3,B,1,0.7,,,,,,,fewer than 3 positions (no inflection rate); no late position (late NR undefined); no peak \
+(retain/convergence undefined){NO_INTERVALS}
 """
 
 # Group A mean_nr: mean(0.54, 0.5) = 0.52, sd = 0.02·√2 = 0.02828427125,

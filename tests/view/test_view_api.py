@@ -42,6 +42,11 @@ def test_corpus_json_has_the_numbers_of_stories_csv(runs, viewer):
         assert s["n_positions"] == int(r["n_positions"])
         for col in corpus["columns"]:
             assert _close(s["stats"][col], r[col]), (s["id"], col)
+            # issue 27: the story's interval, as stories.csv holds it (the run's settings and seed)
+            iv = s["intervals"][col]
+            assert _close(None if iv is None else iv[0], r[f"{col}_lo"]), (s["id"], col)
+            assert _close(None if iv is None else iv[1], r[f"{col}_hi"]), (s["id"], col)
+    assert any(s["intervals"]["mean_nr"] for s in corpus["stories"])
     groups = list(csv.DictReader((runs.a / "groups.csv").read_text().splitlines()))
     for g in groups:
         got = corpus["groups"][g["statistic"]][g["group"]]
@@ -62,6 +67,10 @@ def test_story_json_is_positions_jsonl_with_the_report_curve(runs, viewer):
     # sentence k-1 is the anchor of position k: the text is the corpus story's
     corpus = {json.loads(x)["id"]: json.loads(x) for x in (runs.root / "corpus.jsonl").read_text().splitlines()}
     assert " ".join(story["sentences"]).split() == corpus["story-001"]["text"].split()
+    row = next(r for r in csv.DictReader((runs.a / "stories.csv").read_text().splitlines()) if r["id"] == "story-001")
+    lo, hi = story["intervals"]["mean_nr"]
+    assert _close(lo, row["mean_nr_lo"]) and _close(hi, row["mean_nr_hi"]) and lo <= story["stats"]["mean_nr"] <= hi
+    assert story["interval_resamples"] == CurveSettings().interval_resamples
 
 
 def test_endings_json_lists_each_ending_with_the_verdict_the_judge_gave(runs, viewer):
@@ -83,6 +92,10 @@ def test_compare_json_pairs_stories_and_positions(runs, viewer):
         for p in s["positions"]:
             assert math.isclose(p["diff"], b[s["id"], p["k"]] - a[s["id"], p["k"]], abs_tol=1e-6)
     assert {r["stat"] for r in c["summary"]} >= {"mean_nr", "late_nr"}
+    # issue 27: each story's difference with its interval over both runs' verdicts
+    for s in c["stories"]:
+        lo, hi = s["diff_ci"]["mean_nr"]
+        assert lo <= s["diff"]["mean_nr"] <= hi and hi - lo > 0
 
 
 def test_fairplay_json_and_the_know_it_alls_continuations(runs, viewer):

@@ -6,6 +6,7 @@ pictures come from there)."""
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 from pathlib import Path
@@ -89,10 +90,23 @@ def test_corpus_then_a_story_then_a_sentences_endings(browser, site, tmp_path):
     firsts = [r.get_attribute("data-id") for r in browser.find_elements("css selector", "table.sortable tbody tr")]
     means = {s["id"]: s for s in viewer.json("api/r0/corpus.json")[1]["stories"]}
     assert firsts == sorted(means, key=lambda i: means[i]["stats"]["mean_nr"])
+    # issue 27: each cell shows the story's 95% interval, the numbers of stories.csv
+    rows_csv = {r["id"]: r for r in csv.DictReader((runs.a / "stories.csv").read_text().splitlines())}
+    for row in browser.find_elements("css selector", "table.sortable tbody tr"):
+        cell = row.find_elements("css selector", "td.num")[0]  # mean_nr
+        r = rows_csv[row.get_attribute("data-id")]
+        want = f"{float(r['mean_nr']):.3f} [{float(r['mean_nr_lo']):.3f}, {float(r['mean_nr_hi']):.3f}]"
+        assert cell.text == want
+        assert cell.find_element("css selector", "span.ci").get_attribute("title").startswith("95% interval")
     shot(browser, tmp_path, "corpus")
 
     browser.find_element("link text", "story-001").click()
     spans = wait(browser, "span.s.pos")
+    stats = browser.find_element("css selector", "p.stats").text
+    r = rows_csv["story-001"]
+    assert f"mean_nr {float(r['mean_nr']):.3f} [{float(r['mean_nr_lo']):.3f}, {float(r['mean_nr_hi']):.3f}]" in stats
+    assert any("resamples of this story's verdicts" in p.text for p in browser.find_elements("css selector",
+                                                                                             "p.legend"))
     lines = [p for p in runs.positions(runs.a) if p["id"] == "story-001"]
     assert len(spans) == len(lines)
     line = lines[len(lines) // 2]
@@ -126,6 +140,8 @@ def test_compare_and_fairplay_pages_render_their_data(browser, site, tmp_path):
     rows = wait(browser, "table.sortable tbody tr")
     assert len(rows) == 3
     assert len(browser.find_elements("css selector", "table.summary tr")) > 4
+    # issue 27: each story's difference carries its interval
+    assert all(r.find_elements("css selector", "td.num span.ci") for r in rows)
     rows[0].click()
     pos_rows = wait(browser, "#pair table.positions tr")
     n = sum(p["id"] == rows[0].get_attribute("data-id") for p in runs.positions(runs.a))

@@ -21,6 +21,7 @@ from tension.core.inputs.jsonl import atomic_write
 from tension.core.pipelines.score.positions import Position
 from tension.core.prompts import score as prompts
 from tension.core.reports.metrics import Curve, compute, groups_csv, stories_csv
+from tension.core.reports.story_intervals import compute_intervals
 from tension.core.run.record import Failure
 
 __all__ = ["PositionResult", "TextsSpool", "position_result", "position_line", "write_outputs"]
@@ -98,7 +99,8 @@ def write_outputs(out: Path, cfg: ScoreConfig, stories: list[Story], results: di
     curves = _curves(stories, results, failed)
     why = {stories[si].id: f"{f.stage}: {f.error}" for si, f in failed.items()}
     stats, groups = compute(curves, settings, failed=why)
-    atomic_write(out / "stories.csv", stories_csv(curves, stats, settings, failed=why))
+    intervals = compute_intervals(curves, stats, settings, failed=why)
+    atomic_write(out / "stories.csv", stories_csv(curves, stats, settings, failed=why, intervals=intervals))
     atomic_write(out / "groups.csv", groups_csv(groups))
     atomic_write(out / "meta.jsonl", b"".join(
         _line_encoder.encode({"id": st.id, "group": st.group, "words": st.words, "meta": st.meta}) + b"\n"
@@ -115,5 +117,6 @@ def _curves(stories: list[Story], results: dict[tuple[int, int], PositionResult]
     out = []
     for si, story in enumerate(stories):
         rs = [] if si in failed else by_story.get(si, [])
-        out.append(Curve(id=story.id, group=story.group, x=[r.pct for r in rs], y=[r.no_rate for r in rs]))
+        out.append(Curve(id=story.id, group=story.group, x=[r.pct for r in rs], y=[r.no_rate for r in rs],
+                         n_endings=[r.n_endings for r in rs], n_match=[r.n_match for r in rs]))
     return out

@@ -24,6 +24,12 @@
   }
   const fmt = (v, d = 3) => (v === null || v === undefined || v === "" ? "—" : Number(v).toFixed(d));
   const pct = (v) => (100 * v).toFixed(1) + "%";
+  // a value and, when it has one, its 95% interval over the story's own verdicts (docs/metrics.md 1.6)
+  const CI_TITLE = "95% interval over resamples of this story's verdicts";
+  function withCI(v, iv, d = 3) {
+    return [fmt(v, d), iv ? el("span", {class: "ci", title: CI_TITLE}, ` [${fmt(iv[0], d)}, ${fmt(iv[1], d)}]`) : ""];
+  }
+  const digits = (c) => (c === "retain" || c === "convergence" ? 1 : 3);
   // run.json's degenerate-answer warnings, first, as report.md puts them: they qualify every number below
   function warnings(list) {
     return list && list.length ? el("section", {class: "warnings"},
@@ -108,12 +114,14 @@
     main.append(el("h1", {}, "corpus: " + D.dir), notes(D.notes), warnings(D.warnings),
       el("p", {}, `status ${D.status}; generation ${D.models.generation || "?"}, judge ${D.models.judge || "?"}; `,
         `${D.stories.length} stories`),
-      el("h2", {}, "groups (mean [95% bootstrap interval])"), groupsTable(D.columns), el("h2", {}, "stories"));
+      el("h2", {}, "groups (mean [95% bootstrap interval])"), groupsTable(D.columns),
+      el("h2", {}, "stories (value [95% interval over the story's own verdicts])"));
     const rows = D.stories.map((s) => ({s, sort: {id: s.id, group: s.group, n: s.n_positions, ...s.stats}}));
     main.append(sortable([["id", "story"], ["group", "group"], ["n", "positions"], ...D.columns.map((c) => [c, c]),
       ["curve", "curve"]], rows, ({s}) => el("tr", {"data-id": s.id},
       el("td", {}, el("a", {href: `story/${s.slug}.html`}, s.id)), el("td", {}, s.group), el("td", {}, s.n_positions),
-      D.columns.map((c) => el("td", {class: "num"}, fmt(s.stats[c]))), el("td", {}, spark(s.x, s.y)))));
+      D.columns.map((c) => el("td", {class: "num"}, withCI(s.stats[c], s.intervals[c], digits(c)))),
+      el("td", {}, spark(s.x, s.y)))));
   }
 
   function storyPage() {
@@ -121,7 +129,11 @@
     const byK = new Map(P.map((p, j) => [p.k, j]));
     main.append(el("p", {}, el("a", {href: "../index.html"}, "← corpus"), ` run ${D.run_dir}`),
       el("h1", {}, D.id, el("small", {}, ` group ${D.group}`)), notes(D.notes),
-      el("p", {class: "stats"}, Object.entries(D.stats).map(([k, v]) => `${k} ${fmt(v)}`).join(" · ")));
+      el("p", {class: "stats"}, Object.entries(D.stats).flatMap(([k, v], i) => [i ? " · " : "", `${k} `,
+        ...withCI(v, D.intervals[k], digits(k))])),
+      D.interval_resamples ? el("p", {class: "legend"}, "[…]: 95% interval over " + D.interval_resamples +
+        " resamples of this story's verdicts within each position (the sampling of endings and verdicts at " +
+        "these models and prompts; not the choice of story, model or prompt)") : "");
     const text = el("div", {class: "text"});
     const side = el("div", {class: "side"});
     main.append(el("div", {class: "story"}, text, side));
@@ -217,7 +229,7 @@
     main.append(el("h2", {}, "per story (click a story for its positions)"), detail,
       sortable([["id", "story"], ["group", "group"], ...D.columns.map((c) => [c, "Δ " + c])], rows, ({s}) =>
         el("tr", {"data-id": s.id, class: "click", on: {click: () => showPair(s)}}, el("td", {}, s.id), el("td", {}, s.group),
-          D.columns.map((c) => el("td", {class: "num"}, fmt(s.diff[c]))))));
+          D.columns.map((c) => el("td", {class: "num"}, withCI(s.diff[c], s.diff_ci && s.diff_ci[c], digits(c)))))));
     function showPair(s) {
       const c = chart(560, 220, 1);
       c.svg.append(sv("path", {d: path(s.positions.map((p) => [p.pct, p.a]), c.X, c.Y), class: "a"}),
