@@ -31,6 +31,8 @@ class EmbeddedSettings(msgspec.Struct, frozen=True, kw_only=True):
     port: int = 8765
     max_model_len: int = 4096
     kv_cache_gib: int = 4
+    block_size: int | None = None  # vLLM's default: 128 on this CPU build (which takes multiples of 32 only)
+    kv_blocks: int | None = None  # --num-gpu-blocks-override: a KV cache this many blocks long
     enforce_eager: bool = True  # skips torch.compile: start-up in seconds, not minutes
     omp_threads_bind: str = "auto"
     torch_find_links: str | None = None  # folder holding the torch CPU wheel (auto-detected)

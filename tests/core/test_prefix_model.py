@@ -1,0 +1,131 @@
+"""`estimate --block-size B --kv-blocks C` (the block-level prefix-cache model)
+against an independent count: every prompt the run would send, as words, cut in
+blocks, each sequence's hit the longest run of its full blocks seen before (capped
+at its length - 1), as vLLM does with a cache that never evicts; then eviction,
+the H200 profile, the GPU-hours and the CLI's errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_estimate import write_unique_corpus
+
+from tension.core.cli import main
+from tension.core.config import load_config
+from tension.core.pipelines.estimate import CacheModelOptions, Throughput, estimate
+from tension.core.pipelines.prefix.gpu import H200
+from tension.core.pipelines.prefix.synthetic import MARKERS_AFTER, MARKERS_BEFORE
+from tension.core.prompts import score as prompts
+
+N = 5
+E = 7
+
+
+def block_count(stories: list[list[str]], cfg, B: int) -> tuple[int, int]:
+    """(prompt tokens queried, hit) of every sequence, one after the other. (Blocks of 8
+    or more: the two system prompts share their first 6 tokens, "<s>"×3 You are a.)"""
+    seen: set[int] = set()
+    queried = hit = 0
+
+    def send(toks: list[str]) -> None:
+        nonlocal queried, hit
+        hs, h = [], 0
+        for i in range(len(toks) // B):
+            h = hash((h, tuple(toks[i * B:(i + 1) * B])))
+            hs.append(h)
+        cap, got = (len(toks) - 1) // B, 0
+        while got < min(len(hs), cap) and hs[got] in seen:
+            got += 1
+        seen.update(hs)
+        queried += len(toks)
+        hit += got * B
+
+    def chat(messages) -> list[str]:  # ChatML's markers as tokens of their own
+        sys_, user = (m["content"].split() for m in messages)
+        return ["<s>"] * 3 + sys_ + ["<u>"] * (MARKERS_BEFORE - 3) + user + ["<a>"] * MARKERS_AFTER
+
+    for sents in stories:
+        total = len(" ".join(sents).split())
+        for k in range(1, len(sents)):
+            if len(sents[k - 1].split()) < cfg.min_anchor_words:
+                continue
+            if not cfg.pct_min <= len(" ".join(sents[:k]).split()) / total <= cfg.pct_max:
+                continue
+            g = chat(prompts.ending_messages(" ".join(sents[:k])))
+            for _ in range(cfg.endings):
+                send(g)
+            cont = " ".join(" ".join(sents[k:]).split()[: cfg.continuation_words])
+            for i in range(cfg.endings):
+                send(chat(prompts.judge_messages(sents[k - 1], cont, f"E{i} " + " ".join(["more"] * (E - 1)))))
+    return queried, hit
+
+
+@pytest.mark.parametrize(("block", "continuation_words"), [(16, 2000), (8, 40), (128, 2000)])
+def test_a_cache_that_never_evicts_computes_what_the_blocks_seen_before_say(tmp_path, block, continuation_words):
+    stories = write_unique_corpus(tmp_path / "c.jsonl", 3)
+    cfg = load_config(None, {"tokenizer": "words", "endings": N, "cache": str(tmp_path / "cache"),
+                             "progress": False, "min_words": 100, "continuation_words": continuation_words,
+                             "judge_max_tokens": 1})
+    est = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=E),
+                   CacheModelOptions(block_size=block, kv_blocks=10**6))
+    queried, hit = block_count(stories, cfg, block)
+    pc = est.prefix_cache
+    assert pc is not None and pc.positions == est.positions > 50
+    got_q = sum(r.queried for r in pc.roles.values())
+    got_h = sum(r.hit for r in pc.roles.values())
+    assert (got_q, got_h) == (queried, hit)
+    assert pc.hit_rate == pytest.approx(hit / queried)
+    # never better than the ideal: blocks only lose sharing
+    for role in ("generation", "judge"):
+        assert pc.roles[role].computed >= est.prompt_tokens[role].computed - MARKERS_BEFORE - MARKERS_AFTER
+
+
+def test_a_small_cache_evicts_and_the_h200_profile_has_the_papers_blocks(tmp_path):
+    write_unique_corpus(tmp_path / "c.jsonl", 6, seed=3)
+    cfg = load_config(None, {"tokenizer": "words", "endings": N, "cache": str(tmp_path / "cache"),
+                             "progress": False, "min_words": 100, "gen_concurrency": 64})
+    big = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=E),
+                   CacheModelOptions(block_size=16, kv_blocks=10**6)).prefix_cache
+    small = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=E),
+                     CacheModelOptions(block_size=16, kv_blocks=150)).prefix_cache
+    assert big is not None and small is not None
+    assert small.roles["generation"].queried == big.roles["generation"].queried
+    assert small.hit_rate < big.hit_rate
+    h200 = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=E),
+                    CacheModelOptions(gpu_profile="h200")).prefix_cache
+    assert h200 is not None and h200.block_size == 16
+    assert h200.kv_blocks == {"generation": 5226, "judge": 10977}
+
+
+def test_the_h200_profile_is_the_serving_profiles_setup():
+    from tension.core.serving.profiles import paper_servers
+
+    gen, judge = paper_servers()
+    assert (H200[0].utilization, H200[1].utilization) == (gen.gpu_memory_utilization, judge.gpu_memory_utilization)
+    assert (H200[0].model, H200[1].model) == (gen.served_name, judge.served_name)
+    assert H200[0].bytes_per_token == 2 * 64 * 8 * 128 * 2  # Qwen3-32B: 64 layers, 8 KV heads of 128, bf16
+
+
+def test_cli_prints_the_prediction_beside_the_ideal_and_rejects_half_a_model(tmp_path, capsys):
+    write_unique_corpus(tmp_path / "c.jsonl", 2)
+    args = ["estimate", str(tmp_path / "c.jsonl"), "--tokenizer", "words", "--min-words", "100", "--no-progress",
+            "--cache", str(tmp_path / "cache"), "--base-url", "http://127.0.0.1:9", "--endings", "4"]
+    assert main(args + ["--block-size", "16", "--kv-blocks", "4000", "--gen-tok-s", "100", "--judge-req-s", "10",
+                        "--prefill-tok-s", "5000", "--json", str(tmp_path / "e.json")]) == 0
+    out = capsys.readouterr().out
+    assert "prefix cache model" in out and "blocks of 16" in out and "hit rate" in out
+    assert "GPU-hours of prefill: predicted / ideal" in out
+    doc = json.loads((tmp_path / "e.json").read_text())
+    pc = doc["prefix_cache"]
+    assert pc["kv_blocks"] == {"generation": 4000} and 0 < pc["hit_rate"] < 1
+    assert doc["gpu_hours"]["prefill"] == pytest.approx(pc["computed"] / 5000 / 3600)
+    assert doc["gpu_hours"]["total"] == pytest.approx(doc["gpu_hours"]["generation"] + doc["gpu_hours"]["judge"]
+                                                      + doc["gpu_hours"]["prefill"])
+    for bad, why in ((["--block-size", "16"], "go together"), (["--prefill-tok-s", "10"], "needs the prefix-cache"),
+                     (["--gpu-profile", "h100"], "invalid choice"), (["--block-size", "0", "--kv-blocks", "9"], "")):
+        with pytest.raises(SystemExit) as e:
+            rc = main(args + bad)
+            raise SystemExit(rc)
+        assert e.value.code == 2, bad
+        assert why in capsys.readouterr().err, bad
