@@ -109,7 +109,7 @@ def replay(base: str, corpus: Path, texts: Path, cfg, block_size: int, kv_blocks
         shape.append((len(judged), len(ends)))
     ids = tokenize_all(base, bodies)
     work, i = [], 0
-    for (nj, ne), d in zip(shape, lines):
+    for nj, ne in shape:
         gen, judge, ends = ids[i], ids[i + 1:i + 1 + nj], ids[i + 1 + nj:i + 1 + nj + ne]
         i += 1 + nj + ne
         # an ending's tokens plus its end-of-sequence token, at most max_tokens

@@ -38,11 +38,11 @@ from tension.core.config import ScoreConfig
 from tension.core.errors import ConfigError, StatusError
 from tension.core.inputs.corpus import Corpus, read_corpus
 from tension.core.pipelines.estimate_text import format_estimate
+from tension.core.pipelines.ideal import Tally, TokenTotals, constants, template_pieces
 from tension.core.pipelines.prefix.predict import CacheModelOptions, PrefixPrediction, predict
 from tension.core.pipelines.score.lookup import lookup
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
-from tension.core.prompts import score as prompts
 from tension.core.run.blocking import run_blocking
 from tension.core.run.lifecycle import Run, open_run
 from tension.core.run.progress import Progress
@@ -64,11 +64,6 @@ class Throughput(msgspec.Struct, kw_only=True):
     gpu_hour_usd: float | None = None
     ending_tokens: float | None = None  # E; None: max_tokens (an upper bound)
     source: str = "flags"  # "flags" or the bench file they came from
-
-
-class TokenTotals(msgspec.Struct, kw_only=True):
-    sent: int = 0  # prompt tokens summed over every request
-    computed: int = 0  # prompt tokens a prefix-caching server must compute (shared prefixes once)
 
 
 class Estimate(msgspec.Struct, kw_only=True):
@@ -105,18 +100,6 @@ class Estimate(msgspec.Struct, kw_only=True):
     run: RunHeader | None = None  # the run record header every verb shares (core/run/record.py)
 
 
-def _constants(counts: list[int]) -> dict[str, int]:
-    names = ["ending_system", "ending_instruction", "judge_system", "judge_head", "judge_mid", "judge_tail"]
-    return dict(zip(names, counts))
-
-
-def _template_pieces() -> list[str]:
-    """The fixed texts of the prompts, in `_constants` order."""
-    head, rest = prompts.JUDGE_USER.split("{anchor} {continuation}")
-    mid, tail = rest.split("{anchor} {ending}")
-    return [prompts.ENDING_SYSTEM, prompts.ENDING_USER.format(prefix=""), prompts.JUDGE_SYSTEM, head, mid, tail]
-
-
 def prefix_counter(cfg: ScoreConfig) -> Counter | None:
     """The local counter of --tokenizer PATH, counting a story's prefixes from one
     encoding of the whole story: the prefix s[0:k] is the first len(prefix)
@@ -142,52 +125,6 @@ def prefix_counter(cfg: ScoreConfig) -> Counter | None:
         return np.searchsorted(ends, lengths, side="right").tolist()
 
     return count
-
-
-class _Tally:
-    """Per-story sums, vectorised over the story's positions."""
-
-    def __init__(self, cfg: ScoreConfig, const: dict[str, int], ending_tokens: float, keep: bool = False):
-        self.cfg = cfg
-        self.kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = [] if keep else None  # P, a, c
-        self.n = cfg.endings
-        self.O = const["ending_system"] + const["ending_instruction"]
-        self.H = const["judge_system"] + const["judge_head"]
-        self.M = const["judge_mid"]
-        self.U = const["judge_tail"]
-        self.E = ending_tokens
-        self.gen_sent = 0
-        self.gen_computed = self.O  # the instruction: once for the whole corpus
-        self.judge_sent = 0.0
-        self.judge_computed = float(self.H)  # judge system + header: once for the corpus
-        self.positions = 0
-        self._any = False
-
-    def story(self, sents: list[str], words: int, ps: list[Position]) -> None:
-        if not ps:
-            return
-        self._any = True
-        n, cw = self.n, self.cfg.continuation_words
-        P = np.fromiter((p.tokens for p in ps), dtype=np.int64, count=len(ps))
-        k = np.fromiter((p.k for p in ps), dtype=np.int64, count=len(ps))
-        w = np.fromiter((len(s.split()) for s in sents), dtype=np.int64, count=len(sents))
-        after = w.sum() - np.cumsum(w)  # words in s[k:] at index k-1
-        ratio = ps[0].story_tokens / words if words else 1.0
-        a = w[k - 1] * ratio
-        c = np.minimum(after[k - 1], cw) * ratio
-        self.positions += len(ps)
-        self.gen_sent += int(len(ps) * self.O + P.sum())
-        self.gen_computed += int(P.max())
-        self.judge_sent += float((n * (self.H + 2 * a + c + self.M + self.E + self.U)).sum())
-        self.judge_computed += float((2 * a + c + self.M + n * (self.E + self.U)).sum())
-        if self.kept is not None:
-            self.kept.append((P, a, c))
-
-    def totals(self) -> dict[str, TokenTotals]:
-        if not self._any:
-            return {"generation": TokenTotals(), "judge": TokenTotals()}
-        return {"generation": TokenTotals(sent=self.gen_sent, computed=self.gen_computed),
-                "judge": TokenTotals(sent=round(self.judge_sent), computed=round(self.judge_computed))}
 
 
 class _Estimating:
@@ -254,7 +191,7 @@ def _estimate(cfg: ScoreConfig, corpus: Corpus, corpus_path: str, finder: Positi
     prefix-cache model's prediction over them)."""
     E = float(thr.ending_tokens if thr.ending_tokens is not None else cfg.max_tokens)
     modelled = cache_model is not None and cache_model.wanted
-    tally = _Tally(cfg, const, E, keep=modelled)
+    tally = Tally(cfg, const, E, keep=modelled)
     for si in sorted(by_story):
         tally.story(finder.sentences[si], corpus.stories[si].words, by_story[si])
     totals = tally.totals()
@@ -262,7 +199,7 @@ def _estimate(cfg: ScoreConfig, corpus: Corpus, corpus_path: str, finder: Positi
     if modelled and cache_model is not None and tally.kept is not None:
         model = predict(cfg, cache_model, tally.kept, const, E,
                         {role: t.computed for role, t in totals.items()})
-    return Estimate(prefix_cache=model, 
+    return Estimate(prefix_cache=model,
         corpus=corpus_path, tokenizer=cfg.tokenizer, model=reqs.gen_model or None,
         judge_model=reqs.judge_model or None, stories_kept=len(corpus.stories),
         stories_skipped=len(corpus.skipped), input_errors=[str(e) for e in corpus.errors],
@@ -283,7 +220,7 @@ async def _count_positions(run: Run, finder: PositionFinder, corpus: Corpus, by_
     cfg, progress = finder.cfg, run.progress
     lanes = finder.router.tokenize_lanes() or {"tokenize": cfg.tokenize_concurrency}
     async with run.serving(finder.router, lanes=lanes, route=False) as sched:
-        const.update(_constants(await finder.token_counts(_template_pieces(), "")))
+        const.update(constants(await finder.token_counts(template_pieces(), "")))
 
         async def one(si: int) -> None:
             try:

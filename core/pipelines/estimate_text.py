@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def format_estimate(e: Estimate) -> str:
     return "\n".join(lines)
 
 
-def _prefix_rows(e: Estimate, row) -> list[str]:
+def _prefix_rows(e: Estimate, row: Callable[[str, str], str]) -> list[str]:
     """The prefix-cache model's lines: per role, the hit rate and the prompt tokens
     the servers compute, beside the ideal's."""
     pc = e.prefix_cache
@@ -84,5 +85,6 @@ def _prefix_rows(e: Estimate, row) -> list[str]:
                        f"{r.hit_rate:.1%}, {r.computed:,} ({r.over_ideal:.2f}× of {r.ideal_computed:,})"))
     over = pc.computed / pc.ideal_computed if pc.ideal_computed else float("nan")
     out.append(row("  all: hit rate, computed (× ideal)",
-                   f"{pc.hit_rate:.1%}, {pc.computed:,} ({over:.2f}× of {pc.ideal_computed:,}); model {pc.seconds:.1f} s"))
+                   f"{pc.hit_rate:.1%}, {pc.computed:,} ({over:.2f}× of {pc.ideal_computed:,}); "
+                   f"model {pc.seconds:.1f} s"))
     return out

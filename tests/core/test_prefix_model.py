@@ -129,3 +129,35 @@ def test_cli_prints_the_prediction_beside_the_ideal_and_rejects_half_a_model(tmp
             raise SystemExit(rc)
         assert e.value.code == 2, bad
         assert why in capsys.readouterr().err, bad
+
+
+def test_score_reports_the_prompt_tokens_computed_against_the_ideal(server, tmp_path):
+    """run.json `prompt_tokens`: the ideal is estimate's (with E the run's mean ending
+    tokens), usage is what the answers report, and the server's counters are read
+    over the run (one server for both roles: `shared`)."""
+    write_unique_corpus(tmp_path / "c.jsonl", 2)
+    common = ["--tokenizer", "words", "--min-words", "100", "--endings", "4", "--no-progress", "--seed", "3",
+              "--cache", str(tmp_path / "cache"), "--base-url", server.base_url, "--model", "test-gen",
+              "--judge-model", "test-judge"]
+    assert main(["score", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "out"), "--no-report", *common]) == 0
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    pt = run["prompt_tokens"]
+    lines = [json.loads(x) for x in (tmp_path / "out" / "positions.jsonl").read_text().splitlines()]
+    assert pt["positions"] == len(lines) > 10
+    assert pt["judged_endings"] == sum(p["n_endings"] - p["n_empty"] for p in lines)
+    cfg = load_config(None, {"tokenizer": "words", "endings": 4, "min_words": 100, "progress": False,
+                             "cache": str(tmp_path / "cache2")})
+    est = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=pt["mean_ending_tokens"]))
+    assert pt["ideal"]["generation"] == est.prompt_tokens["generation"].computed
+    assert pt["ideal"]["judge"] == pytest.approx(est.prompt_tokens["judge"].computed, abs=1)
+    sent = run["usage_this_run"]  # a fresh run: every answer was sent
+    used = pt["usage"]
+    assert used["generation"]["prompt"] + used["judge"]["prompt"] == sent["prompt_tokens"]
+    assert used["generation"]["cached"] + used["judge"]["cached"] == sent.get("cached_tokens", 0)
+    shared = pt["server"]["shared"]
+    assert shared["queries"] > shared["hits"] > 0 and shared["computed"] == shared["queries"] - shared["hits"]
+    per = pt["per_unit"]
+    assert per["generation"]["unit"] == "position"
+    assert per["generation"]["ideal"] == round(pt["ideal"]["generation"] / pt["positions"], 3)
+    assert per["judge"]["usage_computed"] == round(used["judge"]["computed"] / pt["judged_endings"], 3)
+    assert per["judge"]["server_computed"] is None  # one server for both roles: not split by role

@@ -19,6 +19,7 @@ model holds for KV caches that admit the running requests' outputs.
 from __future__ import annotations
 
 import collections
+import functools
 import heapq
 import math
 from collections.abc import Callable
@@ -138,7 +139,7 @@ class Engine:
             w.running += k
             if w.left == 0:
                 self.waiting.popleft()
-            self.clock.after(steps, lambda w=w, held=held, m=m, own=own_total, k=k: self._finish(w, held, m, own, k))
+            self.clock.after(steps, functools.partial(self._finish, w, held, m, own_total, k))
 
     def _finish(self, w: _Waiting, held: np.ndarray, m: int, own_total: int, k: int) -> None:
         self.pool.release(held, m, own_total, k)
