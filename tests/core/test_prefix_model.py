@@ -161,3 +161,22 @@ def test_score_reports_the_prompt_tokens_computed_against_the_ideal(server, tmp_
     assert per["generation"]["ideal"] == round(pt["ideal"]["generation"] / pt["positions"], 3)
     assert per["judge"]["usage_computed"] == round(used["judge"]["computed"] / pt["judged_endings"], 3)
     assert per["judge"]["server_computed"] is None  # one server for both roles: not split by role
+
+
+def test_the_docs_commands_run(tmp_path, capsys):
+    """docs/cost.md's commands of the block-level model, on a small corpus."""
+    import shlex
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cost.md").read_text()
+    section = doc[doc.index("## Block-level prefix cache (issue 29)"):]
+    block = section[section.index("```sh") + 5:section.index("```", section.index("```sh") + 5)]
+    commands = [shlex.split(line) for line in block.strip().splitlines()]
+    assert len(commands) == 2
+    write_unique_corpus(tmp_path / "stories.jsonl", 2)
+    for argv in commands:
+        assert argv[:2] == ["tension-run", "estimate"]
+        argv = [str(tmp_path / a) if a == "stories.jsonl" else a for a in argv[1:]]
+        assert main(argv + ["--min-words", "100", "--no-progress", "--cache", str(tmp_path / "cache"),
+                            "--base-url", "http://127.0.0.1:9"]) == 0
+        assert "prefix cache model" in capsys.readouterr().out

@@ -83,7 +83,7 @@ def _group_tokens(rng, shared_len: int, tails: list[int], outs: int, identical: 
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), capacity=st.integers(8, 60), block=st.sampled_from([2, 4, 16]),
-       ops=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 4), st.integers(0, 9), st.integers(1, 5),
+       ops=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 4), st.integers(1, 9), st.integers(1, 5),
                               st.booleans(), st.booleans()), min_size=1, max_size=25))
 def test_hits_and_queue_match_a_per_sequence_reference(seed, capacity, block, ops):
     rng = np.random.default_rng(seed)
