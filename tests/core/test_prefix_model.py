@@ -61,12 +61,16 @@ def block_count(stories: list[list[str]], cfg, B: int) -> tuple[int, int]:
     return queried, hit
 
 
-@pytest.mark.parametrize(("block", "continuation_words"), [(16, 2000), (8, 40), (128, 2000)])
-def test_a_cache_that_never_evicts_computes_what_the_blocks_seen_before_say(tmp_path, block, continuation_words):
+@pytest.mark.parametrize(("block", "continuation_words", "warm"),
+                         [(16, 2000, True), (8, 40, True), (128, 2000, True), (16, 2000, False)])
+def test_a_cache_that_never_evicts_computes_what_the_blocks_seen_before_say(tmp_path, block, continuation_words,
+                                                                             warm):
+    """(Without the warm-up the n judge prompts go as one batch: the first computes the
+    shared head, which the others find registered in the same step: the same hits.)"""
     stories = write_unique_corpus(tmp_path / "c.jsonl", 3)
     cfg = load_config(None, {"tokenizer": "words", "endings": N, "cache": str(tmp_path / "cache"),
                              "progress": False, "min_words": 100, "continuation_words": continuation_words,
-                             "judge_max_tokens": 1})
+                             "judge_max_tokens": 1, "warm_judge": warm})
     est = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=E),
                    CacheModelOptions(block_size=block, kv_blocks=10**6))
     queried, hit = block_count(stories, cfg, block)

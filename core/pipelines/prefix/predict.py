@@ -82,7 +82,8 @@ def predict(cfg: ScoreConfig, opts: CacheModelOptions, stories: Sequence[tuple[n
     prompts = SyntheticPrompts(
         block_size=gen.block_size, n=cfg.endings, gen_head=const["ending_system"] + const["ending_instruction"],
         judge_head=const["judge_system"] + const["judge_head"], judge_mid=const["judge_mid"],
-        judge_tail=const["judge_tail"], ending_tokens=ending_tokens, judge_output=min(cfg.judge_max_tokens, 2))
+        judge_tail=const["judge_tail"], ending_tokens=ending_tokens, judge_output=min(cfg.judge_max_tokens, 2),
+        warm=cfg.warm_judge)
     sched = Schedule(gen_concurrency=cfg.gen_concurrency, judge_concurrency=cfg.judge_concurrency,
                      max_open=max_open(cfg, 1, 1))
     pred = simulate(prompts.corpus(stories), sched, gen, judge)

@@ -52,7 +52,7 @@ class SyntheticPrompts:
     """Every position's requests, story after story, positions in ascending k (the feed's order)."""
 
     def __init__(self, *, block_size: int, n: int, gen_head: int, judge_head: int, judge_mid: int, judge_tail: int,
-                 ending_tokens: float, judge_output: int):
+                 ending_tokens: float, judge_output: int, warm: bool = True):
         self.B = block_size
         self.n = n
         self.gen_head = gen_head + MARKERS_BEFORE
@@ -61,6 +61,7 @@ class SyntheticPrompts:
         self.U = judge_tail + MARKERS_AFTER
         self.E = max(1, round(ending_tokens))
         self.judge_output = judge_output
+        self.warm = warm  # one judge prompt alone first (--warm-judge), then the others
         self._gen_global = _ids(0, self.gen_head // block_size + 1)
         self._judge_global = _ids(1, self.judge_head // block_size + 1)
         self._space = 2
@@ -89,10 +90,10 @@ class SyntheticPrompts:
             mj = min(head // B, (Lj - 1) // B)
             hashes = np.concatenate([self._judge_global[:min(j0, mj)], _ids(self._space, max(0, mj - j0))])
             self._space += 1
-            warm = Group(hashes=hashes, prompt=Lj, output=self.judge_output, k=1, role="judge")
-            batch = (Group(hashes=hashes, prompt=Lj, output=self.judge_output, k=n - 1, role="judge")
-                     if n > 1 else None)
-            yield PositionWork(generation=gen, warm=warm, batch=batch)
+            first = Group(hashes=hashes, prompt=Lj, output=self.judge_output, k=1, role="judge")
+            rest = n - 1 if self.warm else n
+            batch = Group(hashes=hashes, prompt=Lj, output=self.judge_output, k=rest, role="judge") if rest else None
+            yield PositionWork(generation=gen, warm=first if self.warm else None, batch=batch)
 
     def corpus(self, stories: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Iterator[PositionWork]:
         for P, a, c in stories:
