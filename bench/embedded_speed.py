@@ -27,6 +27,7 @@ SETTINGS = {
     "kv1": {"kv_cache_gib": 1},  # a quarter of the KV cache: less memory to set up
     "bind01": {"omp_threads_bind": "0-1"},  # the worker's threads on both cores
     "compile": {"enforce_eager": False},  # torch.compile (docs/embedded.md: 300 s to start)
+    "block32": {"block_size": 32},  # the smallest block this CPU build takes: the n copies recompute less
 }
 
 

@@ -87,4 +87,7 @@ def _prefix_rows(e: Estimate, row: Callable[[str, str], str]) -> list[str]:
     out.append(row("  all: hit rate, computed (× ideal)",
                    f"{pc.hit_rate:.1%}, {pc.computed:,} ({over:.2f}× of {pc.ideal_computed:,}); "
                    f"model {pc.seconds:.1f} s"))
+    if pc.never_fit:
+        out.append(row("  requests larger than a KV cache (left out)",
+                       f"{pc.never_fit:,}: give the servers more KV blocks than the longest prompt needs"))
     return out

@@ -100,6 +100,10 @@ def test_a_small_cache_evicts_and_the_h200_profile_has_the_papers_blocks(tmp_pat
                     CacheModelOptions(gpu_profile="h200")).prefix_cache
     assert h200 is not None and h200.block_size == 16
     assert h200.kv_blocks == {"generation": 5226, "judge": 10977}
+    assert big.never_fit == small.never_fit == 0
+    tiny = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=E),
+                    CacheModelOptions(block_size=16, kv_blocks=8)).prefix_cache  # 112 tokens: no prompt fits
+    assert tiny is not None and tiny.never_fit > 0
 
 
 def test_the_h200_profile_is_the_serving_profiles_setup():

@@ -97,7 +97,7 @@ class Engine:
         self.waiting: collections.deque[_Waiting] = collections.deque()
         self.seqs = 0
         self.roles: dict[str, RoleTotals] = {}
-        self.never_fits = 0  # requests whose prompt alone is larger than the pool: admitted anyway, counted
+        self.never_fits = 0  # requests whose prompt alone is larger than the pool: left out, counted
 
     def submit(self, group: Group, done: Callable[[], None]) -> None:
         self.waiting.append(_Waiting(group, done))

@@ -56,6 +56,7 @@ class PrefixPrediction(msgspec.Struct, kw_only=True):
     ideal_computed: int
     positions: int
     seconds: float
+    never_fit: int = 0  # requests whose prompts alone outgrow a whole KV cache: left out (vLLM would refuse them)
 
 
 def engine_specs(opts: CacheModelOptions, cfg: ScoreConfig) -> tuple[EngineSpec, EngineSpec | None]:
@@ -98,4 +99,4 @@ def predict(cfg: ScoreConfig, opts: CacheModelOptions, stories: Sequence[tuple[n
                                                                    "judge": judge.kv_blocks}
     return PrefixPrediction(block_size=gen.block_size, kv_blocks=blocks, profile=opts.gpu_profile, roles=roles,
                             hit_rate=tot.hit_rate, computed=tot.computed, ideal_computed=ic,
-                            positions=pred.positions, seconds=pred.seconds)
+                            positions=pred.positions, seconds=pred.seconds, never_fit=pred.never_fit)
