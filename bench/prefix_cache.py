@@ -5,7 +5,7 @@ run (the token ids of every prompt sent, from the server's /tokenize, in the
 scheduler's order and concurrency) to predict it.
 
 Server (its own cache folder and port, so no other run shares its prefix cache):
-    XDG_CACHE_HOME=/tmp/pc tension-run serve --embedded --port 8799 [--block-size 32] [--kv-blocks 120]
+    XDG_CACHE_HOME=/tmp/pc tension-run serve --embedded --port 8799 [--block-size 128] [--kv-blocks 80]
 Client:
     .venv/bin/python bench/prefix_cache.py --base-url http://127.0.0.1:8799 --log SERVER_LOG \
         [--workloads small,judge,interleaved] [--json out.json]

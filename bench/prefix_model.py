@@ -25,11 +25,12 @@ BLOCKS = [16, 32, 128]  # at the default concurrency and the profile's KV bytes
 
 
 def cell(corpus: str, tokenizer: str, gen_c: int, judge_c: int, kv: int | None, block: int = 16,
-         warm: bool = True) -> dict:
+         warm: bool = True, min_words: int = 500) -> dict:
     t0 = time.perf_counter()
     r = tension.estimate(corpus, tokenizer=tokenizer, model="Qwen/Qwen3-32B", judge_model="Qwen/Qwen3-8B",
                          base_url="http://127.0.0.1:9", gpu_profile="h200", kv_blocks=kv, block_size=block,
-                         progress=False, gen_concurrency=gen_c, judge_concurrency=judge_c, warm_judge=warm)
+                         progress=False, gen_concurrency=gen_c, judge_concurrency=judge_c, warm_judge=warm,
+                         min_words=min_words)
     pc = r.estimate.prefix_cache
     assert pc is not None
     return {"gen_concurrency": gen_c, "judge_concurrency": judge_c, "block_size": block, "warm_judge": warm,
@@ -47,13 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true", help="the default concurrency only")
+    ap.add_argument("--min-words", type=int, default=500, help="the word filter (default: the paper's 500)")
     a = ap.parse_args(argv)
     print(f"load {loadavg()}", flush=True)
     rows = []
     cells = [(g, j, kv, 16, True) for g, j in ([(64, 512)] if a.quick else CONCURRENCY) for kv in KV]
     cells += [(64, 512, None, b, True) for b in BLOCKS if b != 16] + [(64, 512, None, 16, False)]
     for gen_c, judge_c, kv, block, warm in cells:
-        row = cell(a.corpus, a.tokenizer, gen_c, judge_c, kv, block, warm)
+        row = cell(a.corpus, a.tokenizer, gen_c, judge_c, kv, block, warm, a.min_words)
         rows.append(row)
         g, j = row["roles"]["generation"], row["roles"]["judge"]
         kvs = " / ".join(f"{v:,}" for v in row["kv_blocks"].values())

@@ -187,7 +187,8 @@ def _bench_flags(p) -> None:
 VERBS = [
     Verb("score", cmd_score, _score_flags, (ScoreConfig,), frozenset({"corpus", "out", "config"}), SERVER_ENV),
     Verb("estimate", cmd_estimate, _estimate_flags, (ScoreConfig,),
-         frozenset({"corpus", "config", "gen_tok_s", "judge_req_s", "bench", "ending_tokens", "json"}), SERVER_ENV),
+         frozenset({"corpus", "config", "gen_tok_s", "judge_req_s", "bench", "ending_tokens", "json",
+                    "block_size", "kv_blocks", "gpu_profile", "prefill_tok_s"}), SERVER_ENV),
     Verb("bench", cmd_bench, _bench_flags, (ScoreConfig,),
          frozenset({"corpus", "config", "positions", "bench_seed", "no_variants", "no_stream", "save"}), SERVER_ENV),
 ]

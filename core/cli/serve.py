@@ -179,8 +179,8 @@ def _embedded_flags(p) -> None:
     g.add_argument("--torch-index-url", metavar="URL", default=None,
                    help="index with CPU torch wheels, e.g. https://download.pytorch.org/whl/cpu")
     g.add_argument("--block-size", type=number(int, ge=32, le=4096), default=None,
-                   help="KV cache block, in tokens: the prefix cache's unit (default: vLLM's, 128 on this CPU build, "
-                        "which takes multiples of 32 only)")
+                   help="KV cache block, in tokens: the prefix cache's unit (default: 32, the smallest this CPU "
+                        "build takes; vLLM's own is 128)")
     g.add_argument("--kv-blocks", type=number(int, ge=2), default=None,
                    help="a KV cache of this many blocks (vLLM's --num-gpu-blocks-override; default: what "
                         "--kv-cache-gib holds)")

@@ -188,3 +188,21 @@ def test_the_docs_commands_run(tmp_path, capsys):
         assert main(argv + ["--min-words", "100", "--no-progress", "--cache", str(tmp_path / "cache"),
                             "--base-url", "http://127.0.0.1:9"]) == 0
         assert "prefix cache model" in capsys.readouterr().out
+
+
+def test_the_bench_of_the_docs_table_runs(tmp_path):
+    """docs/cost.md's `bench/prefix_model.py` command (--quick: the default concurrency's cells)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    write_unique_corpus(tmp_path / "pd_short_stories.jsonl", 1)
+    r = subprocess.run([sys.executable, str(root / "bench" / "prefix_model.py"), str(tmp_path / "pd_short_stories.jsonl"),
+                        "--tokenizer", "words", "--json", str(tmp_path / "model.json"), "--quick", "--min-words", "100"],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads((tmp_path / "model.json").read_text())
+    assert {row["block_size"] for row in rows} == {16, 32, 128}
+    assert any(not row["warm_judge"] for row in rows)
+    assert all(0 < row["hit_rate"] < 1 for row in rows)
