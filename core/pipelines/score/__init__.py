@@ -41,7 +41,7 @@ from tension.core.pipelines.score.outputs import (
     write_outputs,
 )
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
-from tension.core.pipelines.score.prompt_tokens import PromptTokens
+from tension.core.pipelines.score.prompt_tokens import PromptTokens, ServerReadings
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.pipelines.score.watch import AnswerWatch
 from tension.core.reports.answer_warnings import AnswerWarning
@@ -101,6 +101,8 @@ class Scoring:
         self.texts = TextsSpool(out_folder(run))  # with --save-texts: (story index, k) -> endings and verdicts
         self.failed: dict[int, Failure] = {}  # story index ->
         self.prompt_tokens = PromptTokens(cfg)  # what the positions' prompts cost the servers (run.json)
+        # one server per role: no router reads its /metrics, so the run does (prompt_tokens.server)
+        self.metrics = ServerReadings([r for r in (self.gen_router, self.judge_router) if r.single])
         self.const: dict[str, int] | None = None
         self.earlier = Invocations()  # the invocations before this one into the same --out (resumes)
         self.outputs_seconds: float | None = None
@@ -122,15 +124,11 @@ class Scoring:
         self.reqs = await resolve_models(cfg, gen, judge, run.llm.counts.requests)
         feed = PositionFeed(self.finder, self.corpus.stories, run.progress, self.failed, spread=len(gen.urls))
         # One lane per role ("generation", "judge", "tokenize"), `limit` per server.
-        # one server per role: no router reads its /metrics, so read it here (prompt_tokens.server)
-        single = [r for r in (gen, judge) if r.single]
         async with run.serving(gen, judge) as sched:
-            for r in single:
-                await r.scrape_metrics("start")
             self.const = await self._template_counts()
             await feed.run(sched, self.position, max_open(cfg, len(gen.urls), len(judge.urls)))
-        for r in single:  # the block joined the positions
-            await r.scrape_metrics("end")
+        if self.metrics.started:  # the block joined the positions
+            await self.metrics.read("end")
         self.watch.check_endings()  # every ending empty: no result (the records are committed)
         if self.corpus.stories and not self.results and not self.failed:
             why = "; ".join(f"story {sid!r}: {w}" for sid, w in list(self.finder.no_positions.items())[:5])
@@ -147,6 +145,7 @@ class Scoring:
         sents = self.finder.sentences[pos.story]
         try:
             request = self.reqs.endings(sents, pos.k)
+            await self.metrics.before_asking(self.llm.reads, self.reqs, sents, pos.k)
             rec = await self.llm.endings("generation", request, key=story.id)
             # A position's judge prompts share a prefix: one server for all of them.
             ask, answers, judge_usage = await self.judge.verdicts(self.reqs, f"{story.id}\x00{pos.k}", sents, pos.k,
