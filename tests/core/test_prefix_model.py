@@ -206,3 +206,17 @@ def test_the_bench_of_the_docs_table_runs(tmp_path):
     assert {row["block_size"] for row in rows} == {16, 32, 128}
     assert any(not row["warm_judge"] for row in rows)
     assert all(0 < row["hit_rate"] < 1 for row in rows)
+
+
+def test_a_fully_cached_rerun_reads_no_metrics_and_says_so(server, tmp_path):
+    write_unique_corpus(tmp_path / "c.jsonl", 1)
+    args = ["score", str(tmp_path / "c.jsonl"), "--no-report", "--tokenizer", "words", "--min-words", "100",
+            "--endings", "3", "--no-progress", "--seed", "3", "--cache", str(tmp_path / "cache"),
+            "--base-url", server.base_url, "--model", "test-gen", "--judge-model", "test-judge"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert server.count(path="/metrics") == 2  # before the first request, after the last
+    server.reset_records()
+    assert main([*args, "--out", str(tmp_path / "b")]) == 0
+    assert server.count() == 0
+    pt = json.loads((tmp_path / "b" / "run.json").read_text())["prompt_tokens"]
+    assert pt["server"] is None and pt["ideal"] is not None

@@ -38,7 +38,10 @@ class ServerReadings:
     these: the start is read when the first position that misses is about to ask."""
 
     def __init__(self, routers: Sequence[Router]):
-        self.routers = list(routers)
+        self.routers: list[Router] = []
+        for r in routers:  # a server both roles use is read once (by the first role's router)
+            if not any(set(r.workers) == set(o.workers) for o in self.routers):
+                self.routers.append(r)
         self.started = False
         self._lock = asyncio.Lock()
 
