@@ -121,7 +121,7 @@ class Scoring:
     async def score(self) -> None:
         cfg, run = self.cfg, self.run
         gen, judge = self.gen_router, self.judge_router
-        self.reqs = await resolve_models(cfg, gen, judge, run.llm.counts.requests)
+        self.reqs = await resolve_models(cfg, gen, judge, run.llm.counts.requests, after_check=self.metrics.start)
         feed = PositionFeed(self.finder, self.corpus.stories, run.progress, self.failed, spread=len(gen.urls))
         # One lane per role ("generation", "judge", "tokenize"), `limit` per server.
         async with run.serving(gen, judge) as sched:
@@ -145,7 +145,6 @@ class Scoring:
         sents = self.finder.sentences[pos.story]
         try:
             request = self.reqs.endings(sents, pos.k)
-            await self.metrics.before_asking(self.llm.reads, self.reqs, sents, pos.k)
             rec = await self.llm.endings("generation", request, key=story.id)
             # A position's judge prompts share a prefix: one server for all of them.
             ask, answers, judge_usage = await self.judge.verdicts(self.reqs, f"{story.id}\x00{pos.k}", sents, pos.k,

@@ -16,7 +16,6 @@ Two readings of what was computed:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,18 +23,15 @@ from tension.cache.records import Usage
 from tension.core.config import ScoreConfig
 from tension.core.llm.router import Router
 from tension.core.pipelines.ideal import Tally
-from tension.core.pipelines.score.lookup import lookup
 from tension.core.pipelines.score.positions import Position
-from tension.core.pipelines.score.requests import ScoreRequests
-from tension.core.run.reads import CacheReads
 
 __all__ = ["PromptTokens", "ServerReadings"]
 
 
 class ServerReadings:
-    """The servers' /metrics read before the first request the run sends and after
-    the last. A run that finds everything in the cache sends nothing, not even
-    these: the start is read when the first position that misses is about to ask."""
+    """The servers' /metrics read just before the first request the run sends (the
+    client's gate, after the pre-flight check) and after the last. A run that finds
+    everything in the cache sends nothing, not even these."""
 
     def __init__(self, routers: Sequence[Router]):
         self.routers: list[Router] = []
@@ -43,18 +39,10 @@ class ServerReadings:
             if not any(set(r.workers) == set(o.workers) for o in self.routers):
                 self.routers.append(r)
         self.started = False
-        self._lock = asyncio.Lock()
 
-    async def before_asking(self, reads: CacheReads, reqs: ScoreRequests, sentences: Sequence[str], k: int) -> None:
-        if self.started or not self.routers:
-            return
-        cached = lookup(reads, reqs, sentences, k)
-        if cached.answers is not None and cached.answers.found == cached.asked:
-            return  # all of this position is in the cache: nothing will be sent for it
-        async with self._lock:
-            if not self.started:
-                await self.read("start")
-                self.started = True
+    async def start(self) -> None:
+        await self.read("start")
+        self.started = bool(self.routers)
 
     async def read(self, when: str) -> None:
         for r in self.routers:
