@@ -139,10 +139,20 @@ def test_cli_prints_the_prediction_beside_the_ideal_and_rejects_half_a_model(tmp
         assert why in capsys.readouterr().err, bad
 
 
-def test_score_reports_the_prompt_tokens_computed_against_the_ideal(server, tmp_path):
+@pytest.fixture
+def vllm_like():
+    """A loopback server that says it is vLLM (owned_by), with its /metrics."""
+    from tension.testing.openai_server import LoopbackServer
+
+    with LoopbackServer(model=["test-gen", "test-judge"], batching=True) as srv:
+        yield srv
+
+
+def test_score_reports_the_prompt_tokens_computed_against_the_ideal(vllm_like, tmp_path):
     """run.json `prompt_tokens`: the ideal is estimate's (with E the run's mean ending
     tokens), usage is what the answers report, and the server's counters are read
     over the run (one server for both roles: `shared`)."""
+    server = vllm_like
     write_unique_corpus(tmp_path / "c.jsonl", 2)
     common = ["--tokenizer", "words", "--min-words", "100", "--endings", "4", "--no-progress", "--seed", "3",
               "--cache", str(tmp_path / "cache"), "--base-url", server.base_url, "--model", "test-gen",
@@ -208,7 +218,10 @@ def test_the_bench_of_the_docs_table_runs(tmp_path):
     assert all(0 < row["hit_rate"] < 1 for row in rows)
 
 
-def test_a_fully_cached_rerun_reads_no_metrics_and_says_so(server, tmp_path):
+def test_a_fully_cached_rerun_reads_no_metrics_and_says_so(vllm_like, server, tmp_path):
+    """A vLLM server's /metrics twice, a rerun from the cache nothing; a server that
+    does not say it is vLLM is not asked for /metrics at all."""
+    other, server = server, vllm_like
     write_unique_corpus(tmp_path / "c.jsonl", 1)
     args = ["score", str(tmp_path / "c.jsonl"), "--no-report", "--tokenizer", "words", "--min-words", "100",
             "--endings", "3", "--no-progress", "--seed", "3", "--cache", str(tmp_path / "cache"),
@@ -220,3 +233,7 @@ def test_a_fully_cached_rerun_reads_no_metrics_and_says_so(server, tmp_path):
     assert server.count() == 0
     pt = json.loads((tmp_path / "b" / "run.json").read_text())["prompt_tokens"]
     assert pt["server"] is None and pt["ideal"] is not None
+    i, j = args.index("--base-url") + 1, args.index("--cache") + 1
+    fresh = [*args[:j], str(tmp_path / "cache2"), *args[j + 1:]]
+    assert main([*fresh[:i], other.base_url, *fresh[i + 1:], "--out", str(tmp_path / "c")]) == 0
+    assert other.count(path="/metrics") == 0 and other.count(kind="generation") > 0

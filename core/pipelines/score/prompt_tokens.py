@@ -29,9 +29,9 @@ __all__ = ["PromptTokens", "ServerReadings"]
 
 
 class ServerReadings:
-    """The servers' /metrics read just before the first request the run sends (the
-    client's gate, after the pre-flight check) and after the last. A run that finds
-    everything in the cache sends nothing, not even these."""
+    """The vLLM servers' /metrics read just before the first request the run sends
+    (the client's gate, after the pre-flight check) and after the last. A run that
+    finds everything in the cache sends nothing, not even these."""
 
     def __init__(self, routers: Sequence[Router]):
         self.routers: list[Router] = []
@@ -41,6 +41,10 @@ class ServerReadings:
         self.started = False
 
     async def start(self) -> None:
+        # only servers that say they are vLLM (/v1/models owned_by, listed by the pre-flight
+        # check): another OpenAI-compatible server is not probed for endpoints it may lack
+        self.routers = [r for r in self.routers
+                        if all(r.client.owned_by(u, r.model or "") == "vllm" for u in r.workers)]
         await self.read("start")
         self.started = bool(self.routers)
 
