@@ -41,7 +41,12 @@ ADDED = {
               "--judge-batch",  # issue 19: a position's judge prompts as one request
               "--refresh",  # issue 25: ask a broken setup's cached answers again
               *("--interval-resamples", "--interval-seed")},  # issue 27: per-story intervals (docs/metrics.md 1.6)
-    "estimate": {"--judge-constraint"},  # estimate and bench take score's judging flags
+    "estimate": {"--judge-constraint",  # estimate and bench take score's judging flags
+                 # issue 29: the block-level prefix-cache model (docs/cost.md)
+                 "--block-size", "--kv-blocks", "--gpu-profile", "--prefill-tok-s"},
+    # issue 29: the embedded server's KV cache (bench/prefix_cache.py makes it small on purpose)
+    "serve": {"--block-size", "--kv-blocks", "--kv-cache-gib"},
+    "demo": {"--block-size", "--kv-blocks", "--kv-cache-gib"},
     "bench": {"--judge-constraint"},
     "generate": {"--config", "--cache-max-gb",  # as score and fairplay have them
                  "--refresh"},  # issue 25, as score has it

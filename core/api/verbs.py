@@ -111,11 +111,11 @@ def _throughput(gen_tok_s: float | None, judge_req_s: float | None, bench: PathL
     return thr
 
 
-async def _estimate(cfg: Any, corpus: PathLike, thr: Any, json: PathLike | None) -> EstimateResult:
+async def _estimate(cfg: Any, corpus: PathLike, thr: Any, json: PathLike | None, model: Any = None) -> EstimateResult:
     from tension.core.pipelines.estimate import estimate_async as run
     from tension.core.pipelines.estimate import format_estimate
 
-    est = await run(cfg, corpus, thr)
+    est = await run(cfg, corpus, thr, model)
     if json is not None:
         import msgspec
 
@@ -136,25 +136,57 @@ def _estimate_args(config: PathLike | None, settings: dict[str, Any], gen_tok_s:
     return cfg, _throughput(gen_tok_s, judge_req_s, bench, ending_tokens, settings.get("gpu_hour_usd"))
 
 
+def _cache_model(block_size: int | None, kv_blocks: int | None, gpu_profile: str | None,
+                 prefill_tok_s: float | None) -> Any:
+    """The prefix-cache model's options (docs/cost.md, "Block-level prefix cache"), checked."""
+    from tension.core.pipelines.prefix.gpu import PROFILES
+    from tension.core.pipelines.prefix.predict import CacheModelOptions
+
+    for name, v, lo in (("block_size", block_size, 1), ("kv_blocks", kv_blocks, 2)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
+            raise ConfigError(f"estimate(): keyword `{name}`: expected an integer >= {lo}, got {v!r}")
+    if prefill_tok_s is not None and (isinstance(prefill_tok_s, bool) or not isinstance(prefill_tok_s, int | float)
+                                      or not prefill_tok_s > 0):
+        raise ConfigError(f"estimate(): keyword `prefill_tok_s`: expected a number > 0, got {prefill_tok_s!r}")
+    if gpu_profile is not None and gpu_profile not in PROFILES:
+        raise ConfigError(f"estimate(): keyword `gpu_profile`: expected one of {', '.join(PROFILES)}, "
+                          f"got {gpu_profile!r}")
+    opts = CacheModelOptions(block_size=block_size, kv_blocks=kv_blocks, gpu_profile=gpu_profile,
+                             prefill_tok_s=prefill_tok_s)
+    if gpu_profile is None and (block_size is None) != (kv_blocks is None):
+        raise ConfigError("estimate(): `block_size` and `kv_blocks` go together (--block-size B --kv-blocks C), "
+                          "or give `gpu_profile` (--gpu-profile h200)")
+    if prefill_tok_s is not None and not opts.wanted:
+        raise ConfigError("estimate(): `prefill_tok_s` needs the prefix-cache model (--block-size and --kv-blocks, "
+                          "or --gpu-profile)")
+    return opts
+
+
 def estimate(corpus: PathLike, *, config: PathLike | None = None, gen_tok_s: float | None = None,
              judge_req_s: float | None = None, bench: PathLike | None = None, ending_tokens: float | None = None,
-             json: PathLike | None = None, **settings: Any) -> EstimateResult:
+             json: PathLike | None = None, block_size: int | None = None, kv_blocks: int | None = None,
+             gpu_profile: str | None = None, prefill_tok_s: float | None = None, **settings: Any) -> EstimateResult:
     """Requests, tokens, cache coverage, GPU-hours and money of scoring `corpus`,
     before any LLM call (as ``tension-run estimate``; formulas: docs/cost.md).
     `gen_tok_s`, `judge_req_s`, `bench` (a ``bench --save`` file), `ending_tokens`:
-    the throughput; `json`: also write the estimate there; `settings`: ScoreConfig's
-    fields, as for `score`."""
+    the throughput; `block_size` and `kv_blocks`, or `gpu_profile` ("h200"): the
+    servers' prefix caches, modelled block by block (`prefill_tok_s`: their prefill
+    rate, for the GPU-hours); `json`: also write the estimate there; `settings`:
+    ScoreConfig's fields, as for `score`."""
     cfg, thr = _estimate_args(config, settings, gen_tok_s, judge_req_s, bench, ending_tokens)
-    return _blocking(lambda: _estimate(cfg, corpus, thr, json))
+    model = _cache_model(block_size, kv_blocks, gpu_profile, prefill_tok_s)
+    return _blocking(lambda: _estimate(cfg, corpus, thr, json, model))
 
 
 async def estimate_async(corpus: PathLike, *, config: PathLike | None = None, gen_tok_s: float | None = None,
                          judge_req_s: float | None = None, bench: PathLike | None = None,
                          ending_tokens: float | None = None, json: PathLike | None = None,
-                         **settings: Any) -> EstimateResult:
+                         block_size: int | None = None, kv_blocks: int | None = None, gpu_profile: str | None = None,
+                         prefill_tok_s: float | None = None, **settings: Any) -> EstimateResult:
     """`estimate`, awaited on the caller's loop."""
     cfg, thr = _estimate_args(config, settings, gen_tok_s, judge_req_s, bench, ending_tokens)
-    return await _estimate(cfg, corpus, thr, json)
+    model = _cache_model(block_size, kv_blocks, gpu_profile, prefill_tok_s)
+    return await _estimate(cfg, corpus, thr, json, model)
 
 
 # ---------------------------------------------------------------------------- metrics

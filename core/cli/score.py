@@ -85,7 +85,9 @@ def cmd_estimate(args) -> int:
     from tension.core.api.verbs import estimate
 
     r = estimate(args.corpus, config=args.config, gen_tok_s=args.gen_tok_s, judge_req_s=args.judge_req_s,
-                 bench=args.bench, ending_tokens=args.ending_tokens, json=args.json, **given(args, ScoreConfig))
+                 bench=args.bench, ending_tokens=args.ending_tokens, json=args.json, block_size=args.block_size,
+                 kv_blocks=args.kv_blocks, gpu_profile=args.gpu_profile, prefill_tok_s=args.prefill_tok_s,
+                 **given(args, ScoreConfig))
     print_errors(r.estimate.input_errors + r.estimate.stories_failed)
     print(r.text)
     if args.json:
@@ -150,6 +152,16 @@ def _estimate_flags(p) -> None:
     add_settings_flags(p, ScoreConfig, ["gpu_hour_usd"], group="cost", help={"gpu_hour_usd": "price of a GPU-hour"})
     g.add_argument("--ending-tokens", type=number(float, gt=0), metavar="E",
                    help="tokens per ending (default: --max-tokens, an upper bound; a --bench file measures it)")
+    m = group_for(p, "prefix cache model (docs/cost.md)")
+    m.add_argument("--block-size", type=number(int, ge=1, le=4096), metavar="B",
+                   help="the servers' KV block, in tokens (vLLM: 16 on a GPU, 128 on the CPU build): model their "
+                        "prefix caches block by block, in the order and concurrency score sends")
+    m.add_argument("--kv-blocks", type=number(int, ge=2), metavar="C",
+                   help="each server's KV cache, in blocks (vLLM's log: 'KV cache size: T tokens' = C x B)")
+    m.add_argument("--gpu-profile", choices=["h200"],
+                   help="the paper's two engines on one H200: 16-token blocks, the KV blocks their memory leaves")
+    m.add_argument("--prefill-tok-s", type=number(float, gt=0), metavar="R",
+                   help="prompt tokens per second the servers compute: adds the modelled prefill to the GPU-hours")
     p.add_argument("--json", metavar="FILE", help="also write the estimate as JSON")
 
 
@@ -175,7 +187,8 @@ def _bench_flags(p) -> None:
 VERBS = [
     Verb("score", cmd_score, _score_flags, (ScoreConfig,), frozenset({"corpus", "out", "config"}), SERVER_ENV),
     Verb("estimate", cmd_estimate, _estimate_flags, (ScoreConfig,),
-         frozenset({"corpus", "config", "gen_tok_s", "judge_req_s", "bench", "ending_tokens", "json"}), SERVER_ENV),
+         frozenset({"corpus", "config", "gen_tok_s", "judge_req_s", "bench", "ending_tokens", "json",
+                    "block_size", "kv_blocks", "gpu_profile", "prefill_tok_s"}), SERVER_ENV),
     Verb("bench", cmd_bench, _bench_flags, (ScoreConfig,),
          frozenset({"corpus", "config", "positions", "bench_seed", "no_variants", "no_stream", "save"}), SERVER_ENV),
 ]

@@ -17,7 +17,8 @@ ENV = "environment: XDG_CACHE_HOME moves ~/.cache, which holds the embedded serv
 # The flags of EmbeddedSettings (core/serving/embedded.py) that the CLI offers.
 # Their help names the defaults as text: reading them from the Struct would import
 # the serving module on every start-up.
-EMBEDDED_FLAGS = ("port", "enforce_eager", "torch_find_links", "torch_index_url")
+EMBEDDED_FLAGS = ("port", "enforce_eager", "torch_find_links", "torch_index_url", "block_size", "kv_blocks",
+                  "kv_cache_gib")
 
 
 def cmd_serve(args) -> int:
@@ -177,6 +178,14 @@ def _embedded_flags(p) -> None:
                    help="folder holding the torch 2.13.0 CPU wheel (default: found in /opt/wheels)")
     g.add_argument("--torch-index-url", metavar="URL", default=None,
                    help="index with CPU torch wheels, e.g. https://download.pytorch.org/whl/cpu")
+    g.add_argument("--block-size", type=number(int, ge=32, le=4096), default=None,
+                   help="KV cache block, in tokens: the prefix cache's unit (default: 32, the smallest this CPU "
+                        "build takes; vLLM's own is 128)")
+    g.add_argument("--kv-blocks", type=number(int, ge=2), default=None,
+                   help="a KV cache of this many blocks (vLLM's --num-gpu-blocks-override; default: what "
+                        "--kv-cache-gib holds)")
+    g.add_argument("--kv-cache-gib", type=number(int, ge=1, le=1024), default=None,
+                   help="KV cache space, GiB (VLLM_CPU_KVCACHE_SPACE; default: 4)")
 
 
 def _serve_flags(p) -> None:

@@ -38,7 +38,7 @@ from tension.core.llm.batch import Batch, Batcher, Template
 from tension.core.llm.client import ChatResult, Client
 from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.preflight import listing_refused
-from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_hit_rate
+from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_delta, prefix_cache_hit_rate
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import Replica
 from tension.core.llm.unreadable import Unreadable
@@ -261,6 +261,11 @@ class Router:
         """The run took `url` out of the router (it answers unreadably)."""
         s = self._stats[url]
         s.up, s.taken_out = False, why
+
+    def prefix_cache_tokens(self) -> dict[str, tuple[float, float] | None]:
+        """Per server, (Δ hits, Δ queries) of its prefix cache, in tokens, between the
+        "start" and "end" readings of `scrape_metrics`; None without them."""
+        return {url: prefix_cache_delta(self._start.get(url), self._end.get(url)) for url in self.workers}
 
     def figures(self) -> list[dict[str, Any]]:
         """Per-server figures as plain dicts (run.json, `bench`)."""

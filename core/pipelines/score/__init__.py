@@ -29,6 +29,7 @@ from tension.core.inputs.corpus import Corpus, Skipped, read_corpus
 from tension.core.inputs.jsonl import FileError
 from tension.core.llm.replicas import in_shard
 from tension.core.llm.transport import Transport
+from tension.core.pipelines.ideal import constants, template_pieces
 from tension.core.pipelines.score.feed import PositionFeed, max_open
 from tension.core.pipelines.score.folder import earlier_run
 from tension.core.pipelines.score.judge import Judge
@@ -40,6 +41,7 @@ from tension.core.pipelines.score.outputs import (
     write_outputs,
 )
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
+from tension.core.pipelines.score.prompt_tokens import PromptTokens, ServerReadings
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.pipelines.score.watch import AnswerWatch
 from tension.core.reports.answer_warnings import AnswerWarning
@@ -98,8 +100,19 @@ class Scoring:
         self.results: dict[tuple[int, int], PositionResult] = {}  # (story index, k) ->
         self.texts = TextsSpool(out_folder(run))  # with --save-texts: (story index, k) -> endings and verdicts
         self.failed: dict[int, Failure] = {}  # story index ->
+        self.prompt_tokens = PromptTokens(cfg)  # what the positions' prompts cost the servers (run.json)
+        # one server per role: no router reads its /metrics, so the run does (prompt_tokens.server)
+        self.metrics = ServerReadings([r for r in (self.gen_router, self.judge_router) if r.single])
+        self.const: dict[str, int] | None = None
         self.earlier = Invocations()  # the invocations before this one into the same --out (resumes)
         self.outputs_seconds: float | None = None
+
+    async def _template_counts(self) -> dict[str, int] | None:
+        """The token counts of the prompts' fixed texts, for the ideal (cached, as every count)."""
+        try:
+            return constants(await self.finder.token_counts(template_pieces(), ""))
+        except StatusError:
+            return None
 
     def positions_written(self) -> int:
         """Positions of the stories that did not fail: the lines of positions.jsonl."""
@@ -108,11 +121,14 @@ class Scoring:
     async def score(self) -> None:
         cfg, run = self.cfg, self.run
         gen, judge = self.gen_router, self.judge_router
-        self.reqs = await resolve_models(cfg, gen, judge, run.llm.counts.requests)
+        self.reqs = await resolve_models(cfg, gen, judge, run.llm.counts.requests, after_check=self.metrics.start)
         feed = PositionFeed(self.finder, self.corpus.stories, run.progress, self.failed, spread=len(gen.urls))
         # One lane per role ("generation", "judge", "tokenize"), `limit` per server.
         async with run.serving(gen, judge) as sched:
+            self.const = await self._template_counts()
             await feed.run(sched, self.position, max_open(cfg, len(gen.urls), len(judge.urls)))
+        if self.metrics.started:  # the block joined the positions
+            await self.metrics.read("end")
         self.watch.check_endings()  # every ending empty: no result (the records are committed)
         if self.corpus.stories and not self.results and not self.failed:
             why = "; ".join(f"story {sid!r}: {w}" for sid, w in list(self.finder.no_positions.items())[:5])
@@ -131,7 +147,8 @@ class Scoring:
             request = self.reqs.endings(sents, pos.k)
             rec = await self.llm.endings("generation", request, key=story.id)
             # A position's judge prompts share a prefix: one server for all of them.
-            ask, answers = await self.judge.verdicts(self.reqs, f"{story.id}\x00{pos.k}", sents, pos.k, rec.texts)
+            ask, answers, judge_usage = await self.judge.verdicts(self.reqs, f"{story.id}\x00{pos.k}", sents, pos.k,
+                                                                  rec.texts)
         except StatusError as e:
             # The request itself was refused (e.g. a prompt longer than the
             # model's context): this story fails, the others go on.
@@ -139,6 +156,7 @@ class Scoring:
             run.progress.unit_done()
             return
         self.watch.position(story.id, rec, answers, self.reqs.judge_model)  # may stop the run early
+        self.prompt_tokens.position(pos, rec.usage, judge_usage, len(rec.texts), sum(a is not None for a in answers))
         res = position_result(story, pos, rec.texts, answers)
         res.endings_key = chat_key(request).hex()
         res.judged_key = ask.group.hex()
@@ -192,6 +210,9 @@ class Scoring:
             "replicas": self.replica_figures(),
             "replica_events": list(self.replica_events),
             "warnings": msgspec.to_builtins(self.watch.warnings()),
+            "prompt_tokens": self.prompt_tokens.body(self.const, finder.sentences,
+                                                     [s.words for s in corpus.stories], self.gen_router,
+                                                     self.judge_router),
         }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tension.cache.records import Usage
 from tension.core.config import ScoreConfig
 from tension.core.pipelines.score.lookup import JudgeAsk, judge_ask
 from tension.core.pipelines.score.requests import ScoreRequests
@@ -38,12 +39,12 @@ class Judge:
         self.llm = llm
 
     async def verdicts(self, reqs: ScoreRequests, affinity: str, sentences: Sequence[str], k: int,
-                       endings: list[str]) -> tuple[JudgeAsk, list[str | None]]:
-        """The position's judge requests, and the verdict per ending (None for an
-        empty ending, not sent). `affinity` keeps a position's judge requests on
+                       endings: list[str]) -> tuple[JudgeAsk, list[str | None], Usage]:
+        """The position's judge requests, the verdict per ending (None for an
+        empty ending, not sent) and what its judge prompts used. `affinity` keeps a position's judge requests on
         one server: they share a prefix. With warm_judge one goes first and fills
         the server's prefix cache, then the rest find it there."""
         ask = judge_ask(reqs, sentences, k, endings)
         answers = await self.llm.answers("judge", ask.requests, key=affinity, group=ask.group,
                                          warm_first=self.cfg.warm_judge)
-        return ask, counted(self.cfg.judge_constraint, answers)
+        return ask, counted(self.cfg.judge_constraint, answers), answers.usage

@@ -8,7 +8,7 @@ byte of them is part of a cache key, so `estimate` (which looks the keys up) and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from tension.cache.keys import request_key
 from tension.core.config import ScoreConfig
@@ -90,7 +90,8 @@ def score_routers(cfg: ScoreConfig, client: Client, on_change: Callable[[str], N
 
 
 async def resolve_models(cfg: ScoreConfig, gen: Router, judge: Router, requests: dict[str, int],
-                         judge_needed: bool = True) -> ScoreRequests:
+                         judge_needed: bool = True,
+                         after_check: Callable[[], Awaitable[None]] | None = None) -> ScoreRequests:
     """The requests with the model ids of the cache keys: given ids as they are (so a
     cached rerun sends nothing), else the server's first model; several replicas of
     a role are each asked, and must all serve the model. The judge defaults to the
@@ -98,14 +99,20 @@ async def resolve_models(cfg: ScoreConfig, gen: Router, judge: Router, requests:
 
     The client's first chat or /tokenize request then waits for `server_needs` to
     be checked (core/llm/preflight.py); without `judge_needed` (estimate sends no
-    judge request) only the generation servers are."""
+    judge request) only the generation servers are. `after_check` runs after the
+    check, still before that first request (score reads the servers' /metrics there)."""
     gen_model = await gen.resolve_model(cfg.model, "--model", requests)
     same = judge.urls == gen.urls
     judge_model = await judge.resolve_model(cfg.judge_model or (gen_model if same else None), "--judge-model",
                                             requests)
     reqs = ScoreRequests(cfg, gen_model, judge_model)
     needs = server_needs(cfg, reqs, gen, judge)[: 2 if judge_needed else 1]
-    gen.client.set_gate(lambda: check_servers(gen.client, needs, requests))
+    async def gate() -> None:
+        await check_servers(gen.client, needs, requests)
+        if after_check is not None:
+            await after_check()
+
+    gen.client.set_gate(gate)
     return reqs
 
 

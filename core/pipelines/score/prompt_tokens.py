@@ -1,0 +1,120 @@
+"""run.json's `prompt_tokens`: the prompt tokens a run's servers computed, per
+generated position and per judged ending, against the ideal (docs/cost.md: every
+shared prefix prefilled once; `pipelines/ideal.py`, the formulas `estimate` uses,
+with E the mean tokens of this run's endings).
+
+Two readings of what was computed:
+- `usage`: the answers' usage as the servers reported it (prompt_tokens −
+  cached_tokens; vLLM fills cached_tokens with --enable-prompt-tokens-details). For
+  an n > 1 request vLLM reports the prompt once, so the n copies' own recomputed
+  blocks are not in it.
+- `server`: the servers' own counters over the run (/metrics
+  ``vllm:prefix_cache_queries`` − ``vllm:prefix_cache_hits``, every copy counted),
+  per role, or `shared` when both roles use the same servers; null without them.
+  They count every request the servers got in that time, this run's or not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tension.cache.records import Usage
+from tension.core.config import ScoreConfig
+from tension.core.llm.router import Router
+from tension.core.pipelines.ideal import Tally
+from tension.core.pipelines.score.positions import Position
+
+__all__ = ["PromptTokens", "ServerReadings"]
+
+
+class ServerReadings:
+    """The vLLM servers' /metrics read just before the first request the run sends
+    (the client's gate, after the pre-flight check) and after the last. A run that
+    finds everything in the cache sends nothing, not even these."""
+
+    def __init__(self, routers: Sequence[Router]):
+        self.routers: list[Router] = []
+        for r in routers:  # a server both roles use is read once (by the first role's router)
+            if not any(set(r.workers) == set(o.workers) for o in self.routers):
+                self.routers.append(r)
+        self.started = False
+
+    async def start(self) -> None:
+        # only servers that say they are vLLM (/v1/models owned_by, listed by the pre-flight
+        # check): another OpenAI-compatible server is not probed for endpoints it may lack
+        self.routers = [r for r in self.routers
+                        if all(r.client.owned_by(u, r.model or "") == "vllm" for u in r.workers)]
+        await self.read("start")
+        self.started = bool(self.routers)
+
+    async def read(self, when: str) -> None:
+        for r in self.routers:
+            await r.scrape_metrics(when)
+
+
+class PromptTokens:
+    """What each scored position used, gathered as positions complete."""
+
+    def __init__(self, cfg: ScoreConfig):
+        self.cfg = cfg
+        self.by_story: dict[int, list[Position]] = {}
+        self.usage = {"generation": Usage(), "judge": Usage()}
+        self.endings = 0  # endings generated
+        self.judged = 0  # endings judged
+
+    def position(self, pos: Position, gen: Usage, judge: Usage, endings: int, judged: int) -> None:
+        self.by_story.setdefault(pos.story, []).append(pos)
+        self.usage["generation"].add(gen)
+        self.usage["judge"].add(judge)
+        self.endings += endings
+        self.judged += judged
+
+    def body(self, const: dict[str, int] | None, sentences: dict[int, list[str]], words: list[int],
+             gen: Router, judge: Router) -> dict[str, Any]:
+        positions = sum(len(ps) for ps in self.by_story.values())
+        E = self.usage["generation"].completion_tokens / self.endings if self.endings else 0.0
+        ideal = None
+        if const is not None:
+            tally = Tally(self.cfg, const, E)
+            for si in sorted(self.by_story):
+                tally.story(sentences[si], words[si], sorted(self.by_story[si], key=lambda p: p.k))
+            ideal = {role: t.computed for role, t in tally.totals().items()}
+        usage = {role: {"prompt": u.prompt_tokens, "cached": u.cached_tokens,
+                        "computed": u.prompt_tokens - u.cached_tokens} for role, u in self.usage.items()}
+        server = _server(gen, judge)
+        per = {"generation": positions, "judge": self.judged}
+
+        def ratio(x: float | None, d: int) -> float | None:
+            return round(x / d, 3) if x is not None and d else None
+
+        out: dict[str, Any] = {"positions": positions, "judged_endings": self.judged,
+                               "mean_ending_tokens": round(E, 3), "ideal": ideal, "usage": usage, "server": server}
+        # per generated position (generation) and per judged ending (judge)
+        out["per_unit"] = {role: {"unit": "position" if role == "generation" else "judged ending",
+                                  "usage_computed": ratio(usage[role]["computed"], per[role]),
+                                  "server_computed": ratio(server[role]["computed"], per[role])
+                                  if server is not None and role in server else None,
+                                  "ideal": ratio(ideal[role], per[role]) if ideal is not None else None}
+                           for role in ("generation", "judge")}
+        return out
+
+
+def _server(gen: Router, judge: Router) -> dict[str, dict[str, float | None]] | None:
+    """Per role (or "shared"), Δ queries and hits of the servers' prefix caches over the run."""
+    def total(r: Router) -> dict[str, float | None] | None:
+        deltas = r.prefix_cache_tokens()
+        if not deltas or any(d is None for d in deltas.values()):
+            return None
+        hits = sum(d[0] for d in deltas.values() if d is not None)
+        queries = sum(d[1] for d in deltas.values() if d is not None)
+        return {"queries": queries, "hits": hits, "computed": queries - hits,
+                "hit_rate": round(hits / queries, 4) if queries else None}
+
+    if set(gen.workers) == set(judge.workers):
+        t = total(gen)
+        return None if t is None else {"shared": t}
+    g, j = total(gen), total(judge)
+    if g is None or j is None:
+        return None
+    return {"generation": g, "judge": j}

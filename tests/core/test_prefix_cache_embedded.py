@@ -1,0 +1,40 @@
+"""The prefix-cache model against the real embedded vLLM server (slow): score's
+defaults at a small n on one short story, the server's /metrics hit rate against
+the model's replay of the same run (bench/prefix_cache.py runs all three
+workloads; bench/RESULTS.md has the table)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tension.core.serving import embedded
+from tension.testing.prefix_check import WORKLOADS, run_workload, server_blocks
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def vllm_server(monkeypatch):
+    from conftest import REAL_ENV
+
+    for k in ("HOME", "XDG_CACHE_HOME"):  # the real cache folder: one installation for all slow tests
+        if k in REAL_ENV:
+            monkeypatch.setenv(k, REAL_ENV[k])
+        else:
+            monkeypatch.delenv(k, raising=False)
+    started = embedded.running_state() is None
+    st = embedded.start(embedded.EmbeddedSettings(port=8766))
+    yield st
+    if started:
+        embedded.stop()
+
+
+def test_the_model_predicts_the_servers_hit_rate_within_3_points(vllm_server, tmp_path):
+    block, blocks = server_blocks(vllm_server.log)
+    small = {**WORKLOADS["small"], "words": (150, 180)}  # the smallest: one story, n = 4
+    row = run_workload("small", vllm_server.url, block, blocks, tmp_path, workload=small)
+    assert row["status"] == "complete"
+    assert row["positions"] >= 4
+    # the same prompts: the tokens the server looked up are the ones the model replayed
+    assert row["predicted_queries"] == pytest.approx(row["measured_queries"], rel=1e-3)
+    assert abs(row["points_off"]) <= 3, row
