@@ -260,7 +260,7 @@ def test_outputs_and_run_records_are_as_snapshotted(server, tmp_path):
 def test_the_run_record_changelog_is_what_the_snapshot_holds():
     records = json.loads((SNAPSHOTS / "run_records.json").read_text())
     header = ["command", "status", "error", "exit_status", "argv", "started", "wall_seconds", "config", "models",
-              "versions", "requests", "http", "usage_this_run", "usage_all_answers", "cache", "lanes"]
+              "versions", "requests", "http", "usage_this_run", "usage_all_answers", "cache", "lanes", "servers"]
     for name, keys in records.items():
         top = [k for k in keys if "." not in k]
         assert top[:len(header)] == header, name  # the same header, in the same order, first
