@@ -41,7 +41,8 @@ ADDED = {
               "--judge-batch",  # issue 19: a position's judge prompts as one request
               "--refresh"},  # issue 25: ask a broken setup's cached answers again
     "estimate": {"--judge-constraint"},  # estimate and bench take score's judging flags
-    "bench": {"--judge-constraint"},
+    "bench": {"--judge-constraint",
+              "--tokenizer"},  # issue 26: a server without vLLM's /tokenize (llama.cpp through a proxy, LiteLLM)
     "generate": {"--config", "--cache-max-gb",  # as score and fairplay have them
                  "--refresh"},  # issue 25, as score has it
     "fairplay": {"--retry-seconds",  # a FairPlayConfig field without its flag

@@ -18,6 +18,8 @@ so the version is the sdist's. Debian has no llama.cpp package (review of
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import os
 import shutil
@@ -42,6 +44,15 @@ CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DL
 
 def root() -> Path:
     return cache_root() / "foreign"
+
+
+@contextlib.contextmanager
+def _locked(name: str):
+    """One installer at a time (a test and .ci/run's build step may both ask)."""
+    root().mkdir(parents=True, exist_ok=True)
+    with open(root() / f".{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def _say(msg: str) -> None:
@@ -79,6 +90,13 @@ def ensure_llama_server() -> Path:
     binary = home / "bin" / "llama-server"
     if binary.is_file() and os.access(binary, os.X_OK):
         return binary
+    with _locked("llama.cpp"):
+        if binary.is_file():
+            return binary
+        return _build(home, binary, version)
+
+
+def _build(home: Path, binary: Path, version: str) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     log = home / "build.log"
     log.write_text("")
@@ -130,6 +148,13 @@ def ensure_litellm() -> Path:
     marker = venv / "tension-run-installed"
     if marker.is_file() and exe.is_file():
         return exe
+    with _locked("litellm"):
+        if marker.is_file() and exe.is_file():
+            return exe
+        return _install_litellm(venv, exe, marker)
+
+
+def _install_litellm(venv: Path, exe: Path, marker: Path) -> Path:
     venv.parent.mkdir(parents=True, exist_ok=True)
     log = venv.parent / "install.log"
     _say(f"installing LiteLLM's proxy once into {venv}; log: {log}")
