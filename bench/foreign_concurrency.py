@@ -36,7 +36,7 @@ def one(base_url: str, model: str, corpus: Path, tmp: Path, name: str, args, **k
     s = score(cfg, corpus, tmp / name)
     wall = time.perf_counter() - t0
     rec = json.loads((tmp / name / "run.json").read_text())
-    cap = (rec["servers"][0].get("capacity") or {}) if rec["servers"] else {}
+    cap = (rec["servers"][0].get("capacity") or {}) if rec.get("servers") else {}
     return {"run": name, "status": s.status, "wall_s": round(wall, 2), "retries": rec["http"]["retries"],
             "peak_in_flight": cap.get("peak_in_flight")}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import time
 import urllib.request
@@ -155,26 +156,37 @@ def litellm(llama, tmp_path, monkeypatch):
     mp.undo()
     port = free_port()
     log = tmp_path / "litellm.log"
-    env = {**os.environ, "OPENAI_API_KEY": "sk-local", "LITELLM_LOG": "ERROR"}
+    key = "sk-" + secrets.token_hex(24)  # the proxy refuses to start without a strong master key
+    # OPENAI_API_KEY: what it sends upstream (llama-server checks none); the cost map is
+    # read from the package, not fetched (no network)
+    env = {**os.environ, "OPENAI_API_KEY": "sk-upstream", "LITELLM_MASTER_KEY": key,
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
     with log.open("wb") as f:
         proc = subprocess.Popen([str(exe), "--model", f"openai/{ALIAS}", "--api_base", llama + "/v1",
                                  "--host", "127.0.0.1", "--port", str(port)], stdout=f, stderr=subprocess.STDOUT,
                                 env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait(url + "/health/liveliness", proc, log, seconds=180)
-        yield url
+        _wait(url + "/health/liveliness", proc, log, seconds=600)
+        monkeypatch.setenv("OPENAI_API_KEY", key)  # the tool's key is the proxy's master key
+        yield url, key
     finally:
         _stop(proc)
 
 
 def test_score_through_litellm(litellm, tmp_path, capsys):
+    """LiteLLM says owned_by openai and passes llama.cpp's 400 on: the n limit is
+    learned from it; it has no /tokenize, so words count pct."""
+    url, key = litellm
     story = _story(tmp_path)
     out = tmp_path / "o"
-    with urllib.request.urlopen(litellm + "/v1/models", timeout=30) as r:
+    ask = urllib.request.Request(url + "/v1/models", headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(ask, timeout=30) as r:
         model = json.loads(r.read())["data"][0]["id"]
-    code = main(["score", str(story), "--out", str(out), "--base-url", litellm, "--model", model,
+    code = main(["score", str(story), "--out", str(out), "--base-url", url, "--model", model,
                  "--cache", str(tmp_path / "cache"), "--tokenizer", "words", *SCALED])
     assert code == 0, capsys.readouterr().err
     rows = [json.loads(x) for x in (out / "positions.jsonl").read_text().splitlines()]
     assert rows and all(r["n_endings"] == 20 for r in rows)
+    (server,) = json.loads((out / "run.json").read_text())["servers"]
+    assert server["max_n"] == SLOTS and server["max_n_from"] == "HTTP 400"
