@@ -66,6 +66,8 @@ async def gather(client: Client, url: str, request: ChatRequest, retry: RetryPol
     model = request.model
     empty_retries = followups = stalled = 0
     short: int | None = None  # the count of this request's last short answer
+    if request.structured_outputs:
+        client.servers.constrained(root, name)
     while True:
         missing = request.n - len(texts)
         traits = client.servers.of(root)

@@ -21,6 +21,7 @@ class Servers:
         self.notice = notice
         self.traits: dict[str, ServerTraits] = {}
         self._capacity: dict[str, Capacity] = {}
+        self._unsure: set[str] = set()  # servers told a constraint may not hold there
 
     def of(self, root: str) -> ServerTraits:
         """The server's traits (a blank record until something is learned)."""
@@ -53,6 +54,17 @@ class Servers:
             self.notice(f"{name} answers at most {n} choice(s) per request (learned from {how}): asking in "
                         f"chunks of {n}, each seeded as one request's choices are (seed + offset); run.json "
                         "`servers` records it")
+
+    def constrained(self, root: str, name: str) -> None:
+        """A constrained request (choice, JSON) goes to a server that is neither vLLM
+        nor llama.cpp (a proxy, a hosted API): said once that it may not hold."""
+        t = self.of(root)
+        if t.kind != "other" or root in self._unsure or self.notice is None:
+            return
+        self._unsure.add(root)
+        self.notice(f"{name} is neither vLLM nor llama.cpp (its /v1/models does not say owned_by vllm or llamacpp): "
+                    "the answer constraint goes as vLLM's structured_outputs, which such a server (or the one behind "
+                    "a proxy) may ignore; the malformed-answer checks will say if it did (docs/servers.md)")
 
     def capacity(self, root: str) -> Capacity:
         if root not in self._capacity:

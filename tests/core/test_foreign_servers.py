@@ -295,3 +295,12 @@ def test_a_position_over_the_context_is_skipped_not_the_story(tmp_path, dialect)
     assert refused and sum(s.too_long.values()) >= 1
     assert (tmp_path / "o" / "positions.jsonl").read_text().splitlines()
     assert rec["positions_skipped_too_long"] == s.too_long
+
+
+def test_a_constraint_on_a_server_that_may_ignore_it_is_said_once(tmp_path, corpus, capsys):
+    """F5 behind a proxy (owned_by openai: LiteLLM): the constraint goes as vLLM's
+    structured_outputs, and the run says once, at the start, that it may not hold."""
+    with LoopbackServer(model="test-gen", owned_by="openai") as srv:
+        s, _ = _score(srv, tmp_path, corpus, "proxy", judge_constraint="choice", endings=2)
+    assert s.status == "complete", s.error
+    assert capsys.readouterr().err.count("may ignore; the malformed-answer checks") == 1
