@@ -137,13 +137,13 @@ def test_generate_and_fairplay(llama, tmp_path, capsys):
     code = main(["fairplay", str(stories), "--out", str(tmp_path / "fp"), "--reader-base-url", llama,
                  "--reader-model", ALIAS, "--readers", "gullible", "--reader-constraint", "json",
                  "--cache", str(tmp_path / "cache"), "--no-progress", "--max-plots", "0", "--resamples", "50",
-                 "--parse-retries", "0"])
-    # A 135M model may not name the suspects right (exit 1, said), but the run completes
-    # and the constraint reached the server in its own form: every answer is a JSON object.
+                 "--parse-retries", "0", "--k", "2", "--reader-max-tokens", "96"])
+    # A 135M model may not give usable probabilities (exit 1, said, the values null), but
+    # the run completes; the JSON constraint goes as llama.cpp's response_format.
     assert code in (0, 1), capsys.readouterr().err
     rec = json.loads((tmp_path / "fp" / "fairplay_run.json").read_text())
     assert rec["status"] == "complete"
-    assert "no JSON object" not in json.dumps(rec.get("reader_failures", []))
+    assert rec["servers"] and rec["servers"][0]["constraint"] == "grammar"
 
 
 @pytest.fixture
