@@ -611,6 +611,7 @@ class LoopbackServer:
         max_n: int = 0,
         serve_props: bool = True,
         owned_by: str | None = None,
+        refuse: str | None = None,
     ) -> None:
         models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
         if not models:
@@ -640,6 +641,7 @@ class LoopbackServer:
             max_n=max_n,  # > 0: at most this many choices per answer, silently
             serve_props=serve_props,  # False: llama.cpp's /props is a 404 (its n limit only in its 400)
             owned_by=owned_by,  # /v1/models owned_by, when not the dialect's (a proxy in front renames it)
+            refuse=refuse,  # a chat request whose messages hold this text is a 400 (a content filter)
         )
         self.models: tuple[str, ...]
         self.model: str
@@ -1249,6 +1251,8 @@ class LoopbackServer:
         if seed is not None and not _is_int(seed):
             raise _BadRequest(400, f"seed: expected an int, got {seed!r}", "BadRequestError", "seed")
 
+        if self.refuse and any(self.refuse in _content_text(m.get("content")) for m in msgs):
+            raise _BadRequest(400, "the request was refused by the server's content filter", "BadRequestError")
         llama = self.dialect == "llamacpp"
         if llama and n > self.slots:
             raise _BadRequest(400, f"Field 'n': Value must be between 1 <= value <= {self.slots}, but got {n}",
