@@ -47,7 +47,8 @@ ADDED = {
     # issue 29: the embedded server's KV cache (bench/prefix_cache.py makes it small on purpose)
     "serve": {"--block-size", "--kv-blocks", "--kv-cache-gib"},
     "demo": {"--block-size", "--kv-blocks", "--kv-cache-gib"},
-    "bench": {"--judge-constraint"},
+    "bench": {"--judge-constraint",
+              "--tokenizer"},  # issue 26: a server without vLLM's /tokenize (llama.cpp through a proxy, LiteLLM)
     "generate": {"--config", "--cache-max-gb",  # as score and fairplay have them
                  "--refresh"},  # issue 25, as score has it
     "fairplay": {"--retry-seconds",  # a FairPlayConfig field without its flag
@@ -288,7 +289,7 @@ def _digest_columns(path: Path, n: int) -> str:
 def test_the_run_record_changelog_is_what_the_snapshot_holds():
     records = json.loads((SNAPSHOTS / "run_records.json").read_text())
     header = ["command", "status", "error", "exit_status", "argv", "started", "wall_seconds", "config", "models",
-              "versions", "requests", "http", "usage_this_run", "usage_all_answers", "cache", "lanes"]
+              "versions", "requests", "http", "usage_this_run", "usage_all_answers", "cache", "lanes", "servers"]
     for name, keys in records.items():
         top = [k for k in keys if "." not in k]
         assert top[:len(header)] == header, name  # the same header, in the same order, first

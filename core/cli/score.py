@@ -167,7 +167,8 @@ def _estimate_flags(p) -> None:
 
 def _bench_flags(p) -> None:
     p.add_argument("--corpus", metavar="CORPUS", help="stories for the workload (default: the shipped demo story)")
-    _server_flags(p, [f for f in _ESTIMATE_FIELDS if f not in fields_in(ScoreConfig, CORPUS)],
+    # of the corpus settings only the counter of pct: a server without vLLM's /tokenize needs --tokenizer words
+    _server_flags(p, [f for f in _ESTIMATE_FIELDS if f not in fields_in(ScoreConfig, CORPUS)] + ["tokenizer"],
                   cache_help="LMDB cache for token counts only (default: a temporary one); answers are never "
                              "taken from a cache")
     g = group_for(p, "workload")

@@ -48,8 +48,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from tension.cache.records import Usage
-from tension.core.errors import RefusedError, RetryBudgetError, ServerError, StatusError
+from tension.core.errors import RefusedError, RetryBudgetError, StatusError
+from tension.core.llm.choices import EMPTY_ANSWER_RETRIES, gather
 from tension.core.llm.failures import (
     Outages,
     Retryable,
@@ -64,28 +64,35 @@ from tension.core.llm.protocol import (
     ChatChunk,
     ChatRequest,
     ChatResponse,
+    ContentTokenizeRequest,
     ModelList,
+    Props,
     TokenizeRequest,
     TokenizeResponse,
     routing_headers,
     salted,
-    usage_of,
 )
 from tension.core.llm.results import ChatResult, ShortAnswerError, StreamResult, Timeouts
-from tension.core.llm.transport import AiohttpTransport, StreamStatus, Transport, TransportError
+from tension.core.llm.servers import Servers
+from tension.core.llm.stream import chat_stream
+from tension.core.llm.traits import learn
+from tension.core.llm.transport import AiohttpTransport, Transport, TransportError
 from tension.core.llm.unreadable import Suspect
 from tension.core.redact import redact, redact_secrets, register
 
 __all__ = ["Timeouts", "ChatResult", "StreamResult", "ShortAnswerError", "Client", "normalize_base_url",
            "EMPTY_ANSWER_RETRIES"]
 
-EMPTY_ANSWER_RETRIES = 2
 # An answer is kept up to this many characters per token of its max_tokens (plus a
 # margin): ≈ 4 for English text, and no tokenizer's tokens reach 32 characters, so
 # only a server that ignores max_tokens (10 MB per verdict seen) is cut.
 CHARS_PER_TOKEN = 32
 CHARS_MARGIN = 1024
 T = TypeVar("T")
+
+
+TOKENIZER_ADVICE = ("token counts for pct need the generation model's tokenizer: pass --tokenizer "
+                    "PATH/tokenizer.json, or --tokenizer words to approximate with whitespace words")
 
 
 def normalize_base_url(url: str) -> str:
@@ -126,6 +133,8 @@ class Client:
         self.names: dict[str, str] = {}
         self.suspects: dict[str, Suspect] = {}
         self._overlong: set[str] = set()  # server roots told to ignore max_tokens
+        self.servers = Servers(notice)  # per server root: what it can do, what it is sent at once
+        self._props_dec = msgspec.json.Decoder(Props)
 
     @property
     def has_key(self) -> bool:
@@ -180,7 +189,20 @@ class Client:
         root = normalize_base_url(base_url)
         data = await self._call("GET", root + "/v1/models", None, self._models_dec, retry)
         self.owners[root] = {m.id: m.owned_by for m in data.data}
+        if self.servers.of(root).kind == "other":  # learned once per server
+            props = await self._props(root) if any(m.owned_by == "llamacpp" for m in data.data) else None
+            self.servers.listed(root, t := learn(redact(root), data.data, props), self.names.get(root, redact(root)))
+            if t.context_len and t.kind == "llamacpp":  # its /tokenize does not say it; vLLM's does
+                self.max_model_len.setdefault(root, t.context_len)
         return [m.id for m in data.data]
+
+    async def _props(self, root: str) -> Props | None:
+        """llama.cpp's /props (its slots), asked once; None when it does not answer it."""
+        text = await self.get_text(root, "/props")
+        try:
+            return self._props_dec.decode(text) if text is not None else None
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
 
     def listed(self, base_url: str) -> bool:
         """Whether this client has the server's /v1/models answer."""
@@ -192,76 +214,49 @@ class Client:
 
     async def tokenize(self, base_url: str, model: str, text: str, retry: RetryPolicy | None = None,
                        key: str = "") -> int:
+        """`text`'s token count by the server's /tokenize, in its dialect (vLLM's
+        `prompt` → `count`, llama.cpp's `content` → `tokens`). An answer that counts
+        nothing of a non-empty text, or none at all, is a server that cannot count:
+        a ConfigError naming the way out, never retried as an outage."""
         await self.check_gate()
-        body = self._enc.encode(TokenizeRequest(model=model, prompt=text))
         root = normalize_base_url(base_url)
+        llama = self.servers.of(root).tokenize == "llamacpp"
+        req = ContentTokenizeRequest(content=text) if llama else TokenizeRequest(model=model, prompt=text)
         url = root + "/tokenize"
         try:
-            data = await self._call("POST", url, body, self._tok_dec, retry, model=model,
+            data = await self._call("POST", url, self._enc.encode(req), self._tok_dec, retry, model=model,
                                     headers=routing_headers(key))
         except RefusedError as e:
             if e.missing == "endpoint":
                 # A 404 that names no model: the path is missing, not the model.
-                raise RefusedError(
-                    e.status, url, e.body, "endpoint",
-                    f"{base_url} has no /tokenize endpoint; token counts for pct need the generation "
-                    "model's tokenizer: pass --tokenizer PATH/tokenizer.json, or --tokenizer words to "
-                    "approximate with whitespace words") from e
+                raise RefusedError(e.status, url, e.body, "endpoint",
+                                   f"{base_url} has no /tokenize endpoint; {TOKENIZER_ADVICE}") from e
             raise
         if data.max_model_len:
             self.max_model_len[root] = data.max_model_len
-        return data.count
+        count = data.count if data.count is not None else (len(data.tokens) if data.tokens is not None else None)
+        if count is None or (count == 0 and text.strip()):
+            said = "answered without a count" if count is None else "counted 0 tokens in a non-empty text"
+            raise RefusedError(200, url, "", "endpoint",
+                               f"{base_url}/tokenize {said}: this server cannot count tokens the way the "
+                               f"tool asks (it is not vLLM's /tokenize, nor llama.cpp's); {TOKENIZER_ADVICE}")
+        return count
 
     async def chat(self, base_url: str, request: ChatRequest, retry: RetryPolicy | None = None,
                    key: str = "") -> ChatResult:
-        """All `request.n` choices (`key`: the routing key, protocol.routing_headers).
-        A short answer is completed by follow-up requests for the missing ones;
-        never returned short. vLLM samples choice
-        i of a seeded request with seed + i, so a follow-up for the last m of n
-        choices asks n = m with seed + (n − m): it gets exactly the choices the
-        full answer would have held, and a seeded run is reproducible through
-        faults."""
+        """All `request.n` choices (`key`: the routing key, protocol.routing_headers),
+        never returned short: from chunks the server takes and follow-ups for missing
+        ones, with the seeds moved on as one request's choices have them
+        (core/llm/choices.py)."""
         await self.check_gate()
-        url = normalize_base_url(base_url) + "/v1/chat/completions"
-        headers = routing_headers(key)
-        t0 = time.perf_counter()
-        texts: list[str] = []
-        reasons: list[str | None] = []
-        logprobs: list[dict[str, float] | None] = []
-        usage = Usage()
-        model = request.model
-        req = request
-        empty_retries = followups = 0
-        for followup in range(self.retry.attempts + 1):
-            data = await self._call("POST", url, self._enc.encode(req), self._chat_dec, retry, model=request.model,
-                                    headers=headers)
-            if (data.choices and empty_retries < EMPTY_ANSWER_RETRIES
-                    and all(not (c.message.content or "").strip() for c in data.choices)):
-                # Every choice empty: a glitch far more often than a real answer
-                # (100 empty endings at T = 1.2?). Ask again, a bounded number of
-                # times; if it stays empty, it is the model's answer and is kept.
-                usage.requests += 1
-                empty_retries += 1
-                self.retries += 1
-                continue
-            usage.add(usage_of(data.usage))
-            model = data.model or model
-            for ch in sorted(data.choices, key=lambda c: c.index)[: req.n]:
-                texts.append(self.answer_text(url, ch.message.content or "", request.max_tokens))
-                reasons.append(ch.finish_reason)
-                logprobs.append(ch.first_token_logprobs() if request.logprobs else None)
-            missing = request.n - len(texts)
-            if missing <= 0:
-                return ChatResult(texts=texts, finish_reasons=reasons, model=model, usage=usage,
-                                  seconds=time.perf_counter() - t0, followups=followups,
-                                  first_logprobs=logprobs if request.logprobs else [])
-            if followup == self.retry.attempts:
-                break
-            followups += 1
-            seed = None if request.seed is None else request.seed + len(texts)
-            req = msgspec.structs.replace(request, n=missing, seed=seed)
-        raise ShortAnswerError(f"{url}: asked for {request.n} choices, got {len(texts)} after "
-                               f"{self.retry.attempts} follow-up requests", usage, followups)
+        return await gather(self, normalize_base_url(base_url) + "/v1/chat/completions", request, retry, key)
+
+    async def send_chat(self, url: str, request: ChatRequest, retry: RetryPolicy | None, model: str,
+                        headers: dict[str, str] | None, weight: int) -> ChatResponse:
+        """One chat request through the retry loop, holding `weight` units of its
+        server's capacity while it is on the wire (core/llm/capacity.py)."""
+        return await self._call("POST", url, self._enc.encode(request), self._chat_dec, retry, model=model,
+                                headers=headers, weight=weight)
 
     def answer_text(self, url: str, text: str, max_tokens: int | None) -> str:
         """An answer's text as it is kept: without the key, and cut when it is far
@@ -287,46 +282,11 @@ class Client:
                                 retry, model=model, headers=routing_headers(key))
 
     async def chat_stream(self, base_url: str, request: ChatRequest) -> StreamResult:
-        """One streamed request, timed: time to first token and to the end. Not
-        retried and never completed by follow-ups: a benchmark measures what the
-        server does, and reports a failure instead of hiding it."""
+        """One streamed request, timed, never retried (core/llm/stream.py)."""
         self._check_open()
         await self.check_gate()
-        url = normalize_base_url(base_url) + "/v1/chat/completions"
-        req = msgspec.structs.replace(request, stream=True, stream_options={"include_usage": True})
-        parts: dict[int, list[str]] = {}
-        usage = Usage(requests=1)
-        model = request.model
-        ttft = None
-        events = 0
         self.sent += 1
-        t0 = time.perf_counter()
-        try:
-            async for line in self.transport.lines(url, self._enc.encode(req), None):
-                if not line.startswith(b"data:"):
-                    continue  # blank separators, comments, event names
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    break
-                chunk = self._chunk_dec.decode(payload)
-                model = chunk.model or model
-                for ch in chunk.choices:
-                    if ch.delta.content:
-                        if ttft is None:
-                            ttft = time.perf_counter() - t0
-                        events += 1
-                        parts.setdefault(ch.index, []).append(ch.delta.content)
-                if chunk.usage is not None:
-                    usage = chunk.usage.usage()
-        except StreamStatus as e:
-            raise status_error(e.status, url, error_message(e.body), request.model) from None
-        except TransportError as e:
-            raise ServerError(f"{url}: {e}") from e
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            raise ServerError(f"{url}: malformed event in the stream: {e}") from e
-        texts = [redact_secrets("".join(parts.get(i, []))) for i in range(request.n)]
-        return StreamResult(texts=texts, model=model, usage=usage, ttft=ttft,
-                            seconds=time.perf_counter() - t0, events=events)
+        return await chat_stream(self.transport, self._enc, self._chunk_dec, normalize_base_url(base_url), request)
 
     async def get_text(self, base_url: str, path: str, timeout: float = 10.0) -> str | None:
         """GET a text endpoint of the server root (e.g. ``/metrics``) once, without
@@ -343,7 +303,7 @@ class Client:
 
     async def _call(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder[T],
                     retry: RetryPolicy | None = None, model: str | None = None,
-                    headers: dict[str, str] | None = None) -> T:
+                    headers: dict[str, str] | None = None, weight: int = 0) -> T:
         self._check_open()
         policy = retry or self.retry
         start = time.monotonic()
@@ -353,7 +313,8 @@ class Client:
         sent = headers
         for attempt in range(policy.attempts):
             try:
-                result = await self._attempt(method, url, body, decoder, model, sent)
+                result = await (self._held(weight, method, url, body, decoder, model, sent) if weight else
+                                self._attempt(method, url, body, decoder, model, sent))
             except Retryable as e:
                 last = e
                 wait = min(policy.backoff_cap, policy.backoff * 2 ** attempt) * self._rng.uniform(0.5, 1.0)
@@ -379,13 +340,35 @@ class Client:
             f"attempt(s) in {time.monotonic() - start:.1f} s (retry budget: {policy.attempts} attempts, "
             f"{policy.total_seconds:g} s); last error: {last}", last) from last
 
+    async def _held(self, weight: int, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder[T],
+                    model: str | None, headers: dict[str, str] | None) -> T:
+        """One attempt once its server has room (core/llm/capacity.py): the wait is
+        outside the attempt's time-out; a time-out or 503 lowers the room, an answer
+        raises it."""
+        root = server_root(url)
+        cap = self.servers.capacity(root)
+        held = cap.weigh(weight)
+        await cap.acquire(held)
+        epoch = cap.epoch
+        try:
+            result = await self._attempt(method, url, body, decoder, model, headers)
+        except Retryable as e:
+            if e.overload:
+                self.servers.overloaded(root, self.names.get(root, redact(root)), str(e), epoch)
+            raise
+        else:
+            cap.answered()
+            return result
+        finally:
+            cap.release(held)
+
     async def _attempt(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder[T],
                        model: str | None = None, headers: dict[str, str] | None = None) -> T:
         self.sent += 1
         try:
             reply = await self.transport.send(method, url, body, headers)
         except TransportError as e:
-            raise Retryable(str(e)) from e
+            raise Retryable(str(e), overload=e.timed_out) from e
         if reply.status == 200:
             try:
                 return decoder.decode(reply.body)
@@ -395,5 +378,5 @@ class Client:
         message = error_message(reply.body)
         if reply.status == 429 or reply.status >= 500:
             raise Retryable(f"HTTP {reply.status}: {message}", parse_retry_after(reply.retry_after),
-                             "refused" if reply.status == 429 else "failed")
+                             "refused" if reply.status == 429 else "failed", overload=reply.status == 503)
         raise status_error(reply.status, url, message, model)

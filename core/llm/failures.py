@@ -94,12 +94,16 @@ def parse_retry_after(value: str | None) -> float | None:
 class Retryable(Exception):
     """A failed attempt worth retrying; `kind` says what happened, for the notice
     (core/llm/failures.py `Outages`): "unreachable" (no answer), "refused" (429),
-    "failed" (5xx) or "unreadable" (a 200 whose body cannot be read)."""
+    "failed" (5xx) or "unreadable" (a 200 whose body cannot be read). `overload`:
+    a time-out or a 503, the signs of a server sent more than it holds
+    (core/llm/capacity.py)."""
 
-    def __init__(self, message: str, retry_after: float | None = None, kind: str = "unreachable"):
+    def __init__(self, message: str, retry_after: float | None = None, kind: str = "unreachable",
+                 overload: bool = False):
         super().__init__(message)
         self.retry_after = retry_after
         self.kind = kind
+        self.overload = overload
 
 
 class Outages:

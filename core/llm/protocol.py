@@ -12,7 +12,8 @@ from tension.cache.records import Usage
 
 __all__ = [
     "ChatRequest", "ChatResponse", "ChatChunk", "ChunkChoice", "Delta", "Choice", "ChoiceMessage", "WireUsage",
-    "TokenizeRequest", "TokenizeResponse", "ModelList", "ModelCard", "ErrorBody", "routing_headers", "salted",
+    "TokenizeRequest", "TokenizeResponse", "ContentTokenizeRequest", "ModelList", "ModelCard", "ModelMeta",
+    "Props", "ErrorBody", "routing_headers", "salted",
     "TemplateRequest", "TokenIds", "DetokenizeRequest", "DetokenizeResponse", "CompletionRequest",
     "CompletionResponse", "CompletionChoice", "usage_of",
 ]
@@ -34,6 +35,10 @@ class ChatRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     structured_outputs: dict[str, Any] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
+    # llama.cpp's own constraint forms, set only on the wire (core/llm/traits.py
+    # `grammar_of`) in place of structured_outputs; never in a cache key.
+    grammar: str | None = None
+    response_format: dict[str, Any] | None = None
     # Streaming (`tension-run bench` measures time to first token). Left at None
     # by score, so its request bytes and cache keys are unchanged.
     stream: bool | None = None
@@ -133,8 +138,19 @@ class TokenizeRequest(msgspec.Struct, kw_only=True):
 
 
 class TokenizeResponse(msgspec.Struct):
-    count: int
+    """vLLM's answer (`count`); a server of another dialect may answer 200 with only
+    `tokens` (llama.cpp's `{"tokens": []}` to a body without `content`)."""
+
+    count: int | None = None
     max_model_len: int | None = None  # vLLM reports the served context length here
+    tokens: list[Any] | None = None
+
+
+class ContentTokenizeRequest(msgspec.Struct, kw_only=True):
+    """llama.cpp's /tokenize: `content` in, `{"tokens": [...]}` out."""
+
+    content: str
+    add_special: bool = False
 
 
 # -- the judge's batched path (core/llm/batch.py): vLLM's chat template rendered
@@ -212,9 +228,21 @@ class CompletionResponse(msgspec.Struct):
     usage: WireUsage | None = None
 
 
+class ModelMeta(msgspec.Struct):
+    n_ctx: int | None = None  # llama.cpp: the context of one slot
+
+
 class ModelCard(msgspec.Struct):
     id: str
-    owned_by: str | None = None  # "vllm" on a vLLM server
+    owned_by: str | None = None  # "vllm" on a vLLM server, "llamacpp" on llama.cpp's
+    max_model_len: int | None = None  # vLLM
+    meta: ModelMeta | None = None  # llama.cpp
+
+
+class Props(msgspec.Struct):
+    """llama.cpp's GET /props, the fields used."""
+
+    total_slots: int | None = None
 
 
 class ModelList(msgspec.Struct):

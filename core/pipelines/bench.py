@@ -56,6 +56,7 @@ from tension.core.pipelines.score.positions import Position, PositionFinder, loc
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.redact import redact
 from tension.core.run.blocking import run_blocking
+from tension.core.run.commit import first_error
 from tension.core.run.lifecycle import open_run, open_store
 from tension.core.run.progress import Progress
 from tension.core.run.scheduler import Scheduler
@@ -239,9 +240,12 @@ async def bench_async(cfg: ScoreConfig, corpus_path: str | Path, opts: BenchOpti
             run.pipeline = _Benching(reqs)
             await run.client.check_gate()  # every server and model, before the workload starts
             finder = PositionFinder(cfg, run.llm, gen, count)
-            async with run.serving(gen, lanes=gen.tokenize_lanes() or {"tokenize": cfg.tokenize_concurrency},
-                                   route=False):
-                all_ps = await finder.positions(0, story)
+            try:
+                async with run.serving(gen, lanes=gen.tokenize_lanes() or {"tokenize": cfg.tokenize_concurrency},
+                                       route=False):
+                    all_ps = await finder.positions(0, story)
+            except BaseExceptionGroup as eg:  # a /tokenize that fails: its own one-line error, not the group's
+                raise first_error(eg) from None
             if not all_ps:
                 raise InputError(str(corpus_path), 0, None,
                                  f"story {story.id!r} has no position to bench ({finder.no_positions.get(story.id)})")

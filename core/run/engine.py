@@ -39,7 +39,7 @@ import msgspec
 from tension.cache import records
 from tension.cache.records import Usage
 from tension.cache.store import Store
-from tension.core.errors import TensionError
+from tension.core.errors import StatusError, TensionError
 from tension.core.llm.client import ChatResult, ShortAnswerError
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.router import Router, routing
@@ -273,10 +273,17 @@ class Engine:
         router = self.routers[server]
         template = await router.batch_template([r for _, r in asked])
         if template is None:
+            refused: list[StatusError] = []
+
             async def one(item: tuple[int, ChatRequest]) -> None:
-                keep(*item, verdict_record(await self._chat(server, key, item[1])))
+                try:
+                    keep(*item, verdict_record(await self._chat(server, key, item[1])))
+                except StatusError as e:  # this request refused: the caller's to handle (a position
+                    refused.append(e)     # over the context is skipped), not the whole run's
 
             await self.sched.map(one, asked)
+            if refused:
+                raise refused[0]
             return
         requests = [r for _, r in asked]
         with self._short:

@@ -275,7 +275,7 @@ class Run:
             usage_this_run=counts.usage_sent, usage_all_answers=counts.usage_all,
             cache=CacheFigures(path=str(self.store.path), hits=dict(sc.hits), misses=dict(sc.misses),
                                writes=dict(sc.writes), damaged=dict(sc.damaged)),
-            lanes=self.llm.lane_stats)
+            lanes=self.llm.lane_stats, servers=c.servers.record())
 
     def record(self) -> dict[str, Any]:
         """The run record: the header, then the pipeline's body."""

@@ -78,6 +78,8 @@ class RunHeader(msgspec.Struct, kw_only=True):
     usage_all_answers: Usage  # what every answer used, cached or not
     cache: CacheFigures
     lanes: dict[str, Any]  # per Scheduler lane: limit, requests, queue and busy time
+    # per server sent to: what it can do, as learned (core/llm/traits.py), and its capacity
+    servers: list[dict[str, Any]] = []
 
 
 def write_record(path: Path, doc: dict[str, Any]) -> None:

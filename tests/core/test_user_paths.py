@@ -46,13 +46,15 @@ def _record(tmp_path, out="out"):
 
 
 def _with_huge_story(tmp_path, server):
-    """Two good stories and one the server refuses (HTTP 400, over its context)."""
+    """Two good stories and one the server refuses (HTTP 400, its content filter: a
+    400 over the context only skips the position since issue 26)."""
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=10)
     with corpus.open("a") as f:
-        f.write(json.dumps({"id": "huge", "group": "a", "text": write_story(random.Random(1), 4900)}) + "\n")
-    server.max_model_len = 4000
+        text = "Zyzzyva came to town. " + write_story(random.Random(1), 4900)
+        f.write(json.dumps({"id": "huge", "group": "a", "text": text}) + "\n")
+    server.refuse = "Zyzzyva"
     cfg = tmp_path / "ctx.toml"
-    cfg.write_text("max_model_len = 100000\n")  # the client believes a larger context than the server's
+    cfg.write_text("max_model_len = 100000\n")
     return corpus, cfg
 
 

@@ -93,6 +93,19 @@ model. With ``api_key`` set, a request without ``Authorization: Bearer <api_key>
 vLLM's 401 ``{"error": "Unauthorized"}``; with ``echo_auth=True`` as well, the 401 body
 echoes the Authorization header it got, as some proxies do (a key leak to guard against).
 
+``dialect="llamacpp"`` (``--dialect llamacpp``) answers as llama.cpp's
+``llama-server`` does, as measured (../shared/reviews/external-servers-2026-12-01.md):
+/v1/models says ``owned_by: llamacpp`` with ``meta.n_ctx`` (no ``max_model_len``);
+``GET /props`` gives ``total_slots`` (``slots``, default 4); ``n`` above the slots is
+a 400 ``Field 'n': Value must be between 1 <= value <= 4, but got 8``; ``usage``
+counts one choice; /tokenize reads ``content`` and answers ``{"tokens": [...]}`` (to a
+body without ``content``, vLLM's ``prompt``, ``{"tokens": []}``); ``structured_outputs``
+is ignored but ``grammar`` (``root ::= "Y" | "N"``) and ``response_format``
+``json_object`` are honoured; a prompt over the context is a 400
+``exceed_context_size_error``; a chat request of n choices holds n slots while it is
+served (``delay`` seconds), the rest wait in its queue. ``max_n`` > 0 (any dialect)
+returns at most that many choices, silently (a server that honours ``n`` only partly).
+
 Faults (`FAULT_KINDS`), queued with `LoopbackServer.fail_next` or drawn at random with
 `LoopbackServer.set_fault_rates`; what a plain aiohttp client sees:
 
@@ -530,6 +543,31 @@ def _completion_logprobs(text: str) -> dict:
 # -------------------------------------------------------------------------- server
 
 
+_GBNF_ALT = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _llamacpp_constrained(body: dict, contents: list) -> list:
+    """llama.cpp honours its own constraint forms: a `grammar` of literal
+    alternatives (``root ::= "Y" | "N"``) and ``response_format`` json_object;
+    vLLM's `structured_outputs` it ignores."""
+    grammar = body.get("grammar")
+    if isinstance(grammar, str) and grammar.startswith("root ::="):
+        alts = [a.replace('\\"', '"') for a in _GBNF_ALT.findall(grammar)]
+        if alts:
+            return [c if isinstance(c, str) and c in alts else alts[0] for c in contents]
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema"):
+        out = []
+        for c in contents:
+            try:
+                ok = isinstance(_stdjson.loads(c), dict)
+            except (TypeError, ValueError):
+                ok = False
+            out.append(c if ok else "{}")
+        return out
+    return contents
+
+
 class LoopbackServer:
     """An aiohttp OpenAI-compatible server on 127.0.0.1 in a background thread.
 
@@ -568,6 +606,12 @@ class LoopbackServer:
         template_quirk: str | None = None,
         api_key: str | None = None,
         echo_auth: bool = False,
+        dialect: str = "vllm",
+        slots: int = 4,
+        max_n: int = 0,
+        serve_props: bool = True,
+        owned_by: str | None = None,
+        refuse: str | None = None,
     ) -> None:
         models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
         if not models:
@@ -592,6 +636,12 @@ class LoopbackServer:
             # GPU's batch); with `delay`, capacity is max_concurrent / delay requests/s
             max_concurrent=max_concurrent,
             misbehave=misbehave,
+            dialect=dialect,  # "llamacpp": llama.cpp's server, as measured (module docstring)
+            slots=slots,  # llama.cpp's sequences at once (its n limit, /props total_slots)
+            max_n=max_n,  # > 0: at most this many choices per answer, silently
+            serve_props=serve_props,  # False: llama.cpp's /props is a 404 (its n limit only in its 400)
+            owned_by=owned_by,  # /v1/models owned_by, when not the dialect's (a proxy in front renames it)
+            refuse=refuse,  # a chat request whose messages hold this text is a 400 (a content filter)
         )
         self.models: tuple[str, ...]
         self.model: str
@@ -599,6 +649,9 @@ class LoopbackServer:
         self._vocab: dict[str, int] = {}  # piece -> token id (see _PIECE_RE)
         self._pieces: list[str] = []
         self._capacity: asyncio.Semaphore | None = None
+        self._slot_free: asyncio.Condition | None = None
+        self._slots_used = 0
+        self._peak_slots = 0
         self._active = 0  # requests being served (in the server's loop)
 
         self.responders: list[Any] = []  # see `respond`
@@ -685,6 +738,8 @@ class LoopbackServer:
 
         self._blocks = set()
         self._capacity = None  # a new loop: a new semaphore
+        self._slot_free = None
+        self._slots_used = self._peak_slots = 0
         for k in self._counters:
             self._counters[k] = 0
         self._thread = threading.Thread(target=run, name=f"LoopbackServer:{self.port}", daemon=True)
@@ -773,6 +828,7 @@ class LoopbackServer:
         app.router.add_get("/v1/models", self._h_models)
         app.router.add_get("/health", self._h_health)
         app.router.add_get("/metrics", self._h_metrics)
+        app.router.add_get("/props", self._h_props)
         app.router.add_post("/tokenize", self._h_tokenize)
         app.router.add_post(CHAT_PATH, self._h_chat)
         app.router.add_post("/detokenize", self._h_detokenize)
@@ -952,8 +1008,15 @@ class LoopbackServer:
     async def _h_models(self, request: web.Request) -> web.Response:
         t0 = time.monotonic()
         created = int(time.time())
+        if self.dialect == "llamacpp":
+            data = [{"id": m, "object": "model", "created": created, "owned_by": self.owned_by or "llamacpp",
+                     "meta": {"vocab_type": 2, "n_ctx_train": 8192, "n_ctx": self.max_model_len}}
+                    for m in self.models]
+            self._add_record(Recorded(request.path, request.method, None, 200, None, t0))
+            return self._json({"object": "list", "data": data, "models": [{"name": m} for m in self.models]})
         data = [
-            {"id": m, "object": "model", "created": created, "owned_by": "vllm" if self.batching else "test",
+            {"id": m, "object": "model", "created": created,
+             "owned_by": self.owned_by or ("vllm" if self.batching else "test"),
              "root": m, "max_model_len": self.max_model_len}
             for m in self.models
         ]
@@ -984,6 +1047,35 @@ class LoopbackServer:
             lines.append(f'{name}{{engine="0",{extra}{label}}} {float(c[key])}')
         self._add_record(Recorded(request.path, request.method, None, 200, None, t0))
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
+
+    async def _h_props(self, request: web.Request) -> web.Response:
+        if self.dialect != "llamacpp" or not self.serve_props:
+            return self._not_found(request)
+        self._add_record(Recorded(request.path, request.method, None, 200, None, time.monotonic()))
+        return self._json({"total_slots": self.slots, "model_path": f"/models/{self.model}.gguf",
+                           "default_generation_settings": {"n_ctx": self.max_model_len}})
+
+    @property
+    def peak_slots(self) -> int:
+        """The most llama.cpp slots busy at once since the server started (dialect "llamacpp")."""
+        return self._peak_slots
+
+    async def _slots_held(self, n: int) -> None:
+        """llama.cpp's slots: a request of n choices waits for n free ones, holds them for `delay`."""
+        if self._slot_free is None:
+            self._slot_free = asyncio.Condition()
+        want = max(1, min(n, self.slots))
+        async with self._slot_free:
+            await self._slot_free.wait_for(lambda: self._slots_used + want <= self.slots)
+            self._slots_used += want
+            self._peak_slots = max(self._peak_slots, self._slots_used)
+        try:
+            if self.delay > 0:
+                await asyncio.sleep(self.delay)
+        finally:
+            async with self._slot_free:
+                self._slots_used -= want
+                self._slot_free.notify_all()
 
     async def _read_json(self, request: web.Request) -> tuple[Any, bool]:
         raw = await request.read()
@@ -1094,6 +1186,9 @@ class LoopbackServer:
                           "prompt_tokens_details": {"cached_tokens": usage["cached_tokens"]}}}
 
     def _tokenize_payload(self, body: dict) -> dict:
+        if self.dialect == "llamacpp":  # reads `content` only, and no model
+            content = body.get("content")
+            return {"tokens": [_token_id(t) for t in tokenize(content)] if isinstance(content, str) else []}
         self._check_model(body)
         if "prompt" in body:
             prompt = body["prompt"]
@@ -1156,8 +1251,18 @@ class LoopbackServer:
         if seed is not None and not _is_int(seed):
             raise _BadRequest(400, f"seed: expected an int, got {seed!r}", "BadRequestError", "seed")
 
+        if self.refuse and any(self.refuse in _content_text(m.get("content")) for m in msgs):
+            raise _BadRequest(400, "the request was refused by the server's content filter", "BadRequestError")
+        llama = self.dialect == "llamacpp"
+        if llama and n > self.slots:
+            raise _BadRequest(400, f"Field 'n': Value must be between 1 <= value <= {self.slots}, but got {n}",
+                              "invalid_request_error", "n")
         texts = [_content_text(m.get("content")) for m in msgs]
         prompt_tokens = sum(count_tokens(t) for t in texts)
+        if llama and prompt_tokens + (max_tokens or 0) > self.max_model_len:
+            raise _BadRequest(400, f"request ({prompt_tokens + (max_tokens or 0)} tokens) exceeds the available "
+                              f"context size ({self.max_model_len} tokens), try increasing it",
+                              "exceed_context_size_error")
         if prompt_tokens + (max_tokens or 0) > self.max_model_len:
             raise _BadRequest(
                 400,
@@ -1180,6 +1285,10 @@ class LoopbackServer:
         if self.misbehave and scripted is None:
             contents = misbehaving(self.misbehave, kind, msgs, contents)  # type: ignore[assignment]
         finish = "length" if self.misbehave == "think" else "stop"
+        if llama:
+            contents = _llamacpp_constrained(body, contents)
+        if self.max_n > 0:
+            contents = contents[: self.max_n]
         if fault == "few_choices":
             contents = contents[: n // 2]
         elif fault == "empty_content":
@@ -1187,6 +1296,8 @@ class LoopbackServer:
 
         cached = self._cached_tokens("\x1e".join(texts), prompt_tokens)
         completion_tokens = sum(_count_answer(c) for c in contents)
+        if llama:  # llama.cpp's usage counts one choice
+            completion_tokens = _count_answer(contents[-1]) if contents else 0
         c = self._counters
         c["prefix_cache_queries"] += prompt_tokens
         c["prefix_cache_hits"] += cached
@@ -1224,7 +1335,10 @@ class LoopbackServer:
         self._active += 1
         try:
             body, ok = await self._read_json(request)
-            if chat and self.max_concurrent > 0:
+            if chat and self.dialect == "llamacpp" and isinstance(body, dict) and make is None:
+                n = body.get("n", 1)
+                await self._slots_held(n if _is_int(n) and n >= 1 else 1)
+            elif chat and self.max_concurrent > 0:
                 if self._capacity is None:  # made in the server's own loop
                     self._capacity = asyncio.Semaphore(self.max_concurrent)
                 async with self._capacity:
@@ -1309,7 +1423,11 @@ class LoopbackServer:
             await event([{"index": i, "delta": {}, "finish_reason": ch["finish_reason"]}])
         options = body.get("stream_options")
         if isinstance(options, dict) and options.get("include_usage"):
-            await event([], payload["usage"])
+            if self.dialect == "llamacpp":  # one usage event per choice, each counting that choice
+                for ch in payload["choices"]:
+                    await event([], {**payload["usage"], "completion_tokens": _count_answer(ch["message"]["content"])})
+            else:
+                await event([], payload["usage"])
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -1340,6 +1458,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-health", action="store_true", help="/health answers 404, as on a server without it")
     ap.add_argument("--batching", action="store_true",
                     help="serve /detokenize, /v1/completions and templated /tokenize of messages (vLLM's)")
+    ap.add_argument("--dialect", choices=("vllm", "llamacpp"), default="vllm",
+                    help="llamacpp: answer as llama.cpp's llama-server does (the module docstring)")
+    ap.add_argument("--slots", type=int, default=4, help="llama.cpp's slots (with --dialect llamacpp)")
+    ap.add_argument("--max-n", type=int, default=0, help="> 0: at most this many choices per answer")
     args = ap.parse_args(argv)
 
     srv = LoopbackServer(
@@ -1347,7 +1469,7 @@ def main(argv: list[str] | None = None) -> int:
         empty_rate=args.empty_rate, yes_rate=args.yes_rate, malformed_rate=args.malformed_rate,
         slow_seconds=args.slow_seconds, max_model_len=args.max_model_len, record=False,
         max_concurrent=args.max_concurrent, misbehave=args.misbehave, batching=args.batching,
-        serve_health=not args.no_health,
+        serve_health=not args.no_health, dialect=args.dialect, slots=args.slots, max_n=args.max_n,
     )
     if args.fault_rate > 0:
         kinds = [k.strip() for k in args.fault_kinds.split(",") if k.strip()]

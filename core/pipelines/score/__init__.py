@@ -28,6 +28,7 @@ from tension.core.errors import RunStatus, StatusError, TensionError
 from tension.core.inputs.corpus import Corpus, Skipped, read_corpus
 from tension.core.inputs.jsonl import FileError
 from tension.core.llm.replicas import in_shard
+from tension.core.llm.traits import is_context_error
 from tension.core.llm.transport import Transport
 from tension.core.pipelines.ideal import constants, template_pieces
 from tension.core.pipelines.score.feed import PositionFeed, max_open
@@ -150,8 +151,14 @@ class Scoring:
             ask, answers, judge_usage = await self.judge.verdicts(self.reqs, f"{story.id}\x00{pos.k}", sents, pos.k,
                                                                   rec.texts)
         except StatusError as e:
-            # The request itself was refused (e.g. a prompt longer than the
-            # model's context): this story fails, the others go on.
+            if e.status == 400 and is_context_error(e.body):
+                # A prompt the server's context cannot hold (a judge prompt, or a count
+                # by words that under-counted): this position is skipped, as those known
+                # to be too long before sending are, and the story goes on.
+                self.finder.too_long[story.id] = self.finder.too_long.get(story.id, 0) + 1
+                run.progress.unit_done()
+                return
+            # The request itself was refused otherwise: this story fails, the others go on.
             self.failed.setdefault(pos.story, Failure(id=story.id, stage=f"position {pos.k}", error=str(e)))
             run.progress.unit_done()
             return

@@ -1,0 +1,116 @@
+"""All `n` choices of a chat request, from as many HTTP requests as the server needs.
+
+vLLM answers n = 100 in one request. Other servers honour `n` only partly: llama.cpp
+refuses n above its slots with a 400 ("Field 'n': Value must be between 1 <= value
+<= 4, but got 8"), hosted APIs return fewer choices than asked. Both samplers seed
+choice i of a seeded request with seed + i, so the last m choices of n are one
+request of n = m with seed + (n − m): asked in chunks, an answer holds exactly the
+choices one request would have held, and a seeded run stays reproducible.
+
+`gather` asks for what is missing until all n are there:
+
+- what the server takes is learned once per server (`ServerTraits.max_n`: its
+  slots, the limit its 400 names, or the same short count twice) and said once;
+  from then on a request is sent in chunks of that many, up front;
+- a chunk or follow-up that brings choices spends nothing of the retry budget
+  (there can be at most n of them); only answers that bring none do, bounded by
+  `RetryPolicy.attempts`;
+- on a server whose constraint form is llama.cpp's, `structured_outputs` travels
+  as its `grammar` / `response_format` (core/llm/traits.py `grammar_of`); the
+  cache key is the request as built, whatever the wire form.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from tension.cache.records import Usage
+from tension.core.errors import StatusError
+from tension.core.llm.failures import RetryPolicy, server_root
+from tension.core.llm.protocol import ChatRequest, routing_headers, usage_of
+from tension.core.llm.results import ChatResult, ShortAnswerError
+from tension.core.llm.traits import ServerTraits, grammar_of, n_limit
+from tension.core.redact import redact
+
+if TYPE_CHECKING:
+    from tension.core.llm.client import Client
+
+__all__ = ["gather", "wire_form", "EMPTY_ANSWER_RETRIES"]
+
+EMPTY_ANSWER_RETRIES = 2
+
+
+def wire_form(request: ChatRequest, traits: ServerTraits | None) -> ChatRequest:
+    """`request` as this server takes it: its own constraint form in place of vLLM's."""
+    if traits is None or traits.constraint != "grammar" or not request.structured_outputs:
+        return request
+    form = grammar_of(request.structured_outputs)
+    if form is None:
+        return request
+    return msgspec.structs.replace(request, structured_outputs=None, **form)
+
+
+async def gather(client: Client, url: str, request: ChatRequest, retry: RetryPolicy | None, key: str) -> ChatResult:
+    """All `request.n` choices from the server at `url` (module docstring)."""
+    root = server_root(url)
+    name = client.names.get(root, redact(root))
+    headers = routing_headers(key)
+    t0 = time.perf_counter()
+    texts: list[str] = []
+    reasons: list[str | None] = []
+    logprobs: list[dict[str, float] | None] = []
+    usage = Usage()
+    model = request.model
+    empty_retries = followups = stalled = 0
+    short: int | None = None  # the count of this request's last short answer
+    if request.structured_outputs:
+        client.servers.constrained(root, name)
+    while True:
+        missing = request.n - len(texts)
+        traits = client.servers.of(root)
+        ask = min(missing, traits.max_n) if traits.max_n else missing
+        seed = None if request.seed is None else request.seed + len(texts)
+        req = request if ask == request.n and not texts else msgspec.structs.replace(request, n=ask, seed=seed)
+        try:
+            data = await client.send_chat(url, wire_form(req, traits), retry, req.model, headers, weight=ask)
+        except StatusError as e:
+            limit = n_limit(e.body) if e.status == 400 else None
+            if limit is None or limit >= ask:
+                raise
+            # nothing answered, nothing spent: ask in chunks from now on
+            client.servers.learned_n(root, name, limit, "HTTP 400")
+            continue
+        if (data.choices and empty_retries < EMPTY_ANSWER_RETRIES
+                and all(not (c.message.content or "").strip() for c in data.choices)):
+            # Every choice empty: a glitch far more often than a real answer
+            # (100 empty endings at T = 1.2?). Ask again, a bounded number of
+            # times; if it stays empty, it is the model's answer and is kept.
+            usage.requests += 1
+            empty_retries += 1
+            client.retries += 1
+            continue
+        usage.add(usage_of(data.usage))
+        model = data.model or model
+        got = sorted(data.choices, key=lambda c: c.index)[:ask]
+        for ch in got:
+            texts.append(client.answer_text(url, ch.message.content or "", request.max_tokens))
+            reasons.append(ch.finish_reason)
+            logprobs.append(ch.first_token_logprobs() if request.logprobs else None)
+        if len(texts) >= request.n:
+            return ChatResult(texts=texts, finish_reasons=reasons, model=model, usage=usage,
+                              seconds=time.perf_counter() - t0, followups=followups,
+                              first_logprobs=logprobs if request.logprobs else [])
+        if got and len(got) < ask:
+            # The same short count twice in a row is the server's limit, not a glitch.
+            if short == len(got):
+                client.servers.learned_n(root, name, len(got), "short answers")
+            short = len(got)
+        if not got:
+            stalled += 1
+            if stalled > client.retry.attempts:
+                raise ShortAnswerError(f"{url}: asked for {request.n} choices, got {len(texts)} after "
+                                       f"{followups} follow-up requests", usage, followups)
+        followups += 1

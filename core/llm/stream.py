@@ -1,0 +1,68 @@
+"""One streamed chat request, timed (`tension-run bench`): time to first token and
+to the end. Not retried and never completed by follow-ups: a benchmark measures
+what the server does, and reports a failure instead of hiding it.
+
+Usage: vLLM sends one usage event at the end (``stream_options.include_usage``);
+llama.cpp sends one per choice, each counting that choice, so their completion
+tokens are summed (a non-streamed llama.cpp answer counts one choice only:
+core/llm/traits.py `usage`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from tension.cache.records import Usage
+from tension.core.errors import ServerError
+from tension.core.llm.failures import error_message, status_error
+from tension.core.llm.protocol import ChatChunk, ChatRequest
+from tension.core.llm.results import StreamResult
+from tension.core.llm.transport import StreamStatus, Transport, TransportError
+from tension.core.redact import redact_secrets
+
+__all__ = ["chat_stream"]
+
+
+async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgspec.json.Decoder[ChatChunk],
+                      root: str, request: ChatRequest) -> StreamResult:
+    url = root + "/v1/chat/completions"
+    req = msgspec.structs.replace(request, stream=True, stream_options={"include_usage": True})
+    parts: dict[int, list[str]] = {}
+    usages: list[Usage] = []
+    model = request.model
+    ttft = None
+    events = 0
+    t0 = time.perf_counter()
+    try:
+        async for line in transport.lines(url, enc.encode(req), None):
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments, event names
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                break
+            chunk = dec.decode(payload)
+            model = chunk.model or model
+            for ch in chunk.choices:
+                if ch.delta.content:
+                    if ttft is None:
+                        ttft = time.perf_counter() - t0
+                    events += 1
+                    parts.setdefault(ch.index, []).append(ch.delta.content)
+            if chunk.usage is not None:
+                usages.append(chunk.usage.usage())
+    except StreamStatus as e:
+        raise status_error(e.status, url, error_message(e.body), request.model) from None
+    except TransportError as e:
+        raise ServerError(f"{url}: {e}") from e
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise ServerError(f"{url}: malformed event in the stream: {e}") from e
+    usage = Usage(requests=1)
+    if usages:
+        usage = usages[-1] if len(usages) == 1 else Usage(
+            requests=1, prompt_tokens=usages[0].prompt_tokens, cached_tokens=usages[0].cached_tokens,
+            completion_tokens=sum(u.completion_tokens for u in usages))
+    texts = [redact_secrets("".join(parts.get(i, []))) for i in range(request.n)]
+    return StreamResult(texts=texts, model=model, usage=usage, ttft=ttft,
+                        seconds=time.perf_counter() - t0, events=events)

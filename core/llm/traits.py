@@ -1,0 +1,91 @@
+"""What one server can do, learned once per server and kept in one record.
+
+The tool is built for vLLM; llama.cpp's `llama-server`, LiteLLM's proxy and hosted
+APIs differ in ways a run must know before it sends (measured:
+../shared/reviews/external-servers-2026-12-01.md, docs/servers.md). Each
+difference is one field of `ServerTraits`, learned from what the server says of
+itself (`/v1/models` `owned_by` and `meta`, llama.cpp's `/props`) or from what it
+did (a short answer, a 400 naming the most `n` it takes), never guessed from
+flags scattered over the code. The client keeps one per server root
+(`Client.traits`) and run.json shows them (`servers`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+import msgspec
+
+from tension.core.llm.protocol import ModelCard, Props
+
+__all__ = ["ServerTraits", "learn", "n_limit", "is_context_error", "grammar_of"]
+
+Kind = Literal["vllm", "llamacpp", "other"]
+
+# llama.cpp's 400 for n above its slots: "Field 'n': Value must be between 1 <= value <= 4, but got 8"
+_N_LIMIT = re.compile(r"'n'.*?<=\s*value\s*<=\s*(\d+)", re.IGNORECASE)
+
+
+class ServerTraits(msgspec.Struct, kw_only=True):
+    """One server's capabilities as the run learned them (None: not known)."""
+
+    url: str
+    kind: Kind = "other"  # from /v1/models owned_by: "vllm", "llamacpp", anything else
+    # Sequences the server runs at once (llama.cpp's /props total_slots); None: it does not say.
+    slots: int | None = None
+    # The most choices one request gets, and how that was learned ("slots", "HTTP 400", "short answers").
+    max_n: int | None = None
+    max_n_from: str | None = None
+    context_len: int | None = None  # per sequence: vLLM's max_model_len, llama.cpp's meta.n_ctx
+    tokenize: Literal["vllm", "llamacpp"] = "vllm"  # /tokenize's dialect: {model, prompt}→count or {content}→tokens
+    # How --judge-constraint choice / --reader-constraint json reach it: vLLM's
+    # structured_outputs, or llama.cpp's grammar / response_format.
+    constraint: Literal["structured_outputs", "grammar"] = "structured_outputs"
+    # llama.cpp's usage counts one choice of an n-choice answer: the token totals are the server's figure.
+    usage: Literal["all choices", "one choice"] = "all choices"
+    # vLLM (with the embedded server's seeded-sampling fix) answers a seeded request the
+    # same whatever else it is running; llama.cpp's batched decoding does not.
+    batch_invariant: bool | None = None
+
+
+def learn(url: str, models: list[ModelCard], props: Props | None) -> ServerTraits:
+    """The traits a server's /v1/models (and, for llama.cpp, /props) answer tells."""
+    owner = next((m.owned_by for m in models if m.owned_by), None)
+    kind: Kind = "vllm" if owner == "vllm" else "llamacpp" if owner == "llamacpp" else "other"
+    ctx = next((m.max_model_len or (m.meta.n_ctx if m.meta else None) for m in models
+                if m.max_model_len or (m.meta and m.meta.n_ctx)), None)
+    t = ServerTraits(url=url, kind=kind, context_len=ctx, batch_invariant=True if kind == "vllm" else None)
+    if kind == "llamacpp":
+        t.tokenize, t.constraint, t.usage, t.batch_invariant = "llamacpp", "grammar", "one choice", False
+        slots = props.total_slots if props is not None else None
+        if slots:
+            # llama.cpp refuses n above its slots (HTTP 400): ask in chunks of that many
+            t.slots, t.max_n, t.max_n_from = slots, slots, "slots (/props total_slots)"
+    return t
+
+
+def n_limit(message: str) -> int | None:
+    """The most `n` a server's 400 says it takes, or None when the message is another."""
+    m = _N_LIMIT.search(message)
+    return int(m.group(1)) if m and int(m.group(1)) >= 1 else None
+
+
+def is_context_error(message: str) -> bool:
+    """Whether a 400 says the prompt does not fit the context (llama.cpp's
+    exceed_context_size_error, vLLM's "maximum context length")."""
+    low = message.lower()
+    return "exceeds the available context size" in low or "maximum context length" in low
+
+
+def grammar_of(structured: dict[str, object]) -> dict[str, object] | None:
+    """llama.cpp's form of vLLM's `structured_outputs`: a GBNF grammar for a choice,
+    the JSON-object response format for a schema (llama.cpp refuses the reader
+    schema's `items: false`, so its json_schema is not used); None: no such form."""
+    choice = structured.get("choice")
+    if isinstance(choice, list) and choice and all(isinstance(c, str) for c in choice):
+        alts = " | ".join('"' + c.replace("\\", "\\\\").replace('"', '\\"') + '"' for c in choice)
+        return {"grammar": f"root ::= {alts}"}
+    if "json" in structured:
+        return {"response_format": {"type": "json_object"}}
+    return None

