@@ -15,7 +15,6 @@ writes the new answer over it.
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 import time
@@ -26,9 +25,10 @@ from typing import TypeVar
 import lmdb
 import msgspec
 
-from tension.core.errors import CacheDamagedError, CacheError, disk_free
+from tension.core.errors import CacheError
 
 from . import mounts, pages, records
+from .failures import DAMAGE, cannot_write, damaged, replace_damaged, write_failure
 from .paths import cache_root
 
 __all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damaged", "write_failure",
@@ -42,22 +42,10 @@ _META = b"meta"
 T = TypeVar("T")
 _INITIAL_MAP = 1 << 30  # 1 GiB of address space; the file grows only as it fills
 _MAX_GROWS = 16
-# LMDB's errors about the file itself (bad pages, a foreign or torn file), as
-# opposed to a full map or disk: rerunning cannot cure them.
-_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.PageFullError, lmdb.InvalidError,
-           lmdb.VersionMismatchError, lmdb.PanicError, lmdb.BadTxnError, lmdb.CursorFullError)
 
 
 def default_path() -> Path:
     return cache_root() / "llm.lmdb"
-
-
-def damaged(path: str | os.PathLike, what: str) -> CacheDamagedError:
-    """The error of a damaged cache at `path`: what is wrong and the way out."""
-    return CacheDamagedError(
-        f"the cache at {path} is damaged: {what}. Rerunning cannot repair it. `tension-run cache verify {path}` "
-        f"lists what is readable; `tension-run cache recover {path} NEW` copies every readable record into a "
-        f"new cache NEW (the damaged one is left as it is); then rerun with --cache NEW")
 
 
 class RunCounts(msgspec.Struct, kw_only=True):
@@ -105,7 +93,7 @@ class Store:
             raise damaged(self.path, str(e)) from e
         except BaseException as e:
             self.close()
-            if isinstance(e, _DAMAGE):
+            if isinstance(e, DAMAGE):
                 raise damaged(self.path, f"LMDB says {e}") from e
             if isinstance(e, (OSError, lmdb.Error)):
                 raise CacheError(f"cannot open the cache at {self.path}: {e}") from e
@@ -206,7 +194,7 @@ class Store:
             with self._map_lock:
                 self._lmdb.set_mapsize(0)
             return self.get_many(db, keys)
-        except _DAMAGE as e:
+        except DAMAGE as e:
             raise damaged(self.path, f"reading the {db} database failed: {e}") from e
         except lmdb.Error as e:
             raise CacheError(f"cannot read the cache at {self.path}: {e}") from e
@@ -271,7 +259,7 @@ class Store:
             out: list[bytes | None] = []
             for db, key, value in items:
                 handle = self._dbs[db]
-                written = txn.put(key, value, db=handle, overwrite=False) or _replace_damaged(txn, handle, key, value)
+                written = txn.put(key, value, db=handle, overwrite=False) or replace_damaged(txn, handle, key, value)
                 out.append(None if written else bytes(txn.get(key, db=handle, default=b"")))
             return out
 
@@ -288,7 +276,7 @@ class Store:
                     handle = self._dbs[db]
                     if handle is not None and txn.delete(key, db=handle):
                         gone[db] += 1
-        except _DAMAGE as e:
+        except DAMAGE as e:
             raise damaged(self.path, f"writing to it failed: {e}") from e
         except lmdb.Error as e:
             raise CacheError(write_failure(self.path, e)) from e
@@ -311,7 +299,7 @@ class Store:
         def body(txn) -> dict[str, int]:
             added = dict.fromkeys(DBS, 0)
             for handle, key, value, name, replace in encoded:
-                if txn.put(key, value, db=handle, overwrite=replace) or _replace_damaged(txn, handle, key, value):
+                if txn.put(key, value, db=handle, overwrite=replace) or replace_damaged(txn, handle, key, value):
                     added[name] += 1
             return added
 
@@ -333,7 +321,7 @@ class Store:
             except lmdb.MapResizedError:
                 with self._map_lock:
                     self._lmdb.set_mapsize(0)
-            except _DAMAGE as e:
+            except DAMAGE as e:
                 raise damaged(self.path, f"writing to it failed: {e}") from e
             except lmdb.Error as e:
                 raise CacheError(write_failure(self.path, e)) from e
@@ -395,16 +383,6 @@ class Store:
         return msgspec.json.decode(v, type=RunCounts) if v else None
 
 
-def cannot_write(e: BaseException) -> bool:
-    """Whether an error of LMDB or the OS is the file system refusing writes (a
-    read-only mount, permissions), not a damaged or missing cache."""
-    if isinstance(e, lmdb.ReadonlyError) or (isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES,
-                                                                                      errno.EPERM)):
-        return True
-    text = str(e)
-    return text.endswith(("Read-only file system", "Permission denied", "Operation not permitted"))
-
-
 def open_for_run(path: str | os.PathLike, max_bytes: int | None = None) -> Store:
     """The cache a run uses: opened to be written, or, where the file system
     refuses writes (a read-only mount, a cache this user may only read), read-only
@@ -415,22 +393,3 @@ def open_for_run(path: str | os.PathLike, max_bytes: int | None = None) -> Store
         if e.__cause__ is None or not cannot_write(e.__cause__) or not (Path(path) / "data.mdb").is_file():
             raise
     return Store(path, readonly=True, max_bytes=max_bytes)
-
-
-def write_failure(path: str | os.PathLike, e: BaseException) -> str:
-    """What a failed write to the cache at `path` says. LMDB reports a short write
-    (a full disk, a file-size limit) as "Input/output error": name the likely
-    cause and the free space, and the way on."""
-    return (f"cannot write to the cache at {path}: {e}. The disk holding it has {disk_free(path)} free: a full "
-            "disk or a file-size limit (ulimit -f) ends a write this way. The records already written are intact; "
-            "make room (or give another --cache) and rerun the same command to continue")
-
-
-def _replace_damaged(txn, handle, key: bytes, value) -> bool:
-    """Write `value` over the one stored at `key` if that one is damaged; a second
-    process that found the same key damaged and wrote it first wins."""
-    try:
-        records.decode(txn.get(key, db=handle))
-    except records.DamagedRecord:
-        return txn.put(key, value, db=handle)
-    return False

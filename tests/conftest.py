@@ -65,3 +65,21 @@ def _private_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+@pytest.fixture
+def vllm_server(monkeypatch):
+    """The embedded vLLM server (slow tests), installed once in the real cache folder
+    and started on its own port; stopped after the test unless it was running before."""
+    from tension.core.serving import embedded
+
+    for k in ("HOME", "XDG_CACHE_HOME"):  # the real cache folder: one installation for all slow tests
+        if k in REAL_ENV:
+            monkeypatch.setenv(k, REAL_ENV[k])
+        else:
+            monkeypatch.delenv(k, raising=False)
+    started = embedded.running_state() is None
+    st = embedded.start(embedded.EmbeddedSettings(port=8766))
+    yield st
+    if started:
+        embedded.stop()

@@ -1,15 +1,18 @@
 """The Python API: the verbs a researcher scripts, as functions (docs/python.md).
 
-    verbs.py     score, estimate, metrics, compare, fairplay, fairplay_metrics,
-                 generate, and their *_async twins; the CLI's verbs call them
+    verbs.py     score, estimate, metrics, compare, generate, and their *_async
+                 twins; the CLI's verbs call them
+    fairplay.py  fairplay, fairplay_metrics and their *_async twins
     settings.py  keyword arguments as settings (unknown or mistyped: ConfigError),
                  the server used when none is named
     results.py   the typed results, with to_pandas() (the optional extra `pandas`)
 
 ``import tension`` re-exports them (core/tension/__init__.py)."""
 
+from tension.core.api import fairplay as _fairplay_verbs
 from tension.core.api import results, verbs
+from tension.core.api.fairplay import *  # noqa: F403 (fairplay, fairplay_metrics and their async twins)
 from tension.core.api.results import *  # noqa: F403 (their __all__: the result types)
 from tension.core.api.verbs import *  # noqa: F403 (their __all__: the verbs and their async twins)
 
-__all__ = verbs.__all__ + results.__all__
+__all__ = verbs.__all__ + _fairplay_verbs.__all__ + results.__all__

@@ -17,8 +17,6 @@ from typing import Any
 from tension.core.api.results import (
     CompareResult,
     EstimateResult,
-    FairPlayMetricsResult,
-    FairPlayResult,
     GenerateResult,
     MetricsResult,
     ScoreResult,
@@ -35,13 +33,13 @@ from tension.core.api.settings import (
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 
 __all__ = ["score", "score_async", "estimate", "estimate_async", "metrics", "metrics_async", "compare",
-           "compare_async", "fairplay", "fairplay_async", "fairplay_metrics", "fairplay_metrics_async", "generate",
-           "generate_async"]
+           "compare_async", "generate", "generate_async"]
 
 PathLike = str | Path
+_SHOWN_PAIRS = 50  # per-story differences compare shows; all are in compare_stories.csv
 
 
-def _blocking(make_coro: Any) -> Any:
+def blocking(make_coro: Any) -> Any:
     from tension.core.run.blocking import run_blocking
 
     return run_blocking(make_coro)
@@ -83,7 +81,7 @@ def score(corpus: PathLike, *, out: PathLike, config: PathLike | None = None, **
     defaults otherwise. Returns a ScoreResult (per-story statistics, groups, the run
     record); a run that fails part way returns with ``status`` "failed"."""
     cfg = score_settings("score", config, settings)
-    return _blocking(lambda: _score(cfg, corpus, out))
+    return blocking(lambda: _score(cfg, corpus, out))
 
 
 async def score_async(corpus: PathLike, *, out: PathLike, config: PathLike | None = None,
@@ -175,7 +173,7 @@ def estimate(corpus: PathLike, *, config: PathLike | None = None, gen_tok_s: flo
     ScoreConfig's fields, as for `score`."""
     cfg, thr = _estimate_args(config, settings, gen_tok_s, judge_req_s, bench, ending_tokens)
     model = _cache_model(block_size, kv_blocks, gpu_profile, prefill_tok_s)
-    return _blocking(lambda: _estimate(cfg, corpus, thr, json, model))
+    return blocking(lambda: _estimate(cfg, corpus, thr, json, model))
 
 
 async def estimate_async(corpus: PathLike, *, config: PathLike | None = None, gen_tok_s: float | None = None,
@@ -192,7 +190,7 @@ async def estimate_async(corpus: PathLike, *, config: PathLike | None = None, ge
 # ---------------------------------------------------------------------------- metrics
 
 
-def _count(verb: str, name: str, v: Any, hi: int | None = None) -> int:
+def count_arg(verb: str, name: str, v: Any, hi: int | None = None) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (hi is not None and v > hi):
         what = f"an integer in [0, {hi}]" if hi is not None else "an integer >= 0"
         raise ConfigError(f"{verb}(): keyword `{name}`: expected {what}, got {v!r}")
@@ -247,11 +245,11 @@ def compare(run_a: PathLike, run_b: PathLike, *, pair_by: str = "id", out: PathL
     from tension.core.reports.comparison import compare as run
     from tension.core.reports.comparison import comparison_table, story_table
 
-    c = run(run_a, run_b, pair_by, n_resamples=_count("compare", "resamples", resamples, 10_000_000),
-            seed=_count("compare", "seed", seed),
-            interval_resamples=None if interval_resamples is None else _count(
+    c = run(run_a, run_b, pair_by, n_resamples=count_arg("compare", "resamples", resamples, 10_000_000),
+            seed=count_arg("compare", "seed", seed),
+            interval_resamples=None if interval_resamples is None else count_arg(
                 "compare", "interval_resamples", interval_resamples, 100_000),
-            interval_seed=None if interval_seed is None else _count("compare", "interval_seed", interval_seed))
+            interval_seed=None if interval_seed is None else count_arg("compare", "interval_seed", interval_seed))
     md, table = comparison_table(c), comparison_table(c, "csv")
     if c.stories:
         md += (f"\nPer pair of stories, B − A with its 95% interval over both runs' own verdicts "
@@ -280,130 +278,6 @@ async def compare_async(run_a: PathLike, run_b: PathLike, *, pair_by: str = "id"
 
 
 # compare.md and the terminal show the per-story differences of this many pairs
-_SHOWN_PAIRS = 50
-
-
-# ------------------------------------------------------------------------ fair play
-
-
-def metric_options(verb: str, settings: dict[str, Any], max_plots: int, resamples: int, seed: int) -> dict[str, Any]:
-    """The fair-play metrics' settings (FairPlaySettings' fields) and options."""
-    from tension.core.config import build_settings
-    from tension.kernels.settings import FairPlaySettings
-
-    if not isinstance(max_plots, int) or not isinstance(resamples, int) or max_plots < 0 or resamples < 0:
-        raise ConfigError("--max-plots and --resamples: expected >= 0")
-    values = {k: v for k, v in settings.items() if v is not None}
-    return {"settings": build_settings(FairPlaySettings, "--", **values), "max_plots": max_plots,
-            "n_resamples": resamples, "seed": _count(verb, "seed", seed)}
-
-
-def _early_steps(settings: dict[str, Any]) -> dict[str, Any]:
-    """`early_steps` as paragraph numbers (the flag reads them as numbers: 1.0 is 1)."""
-    steps = settings.get("early_steps")
-    if steps is None or isinstance(steps, str) or not hasattr(steps, "__iter__"):
-        return settings  # absent, or for check_keywords to name
-    if any(isinstance(i, bool) or not isinstance(i, int | float) or not float(i).is_integer() for i in steps):
-        raise ConfigError(f"--early-steps: expected paragraph numbers, got {steps}")
-    return {**settings, "early_steps": tuple(int(i) for i in steps)}
-
-
-def _split(verb: str, settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """fairplay's keywords: FairPlayConfig's, FairPlaySettings' (a name both have goes to both)."""
-    from tension.core.config import FairPlayConfig
-    from tension.kernels.settings import FairPlaySettings
-
-    settings = _early_steps(settings)
-    check_keywords(verb, (FairPlayConfig, FairPlaySettings), settings)
-    run_keys = set(FairPlayConfig.__struct_fields__)
-    metric_keys = set(FairPlaySettings.__struct_fields__)
-    return ({k: v for k, v in settings.items() if k in run_keys},
-            {k: v for k, v in settings.items() if k in metric_keys})
-
-
-def _metrics_result(s: Any) -> FairPlayMetricsResult:
-    code = EXIT_FAILED if s.errors else EXIT_OK
-    return FairPlayMetricsResult(status="complete" if code == EXIT_OK else "failed", exit_status=code,
-                                 out=str(s.out), stories=read_table(Path(s.out) / "stories.csv"),
-                                 groups=read_table(Path(s.out) / "groups.csv"), summary=s)
-
-
-def fairplay_metrics(readers: PathLike, *, out: PathLike, actual: PathLike | None = None, source: str = "readers",
-                     progress: bool = True, max_plots: int = 20, resamples: int = 10_000, seed: int = 0,
-                     **settings: Any) -> FairPlayMetricsResult:
-    """Fair-play scores (S, C_UB, FP_UB, …) from saved reader distributions, no LLM
-    (as ``tension-run fairplay-metrics``): `readers` is READERS.jsonl, a fairplay
-    run's folder, or (``source="authors"``) the fair-play authors' result files;
-    `actual` a CSV of actual-reader distributions; `seed` and `resamples` the
-    bootstrap's; `settings`: FairPlaySettings' fields (docs/fairplay.md)."""
-    from tension.core.reports.fairplay_metrics import fairplay_metrics as run
-    from tension.kernels.settings import FairPlaySettings
-
-    if source not in ("readers", "authors"):
-        raise ConfigError(f"fairplay_metrics(): keyword `source`: expected 'readers' or 'authors', got {source!r}")
-    settings = _early_steps(settings)
-    check_keywords("fairplay_metrics", (FairPlaySettings,), settings)
-    options = metric_options("fairplay_metrics", settings, max_plots, resamples, seed)
-    s = run(readers, out, actual_csv=actual, settings=options["settings"], max_plots=options["max_plots"],
-            n_resamples=options["n_resamples"], seed=options["seed"], progress=progress, source=source)
-    return _metrics_result(s)
-
-
-async def fairplay_metrics_async(readers: PathLike, *, out: PathLike, actual: PathLike | None = None,
-                                 source: str = "readers", progress: bool = True, max_plots: int = 20,
-                                 resamples: int = 10_000, seed: int = 0, **settings: Any) -> FairPlayMetricsResult:
-    """`fairplay_metrics` on a worker thread, awaited."""
-    return await asyncio.to_thread(lambda: fairplay_metrics(
-        readers, out=out, actual=actual, source=source, progress=progress, max_plots=max_plots,
-        resamples=resamples, seed=seed, **settings))
-
-
-def fairplay_settings(config: PathLike | None, settings: dict[str, Any], max_plots: int, resamples: int,
-                      bootstrap_seed: int) -> tuple[Any, dict[str, Any]]:
-    """FairPlayConfig (defaults < ``config`` and its [fairplay] table < keywords, the
-    running embedded server when none is named) and the metrics' options."""
-    from tension.core.config import FairPlayConfig
-
-    run_values, metric_values = _split("fairplay", settings)
-    fallback = {}
-    if not named_server(config, run_values):
-        emb = embedded_fallback()
-        fallback = {"base_url": emb["base_url"], "reader_model": emb.get("model")} if emb else {}
-    cfg = load("fairplay", FairPlayConfig, config, run_values, fallback, table="fairplay")
-    return cfg, metric_options("fairplay", metric_values, max_plots, resamples, bootstrap_seed)
-
-
-async def _fairplay(cfg: Any, stories: PathLike, out: PathLike, options: dict[str, Any]) -> FairPlayResult:
-    from tension.core.pipelines.fairplay import fairplay_async as run
-
-    s = await run(cfg, stories, out, options)
-    m = _metrics_result(s.metrics) if s.metrics is not None else None
-    code = EXIT_FAILED if (s.status != "complete" or m is None or m.exit_status != EXIT_OK or s.input_errors
-                           or s.reader_failures) else EXIT_OK
-    return FairPlayResult(status=s.status, exit_status=code, out=s.out, metrics=m,
-                          run=read_record(Path(s.out) / "fairplay_run.json"), summary=s)
-
-
-def fairplay(stories: PathLike, *, out: PathLike, config: PathLike | None = None, max_plots: int = 20,
-             resamples: int = 10_000, bootstrap_seed: int = 0, **settings: Any) -> FairPlayResult:
-    """The gullible, experienced and know-it-all readers over whodunits, then the
-    fair-play metrics (as ``tension-run fairplay``; docs/fairplay.md). `settings`:
-    FairPlayConfig's fields (``base_url``, ``reader_model``, ``seed`` — the readers'
-    sampling seed, ``--reader-seed`` — …) and FairPlaySettings' (the metrics);
-    `bootstrap_seed` and `resamples` the bootstrap's (the CLI's ``--seed``,
-    ``--resamples``)."""
-    cfg, options = fairplay_settings(config, settings, max_plots, resamples, bootstrap_seed)
-    return _blocking(lambda: _fairplay(cfg, stories, out, options))
-
-
-async def fairplay_async(stories: PathLike, *, out: PathLike, config: PathLike | None = None, max_plots: int = 20,
-                         resamples: int = 10_000, bootstrap_seed: int = 0, **settings: Any) -> FairPlayResult:
-    """`fairplay`, awaited on the caller's loop."""
-    cfg, options = fairplay_settings(config, settings, max_plots, resamples, bootstrap_seed)
-    return await _fairplay(cfg, stories, out, options)
-
-
-# --------------------------------------------------------------------------- generate
 
 
 def generate_settings(config: PathLike | None, settings: dict[str, Any]) -> Any:
@@ -433,7 +307,7 @@ def generate(ideas: PathLike, *, out: PathLike, config: PathLike | None = None, 
     ablations (``mode``) or whodunits; `out` the STORIES.jsonl to write;
     `settings`: GenerateConfig's fields."""
     cfg = generate_settings(config, settings)
-    return _blocking(lambda: _generate(cfg, ideas, out))
+    return blocking(lambda: _generate(cfg, ideas, out))
 
 
 async def generate_async(ideas: PathLike, *, out: PathLike, config: PathLike | None = None,

@@ -32,7 +32,7 @@ __all__ = ["VERBS", "cmd_fairplay", "cmd_fairplay_metrics"]
 
 def cmd_fairplay_metrics(args) -> int:
     """Fair-play scores (S, C_UB, FP_UB, …) from saved per-paragraph reader distributions (no LLM needed)."""
-    from tension.core.api.verbs import fairplay_metrics
+    from tension.core.api.fairplay import fairplay_metrics
 
     r = fairplay_metrics(args.readers, out=args.out, actual=args.actual, source=args.source, progress=args.progress,
                          max_plots=args.max_plots, resamples=args.resamples, seed=args.seed,
@@ -45,7 +45,7 @@ def cmd_fairplay(args) -> int:
     write readers.jsonl, then the fair-play metrics (S, C_UB, FP_UB, ...).
 
     Settings: defaults (the paper's) < --config file < flags. See docs/fairplay.md."""
-    from tension.core.api.verbs import fairplay
+    from tension.core.api.fairplay import fairplay
 
     summary = fairplay(args.stories, out=args.out, config=args.config, max_plots=args.max_plots,
                        resamples=args.resamples, bootstrap_seed=args.seed,

@@ -11,7 +11,6 @@ import pytest
 
 from tension.core.config import load_config
 from tension.core.pipelines.score import score
-from tension.core.serving import embedded
 from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
 
 pytestmark = pytest.mark.slow
@@ -38,21 +37,6 @@ def prefix_cache_hits(url: str) -> float:
     return sum(float(v) for v in m)
 
 
-@pytest.fixture
-def vllm_server(monkeypatch):
-    from conftest import REAL_ENV
-
-    # the real cache folder: one installation of the server for all slow tests
-    for k in ("HOME", "XDG_CACHE_HOME"):
-        if k in REAL_ENV:
-            monkeypatch.setenv(k, REAL_ENV[k])
-        else:
-            monkeypatch.delenv(k, raising=False)
-    started = embedded.running_state() is None
-    st = embedded.start(embedded.EmbeddedSettings(port=8766))
-    yield st
-    if started:
-        embedded.stop()
 
 
 def test_real_server_scores_a_tiny_story_and_reruns_from_cache(vllm_server, tmp_path):

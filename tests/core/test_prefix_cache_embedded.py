@@ -7,26 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from tension.core.serving import embedded
 from tension.testing.prefix_check import WORKLOADS, run_workload, server_blocks
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def vllm_server(monkeypatch):
-    from conftest import REAL_ENV
-
-    for k in ("HOME", "XDG_CACHE_HOME"):  # the real cache folder: one installation for all slow tests
-        if k in REAL_ENV:
-            monkeypatch.setenv(k, REAL_ENV[k])
-        else:
-            monkeypatch.delenv(k, raising=False)
-    started = embedded.running_state() is None
-    st = embedded.start(embedded.EmbeddedSettings(port=8766))
-    yield st
-    if started:
-        embedded.stop()
 
 
 def test_the_model_predicts_the_servers_hit_rate_within_3_points(vllm_server, tmp_path):
