@@ -40,14 +40,15 @@ ADDED = {
               "--warn-constant-share", "--warn-cut-share", "--warn-identical-share",
               "--judge-batch",  # issue 19: a position's judge prompts as one request
               "--refresh",  # issue 25: ask a broken setup's cached answers again
-              *("--interval-resamples", "--interval-seed")},  # issue 27: per-story intervals (docs/metrics.md 1.6)
-    "estimate": {"--judge-constraint",  # estimate and bench take score's judging flags
+              *("--interval-resamples", "--interval-seed"),  # issue 27: per-story intervals (docs/metrics.md 1.6)
+              "--max-model-len"},  # issue 26: a config key only before; servers that do not publish their context
+    "estimate": {"--judge-constraint", "--max-model-len",  # estimate and bench take score's judging flags
                  # issue 29: the block-level prefix-cache model (docs/cost.md)
                  "--block-size", "--kv-blocks", "--gpu-profile", "--prefill-tok-s"},
     # issue 29: the embedded server's KV cache (bench/prefix_cache.py makes it small on purpose)
     "serve": {"--block-size", "--kv-blocks", "--kv-cache-gib"},
     "demo": {"--block-size", "--kv-blocks", "--kv-cache-gib"},
-    "bench": {"--judge-constraint",
+    "bench": {"--judge-constraint", "--max-model-len",
               "--tokenizer"},  # issue 26: a server without vLLM's /tokenize (llama.cpp through a proxy, LiteLLM)
     "generate": {"--config", "--cache-max-gb",  # as score and fairplay have them
                  "--refresh"},  # issue 25, as score has it

@@ -30,8 +30,7 @@ _API_KEY_REASON = ("a secret: the OPENAI_API_KEY environment variable or the con
 # Settings fields that are no flag, and why. A field missing both a flag group
 # and an entry here fails tests/core/test_cli.py.
 CONFIG_ONLY: dict[type, dict[str, str]] = {
-    ScoreConfig: {"api_key": _API_KEY_REASON,
-                  "max_model_len": "the server's /tokenize reports it; a config key for servers that do not"},
+    ScoreConfig: {"api_key": _API_KEY_REASON},
     FairPlayConfig: {"api_key": _API_KEY_REASON},
     FairPlaySettings: {"tie_eps": "the definitions fix it (docs/fairplay.md); set from Python only",
                        "early_threshold": "the definitions fix it (> 0.5, docs/fairplay.md); set from Python only",

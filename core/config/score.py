@@ -110,7 +110,8 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     tokenizer: Annotated[str, flag(
         "token counts for pct: 'server' (its /tokenize), 'words', or a tokenizer.json path", CORPUS)] = "server"
     max_model_len: Annotated[int | None, flag(
-        "generation context, in tokens (default: as the server's /tokenize reports it)", bounds=Bounds(ge=1))] = None
+        "generation context, in tokens: positions whose prompt cannot fit are skipped (default: as the server "
+        "reports it: vLLM's /tokenize, llama.cpp's /v1/models meta.n_ctx)", SERVERS, bounds=Bounds(ge=1))] = None
     # concurrency: requests in flight per lane (the paper's batch sizes)
     gen_concurrency: Annotated[int, flag("generation requests in flight (per replica)", CONCURRENCY,
                                           bounds=Bounds(ge=1))] = 64

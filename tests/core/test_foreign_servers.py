@@ -304,3 +304,24 @@ def test_a_constraint_on_a_server_that_may_ignore_it_is_said_once(tmp_path, corp
         s, _ = _score(srv, tmp_path, corpus, "proxy", judge_constraint="choice", endings=2)
     assert s.status == "complete", s.error
     assert capsys.readouterr().err.count("may ignore; the malformed-answer checks") == 1
+
+
+def test_max_model_len_flag_skips_positions_a_proxy_cannot_say_are_too_long(tmp_path):
+    """F7: a proxy (LiteLLM: owned_by openai, no /tokenize) publishes no context, so
+    `--max-model-len` says it; positions whose prompt cannot fit are skipped before
+    sending. Without the flag the same run sends every position."""
+    story, tokens = _long_story(tmp_path)
+    common = ["--model", "test-gen", "--endings", "2", "--max-tokens", "400", "--tokenizer", "words",
+              "--no-progress", "--retries", "1"]
+    runs = {}
+    for name, extra in (("flag", ["--max-model-len", str(tokens + 250)]), ("none", [])):
+        with LoopbackServer(model="test-gen", owned_by="openai") as srv:
+            code = main(["score", str(story), "--out", str(tmp_path / name), "--base-url", srv.base_url,
+                         "--cache", str(tmp_path / f"cache-{name}"), *common, *extra])
+            sent = sum(1 for r in srv.requests if r.path == CHAT_PATH and r.kind == "generation")
+        runs[name] = (code, sent, json.loads((tmp_path / name / "run.json").read_text()))
+    (code, sent, rec), (code0, sent0, rec0) = runs["flag"], runs["none"]
+    assert code == code0 == 0
+    assert sum(rec["positions_skipped_too_long"].values()) >= 1 and not rec0["positions_skipped_too_long"]
+    assert sent == sent0 - sum(rec["positions_skipped_too_long"].values())
+    assert rec["config"]["max_model_len"] == rec["context_len"] == tokens + 250
