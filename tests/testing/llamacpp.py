@@ -108,7 +108,9 @@ def _build(home: Path, binary: Path, version: str) -> Path:
             tar.extractall(work / "src", filter="data")
         src = next(Path(p) for p in glob.glob(str(work / "src" / "*" / "llama.cpp")))
         build = work / "build"
-        _run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", *CMAKE_FLAGS], log)
+        # Ninja where the machine has it; else cmake's default (make), which every build machine has
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        _run(["cmake", "-S", str(src), "-B", str(build), *generator, *CMAKE_FLAGS], log)
         jobs = str(max(1, os.cpu_count() or 1))
         _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], log)
         (home / "bin").mkdir(exist_ok=True)
