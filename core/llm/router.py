@@ -154,6 +154,7 @@ class Router:
                 raise ConfigError(
                     f"{flag.replace('-model', '-base-url')}: server {url} serves {', '.join(ids) or 'no model'}, "
                     f"not {model}; every {self.role} server must serve the same model")
+        self.client.servers.model_named_by_path(model, flag)
         self.model = model
         return model
 

@@ -22,6 +22,7 @@ class Servers:
         self.traits: dict[str, ServerTraits] = {}
         self._capacity: dict[str, Capacity] = {}
         self._unsure: set[str] = set()  # servers told a constraint may not hold there
+        self._path_models: set[str] = set()  # model ids told to be file paths
 
     def of(self, root: str) -> ServerTraits:
         """The server's traits (a blank record until something is learned)."""
@@ -43,6 +44,16 @@ class Servers:
                         "through its grammar; its usage counts one choice per request, so token totals are the "
                         "server's figure; its batched decoding is not batch-invariant, so a seeded answer sent "
                         "again may differ (docs/servers.md; run.json `servers`)")
+
+    def model_named_by_path(self, model: str, flag: str) -> None:
+        """A model id that is a file's absolute path (llama-server without --alias)
+        goes into cache keys, run.json and every export: said once, with the way out."""
+        if self.notice is None or model in self._path_models or not model.startswith("/"):
+            return
+        self._path_models.add(model)
+        self.notice(f"{flag}: the model id is a file path ({model}): it goes into the cache keys, run.json and "
+                    "the exports, and moving the file makes every cached answer a miss; start llama-server "
+                    "with --alias NAME and pass that name (docs/servers.md)")
 
     def learned_n(self, root: str, name: str, n: int, how: str) -> None:
         """The server answers at most `n` choices a request: said once, then asked in chunks."""

@@ -325,3 +325,19 @@ def test_max_model_len_flag_skips_positions_a_proxy_cannot_say_are_too_long(tmp_
     assert sum(rec["positions_skipped_too_long"].values()) >= 1 and not rec0["positions_skipped_too_long"]
     assert sent == sent0 - sum(rec["positions_skipped_too_long"].values())
     assert rec["config"]["max_model_len"] == rec["context_len"] == tokens + 250
+
+
+def test_a_model_id_that_is_a_file_path_is_said_once_with_the_way_out(tmp_path, corpus, capsys):
+    """F9: llama-server without --alias names its model by the GGUF's absolute path,
+    which then goes into cache keys, run.json and exports: said once, naming --alias."""
+    path = "/home/someone/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    with LoopbackServer(model=path, dialect="llamacpp") as srv:
+        code = main(["score", str(corpus), "--out", str(tmp_path / "o"), "--base-url", srv.base_url,
+                     "--cache", str(tmp_path / "cache"), "--endings", "2", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert err.count("the model id is a file path") == 1 and "--alias NAME" in err
+    with LoopbackServer(model="smollm2", dialect="llamacpp") as srv:  # a name: nothing said
+        assert main(["score", str(corpus), "--out", str(tmp_path / "p"), "--base-url", srv.base_url,
+                     "--cache", str(tmp_path / "cache"), "--endings", "2", "--no-progress"]) == 0
+    assert "file path" not in capsys.readouterr().err
