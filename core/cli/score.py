@@ -134,6 +134,8 @@ def _score_flags(p) -> None:
 _ESTIMATE_FIELDS = fields_in(ScoreConfig, SERVERS, ENDINGS, JUDGING, CORPUS, CONCURRENCY,
                             skip={"warm_judge", "judge_batch"})  # how score sends, not what
 
+_ADAPTIVE = ("target_half_width", "round_endings", "max_endings")  # docs/metrics.md 1.7
+
 
 def _server_flags(p, fields: list[str], cache_help: str | None = None) -> None:
     p.add_argument("--config", metavar="FILE.toml", help="settings file, as for score")
@@ -168,7 +170,9 @@ def _estimate_flags(p) -> None:
 def _bench_flags(p) -> None:
     p.add_argument("--corpus", metavar="CORPUS", help="stories for the workload (default: the shipped demo story)")
     # of the corpus settings only the counter of pct: a server without vLLM's /tokenize needs --tokenizer words
-    _server_flags(p, [f for f in _ESTIMATE_FIELDS if f not in fields_in(ScoreConfig, CORPUS)] + ["tokenizer"],
+    # nor adaptive endings: bench times fixed requests of --endings
+    _server_flags(p, [f for f in _ESTIMATE_FIELDS if f not in fields_in(ScoreConfig, CORPUS) and f not in _ADAPTIVE]
+                  + ["tokenizer"],
                   cache_help="LMDB cache for token counts only (default: a temporary one); answers are never "
                              "taken from a cache")
     g = group_for(p, "workload")
