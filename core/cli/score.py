@@ -87,7 +87,7 @@ def cmd_estimate(args) -> int:
     r = estimate(args.corpus, config=args.config, gen_tok_s=args.gen_tok_s, judge_req_s=args.judge_req_s,
                  bench=args.bench, ending_tokens=args.ending_tokens, json=args.json, block_size=args.block_size,
                  kv_blocks=args.kv_blocks, gpu_profile=args.gpu_profile, prefill_tok_s=args.prefill_tok_s,
-                 **given(args, ScoreConfig))
+                 pilot=args.pilot, **given(args, ScoreConfig))
     print_errors(r.estimate.input_errors + r.estimate.stories_failed)
     print(r.text)
     if args.json:
@@ -164,6 +164,9 @@ def _estimate_flags(p) -> None:
                    help="the paper's two engines on one H200: 16-token blocks, the KV blocks their memory leaves")
     m.add_argument("--prefill-tok-s", type=number(float, gt=0), metavar="R",
                    help="prompt tokens per second the servers compute: adds the modelled prefill to the GPU-hours")
+    p.add_argument("--pilot", metavar="RUN_DIR",
+                   help="with --target-half-width: the expected cost from the no-rates of an earlier score run's "
+                        "positions.jsonl (docs/cost.md)")
     p.add_argument("--json", metavar="FILE", help="also write the estimate as JSON")
 
 
@@ -193,7 +196,7 @@ VERBS = [
     Verb("score", cmd_score, _score_flags, (ScoreConfig,), frozenset({"corpus", "out", "config"}), SERVER_ENV),
     Verb("estimate", cmd_estimate, _estimate_flags, (ScoreConfig,),
          frozenset({"corpus", "config", "gen_tok_s", "judge_req_s", "bench", "ending_tokens", "json",
-                    "block_size", "kv_blocks", "gpu_profile", "prefill_tok_s"}), SERVER_ENV),
+                    "block_size", "kv_blocks", "gpu_profile", "prefill_tok_s", "pilot"}), SERVER_ENV),
     Verb("bench", cmd_bench, _bench_flags, (ScoreConfig,),
          frozenset({"corpus", "config", "positions", "bench_seed", "no_variants", "no_stream", "save"}), SERVER_ENV),
 ]
