@@ -225,3 +225,31 @@ def test_config_file_keys(server, tmp_path):
     rc = main(["score", str(corpus), "--out", str(tmp_path / "o"), "--base-url", server.base_url, "--model",
                "test-gen", "--no-progress", "--cache", str(tmp_path / "cache"), "--config", str(conf)])
     assert rc == 0 and {p["n_endings"] for p in _positions(tmp_path / "o")} == {5}
+
+
+def test_the_view_and_cache_drop_find_an_adaptive_runs_rounds(server, tmp_path):
+    """positions.jsonl names no one key for a position of several rounds: the view's
+    recall and `cache drop --run` walk the rounds under the run's settings instead."""
+    from tension.cache.store import Store
+    from tension.core.inputs.corpus import read_corpus
+    from tension.core.inputs.segment import split_sentences
+    from tension.core.pipelines.score.recall import ScoreRecall, run_keys
+
+    server.yes_rate = 0.9
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=8)
+    out = tmp_path / "o"
+    assert _score(server, corpus, out, tmp_path / "cache", "--target-half-width", "0.1", "--save-texts") == 0
+    record = json.loads((out / "run.json").read_text())
+    texts = _texts(out)
+    story = read_corpus(corpus, 0, 10**9).stories[0]
+    sentences = split_sentences(story.text)
+    with Store(tmp_path / "cache") as store:
+        recall = ScoreRecall(record, store)
+        lines = _positions(out)
+        assert len({p["n_endings"] for p in lines}) > 1  # positions of different rounds
+        for p in lines:
+            got = recall.position(sentences, p["k"], p.get("endings_key"), p.get("judged_key"))
+            assert got.endings == texts[(p["id"], p["k"])] and got.missing == 0
+            assert sum(v == "match" for v in got.verdicts) == p["n_match"]
+        keys = run_keys(out, store).keys
+    assert len(keys["endings"]) == sum(p["n_endings"] // 20 for p in lines) == record["requests"]["generation"]

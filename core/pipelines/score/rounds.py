@@ -17,12 +17,12 @@ import msgspec
 from tension.cache.records import Endings, Usage
 from tension.core.config import ScoreConfig
 from tension.core.pipelines.score.judge import Judge
+from tension.core.pipelines.score.lookup import no_count
 from tension.core.pipelines.score.requests import ScoreRequests
-from tension.core.prompts import score as prompts
 from tension.core.run.engine import Engine
 from tension.kernels.stopping import round_ends, rounds_distribution, should_stop
 
-__all__ = ["Drawn", "draw", "no_count", "AdaptiveTally"]
+__all__ = ["Drawn", "draw", "AdaptiveTally"]
 
 
 class Drawn(msgspec.Struct, kw_only=True):
@@ -32,11 +32,6 @@ class Drawn(msgspec.Struct, kw_only=True):
     answers: list[str | None]
     judge_usage: Usage
     rounds: int
-
-
-def no_count(answers: Sequence[str | None]) -> int:
-    """Endings that count as no (docs/metrics.md 1.3): all but the matches."""
-    return sum(not prompts.parse_verdict(a)[0] for a in answers)
 
 
 async def draw(cfg: ScoreConfig, llm: Engine, judge: Judge, reqs: ScoreRequests, story_id: str,
