@@ -253,3 +253,46 @@ def test_the_view_and_cache_drop_find_an_adaptive_runs_rounds(server, tmp_path):
             assert sum(v == "match" for v in got.verdicts) == p["n_match"]
         keys = run_keys(out, store).keys
     assert len(keys["endings"]) == sum(p["n_endings"] // 20 for p in lines) == record["requests"]["generation"]
+
+
+def test_the_docs_estimate_commands_run(server, tmp_path, capsys):
+    """docs/cost.md's `estimate --target-half-width` commands, the pilot an adaptive run."""
+    import shlex
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cost.md").read_text()
+    section = doc[doc.index("## Adaptive endings (issue 27)"):]
+    start = section.index("```sh") + 5
+    commands = [shlex.split(line) for line in section[start:section.index("```", start)].strip().splitlines()]
+    assert len(commands) == 2
+    corpus = make_corpus(tmp_path / "stories.jsonl", 1, seed=2)
+    server.yes_rate = 0.97
+    assert _score(server, corpus, tmp_path / "pilot", tmp_path / "cache", "--target-half-width", "0.1") == 0
+    capsys.readouterr()
+    printed = []
+    for argv in commands:
+        assert argv[:2] == ["tension-run", "estimate"]
+        argv = [str(tmp_path / a) if a in ("stories.jsonl", "pilot") else a for a in argv[1:]]
+        assert main(argv + ["--no-progress", "--cache", str(tmp_path / "ecache"),
+                            "--base-url", "http://127.0.0.1:9"]) == 0
+        printed.append(capsys.readouterr().out)
+    assert "first round:" in printed[0] and "maximum:" in printed[0] and "GPU-hours" in printed[0]
+    expected = next(x for x in printed[1].splitlines() if "expected (pilot" in x)
+    n_pos = len(_positions(tmp_path / "pilot"))
+    run = json.loads((tmp_path / "pilot" / "run.json").read_text())["adaptive"]
+    # the pilot's own corpus: the expected endings are near what the pilot used
+    got = float(expected.split("): ")[1].split(" endings")[0].replace(",", ""))
+    assert 20 * n_pos <= got <= 100 * n_pos
+    assert abs(got - run["endings_used"]) <= 0.35 * run["endings_used"]
+
+
+def test_estimate_pilot_errors(tmp_path, capsys):
+    corpus = make_corpus(tmp_path / "c.jsonl", 1)
+    base = ["estimate", str(corpus), "--tokenizer", "words", "--no-progress", "--cache", str(tmp_path / "c"),
+            "--base-url", "http://127.0.0.1:9"]
+    assert main([*base, "--pilot", str(tmp_path)]) == 2  # no target
+    assert "needs --target-half-width" in capsys.readouterr().err
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "positions.jsonl").write_text('{"id": "a", "k": 3, "pct": 0.5, "no_rate": 0.5}\n{"id": 1}\n')
+    assert main([*base, "--target-half-width", "0.1", "--seed", "1", "--pilot", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert "positions.jsonl, line 1: field n_endings" in err and "Traceback" not in err
