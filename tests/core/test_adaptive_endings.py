@@ -77,6 +77,9 @@ def test_adaptive_run_is_reproducible_and_saves_endings_where_the_judge_is_sure(
     assert adaptive.keys() == fixed.keys()
     for key, endings in adaptive.items():
         assert endings == fixed[key][: len(endings)]
+    # run.json's ideal prompt tokens count each position's own endings, not --endings'
+    ideal = [json.loads((tmp_path / d / "run.json").read_text())["prompt_tokens"]["ideal"] for d in ("a", "f")]
+    assert ideal[0]["generation"] == ideal[1]["generation"] and ideal[0]["judge"] < 0.5 * ideal[1]["judge"]
 
 
 def test_no_rate_near_one_half_goes_to_the_maximum(server, tmp_path):
