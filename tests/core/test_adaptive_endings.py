@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
+from conftest import cancel_midway, make_corpus
 
 import tension
 from tension.core.cli import main
@@ -170,8 +170,6 @@ def test_empty_endings_count_as_no(server, tmp_path):
 
 
 def test_an_interrupted_adaptive_run_resumes_to_the_same_outputs(server, tmp_path):
-    import asyncio
-
     from tension.core.pipelines.score import score, score_async
 
     server.yes_rate = 0.85
@@ -184,19 +182,12 @@ def test_an_interrupted_adaptive_run_resumes_to_the_same_outputs(server, tmp_pat
     server.delay = 0.002
     server.reset_records()
 
-    async def cancel_midway():
-        task = asyncio.ensure_future(score_async(cfg, corpus, tmp_path / "out"))
-        while server.count(kind="judge") < total // 3 and not task.done():
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancel_midway())
+    cancel_midway(lambda: score_async(cfg, corpus, tmp_path / "out"), lambda: server.count(kind="judge") >= total // 3)
     assert not (tmp_path / "out" / "positions.jsonl").exists()
     server.delay = 0.0
     resumed = score(cfg, corpus, tmp_path / "out")
     assert resumed.status == "complete" and resumed.requests["judge"] < total
+    assert resumed.requests["generation"] < clean.requests["generation"]  # the rounds cached before the stop
     for name in ("positions.jsonl", "stories.csv"):
         assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "clean" / name).read_bytes()
 
