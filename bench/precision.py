@@ -129,7 +129,8 @@ def through_score(args, base_url: str, model: str | None, corpus: Path, work: Pa
         inside, has = _compare_runs(work / f"{label}-fixed", out)
         used = _endings(out)
         res["targets"][str(w)] = {"endings": used, "share_of_fixed": used / total, "seconds": round(secs, 1),
-                                  "inside": dict(zip(STATS, (inside / np.maximum(has, 1)).tolist()))}
+                                  # None: no story has the statistic in both runs (NaN in one)
+                                  "inside": {st: (i / h if h else None) for st, i, h in zip(STATS, inside, has)}}
         print(f"    target {w:g}: {used:,} endings ({used / total:.1%}), {secs:.1f} s; inside: "
               + " ".join(f"{st} {i:.0f}/{h:.0f}" for st, i, h in zip(STATS, inside, has)))
     return res
