@@ -4,7 +4,9 @@ cache/home per test."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,17 @@ def vllm_server(monkeypatch):
     yield st
     if started:
         embedded.stop()
+
+
+def cancel_midway(run: Callable[[], Awaitable[object]], until: Callable[[], bool]) -> None:
+    """Start `run` (a score_async call) and cancel it once `until()` holds: an
+    interrupted run, its records committed so far kept."""
+    async def go() -> None:
+        task = asyncio.ensure_future(run())
+        while not until() and not task.done():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())

@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # flags across verbs). Every other difference from the snapshot is a regression.
 # fairplay's --base-url and --model are new names of --reader-base-url and
 # --reader-model (the same flags), so they add no entry.
+# issue 27: adaptive endings (docs/metrics.md 1.7)
+ADAPTIVE = ("--target-half-width", "--round-endings", "--max-endings")
 ADDED = {
     "score": {"--judge-constraint",  # README documented it; only a config key had it
               # issue 20: the answer checks (docs/reliability.md, "Degenerate answers")
@@ -41,10 +43,12 @@ ADDED = {
               "--judge-batch",  # issue 19: a position's judge prompts as one request
               "--refresh",  # issue 25: ask a broken setup's cached answers again
               *("--interval-resamples", "--interval-seed"),  # issue 27: per-story intervals (docs/metrics.md 1.6)
-              "--max-model-len"},  # issue 26: a config key only before; servers that do not publish their context
+              "--max-model-len",  # issue 26: a config key only before; servers that do not publish their context
+              *ADAPTIVE},
     "estimate": {"--judge-constraint", "--max-model-len",  # estimate and bench take score's judging flags
                  # issue 29: the block-level prefix-cache model (docs/cost.md)
-                 "--block-size", "--kv-blocks", "--gpu-profile", "--prefill-tok-s"},
+                 "--block-size", "--kv-blocks", "--gpu-profile", "--prefill-tok-s",
+                 *ADAPTIVE, "--pilot"},  # issue 27: the cost of a target (docs/cost.md)
     # issue 29: the embedded server's KV cache (bench/prefix_cache.py makes it small on purpose)
     "serve": {"--block-size", "--kv-blocks", "--kv-cache-gib"},
     "demo": {"--block-size", "--kv-blocks", "--kv-cache-gib"},

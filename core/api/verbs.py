@@ -109,11 +109,17 @@ def _throughput(gen_tok_s: float | None, judge_req_s: float | None, bench: PathL
     return thr
 
 
-async def _estimate(cfg: Any, corpus: PathLike, thr: Any, json: PathLike | None, model: Any = None) -> EstimateResult:
+async def _estimate(cfg: Any, corpus: PathLike, thr: Any, json: PathLike | None, model: Any = None,
+                    pilot: PathLike | None = None) -> EstimateResult:
     from tension.core.pipelines.estimate import estimate_async as run
     from tension.core.pipelines.estimate import format_estimate
+    from tension.core.pipelines.estimate_adaptive import adaptive_cost, read_pilot
 
+    if pilot is not None and cfg.target_half_width is None:
+        raise ConfigError("--pilot: the expected cost of adaptive endings needs --target-half-width")
+    ps = read_pilot(pilot) if pilot is not None else None  # a bad pilot is told before the corpus is counted
     est = await run(cfg, corpus, thr, model)
+    est.adaptive = adaptive_cost(cfg, est, ps, None if pilot is None else str(pilot))
     if json is not None:
         import msgspec
 
@@ -163,28 +169,31 @@ def _cache_model(block_size: int | None, kv_blocks: int | None, gpu_profile: str
 def estimate(corpus: PathLike, *, config: PathLike | None = None, gen_tok_s: float | None = None,
              judge_req_s: float | None = None, bench: PathLike | None = None, ending_tokens: float | None = None,
              json: PathLike | None = None, block_size: int | None = None, kv_blocks: int | None = None,
-             gpu_profile: str | None = None, prefill_tok_s: float | None = None, **settings: Any) -> EstimateResult:
+             gpu_profile: str | None = None, prefill_tok_s: float | None = None, pilot: PathLike | None = None,
+             **settings: Any) -> EstimateResult:
     """Requests, tokens, cache coverage, GPU-hours and money of scoring `corpus`,
     before any LLM call (as ``tension-run estimate``; formulas: docs/cost.md).
     `gen_tok_s`, `judge_req_s`, `bench` (a ``bench --save`` file), `ending_tokens`:
     the throughput; `block_size` and `kv_blocks`, or `gpu_profile` ("h200"): the
     servers' prefix caches, modelled block by block (`prefill_tok_s`: their prefill
-    rate, for the GPU-hours); `json`: also write the estimate there; `settings`:
-    ScoreConfig's fields, as for `score`."""
+    rate, for the GPU-hours); `json`: also write the estimate there; `pilot`: an
+    earlier score run's folder, for the expected cost of `target_half_width`
+    (adaptive endings); `settings`: ScoreConfig's fields, as for `score`."""
     cfg, thr = _estimate_args(config, settings, gen_tok_s, judge_req_s, bench, ending_tokens)
     model = _cache_model(block_size, kv_blocks, gpu_profile, prefill_tok_s)
-    return blocking(lambda: _estimate(cfg, corpus, thr, json, model))
+    return blocking(lambda: _estimate(cfg, corpus, thr, json, model, pilot))
 
 
 async def estimate_async(corpus: PathLike, *, config: PathLike | None = None, gen_tok_s: float | None = None,
                          judge_req_s: float | None = None, bench: PathLike | None = None,
                          ending_tokens: float | None = None, json: PathLike | None = None,
                          block_size: int | None = None, kv_blocks: int | None = None, gpu_profile: str | None = None,
-                         prefill_tok_s: float | None = None, **settings: Any) -> EstimateResult:
+                         prefill_tok_s: float | None = None, pilot: PathLike | None = None,
+                         **settings: Any) -> EstimateResult:
     """`estimate`, awaited on the caller's loop."""
     cfg, thr = _estimate_args(config, settings, gen_tok_s, judge_req_s, bench, ending_tokens)
     model = _cache_model(block_size, kv_blocks, gpu_profile, prefill_tok_s)
-    return await _estimate(cfg, corpus, thr, json, model)
+    return await _estimate(cfg, corpus, thr, json, model, pilot)
 
 
 # ---------------------------------------------------------------------------- metrics

@@ -87,7 +87,7 @@ def cmd_estimate(args) -> int:
     r = estimate(args.corpus, config=args.config, gen_tok_s=args.gen_tok_s, judge_req_s=args.judge_req_s,
                  bench=args.bench, ending_tokens=args.ending_tokens, json=args.json, block_size=args.block_size,
                  kv_blocks=args.kv_blocks, gpu_profile=args.gpu_profile, prefill_tok_s=args.prefill_tok_s,
-                 **given(args, ScoreConfig))
+                 pilot=args.pilot, **given(args, ScoreConfig))
     print_errors(r.estimate.input_errors + r.estimate.stories_failed)
     print(r.text)
     if args.json:
@@ -134,6 +134,8 @@ def _score_flags(p) -> None:
 _ESTIMATE_FIELDS = fields_in(ScoreConfig, SERVERS, ENDINGS, JUDGING, CORPUS, CONCURRENCY,
                             skip={"warm_judge", "judge_batch"})  # how score sends, not what
 
+_ADAPTIVE = ("target_half_width", "round_endings", "max_endings")  # docs/metrics.md 1.7
+
 
 def _server_flags(p, fields: list[str], cache_help: str | None = None) -> None:
     p.add_argument("--config", metavar="FILE.toml", help="settings file, as for score")
@@ -162,13 +164,18 @@ def _estimate_flags(p) -> None:
                    help="the paper's two engines on one H200: 16-token blocks, the KV blocks their memory leaves")
     m.add_argument("--prefill-tok-s", type=number(float, gt=0), metavar="R",
                    help="prompt tokens per second the servers compute: adds the modelled prefill to the GPU-hours")
+    p.add_argument("--pilot", metavar="RUN_DIR",
+                   help="with --target-half-width: the expected cost from the no-rates of an earlier score run's "
+                        "positions.jsonl (docs/cost.md)")
     p.add_argument("--json", metavar="FILE", help="also write the estimate as JSON")
 
 
 def _bench_flags(p) -> None:
     p.add_argument("--corpus", metavar="CORPUS", help="stories for the workload (default: the shipped demo story)")
     # of the corpus settings only the counter of pct: a server without vLLM's /tokenize needs --tokenizer words
-    _server_flags(p, [f for f in _ESTIMATE_FIELDS if f not in fields_in(ScoreConfig, CORPUS)] + ["tokenizer"],
+    # nor adaptive endings: bench times fixed requests of --endings
+    _server_flags(p, [f for f in _ESTIMATE_FIELDS if f not in fields_in(ScoreConfig, CORPUS) and f not in _ADAPTIVE]
+                  + ["tokenizer"],
                   cache_help="LMDB cache for token counts only (default: a temporary one); answers are never "
                              "taken from a cache")
     g = group_for(p, "workload")
@@ -189,7 +196,7 @@ VERBS = [
     Verb("score", cmd_score, _score_flags, (ScoreConfig,), frozenset({"corpus", "out", "config"}), SERVER_ENV),
     Verb("estimate", cmd_estimate, _estimate_flags, (ScoreConfig,),
          frozenset({"corpus", "config", "gen_tok_s", "judge_req_s", "bench", "ending_tokens", "json",
-                    "block_size", "kv_blocks", "gpu_profile", "prefill_tok_s"}), SERVER_ENV),
+                    "block_size", "kv_blocks", "gpu_profile", "prefill_tok_s", "pilot"}), SERVER_ENV),
     Verb("bench", cmd_bench, _bench_flags, (ScoreConfig,),
          frozenset({"corpus", "config", "positions", "bench_seed", "no_variants", "no_stream", "save"}), SERVER_ENV),
 ]

@@ -81,6 +81,17 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     temperature: Annotated[float, flag("sampling temperature of the endings", ENDINGS, bounds=TEMPERATURE)] = 1.2
     top_p: Annotated[float, flag("nucleus sampling of the endings", ENDINGS, bounds=Bounds(gt=0, le=1))] = 0.95
     max_tokens: Annotated[int, flag("longest ending, in tokens", ENDINGS, bounds=TOKENS)] = 150
+    # adaptive endings (docs/metrics.md 1.7): on with --target-half-width
+    target_half_width: Annotated[float | None, flag(
+        "adaptive endings: draw a position's endings in rounds of --round-endings until the 95% (Wilson) "
+        "interval of its no-rate is at most this half-width, or --max-endings are drawn; needs --seed. 0.04 "
+        "keeps every story statistic inside its fixed-100 interval in >= 95% of simulated stories; looser "
+        "targets save more and bias the mean NR up (default: off, --endings exactly; docs/metrics.md 1.7)", ENDINGS,
+        bounds=Bounds(gt=0, lt=0.5))] = None
+    round_endings: Annotated[int, flag("adaptive endings: endings per round, the first included",
+                                       ENDINGS, bounds=Bounds(ge=1, le=10_000))] = 20
+    max_endings: Annotated[int, flag("adaptive endings: most endings a position gets (the paper's n)",
+                                     ENDINGS, bounds=Bounds(ge=1, le=10_000))] = 100
     seed: Annotated[int | None, flag(
         "sampling seed sent with every generation request. Give it for reproducible runs: seeded, a run "
         "through faults, retries, kills and resumes is byte-identical to a clean one; unseeded, vLLM samples "
@@ -180,6 +191,13 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         check(self.pct_min <= self.pct_max, "pct_min", "0 <= pct-min <= pct-max <= 1")
         check(self.judge_constraint in ("none", "choice", "logprobs"), "judge_constraint",
               "'none', 'choice' or 'logprobs'")
+        if self.target_half_width is not None:
+            check(self.round_endings <= self.max_endings, "round_endings",
+                  f"at most --max-endings ({self.max_endings})")
+            # unseeded, every round would be the same request (the same cache key): the
+            # rounds are told apart by their seeds (core/llm/choices.py `chunk`)
+            check(self.seed is not None, "seed", "a seed with --target-half-width (each round is seeded "
+                  "seed + r * round-endings)")
         self.generation_replicas()  # each raises a ConfigError naming the bad entry
         self.shard_spec()
         self.judge_replicas()
@@ -211,6 +229,15 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     def refresh_roles(self) -> tuple[str, ...]:
         """The engine roles --refresh asks again."""
         return refresh_roles(self.refresh, ("generation", "judge"))
+
+    @property
+    def adaptive(self) -> bool:
+        """Adaptive endings (docs/metrics.md 1.7): rounds until a target, not --endings exactly."""
+        return self.target_half_width is not None
+
+    def endings_per_request(self) -> int:
+        """The n of a generation request: --endings, or a round's with adaptive endings."""
+        return self.round_endings if self.adaptive else self.endings
 
     def curve_settings(self):
         return make_curve_settings(self.window, self.thresholds, self.late_threshold, self.retention_window,

@@ -38,9 +38,17 @@ from tension.core.redact import redact
 if TYPE_CHECKING:
     from tension.core.llm.client import Client
 
-__all__ = ["gather", "wire_form", "EMPTY_ANSWER_RETRIES"]
+__all__ = ["gather", "chunk", "wire_form", "EMPTY_ANSWER_RETRIES"]
 
 EMPTY_ANSWER_RETRIES = 2
+
+
+def chunk(request: ChatRequest, start: int, count: int) -> ChatRequest:
+    """The request for choices start … start + count − 1 of `request` alone: n = count,
+    seed + start (module docstring). gather's follow-ups and chunks are these, and so
+    are adaptive endings' rounds (core/pipelines/score/rounds.py)."""
+    seed = None if request.seed is None else request.seed + start
+    return msgspec.structs.replace(request, n=count, seed=seed)
 
 
 def wire_form(request: ChatRequest, traits: ServerTraits | None) -> ChatRequest:
@@ -72,8 +80,7 @@ async def gather(client: Client, url: str, request: ChatRequest, retry: RetryPol
         missing = request.n - len(texts)
         traits = client.servers.of(root)
         ask = min(missing, traits.max_n) if traits.max_n else missing
-        seed = None if request.seed is None else request.seed + len(texts)
-        req = request if ask == request.n and not texts else msgspec.structs.replace(request, n=ask, seed=seed)
+        req = request if ask == request.n and not texts else chunk(request, len(texts), ask)
         try:
             data = await client.send_chat(url, wire_form(req, traits), retry, req.model, headers, weight=ask)
         except StatusError as e:

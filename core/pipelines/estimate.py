@@ -37,6 +37,7 @@ import numpy as np
 from tension.core.config import ScoreConfig
 from tension.core.errors import ConfigError, StatusError
 from tension.core.inputs.corpus import Corpus, read_corpus
+from tension.core.pipelines.estimate_adaptive import AdaptiveCost
 from tension.core.pipelines.estimate_text import format_estimate
 from tension.core.pipelines.ideal import Tally, TokenTotals, constants, template_pieces
 from tension.core.pipelines.prefix.predict import CacheModelOptions, PrefixPrediction, predict
@@ -98,6 +99,7 @@ class Estimate(msgspec.Struct, kw_only=True):
     formula: str = COST_FORMULA
     seconds: float = 0.0
     run: RunHeader | None = None  # the run record header every verb shares (core/run/record.py)
+    adaptive: AdaptiveCost | None = None  # --target-half-width: its cost range (estimate_adaptive.py)
 
 
 def prefix_counter(cfg: ScoreConfig) -> Counter | None:

@@ -66,6 +66,10 @@ def format_estimate(e: Estimate) -> str:
         lines.append(f"formula: {e.formula}")
     else:
         lines.append("GPU-hours: give --gen-tok-s and --judge-req-s (or --bench FILE from `tension-run bench`)")
+    if e.adaptive is not None:
+        from tension.core.pipelines.estimate_adaptive import adaptive_lines
+
+        lines += adaptive_lines(e.adaptive)
     lines.append(f"({e.seconds:.1f} s)")
     return "\n".join(lines)
 

@@ -5,6 +5,7 @@ servers computed."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -56,11 +57,13 @@ class Tally:
         self.positions = 0
         self._any = False
 
-    def story(self, sents: list[str], words: int, ps: list[Position]) -> None:
+    def story(self, sents: list[str], words: int, ps: list[Position], endings: Sequence[int] | None = None) -> None:
+        """`endings`: each position's endings, where they differ (adaptive endings); else n."""
         if not ps:
             return
         self._any = True
-        n, cw = self.n, self.cfg.continuation_words
+        n = self.n if endings is None else np.asarray(endings, dtype=np.float64)
+        cw = self.cfg.continuation_words
         P = np.fromiter((p.tokens for p in ps), dtype=np.int64, count=len(ps))
         k = np.fromiter((p.k for p in ps), dtype=np.int64, count=len(ps))
         w = np.fromiter((len(s.split()) for s in sents), dtype=np.int64, count=len(sents))

@@ -298,6 +298,12 @@ def _outcome_lines(data: RunData) -> list[str]:
                 if inv.get("count", 1) > 1 else "") + ".", ""]
     if run.get("error"):
         lines += [f"The run stopped: {md_text(run['error'])}", ""]
+    if (a := run.get("adaptive")) and a.get("endings_fixed"):
+        rounds = ", ".join(f"{r}: {n}" for r, n in a.get("rounds", {}).items())
+        lines += [f"Adaptive endings (docs/metrics.md 1.7): {a['endings_used']:,} endings over {a['positions']:,} "
+                  f"positions, {a['share_of_fixed']:.0%} of the {a['endings_fixed']:,} of --max-endings "
+                  f"{a['max_endings']} each (target half-width {a['target_half_width']:g}, rounds of "
+                  f"{a['round_endings']}; positions by rounds used: {rounds}).", ""]
     items = ([f"- bad input: {md_text(e)}" for e in errors]
              + [f"- story {md_code(f['id'])} failed at {f['stage']}: {md_text(f['error'])}" for f in failed]
              + [f"- story {md_code(k['id'])} skipped: {md_text(k['reason'])}" for k in skipped])

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus, write_story
+from conftest import cancel_midway, make_corpus, write_story
 
 from tension.cache.store import Store
 from tension.core.config import load_config
@@ -204,16 +204,9 @@ def test_cancelled_run_resumes_to_identical_outputs_without_repeats(server, tmp_
     server.delay = 0.002
     cfg = cfg_for(server, tmp_path, gen_concurrency=4, judge_concurrency=8)
 
-    async def cancel_midway():
-        task = asyncio.ensure_future(score_async(cfg, corpus, tmp_path / "out"))
-        while server.count(kind="judge") < total_judge // 3 and not task.done():
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
     server.reset_records()
-    asyncio.run(cancel_midway())
+    cancel_midway(lambda: score_async(cfg, corpus, tmp_path / "out"),
+                  lambda: server.count(kind="judge") >= total_judge // 3)
     run_json = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run_json["status"] == "interrupted"
     assert not (tmp_path / "out" / "positions.jsonl").exists()

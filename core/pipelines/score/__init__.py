@@ -44,6 +44,7 @@ from tension.core.pipelines.score.outputs import (
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.prompt_tokens import PromptTokens, ServerReadings
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
+from tension.core.pipelines.score.rounds import AdaptiveTally, draw
 from tension.core.pipelines.score.watch import AnswerWatch
 from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.run.blocking import run_blocking
@@ -107,6 +108,7 @@ class Scoring:
         self.const: dict[str, int] | None = None
         self.earlier = Invocations()  # the invocations before this one into the same --out (resumes)
         self.outputs_seconds: float | None = None
+        self.adaptive = AdaptiveTally(cfg)  # with --target-half-width: the endings each position used
 
     async def _template_counts(self) -> dict[str, int] | None:
         """The token counts of the prompts' fixed texts, for the ideal (cached, as every count)."""
@@ -144,12 +146,20 @@ class Scoring:
         run = self.run
         story = self.corpus.stories[pos.story]
         sents = self.finder.sentences[pos.story]
+        keys: tuple[str, str] | None = None
         try:
-            request = self.reqs.endings(sents, pos.k)
-            rec = await self.llm.endings("generation", request, key=story.id)
-            # A position's judge prompts share a prefix: one server for all of them.
-            ask, answers, judge_usage = await self.judge.verdicts(self.reqs, f"{story.id}\x00{pos.k}", sents, pos.k,
-                                                                  rec.texts)
+            if self.cfg.adaptive:
+                # rounds until the stopping rule holds; several records: no one key names them
+                drawn = await draw(self.cfg, self.llm, self.judge, self.reqs, story.id, sents, pos.k)
+                rec, answers, judge_usage = drawn.endings, drawn.answers, drawn.judge_usage
+                self.adaptive.add((pos.story, pos.k), len(rec.texts))
+            else:
+                request = self.reqs.endings(sents, pos.k)
+                rec = await self.llm.endings("generation", request, key=story.id)
+                # A position's judge prompts share a prefix: one server for all of them.
+                ask, answers, judge_usage = await self.judge.verdicts(self.reqs, f"{story.id}\x00{pos.k}", sents,
+                                                                      pos.k, rec.texts)
+                keys = chat_key(request).hex(), ask.group.hex()
         except StatusError as e:
             if e.status == 400 and is_context_error(e.body):
                 # A prompt the server's context cannot hold (a judge prompt, or a count
@@ -165,8 +175,8 @@ class Scoring:
         self.watch.position(story.id, rec, answers, self.reqs.judge_model)  # may stop the run early
         self.prompt_tokens.position(pos, rec.usage, judge_usage, len(rec.texts), sum(a is not None for a in answers))
         res = position_result(story, pos, rec.texts, answers)
-        res.endings_key = chat_key(request).hex()
-        res.judged_key = ask.group.hex()
+        if keys is not None:
+            res.endings_key, res.judged_key = keys
         self.results[(pos.story, pos.k)] = res
         if self.cfg.save_texts:
             self.texts.add((pos.story, pos.k), {"id": story.id, "k": pos.k, "endings": rec.texts, "verdicts": answers})
@@ -197,9 +207,9 @@ class Scoring:
 
     def body(self) -> dict[str, Any]:
         """run.json after the header: its keys in this order (tests/test_snapshots.py holds them)."""
-        corpus, finder = self.corpus, self.finder
+        cfg, corpus, finder = self.cfg, self.corpus, self.finder
         wall = self.run.wall()
-        return {
+        body: dict[str, Any] = {
             # absolute, so a view or report started in another folder finds it; as typed, for display
             "corpus": os.path.abspath(self.corpus_path),
             "corpus_given": str(self.corpus_path),
@@ -221,6 +231,9 @@ class Scoring:
                                                      [s.words for s in corpus.stories], self.gen_router,
                                                      self.judge_router),
         }
+        if cfg.adaptive:  # only then: the default run's record keeps its keys (tests/test_snapshots.py)
+            body["adaptive"] = self.adaptive.body({key for key in self.results if key[0] not in self.failed})
+        return body
 
 
 def out_folder(run: Run) -> Path:

@@ -28,7 +28,8 @@ __all__ = ["PositionFeed", "max_open"]
 def max_open(cfg: ScoreConfig, n_gen: int, n_judge: int) -> int:
     """Positions open at once: enough to keep every lane full, few enough that each
     generation lane works on one story's prefix at a time."""
-    return n_gen * cfg.gen_concurrency + max(2, 2 * math.ceil(n_judge * cfg.judge_concurrency / cfg.endings))
+    per_request = cfg.endings_per_request()
+    return n_gen * cfg.gen_concurrency + max(2, 2 * math.ceil(n_judge * cfg.judge_concurrency / per_request))
 
 
 class PositionFeed:

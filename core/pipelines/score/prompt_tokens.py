@@ -62,9 +62,11 @@ class PromptTokens:
         self.usage = {"generation": Usage(), "judge": Usage()}
         self.endings = 0  # endings generated
         self.judged = 0  # endings judged
+        self.endings_of: dict[tuple[int, int], int] = {}  # (story, k) -> endings (adaptive: they differ)
 
     def position(self, pos: Position, gen: Usage, judge: Usage, endings: int, judged: int) -> None:
         self.by_story.setdefault(pos.story, []).append(pos)
+        self.endings_of[(pos.story, pos.k)] = endings
         self.usage["generation"].add(gen)
         self.usage["judge"].add(judge)
         self.endings += endings
@@ -78,7 +80,9 @@ class PromptTokens:
         if const is not None:
             tally = Tally(self.cfg, const, E)
             for si in sorted(self.by_story):
-                tally.story(sentences[si], words[si], sorted(self.by_story[si], key=lambda p: p.k))
+                ps = sorted(self.by_story[si], key=lambda p: p.k)
+                tally.story(sentences[si], words[si], ps,
+                            [self.endings_of[(si, p.k)] for p in ps] if self.cfg.adaptive else None)
             ideal = {role: t.computed for role, t in tally.totals().items()}
         usage = {role: {"prompt": u.prompt_tokens, "cached": u.cached_tokens,
                         "computed": u.prompt_tokens - u.cached_tokens} for role, u in self.usage.items()}

@@ -25,7 +25,7 @@ from tension.core.formats import PositionLine
 from tension.core.inputs.corpus import read_corpus
 from tension.core.inputs.segment import split_sentences
 from tension.core.pipelines.score.judge import counted
-from tension.core.pipelines.score.lookup import Cached, judge_ask, lookup, lookup_at
+from tension.core.pipelines.score.lookup import Cached, judge_ask, lookup_at, lookup_position
 from tension.core.pipelines.score.requests import ScoreRequests
 from tension.core.prompts import score as prompts
 from tension.core.run.reads import CacheReads, chat_key
@@ -66,7 +66,7 @@ class ScoreRecall:
             cached = lookup_at(self.reads, bytes.fromhex(endings_key),
                                bytes.fromhex(judged_key) if judged_key is not None else None)
         if cached is None and sentences is not None:
-            cached = lookup(self.reads, reqs, sentences, k)
+            cached = lookup_position(self.reads, reqs, sentences, k)
         if cached is None or cached.endings is None or cached.answers is None:
             return Recalled(endings=None, raw=[], counted=[], verdicts=[], missing=0,
                             generation_model=reqs.gen_model, judge_model=reqs.judge_model)
@@ -125,6 +125,12 @@ def run_keys(run_dir: Path, store: Store) -> RunKeys:
     for story in read_corpus(corpus, min_words=0, max_words=10**9).stories:
         sentences = split_sentences(story.text)
         for k in range(1, len(sentences) + 1):
+            if recall.cfg.adaptive:  # its rounds, as the run drew them
+                for key, ask in lookup_position(recall.reads, recall.requests, sentences, k).rounds:
+                    keys["endings"].add(key)
+                    keys["positions"].add(ask.group)
+                    keys["verdicts"].update(chat_key(r) for r in ask.requests if r is not None)
+                continue
             key = chat_key(recall.requests.endings(sentences, k))
             rec = recall.reads.endings_at(key)
             if rec is None:

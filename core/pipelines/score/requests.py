@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from tension.cache.keys import request_key
 from tension.core.config import ScoreConfig
 from tension.core.inputs.segment import continuation_text, prefix_text
+from tension.core.llm.choices import chunk
 from tension.core.llm.client import Client
 from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.protocol import ChatRequest
@@ -32,9 +33,10 @@ class ScoreRequests:
         self.judge_model = judge_model
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
 
-    def generation(self, messages: list[dict[str, str]]) -> ChatRequest:
+    def generation(self, messages: list[dict[str, str]], n: int | None = None) -> ChatRequest:
         c = self.cfg
-        return ChatRequest(model=self.gen_model, messages=messages, n=c.endings, temperature=c.temperature,
+        n = c.endings if n is None else n
+        return ChatRequest(model=self.gen_model, messages=messages, n=n, temperature=c.temperature,
                            top_p=c.top_p, max_tokens=c.max_tokens, seed=c.seed,
                            chat_template_kwargs=self.template_kwargs)
 
@@ -58,6 +60,15 @@ class ScoreRequests:
     def endings(self, sentences: Sequence[str], k: int) -> ChatRequest:
         """The generation request of the position: n endings of the prefix s[0:k]."""
         return self.generation(prompts.ending_messages(prefix_text(sentences, k)))
+
+    def endings_round(self, sentences: Sequence[str], k: int, r: int) -> ChatRequest:
+        """Adaptive endings' round r (0-based) of the position: choices r·R … of one seeded
+        request for --max-endings, asked alone (core/llm/choices.py `chunk`), so its
+        endings are those a fixed run of M endings holds there, and its cache key its own."""
+        c = self.cfg
+        whole = self.generation(prompts.ending_messages(prefix_text(sentences, k)), n=c.max_endings)
+        start = r * c.round_endings
+        return chunk(whole, start, min(c.round_endings, c.max_endings - start))
 
     def judge_parts(self, sentences: Sequence[str], k: int) -> tuple[str, str]:
         """The (head, tail) every judge prompt of the position shares (around its ending)."""

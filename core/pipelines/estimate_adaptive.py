@@ -1,0 +1,103 @@
+"""`estimate --target-half-width W`: the cost of adaptive endings (docs/metrics.md 1.7,
+docs/cost.md). Its range: every position stopping after the first round, … every
+position at --max-endings; with `--pilot RUN_DIR`, the expected cost, from the no-rate
+of each position of an earlier score run (its positions.jsonl): the expected endings
+under the stopping rule at that no-rate, exact from the binomial (kernels/stopping.py),
+averaged over the pilot's positions and multiplied by this corpus's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from tension.core.config import ScoreConfig
+from tension.core.errors import ConfigError
+from tension.core.formats import PositionLine
+
+if TYPE_CHECKING:
+    from tension.core.pipelines.estimate import Estimate
+
+__all__ = ["AdaptiveCost", "CostRow", "read_pilot", "adaptive_cost", "adaptive_lines"]
+
+
+class CostRow(msgspec.Struct, kw_only=True):
+    endings: float
+    ending_tokens: float  # endings × E
+    gpu_hours: float | None = None  # generation + judge, at the throughput given
+
+
+class AdaptiveCost(msgspec.Struct, kw_only=True):
+    target_half_width: float
+    round_endings: int
+    max_endings: int
+    rows: dict[str, CostRow]  # "first round", ("expected",) "maximum"
+    pilot: str | None = None
+    pilot_positions: int = 0
+
+
+def read_pilot(run_dir: str | Path) -> list[float]:
+    """The no-rate of each position of the pilot run (a score run folder)."""
+    path = Path(run_dir) / "positions.jsonl"
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"--pilot {run_dir}: {path} cannot be read ({e.strerror or e}); expected the folder of "
+                          "an earlier score run") from None
+    dec = msgspec.json.Decoder(PositionLine)
+    out = []
+    for i, raw in enumerate(data.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            line = dec.decode(raw)
+        except msgspec.DecodeError as e:
+            raise ConfigError(f"--pilot: {path}, line {i}: {e}") from None
+        if line.n_endings <= 0:
+            raise ConfigError(f"--pilot: {path}, line {i}: field n_endings: expected > 0 (a run that kept its "
+                              f"counts), got {line.n_endings}")
+        out.append(1.0 - line.n_match / line.n_endings)
+    if not out:
+        raise ConfigError(f"--pilot: {path} holds no position")
+    return out
+
+
+def adaptive_cost(cfg: ScoreConfig, est: Estimate, pilot: list[float] | None = None,
+                  pilot_dir: str | None = None) -> AdaptiveCost | None:
+    """The cost rows of `cfg`'s target over `est`'s positions (None without a target)."""
+    if cfg.target_half_width is None:
+        return None
+    from tension.kernels.stopping import expected_endings
+
+    per_position = {"first round": float(min(cfg.round_endings, cfg.max_endings))}
+    if pilot is not None:
+        # the rule's expected endings are a function of p alone: one per distinct p
+        memo: dict[float, float] = {}
+        for p in pilot:
+            if p not in memo:
+                memo[p] = expected_endings(p, cfg.round_endings, cfg.max_endings, cfg.target_half_width)
+        per_position["expected"] = sum(memo[p] for p in pilot) / len(pilot)
+    per_position["maximum"] = float(cfg.max_endings)
+    thr = est.throughput
+    rows = {}
+    for name, n in per_position.items():
+        endings = n * est.positions
+        hours = None
+        if thr is not None and thr.gen_tok_s and thr.judge_req_s:
+            hours = endings * est.ending_tokens / thr.gen_tok_s / 3600 + endings / thr.judge_req_s / 3600
+        rows[name] = CostRow(endings=endings, ending_tokens=endings * est.ending_tokens, gpu_hours=hours)
+    return AdaptiveCost(target_half_width=cfg.target_half_width, round_endings=cfg.round_endings,
+                        max_endings=cfg.max_endings, rows=rows, pilot=pilot_dir,
+                        pilot_positions=len(pilot) if pilot is not None else 0)
+
+
+def adaptive_lines(a: AdaptiveCost) -> list[str]:
+    """The lines `estimate` prints under its table."""
+    out = [f"adaptive endings: target half-width {a.target_half_width:g}, rounds of {a.round_endings}, at most "
+           f"{a.max_endings} (docs/metrics.md 1.7); the rows above are of --endings"]
+    for name, r in a.rows.items():
+        label = f"expected (pilot: {a.pilot_positions:,} positions of {a.pilot})" if name == "expected" else name
+        hours = f", {r.gpu_hours:.3f} GPU-hours" if r.gpu_hours is not None else ""
+        out.append(f"  {label}: {r.endings:,.0f} endings, {r.ending_tokens:,.0f} ending tokens{hours}")
+    return out

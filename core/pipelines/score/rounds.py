@@ -1,0 +1,83 @@
+"""Adaptive endings (docs/metrics.md 1.7): a position's endings in rounds, each round
+its own generation request (`ScoreRequests.endings_round`: its own seed and cache key)
+and its own judged record, until the stopping rule (kernels/stopping.py) holds.
+
+A round found in the cache costs nothing, so a later run with a tighter target
+replays the early rounds and asks only for the missing ones. The rounds' endings and
+verdicts are joined in draw order into what a fixed run of as many endings holds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import msgspec
+
+from tension.cache.records import Endings, Usage
+from tension.core.config import ScoreConfig
+from tension.core.pipelines.score.judge import Judge
+from tension.core.pipelines.score.lookup import no_count
+from tension.core.pipelines.score.requests import ScoreRequests
+from tension.core.run.engine import Engine
+from tension.kernels.stopping import round_ends, rounds_distribution, should_stop
+
+__all__ = ["Drawn", "draw", "AdaptiveTally"]
+
+
+class Drawn(msgspec.Struct, kw_only=True):
+    """A position's endings over its rounds, and its verdicts (None: an empty ending)."""
+
+    endings: Endings  # the rounds' records joined: texts, finish reasons, summed usage
+    answers: list[str | None]
+    judge_usage: Usage
+    rounds: int
+
+
+async def draw(cfg: ScoreConfig, llm: Engine, judge: Judge, reqs: ScoreRequests, story_id: str,
+               sentences: Sequence[str], k: int) -> Drawn:
+    """The position's rounds until the rule stops them (a round is judged before the next is asked)."""
+    texts: list[str] = []
+    reasons: list[str | None] = []
+    answers: list[str | None] = []
+    gen_usage, judge_usage = Usage(), Usage()
+    model = ""
+    seconds = 0.0
+    ends = round_ends(cfg.round_endings, cfg.max_endings)
+    assert cfg.target_half_width is not None
+    for r, end in enumerate(ends):
+        rec = await llm.endings("generation", reqs.endings_round(sentences, k, r), key=story_id)
+        _ask, got, usage = await judge.verdicts(reqs, f"{story_id}\x00{k}", sentences, k, rec.texts)
+        texts += rec.texts
+        reasons += rec.finish_reasons
+        answers += got
+        gen_usage.add(rec.usage)
+        judge_usage.add(usage)
+        model = model or rec.model
+        seconds += rec.seconds
+        if should_stop(end, no_count(answers), cfg.target_half_width, cfg.max_endings):
+            break
+    joined = Endings(texts=texts, finish_reasons=reasons, model=model, usage=gen_usage, created=time.time(),
+                     seconds=seconds)
+    return Drawn(endings=joined, answers=answers, judge_usage=judge_usage, rounds=r + 1)
+
+
+class AdaptiveTally:
+    """The endings each position used, for run.json's `adaptive` and the report's line."""
+
+    def __init__(self, cfg: ScoreConfig):
+        self.cfg = cfg
+        self.used: dict[tuple[int, int], int] = {}  # (story index, k) -> endings
+
+    def add(self, key: tuple[int, int], endings: int) -> None:
+        self.used[key] = endings
+
+    def body(self, kept: set[tuple[int, int]]) -> dict[str, object]:
+        """Settings and summary over the positions written (`kept`)."""
+        c = self.cfg
+        used = [n for key, n in sorted(self.used.items()) if key in kept]
+        fixed = len(used) * c.max_endings
+        return {"target_half_width": c.target_half_width, "round_endings": c.round_endings,
+                "max_endings": c.max_endings, "positions": len(used), "endings_used": sum(used),
+                "endings_fixed": fixed, "share_of_fixed": round(sum(used) / fixed, 6) if fixed else None,
+                "rounds": rounds_distribution(used, c.round_endings, c.max_endings)}
