@@ -19,7 +19,9 @@ import msgspec
 
 from tension.core.redact import redact
 
-__all__ = ["Reply", "Transport", "TransportError", "StreamStatus", "AiohttpTransport"]
+__all__ = ["Reply", "Transport", "TransportError", "StreamStatus", "AiohttpTransport", "KEEPALIVE_SECONDS"]
+
+KEEPALIVE_SECONDS = 4.0  # below the 5 s after which llama.cpp's and vLLM's servers close an idle connection
 
 
 class Reply(msgspec.Struct, kw_only=True, gc=False):
@@ -70,7 +72,11 @@ class AiohttpTransport:
 
     async def open(self, headers: dict[str, str]) -> None:
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300), headers=headers,
+            # idle connections are dropped before the servers' own keep-alive ends them (llama.cpp's
+            # and uvicorn's, vLLM's, close after 5 s; aiohttp's default keeps them 15 s), so a request
+            # is seldom written to a connection the server has just closed
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=KEEPALIVE_SECONDS),
+            headers=headers,
             timeout=aiohttp.ClientTimeout(total=self.request, connect=self.connect))
 
     async def close(self) -> None:
@@ -100,13 +106,23 @@ class AiohttpTransport:
 
     async def lines(self, url: str, body: bytes, headers: dict[str, str] | None) -> AsyncIterator[bytes]:
         session = self._open_session()
-        try:
-            async with session.post(url, data=body, headers=headers) as resp:
-                if resp.status != 200:
-                    raise StreamStatus(resp.status, await resp.read())
-                async for line in resp.content:
-                    yield line
-        except TimeoutError as e:
-            raise TransportError(f"streamed answer timed out after {self.request:g} s", timed_out=True) from e
-        except aiohttp.ClientError as e:
-            raise TransportError(redact(f"{type(e).__name__}: {e}")) from e
+        for attempt in (1, 2):
+            answered = False
+            try:
+                async with session.post(url, data=body, headers=headers) as resp:
+                    answered = True
+                    if resp.status != 200:
+                        raise StreamStatus(resp.status, await resp.read())
+                    async for line in resp.content:
+                        yield line
+                return
+            except TimeoutError as e:
+                raise TransportError(f"streamed answer timed out after {self.request:g} s", timed_out=True) from e
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                # Closed before any answer: a pooled connection the server had just dropped (the
+                # keep-alive race). A streamed request is not retried (bench measures the server),
+                # but this one never reached it as a request: sent once more, on a new connection.
+                if answered or attempt == 2:
+                    raise TransportError(redact(f"{type(e).__name__}: {e}")) from e
+            except aiohttp.ClientError as e:
+                raise TransportError(redact(f"{type(e).__name__}: {e}")) from e

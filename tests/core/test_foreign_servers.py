@@ -341,3 +341,54 @@ def test_a_model_id_that_is_a_file_path_is_said_once_with_the_way_out(tmp_path, 
         assert main(["score", str(corpus), "--out", str(tmp_path / "p"), "--base-url", srv.base_url,
                      "--cache", str(tmp_path / "cache"), "--endings", "2", "--no-progress"]) == 0
     assert "file path" not in capsys.readouterr().err
+
+
+def test_a_streamed_request_on_a_connection_the_server_just_closed_is_sent_again(tmp_path):
+    """Seen in CI on the real llama-server: bench's streamed judge request failed with
+    "Can not write request body", written to a pooled connection the server (5 s
+    keep-alive) had just closed. A server that drops a kept-alive connection on its next
+    request, before answering, here: the request goes again on a new connection, once;
+    a server that drops every request still fails."""
+    from tension.core.llm.transport import AiohttpTransport, TransportError
+
+    sse = b"data: {\"ok\": 1}\n\ndata: [DONE]\n\n"
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(sse)) + sse
+    connections = []
+
+    async def go(drop_all: bool):
+        async def handle(reader, writer):
+            connections.append(1)
+            served = 0
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if served or drop_all:  # a kept-alive connection, dropped without an answer
+                    writer.transport.abort()
+                    return
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                await reader.readexactly(length)
+                writer.write(answer)
+                await writer.drain()
+                served += 1
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
+        t = AiohttpTransport(connect=5, request=10)
+        await t.open({})
+        try:
+            got = []
+            for _ in range(2):
+                got.append([line async for line in t.lines(url, b"{}", None)])
+            return got
+        finally:
+            await t.close()
+            server.close()
+
+    got = asyncio.run(go(drop_all=False))
+    assert got[0] == got[1] and b"data: [DONE]\n" in got[1]
+    assert len(connections) == 2  # the second request went again, on a new connection
+    connections.clear()
+    with pytest.raises(TransportError):
+        asyncio.run(go(drop_all=True))
+    assert len(connections) == 2  # sent twice, not more
