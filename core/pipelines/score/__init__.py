@@ -219,7 +219,7 @@ class Scoring:
             "warnings": msgspec.to_builtins(self.watch.warnings()),
             "prompt_tokens": self.prompt_tokens.body(self.const, finder.sentences,
                                                      [s.words for s in corpus.stories], self.gen_router,
-                                                     self.judge_router),
+                                                     self.judge_router, self.metrics),
         }
 
 
