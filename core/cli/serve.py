@@ -139,9 +139,14 @@ def cmd_demo(args) -> int:
               f"temperature {cfg.temperature}, {cfg.max_tokens} tokens, judge constrained to Y/N)", file=sys.stderr)
         summary = score(cfg, str(story), args.out)
     finally:
-        if started:
+        if started and not args.keep_server:
             embedded.stop()
-            print("stopped the embedded server this demo started", file=sys.stderr)
+            print("stopped the embedded server this demo started (--keep-server leaves it running, so that "
+                  "the next demo or score needs no start)", file=sys.stderr)
+        elif started:
+            print(f"left the embedded server running at {st.url} (pid {st.pid}), as --keep-server asks: "
+                  "`tension-run score CORPUS --out DIR` and the next demo use it; "
+                  "`tension-run serve --stop` stops it", file=sys.stderr)
     if summary.status != "complete":
         print(f"error: {summary.error}", file=sys.stderr)
         return EXIT_FAILED
@@ -207,6 +212,9 @@ def _serve_flags(p) -> None:
 def _demo_flags(p) -> None:
     p.add_argument("--out", default="runs/demo", metavar="DIR", help="output folder (default: %(default)s)")
     p.add_argument("--cache", metavar="PATH", default=None, help="LMDB cache folder")
+    p.add_argument("--keep-server", action="store_true",
+                   help="leave the embedded server this demo starts running for the next demo or score "
+                        "(`tension-run serve --stop` stops it; default: stop it, as a demo leaves nothing behind)")
     _embedded_flags(p)
 
 
@@ -215,5 +223,5 @@ VERBS = [
     Verb("serve", cmd_serve, _serve_flags, (),
          frozenset({"embedded", "stop", "profile", "launch", "replicas", "generator_path", "judge_path", "gpu"})
          | _EMBEDDED, ENV),
-    Verb("demo", cmd_demo, _demo_flags, (), frozenset({"out", "cache"}) | _EMBEDDED, ENV),
+    Verb("demo", cmd_demo, _demo_flags, (), frozenset({"out", "cache", "keep_server"}) | _EMBEDDED, ENV),
 ]
