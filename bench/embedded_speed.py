@@ -30,8 +30,6 @@ SETTINGS = {
     "compile": {"enforce_eager": False},  # torch.compile (docs/embedded.md: 300 s to start)
     "block32": {"block_size": 32},  # the smallest block this CPU build takes: the n copies recompute less
     "block128": {"block_size": 128},  # vLLM's own default on this build (32 is the embedded default)
-    "uni": {"executor": "uni"},  # the model in the engine's process: no worker process spawned
-    "uni_kv1": {"executor": "uni", "kv_cache_gib": 1},
 }
 
 

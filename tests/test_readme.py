@@ -57,6 +57,8 @@ def _check_the_demo_and_its_rerun(r, argv: list[str], tmp_path: Path, env: dict,
     assert r.returncode == 0, r.stderr[-3000:]
     if started:
         assert "left the embedded server running at" in r.stderr and "`tension-run serve --stop`" in r.stderr
+        log = Path(re.search(r"log: (\S+server-\S+\.log)", r.stderr).group(1)).read_text(errors="replace")
+        assert "Explicitly set (1.0/" in log  # the demo's KV space (DEMO_KV_CACHE_GIB), not serve's 4 GiB
     assert "kell-island" in r.stdout and (tmp_path / "demo" / "curve.png").stat().st_size > 5000
     assert (tmp_path / "demo" / "report.md").is_file()
     # the demo names the view of its run, and the view finds the endings behind its points

@@ -60,8 +60,6 @@ def serve_command(python: Path, model_dir: Path, s: EmbeddedSettings) -> list[st
            "--uvicorn-log-level", "warning"]
     if s.enforce_eager:
         cmd.append("--enforce-eager")
-    if s.executor != "mp":  # vLLM's default with one worker
-        cmd += ["--distributed-executor-backend", s.executor]
     if s.block_size is not None:
         cmd += ["--block-size", str(s.block_size)]
     if s.kv_blocks is not None:  # a small cache on purpose (bench/prefix_cache.py makes it evict)

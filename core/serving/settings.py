@@ -38,9 +38,6 @@ class EmbeddedSettings(msgspec.Struct, frozen=True, kw_only=True):
     kv_blocks: int | None = None  # --num-gpu-blocks-override: a KV cache this many blocks long
     enforce_eager: bool = True  # skips torch.compile: start-up in seconds, not minutes
     omp_threads_bind: str = "auto"
-    # vLLM's executor: "mp" runs the model in a worker process of its own (spawned: torch and vLLM imported
-    # a third time), "uni" inside the engine process (docs/embedded.md, "A first run in minutes")
-    executor: str = "mp"
     torch_find_links: str | None = None  # folder holding the torch CPU wheel (auto-detected)
     torch_index_url: str | None = None  # e.g. https://download.pytorch.org/whl/cpu
     start_timeout: float = 900.0

@@ -61,13 +61,6 @@ def test_serve_command_passes_the_kv_cache_settings():
     assert cmd[cmd.index("--block-size") + 1] == "32" and "--num-gpu-blocks-override" not in cmd
 
 
-def test_serve_command_passes_the_executor():
-    """"uni" runs the model inside the engine's process (no worker spawned); "mp" is vLLM's own default."""
-    cmd = embedded.serve_command(Path("py"), Path("m"), EmbeddedSettings(executor="uni"))
-    assert cmd[cmd.index("--distributed-executor-backend") + 1] == "uni"
-    assert "--distributed-executor-backend" not in embedded.serve_command(Path("py"), Path("m"),
-                                                                          EmbeddedSettings(executor="mp"))
-
 
 def test_install_without_a_torch_source_says_what_to_do(monkeypatch):
     monkeypatch.setattr(install, "find_torch_wheel_dir", lambda *a: None)
