@@ -39,7 +39,12 @@ def test_main_job_of_the_first_command_runs(tmp_path):
     assert argv[0].endswith("tension-run") and argv[1] == "demo"
     argv = [str(Path(sys.executable).parent / "tension-run"), *argv[1:], "--out", str(tmp_path / "demo"),
             "--cache", str(tmp_path / "cache")]
+    import os
+
     from conftest import real_home_env
+
+    if "TENSION_TEST_EMBEDDED_PORT" in os.environ:  # a run by hand beside CI's (conftest.EMBEDDED_TEST_PORT)
+        argv += ["--port", os.environ["TENSION_TEST_EMBEDDED_PORT"]]
 
     env = real_home_env()  # the one embedded installation the slow tests share
     r = subprocess.run([*argv, "--keep-server"], cwd=ROOT, capture_output=True, text=True, timeout=3600, env=env)
