@@ -6,7 +6,7 @@ cache), then the server stopped. Side by side, in one run, with the load.
     .venv/bin/python bench/embedded_speed.py [--settings base,kv1,bind01] [--min-anchor-words 20] [--json out.json]
 
 The server lives under its own cache folder (XDG_CACHE_HOME is pointed at a
-temporary one whose venv and model are links to the installed ones), on port 8797.
+temporary one whose venv and model are links to the installed ones), on port 8797 (--port).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -28,6 +29,7 @@ SETTINGS = {
     "bind01": {"omp_threads_bind": "0-1"},  # the worker's threads on both cores
     "compile": {"enforce_eager": False},  # torch.compile (docs/embedded.md: 300 s to start)
     "block32": {"block_size": 32},  # the smallest block this CPU build takes: the n copies recompute less
+    "block128": {"block_size": 128},  # vLLM's own default on this build (32 is the embedded default)
 }
 
 
@@ -35,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--settings", default="base,kv1,bind01")
     ap.add_argument("--min-anchor-words", type=int, default=None, help="fewer positions (default: the demo's)")
+    ap.add_argument("--port", type=int, default=8797)
+    ap.add_argument("--start-only", action="store_true", help="time the start only, no scoring")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     real = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tension-run" / "embedded"
@@ -52,11 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     story = str(files("tension.core").joinpath("data/demo_story.jsonl"))
     rows = []
     for name in a.settings.split(","):
-        s = embedded.EmbeddedSettings(port=8797, **SETTINGS[name])
+        s = embedded.EmbeddedSettings(port=a.port, **SETTINGS[name])
         load0 = loadavg()
         t0 = time.perf_counter()
         st = embedded.start(s)
         started = time.perf_counter() - t0
+        phases = {**start_phases(Path(st.log)), "cpu_s": session_cpu_seconds(st.pid)}
+        if a.start_only:
+            embedded.stop()
+            rows.append({"setting": name, "start_s": round(started, 1), "phases": phases, "load_before": load0,
+                         "load_after": loadavg()})
+            print(f"{name:<8} start {started:6.1f} s  {phases}  load {load0} -> {loadavg()}", flush=True)
+            continue
         try:
             extra = {} if a.min_anchor_words is None else {"min_anchor_words": a.min_anchor_words}
             cfg = load_config(None, {"cache": str(tmp / f"cache-{name}"), "progress": False, "report": False},
@@ -67,13 +78,51 @@ def main(argv: list[str] | None = None) -> int:
             positions = len((tmp / f"out-{name}" / "positions.jsonl").read_text().splitlines())
         finally:
             embedded.stop()
-        rows.append({"setting": name, "start_s": round(started, 1), "score_s": round(scored, 1),
+        rows.append({"setting": name, "start_s": round(started, 1), "phases": phases, "score_s": round(scored, 1),
                      "positions": positions, "status": res.status, "load_before": load0, "load_after": loadavg()})
-        print(f"{name:<8} start {started:6.1f} s  score {scored:6.1f} s ({positions} positions, "
+        print(f"{name:<8} start {started:6.1f} s  {phases}  score {scored:6.1f} s ({positions} positions, "
               f"{scored / max(1, positions):.1f} s each)  load {load0} -> {loadavg()}", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0
+
+
+def session_cpu_seconds(sid: int) -> float:
+    """User + system CPU seconds of the server's processes so far (its session: the API
+    server, the engine and the worker): less at the mercy of the machine's load than
+    the wall time, which other processes share."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # field 6, the session id, after pid and (comm)
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return round(total / tick, 1)
+
+
+_STAMP = re.compile(r"^\((\w+) pid=\d+\) \w+ \d\d-\d\d (\d\d):(\d\d):(\d\d) ")
+
+
+def start_phases(log: Path) -> dict[str, int]:
+    """Seconds from the server's first log line to each process's first (APIServer,
+    EngineCore, the worker) and to the engine's ready: where a start goes. The first
+    line comes after the API server's imports, which the log cannot time."""
+    first: dict[str, int] = {}
+    last = 0
+    for line in log.read_text(errors="replace").splitlines():
+        m = _STAMP.match(line)
+        if m is None:
+            continue
+        t = int(m[2]) * 3600 + int(m[3]) * 60 + int(m[4])
+        first.setdefault(m[1], t)
+        last = t
+    if not first:
+        return {}
+    t0 = first["APIServer"] if "APIServer" in first else min(first.values())
+    return {**{f"{k}_first": v - t0 for k, v in first.items()}, "ready": last - t0}
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import pytest
 from tension.testing.corpus import make_corpus, write_story
 from tension.testing.openai_server import LoopbackServer
 
-__all__ = ["make_corpus", "write_story", "verdict_records", "real_home_env", "REAL_ENV"]
+__all__ = ["make_corpus", "write_story", "verdict_records", "real_home_env", "REAL_ENV", "EMBEDDED_TEST_PORT"]
 
 
 def verdict_records(cache: Path) -> dict:
@@ -52,6 +52,9 @@ def server(_session_server):
 # The real environment, before _private_home: the slow tests that run the embedded
 # server share its one installation (≈ 3.4 GB) under the real cache folder.
 REAL_ENV = {k: os.environ[k] for k in ("HOME", "XDG_CACHE_HOME") if k in os.environ}
+# The slow tests' embedded server port: 8766, or another for a run by hand beside CI's (with its
+# own XDG_CACHE_HOME), so that neither finds the other's server on its port
+EMBEDDED_TEST_PORT = int(os.environ.get("TENSION_TEST_EMBEDDED_PORT", "8766"))
 
 
 def real_home_env() -> dict[str, str]:
@@ -81,7 +84,7 @@ def vllm_server(monkeypatch):
         else:
             monkeypatch.delenv(k, raising=False)
     started = embedded.running_state() is None
-    st = embedded.start(embedded.EmbeddedSettings(port=8766))
+    st = embedded.start(embedded.EmbeddedSettings(port=EMBEDDED_TEST_PORT))
     yield st
     if started:
         embedded.stop()

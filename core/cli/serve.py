@@ -7,6 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
+import msgspec
+
 from tension.core.cli.flags import OnceBool, Verb, count, group_for, number
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_answer_warnings
 from tension.core.errors import ConfigError
@@ -127,11 +129,14 @@ def cmd_demo(args) -> int:
     from tension.core.reports.figures import curve_figure
     from tension.core.reports.metrics import read_run_positions
     from tension.core.serving import embedded
-    from tension.core.serving.profiles import DEMO_SCORE_SETTINGS
+    from tension.core.serving.profiles import DEMO_KV_CACHE_GIB, DEMO_SCORE_SETTINGS
 
     story = files("tension.core").joinpath("data/demo_story.jsonl")
     started = embedded.running_state() is None
-    st = embedded.start(_embedded_settings(args))
+    settings = _embedded_settings(args)
+    if args.kv_cache_gib is None:  # the demo needs little KV space, and less starts sooner
+        settings = msgspec.structs.replace(settings, kv_cache_gib=DEMO_KV_CACHE_GIB)
+    st = embedded.start(settings)
     try:
         cfg = load_config(None, {"cache": args.cache, "progress": True},
                           fallback={**DEMO_SCORE_SETTINGS, "base_url": st.url, "model": st.model})
@@ -139,9 +144,14 @@ def cmd_demo(args) -> int:
               f"temperature {cfg.temperature}, {cfg.max_tokens} tokens, judge constrained to Y/N)", file=sys.stderr)
         summary = score(cfg, str(story), args.out)
     finally:
-        if started:
+        if started and not args.keep_server:
             embedded.stop()
-            print("stopped the embedded server this demo started", file=sys.stderr)
+            print("stopped the embedded server this demo started (--keep-server leaves it running, so that "
+                  "the next demo or score needs no start)", file=sys.stderr)
+        elif started:
+            print(f"left the embedded server running at {st.url} (pid {st.pid}), as --keep-server asks: "
+                  "`tension-run score CORPUS --out DIR` and the next demo use it; "
+                  "`tension-run serve --stop` stops it", file=sys.stderr)
     if summary.status != "complete":
         print(f"error: {summary.error}", file=sys.stderr)
         return EXIT_FAILED
@@ -169,7 +179,7 @@ def _embedded_settings(args):
     return EmbeddedSettings(**{k: v for k, v in kw.items() if v is not None})
 
 
-def _embedded_flags(p) -> None:
+def _embedded_flags(p, kv_default: str = "4") -> None:
     g = group_for(p, "embedded server")
     g.add_argument("--port", type=number(int, ge=1, le=65535), default=None, help="port on 127.0.0.1 (default: 8765)")
     g.add_argument("--enforce-eager", action=OnceBool, default=None,
@@ -185,7 +195,7 @@ def _embedded_flags(p) -> None:
                    help="a KV cache of this many blocks (vLLM's --num-gpu-blocks-override; default: what "
                         "--kv-cache-gib holds)")
     g.add_argument("--kv-cache-gib", type=number(int, ge=1, le=1024), default=None,
-                   help="KV cache space, GiB (VLLM_CPU_KVCACHE_SPACE; default: 4)")
+                   help=f"KV cache space, GiB (VLLM_CPU_KVCACHE_SPACE; default: {kv_default})")
 
 
 def _serve_flags(p) -> None:
@@ -207,7 +217,10 @@ def _serve_flags(p) -> None:
 def _demo_flags(p) -> None:
     p.add_argument("--out", default="runs/demo", metavar="DIR", help="output folder (default: %(default)s)")
     p.add_argument("--cache", metavar="PATH", default=None, help="LMDB cache folder")
-    _embedded_flags(p)
+    p.add_argument("--keep-server", action="store_true",
+                   help="leave the embedded server this demo starts running for the next demo or score "
+                        "(`tension-run serve --stop` stops it; default: stop it, as a demo leaves nothing behind)")
+    _embedded_flags(p, kv_default="1 for the demo, 4 for serve")
 
 
 _EMBEDDED = frozenset(EMBEDDED_FLAGS)
@@ -215,5 +228,5 @@ VERBS = [
     Verb("serve", cmd_serve, _serve_flags, (),
          frozenset({"embedded", "stop", "profile", "launch", "replicas", "generator_path", "judge_path", "gpu"})
          | _EMBEDDED, ENV),
-    Verb("demo", cmd_demo, _demo_flags, (), frozenset({"out", "cache"}) | _EMBEDDED, ENV),
+    Verb("demo", cmd_demo, _demo_flags, (), frozenset({"out", "cache", "keep_server"}) | _EMBEDDED, ENV),
 ]

@@ -11,6 +11,10 @@ phases, generation then judge:
     judge req/s             = judge requests / judge wall time
     prefix-cache hit rate   = Δ vllm:prefix_cache_hits / Δ vllm:prefix_cache_queries  (/metrics, per server)
                             = Σ usage.prompt_tokens_details.cached_tokens / Σ prompt_tokens  (answers)
+    computed prompt tokens  = Δ vllm:prefix_cache_queries − Δ vllm:prefix_cache_hits over the phase (/metrics read
+                              between the phases), per generated position and per judged ending, against the
+                              ideal's (pipelines/ideal.py over the positions benched); null with the reason on a
+                              server without those counters (llama.cpp, proxies)
     seconds per story       = (generation + judge wall time) / positions benched × positions of the story
     cost per story          = seconds per story / 3600 × gpu_hour_usd
 
@@ -37,7 +41,7 @@ from tqdm.auto import tqdm  # a widget in a notebook, text in a terminal
 
 from tension.cache.store import Store
 from tension.core.config import ScoreConfig
-from tension.core.errors import ConfigError, InputError, TensionError
+from tension.core.errors import ConfigError, InputError, StatusError, TensionError
 from tension.core.inputs.corpus import read_corpus
 from tension.core.llm.client import Client, StreamResult
 from tension.core.llm.prometheus import parse_samples, prefix_cache_delta, prefix_cache_hit_rate
@@ -45,6 +49,7 @@ from tension.core.llm.protocol import ChatRequest
 from tension.core.pipelines.bench_figures import (
     BenchFigures,
     Percentiles,
+    RoleTokens,
     RunFigures,
     ServerFigures,
     format_bench,
@@ -52,6 +57,8 @@ from tension.core.pipelines.bench_figures import (
     percentiles,
     save_figures,
 )
+from tension.core.pipelines.ideal import Tally, constants, template_pieces
+from tension.core.pipelines.over_ideal import NO_COUNTERS, NO_IDEAL, NO_METRICS, over_ideal, per
 from tension.core.pipelines.score.positions import Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.redact import redact
@@ -88,9 +95,12 @@ class _Bench:
     """The timed runs of one bench: the chosen positions' requests, sent without the cache."""
 
     def __init__(self, cfg: ScoreConfig, client: Client, reqs: ScoreRequests, finder: PositionFinder,
-                 judge_urls: list[str], opts: BenchOptions, chosen: list[Position]):
+                 judge_urls: list[str], opts: BenchOptions, chosen: list[Position], nonce: str,
+                 const: dict[str, int] | None, story_words: int):
         self.bar: tqdm | None = None  # positions done of the current run
-        self.nonce = os.urandom(4).hex()  # this bench's prompts share no prefix with an earlier one's
+        self.nonce = nonce  # this bench's prompts share no prefix with an earlier one's
+        self.const = const  # the tagged prompts' fixed texts, counted (None: unknown; no ideal)
+        self.story_words = story_words
         self.cfg = cfg
         self.client = client
         self.reqs = reqs
@@ -164,13 +174,43 @@ class _Bench:
             gens = await sched.map(lambda p: send("generation", gen_url[p],
                                                   self.reqs.endings(self.sentences[p.story], p.k)), ps)
             t1 = time.perf_counter()
+            between = await self._metrics()  # the generation phase's counters apart from the judge's
+            t1b = time.perf_counter()
             await sched.map(judge_position, [(p, r) for p, r in zip(ps, gens) if r is not None])
             t2 = time.perf_counter()
         after = await self._metrics()
-        _phase_figures(fig, results, t1 - t0, t2 - t1, cfg.endings)
+        _phase_figures(fig, results, t1 - t0, t2 - t1b, cfg.endings)
+        fig.prompt_tokens = self.role_tokens(fig, (before, between, after))
         for url, roles in self.urls.items():
             fig.servers[redact(url)] = _server_figures(roles, by_url[url], before[url], after[url])
         return fig
+
+    def role_tokens(self, fig: RunFigures, readings: tuple[dict[str, dict[str, float] | None], ...]
+                    ) -> dict[str, RoleTokens]:
+        """Per role, the servers' computed prompt tokens over its phase against the ideal's."""
+        ideal: dict[str, float] | None = None
+        if self.const is not None and fig.mean_ending_tokens is not None:
+            tally = Tally(self.cfg, self.const, fig.mean_ending_tokens)
+            tally.story(self.sentences[self.chosen[0].story], self.story_words, self.chosen)
+            ideal = {role: t.computed for role, t in tally.totals().items()}
+        out = {}
+        for role, urls, units, (start, end) in (
+                ("generation", self.gen_urls, fig.generation_requests, readings[:2]),
+                ("judge", self.judge_urls, fig.judge_requests, readings[1:])):
+            t = RoleTokens(unit="position" if role == "generation" else "judged ending", units=units)
+            deltas = [prefix_cache_delta(start[u], end[u]) if start[u] is not None else None for u in urls]
+            if all(d is not None for d in deltas):
+                t.computed = per(sum(d[1] - d[0] for d in deltas if d is not None), units)
+            else:
+                t.why_none = NO_METRICS if any(end[u] is None for u in urls) else NO_COUNTERS
+            i = ideal[role] if ideal is not None else None
+            t.ideal = per(i, units)
+            if t.computed is not None and t.ideal is not None:
+                t.over_ideal = over_ideal(t.computed, t.ideal)
+            elif ideal is None and t.why_none is None:
+                t.why_none = NO_IDEAL
+            out[role] = t
+        return out
 
     async def _call(self, url: str, req: ChatRequest) -> StreamResult:
         """One request, streamed (timed to the first token) or plain, as score sends it."""
@@ -240,10 +280,12 @@ async def bench_async(cfg: ScoreConfig, corpus_path: str | Path, opts: BenchOpti
             run.pipeline = _Benching(reqs)
             await run.client.check_gate()  # every server and model, before the workload starts
             finder = PositionFinder(cfg, run.llm, gen, count)
+            nonce = os.urandom(4).hex()
             try:
                 async with run.serving(gen, lanes=gen.tokenize_lanes() or {"tokenize": cfg.tokenize_concurrency},
                                        route=False):
                     all_ps = await finder.positions(0, story)
+                    const = await _tagged_counts(finder, f"bench {nonce} run 0")
             except BaseExceptionGroup as eg:  # a /tokenize that fails: its own one-line error, not the group's
                 raise first_error(eg) from None
             if not all_ps:
@@ -251,12 +293,23 @@ async def bench_async(cfg: ScoreConfig, corpus_path: str | Path, opts: BenchOpti
                                  f"story {story.id!r} has no position to bench ({finder.no_positions.get(story.id)})")
             rng = random.Random(opts.seed)
             chosen = sorted(rng.sample(all_ps, min(opts.positions, len(all_ps))), key=lambda p: p.k)
-            b = _Bench(cfg, run.client, reqs, finder, judge.urls, opts, chosen)
+            b = _Bench(cfg, run.client, reqs, finder, judge.urls, opts, chosen, nonce, const, story.words)
             runs = await b.runs()
         header = run.header()
     fig = _bench_figures(b, str(corpus_path), story.id, len(all_ps), runs)
     fig.run = header
     return fig
+
+
+async def _tagged_counts(finder: PositionFinder, tag: str) -> dict[str, int] | None:
+    """The token counts of the prompts' fixed texts with the run's tag on both system
+    prompts (`_tagged`), for the ideal; None when the server cannot count them."""
+    pieces = template_pieces()
+    pieces[0], pieces[2] = f"[{tag}] " + pieces[0], f"[{tag}] " + pieces[2]
+    try:
+        return constants(await finder.token_counts(pieces, ""))
+    except StatusError:
+        return None
 
 
 class _Benching:

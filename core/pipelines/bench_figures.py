@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -12,7 +13,7 @@ from tension.core.errors import ConfigError
 from tension.core.inputs.jsonl import atomic_write
 from tension.core.run.record import RunHeader
 
-__all__ = ["Percentiles", "ServerFigures", "RunFigures", "BenchFigures", "percentiles", "format_bench",
+__all__ = ["Percentiles", "ServerFigures", "RoleTokens", "RunFigures", "BenchFigures", "percentiles", "format_bench",
            "save_figures", "load_figures", "FIGURES_VERSION"]
 
 FIGURES_VERSION = 1
@@ -38,6 +39,18 @@ class ServerFigures(msgspec.Struct, kw_only=True):
     prefix_cache_hit_rate: float | None = None
 
 
+class RoleTokens(msgspec.Struct, kw_only=True):
+    """One role's prompt tokens in a run against the ideal (over_ideal.py): per generated
+    position (generation) or per judged ending (judge)."""
+
+    unit: str  # "position" or "judged ending"
+    units: int
+    ideal: float | None = None  # the ideal's prompt tokens per unit (every shared prefix once)
+    computed: float | None = None  # the servers' per unit: Δ prefix_cache_queries − Δ hits over the role's phase
+    over_ideal: float | None = None  # computed / ideal
+    why_none: str | None = None  # why `computed` is null (no counters: llama.cpp, proxies)
+
+
 class RunFigures(msgspec.Struct, kw_only=True):
     name: str
     order: str  # "story" or "shuffled"
@@ -56,6 +69,7 @@ class RunFigures(msgspec.Struct, kw_only=True):
     latency: dict[str, Percentiles] = {}  # end to end, seconds
     cached_token_rate: dict[str, float | None] = {}  # from usage.prompt_tokens_details.cached_tokens
     servers: dict[str, ServerFigures] = {}
+    prompt_tokens: dict[str, RoleTokens] = {}  # "generation", "judge"
 
 
 class BenchFigures(msgspec.Struct, kw_only=True):
@@ -160,6 +174,7 @@ def format_bench(f: BenchFigures) -> str:
                          [_rate(r.servers[url].prefix_cache_hit_rate) if r.servers[url].metrics_available
                           else "no /metrics" for r in f.runs]))
         lines.append(f"    ({url}: Δ vllm:prefix_cache_hits / Δ vllm:prefix_cache_queries)")
+    lines += _over_ideal_rows(f, row)
     lines.append(row("failed requests", [str(r.failed) for r in f.runs]))
     for r in f.runs:
         for e in r.errors:
@@ -171,3 +186,26 @@ def format_bench(f: BenchFigures) -> str:
                      f"${f.usd_per_100_stories:.2f} per 100 stories "
                      "(= seconds per story / 3600 × price; one GPU serving both models)")
     return "\n".join(lines)
+
+
+def _over_ideal_rows(f: BenchFigures, row: Callable[[str, list[str]], str]) -> list[str]:
+    """Computed prompt tokens per unit against the ideal's, and why a figure is missing."""
+    lines: list[str] = []
+    why: dict[str, str] = {}  # reason -> the first role it was given for
+    for role, label in (("generation", "prompt tok / position, computed"),
+                        ("judge", "prompt tok / judged ending, comp.")):
+        cells = []
+        for r in f.runs:
+            t = r.prompt_tokens.get(role)
+            if t is None or t.computed is None:
+                cells.append("–")
+                if t is not None and t.why_none:
+                    why.setdefault(t.why_none, role)
+            elif t.over_ideal is None:
+                cells.append(f"{t.computed:,.0f}")
+            else:
+                cells.append(f"{t.computed:,.0f} = {t.over_ideal:.2f}× ideal")
+        lines.append(row(label, cells))
+    lines.append("    (Δ vllm:prefix_cache_queries − Δ hits over the phase; ideal: every shared prefix once)")
+    lines += [f"    no {role} figure: {reason}" for reason, role in why.items()]
+    return lines

@@ -170,6 +170,11 @@ def test_embedded_flags_are_embedded_settings_with_their_defaults():
     helps = {a.dest: a.help for a in verb_parser("serve")._actions}
     assert f"(default: {d.port})" in helps["port"]
     assert f"(default: {'on' if d.enforce_eager else 'off'})" in helps["enforce_eager"]
+    assert f"(VLLM_CPU_KVCACHE_SPACE; default: {d.kv_cache_gib})" in helps["kv_cache_gib"]
+    from tension.core.serving.profiles import DEMO_KV_CACHE_GIB
+
+    demo = {a.dest: a.help for a in verb_parser("demo")._actions}
+    assert f"default: {DEMO_KV_CACHE_GIB} for the demo, {d.kv_cache_gib} for serve" in demo["kv_cache_gib"]
 
 
 # --- one value per flag -----------------------------------------------------------

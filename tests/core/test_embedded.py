@@ -61,6 +61,7 @@ def test_serve_command_passes_the_kv_cache_settings():
     assert cmd[cmd.index("--block-size") + 1] == "32" and "--num-gpu-blocks-override" not in cmd
 
 
+
 def test_install_without_a_torch_source_says_what_to_do(monkeypatch):
     monkeypatch.setattr(install, "find_torch_wheel_dir", lambda *a: None)
     with pytest.raises(EmbeddedError, match="--torch-find-links DIR .* --torch-index-url"):

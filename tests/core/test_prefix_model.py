@@ -179,6 +179,60 @@ def test_score_reports_the_prompt_tokens_computed_against_the_ideal(vllm_like, t
     assert per["generation"]["ideal"] == round(pt["ideal"]["generation"] / pt["positions"], 3)
     assert per["judge"]["usage_computed"] == round(used["judge"]["computed"] / pt["judged_endings"], 3)
     assert per["judge"]["server_computed"] is None  # one server for both roles: not split by role
+    assert per["judge"]["server_none"].startswith("one server for both roles")
+    # computed / ideal: by usage per role, by the server for both roles together
+    assert per["judge"]["usage_over_ideal"] == round(used["judge"]["computed"] / pt["ideal"]["judge"], 4)
+    everything = per["all"]
+    assert everything["server_computed"] == shared["computed"]
+    assert everything["ideal"] == pt["ideal"]["generation"] + pt["ideal"]["judge"]
+    assert everything["server_over_ideal"] == round(shared["computed"] / everything["ideal"], 4)
+    assert everything["server_over_ideal"] >= 1 and everything["server_none"] is None
+
+
+def test_score_splits_computed_over_ideal_by_role_with_a_server_per_role(tmp_path):
+    """A generation server and a judge server, both vLLM: per generated position and per
+    judged ending, the server's computed tokens and their ratio to the ideal."""
+    from tension.testing.openai_server import LoopbackServer
+
+    write_unique_corpus(tmp_path / "c.jsonl", 2)
+    with LoopbackServer(model="test-gen", batching=True) as g, LoopbackServer(model="test-judge", batching=True) as j:
+        assert main(["score", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "out"), "--no-report",
+                     "--tokenizer", "words", "--min-words", "100", "--endings", "4", "--no-progress",
+                     "--cache", str(tmp_path / "cache"), "--base-url", g.base_url, "--model", "test-gen",
+                     "--judge-base-url", j.base_url, "--judge-model", "test-judge"]) == 0
+        counted = {"generation": g.metrics(), "judge": j.metrics()}
+    pt = json.loads((tmp_path / "out" / "run.json").read_text())["prompt_tokens"]
+    units = {"generation": pt["positions"], "judge": pt["judged_endings"]}
+    for role, m in counted.items():
+        computed = m["prefix_cache_queries"] - m["prefix_cache_hits"]
+        got = pt["per_unit"][role]
+        assert pt["server"][role]["computed"] == computed
+        assert got["server_computed"] == round(computed / units[role], 3)
+        assert got["server_over_ideal"] == round(computed / pt["ideal"][role], 4)
+        assert got["server_none"] is None
+
+
+@pytest.mark.parametrize("kind", ["llamacpp", "proxy", "no_metrics"])
+def test_score_says_why_a_server_gives_no_computed_tokens(kind, tmp_path):
+    """llama.cpp, a proxy in front of vLLM (owned_by renamed) and a server without
+    /metrics: the server's figures are null with the reason, never a made-up figure."""
+    from tension.testing.openai_server import LoopbackServer
+
+    kw = {"llamacpp": {"dialect": "llamacpp"}, "proxy": {"batching": True, "owned_by": "openai"},
+          "no_metrics": {"batching": True, "serve_metrics": False}}[kind]
+    write_unique_corpus(tmp_path / "c.jsonl", 1)
+    with LoopbackServer(model="test-gen", **kw) as srv:
+        assert main(["score", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "out"), "--no-report",
+                     "--tokenizer", "words", "--min-words", "100", "--endings", "3", "--no-progress",
+                     "--cache", str(tmp_path / "cache"), "--base-url", srv.base_url, "--model", "test-gen"]) == 0
+    pt = json.loads((tmp_path / "out" / "run.json").read_text())["prompt_tokens"]
+    assert pt["server"] is None and pt["ideal"] is not None
+    for role in ("generation", "judge", "all"):
+        got = pt["per_unit"][role]
+        assert got["server_computed"] is None and got["server_over_ideal"] is None
+        want = "does not say it is vLLM" if kind != "no_metrics" else "no prefix-cache counters"
+        assert want in got["server_none"]
+    assert pt["per_unit"]["judge"]["usage_over_ideal"] is not None  # the answers' usage is still there
 
 
 def test_the_docs_commands_run(tmp_path, capsys):
@@ -233,6 +287,7 @@ def test_a_fully_cached_rerun_reads_no_metrics_and_says_so(vllm_like, server, tm
     assert server.count() == 0
     pt = json.loads((tmp_path / "b" / "run.json").read_text())["prompt_tokens"]
     assert pt["server"] is None and pt["ideal"] is not None
+    assert pt["per_unit"]["all"]["server_none"].startswith("nothing was sent")
     i, j = args.index("--base-url") + 1, args.index("--cache") + 1
     fresh = [*args[:j], str(tmp_path / "cache2"), *args[j + 1:]]
     assert main([*fresh[:i], other.base_url, *fresh[i + 1:], "--out", str(tmp_path / "c")]) == 0

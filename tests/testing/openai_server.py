@@ -25,7 +25,9 @@ Endpoints
 - ``GET /v1/models``; ``GET /health``; ``GET /metrics`` (Prometheus text:
   ``vllm:prefix_cache_queries_total``, ``vllm:prefix_cache_hits_total`` (tokens),
   ``vllm:request_success_total``, ``vllm:prompt_tokens_total``,
-  ``vllm:generation_tokens_total``).
+  ``vllm:generation_tokens_total``); in the llama.cpp dialect llama-server's own
+  ``llamacpp:prompt_tokens_total`` and ``llamacpp:tokens_predicted_total`` (no
+  prefix-cache counter, as ``llama-server --metrics``).
 - ``POST /tokenize`` with ``prompt`` (or ``messages``): ``{"count", "max_model_len",
   "tokens"}``. Tokens are the matches of ``\\w+|[^\\w\\s]`` (`count_tokens`).
 - With ``batching=True`` (``--batching``), vLLM's extras that the judge's batched
@@ -1029,6 +1031,13 @@ class LoopbackServer:
             self._add_record(Recorded(request.path, request.method, None, 404, None, t0))
             return web.Response(status=404, text="Not Found")
         c = self._counters
+        if self.dialect == "llamacpp":  # llama-server --metrics: its own names, no prefix-cache counter
+            lines = []
+            for name, key in (("llamacpp:prompt_tokens_total", "prompt_tokens"),
+                              ("llamacpp:tokens_predicted_total", "generation_tokens")):
+                lines += [f"# TYPE {name} counter", f"{name} {float(c[key])}"]
+            self._add_record(Recorded(request.path, request.method, None, 200, None, t0))
+            return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
         label = f'model_name="{self.model}"'
         lines = []
         for name, key, help_, extra in (

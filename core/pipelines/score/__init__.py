@@ -229,7 +229,7 @@ class Scoring:
             "warnings": msgspec.to_builtins(self.watch.warnings()),
             "prompt_tokens": self.prompt_tokens.body(self.const, finder.sentences,
                                                      [s.words for s in corpus.stories], self.gen_router,
-                                                     self.judge_router),
+                                                     self.judge_router, self.metrics),
         }
         if cfg.adaptive:  # only then: the default run's record keeps its keys (tests/test_snapshots.py)
             body["adaptive"] = self.adaptive.body({key for key in self.results if key[0] not in self.failed})

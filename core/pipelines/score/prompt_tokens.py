@@ -12,6 +12,11 @@ Two readings of what was computed:
   ``vllm:prefix_cache_queries`` − ``vllm:prefix_cache_hits``, every copy counted),
   per role, or `shared` when both roles use the same servers; null without them.
   They count every request the servers got in that time, this run's or not.
+- `per_unit`: per generated position (generation) and per judged ending (judge), the
+  computed tokens by usage and by the server, the ideal's, and computed / ideal
+  (`server_over_ideal`, `usage_over_ideal`); `server_none` says why the server's figure
+  is null (over_ideal.py). `all` is both roles together: the only server figure when
+  one server serves both.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from tension.cache.records import Usage
 from tension.core.config import ScoreConfig
 from tension.core.llm.router import Router
 from tension.core.pipelines.ideal import Tally
+from tension.core.pipelines.over_ideal import NO_COUNTERS, NOT_VLLM, NOTHING_SENT, SHARED, over_ideal, per
 from tension.core.pipelines.score.positions import Position
 
 __all__ = ["PromptTokens", "ServerReadings"]
@@ -39,8 +45,14 @@ class ServerReadings:
             if not any(set(r.workers) == set(o.workers) for o in self.routers):
                 self.routers.append(r)
         self.started = False
+        self.asked = False  # start() was called: the run sent a request
+
+    def is_read(self, r: Router) -> bool:
+        """Whether `r`'s servers were read (they say they are vLLM), once the run has sent."""
+        return any(set(r.workers) == set(o.workers) for o in self.routers)
 
     async def start(self) -> None:
+        self.asked = True
         # only servers that say they are vLLM (/v1/models owned_by, listed by the pre-flight
         # check): another OpenAI-compatible server is not probed for endpoints it may lack
         self.routers = [r for r in self.routers
@@ -73,7 +85,7 @@ class PromptTokens:
         self.judged += judged
 
     def body(self, const: dict[str, int] | None, sentences: dict[int, list[str]], words: list[int],
-             gen: Router, judge: Router) -> dict[str, Any]:
+             gen: Router, judge: Router, readings: ServerReadings | None = None) -> dict[str, Any]:
         positions = sum(len(ps) for ps in self.by_story.values())
         E = self.usage["generation"].completion_tokens / self.endings if self.endings else 0.0
         ideal = None
@@ -87,20 +99,42 @@ class PromptTokens:
         usage = {role: {"prompt": u.prompt_tokens, "cached": u.cached_tokens,
                         "computed": u.prompt_tokens - u.cached_tokens} for role, u in self.usage.items()}
         server = _server(gen, judge)
-        per = {"generation": positions, "judge": self.judged}
+        units = {"generation": positions, "judge": self.judged}
 
-        def ratio(x: float | None, d: int) -> float | None:
-            return round(x / d, 3) if x is not None and d else None
+        def none_why(role: str) -> str | None:
+            if server is not None and role in server:
+                return None
+            if server is not None:
+                return SHARED
+            if readings is not None and not readings.asked:
+                return NOTHING_SENT
+            r = gen if role == "generation" else judge
+            if readings is not None and r.single and not readings.is_read(r):  # replicas: the engine reads them
+                return NOT_VLLM
+            return NO_COUNTERS
 
         out: dict[str, Any] = {"positions": positions, "judged_endings": self.judged,
                                "mean_ending_tokens": round(E, 3), "ideal": ideal, "usage": usage, "server": server}
-        # per generated position (generation) and per judged ending (judge)
-        out["per_unit"] = {role: {"unit": "position" if role == "generation" else "judged ending",
-                                  "usage_computed": ratio(usage[role]["computed"], per[role]),
-                                  "server_computed": ratio(server[role]["computed"], per[role])
-                                  if server is not None and role in server else None,
-                                  "ideal": ratio(ideal[role], per[role]) if ideal is not None else None}
-                           for role in ("generation", "judge")}
+        per_unit: dict[str, dict[str, Any]] = {}
+        for role in ("generation", "judge"):
+            s_computed = server[role]["computed"] if server is not None and role in server else None
+            i = ideal[role] if ideal is not None else None
+            per_unit[role] = {
+                "unit": "position" if role == "generation" else "judged ending",
+                "usage_computed": per(usage[role]["computed"], units[role]),
+                "server_computed": per(s_computed, units[role]),
+                "ideal": per(i, units[role]),
+                "server_over_ideal": over_ideal(s_computed, i) if units[role] else None,
+                "usage_over_ideal": over_ideal(usage[role]["computed"], i) if units[role] else None,
+                "server_none": None if s_computed is not None else none_why(role)}
+        # both roles: with one server for both, the only figure its counters give
+        total_server = None if server is None else sum(v["computed"] or 0 for v in server.values())
+        total_ideal = None if ideal is None else sum(ideal.values())
+        per_unit["all"] = {"unit": "run", "server_computed": total_server,
+                           "ideal": total_ideal, "server_over_ideal": over_ideal(total_server, total_ideal),
+                           "usage_over_ideal": over_ideal(sum(u["computed"] for u in usage.values()), total_ideal),
+                           "server_none": None if server is not None else none_why("generation")}
+        out["per_unit"] = per_unit
         return out
 
 
