@@ -33,7 +33,8 @@ def test_main_job_of_the_first_command_runs(tmp_path):
     """The part of the first command after the install — the demo on the real
     embedded server — run with this interpreter; then again, from the cache. The
     first leaves its server running (--keep-server), so the second needs no start
-    and reuses it, and `serve --stop` stops it."""
+    and reuses it, and `serve --stop` stops it; a third, every answer cached, starts
+    no server at all."""
     job = setup_commands()[0].split("&&")[-1].strip()
     argv = shlex.split(job)
     assert argv[0].endswith("tension-run") and argv[1] == "demo"
@@ -56,6 +57,12 @@ def test_main_job_of_the_first_command_runs(tmp_path):
             stop = subprocess.run([argv[0], "serve", "--stop"], capture_output=True, text=True, timeout=120, env=env)
     if started:
         assert stop.returncode == 0 and "stopped the embedded server" in stop.stdout, stop.stderr
+        # a third demo, the server stopped and every answer cached: scored without starting it
+        third = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+        assert third.returncode == 0, third.stderr[-3000:]
+        assert "every answer of the demo is in the cache" in third.stderr
+        assert "requests sent 0 generation, 0 judge" in third.stdout and "kell-island" in third.stdout
+        assert "stopped the embedded server" not in third.stderr and "log: " not in third.stderr
 
 
 def _check_the_demo_and_its_rerun(r, argv: list[str], tmp_path: Path, env: dict, started: bool) -> None:

@@ -13,7 +13,7 @@ from tension.core.cli.flags import OnceBool, Verb, count, group_for, number
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK, print_answer_warnings
 from tension.core.errors import ConfigError
 
-__all__ = ["VERBS", "cmd_serve", "cmd_demo", "EMBEDDED_FLAGS"]
+__all__ = ["VERBS", "cmd_serve", "cmd_demo", "demo_is_cached", "EMBEDDED_FLAGS"]
 
 ENV = "environment: XDG_CACHE_HOME moves ~/.cache, which holds the embedded server and the LMDB cache."
 # The flags of EmbeddedSettings (core/serving/embedded.py) that the CLI offers.
@@ -136,10 +136,19 @@ def cmd_demo(args) -> int:
     settings = _embedded_settings(args)
     if args.kv_cache_gib is None:  # the demo needs little KV space, and less starts sooner
         settings = msgspec.structs.replace(settings, kv_cache_gib=DEMO_KV_CACHE_GIB)
-    st = embedded.start(settings)
+    url, model = f"http://{settings.host}:{settings.port}", embedded.MODEL_ID
+    if started and demo_is_cached(str(story), args.cache, url, model):
+        # Every answer is in the cache: the run sends nothing, so the engine's start (a minute
+        # or more) would buy nothing. A cache that lacks one answer starts it as before.
+        started = False
+        print("every answer of the demo is in the cache: scoring it without starting the embedded server",
+              file=sys.stderr)
+    else:
+        st = embedded.start(settings)
+        url, model = st.url, st.model
     try:
         cfg = load_config(None, {"cache": args.cache, "progress": True},
-                          fallback={**DEMO_SCORE_SETTINGS, "base_url": st.url, "model": st.model})
+                          fallback={**DEMO_SCORE_SETTINGS, "base_url": url, "model": model})
         print(f"scoring the demo story with {cfg.endings} endings per position (embedded profile: "
               f"temperature {cfg.temperature}, {cfg.max_tokens} tokens, judge constrained to Y/N)", file=sys.stderr)
         summary = score(cfg, str(story), args.out)
@@ -149,7 +158,7 @@ def cmd_demo(args) -> int:
             print("stopped the embedded server this demo started (--keep-server leaves it running, so that "
                   "the next demo or score needs no start)", file=sys.stderr)
         elif started:
-            print(f"left the embedded server running at {st.url} (pid {st.pid}), as --keep-server asks: "
+            print(f"left the embedded server running at {url} (pid {st.pid}), as --keep-server asks: "
                   "`tension-run score CORPUS --out DIR` and the next demo use it; "
                   "`tension-run serve --stop` stops it", file=sys.stderr)
     if summary.status != "complete":
@@ -170,6 +179,26 @@ def cmd_demo(args) -> int:
     print(f"outputs: {args.out}/ (report.md, positions.jsonl, stories.csv, run.json); curve: {png}")
     print(f"see the story, its curve and the endings behind each point: tension-run view {shlex.quote(str(args.out))}")
     return EXIT_OK
+
+
+def demo_is_cached(story: str, cache: str | None, url: str, model: str) -> bool:
+    """Whether the cache holds every answer the demo asks for (`estimate`'s count of what
+    is left to send), found without a server: token counts, endings and verdicts are all
+    cached after a first demo. Anything else (a count the cache lacks, which would need
+    the server's /tokenize) is a no, at once: one attempt, no retries."""
+    from tension.core.config import load_config
+    from tension.core.errors import TensionError
+    from tension.core.pipelines.estimate import estimate
+    from tension.core.serving.profiles import DEMO_SCORE_SETTINGS
+
+    cfg = load_config(None, {"cache": cache, "progress": False, "retries": 1, "retry_seconds": 0.0, "timeout": 5.0},
+                      fallback={**DEMO_SCORE_SETTINGS, "base_url": url, "model": model})
+    try:
+        est = estimate(cfg, story)
+    except TensionError:
+        return False
+    return (est.positions > 0 and not est.stories_failed and est.generation_to_send == 0
+            and est.judge_to_send == 0)
 
 
 def _embedded_settings(args):

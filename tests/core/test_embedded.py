@@ -164,3 +164,32 @@ def test_seed_rewind_fix_is_applied_once_and_only_to_the_known_code(tmp_path):
     assert f.read_text() == before + SEED_REWIND_NEW + after
     f.write_text("def _bookkeeping_sync(self):\n    pass\n")  # another vLLM: left as it is
     assert patch_seed_rewind(venv) == "absent" and f.read_text() == "def _bookkeeping_sync(self):\n    pass\n"
+
+
+def test_a_demo_whose_answers_are_all_cached_needs_no_server(tmp_path, capsys):
+    """A second demo on the same cache sends nothing, so it need not start the engine
+    (a minute or more): `demo_is_cached` finds every answer without a server. An empty
+    cache, or one that lacks the verdicts, is a no at once (the server's URL refuses)."""
+    from importlib.resources import files
+
+    from tension.core.cli.serve import demo_is_cached
+    from tension.core.config import load_config
+    from tension.core.llm.vllm_router import free_port
+    from tension.core.pipelines.score import score
+    from tension.core.serving.profiles import DEMO_SCORE_SETTINGS
+    from tension.core.serving.settings import MODEL_ID
+    from tension.testing.openai_server import LoopbackServer
+
+    story = str(files("tension.core").joinpath("data/demo_story.jsonl"))
+    cache = str(tmp_path / "cache")
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: as before the engine's start
+    t0 = time.monotonic()
+    assert not demo_is_cached(story, cache, dead, MODEL_ID)
+    assert time.monotonic() - t0 < 60  # one attempt, no retries (the default would retry for minutes)
+    with LoopbackServer(model=MODEL_ID) as srv:
+        cfg = load_config(None, {"cache": cache, "progress": False},
+                          fallback={**DEMO_SCORE_SETTINGS, "base_url": srv.base_url, "model": MODEL_ID})
+        assert score(cfg, story, tmp_path / "demo").status == "complete"
+    assert demo_is_cached(story, cache, dead, MODEL_ID)
+    assert main(["cache", "drop", "--cache", cache, "--role", "judge", "--yes"]) == 0
+    assert not demo_is_cached(story, cache, dead, MODEL_ID)
