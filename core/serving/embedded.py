@@ -135,6 +135,18 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def _started_elsewhere(st: ServerState, start_timeout: float) -> bool:
+    """Whether a live server that is not healthy yet is still starting (another demo,
+    score or test started it a moment ago): waited for until it is, not stopped. Stopping
+    it, as a hung server is, killed a start in progress with SIGTERM."""
+    deadline = st.started + start_timeout
+    while time.time() < deadline and _pid_alive(st.pid):
+        if _healthy(st.url):
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def start(s: EmbeddedSettings = EmbeddedSettings(), p: Paths | None = None, *,
           command: list[str] | None = None, env: dict[str, str] | None = None) -> ServerState:
     """Start the server (or return the one already running) and wait for health.
@@ -142,7 +154,7 @@ def start(s: EmbeddedSettings = EmbeddedSettings(), p: Paths | None = None, *,
     p = p or paths()
     st = running_state(p)
     if st is not None:
-        if _healthy(st.url):
+        if _healthy(st.url) or _started_elsewhere(st, s.start_timeout):
             say(f"using the server already running at {st.url} (pid {st.pid})")
             return st
         stop(p)

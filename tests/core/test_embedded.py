@@ -193,3 +193,36 @@ def test_a_demo_whose_answers_are_all_cached_needs_no_server(tmp_path, capsys):
     assert demo_is_cached(story, cache, dead, MODEL_ID)
     assert main(["cache", "drop", "--cache", cache, "--role", "judge", "--yes"]) == 0
     assert not demo_is_cached(story, cache, dead, MODEL_ID)
+
+
+def test_a_server_another_process_is_starting_is_waited_for_not_killed():
+    """Seen in CI: a start that found the state file of a server still loading its model
+    (alive, not yet healthy) stopped it as hung, SIGTERM in the middle of its start. One
+    started a moment ago is waited for and used; one that outlived its start time is
+    stopped, as before."""
+    import subprocess
+
+    port = free_port()
+    late = [sys.executable, "-c", "import time, runpy, sys; time.sleep(3); "
+            f"sys.argv = ['x', '--port', '{port}', '--model', 'smollm2-135m']; "
+            "runpy.run_module('tension.testing.openai_server', run_name='__main__')"]
+    other = subprocess.Popen(late, start_new_session=True)  # another process's start, under way
+    p = embedded.paths()
+    p.root.mkdir(parents=True, exist_ok=True)
+    state = {"url": f"http://127.0.0.1:{port}", "model": "smollm2-135m", "pid": other.pid, "log": "x"}
+    try:
+        p.state.write_text(json.dumps({**state, "started": time.time()}))
+        never = [sys.executable, "-c", "raise SystemExit('this start must not run')"]
+        st = embedded.start(EmbeddedSettings(port=port, start_timeout=60), command=never, env=dict(os.environ))
+        assert st.pid == other.pid and other.poll() is None  # used, alive
+        # the same server, said to have started long ago and now not answering: stopped
+        hung = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        p.state.write_text(json.dumps({**state, "pid": hung.pid, "url": f"http://127.0.0.1:{free_port()}",
+                                       "started": time.time() - 3600}))
+        with pytest.raises(EmbeddedError, match="must not run"):
+            embedded.start(EmbeddedSettings(port=free_port(), start_timeout=60), command=never, env=dict(os.environ))
+        hung.wait(timeout=30)  # it was stopped: it would sleep 60 s (the stop reaps it, so no status here)
+    finally:
+        other.terminate()
+        other.wait(timeout=30)
+        embedded.stop()
