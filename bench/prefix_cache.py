@@ -17,12 +17,11 @@ The server's block size and KV blocks come from its log (``--log``, the path
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
 
-from tension.testing.bench import loadavg
+from tension.testing.bench import finish, loadavg
 from tension.testing.prefix_check import WORKLOADS, run_workload, server_blocks
 
 
@@ -49,9 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['measured_hit_rate']:.4f} ({row['measured_hits']:,}/{row['measured_queries']:,})  predicted "
                   f"{row['predicted_hit_rate']:.4f} ({row['predicted_hits']:,}/{row['predicted_queries']:,})  "
                   f"{row['points_off']:+.2f} points  preemptions {row['preemptions']}  {row['seconds']} s", flush=True)
-    print(f"load after: {loadavg()}")
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
+    finish(rows, a.json)
     return 0 if all(abs(r["points_off"]) <= 3 for r in rows) else 1
 
 

@@ -12,12 +12,11 @@ server) but the cell's concurrency and KV blocks. No server is contacted.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 import tension
-from tension.testing.bench import loadavg
+from tension.testing.bench import finish, loadavg
 
 CONCURRENCY = [(8, 128), (64, 512), (256, 2048)]  # (generation, judge) requests in flight
 KV = [300, 1_000, None, 20_000, 100_000]  # None: the profile's (5,226 and 10,977 blocks)
@@ -63,10 +62,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['over_ideal']:.3f}  (generation {g['hit_rate']:.4f}, {g['over_ideal']:.1f}x; judge "
               f"{j['hit_rate']:.4f}, {j['over_ideal']:.3f}x)  model {row['model_seconds']:.1f} s "
               f"of {row['seconds']:.1f} s", flush=True)
-    print(f"load after: {loadavg()}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    finish(rows, a.json)
     return 0
 
 

@@ -6,6 +6,7 @@ construction), so a parent and its children agree on them without passing them."
 
 from __future__ import annotations
 
+import json
 import platform
 import random
 import time
@@ -13,7 +14,7 @@ from collections.abc import Callable
 
 from tension.testing.corpus import WORDS
 
-__all__ = ["GEN_MODEL", "JUDGE_MODEL", "TEMPLATE_KWARGS", "body_dict", "cpu_model", "judge_bodies",
+__all__ = ["GEN_MODEL", "JUDGE_MODEL", "TEMPLATE_KWARGS", "body_dict", "cpu_model", "finish", "judge_bodies",
            "loadavg", "timed"]
 
 JUDGE_MODEL = "bench-judge"
@@ -61,6 +62,14 @@ def loadavg() -> str:
             return " ".join(f.read().split()[:3])
     except OSError:
         return "?"
+
+
+def finish(rows: list[dict], json_path: str | None) -> None:
+    """A bench script's last lines: the load after the run, and its rows as JSON when asked."""
+    print(f"load after: {loadavg()}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 def timed(fn: Callable[[], object], repeats: int) -> list[float]:
