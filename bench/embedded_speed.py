@@ -24,9 +24,14 @@ from pathlib import Path
 from tension.testing.bench import loadavg
 
 SETTINGS = {
-    "base": {},  # eager, OMP threads bound by vLLM ("auto": one core, the other reserved), 4 GiB of KV cache
-    "kv1": {"kv_cache_gib": 1},  # a quarter of the KV cache: less memory to set up
-    "bind01": {"omp_threads_bind": "0-1"},  # the worker's threads on both cores
+    # eager, OMP threads bound by vLLM ("auto"), 4 GiB of KV cache; no core reserved on a
+    # machine of 2 cores or fewer (embedded.default_reserved_cpus), else vLLM's one
+    "base": {},
+    "kv1": {"kv_cache_gib": 1},  # a quarter of the KV cache: less memory to set up (the demo's)
+    "reserve1_kv1": {"reserved_cpus": 1, "kv_cache_gib": 1},  # vLLM's own: one core kept for the API server
+    "reserve0_kv1": {"reserved_cpus": 0, "kv_cache_gib": 1},  # no core kept, whatever the machine
+    "bind01": {"omp_threads_bind": "0-1"},  # the worker's threads on cores 0 and 1, named
+    "bind01_kv1": {"omp_threads_bind": "0-1", "kv_cache_gib": 1},
     "compile": {"enforce_eager": False},  # torch.compile (docs/embedded.md: 300 s to start)
     "block32": {"block_size": 32},  # the smallest block this CPU build takes: the n copies recompute less
     "block128": {"block_size": 128},  # vLLM's own default on this build (32 is the embedded default)

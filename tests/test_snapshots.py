@@ -50,8 +50,8 @@ ADDED = {
                  "--block-size", "--kv-blocks", "--gpu-profile", "--prefill-tok-s",
                  *ADAPTIVE, "--pilot"},  # issue 27: the cost of a target (docs/cost.md)
     # issue 29: the embedded server's KV cache (bench/prefix_cache.py makes it small on purpose)
-    "serve": {"--block-size", "--kv-blocks", "--kv-cache-gib"},
-    "demo": {"--block-size", "--kv-blocks", "--kv-cache-gib",
+    "serve": {"--block-size", "--kv-blocks", "--kv-cache-gib", "--reserved-cpus"},
+    "demo": {"--block-size", "--kv-blocks", "--kv-cache-gib", "--reserved-cpus",
              "--keep-server"},  # issue 29: a demo may leave its server up for the next one (docs/embedded.md)
     "bench": {"--judge-constraint", "--max-model-len",
               "--tokenizer"},  # issue 26: a server without vLLM's /tokenize (llama.cpp through a proxy, LiteLLM)

@@ -34,8 +34,8 @@ from tension.core.serving.settings import MODEL_ID, EmbeddedError, EmbeddedSetti
 
 __all__ = [
     "EmbeddedError", "EmbeddedSettings", "ServerState", "Paths", "paths", "find_torch_wheel_dir",
-    "install_command", "serve_command", "server_env", "ensure_installed", "ensure_model", "start",
-    "stop", "read_state", "running_state", "port_free", "MODEL_ID",
+    "install_command", "serve_command", "server_env", "default_reserved_cpus", "ensure_installed", "ensure_model",
+    "start", "stop", "read_state", "running_state", "port_free", "MODEL_ID",
 ]
 
 
@@ -67,6 +67,14 @@ def serve_command(python: Path, model_dir: Path, s: EmbeddedSettings) -> list[st
     return cmd
 
 
+def default_reserved_cpus(cpus: int | None = None) -> int | None:
+    """Cores to keep free of the model's threads when none is asked: 0 on a machine with
+    2 cores or fewer (the ones this process may use), else None, vLLM's own choice."""
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 0 if cpus <= 2 else None
+
+
 def server_env(root: Path, s: EmbeddedSettings, base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.update({
@@ -79,6 +87,9 @@ def server_env(root: Path, s: EmbeddedSettings, base: dict[str, str] | None = No
         "VLLM_CACHE_ROOT": str(root / "vllm-cache"),
         "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor-cache"),
     })
+    reserved = s.reserved_cpus if s.reserved_cpus is not None else default_reserved_cpus()
+    if reserved is not None:
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(reserved)
     env.pop("OPENAI_API_KEY", None)  # the local server needs none; never hand a key to a subprocess log
     return env
 

@@ -38,6 +38,11 @@ class EmbeddedSettings(msgspec.Struct, frozen=True, kw_only=True):
     kv_blocks: int | None = None  # --num-gpu-blocks-override: a KV cache this many blocks long
     enforce_eager: bool = True  # skips torch.compile: start-up in seconds, not minutes
     omp_threads_bind: str = "auto"
+    # VLLM_CPU_NUM_OF_RESERVED_CPU, the cores kept free of the model's OpenMP threads for the API
+    # server and the engine loop; None: 0 on a machine of 2 cores or fewer, else vLLM's own (1).
+    # vLLM's one reserved core is half of such a machine, and the model on both cores scored the
+    # demo 1.6-1.8x faster on a quiet one (bench/embedded_speed.py; docs/embedded.md).
+    reserved_cpus: int | None = None
     torch_find_links: str | None = None  # folder holding the torch CPU wheel (auto-detected)
     torch_index_url: str | None = None  # e.g. https://download.pytorch.org/whl/cpu
     start_timeout: float = 900.0
