@@ -23,6 +23,7 @@ import msgspec
 
 from tension.core.serving.install import (
     ensure_installed,
+    engine_env,
     ensure_model,
     find_torch_wheel_dir,
     install_command,
@@ -76,10 +77,8 @@ def default_reserved_cpus(cpus: int | None = None) -> int | None:
 
 
 def server_env(root: Path, s: EmbeddedSettings, base: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
+    env = engine_env(base)  # offline (the model is a local folder), writing bytecode
     env.update({
-        "HF_HUB_OFFLINE": "1",  # never download: the model is a local folder
-        "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "VLLM_CPU_KVCACHE_SPACE": str(s.kv_cache_gib),

@@ -37,6 +37,10 @@ def test_serve_command_uses_the_measured_settings(tmp_path):
     env = embedded.server_env(tmp_path, s, base={"OPENAI_API_KEY": "sk-x", "PATH": "/bin"})
     assert env["HF_HUB_OFFLINE"] == "1" and env["VLLM_NO_USAGE_STATS"] == "1"
     assert env["VLLM_CACHE_ROOT"].startswith(str(tmp_path)) and "OPENAI_API_KEY" not in env
+    # the engine's own folder gets bytecode even where the user's environment says not to: else
+    # each of the server's three processes compiles torch and vLLM again at every start (issue 29)
+    env = embedded.server_env(tmp_path, s, base={"PYTHONDONTWRITEBYTECODE": "1", "PATH": "/bin"})
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PATH"] == "/bin"
 
 
 def test_install_command_pins_the_cpu_torch(tmp_path):
