@@ -22,8 +22,8 @@ from pathlib import Path
 import msgspec
 
 from tension.core.serving.install import (
-    ensure_installed,
     engine_env,
+    ensure_installed,
     ensure_model,
     find_torch_wheel_dir,
     install_command,
