@@ -155,8 +155,8 @@ def server(args) -> dict:
     from tension.core.serving.profiles import DEMO_SCORE_SETTINGS
 
     corpus = Path(args.corpus or str(files("tension.core").joinpath("data/demo_story.jsonl")))
-    # the embedded profile's settings (its judge answers by Y-vs-N logprobs), without its n
-    extra = {k: v for k, v in DEMO_SCORE_SETTINGS.items() if k != "endings"}
+    # the embedded profile's settings (its judge answers by Y-vs-N logprobs), without its n and seed
+    extra = {k: v for k, v in DEMO_SCORE_SETTINGS.items() if k not in ("endings", "seed")}
     with tempfile.TemporaryDirectory() as tmp:
         return through_score(args, args.base_url, args.model, corpus, Path(tmp), "server", extra)
 

@@ -101,4 +101,8 @@ DEMO_SCORE_SETTINGS: dict[str, Any] = {
     "max_tokens": 32,
     "min_words": 300,
     "min_anchor_words": 18,
+    # Seeded, as the README's runs are: every first demo draws the same curve (the same 18
+    # no-rates on two runs here), not at random a flat one, as one unseeded fresh-clone demo
+    # drew: the 135M judge said Y to all 72 endings (docs/embedded.md).
+    "seed": 1,
 }
