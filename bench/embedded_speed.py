@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     story = str(files("tension.core").joinpath("data/demo_story.jsonl"))
     rows = []
-    for name in a.settings.split(","):
+    for i, name in enumerate(a.settings.split(",")):
         s = embedded.EmbeddedSettings(port=a.port, **SETTINGS[name])
         load0 = loadavg()
         t0 = time.perf_counter()
@@ -75,12 +75,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             extra = {} if a.min_anchor_words is None else {"min_anchor_words": a.min_anchor_words}
-            cfg = load_config(None, {"cache": str(tmp / f"cache-{name}"), "progress": False, "report": False},
+            cfg = load_config(None, {"cache": str(tmp / f"cache-{i}-{name}"), "progress": False, "report": False},
                               fallback={**DEMO_SCORE_SETTINGS, **extra, "base_url": st.url, "model": st.model})
             t1 = time.perf_counter()
-            res = score(cfg, story, tmp / f"out-{name}")
+            res = score(cfg, story, tmp / f"out-{i}-{name}")
             scored = time.perf_counter() - t1
-            positions = len((tmp / f"out-{name}" / "positions.jsonl").read_text().splitlines())
+            positions = len((tmp / f"out-{i}-{name}" / "positions.jsonl").read_text().splitlines())
         finally:
             embedded.stop()
         rows.append({"setting": name, "start_s": round(started, 1), "phases": phases, "score_s": round(scored, 1),
