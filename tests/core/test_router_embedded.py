@@ -55,7 +55,9 @@ def two_servers(monkeypatch):
     procs, urls = [], []
     try:
         for _ in range(2):
-            s = embedded.EmbeddedSettings(port=free_port(), kv_cache_gib=1)
+            # two servers on 2 cores: each keeps vLLM's reserved core, as before the demo's
+            # default of none (docs/embedded.md), so their model threads do not all share both cores
+            s = embedded.EmbeddedSettings(port=free_port(), kv_cache_gib=1, reserved_cpus=1)
             with open(p.root / f"router-test-{s.port}.log", "wb") as log:  # the server keeps its own copy
                 procs.append(subprocess.Popen(embedded.serve_command(p.python, model_dir, s), stdout=log,
                                               stderr=subprocess.STDOUT, env=embedded.server_env(p.root, s),
