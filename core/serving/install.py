@@ -96,7 +96,10 @@ def pip_sources(listing: str) -> PipSources:
         if key not in found or rank[section] >= found[key][0]:
             found[key] = (rank[section], value)
     get = {k: v for k, (_, v) in found.items()}
-    words = lambda key: tuple(get.get(key, "").split())  # noqa: E731  pip separates list values by white space
+
+    def words(key: str) -> tuple[str, ...]:  # pip separates the values of a list by white space
+        return tuple(get.get(key, "").split())
+
     return PipSources(
         index_url=get.get("index-url") or None,
         extra_index_urls=words("extra-index-url"),
