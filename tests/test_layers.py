@@ -30,7 +30,7 @@ ALLOWED = {
     "core.llm": {"core.errors", "core.redact", "cache"},
     "core.run": {"core.errors", "core.redact", "cache", "core.llm", "core.inputs"},
     "core.reports": {"core.errors", "core.formats", "core.inputs", "kernels"},
-    "core.serving": {"core.errors", "cache"},
+    "core.serving": {"core.errors", "core.redact", "cache"},  # redact: the install log names pip's index URLs
     # redact: bench prints and saves its servers' URLs (issue 25: a URL's password reached stdout)
     "core.pipelines": {"core.errors", "core.redact", "core.formats", "core.config", "core.inputs", "core.prompts",
                        "core.llm", "core.run", "core.reports", "cache", "kernels"},

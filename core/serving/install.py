@@ -26,6 +26,7 @@ from pathlib import Path
 
 import msgspec
 
+from tension.core.redact import redact, redact_argv
 from tension.core.serving.settings import EmbeddedError, EmbeddedSettings, Paths, paths
 
 __all__ = [
@@ -182,11 +183,12 @@ def log_tail(path: Path, n: int) -> str:
 def _run_logged(cmd: list[str], log: Path, what: str, hint: str, env: dict[str, str] | None = None) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as f:
-        f.write(f"\n$ {' '.join(cmd)}\n".encode())
+        # redacted: an index URL from pip's configuration may hold a password (user:secret@host)
+        f.write(f"\n$ {' '.join(redact_argv(cmd))}\n".encode())
         f.flush()
         r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
     if r.returncode != 0:
-        tail = log_tail(log, 15)
+        tail = redact(log_tail(log, 15))
         raise EmbeddedError(f"{what} failed (exit {r.returncode}); log: {log}\n{tail}\n{hint}")
 
 

@@ -151,6 +151,24 @@ def test_a_failed_engine_install_names_its_log(tmp_path, monkeypatch):
     assert not p.installed_marker.exists()
 
 
+def test_a_password_in_pip_s_index_url_stays_out_of_the_install_log(tmp_path, monkeypatch):
+    """pip's index URL may carry credentials (https://user:token@mirror/simple): uv is given
+    them, the install log and the error quote the command with the password masked."""
+    if shutil.disk_usage(tmp_path).free < 5.5e9:
+        pytest.skip("the install checks for 5 GB free first, which this disk lacks")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://reader:s3cret-pw@127.0.0.1:{free_port()}/simple")
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")  # nothing listens there: fail at once
+    p = embedded.Paths(tmp_path / "embedded")
+    with pytest.raises(EmbeddedError) as e:
+        install.ensure_installed(EmbeddedSettings(torch_find_links=str(wheels)), p)
+    log = (p.logs / "install.log").read_text()
+    assert "--index-url http://reader:***@127.0.0.1" in log  # it did reach uv
+    assert "s3cret-pw" not in log and "s3cret-pw" not in str(e.value)
+
+
 def test_the_model_gets_both_cores_on_a_small_machine(tmp_path):
     """vLLM keeps one core free of the model's threads: half of a 2-core machine (issue 29:
     the demo scored 1.6-1.8x faster with none kept, bench/embedded_speed.py)."""
