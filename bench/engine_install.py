@@ -16,7 +16,6 @@ Both environments and caches are deleted at the end (≈ 3 GB each while it runs
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from tension.core.serving import install
 from tension.core.serving.settings import EmbeddedSettings
-from tension.testing.bench import loadavg
+from tension.testing.bench import finish, loadavg
 
 PACKAGES = [install.VLLM_PIN, install.TORCH_PIN, "gguf", "accelerate"]
 
@@ -58,8 +57,7 @@ def with_uv(work: Path, log: Path) -> None:
     sources = install.read_pip_sources()
     env = {**os.environ, "UV_CACHE_DIR": str(work / "uv-cache"), **sources.uv_env()}
     run([uv, "venv", "-q", "--python", sys.executable, str(venv)], env, log)
-    overrides = work / "overrides.txt"
-    overrides.write_text("".join(f"{name}; sys_platform == 'never'\n" for name in install.LEFT_OUT))
+    overrides = install.write_overrides(work / "overrides.txt")
     run(install.install_command(uv, venv / "bin" / "python", EmbeddedSettings(), overrides, sources) + ["-q"],
         env, log)
 
@@ -91,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(d, ignore_errors=True)
     if "pip" in rows and "uv" in rows:
         print(f"pip / uv = {rows['pip']['seconds'] / rows['uv']['seconds']:.1f}x")
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
+    finish([{"installer": name, **row} for name, row in rows.items()], a.json)
     return 0
 
 

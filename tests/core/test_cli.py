@@ -177,6 +177,21 @@ def test_embedded_flags_are_embedded_settings_with_their_defaults():
     assert f"default: {DEMO_KV_CACHE_GIB} for the demo, {d.kv_cache_gib} for serve" in demo["kv_cache_gib"]
 
 
+def test_reserved_cpus_reaches_the_server_s_environment(tmp_path):
+    """`serve --embedded --reserved-cpus N` / `demo --reserved-cpus N`: parsed, made a setting,
+    and given to vLLM as VLLM_CPU_NUM_OF_RESERVED_CPU; out of bounds, a usage error."""
+    from tension.core.cli.serve import _embedded_settings
+    from tension.core.serving.embedded import server_env
+
+    for argv in (["serve", "--embedded", "--reserved-cpus", "1"], ["demo", "--reserved-cpus", "1"]):
+        s = _embedded_settings(build_parser().parse_args(argv))
+        assert s.reserved_cpus == 1 and server_env(tmp_path, s, base={})["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" in verb_parser("serve").format_help()
+    r = subprocess.run([sys.executable, "-m", "tension.core.cli", "serve", "--embedded", "--reserved-cpus", "-1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--reserved-cpus" in r.stderr and "Traceback" not in r.stderr
+
+
 # --- one value per flag -----------------------------------------------------------
 
 @pytest.mark.parametrize("argv, flag", [
