@@ -167,12 +167,12 @@ class Batcher:
 
     async def _says_vllm(self, url: str, model: str) -> bool:
         await self.client.check_gate()  # the run's check lists every server's models
-        if not self.client.listed(url):
+        if self.client.server(url).models is None:
             try:
                 await self.client.models(url, retry=_PROBE)
             except (RefusedError, StatusError, RetryBudgetError):
                 return False
-        return self.client.owned_by(url, model) == "vllm"
+        return self.client.server(url).is_vllm()
 
     async def _render(self, url: str, request: ChatRequest) -> Template:
         model, system = request.model, request.messages[0]["content"]

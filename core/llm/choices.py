@@ -10,14 +10,15 @@ choices one request would have held, and a seeded run stays reproducible.
 `gather` asks for what is missing until all n are there:
 
 - what the server takes is learned once per server (`ServerTraits.max_n`: its
-  slots, the limit its 400 names, or the same short count twice) and said once;
+  slots, the limit its 400 names in any wording, a 400 that a smaller n does not
+  get (core/llm/servers.py `NAsk`), or the same short count twice) and said once;
   from then on a request is sent in chunks of that many, up front;
 - a chunk or follow-up that brings choices spends nothing of the retry budget
   (there can be at most n of them); only answers that bring none do, bounded by
   `RetryPolicy.attempts`;
 - on a server whose constraint form is llama.cpp's, `structured_outputs` travels
-  as its `grammar` / `response_format` (core/llm/traits.py `grammar_of`); the
-  cache key is the request as built, whatever the wire form.
+  as its `grammar` / `response_format` (`Server.wire_form`); the cache key is
+  the request as built, whatever the wire form.
 """
 
 from __future__ import annotations
@@ -29,16 +30,15 @@ import msgspec
 
 from tension.cache.records import Usage
 from tension.core.errors import StatusError
-from tension.core.llm.failures import RetryPolicy, server_root
+from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.protocol import ChatRequest, routing_headers, usage_of
 from tension.core.llm.results import ChatResult, ShortAnswerError
-from tension.core.llm.traits import ServerTraits, grammar_of, n_limit
-from tension.core.redact import redact
+from tension.core.llm.servers import NAsk
 
 if TYPE_CHECKING:
     from tension.core.llm.client import Client
 
-__all__ = ["gather", "chunk", "wire_form", "EMPTY_ANSWER_RETRIES"]
+__all__ = ["gather", "chunk", "EMPTY_ANSWER_RETRIES"]
 
 EMPTY_ANSWER_RETRIES = 2
 
@@ -51,20 +51,11 @@ def chunk(request: ChatRequest, start: int, count: int) -> ChatRequest:
     return msgspec.structs.replace(request, n=count, seed=seed)
 
 
-def wire_form(request: ChatRequest, traits: ServerTraits | None) -> ChatRequest:
-    """`request` as this server takes it: its own constraint form in place of vLLM's."""
-    if traits is None or traits.constraint != "grammar" or not request.structured_outputs:
-        return request
-    form = grammar_of(request.structured_outputs)
-    if form is None:
-        return request
-    return msgspec.structs.replace(request, structured_outputs=None, **form)
-
-
 async def gather(client: Client, url: str, request: ChatRequest, retry: RetryPolicy | None, key: str) -> ChatResult:
-    """All `request.n` choices from the server at `url` (module docstring)."""
-    root = server_root(url)
-    name = client.names.get(root, redact(root))
+    """All `request.n` choices from the server at the base URL `url` (module docstring)."""
+    server = client.server(url)
+    server.in_record = True
+    asks = NAsk(server)
     headers = routing_headers(key)
     t0 = time.perf_counter()
     texts: list[str] = []
@@ -75,21 +66,18 @@ async def gather(client: Client, url: str, request: ChatRequest, retry: RetryPol
     empty_retries = followups = stalled = 0
     short: int | None = None  # the count of this request's last short answer
     if request.structured_outputs:
-        client.servers.constrained(root, name)
+        server.constrained()
     while True:
-        missing = request.n - len(texts)
-        traits = client.servers.of(root)
-        ask = min(missing, traits.max_n) if traits.max_n else missing
+        ask = asks.size(request.n - len(texts))
         req = request if ask == request.n and not texts else chunk(request, len(texts), ask)
         try:
-            data = await client.send_chat(url, wire_form(req, traits), retry, req.model, headers, weight=ask)
+            data = await client.send_chat(url, req, retry, req.model, headers, weight=ask)
         except StatusError as e:
-            limit = n_limit(e.body) if e.status == 400 else None
-            if limit is None or limit >= ask:
+            if not asks.refused_with(ask, e):
+                asks.gave_up()
                 raise
-            # nothing answered, nothing spent: ask in chunks from now on
-            client.servers.learned_n(root, name, limit, "HTTP 400")
-            continue
+            continue  # nothing answered, nothing spent: ask fewer
+        asks.answered(ask, request.seed is not None)
         if (data.choices and empty_retries < EMPTY_ANSWER_RETRIES
                 and all(not (c.message.content or "").strip() for c in data.choices)):
             # Every choice empty: a glitch far more often than a real answer
@@ -113,7 +101,7 @@ async def gather(client: Client, url: str, request: ChatRequest, retry: RetryPol
         if got and len(got) < ask:
             # The same short count twice in a row is the server's limit, not a glitch.
             if short == len(got):
-                client.servers.learned_n(root, name, len(got), "short answers")
+                server.learned_n(len(got), "short answers", request.seed is not None)
             short = len(got)
         if not got:
             stalled += 1

@@ -33,8 +33,11 @@ what is its own, HTTP attempts and retries; what an answer used (its usage, its
 follow-ups) comes back with the answer, and the run's engine counts it
 (core/run/engine.py).
 
-Base URLs are server roots (``http://host:8000``); a trailing ``/v1`` is accepted
-and dropped, since vLLM's ``/tokenize`` lives at the root.
+Base URLs are server roots (``http://host:8000``, or a gateway's
+``https://host/api``); a trailing ``/v1`` is accepted and dropped, since vLLM's
+``/tokenize`` lives at the root. What the run knows of a server is its `Server`
+record (core/llm/servers.py), under the one key `server_key`: `Client.server(url)`
+is the way in.
 """
 
 from __future__ import annotations
@@ -42,21 +45,21 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 from urllib.parse import urlsplit
 
 import msgspec
 
-from tension.core.errors import RefusedError, RetryBudgetError, StatusError
-from tension.core.llm.choices import EMPTY_ANSWER_RETRIES, gather
+from tension.cache.records import Usage
+from tension.core.errors import RefusedError, RetryBudgetError, ServerError, StatusError
+from tension.core.llm.choices import EMPTY_ANSWER_RETRIES, chunk, gather
 from tension.core.llm.failures import (
     Outages,
     Retryable,
     RetryPolicy,
     error_message,
     parse_retry_after,
-    server_root,
     status_error,
 )
 from tension.core.llm.gate import Gate
@@ -64,20 +67,16 @@ from tension.core.llm.protocol import (
     ChatChunk,
     ChatRequest,
     ChatResponse,
-    ContentTokenizeRequest,
     ModelList,
     Props,
-    TokenizeRequest,
     TokenizeResponse,
     routing_headers,
     salted,
 )
 from tension.core.llm.results import ChatResult, ShortAnswerError, StreamResult, Timeouts
-from tension.core.llm.servers import Servers
+from tension.core.llm.servers import NAsk, Server, Servers
 from tension.core.llm.stream import chat_stream
-from tension.core.llm.traits import learn
 from tension.core.llm.transport import AiohttpTransport, Transport, TransportError
-from tension.core.llm.unreadable import Suspect
 from tension.core.redact import redact, redact_secrets, register
 
 __all__ = ["Timeouts", "ChatResult", "StreamResult", "ShortAnswerError", "Client", "normalize_base_url",
@@ -96,6 +95,8 @@ TOKENIZER_ADVICE = ("token counts for pct need the generation model's tokenizer:
 
 
 def normalize_base_url(url: str) -> str:
+    """The base URL requests are sent to (credentials kept: they are sent); not a
+    key: what is known of a server is under `servers.server_key`."""
     url = url.rstrip("/")
     if url.endswith("/v1"):
         url = url[: -len("/v1")]
@@ -126,15 +127,12 @@ class Client:
         # The client's own figures, over its life (run.json "http").
         self.sent = 0  # HTTP attempts, retries included
         self.retries = 0
-        self.max_model_len: dict[str, int] = {}  # base URL -> context length its /tokenize reported
-        self.owners: dict[str, dict[str, str | None]] = {}  # base URL -> model id -> owned_by, from /v1/models
-        # A router's URL (one the run started itself) -> how messages name it, and the check of its
-        # workers when an answer through it is unreadable (core/llm/router.py `routing` sets both).
-        self.names: dict[str, str] = {}
-        self.suspects: dict[str, Suspect] = {}
-        self._overlong: set[str] = set()  # server roots told to ignore max_tokens
-        self.servers = Servers(notice)  # per server root: what it can do, what it is sent at once
+        self.servers = Servers(notice)  # per server: everything the run knows of it (`server`)
         self._props_dec = msgspec.json.Decoder(Props)
+
+    def server(self, url: str) -> Server:
+        """What the run knows of the server at `url` (core/llm/servers.py): the one way in."""
+        return self.servers.server(url)
 
     @property
     def has_key(self) -> bool:
@@ -186,14 +184,11 @@ class Client:
     # client's); the replica router asks for a short one where another replica can help.
 
     async def models(self, base_url: str, retry: RetryPolicy | None = None) -> list[str]:
-        root = normalize_base_url(base_url)
-        data = await self._call("GET", root + "/v1/models", None, self._models_dec, retry)
-        self.owners[root] = {m.id: m.owned_by for m in data.data}
-        if self.servers.of(root).kind == "other":  # learned once per server
-            props = await self._props(root) if any(m.owned_by == "llamacpp" for m in data.data) else None
-            self.servers.listed(root, t := learn(redact(root), data.data, props), self.names.get(root, redact(root)))
-            if t.context_len and t.kind == "llamacpp":  # its /tokenize does not say it; vLLM's does
-                self.max_model_len.setdefault(root, t.context_len)
+        root, srv = normalize_base_url(base_url), self.server(base_url)
+        srv.in_record = True
+        data = await self._call("GET", root + "/v1/models", None, self._models_dec, retry, server=srv)
+        llama = srv.traits.kind == "other" and any(m.owned_by == "llamacpp" for m in data.data)
+        srv.listed(data.data, await self._props(root) if llama else None)
         return [m.id for m in data.data]
 
     async def _props(self, root: str) -> Props | None:
@@ -204,14 +199,6 @@ class Client:
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
 
-    def listed(self, base_url: str) -> bool:
-        """Whether this client has the server's /v1/models answer."""
-        return normalize_base_url(base_url) in self.owners
-
-    def owned_by(self, base_url: str, model: str) -> str | None:
-        """Who the server's /v1/models said owns `model` (None: not asked, or not said)."""
-        return self.owners.get(normalize_base_url(base_url), {}).get(model)
-
     async def tokenize(self, base_url: str, model: str, text: str, retry: RetryPolicy | None = None,
                        key: str = "") -> int:
         """`text`'s token count by the server's /tokenize, in its dialect (vLLM's
@@ -219,21 +206,19 @@ class Client:
         nothing of a non-empty text, or none at all, is a server that cannot count:
         a ConfigError naming the way out, never retried as an outage."""
         await self.check_gate()
-        root = normalize_base_url(base_url)
-        llama = self.servers.of(root).tokenize == "llamacpp"
-        req = ContentTokenizeRequest(content=text) if llama else TokenizeRequest(model=model, prompt=text)
-        url = root + "/tokenize"
+        srv = self.server(base_url)
+        srv.in_record = True
+        url = normalize_base_url(base_url) + "/tokenize"
         try:
-            data = await self._call("POST", url, self._enc.encode(req), self._tok_dec, retry, model=model,
-                                    headers=routing_headers(key))
+            data = await self._call("POST", url, self._enc.encode(srv.tokenize_body(model, text)), self._tok_dec,
+                                    retry, model=model, headers=routing_headers(key), server=srv)
         except RefusedError as e:
             if e.missing == "endpoint":
                 # A 404 that names no model: the path is missing, not the model.
                 raise RefusedError(e.status, url, e.body, "endpoint",
                                    f"{base_url} has no /tokenize endpoint; {TOKENIZER_ADVICE}") from e
             raise
-        if data.max_model_len:
-            self.max_model_len[root] = data.max_model_len
+        srv.counted(data.max_model_len)
         count = data.count if data.count is not None else (len(data.tokens) if data.tokens is not None else None)
         if count is None or (count == 0 and text.strip()):
             said = "answered without a count" if count is None else "counted 0 tokens in a non-empty text"
@@ -249,28 +234,25 @@ class Client:
         ones, with the seeds moved on as one request's choices have them
         (core/llm/choices.py)."""
         await self.check_gate()
-        return await gather(self, normalize_base_url(base_url) + "/v1/chat/completions", request, retry, key)
+        return await gather(self, normalize_base_url(base_url), request, retry, key)
 
-    async def send_chat(self, url: str, request: ChatRequest, retry: RetryPolicy | None, model: str,
+    async def send_chat(self, base_url: str, request: ChatRequest, retry: RetryPolicy | None, model: str,
                         headers: dict[str, str] | None, weight: int) -> ChatResponse:
         """One chat request through the retry loop, holding `weight` units of its
         server's capacity while it is on the wire (core/llm/capacity.py)."""
-        return await self._call("POST", url, self._enc.encode(request), self._chat_dec, retry, model=model,
-                                headers=headers, weight=weight)
+        srv = self.server(base_url)
+        return await self._call("POST", normalize_base_url(base_url) + "/v1/chat/completions",
+                                self._enc.encode(srv.wire_form(request)), self._chat_dec, retry, model=model,
+                                headers=headers, weight=weight, server=srv)
 
-    def answer_text(self, url: str, text: str, max_tokens: int | None) -> str:
+    def answer_text(self, base_url: str, text: str, max_tokens: int | None) -> str:
         """An answer's text as it is kept: without the key, and cut when it is far
         longer than `max_tokens` allows (CHARS_PER_TOKEN), said once per server."""
         text = redact_secrets(text)  # before the cut, which could leave part of a key
         limit = None if max_tokens is None else CHARS_PER_TOKEN * max_tokens + CHARS_MARGIN
         if limit is None or len(text) <= limit:
             return text
-        root = server_root(url)
-        if root not in self._overlong and self.outages.notice is not None:
-            self._overlong.add(root)
-            self.outages.notice(f"{self.names.get(root, root)} ignores max_tokens: it sent an answer of "
-                                f"{len(text):,} characters for max_tokens {max_tokens}; every answer longer than "
-                                f"{limit:,} characters is kept cut to that length")
+        self.server(base_url).overlong(len(text), max_tokens or 0, limit)
         return text[:limit]
 
     async def post(self, base_url: str, path: str, body: msgspec.Struct, decoder: msgspec.json.Decoder[T], *,
@@ -279,14 +261,44 @@ class Client:
         the gate; the answer decoded. For endpoints spoken elsewhere (core/llm/batch.py)."""
         await self.check_gate()
         return await self._call("POST", normalize_base_url(base_url) + path, self._enc.encode(body), decoder,
-                                retry, model=model, headers=routing_headers(key))
+                                retry, model=model, headers=routing_headers(key), server=self.server(base_url))
 
     async def chat_stream(self, base_url: str, request: ChatRequest) -> StreamResult:
-        """One streamed request, timed, never retried (core/llm/stream.py)."""
+        """`request.n` choices streamed, timed, never retried (core/llm/stream.py):
+        in chunks of what the server takes, as `chat` asks (its n limit, learned the
+        same way: core/llm/servers.py `NAsk`), one after another; the time to the
+        first token is the first chunk's. An answer short of its choices, or one
+        whose stream ended before a choice finished, is a ServerError: a benchmark
+        reports a failure, never a figure from a cut answer."""
         self._check_open()
         await self.check_gate()
-        self.sent += 1
-        return await chat_stream(self.transport, self._enc, self._chunk_dec, normalize_base_url(base_url), request)
+        srv, root = self.server(base_url), normalize_base_url(base_url)
+        srv.in_record = True
+        asks = NAsk(srv)
+        done: list[StreamResult] = []
+        got = 0
+        t0 = time.perf_counter()
+        while got < request.n:
+            ask = asks.size(request.n - got)
+            req = request if ask == request.n else chunk(request, got, ask)
+            self.sent += 1
+            try:
+                res = await chat_stream(self.transport, self._enc, self._chunk_dec, root, srv.wire_form(req))
+            except StatusError as e:
+                if asks.refused_with(ask, e):
+                    continue
+                asks.gave_up()
+                raise
+            asks.answered(ask, request.seed is not None)
+            _whole_stream(srv.name, req, res)
+            done.append(res)
+            got += ask
+        if len(done) == 1:
+            return done[0]
+        return StreamResult(texts=[t for r in done for t in r.texts], model=done[-1].model,
+                            usage=_summed(r.usage for r in done), ttft=done[0].ttft,
+                            seconds=time.perf_counter() - t0, events=sum(r.events for r in done),
+                            finish_reasons=[f for r in done for f in r.finish_reasons])
 
     async def get_text(self, base_url: str, path: str, timeout: float = 10.0) -> str | None:
         """GET a text endpoint of the server root (e.g. ``/metrics``) once, without
@@ -303,17 +315,16 @@ class Client:
 
     async def _call(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder[T],
                     retry: RetryPolicy | None = None, model: str | None = None,
-                    headers: dict[str, str] | None = None, weight: int = 0) -> T:
+                    headers: dict[str, str] | None = None, weight: int = 0, *, server: Server) -> T:
         self._check_open()
         policy = retry or self.retry
         start = time.monotonic()
         last: Retryable | None = None
-        root = server_root(url)
-        name = self.names.get(root, root)
+        root, name = server.key, server.name
         sent = headers
         for attempt in range(policy.attempts):
             try:
-                result = await (self._held(weight, method, url, body, decoder, model, sent) if weight else
+                result = await (self._held(server, weight, method, url, body, decoder, model, sent) if weight else
                                 self._attempt(method, url, body, decoder, model, sent))
             except Retryable as e:
                 last = e
@@ -328,25 +339,24 @@ class Client:
                 return result
             if attempt + 1 >= policy.attempts or time.monotonic() - start + wait > policy.total_seconds:
                 break
-            self.outages.retrying(name, method, url, last.kind, str(last), attempt, policy, start)
+            self.outages.retrying(root, name, method, url, last.kind, str(last), attempt, policy, start)
             self.retries += 1
             if last.kind == "unreadable":
-                if (suspect := self.suspects.get(root)) is not None:
+                if (suspect := server.suspect) is not None:
                     await suspect(method, urlsplit(url).path, body, decoder)  # takes the bad worker out
                 sent = salted(headers, attempt)
             await asyncio.sleep(wait)
         raise RetryBudgetError(
-            f"{url if name == root else f'{name}, {method} {urlsplit(url).path}'}: gave up after {attempt + 1} "
+            f"{url if server.router_name is None else f'{name}, {method} {urlsplit(url).path}'}: gave up after {attempt + 1} "
             f"attempt(s) in {time.monotonic() - start:.1f} s (retry budget: {policy.attempts} attempts, "
             f"{policy.total_seconds:g} s); last error: {last}", last) from last
 
-    async def _held(self, weight: int, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder[T],
-                    model: str | None, headers: dict[str, str] | None) -> T:
+    async def _held(self, server: Server, weight: int, method: str, url: str, body: bytes | None,
+                    decoder: msgspec.json.Decoder[T], model: str | None, headers: dict[str, str] | None) -> T:
         """One attempt once its server has room (core/llm/capacity.py): the wait is
         outside the attempt's time-out; a time-out or 503 lowers the room, an answer
         raises it."""
-        root = server_root(url)
-        cap = self.servers.capacity(root)
+        cap = server.capacity
         held = cap.weigh(weight)
         await cap.acquire(held)
         epoch = cap.epoch
@@ -354,7 +364,7 @@ class Client:
             result = await self._attempt(method, url, body, decoder, model, headers)
         except Retryable as e:
             if e.overload:
-                self.servers.overloaded(root, self.names.get(root, redact(root)), str(e), epoch)
+                server.overloaded(str(e), epoch)
             raise
         else:
             cap.answered()
@@ -380,3 +390,26 @@ class Client:
             raise Retryable(f"HTTP {reply.status}: {message}", parse_retry_after(reply.retry_after),
                              "refused" if reply.status == 429 else "failed", overload=reply.status == 503)
         raise status_error(reply.status, url, message, model)
+
+
+def _whole_stream(name: str, request: ChatRequest, res: StreamResult) -> None:
+    """A streamed answer with every choice asked, each finished, or a ServerError (H3
+    of ../shared/reviews/external-servers-2026-12-02.md: a server that drops `n`, or
+    cuts a stream off, gave "0.2 tokens per ending" with exit 0)."""
+    given = sum(1 for t, f in zip(res.texts, res.finish_reasons) if t or f)
+    if given < request.n:
+        raise ServerError(f"{name}: a streamed request for {request.n} choices brought {given}; the server does "
+                          "not honour n when streaming, so no figure is taken from it (try --no-stream, which asks "
+                          "for what is missing)")
+    cut = sum(1 for f in res.finish_reasons if f is None)
+    if cut:
+        raise ServerError(f"{name}: the server ended the stream before {cut} of {request.n} choice(s) finished (no "
+                          "finish_reason): a cut answer is no figure (llama-cpp-python cuts a stream as soon as another "
+                          "request waits, unless its interrupt_requests setting is off; or use --no-stream)")
+
+
+def _summed(usages: Iterable[Usage]) -> Usage:
+    total = Usage()
+    for u in usages:
+        total.add(u)
+    return total

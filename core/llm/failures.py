@@ -23,7 +23,7 @@ from tension.core.errors import RefusedError, ServerError, StatusError
 from tension.core.llm.protocol import ErrorBody
 from tension.core.redact import redact
 
-__all__ = ["RetryPolicy", "KEY_ADVICE", "server_root", "status_error", "error_message", "parse_retry_after",
+__all__ = ["RetryPolicy", "KEY_ADVICE", "status_error", "error_message", "parse_retry_after",
            "Retryable", "Outages"]
 
 KEY_ADVICE = ("the server refuses the API key: check the key in OPENAI_API_KEY (or in the variable "
@@ -43,12 +43,6 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"attempts: expected an integer >= 1, got {self.attempts}")
         if self.total_seconds < 0 or self.backoff < 0 or self.backoff_cap < 0:
             raise ValueError("total_seconds, backoff and backoff_cap must be >= 0")
-
-
-def server_root(url: str) -> str:
-    """``scheme://host:port`` of a URL, without credentials or path: how a server is named."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
 
 
 def status_error(status: int, url: str, message: str, model: str | None) -> ServerError:
@@ -119,17 +113,16 @@ class Outages:
     def __init__(self, notice: Callable[[str], None] | None, interval: float = 30.0):
         self.notice = notice
         self.interval = interval
-        self._told: dict[str, float] = {}  # server root -> when its last notice was given
-        self._quiet: dict[str, int] = {}  # server root -> retries since that notice, not told
+        self._told: dict[str, float] = {}  # server key -> when its last notice was given
+        self._quiet: dict[str, int] = {}  # server key -> retries since that notice, not told
         self._down: set[str] = set()  # told, and no answer since
 
-    def retrying(self, name: str, method: str, url: str, kind: str, why: str, attempt: int, policy: RetryPolicy,
-                 start: float) -> None:
-        """Attempt `attempt` (0-based) of a request begun at `start` failed (`kind`,
-        `why`) and will be retried: say so, and until when the budget lasts.
-        `name` is how the server is named (a router the run started is named by
-        the servers behind it)."""
-        root = server_root(url)
+    def retrying(self, root: str, name: str, method: str, url: str, kind: str, why: str, attempt: int,
+                 policy: RetryPolicy, start: float) -> None:
+        """Attempt `attempt` (0-based) of a request begun at `start` to the server
+        `root` (its `server_key`) failed (`kind`, `why`) and will be retried: say so,
+        and until when the budget lasts. `name` is how the server is named (a router
+        the run started is named by the servers behind it)."""
         if self.notice is None:
             return
         now = time.monotonic()

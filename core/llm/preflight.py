@@ -58,8 +58,8 @@ async def check_servers(client: Client, needs: Sequence[Need], requests: dict[st
     for need in needs:
         answered = []
         for url in map(normalize_base_url, need.urls):
-            if url not in listed and url in client.owners:
-                listed[url] = list(client.owners[url])  # this run asked already (Router.resolve_model)
+            if url not in listed and (known := client.server(url).models) is not None:
+                listed[url] = list(known)  # this run asked already (Router.resolve_model)
             if url not in listed:
                 ids = await _models(client, need, url, requests)
                 if ids is None:

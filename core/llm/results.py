@@ -38,6 +38,7 @@ class StreamResult(msgspec.Struct, kw_only=True):
     ttft: float | None  # seconds from sending to the first content token; None if no content came
     seconds: float  # sending to the last event
     events: int  # content events received (≈ tokens when the server sent no usage)
+    finish_reasons: list[str | None] = []  # per choice; None: the stream ended before it finished
 
 
 class ShortAnswerError(RetryBudgetError):

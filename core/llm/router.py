@@ -144,7 +144,7 @@ class Router:
         asks first): a router sends any request to any of them, so each must answer
         and serve the model. Each /v1/models request is counted in `requests["models"]`."""
         urls = self.workers if not self.single else ([] if given else self.workers)
-        known = {u: list(self.client.owners[u]) for u in urls if u in self.client.owners}  # asked for another role
+        known = {u: list(m) for u in urls if (m := self.client.server(u).models) is not None}  # asked already
         if requests is not None and len(urls) > len(known):
             requests["models"] = requests.get("models", 0) + len(urls) - len(known)
         listed = {u: known[u] if u in known else await self._models(u, flag) for u in urls}
@@ -154,7 +154,7 @@ class Router:
                 raise ConfigError(
                     f"{flag.replace('-model', '-base-url')}: server {url} serves {', '.join(ids) or 'no model'}, "
                     f"not {model}; every {self.role} server must serve the same model")
-        self.client.servers.model_named_by_path(model, flag)
+        self.client.server(self.url).model_named_by_path(model, flag)
         self.model = model
         return model
 
@@ -209,8 +209,8 @@ class Router:
         return await self.client.tokenize(self.url, model, text, None, key)
 
     def max_model_len(self) -> int | None:
-        """The context length the server's /tokenize reported (all serve one model)."""
-        return self.client.max_model_len.get(self.url)
+        """The context length the server said (all serve one model; core/llm/servers.py `Server.context_len`)."""
+        return self.client.server(self.url).context_len
 
     # -- figures ------------------------------------------------------------------
 
@@ -321,8 +321,7 @@ async def routing(*routers: Router) -> AsyncIterator[None]:
     finally:
         for local in started.values():
             for r in routers:
-                r.client.names.pop(local.url, None)
-                r.client.suspects.pop(local.url, None)
+                r.client.server(local.url).behind_router(None, None)
             await asyncio.to_thread(local.stop)
 
 
@@ -332,7 +331,8 @@ def _watch_workers(local: LocalRouter, group: list[Router]) -> None:
     answers (core/llm/unreadable.py), told once for the roles it serves."""
     client = group[0].client
     roles = " and ".join(r.role for r in group)
-    client.names[local.url] = f"the {roles} servers (via vllm-router over {', '.join(map(redact, local.workers))})"
+    front = client.server(local.url)
+    front.adopt([client.server(w) for w in local.workers])
 
     def out(worker: str, why: str, left: list[str]) -> None:
         for r in group:
@@ -342,4 +342,5 @@ def _watch_workers(local: LocalRouter, group: list[Router]) -> None:
             tell(f"{roles} server {redact(worker)} sent an unreadable answer ({why}): taken out of vllm-router; "
                  f"the run goes on with {', '.join(map(redact, left))}")
 
-    client.suspects[local.url] = Unreadable(local, client.transport, out).check
+    front.behind_router(f"the {roles} servers (via vllm-router over {', '.join(map(redact, local.workers))})",
+                        Unreadable(local, client.transport, out).check)

@@ -1,102 +1,293 @@
-"""What a run knows of each server it sends to, by server root: its traits
-(core/llm/traits.py, learned once) and its capacity (core/llm/capacity.py). The
-client owns one `Servers`; run.json `servers` is its `record()`."""
+"""What a run knows of each server it sends to: one key, one record.
+
+`server_key(url)` is how a run names a server, the only key anything learned
+about a server is kept under: the base URL with its scheme and host lower-cased,
+its credentials dropped and its path kept (a hosted gateway's
+``https://host/api/v1`` is the server ``https://host/api``; its ``/v1`` and a
+trailing ``/`` dropped). A `Server` holds everything the run knows or learns about
+that server: its traits (core/llm/traits.py, learned from what it says and does),
+its capacity (core/llm/capacity.py), its model listing, its context length, how
+messages name it, the check of a router's workers when an answer through it is
+unreadable (core/llm/unreadable.py), and what was already said of it. What differs
+by server kind is a method here (`is_vllm`, `tokenize_body`, `wire_form`,
+`learned_n`, `constrained`); a new kind is `traits.learn` and this module.
+
+The client owns one `Servers` and is the one way in (`Client.server(url)`);
+run.json `servers` is `Servers.record()`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
+from tension.core.errors import StatusError
 from tension.core.llm.capacity import Capacity
-from tension.core.llm.traits import ServerTraits
+from tension.core.llm.protocol import ChatRequest, ContentTokenizeRequest, ModelCard, Props, TokenizeRequest
+from tension.core.llm.traits import ServerTraits, grammar_of, is_context_error, learn, n_limit
+from tension.core.llm.unreadable import Suspect
 from tension.core.redact import redact
 
-__all__ = ["Servers"]
+__all__ = ["Servers", "Server", "NAsk", "server_key", "N_PROBES"]
+
+# How many 400s to requests of n > 1 a server may answer before its n limit is found by asking
+# smaller (`NAsk`): a handful per server, not per request; past it a 400 is the request's error.
+N_PROBES = 8
 
 
-class Servers:
-    def __init__(self, notice: Callable[[str], None] | None):
+def server_key(url: str) -> str:
+    """The one key of a server (module docstring): scheme and host lower-cased,
+    no credentials, the default port as given, the path kept without a trailing
+    ``/`` or ``/v1``."""
+    parts = urlsplit(url.strip())
+    host = parts.hostname or ""  # lower-cased by urlsplit
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 literal
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return f"{parts.scheme.lower()}://{host}" + (f":{parts.port}" if parts.port else "") + path
+
+
+class Server:
+    """Everything a run knows of one server (module docstring)."""
+
+    def __init__(self, key: str, notice: Callable[[str], None] | None):
+        self.key = key
         self.notice = notice
-        self.traits: dict[str, ServerTraits] = {}
-        self._capacity: dict[str, Capacity] = {}
-        self._unsure: set[str] = set()  # servers told a constraint may not hold there
-        self._path_models: set[str] = set()  # model ids told to be file paths
+        self.traits = ServerTraits(url=redact(key))
+        self.models: dict[str, str | None] | None = None  # model id -> owned_by, from /v1/models (None: not asked)
+        self._context_said = False  # its context length is one the run may size prompts by (below)
+        # How messages name it: its URL, or for a router the run started, the servers behind it
+        # (core/llm/router.py `routing`), with the check of those workers (core/llm/unreadable.py).
+        self.router_name: str | None = None
+        self.suspect: Suspect | None = None
+        self._capacity: Capacity | None = None
+        self._told: set[str] = set()  # what was said of it once: "kind", "unsure", "overlong"
+        self.n_trying: int | None = None  # an n limit being looked for by asking smaller (`NAsk`)
+        self.n_probes = 0  # 400s to n > 1 spent looking for it
+        self.in_record = False  # listed, counted or chatted with: an item of run.json `servers`
 
-    def of(self, root: str) -> ServerTraits:
-        """The server's traits (a blank record until something is learned)."""
-        if root not in self.traits:
-            self.traits[root] = ServerTraits(url=redact(root))
-        return self.traits[root]
+    @property
+    def name(self) -> str:
+        return self.router_name or redact(self.key)
 
-    def listed(self, root: str, t: ServerTraits, name: str) -> None:
-        """Traits read from /v1/models (and /props) replace a blank record, keeping
-        what requests taught already; a llama.cpp server's differences said once."""
-        old = self.traits.get(root)
-        if old is not None and old.max_n is not None and (t.max_n is None or old.max_n < t.max_n):
-            t.max_n, t.max_n_from = old.max_n, old.max_n_from
-        self.traits[root] = t
-        if t.kind == "llamacpp" and self.notice is not None and (old is None or old.kind != "llamacpp"):
-            slots = (f"{t.slots} slots: at most {t.slots} sequences sent at once, n asked in chunks of "
-                     f"{t.max_n}" if t.slots else "its slots unknown")
-            self.notice(f"{name} is llama.cpp's server: {slots}; /tokenize in its dialect; constrained answers "
-                        "through its grammar; its usage counts one choice per request, so token totals are the "
-                        "server's figure; its batched decoding is not batch-invariant, so a seeded answer sent "
-                        "again may differ (docs/servers.md; run.json `servers`)")
+    def behind_router(self, name: str | None, suspect: Suspect | None) -> None:
+        """A router the run started is named by its workers, and checks them (None: it stopped)."""
+        self.router_name, self.suspect = name, suspect
 
-    def model_named_by_path(self, model: str, flag: str) -> None:
-        """A model id that is a file's absolute path (llama-server without --alias)
-        goes into cache keys, run.json and every export: said once, with the way out."""
-        if self.notice is None or model in self._path_models or not model.startswith("/"):
+    def adopt(self, workers: list[Server]) -> None:
+        """A router the run started in front of `workers`: the kind-dependent traits
+        (constraint form, /tokenize dialect, usage, the n limit) are theirs when they
+        all agree (M1b: otherwise llama.cpp's grammar goes as vLLM's structured_outputs)."""
+        kinds = {w.traits.kind for w in workers}
+        if len(kinds) != 1 or "other" in kinds:
             return
-        self._path_models.add(model)
-        self.notice(f"{flag}: the model id is a file path ({model}): it goes into the cache keys, run.json and "
-                    "the exports, and moving the file makes every cached answer a miss; start llama-server "
-                    "with --alias NAME and pass that name (docs/servers.md)")
+        w = workers[0].traits
+        t = self.traits
+        t.kind, t.tokenize, t.constraint, t.usage, t.batch_invariant = (w.kind, w.tokenize, w.constraint, w.usage,
+                                                                      w.batch_invariant)
+        limits = [x.traits.max_n for x in workers]
+        if all(m is not None for m in limits):
+            t.max_n, t.max_n_from = min(m for m in limits if m is not None), "its workers' traits"
 
-    def learned_n(self, root: str, name: str, n: int, how: str) -> None:
-        """The server answers at most `n` choices a request: said once, then asked in chunks."""
-        t = self.of(root)
+    # -- what it said of itself ---------------------------------------------------
+
+    def listed(self, models: list[ModelCard], props: Props | None) -> None:
+        """Its /v1/models (and llama.cpp's /props) answer: the listing, and traits
+        replacing a blank record, keeping what requests taught already; a llama.cpp
+        server's differences said once."""
+        self.models = {m.id: m.owned_by for m in models}
+        if self.traits.kind != "other":  # learned once per server
+            return
+        old, t = self.traits, learn(redact(self.key), models, props)
+        if old.max_n is not None and (t.max_n is None or old.max_n < t.max_n):
+            t.max_n, t.max_n_from = old.max_n, old.max_n_from
+        if self._context_said and old.context_len:
+            t.context_len = old.context_len
+        self.traits = t
+        if t.kind == "llamacpp":  # its /tokenize does not say its context; vLLM's does
+            self._context_said = self._context_said or t.context_len is not None
+            self._say_once("kind", self._llamacpp_notice(t))
+
+    def _llamacpp_notice(self, t: ServerTraits) -> str:
+        slots = (f"{t.slots} slots: at most {t.slots} sequences sent at once, n asked in chunks of "
+                 f"{t.max_n}" if t.slots else "its slots unknown")
+        return (f"{self.name} is llama.cpp's server: {slots}; /tokenize in its dialect; constrained answers "
+                "through its grammar; its usage counts one choice per request, so token totals are the "
+                "server's figure; its batched decoding is not batch-invariant, so a seeded answer sent "
+                "again may differ (docs/servers.md; run.json `servers`)")
+
+    def owned_by(self, model: str) -> str | None:
+        """Who its /v1/models said owns `model` (None: not asked, or not said)."""
+        return (self.models or {}).get(model)
+
+    def is_vllm(self) -> bool:
+        """Whether it said it is vLLM (/v1/models owned_by), the one answer to "is it vLLM?"."""
+        return self.traits.kind == "vllm"
+
+    @property
+    def context_len(self) -> int | None:
+        """Its context length per sequence, once it said one the run sizes prompts by
+        (vLLM's /tokenize `max_model_len`, llama.cpp's /v1/models `meta.n_ctx`)."""
+        return self.traits.context_len if self._context_said else None
+
+    def counted(self, context_len: int | None) -> None:
+        """What its /tokenize answer said of its context length."""
+        if context_len:
+            self.traits.context_len, self._context_said = context_len, True
+
+    # -- how it is asked ----------------------------------------------------------
+
+    def tokenize_body(self, model: str, text: str) -> msgspec.Struct:
+        """A /tokenize request in its dialect: vLLM's {model, prompt}, llama.cpp's {content}."""
+        if self.traits.tokenize == "llamacpp":
+            return ContentTokenizeRequest(content=text)
+        return TokenizeRequest(model=model, prompt=text)
+
+    def wire_form(self, request: ChatRequest) -> ChatRequest:
+        """`request` as it takes it: its own constraint form in place of vLLM's."""
+        if self.traits.constraint != "grammar" or not request.structured_outputs:
+            return request
+        form = grammar_of(request.structured_outputs)
+        if form is None:
+            return request
+        return msgspec.structs.replace(request, structured_outputs=None, **form)
+
+    def constrained(self) -> None:
+        """A constrained request (choice, JSON) goes to it while it is neither vLLM
+        nor llama.cpp (a proxy, a hosted API): said once that it may not hold."""
+        if self.traits.kind == "other":
+            self._say_once("unsure", f"{self.name} is neither vLLM nor llama.cpp (its /v1/models does not say owned_by "
+                           "vllm or llamacpp): the answer constraint goes as vLLM's structured_outputs, which such a "
+                           "server (or the one behind a proxy) may ignore; the malformed-answer checks will say if it "
+                           "did (docs/servers.md)")
+
+    def learned_n(self, n: int, how: str, seeded: bool = True) -> None:
+        """It answers at most `n` choices a request: said once, then asked in chunks."""
+        t = self.traits
         if t.max_n is not None and t.max_n <= n:
             return
         t.max_n, t.max_n_from = n, how
         if self.notice is not None:
-            self.notice(f"{name} answers at most {n} choice(s) per request (learned from {how}): asking in "
-                        f"chunks of {n}, each seeded as one request's choices are (seed + offset); run.json "
-                        "`servers` records it")
+            seeds = ", each seeded as one request's choices are (seed + offset)" if seeded else ""
+            self.notice(f"{self.name} answers at most {n} choice(s) per request (learned from {how}): asking in "
+                        f"chunks of {n}{seeds}; run.json `servers` records it")
 
-    def constrained(self, root: str, name: str) -> None:
-        """A constrained request (choice, JSON) goes to a server that is neither vLLM
-        nor llama.cpp (a proxy, a hosted API): said once that it may not hold."""
-        t = self.of(root)
-        if t.kind != "other" or root in self._unsure or self.notice is None:
-            return
-        self._unsure.add(root)
-        self.notice(f"{name} is neither vLLM nor llama.cpp (its /v1/models does not say owned_by vllm or llamacpp): "
-                    "the answer constraint goes as vLLM's structured_outputs, which such a server (or the one behind "
-                    "a proxy) may ignore; the malformed-answer checks will say if it did (docs/servers.md)")
+    def model_named_by_path(self, model: str, flag: str) -> None:
+        """A model id that is a file's absolute path (llama-server without --alias)
+        goes into cache keys, run.json and every export: said once, with the way out."""
+        if model.startswith("/"):
+            self._say_once(f"path {model}", f"{flag}: the model id is a file path ({model}): it goes into the cache "
+                           "keys, run.json and the exports, and moving the file makes every cached answer a miss; "
+                           "start the server with its model alias (llama-server's --alias NAME, llama-cpp-python's "
+                           "--model_alias NAME) and pass that name (docs/servers.md)")
 
-    def capacity(self, root: str) -> Capacity:
-        if root not in self._capacity:
-            t = self.traits.get(root)
-            self._capacity[root] = Capacity(t.slots if t is not None else None)
-        return self._capacity[root]
+    def overlong(self, chars: int, max_tokens: int, limit: int) -> None:
+        """It sent an answer far longer than max_tokens allows: said once."""
+        self._say_once("overlong", f"{self.name} ignores max_tokens: it sent an answer of {chars:,} characters for "
+                       f"max_tokens {max_tokens}; every answer longer than {limit:,} characters is kept cut to "
+                       "that length")
 
-    def overloaded(self, root: str, name: str, why: str, epoch: int) -> None:
-        """A time-out or a 503 of a request sent at `epoch`: the server's capacity
-        lowered (core/llm/capacity.py), said the first time."""
-        cap = self.capacity(root)
+    # -- what it holds at once ----------------------------------------------------
+
+    @property
+    def capacity(self) -> Capacity:
+        if self._capacity is None:
+            self._capacity = Capacity(self.traits.slots)
+        return self._capacity
+
+    def overloaded(self, why: str, epoch: int) -> None:
+        """A time-out or a 503 of a request sent at `epoch`: its capacity lowered
+        (core/llm/capacity.py), said the first time."""
+        cap = self.capacity
         if cap.overloaded(epoch) and cap.stats.lowered == 1 and self.notice is not None:
-            self.notice(f"{name} is sent more than it holds ({why}): at most {cap.stats.limit} sequence(s) at "
+            self.notice(f"{self.name} is sent more than it holds ({why}): at most {cap.stats.limit} sequence(s) at "
                         "once from now on, raised again as it answers (run.json `servers` records it)")
 
+    def record(self) -> dict[str, Any]:
+        """Its traits and capacity (one item of run.json `servers`)."""
+        d: dict[str, Any] = msgspec.to_builtins(self.traits)
+        d["capacity"] = None if self._capacity is None else msgspec.to_builtins(self._capacity.stats)
+        return d
+
+    def _say_once(self, what: str, text: str) -> None:
+        if what not in self._told and self.notice is not None:
+            self._told.add(what)
+            self.notice(text)
+
+
+class NAsk:
+    """How many choices one request asks its server for at a time, while the
+    server's `n` limit is learned from its refusals (issue 35).
+
+    A 400 to a request of n > 1 is an `n` limit when it names a number below the n
+    asked (llama.cpp's "Field 'n': Value must be between 1 <= value <= 4, but got 8",
+    OpenAI's "Expected a value <= 8, but got 20", any other wording): learned at
+    once. A 400 that names none (not the context: that is the position's) is asked
+    again with half the n, down to 1: when a smaller n of the same request is
+    answered, the limit is learned from it; when even n = 1 is refused, the 400 was
+    the request's own and is raised, nothing learned. At most N_PROBES such 400s per
+    server; the halving is shared by the server's requests in flight."""
+
+    def __init__(self, server: Server):
+        self.server = server
+        self.refused: int | None = None  # the smallest n of this request refused without a number
+
+    def size(self, missing: int) -> int:
+        s = self.server
+        limits = [x for x in (s.traits.max_n, s.n_trying, None if self.refused is None else self.refused // 2) if x]
+        return min([missing, *limits])
+
+    def refused_with(self, ask: int, e: StatusError) -> bool:
+        """Whether the 400 `e` to a request of `ask` choices means: ask fewer (class docstring)."""
+        s = self.server
+        if e.status != 400 or ask <= 1 or is_context_error(e.body):
+            return False
+        limit = n_limit(e.body, ask)
+        if limit is not None:
+            s.learned_n(limit, "HTTP 400")
+            return True
+        self.refused = ask if self.refused is None else min(self.refused, ask)
+        if s.n_trying is not None and ask > s.n_trying:
+            return True  # sent before the server's requests halved what they ask: ask that now
+        if s.n_probes >= N_PROBES:
+            return False
+        s.n_probes += 1
+        s.n_trying = max(1, ask // 2)
+        return True
+
+    def answered(self, ask: int, seeded: bool = True) -> None:
+        """A request of `ask` choices was answered: below what this request was
+        refused, that is the server's limit."""
+        if self.refused is not None and ask < self.refused:
+            self.server.learned_n(ask, "HTTP 400 to a larger n", seeded)
+            self.server.n_trying = None
+
+    def gave_up(self) -> None:
+        """Even n = 1 was refused: the 400 is the request's, not an n limit."""
+        if self.refused is not None:
+            self.server.n_trying = None
+
+
+class Servers:
+    """The run's `Server` records, by `server_key`."""
+
+    def __init__(self, notice: Callable[[str], None] | None):
+        self.notice = notice
+        self._by_key: dict[str, Server] = {}
+
+    def server(self, url: str) -> Server:
+        """The record of the server at `url` (any URL of it: credentials, case, /v1)."""
+        key = server_key(url)
+        if key not in self._by_key:
+            self._by_key[key] = Server(key, self.notice)
+        return self._by_key[key]
+
     def record(self) -> list[dict[str, Any]]:
-        """Each server's traits and capacity (run.json `servers`)."""
-        out = []
-        for root, t in sorted(self.traits.items()):
-            d = msgspec.to_builtins(t)
-            cap = self._capacity.get(root)
-            d["capacity"] = None if cap is None else msgspec.to_builtins(cap.stats)
-            out.append(d)
-        return out
+        """Each server's traits and capacity (run.json `servers`), for servers the
+        run learned something of."""
+        return [s.record() for _, s in sorted(self._by_key.items()) if s.in_record]

@@ -1,6 +1,9 @@
 """One streamed chat request, timed (`tension-run bench`): time to first token and
 to the end. Not retried and never completed by follow-ups: a benchmark measures
-what the server does, and reports a failure instead of hiding it.
+what the server does, and reports a failure instead of hiding it. Each choice's
+finish reason is kept: a choice without one was cut off (llama-cpp-python ends a
+stream with ``[DONE]`` as soon as another request waits), and the client
+(`Client.chat_stream`) makes it a failure, never a figure.
 
 Usage: vLLM sends one usage event at the end (``stream_options.include_usage``);
 llama.cpp sends one per choice, each counting that choice, so their completion
@@ -30,6 +33,7 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
     url = root + "/v1/chat/completions"
     req = msgspec.structs.replace(request, stream=True, stream_options={"include_usage": True})
     parts: dict[int, list[str]] = {}
+    finished: dict[int, str] = {}
     usages: list[Usage] = []
     model = request.model
     ttft = None
@@ -50,6 +54,8 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
                         ttft = time.perf_counter() - t0
                     events += 1
                     parts.setdefault(ch.index, []).append(ch.delta.content)
+                if ch.finish_reason:
+                    finished[ch.index] = ch.finish_reason
             if chunk.usage is not None:
                 usages.append(chunk.usage.usage())
     except StreamStatus as e:
@@ -64,5 +70,5 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
             requests=1, prompt_tokens=usages[0].prompt_tokens, cached_tokens=usages[0].cached_tokens,
             completion_tokens=sum(u.completion_tokens for u in usages))
     texts = [redact_secrets("".join(parts.get(i, []))) for i in range(request.n)]
-    return StreamResult(texts=texts, model=model, usage=usage, ttft=ttft,
-                        seconds=time.perf_counter() - t0, events=events)
+    return StreamResult(texts=texts, model=model, usage=usage, ttft=ttft, seconds=time.perf_counter() - t0,
+                        events=events, finish_reasons=[finished.get(i) for i in range(request.n)])

@@ -6,8 +6,8 @@ APIs differ in ways a run must know before it sends (measured:
 difference is one field of `ServerTraits`, learned from what the server says of
 itself (`/v1/models` `owned_by` and `meta`, llama.cpp's `/props`) or from what it
 did (a short answer, a 400 naming the most `n` it takes), never guessed from
-flags scattered over the code. The client keeps one per server root
-(`Client.traits`) and run.json shows them (`servers`).
+flags scattered over the code. Each server's `Server` record holds its traits
+(core/llm/servers.py, `Client.server(url)`) and run.json shows them (`servers`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,13 @@ __all__ = ["ServerTraits", "learn", "n_limit", "is_context_error", "grammar_of"]
 
 Kind = Literal["vllm", "llamacpp", "other"]
 
-# llama.cpp's 400 for n above its slots: "Field 'n': Value must be between 1 <= value <= 4, but got 8"
-_N_LIMIT = re.compile(r"'n'.*?<=\s*value\s*<=\s*(\d+)", re.IGNORECASE)
+# A 400 that names the parameter n: 'n', "n", `n`, or n as a word ("n must be at most 8").
+_NAMES_N = re.compile(r"(?<![\w'\"`.-])['\"`]?n['\"`]?(?![\w'\"`-])")
+# The most a refusal says n may be, in the wordings seen: llama.cpp's "Field 'n': Value must be
+# between 1 <= value <= 4, but got 8", OpenAI's "Expected a value <= 8, but got 20", and
+# "at most 8", "maximum (of|is) 8", "up to 8", "between 1 and 8", "≤ 8".
+_MOST = re.compile(r"(?:<=|≤|at most|maximum(?: value)?(?: of| is)?|up to|no more than|between \d+ and)\s*(\d+)",
+                   re.IGNORECASE)
 
 
 class ServerTraits(msgspec.Struct, kw_only=True):
@@ -65,10 +70,19 @@ def learn(url: str, models: list[ModelCard], props: Props | None) -> ServerTrait
     return t
 
 
-def n_limit(message: str) -> int | None:
-    """The most `n` a server's 400 says it takes, or None when the message is another."""
-    m = _N_LIMIT.search(message)
-    return int(m.group(1)) if m and int(m.group(1)) >= 1 else None
+def n_limit(message: str, asked: int | None = None) -> int | None:
+    """The most `n` a server's 400 says it takes, in any wording that names `n` and
+    a bound (below `asked`, the n refused, when given); None when the message is
+    another, or names no number (core/llm/servers.py `NAsk` then asks smaller)."""
+    if not _NAMES_N.search(message) or is_context_error(message):
+        return None
+    found = [int(x) for x in _MOST.findall(message)]
+    if asked is not None:
+        below = [x for x in found if 1 <= x < asked]
+        if not below:  # no bound in a known form: the largest number below the n refused
+            below = [int(x) for x in re.findall(r"\d+", message) if 1 <= int(x) < asked]
+        return max(below) if below else None
+    return min((x for x in found if x >= 1), default=None)
 
 
 def is_context_error(message: str) -> bool:

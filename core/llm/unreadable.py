@@ -13,7 +13,7 @@ others (with a salted routing key, so it may move even when no worker could be
 blamed).
 
     checker = Unreadable(local_router, client.transport, on_out=...)
-    client.suspects[local_router.url] = checker.check
+    client.server(local_router.url).behind_router(name, checker.check)
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tension.core.redact import redact
 
 __all__ = ["Unreadable", "Suspect", "small_probe"]
 
-# What the client (core/llm/client.py `suspects`) asks before it retries an unreadable answer:
+# What the client (core/llm/servers.py `Server.suspect`) asks before it retries an unreadable answer:
 # (method, path, body, decoder) -> None, once the server behind that answer is found.
 Suspect = Callable[[str, str, bytes | None, msgspec.json.Decoder], Awaitable[None]]
 

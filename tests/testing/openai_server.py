@@ -106,7 +106,13 @@ is ignored but ``grammar`` (``root ::= "Y" | "N"``) and ``response_format``
 ``json_object`` are honoured; a prompt over the context is a 400
 ``exceed_context_size_error``; a chat request of n choices holds n slots while it is
 served (``delay`` seconds), the rest wait in its queue. ``max_n`` > 0 (any dialect)
-returns at most that many choices, silently (a server that honours ``n`` only partly).
+returns at most that many choices, silently (a server that honours ``n`` only partly);
+with ``n_refusal`` as well, n above ``max_n`` is a 400 whose message is
+``n_refusal.format(max_n=…, n=…)`` (a hosted API's or a proxy's own wording, or
+one naming neither). ``stream_cut`` > 0 ends a stream with ``data: [DONE]`` after
+that many words, with no finish event (llama-cpp-python's ``interrupt_requests``
+cuts a stream off as soon as another request waits). ``prefix`` (``"/api"``) serves every path under it as well, as
+a hosted gateway does (``https://host/api/v1``); records show the path without it.
 
 Faults (`FAULT_KINDS`), queued with `LoopbackServer.fail_next` or drawn at random with
 `LoopbackServer.set_fault_rates`; what a plain aiohttp client sees:
@@ -614,6 +620,9 @@ class LoopbackServer:
         serve_props: bool = True,
         owned_by: str | None = None,
         refuse: str | None = None,
+        n_refusal: str | None = None,
+        prefix: str = "",
+        stream_cut: int = 0,
     ) -> None:
         models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
         if not models:
@@ -644,6 +653,9 @@ class LoopbackServer:
             serve_props=serve_props,  # False: llama.cpp's /props is a 404 (its n limit only in its 400)
             owned_by=owned_by,  # /v1/models owned_by, when not the dialect's (a proxy in front renames it)
             refuse=refuse,  # a chat request whose messages hold this text is a 400 (a content filter)
+            n_refusal=n_refusal,  # with max_n: n above it is a 400 with this message (module docstring)
+            prefix=prefix,  # every path also served under it (a gateway's /api), set before start
+            stream_cut=stream_cut,  # > 0: a stream ends with [DONE] after this many words, unfinished
         )
         self.models: tuple[str, ...]
         self.model: str
@@ -835,6 +847,10 @@ class LoopbackServer:
         app.router.add_post(CHAT_PATH, self._h_chat)
         app.router.add_post("/detokenize", self._h_detokenize)
         app.router.add_post(COMPLETIONS_PATH, self._h_completions)
+        if self.prefix:  # a gateway's path prefix: the same handlers under it
+            for route in list(app.router.routes()):
+                if route.method in ("GET", "POST"):
+                    app.router.add_route(route.method, self.prefix + route.resource.canonical, route.handler)
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, backlog=1024)
@@ -886,6 +902,8 @@ class LoopbackServer:
             self._records.clear()
 
     def _add_record(self, rec: Recorded) -> None:
+        if self.prefix and rec.path.startswith(self.prefix + "/"):
+            rec.path = rec.path[len(self.prefix):]
         if self.record:
             with self._lock:
                 self._records.append(rec)
@@ -1296,6 +1314,8 @@ class LoopbackServer:
         finish = "length" if self.misbehave == "think" else "stop"
         if llama:
             contents = _llamacpp_constrained(body, contents)
+        if self.max_n > 0 and self.n_refusal and n > self.max_n:
+            raise _BadRequest(400, self.n_refusal.format(max_n=self.max_n, n=n), "invalid_request_error")
         if self.max_n > 0:
             contents = contents[: self.max_n]
         if fault == "few_choices":
@@ -1337,7 +1357,7 @@ class LoopbackServer:
         `payload`: the answer's maker, when not the chat or /tokenize one."""
         make = payload
         t0 = time.monotonic()
-        path = request.path
+        path = request.path.removeprefix(self.prefix) if self.prefix else request.path
         body: Any = None
         status = 0
         fault = self._take_fault(path)
@@ -1424,10 +1444,16 @@ class LoopbackServer:
         async def event(choices: list, usage: dict | None = None) -> None:
             await resp.write(b"data: " + _encode({**base, "choices": choices, "usage": usage}) + b"\n\n")
 
+        words = 0
         for ch in payload["choices"]:
             i = ch["index"]
             await event([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
             for piece in re.findall(r"\S+\s*", ch["message"]["content"]):
+                if self.stream_cut and words >= self.stream_cut:  # cut off: no finish, no usage
+                    await resp.write(b"data: [DONE]\n\n")
+                    await resp.write_eof()
+                    return resp
+                words += 1
                 await event([{"index": i, "delta": {"content": piece}, "finish_reason": None}])
             await event([{"index": i, "delta": {}, "finish_reason": ch["finish_reason"]}])
         options = body.get("stream_options")

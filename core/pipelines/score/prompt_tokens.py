@@ -56,7 +56,7 @@ class ServerReadings:
         # only servers that say they are vLLM (/v1/models owned_by, listed by the pre-flight
         # check): another OpenAI-compatible server is not probed for endpoints it may lack
         self.routers = [r for r in self.routers
-                        if all(r.client.owned_by(u, r.model or "") == "vllm" for u in r.workers)]
+                        if all(r.client.server(u).is_vllm() for u in r.workers)]
         await self.read("start")
         self.started = bool(self.routers)
 
