@@ -53,9 +53,17 @@ def chunk(request: ChatRequest, start: int, count: int) -> ChatRequest:
 
 async def gather(client: Client, url: str, request: ChatRequest, retry: RetryPolicy | None, key: str) -> ChatResult:
     """All `request.n` choices from the server at the base URL `url` (module docstring)."""
-    server = client.server(url)
+    asks = NAsk(client.server(url))
+    try:
+        return await _gather(client, url, request, retry, key, asks)
+    finally:
+        asks.close()  # a search for the server's n limit this request led ends with it
+
+
+async def _gather(client: Client, url: str, request: ChatRequest, retry: RetryPolicy | None, key: str,
+                  asks: NAsk) -> ChatResult:
+    server = asks.server
     server.in_record = True
-    asks = NAsk(server)
     headers = routing_headers(key)
     t0 = time.perf_counter()
     texts: list[str] = []
@@ -68,7 +76,7 @@ async def gather(client: Client, url: str, request: ChatRequest, retry: RetryPol
     if request.structured_outputs:
         server.constrained()
     while True:
-        ask = asks.size(request.n - len(texts))
+        ask = await asks.size(request.n - len(texts))
         req = request if ask == request.n and not texts else chunk(request, len(texts), ask)
         try:
             data = await client.send_chat(url, req, retry, req.model, headers, weight=ask)

@@ -275,11 +275,17 @@ class Client:
         srv, root = self.server(base_url), normalize_base_url(base_url)
         srv.in_record = True
         asks = NAsk(srv)
+        try:
+            return await self._streamed(srv, root, request, asks)
+        finally:
+            asks.close()
+
+    async def _streamed(self, srv: Server, root: str, request: ChatRequest, asks: NAsk) -> StreamResult:
         done: list[StreamResult] = []
         got = 0
         t0 = time.perf_counter()
         while got < request.n:
-            ask = asks.size(request.n - got)
+            ask = await asks.size(request.n - got)
             req = request if ask == request.n else chunk(request, got, ask)
             self.sent += 1
             try:
@@ -396,16 +402,16 @@ def _whole_stream(name: str, request: ChatRequest, res: StreamResult) -> None:
     """A streamed answer with every choice asked, each finished, or a ServerError (H3
     of ../shared/reviews/external-servers-2026-12-02.md: a server that drops `n`, or
     cuts a stream off, gave "0.2 tokens per ending" with exit 0)."""
-    given = sum(1 for t, f in zip(res.texts, res.finish_reasons) if t or f)
-    if given < request.n:
-        raise ServerError(f"{name}: a streamed request for {request.n} choices brought {given}; the server does "
-                          "not honour n when streaming, so no figure is taken from it (try --no-stream, which asks "
-                          "for what is missing)")
-    cut = sum(1 for f in res.finish_reasons if f is None)
+    cut = sum(1 for t, f in zip(res.texts, res.finish_reasons) if t and f is None)
     if cut:
         raise ServerError(f"{name}: the server ended the stream before {cut} of {request.n} choice(s) finished (no "
                           "finish_reason): a cut answer is no figure (llama-cpp-python cuts a stream as soon as another "
                           "request waits, unless its interrupt_requests setting is off; or use --no-stream)")
+    given = sum(1 for f in res.finish_reasons if f is not None)
+    if given < request.n:
+        raise ServerError(f"{name}: a streamed request for {request.n} choices brought {given}; the server does "
+                          "not honour n when streaming, so no figure is taken from it (try --no-stream, which asks "
+                          "for what is missing)")
 
 
 def _summed(usages: Iterable[Usage]) -> Usage:

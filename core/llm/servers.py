@@ -18,6 +18,7 @@ run.json `servers` is `Servers.record()`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -67,7 +68,7 @@ class Server:
         self.suspect: Suspect | None = None
         self._capacity: Capacity | None = None
         self._told: set[str] = set()  # what was said of it once: "kind", "unsure", "overlong"
-        self.n_trying: int | None = None  # an n limit being looked for by asking smaller (`NAsk`)
+        self.n_search: tuple[NAsk, asyncio.Event] | None = None  # the request looking for its n limit (`NAsk`)
         self.n_probes = 0  # 400s to n > 1 spent looking for it
         self.in_record = False  # listed, counted or chatted with: an item of run.json `servers`
 
@@ -228,18 +229,24 @@ class NAsk:
     asked (llama.cpp's "Field 'n': Value must be between 1 <= value <= 4, but got 8",
     OpenAI's "Expected a value <= 8, but got 20", any other wording): learned at
     once. A 400 that names none (not the context: that is the position's) is asked
-    again with half the n, down to 1: when a smaller n of the same request is
-    answered, the limit is learned from it; when even n = 1 is refused, the 400 was
-    the request's own and is raised, nothing learned. At most N_PROBES such 400s per
-    server; the halving is shared by the server's requests in flight."""
+    again with half the n, down to 1, by that one request while the server's other
+    requests wait for the outcome: when a smaller n is answered, that is the limit;
+    when even n = 1 is refused, the 400 was the request's own and is raised,
+    nothing learned. At most N_PROBES such 400s per server; past them a 400 is the
+    request's error. `close` ends what this request led, however it ended."""
 
     def __init__(self, server: Server):
         self.server = server
         self.refused: int | None = None  # the smallest n of this request refused without a number
+        self._all_missing = True
 
-    def size(self, missing: int) -> int:
+    async def size(self, missing: int) -> int:
+        """How many to ask now, of the `missing` choices (after a search another request leads)."""
         s = self.server
-        limits = [x for x in (s.traits.max_n, s.n_trying, None if self.refused is None else self.refused // 2) if x]
+        while s.n_search is not None and s.n_search[0] is not self and missing > 1:
+            await s.n_search[1].wait()
+        limits = [x for x in (s.traits.max_n, self.refused and self.refused // 2) if x]
+        self._all_missing = not limits or missing <= min(limits)  # the last chunk: it says nothing of the limit
         return min([missing, *limits])
 
     def refused_with(self, ask: int, e: StatusError) -> bool:
@@ -251,26 +258,36 @@ class NAsk:
         if limit is not None:
             s.learned_n(limit, "HTTP 400")
             return True
-        self.refused = ask if self.refused is None else min(self.refused, ask)
-        if s.n_trying is not None and ask > s.n_trying:
-            return True  # sent before the server's requests halved what they ask: ask that now
+        if s.traits.max_n is not None and ask > s.traits.max_n:
+            return True  # sent before the limit was learned: ask that now
+        if s.n_search is not None and s.n_search[0] is not self:
+            return True  # sent before another request began the search: wait for it
         if s.n_probes >= N_PROBES:
             return False
         s.n_probes += 1
-        s.n_trying = max(1, ask // 2)
+        if s.n_search is None:
+            s.n_search = (self, asyncio.Event())
+        self.refused = ask
         return True
 
     def answered(self, ask: int, seeded: bool = True) -> None:
         """A request of `ask` choices was answered: below what this request was
         refused, that is the server's limit."""
-        if self.refused is not None and ask < self.refused:
+        if self.refused is not None and ask < self.refused and not self._all_missing:
             self.server.learned_n(ask, "HTTP 400 to a larger n", seeded)
-            self.server.n_trying = None
+            self.refused = None
+            self.close()
 
     def gave_up(self) -> None:
-        """Even n = 1 was refused: the 400 is the request's, not an n limit."""
-        if self.refused is not None:
-            self.server.n_trying = None
+        """Even n = 1 was refused (or the 400 is another): not an n limit."""
+        self.refused = None
+        self.close()
+
+    def close(self) -> None:
+        s = self.server
+        if s.n_search is not None and s.n_search[0] is self:
+            s.n_search[1].set()
+            s.n_search = None
 
 
 class Servers:

@@ -290,6 +290,10 @@ def throughput_from_bench(path: str | Path, gpu_hour_usd: float | None) -> Throu
     from tension.core.pipelines.bench_figures import load_figures
 
     fig = load_figures(path)
+    if fig.failed:  # a figure from answers that failed, or were cut short, is not the server's (H3)
+        raise ConfigError(f"--bench {path}: {fig.failed} of its requests failed, so its figures are not what the "
+                          "server does; run `tension-run bench` again until it reports 0 failed requests "
+                          "(its errors say why: try --no-stream)")
     return Throughput(gen_tok_s=fig.gen_tok_s, judge_req_s=fig.judge_req_s,
                       gpu_hour_usd=gpu_hour_usd if gpu_hour_usd is not None else fig.gpu_hour_usd,
                       ending_tokens=fig.mean_ending_tokens, source=str(path))
