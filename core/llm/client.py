@@ -353,8 +353,8 @@ class Client:
                 sent = salted(headers, attempt)
             await asyncio.sleep(wait)
         raise RetryBudgetError(
-            f"{url if server.router_name is None else f'{name}, {method} {urlsplit(url).path}'}: gave up after {attempt + 1} "
-            f"attempt(s) in {time.monotonic() - start:.1f} s (retry budget: {policy.attempts} attempts, "
+            f"{url if server.router_name is None else f'{name}, {method} {urlsplit(url).path}'}: gave up after "
+            f"{attempt + 1} attempt(s) in {time.monotonic() - start:.1f} s (retry budget: {policy.attempts} attempts, "
             f"{policy.total_seconds:g} s); last error: {last}", last) from last
 
     async def _held(self, server: Server, weight: int, method: str, url: str, body: bytes | None,
@@ -405,8 +405,8 @@ def _whole_stream(name: str, request: ChatRequest, res: StreamResult) -> None:
     cut = sum(1 for t, f in zip(res.texts, res.finish_reasons) if t and f is None)
     if cut:
         raise ServerError(f"{name}: the server ended the stream before {cut} of {request.n} choice(s) finished (no "
-                          "finish_reason): a cut answer is no figure (llama-cpp-python cuts a stream as soon as another "
-                          "request waits, unless its interrupt_requests setting is off; or use --no-stream)")
+                          "finish_reason): a cut answer is no figure (llama-cpp-python cuts a stream as soon as "
+                          "another request waits, unless its interrupt_requests setting is off; or use --no-stream)")
     given = sum(1 for f in res.finish_reasons if f is not None)
     if given < request.n:
         raise ServerError(f"{name}: a streamed request for {request.n} choices brought {given}; the server does "
