@@ -73,6 +73,8 @@ def test_generate_runs_in_process(tmp_path):
     ideas = tmp_path / "ideas.jsonl"
     ideas.write_text(json.dumps({"id": "i1", "idea": "A keeper finds a letter."}) + "\n")
     server = InProcessServer(models=["gen"])
+    # the fake model's rules are the HTTP server's: a story prompt is scripted (tests/core/test_generate.py)
+    server.script("Write the story now.", "The keeper read the letter twice and then burned it.")
     cfg = GenerateConfig(base_url="http://in-process:8000", model="gen", mode="vanilla",
                          cache=str(tmp_path / "cache"), progress=False, min_chars=10)
     s = generate(cfg, ideas, tmp_path / "s.jsonl", transport=server)
