@@ -49,12 +49,32 @@ def server(_session_server):
     return _session_server.reset()
 
 
+@pytest.fixture
+def loopback_servers():
+    """`start(n, **knobs)`: n more LoopbackServers of their own, started (models test-gen and
+    test-judge unless `model=` says otherwise); every one is stopped after the test."""
+    started: list[LoopbackServer] = []
+
+    def start(n: int, **knobs) -> list[LoopbackServer]:
+        knobs.setdefault("model", ["test-gen", "test-judge"])
+        new = [LoopbackServer(**knobs).start() for _ in range(n)]
+        started.extend(new)
+        return new
+
+    yield start
+    for srv in started:
+        srv.stop()
+
+
 # The real environment, before _private_home: the slow tests that run the embedded
 # server share its one installation (≈ 3.4 GB) under the real cache folder.
 REAL_ENV = {k: os.environ[k] for k in ("HOME", "XDG_CACHE_HOME") if k in os.environ}
 # The slow tests' embedded server port: 8766, or another for a run by hand beside CI's (with its
-# own XDG_CACHE_HOME), so that neither finds the other's server on its port
-EMBEDDED_TEST_PORT = int(os.environ.get("TENSION_TEST_EMBEDDED_PORT", "8766"))
+# own XDG_CACHE_HOME), so that neither finds the other's server on its port; under pytest-xdist,
+# one port per worker (gw0 the base, gw1 the next, …). The slow step runs them one at a time all
+# the same (.ci/run step 3): they share the one embedded installation and its state file.
+EMBEDDED_TEST_PORT = int(os.environ.get("TENSION_TEST_EMBEDDED_PORT", "8766")) + int(
+    os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 
 
 def real_home_env() -> dict[str, str]:

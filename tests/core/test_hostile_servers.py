@@ -33,13 +33,8 @@ def score_argv(corpus: Path, tmp_path: Path, urls: str, *more: str) -> list[str]
 
 
 @pytest.fixture
-def pair():
-    servers = [LoopbackServer(model=MODELS).start() for _ in range(2)]
-    try:
-        yield servers
-    finally:
-        for s in servers:
-            s.stop()
+def pair(loopback_servers):
+    return loopback_servers(2)
 
 
 @pytest.fixture

@@ -31,13 +31,8 @@ OUTPUTS = ("positions.jsonl", "stories.csv", "groups.csv", "meta.jsonl")
 
 
 @pytest.fixture
-def trio():
-    servers = [LoopbackServer(model=MODELS).start() for _ in range(3)]
-    try:
-        yield servers
-    finally:
-        for s in servers:
-            s.stop()
+def trio(loopback_servers):
+    return loopback_servers(3)
 
 
 def cfg_for(urls, tmp_path, cache="cache", **kw):
