@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import make_corpus
-
 from tension.core.config import load_config
 from tension.core.config.generate import GenerateConfig
 from tension.core.pipelines.generate import generate
 from tension.core.pipelines.score import score
+from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
 
 CHAT = "/v1/chat/completions"
