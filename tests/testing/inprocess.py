@@ -59,7 +59,7 @@ class InProcessServer(AnswerModel):
     base_url = "http://in-process:8000"
 
     def __init__(self, model: str | Sequence[str] = "test-model", *, models: Sequence[str] | None = None,
-                 **knobs: Any) -> None:
+                 delay: float = 0.0, **knobs: Any) -> None:
         names = tuple(models) if models is not None else ((model,) if isinstance(model, str) else tuple(model))
         if not names:
             raise ValueError("InProcessServer needs at least one model name")
@@ -67,8 +67,15 @@ class InProcessServer(AnswerModel):
         if unknown:
             raise TypeError(f"InProcessServer: unknown knob(s) {unknown}; expected some of {sorted(ANSWER_KNOBS)}")
         self.models, self.model = names, names[0]
+        self.delay = delay  # seconds each chat request takes, as LoopbackServer's (an interrupt test's pace)
         vars(self).update({**ANSWER_KNOBS, **knobs})
         self._init_model_state()
+
+    def __enter__(self) -> InProcessServer:  # as LoopbackServer's `with`: nothing to start or stop
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
     def __repr__(self) -> str:
         return f"<InProcessServer models={list(self.models)}>"
@@ -96,6 +103,8 @@ class InProcessServer(AnswerModel):
             doc = None
         status = 0
         try:
+            # a transport yields to the loop on every request, as a socket would
+            await asyncio.sleep(self.delay if path in (CHAT_PATH, COMPLETIONS_PATH) else 0)
             if fault in _FAULT_STATUS:
                 status, etype = _FAULT_STATUS[fault]
                 return Reply(status=status, body=msgspec.json.encode(
