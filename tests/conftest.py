@@ -1,35 +1,16 @@
-"""Shared fixtures: the loopback OpenAI-compatible server (one per session, reset
-for each test), synthetic stories (tension.testing.corpus), and a private
-cache/home per test."""
+"""Shared fixtures: the loopback OpenAI-compatible server (one per session and
+pytest-xdist worker, reset for each test), more servers of a test's own
+(`loopback_servers`), the in-process door to the same answers (`inprocess_server`),
+a private cache/home per test, and the slow tests' embedded server. Helpers are not here: tests import them from tension.testing (corpus,
+cache_records, interrupt, real_env, …)."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-
 import pytest
 
-from tension.testing.corpus import make_corpus, write_story
+from tension.testing.inprocess import InProcessServer
 from tension.testing.openai_server import LoopbackServer
-
-__all__ = ["make_corpus", "write_story", "verdict_records", "real_home_env", "REAL_ENV", "EMBEDDED_TEST_PORT"]
-
-
-def verdict_records(cache: Path) -> dict:
-    """Every verdict record of a cache, by key (read with LMDB's cursor for the keys,
-    then through the Store, which checks and decodes them)."""
-    import lmdb
-
-    from tension.cache.store import Store
-
-    env = lmdb.open(str(cache), max_dbs=8, readonly=True, lock=False)
-    with env.begin() as txn:
-        keys = [k for k, _ in txn.cursor(env.open_db(b"verdicts", txn=txn, create=False))]
-    env.close()
-    with Store(cache, readonly=True) as s:
-        return dict(zip(keys, s.get_many("verdicts", keys)))
+from tension.testing.real_env import EMBEDDED_TEST_PORT, REAL_ENV
 
 
 @pytest.fixture(scope="session")
@@ -49,18 +30,29 @@ def server(_session_server):
     return _session_server.reset()
 
 
-# The real environment, before _private_home: the slow tests that run the embedded
-# server share its one installation (≈ 3.4 GB) under the real cache folder.
-REAL_ENV = {k: os.environ[k] for k in ("HOME", "XDG_CACHE_HOME") if k in os.environ}
-# The slow tests' embedded server port: 8766, or another for a run by hand beside CI's (with its
-# own XDG_CACHE_HOME), so that neither finds the other's server on its port
-EMBEDDED_TEST_PORT = int(os.environ.get("TENSION_TEST_EMBEDDED_PORT", "8766"))
+@pytest.fixture
+def inprocess_server():
+    """An in-process server (models test-gen and test-judge) for a test that needs the answers,
+    not the wire: pass it as the pipeline's `transport=`. It answers as `server` does
+    (tension.testing.answers), without a thread or a socket."""
+    return InProcessServer(["test-gen", "test-judge"])
 
 
-def real_home_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME")}
-    env.update(REAL_ENV)
-    return env
+@pytest.fixture
+def loopback_servers():
+    """`start(n, **knobs)`: n more LoopbackServers of their own, started (models test-gen and
+    test-judge unless `model=` says otherwise); every one is stopped after the test."""
+    started: list[LoopbackServer] = []
+
+    def start(n: int, **knobs) -> list[LoopbackServer]:
+        knobs.setdefault("model", ["test-gen", "test-judge"])
+        new = [LoopbackServer(**knobs).start() for _ in range(n)]
+        started.extend(new)
+        return new
+
+    yield start
+    for srv in started:
+        srv.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -92,17 +84,3 @@ def vllm_server(monkeypatch):
     now = embedded.running_state()
     if started and now is not None and now.pid == st.pid:
         embedded.stop()
-
-
-def cancel_midway(run: Callable[[], Awaitable[object]], until: Callable[[], bool]) -> None:
-    """Start `run` (a score_async call) and cancel it once `until()` holds: an
-    interrupted run, its records committed so far kept."""
-    async def go() -> None:
-        task = asyncio.ensure_future(run())
-        while not until() and not task.done():
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(go())

@@ -42,7 +42,7 @@ def test_main_job_of_the_first_command_runs(tmp_path):
             "--cache", str(tmp_path / "cache")]
     import os
 
-    from conftest import real_home_env
+    from tension.testing.real_env import real_home_env
 
     if "TENSION_TEST_EMBEDDED_PORT" in os.environ:  # a run by hand beside CI's (conftest.EMBEDDED_TEST_PORT)
         argv += ["--port", os.environ["TENSION_TEST_EMBEDDED_PORT"]]

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[1]

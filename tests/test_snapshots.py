@@ -21,9 +21,9 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 
 from tension.core.cli import build_parser, main
+from tension.testing.corpus import make_corpus
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 UPDATE = os.environ.get("TENSION_UPDATE_SNAPSHOTS") == "1"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import lmdb
 import pytest
-from conftest import make_corpus
 
 from tension.cache.store import Store
+from tension.testing.corpus import make_corpus
 
 ENDINGS = "4"
 

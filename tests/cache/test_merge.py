@@ -14,13 +14,13 @@ from pathlib import Path
 
 import lmdb
 import pytest
-from conftest import make_corpus
 
 from tension.cache import records
 from tension.cache.store import Store
 from tension.cache.verify import verify
 from tension.core.cli import main
 from tension.core.errors import CacheError
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
 MODELS = ["test-gen", "test-judge"]

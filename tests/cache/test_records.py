@@ -13,13 +13,13 @@ from pathlib import Path
 import lmdb
 import msgspec
 import pytest
-from conftest import make_corpus
 
 from tension.cache import codec, records
 from tension.cache.keys import request_key
 from tension.cache.records import Endings, JudgedPosition, TokenCount, Usage, Verdict
 from tension.cache.store import DBS, Store
 from tension.cache.verify import recover, verify
+from tension.testing.corpus import make_corpus
 
 USAGE = Usage(prompt_tokens=3012, completion_tokens=1, cached_tokens=2400, requests=1)
 PROSE = ("The lamp went out before she reached the stair, and she stood a long while listening to the house. "

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus, write_story
 
+from tension.testing.corpus import make_corpus, write_story
 from tension.testing.openai_server import LoopbackServer
 
 ENDINGS = "4"  # 2 stories x 4 endings: about 260 verdicts, past the early stop's 200

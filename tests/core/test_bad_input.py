@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus, write_story
 
 from tension.core.cli import main
+from tension.testing.corpus import make_corpus, write_story
 
 GOOD = ("story-000", "story-001")
 

@@ -10,7 +10,6 @@ import math
 
 import msgspec
 import pytest
-from conftest import make_corpus
 from sigterm import run_until_sigterm
 
 from tension.core.cli import main
@@ -19,6 +18,7 @@ from tension.core.errors import ConfigError, RefusedError
 from tension.core.llm.client import Client
 from tension.core.llm.protocol import ChatRequest
 from tension.core.pipelines.bench import BenchOptions, bench, load_figures
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import CHAT_PATH, expected_endings
 
 N = 4

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import make_corpus
 
 from tension.core.cli import main
 from tension.core.config import load_config
 from tension.core.pipelines.estimate import Throughput, estimate
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
 N = 4

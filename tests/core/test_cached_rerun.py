@@ -13,7 +13,6 @@ from pathlib import Path
 import lmdb
 import msgspec
 import pytest
-from conftest import make_corpus
 
 from tension.cache import records
 from tension.cache.keys import request_key
@@ -22,6 +21,7 @@ from tension.core.config import load_config
 from tension.core.llm.protocol import ChatRequest
 from tension.core.pipelines.score import score
 from tension.core.prompts import score as prompts
+from tension.testing.corpus import make_corpus
 
 N = 6
 OUTPUTS = ("positions.jsonl", "stories.csv", "groups.csv", "meta.jsonl", "texts.jsonl")

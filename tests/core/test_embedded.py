@@ -237,7 +237,7 @@ def test_state_file_lifecycle_and_score_picks_it_up(tmp_path):
         assert embedded.start(EmbeddedSettings(port=port), command=cmd, env=dict(os.environ)).pid == st.pid
         # score without --base-url uses it, with the embedded profile's settings
         corpus = tmp_path / "c.jsonl"
-        from conftest import make_corpus
+        from tension.testing.corpus import make_corpus
         make_corpus(corpus, 1, seed=3)
         assert main(["score", str(corpus), "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"),
                      "--no-progress", "--no-report"]) == 0

@@ -12,23 +12,9 @@ import pytest
 from tension.core.config import load_config
 from tension.core.pipelines.score import score
 from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
+from tension.testing.corpus import EMBEDDED_STORY as STORY  # the story (tension.testing.corpus)
 
 pytestmark = pytest.mark.slow
-
-# Written for this test. Eleven sentences, each long enough to be an anchor.
-STORY = (
-    "Every morning the baker on Tanner Street left one warm loaf on the step of the empty house across the road. "
-    "Nobody in the neighbourhood knew who took the loaf, but by noon it was always gone without a crumb left behind. "
-    "The baker's apprentice, a curious boy named Oskar, decided one cold Tuesday to hide behind the rain barrel and watch. "
-    "He waited through the church bells and the milk cart and the first grey drizzle of the day without seeing anyone. "
-    "Just before noon the front door of the empty house opened a hand's width and a thin arm reached out for the bread. "
-    "Oskar crept across the road, pushed the door wider, and found an old woman sitting alone in a room full of clocks. "
-    "She told him that she had once been engaged to the baker, fifty years ago, before a quarrel neither of them could remember. "
-    "Every clock in the room had stopped at a different hour, and she said each one marked a day she had almost forgiven him. "
-    "Oskar ran back to the bakery and told the baker everything he had seen, expecting the old man to be angry with him. "
-    "Instead the baker took off his apron, combed his hair with his fingers, and walked across the road for the first time in fifty years. "
-    "That afternoon, for the first time anyone could remember, the clocks in the empty house began to tick again."
-)
 
 
 def prefix_cache_hits(url: str) -> float:
@@ -145,9 +131,8 @@ def test_batched_judge_prompts_are_token_for_token_the_chat_prompts(vllm_server,
 
 
 def _verdict_letters(path, cfg):
-    from conftest import verdict_records
-
     from tension.core.prompts import score as prompts
+    from tension.testing.cache_records import verdict_records
 
     recs = verdict_records(path)
     if cfg.judge_constraint == "logprobs":

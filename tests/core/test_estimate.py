@@ -5,11 +5,8 @@ the run would send), cache coverage after a real score run, and the CLI."""
 from __future__ import annotations
 
 import json
-import random
-from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 from sigterm import run_until_sigterm
 
 from tension.core.cli import main
@@ -17,28 +14,11 @@ from tension.core.config import load_config
 from tension.core.pipelines.estimate import Throughput, estimate
 from tension.core.pipelines.score import score
 from tension.core.prompts import score as prompts
+from tension.testing.corpus import make_corpus, write_unique_corpus
 from tension.testing.openai_server import CHAT_PATH, count_tokens
 
 N = 5  # endings per position
 E = 7  # words per ending in the independent count (= --ending-tokens)
-
-
-def write_unique_corpus(path: Path, n_stories: int, seed: int = 0) -> list[list[str]]:
-    """Stories whose every sentence starts with its own word, so that two prompts
-    share a token prefix only where the pipeline makes them share it (a trie then
-    counts exactly what a prefix cache computes). Returns each story's sentences."""
-    rng = random.Random(seed)
-    vocab = "harbour lantern letter ferry chapel stone rain boat keeper name".split()
-    stories = []
-    with path.open("w") as f:
-        for s in range(n_stories):
-            sents = []
-            for j in range(rng.randint(40, 60)):
-                body = " ".join(rng.choice(vocab) for _ in range(rng.randint(5, 18)))
-                sents.append(f"S{s}x{j} {body}.")
-            stories.append(sents)
-            f.write(json.dumps({"id": f"u{s}", "text": " ".join(sents)}) + "\n")
-    return stories
 
 
 def independent_count(stories: list[list[str]], cfg) -> dict:

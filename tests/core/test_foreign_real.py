@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from fairplay_scripted import story_record, write_jsonl
-from test_embedded_e2e import STORY
 
 from tension.core.cli import main
 from tension.core.llm.vllm_router import free_port
+from tension.testing.corpus import EMBEDDED_STORY as STORY
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ SCALED = ["--endings", "20", "--max-tokens", "48", "--pct-min", "0.7", "--min-wo
 
 
 def _real_cache(monkeypatch):
-    from conftest import REAL_ENV
+    from tension.testing.real_env import REAL_ENV
 
     for k in ("HOME", "XDG_CACHE_HOME"):  # the one build, under the real cache folder
         if k in REAL_ENV:

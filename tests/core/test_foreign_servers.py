@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 
 from tension.core.cli import main
 from tension.core.config import load_config
@@ -21,6 +20,8 @@ from tension.core.llm.client import Client
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.traits import grammar_of, n_limit
 from tension.core.pipelines.score import score
+from tension.testing.corpus import make_corpus
+from tension.testing.inprocess import InProcessServer
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer, count_tokens
 
 N = 8  # endings: above the llama.cpp server's 4 slots
@@ -33,7 +34,8 @@ def _cfg(srv, tmp_path, name, **kw):
 
 
 def _score(srv, tmp_path, corpus, name, **kw):
-    s = score(_cfg(srv, tmp_path, name, **kw), corpus, tmp_path / name)
+    transport = srv if isinstance(srv, InProcessServer) else None  # the in-process door, or the wire
+    s = score(_cfg(srv, tmp_path, name, **kw), corpus, tmp_path / name, transport=transport)
     return s, json.loads((tmp_path / name / "run.json").read_text())
 
 
@@ -52,7 +54,7 @@ def corpus(tmp_path):
 def vllm_run(tmp_path, corpus):
     """The same settings on a vLLM-flavoured server: what a foreign server must match."""
     def run(**kw):
-        with LoopbackServer(model="test-gen") as srv:
+        with InProcessServer("test-gen") as srv:  # the answers: no wire needed for the reference
             s, rec = _score(srv, tmp_path, corpus, "vllm", save_texts=True, **kw)
         assert s.status == "complete", s.error
         return tmp_path / "vllm"
@@ -117,7 +119,7 @@ def test_partial_n_fans_out_without_spending_the_retry_budget(tmp_path, corpus, 
     after 2 follow-up requests"); now the chunks bring every choice, with the seeds
     one request would have used, and the limit is said once."""
     want = vllm_run(endings=20)
-    with LoopbackServer(model="test-gen", max_n=max_n) as srv:
+    with InProcessServer("test-gen", max_n=max_n) as srv:  # partial n is an answer's trait, not the wire's
         s, rec = _score(srv, tmp_path, corpus, "partial", endings=20, retries=2, save_texts=True)
     assert s.status == "complete", s.error
     _same_outputs(want, tmp_path / "partial")

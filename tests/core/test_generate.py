@@ -402,7 +402,7 @@ def test_study_recipe_end_to_end_vanilla_and_full_scored_and_compared_by_idea(se
     `compare --pair-by idea_id` pairs every idea."""
     import random
 
-    from conftest import write_story
+    from tension.testing.corpus import write_story
 
     server.script("extract 7 scene-level beats", "Seven beats.")
     server.script("to-do list of the most important", "Five beats.")

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 from fairplay_scripted import story_record, write_jsonl
 
 from tension.core.cli import main
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
 # --- finding 4 (11f): the record's exit status is the process's ---------------------

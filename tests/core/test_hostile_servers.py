@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 
 from tension.core.cli import main
 from tension.core.llm.vllm_router import free_port
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer
 
 MODELS = ["test-gen", "test-judge"]
@@ -33,13 +33,8 @@ def score_argv(corpus: Path, tmp_path: Path, urls: str, *more: str) -> list[str]
 
 
 @pytest.fixture
-def pair():
-    servers = [LoopbackServer(model=MODELS).start() for _ in range(2)]
-    try:
-        yield servers
-    finally:
-        for s in servers:
-            s.stop()
+def pair(loopback_servers):
+    return loopback_servers(2)
 
 
 @pytest.fixture
@@ -247,9 +242,8 @@ def test_a_429_storm_prints_one_notice_per_server_per_interval_worded_as_a_refus
 
 @pytest.mark.parametrize("batching", [False, True], ids=["chat", "batched"])
 def test_answers_far_beyond_max_tokens_are_kept_cut_and_said_once(tmp_path, capsys, batching):
-    from conftest import verdict_records
-
     from tension.core.llm.client import CHARS_MARGIN, CHARS_PER_TOKEN
+    from tension.testing.cache_records import verdict_records
     from tension.testing.openai_server import classify
 
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)

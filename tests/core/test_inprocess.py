@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import make_corpus
-
 from tension.core.config import load_config
 from tension.core.config.generate import GenerateConfig
 from tension.core.pipelines.generate import generate
 from tension.core.pipelines.score import score
+from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
 
 CHAT = "/v1/chat/completions"
@@ -73,6 +72,8 @@ def test_generate_runs_in_process(tmp_path):
     ideas = tmp_path / "ideas.jsonl"
     ideas.write_text(json.dumps({"id": "i1", "idea": "A keeper finds a letter."}) + "\n")
     server = InProcessServer(models=["gen"])
+    # the fake model's rules are the HTTP server's: a story prompt is scripted (tests/core/test_generate.py)
+    server.script("Write the story now.", "The keeper read the letter twice and then burned it.")
     cfg = GenerateConfig(base_url="http://in-process:8000", model="gen", mode="vanilla",
                          cache=str(tmp_path / "cache"), progress=False, min_chars=10)
     s = generate(cfg, ideas, tmp_path / "s.jsonl", transport=server)

@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus, write_story
 
 from tension.core.cli import main
 from tension.core.errors import InputError
 from tension.core.inputs.corpus import read_corpus
 from tension.core.inputs.ideas import read_ideas
 from tension.core.reports.metrics import read_curves, read_run_positions
+from tension.testing.corpus import make_corpus, write_story
 
 BIN = Path(sys.executable).parent / "tension-run"
 

@@ -14,9 +14,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus, verdict_records
 
 from tension.core.cli import main
+from tension.testing.cache_records import verdict_records
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import CHAT_PATH, COMPLETIONS_PATH, LoopbackServer
 
 SCORE_FILES = ("positions.jsonl", "stories.csv", "groups.csv", "texts.jsonl")

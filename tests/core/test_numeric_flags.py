@@ -24,11 +24,11 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import make_corpus
 
 from tension.core.cli import VERBS, build_parser, main
 from tension.core.cli.flags import CONFIG_ONLY, Number, flag_specs, float_list
 from tension.kernels.settings import bounds_of
+from tension.testing.corpus import make_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 VALUES = ("-1", "0", "nan", "inf", "1e309", str(2**80))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_estimate import write_unique_corpus
 
 from tension.core.cli import main
 from tension.core.config import load_config
@@ -17,6 +16,7 @@ from tension.core.pipelines.estimate import CacheModelOptions, Throughput, estim
 from tension.core.pipelines.prefix.gpu import H200
 from tension.core.pipelines.prefix.synthetic import MARKERS_AFTER, MARKERS_BEFORE
 from tension.core.prompts import score as prompts
+from tension.testing.corpus import write_unique_corpus
 
 N = 5
 E = 7

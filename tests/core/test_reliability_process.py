@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 
 from tension.cache import records
 from tension.cache.keys import request_key
@@ -27,6 +26,7 @@ from tension.cache.store import DBS, Store
 from tension.core.config import load_config
 from tension.core.pipelines.score import score
 from tension.core.run.commit import COMMIT_BATCH
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
 N = 6  # endings per position

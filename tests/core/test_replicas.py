@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 
 from tension.core.cli import main
 from tension.core.config import load_config
@@ -23,6 +22,7 @@ from tension.core.llm import router as router_mod
 from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_hit_rate
 from tension.core.llm.replicas import Replica, parse_replicas
 from tension.core.pipelines.score import score
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer, judge_blocks
 
 N = 4  # endings per position
@@ -31,13 +31,8 @@ OUTPUTS = ("positions.jsonl", "stories.csv", "groups.csv", "meta.jsonl")
 
 
 @pytest.fixture
-def trio():
-    servers = [LoopbackServer(model=MODELS).start() for _ in range(3)]
-    try:
-        yield servers
-    finally:
-        for s in servers:
-            s.stop()
+def trio(loopback_servers):
+    return loopback_servers(3)
 
 
 def cfg_for(urls, tmp_path, cache="cache", **kw):

@@ -12,7 +12,6 @@ import time
 import urllib.request
 
 import pytest
-from test_embedded_e2e import STORY
 
 from tension.core.config import load_config
 from tension.core.llm.vllm_router import free_port
@@ -20,6 +19,7 @@ from tension.core.pipelines.score import score
 from tension.core.serving import embedded
 from tension.core.serving.install import ensure_installed, ensure_model, patch_seed_rewind
 from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
+from tension.testing.corpus import EMBEDDED_STORY as STORY
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ STORY_2 = (
 
 @pytest.fixture
 def two_servers(monkeypatch):
-    from conftest import REAL_ENV
+    from tension.testing.real_env import REAL_ENV
 
     for k in ("HOME", "XDG_CACHE_HOME"):  # the one real installation of the server
         if k in REAL_ENV:

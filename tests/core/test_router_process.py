@@ -22,11 +22,8 @@ CHAT = "/v1/chat/completions"
 
 
 @pytest.fixture
-def trio():
-    servers = [LoopbackServer(model=["test-gen", "test-judge"]).start() for _ in range(3)]
-    yield servers
-    for s in servers:
-        s.stop()
+def trio(loopback_servers):
+    return loopback_servers(3)
 
 
 def chat(url: str, key: str | None, text: str) -> dict:

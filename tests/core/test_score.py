@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cancel_midway, make_corpus, write_story
 
 from tension.cache.store import Store
 from tension.core.config import load_config
 from tension.core.pipelines.score import score, score_async
+from tension.testing.corpus import make_corpus, write_story
+from tension.testing.interrupt import cancel_midway
 from tension.testing.openai_server import count_tokens, expected_endings, expected_verdict
 
 N = 6  # endings per position: small, so the tests run in seconds

@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 from sigterm import run_until_sigterm
 
 from tension.core.cli import main
 from tension.core.redact import redact_argv
+from tension.testing.corpus import make_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "PW-URLSECRET-77"

@@ -19,9 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import make_corpus
-
 from tension.core.cli import main
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[2]

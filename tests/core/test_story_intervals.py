@@ -12,10 +12,10 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 
 import tension
 from tension.core.cli import main
+from tension.testing.corpus import make_corpus
 
 STATS = ["mean_nr", "late_nr", "retain", "convergence", "ir30", "ir60", "ir120"]
 OLD_HEADER = ["id", "group", "n_positions", *STATS, "nan_reasons"]

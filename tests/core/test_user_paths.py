@@ -17,11 +17,11 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import make_corpus, write_story
 
 from tension.core.cli import main
 from tension.core.reports.metrics import Curve, compute
 from tension.core.reports.report import report
+from tension.testing.corpus import make_corpus, write_story
 
 ROOT = Path(__file__).resolve().parents[2]
 EXE = str(Path(sys.executable).parent / "tension-run")

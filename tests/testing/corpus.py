@@ -1,5 +1,7 @@
 """Synthetic stories, written here (no text from elsewhere): `write_story` makes one,
-`make_corpus` a JSONL corpus of them (the tests' and the benchmarks' inputs)."""
+`make_corpus` a JSONL corpus of them (the tests' and the benchmarks' inputs),
+`write_unique_corpus` one whose prompts share only the prefixes the pipeline makes,
+and `EMBEDDED_STORY` the short story the real-server tests score."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import json
 import random
 from pathlib import Path
 
-__all__ = ["WORDS", "make_corpus", "write_story"]
+__all__ = ["WORDS", "EMBEDDED_STORY", "make_corpus", "write_story", "write_unique_corpus"]
 
 WORDS = ("the old keeper watched a grey boat drift past the harbour wall while rain fell on "
           "lanterns and nets and somebody called her name from the ferry road across the water "
@@ -46,3 +48,38 @@ def make_corpus(path: Path, n: int, seed: int = 0, words: tuple[int, int] = (520
             f.write(json.dumps({"id": f"story-{i:03d}", "group": groups[i % len(groups)], "text": text,
                                 "prompt_id": f"p{i}"}) + "\n")
     return path
+
+
+def write_unique_corpus(path: Path, n_stories: int, seed: int = 0) -> list[list[str]]:
+    """Stories whose every sentence starts with its own word, so that two prompts
+    share a token prefix only where the pipeline makes them share it (a trie then
+    counts exactly what a prefix cache computes). Returns each story's sentences."""
+    rng = random.Random(seed)
+    vocab = "harbour lantern letter ferry chapel stone rain boat keeper name".split()
+    stories = []
+    with path.open("w") as f:
+        for s in range(n_stories):
+            sents = []
+            for j in range(rng.randint(40, 60)):
+                body = " ".join(rng.choice(vocab) for _ in range(rng.randint(5, 18)))
+                sents.append(f"S{s}x{j} {body}.")
+            stories.append(sents)
+            f.write(json.dumps({"id": f"u{s}", "text": " ".join(sents)}) + "\n")
+    return stories
+
+
+# The story the real-server (slow) tests score, written for them (tests/core/test_embedded_e2e.py).
+# Eleven sentences, each long enough to be an anchor.
+EMBEDDED_STORY = (
+    "Every morning the baker on Tanner Street left one warm loaf on the step of the empty house across the road. "
+    "Nobody in the neighbourhood knew who took the loaf, but by noon it was always gone without a crumb left behind. "
+    "The baker's apprentice, a curious boy named Oskar, decided one cold Tuesday to hide behind the rain barrel and watch. "
+    "He waited through the church bells and the milk cart and the first grey drizzle of the day without seeing anyone. "
+    "Just before noon the front door of the empty house opened a hand's width and a thin arm reached out for the bread. "
+    "Oskar crept across the road, pushed the door wider, and found an old woman sitting alone in a room full of clocks. "
+    "She told him that she had once been engaged to the baker, fifty years ago, before a quarrel neither of them could remember. "
+    "Every clock in the room had stopped at a different hour, and she said each one marked a day she had almost forgiven him. "
+    "Oskar ran back to the bakery and told the baker everything he had seen, expecting the old man to be angry with him. "
+    "Instead the baker took off his apron, combed his hair with his fingers, and walked across the road for the first time in fifty years. "
+    "That afternoon, for the first time anyone could remember, the clocks in the empty house began to tick again."
+)

@@ -4,71 +4,85 @@ that answers without sockets, in the manner of inspect_ai's mockllm.
 Everything above the transport runs as it does against a real server: the
 client's retries and follow-ups, the pre-flight check, the engine's cache, lanes
 and counts, the committer. So a pipeline test can drive `score`, `generate` or
-`fairplay` end to end in a fraction of the time an HTTP fake costs, and the
+`fairplay` end to end without the HTTP test server's thread and sockets, and the
 HTTP tests (tests/testing/openai_server.py) stay for the client and the wire.
 
-    server = InProcessServer(models=["gen", "judge"])
+    server = InProcessServer(["test-gen", "test-judge"])
     summary = score(cfg, corpus, out, transport=server)
-    assert server.count("/v1/chat/completions") == summary.requests["generation"] + …
+    assert server.count(kind="judge") == summary.requests["judge"]
 
-Answers are a function of the request alone (its messages, seed and choice
-index), so a run is reproducible and a cached rerun is the same bytes. The
-judge (the score prompt's system message) answers "Y" for about `yes_rate` of
-the endings; everything else gets an ending of a few words. `fail_next(status)`
-answers the next requests with an HTTP error; `respond(fn)` replaces the
-answers (`fn(messages, n, seed) -> list[str] | None`, None: the default).
+It answers by the same rules as the HTTP test server, LoopbackServer, because
+both are doors to one fake answer model (tests/testing/answers.py): the same
+endings (`expected_endings`), verdicts (`expected_verdict`), scripted answers
+(`respond`, `script`: a reader's JSON), usage and cached tokens, validation errors,
+misbehaviours, llama.cpp dialect, records (`count`, `requests`) and faults
+(`fail_next`, `set_fault_rates`). So a spec moves from one door to the other with
+its assertions unchanged. The wire's own faults have their in-process kin: "drop"
+and "truncate" are a `TransportError` (what the HTTP transport makes of them),
+"slow" sleeps `slow_seconds`; streamed answers are not served in process (404).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import AsyncIterator, Callable
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
 
-from tension.core.llm.transport import Reply, StreamStatus
-from tension.core.prompts import score as score_prompts
+from tension.core.llm.transport import Reply, StreamStatus, TransportError
 
-__all__ = ["InProcessServer", "Sent"]
+from .answers import (
+    _FAULT_STATUS,
+    ANSWER_KNOBS,
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    HTML_PAGE,
+    AnswerModel,
+    Recorded,
+    _BadRequest,
+    _error_payload,
+)
 
-Respond = Callable[[list[dict[str, str]], int, int | None], list[str] | None]
+__all__ = ["InProcessServer"]
 
-_WORDS = "the keeper waited while rain fell and the ferry did not come back before the night".split()
-
-
-class Sent(msgspec.Struct, kw_only=True):
-    method: str
-    path: str
-    body: Any  # the decoded JSON body, or None
+_NOT_FOUND = b'{"detail": "Not Found"}'  # FastAPI's 404 for a route a server lacks
 
 
-def _digest(*parts: object) -> bytes:
-    return hashlib.sha256(repr(parts).encode()).digest()
+class InProcessServer(AnswerModel):
+    """See the module docstring. The knobs are LoopbackServer's that decide answers
+    (`ANSWER_KNOBS`, with its defaults; `models=` is another name for `model`);
+    `base_url` is a URL the transport ignores, for the settings."""
 
+    base_url = "http://in-process:8000"
 
-class InProcessServer:
-    """See the module docstring. `max_model_len` is what /tokenize reports."""
+    def __init__(self, model: str | Sequence[str] = "test-model", *, models: Sequence[str] | None = None,
+                 delay: float = 0.0, **knobs: Any) -> None:
+        names = tuple(models) if models is not None else ((model,) if isinstance(model, str) else tuple(model))
+        if not names:
+            raise ValueError("InProcessServer needs at least one model name")
+        unknown = sorted(set(knobs) - set(ANSWER_KNOBS))
+        if unknown:
+            raise TypeError(f"InProcessServer: unknown knob(s) {unknown}; expected some of {sorted(ANSWER_KNOBS)}")
+        self.models, self.model = names, names[0]
+        self.delay = delay  # seconds each chat request takes, as LoopbackServer's (an interrupt test's pace)
+        vars(self).update({**ANSWER_KNOBS, **knobs})
+        self._init_model_state()
 
-    def __init__(self, models: list[str], *, yes_rate: float = 0.3, max_model_len: int = 32768):
-        self.models = list(models)
-        self.yes_rate = yes_rate
-        self.max_model_len = max_model_len
-        self.sent: list[Sent] = []
-        self._faults: list[int] = []
-        self._respond: Respond | None = None
+    def __enter__(self) -> InProcessServer:  # as LoopbackServer's `with`: nothing to start or stop
+        return self
 
-    # -- what a test sets and reads -----------------------------------------------
+    def __exit__(self, *exc: object) -> None:
+        return None
 
-    def fail_next(self, status: int, times: int = 1) -> None:
-        self._faults += [status] * times
+    def __repr__(self) -> str:
+        return f"<InProcessServer models={list(self.models)}>"
 
-    def respond(self, fn: Respond | None) -> None:
-        self._respond = fn
-
-    def count(self, path: str) -> int:
-        return sum(s.path == path for s in self.sent)
+    def fail_next(self, kind: str | int, times: int = 1, path: str = CHAT_PATH) -> None:
+        """LoopbackServer's `fail_next`; a status may be given as a number (503)."""
+        super().fail_next(str(kind), times, path)
 
     # -- the Transport -----------------------------------------------------------------
 
@@ -81,50 +95,69 @@ class InProcessServer:
     async def send(self, method: str, url: str, body: bytes | None, headers: dict[str, str] | None,
                    timeout: float | None = None) -> Reply:
         path = urlsplit(url).path
-        payload = msgspec.json.decode(body) if body else None
-        self.sent.append(Sent(method=method, path=path, body=payload))
-        if self._faults:
-            status = self._faults.pop(0)
-            return Reply(status=status, body=b'{"error": {"message": "a planted fault"}}')
-        if method == "GET" and path == "/v1/models":
-            return self._json({"object": "list", "data": [{"id": m, "owned_by": "inprocess"} for m in self.models]})
-        if method == "POST" and path == "/tokenize":
-            return self._json({"count": len(str(payload.get("prompt", "")).split()),
-                               "max_model_len": self.max_model_len})
-        if method == "POST" and path == "/v1/chat/completions":
-            return self._chat(payload)
-        return Reply(status=404, body=b'{"detail": "Not Found"}')
+        t0 = time.monotonic()
+        fault = self._take_fault(path)
+        try:
+            doc: Any = msgspec.json.decode(body) if body else None
+        except msgspec.DecodeError:
+            doc = None
+        status = 0
+        try:
+            # a transport yields to the loop on every request, as a socket would
+            await asyncio.sleep(self.delay if path in (CHAT_PATH, COMPLETIONS_PATH) else 0)
+            if fault in _FAULT_STATUS:
+                status, etype = _FAULT_STATUS[fault]
+                return Reply(status=status, body=msgspec.json.encode(
+                    _error_payload(status, f"injected fault {fault}", etype)),
+                    retry_after=str(self.retry_after) if fault == "429" and self.retry_after is not None else None)
+            if fault in ("drop", "truncate"):
+                status = 200 if fault == "truncate" else 0
+                raise TransportError(f"in process: a planted {fault}")
+            if fault == "slow":
+                await asyncio.sleep(self.slow_seconds)
+            status, out = self._answer(method, path, doc, fault)
+            if fault == "nonjson" and status == 200:
+                return Reply(status=200, body=b"<html>oops</html>")
+            return Reply(status=status, body=out)
+        finally:
+            self._add_record(Recorded(path, method, doc if isinstance(doc, dict) else None, status, fault, t0))
+
+    def _answer(self, method: str, path: str, doc: Any, fault: str | None) -> tuple[int, bytes]:
+        """(status, body) of one request, by the model's rules and the server's traits."""
+        enc = msgspec.json.encode
+        if method == "GET":
+            if path == "/v1/models":
+                return 200, enc(self._models_payload())
+            if path == "/health" and self.serve_health:
+                return 200, b""
+            if path == "/metrics" and self.serve_metrics:
+                return 200, self._metrics_text().encode()
+            if path == "/props" and self.dialect == "llamacpp" and self.serve_props:
+                return 200, enc(self._props_payload())
+            return 404, _NOT_FOUND
+        makers = {CHAT_PATH: lambda b: self._chat_payload(b, fault),
+                  COMPLETIONS_PATH: lambda b: self._completions_payload(b, fault)}
+        if self.serve_tokenize:
+            makers["/tokenize"] = self._tokenize_payload
+        if not self.batching:
+            makers.pop(COMPLETIONS_PATH)
+        else:
+            makers["/detokenize"] = self._detokenize_payload
+        make = makers.get(path) if method == "POST" else None
+        if make is None:
+            return 404, _NOT_FOUND
+        if self.misbehave == "html200":
+            return 200, HTML_PAGE.encode()
+        if not isinstance(doc, dict):
+            return 400, enc(_error_payload(400, "the body is not a JSON object", "BadRequestError"))
+        try:
+            payload = make(doc)
+        except _BadRequest as e:
+            return e.status, enc(_error_payload(e.status, e.message, e.etype, e.param))
+        if not self.serve_usage:
+            payload = {k: v for k, v in payload.items() if k != "usage"}
+        return 200, enc(payload)
 
     async def lines(self, url: str, body: bytes, headers: dict[str, str] | None) -> AsyncIterator[bytes]:
         raise StreamStatus(404, b'{"detail": "streaming is not served in process"}')
         yield b""  # an async generator
-
-    # -- answers -------------------------------------------------------------------------
-
-    @staticmethod
-    def _json(doc: Any) -> Reply:
-        return Reply(status=200, body=msgspec.json.encode(doc))
-
-    def _chat(self, req: dict[str, Any]) -> Reply:
-        if req.get("model") not in self.models:
-            return Reply(status=404, body=msgspec.json.encode(
-                {"error": {"message": f"The model `{req.get('model')}` does not exist."}}))
-        messages, n, seed = req["messages"], int(req.get("n", 1)), req.get("seed")
-        texts = (self._respond(messages, n, seed) if self._respond else None) or self._answers(messages, n, seed)
-        prompt = sum(len(m["content"].split()) for m in messages)
-        choices = [{"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
-                   for i, t in enumerate(texts)]
-        return self._json({"model": req["model"], "choices": choices,
-                           "usage": {"prompt_tokens": prompt,
-                                     "completion_tokens": sum(len(t.split()) for t in texts)}})
-
-    def _answers(self, messages: list[dict[str, str]], n: int, seed: int | None) -> list[str]:
-        if messages and messages[0].get("content") == score_prompts.JUDGE_SYSTEM:
-            h = _digest(messages[-1]["content"])
-            return ["Y" if h[0] < 256 * self.yes_rate else "N"]
-        out = []
-        for i in range(n):
-            # choice i of a seeded request samples with seed + i, as vLLM's do
-            h = _digest(messages[-1]["content"], seed + i if seed is not None else i)
-            out.append(" ".join(_WORDS[b % len(_WORDS)] for b in h[: 4 + h[0] % 6]).capitalize() + ".")
-        return out

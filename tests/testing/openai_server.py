@@ -135,9 +135,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
-import functools
-import hashlib
 import json as _stdjson
 import random
 import re
@@ -145,13 +142,39 @@ import signal
 import sys
 import threading
 import time
-import uuid
-import zlib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
+
+# the answers' rules, shared with the in-process transport (tests/testing/answers.py)
+from .answers import (
+    _FAULT_STATUS,
+    BLOCK_SIZE,
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    FAULT_KINDS,
+    HTML_PAGE,
+    KINDS,
+    MAX_MODEL_LEN,
+    MISBEHAVIOURS,
+    PREFIX_CHARS,
+    TRANSIENT_FAULTS,
+    AnswerModel,
+    Recorded,
+    _BadRequest,
+    _count_answer,
+    _error_payload,
+    _is_int,
+    classify,
+    count_tokens,
+    expected_endings,
+    expected_verdict,
+    judge_blocks,
+    parse_rendered,
+    render_template,
+    tokenize,
+)
 
 try:  # msgspec is a dependency of the project, but the server does not insist on it
     import msgspec
@@ -191,392 +214,10 @@ __all__ = [
     "tokenize",
 ]
 
-CHAT_PATH = "/v1/chat/completions"
-COMPLETIONS_PATH = "/v1/completions"
-MAX_MODEL_LEN = 8192
-BLOCK_SIZE = 16  # cached_tokens are whole blocks of this many tokens, like vLLM's
-PREFIX_CHARS = 256  # the prefix cache compares prompts in blocks of this many characters
-KINDS = ("generation", "judge", "other")
-FAULT_KINDS = (
-    "500",
-    "503",
-    "429",
-    "drop",
-    "truncate",
-    "nonjson",
-    "wrong_content_type",
-    "few_choices",
-    "empty_content",
-    "slow",
-)
-# Faults a retrying client is expected to survive; the standalone --fault-rate default.
-TRANSIENT_FAULTS = ("500", "503", "429", "drop", "truncate")
-MISBEHAVIOURS = ("think", "random", "always_y", "identical", "echo", "html200", "null_content")
-# the page a "html200" server sends for every POST
-HTML_PAGE = "<html><body><h1>Welcome to nginx!</h1></body></html>"
-
-# --------------------------------------------------------------------------- tokenizer
-
-_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
-
-
-def tokenize(text: str) -> list[str]:
-    """The test tokenizer: words and single punctuation marks, e.g. "Hi, you." → 4."""
-    return _TOKEN_RE.findall(text)
-
-
-def _char_class(ch: str) -> str:
-    """A stand-in ASCII character of `ch`'s class: "a" word, " " space, "." other."""
-    return "a" if _WORD_RE.match(ch) else (" " if _SPACE_RE.match(ch) else ".")
-
-
-_WORD_RE = re.compile(r"\w")
-_SPACE_RE = re.compile(r"\s")
-_NON_ASCII_RE = re.compile(r"[^\x00-\x7f]")
-# ASCII byte -> b"w" (word char), b" " (space) or b"p" (token of its own), as the regex sees it
-_CLASS_TABLE = bytes({"a": 119, " ": 32, ".": 112}[_char_class(chr(i))] for i in range(128)) + bytes(128)
-
-
-def count_tokens(text: str) -> int:
-    """Number of tokens of `text` under the test tokenizer: len(`tokenize`(text)).
-
-    Computed without building the token list (a word run counts once, every other
-    non-space character once), several times faster than the regex on long prompts.
-    """
-    if not text.isascii():
-        chars = set(_NON_ASCII_RE.findall(text))
-        if len(chars) > 64:
-            return len(_TOKEN_RE.findall(text))
-        for ch in chars:
-            text = text.replace(ch, _char_class(ch))
-    classes = text.encode("ascii").translate(_CLASS_TABLE)
-    runs = classes.replace(b"p", b" ")
-    return classes.count(b"p") + runs.count(b" w") + runs.startswith(b"w")
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _count_answer(text: str | None) -> int:  # answers come from a small set of strings
-    return len(_TOKEN_RE.findall(text or ""))
-
-
-def _token_id(tok: str) -> int:
-    return zlib.crc32(tok.encode()) % 50_000
-
-
-# ------------------------------------------------------------------- message helpers
-
-
-def _content_text(content: Any) -> str:
-    """A message's text: a string, or the text parts of an OpenAI content-part list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text", ""), str)
-        )
-    return ""
-
-
-def _role_text(messages: Iterable[dict], role: str) -> str:
-    return "\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == role)
-
-
-def _last_user(messages: Sequence[dict]) -> str:
-    for m in reversed(messages):
-        if m.get("role") == "user":
-            return _content_text(m.get("content"))
-    return ""
-
-
-_ROLE_LINE = re.compile(r"<\|(system|user|assistant)\|>\n")
-_NO_THINK = "<think>\n\n</think>\n\n"
-# a piece of text as the reversible tokenizer cuts it: a token with the spaces before
-# it, or the spaces that end the text; the pieces joined are the text again
-_PIECE_RE = re.compile(r"\s*(?:\w+|[^\w\s])|\s+")
-
-
-def render_template(messages: Sequence[dict], add_generation_prompt: bool = True,
-                    kwargs: dict | None = None, quirk: str | None = None) -> str:
-    """The test server's chat template: ``<|role|>\\n`` + content + ``\\n`` per message,
-    then ``<|assistant|>\\n`` (and an empty think block when enable_thinking is false).
-    `quirk` "newlines": the template folds blank lines in a content, as a template that
-    edits the text would (a prompt built around the rendered template then differs)."""
-    def content(m: dict) -> str:
-        text = _content_text(m.get("content"))
-        return text.replace("\n\n", "\n") if quirk == "newlines" else text
-
-    text = "".join(f"<|{m.get('role')}|>\n{content(m)}\n" for m in messages)
-    if add_generation_prompt:
-        text += "<|assistant|>\n"
-        if isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False:
-            text += _NO_THINK
-    return text
-
-
-def parse_rendered(text: str) -> list[dict]:
-    """The messages a prompt rendered by `render_template` holds (the generation
-    prompt dropped); a text that is not one is a single user message."""
-    if text.endswith(_NO_THINK):
-        text = text[: -len(_NO_THINK)]
-    if text.endswith("<|assistant|>\n"):
-        text = text[: -len("<|assistant|>\n")]
-    parts = _ROLE_LINE.split(text)
-    if parts[0] != "" or len(parts) < 3 or not all(c.endswith("\n") for c in parts[2::2]):
-        return [{"role": "user", "content": text}]
-    return [{"role": r, "content": c[:-1]} for r, c in zip(parts[1::2], parts[2::2])]
-
-
-def classify(messages: Sequence[dict]) -> str:
-    """"generation" if a system message mentions "fiction writer", "judge" if it
-    mentions "literary judge" (case-insensitive), else "other"."""
-    system = _role_text(messages, "system").lower()
-    if "literary judge" in system:
-        return "judge"
-    if "fiction writer" in system:
-        return "generation"
-    return "other"
-
-
-# ------------------------------------------------------------------ deterministic text
-
-_NAMES = (
-    "Mara", "the stranger", "Old Tom", "the detective", "Elena", "the captain",
-    "young Pip", "the widow", "Jonah", "the innkeeper", "Sister Agnes", "the twins",
-    "Rafael", "the mayor", "Ines", "the lighthouse keeper",
-)
-_VERBS = (
-    "meets", "forgives", "confronts", "betrays", "rescues", "finally understands",
-    "buries", "marries", "outwits", "says goodbye to", "unmasks", "follows",
-    "writes to", "returns to", "chases", "sits beside",
-)
-_PLACES = (
-    "old mill", "harbor", "burned chapel", "train station", "frozen lake",
-    "village square", "lighthouse", "crossroads", "attic", "orchard", "courthouse",
-    "cliff path", "empty theater", "border post", "garden gate", "riverbank",
-)
-_CODAS = (
-    "Nothing is the same afterwards.",
-    "The secret dies with them.",
-    "Spring comes late that year.",
-    "Nobody in town ever learns the truth.",
-    "The letter is never sent.",
-    "They leave together at dawn.",
-    "The house is sold within a month.",
-    "The storm finally breaks.",
-)
-
-
-def _ending_from_digest(h: bytes) -> str:
-    a = _NAMES[h[8] % 16]
-    b = _NAMES[h[9] % 16]
-    if b == a:
-        b = _NAMES[(h[9] + 1) % 16]
-    return (
-        f"The end comes when {a} {_VERBS[h[10] % 16]} {b} at the {_PLACES[h[11] % 16]}. "
-        f"{_CODAS[h[12] % 8]}"
-    )
-
-
-def expected_endings(
-    messages: Sequence[dict], n: int, seed: Any = None, empty_rate: float = 0.0
-) -> list[str]:
-    """The `n` choices a generation request gets (seed as sent in the body; None if absent).
-
-    Choice i comes from sha256(last user message, seed + i) (or (None, i) unseeded),
-    so the first k of n choices equal the k choices of the same request with n=k,
-    and a follow-up with seed + k continues where a short answer stopped. A choice is "" when
-    int(digest[:8]) % 1000 < empty_rate * 1000.
-    """
-    base = hashlib.sha256()
-    base.update(_last_user(messages).encode("utf-8", "surrogatepass"))
-    out = []
-    threshold = empty_rate * 1000
-    for i in range(n):
-        hi = base.copy()
-        # As vLLM does for parallel sampling (v1/engine/parallel_sampling.py), a
-        # seeded request's choice i is sampled with seed + i: so the choices of
-        # (seed, n) equal those of (seed, k) followed by (seed + k, n - k).
-        hi.update(b"\x00" + (f"{seed + i}" if seed is not None else f"None\x00{i}").encode())
-        d = hi.digest()
-        if int.from_bytes(d[:8], "big") % 1000 < threshold:
-            out.append("")
-        else:
-            out.append(_ending_from_digest(d))
-    return out
-
-
-_DASHES = "-\u2014\u2013\u2012\u2015\u2212"  # - — – ‒ ― −
-
-
-def _block(text: str, name: str) -> str:
-    i = text.find("BEGIN " + name)
-    if i < 0:
-        return ""
-    i += len(name) + 6
-    j = text.find("END " + name, i)
-    if j < 0:
-        j = len(text)
-    # drop the marker's own dashes (right after BEGIN…, right before END…), then spaces
-    return text[i:j].lstrip(_DASHES).rstrip(_DASHES).strip()
-
-
-def judge_blocks(messages: Sequence[dict]) -> tuple[str, str]:
-    """(continuation block, predicted block) of a judge request; "" for a missing block.
-
-    A block is the text between "BEGIN X" and "END X" in the message contents; the
-    dashes that decorate the markers (—BEGIN CONTINUATION—, em dashes in the real
-    prompt, or ASCII/en dashes, or none) and surrounding whitespace are not part of it.
-    """
-    text = "\n".join(_content_text(m.get("content")) for m in messages)
-    return _block(text, "CONTINUATION"), _block(text, "PREDICTED")
-
-
-def expected_verdict(
-    messages: Sequence[dict], yes_rate: float = 0.3, malformed_rate: float = 0.0
-) -> str:
-    """The content a judge request gets: "Y", "N" or (malformed) "Maybe.".
-
-    v = int(sha256(continuation + "\\x00" + predicted)); "Maybe." when
-    (v // 1000) % 1000 < malformed_rate * 1000, else "Y" when v % 1000 < yes_rate * 1000,
-    else "N".
-    """
-    cont, pred = judge_blocks(messages)
-    v = int.from_bytes(
-        hashlib.sha256((cont + "\x00" + pred).encode("utf-8", "surrogatepass")).digest(), "big"
-    )
-    if (v // 1000) % 1000 < malformed_rate * 1000:
-        return "Maybe."
-    return "Y" if v % 1000 < yes_rate * 1000 else "N"
-
-
-def misbehaving(mode: str, kind: str, messages: Sequence[dict], contents: list[str]) -> list[str | None]:
-    """The answers of a misbehaving server (`MISBEHAVIOURS`) in place of `contents`."""
-    if mode == "think":
-        return ["<think>\nOkay, the user wants me to decide whether this"] * len(contents)
-    if mode == "random":
-        words = ("lorem", "ipsum", "quantum", "banana", "seventeen", "cobalt", "drift", "ledger")
-        h = hashlib.sha256(_last_user(messages).encode("utf-8", "surrogatepass")).digest()
-        return [" ".join(words[b % 8] for b in h[i % 8: i % 8 + 6]).capitalize() + "." for i in range(len(contents))]
-    if mode == "always_y":
-        return ["Y"] * len(contents) if kind == "judge" else contents
-    if mode == "identical":
-        return contents[:1] * len(contents) if kind == "generation" else contents
-    if mode == "html200":  # the answer is replaced whole (LoopbackServer._serve)
-        return contents
-    if mode == "echo":
-        return [_last_user(messages)] * len(contents)
-    if mode == "null_content":
-        return [None] * len(contents) if kind == "generation" else list(contents)
-    raise ValueError(f"misbehave: expected one of {MISBEHAVIOURS}, got {mode!r}")
-
-
-# ------------------------------------------------------------------------- records
-
-
-@dataclass(slots=True)
-class Recorded:
-    """One request as the server saw it, appended when it finished.
-
-    `body` is the decoded JSON body (None for GET or a body that is not a JSON
-    object); `status` is the status line sent (200 for "truncate"), 0 when none was
-    sent ("drop", a request cancelled by shutdown); `fault` the injected fault kind or None;
-    `t` is time.monotonic() at arrival.
-    """
-
-    path: str
-    method: str
-    body: dict | None
-    status: int
-    fault: str | None
-    t: float
-
-    @property
-    def kind(self) -> str | None:
-        """generation/judge/other for chat requests (see `classify`), None otherwise."""
-        if self.path != CHAT_PATH:
-            return None
-        msgs = self.body.get("messages") if isinstance(self.body, dict) else None
-        if not isinstance(msgs, list):
-            return "other"
-        return classify([m for m in msgs if isinstance(m, dict)])
-
-
-class _BadRequest(Exception):
-    def __init__(self, status: int, message: str, etype: str, param: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.etype, self.param = status, message, etype, param
-
-
-def _error_payload(status: int, message: str, etype: str, param: str | None = None) -> dict:
-    return {"error": {"message": message, "type": etype, "param": param, "code": status}}
-
-
-_FAULT_STATUS = {
-    "500": (500, "InternalServerError"),
-    "503": (503, "ServiceUnavailableError"),
-    "429": (429, "RateLimitError"),
-}
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _logprobs(text: str) -> dict:
-    """OpenAI-style logprobs of the first token, when a request asks for them: the
-    answer's own first word is the likeliest, "Y" and "N" both appear among the
-    top tokens (so a Y-vs-N comparison reproduces the verdict), plus a filler."""
-    words = text.split()
-    first = words[0] if words else ""
-    top = {first: -0.2, "The": -2.0}
-    if first.upper().startswith("Y"):
-        top.update({"Y": -0.2, "N": -1.6, "No": -2.5})
-    elif first.upper().startswith("N"):
-        top.update({"N": -0.2, "Y": -1.6, "Yes": -2.5})
-    return {"content": [{"token": first, "logprob": top[first], "bytes": None,
-                         "top_logprobs": [{"token": t, "logprob": lp, "bytes": None} for t, lp in top.items()]}]}
-
-
-def _completion_logprobs(text: str) -> dict:
-    """`_logprobs` in the completions API's shape."""
-    first = _logprobs(text)["content"][0]
-    return {"tokens": [first["token"]], "token_logprobs": [first["logprob"]], "text_offset": [0],
-            "top_logprobs": [{t["token"]: t["logprob"] for t in first["top_logprobs"]}]}
-
-
 # -------------------------------------------------------------------------- server
 
 
-_GBNF_ALT = re.compile(r'"((?:[^"\\]|\\.)*)"')
-
-
-def _llamacpp_constrained(body: dict, contents: list) -> list:
-    """llama.cpp honours its own constraint forms: a `grammar` of literal
-    alternatives (``root ::= "Y" | "N"``) and ``response_format`` json_object;
-    vLLM's `structured_outputs` it ignores."""
-    grammar = body.get("grammar")
-    if isinstance(grammar, str) and grammar.startswith("root ::="):
-        alts = [a.replace('\\"', '"') for a in _GBNF_ALT.findall(grammar)]
-        if alts:
-            return [c if isinstance(c, str) and c in alts else alts[0] for c in contents]
-    fmt = body.get("response_format")
-    if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema"):
-        out = []
-        for c in contents:
-            try:
-                ok = isinstance(_stdjson.loads(c), dict)
-            except (TypeError, ValueError):
-                ok = False
-            out.append(c if ok else "{}")
-        return out
-    return contents
-
-
-class LoopbackServer:
+class LoopbackServer(AnswerModel):
     """An aiohttp OpenAI-compatible server on 127.0.0.1 in a background thread.
 
     `model` is one served model name or several. Answer knobs (`empty_rate`,
@@ -660,51 +301,16 @@ class LoopbackServer:
         self.models: tuple[str, ...]
         self.model: str
         vars(self).update(self._knobs)
-        self._vocab: dict[str, int] = {}  # piece -> token id (see _PIECE_RE)
-        self._pieces: list[str] = []
+        self._init_model_state()  # records, faults, scripts, vocabulary, prefix cache, counters (answers.py)
         self._capacity: asyncio.Semaphore | None = None
         self._slot_free: asyncio.Condition | None = None
         self._slots_used = 0
         self._peak_slots = 0
         self._active = 0  # requests being served (in the server's loop)
 
-        self.responders: list[Any] = []  # see `respond`
-
-        self._lock = threading.Lock()
-        self._records: list[Recorded] = []
-        self._queued: dict[str, collections.deque[str]] = {}
-        self._rates: list[tuple[str, float]] = []
-        self._rate_path: str | None = CHAT_PATH
-        self._rng = random.Random(0)
-
-        self._blocks: set[int] = set()
-        self._counters = dict.fromkeys(
-            ("prefix_cache_queries", "prefix_cache_hits", "request_success",
-             "prompt_tokens", "generation_tokens"), 0)
-
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
-
-    # ------------------------------------------------------------ scripted answers
-
-    def respond(self, fn) -> None:
-        """Script answers by prompt content: ``fn(messages, n, seed)`` returns the
-        choices' contents (a list of n strings, or one string for every choice), or
-        None to leave the request to the next responder and then to the default
-        answers above. Responders are asked in the order they were added; the
-        request's kind (`classify`) is unchanged."""
-        with self._lock:
-            self.responders.append(fn)
-
-    def _scripted(self, msgs: list[dict], n: int, seed: Any) -> list[str] | None:
-        with self._lock:
-            responders = list(self.responders)
-        for fn in responders:
-            out = fn(msgs, n, seed)
-            if out is not None:
-                return [out] * n if isinstance(out, str) else list(out)[:n]
-        return None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -878,142 +484,6 @@ class LoopbackServer:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
 
-    # ------------------------------------------------------------------- records
-
-    @property
-    def requests(self) -> list[Recorded]:
-        """A copy of the records, in order of completion."""
-        with self._lock:
-            return list(self._records)
-
-    def count(self, path: str | None = None, kind: str | None = None) -> int:
-        """Finished requests to `path` (any if None) of `kind` (any if None).
-        `kind` is "generation", "judge" or "other" and only matches chat requests."""
-        if kind is not None and kind not in KINDS:
-            raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
-        with self._lock:
-            recs = list(self._records)
-        return sum(
-            1 for r in recs if (path is None or r.path == path) and (kind is None or r.kind == kind)
-        )
-
-    def reset_records(self) -> None:
-        with self._lock:
-            self._records.clear()
-
-    def _add_record(self, rec: Recorded) -> None:
-        if self.prefix and rec.path.startswith(self.prefix + "/"):
-            rec.path = rec.path[len(self.prefix):]
-        if self.record:
-            with self._lock:
-                self._records.append(rec)
-
-    # -------------------------------------------------------------------- faults
-
-    def fail_next(self, kind: str, times: int = 1, path: str = CHAT_PATH) -> None:
-        """Queue `times` faults of `kind` for the next requests to `path`
-        (taken before any random fault)."""
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"fault kind: expected one of {FAULT_KINDS}, got {kind!r}")
-        if not _is_int(times) or times < 1:
-            raise ValueError(f"times: expected an int >= 1, got {times!r}")
-        with self._lock:
-            self._queued.setdefault(path, collections.deque()).extend([kind] * times)
-
-    def set_fault_rates(
-        self, rates: dict[str, float], seed: int = 0, path: str | None = CHAT_PATH
-    ) -> None:
-        """Inject faults at random: each request to `path` (every path if None) draws
-        one uniform number from a Random(seed) and gets kind k with probability
-        rates[k]. The rates must sum to at most 1; {} turns random faults off."""
-        for k, r in rates.items():
-            if k not in FAULT_KINDS:
-                raise ValueError(f"fault kind: expected one of {FAULT_KINDS}, got {k!r}")
-            if not _is_num(r) or r < 0:
-                raise ValueError(f"rate of {k!r}: expected a number >= 0, got {r!r}")
-        if sum(rates.values()) > 1 + 1e-9:
-            raise ValueError(f"fault rates sum to {sum(rates.values())}, more than 1")
-        with self._lock:
-            self._rates = [(k, float(r)) for k, r in rates.items() if r > 0]
-            self._rate_path = path
-            self._rng = random.Random(seed)
-
-    def clear_faults(self) -> None:
-        """Drop queued faults and turn random faults off."""
-        with self._lock:
-            self._queued.clear()
-            self._rates = []
-
-    def pending_faults(self, path: str = CHAT_PATH) -> int:
-        """Queued faults not yet used for `path`."""
-        with self._lock:
-            q = self._queued.get(path)
-            return len(q) if q else 0
-
-    def _take_fault(self, path: str) -> str | None:
-        if not self._queued and not self._rates:  # fast path, no lock
-            return None
-        with self._lock:
-            q = self._queued.get(path)
-            if q:
-                return q.popleft()
-            if self._rates and (self._rate_path is None or self._rate_path == path):
-                u = self._rng.random()
-                acc = 0.0
-                for k, r in self._rates:
-                    acc += r
-                    if u < acc:
-                        return k
-        return None
-
-    def script(self, contains: str, answer: Any) -> None:
-        """Chat requests whose message contents (any role) contain `contains` get
-        `answer` as each choice instead of the hash-made text: a string, or a
-        function ``answer(messages, seed, i) -> str`` for choice i (seed as sent, or
-        None). A responder like those of `respond`, asked in the same order."""
-        def fn(msgs, n, seed):
-            if contains not in "\n".join(_content_text(m.get("content")) for m in msgs):
-                return None
-            return [answer(msgs, seed, i) if callable(answer) else answer for i in range(n)]
-
-        self.respond(fn)
-
-    def clear_scripts(self) -> None:
-        """Forget every scripted answer (`script` and `respond`)."""
-        with self._lock:
-            self.responders.clear()
-
-    # ------------------------------------------------------------------- metrics
-
-    def metrics(self) -> dict[str, int]:
-        """Counter values as /metrics shows them (without the `vllm:` / `_total`)."""
-        return dict(self._counters)
-
-    def _cached_tokens(self, text: str, prompt_tokens: int) -> int:
-        """Approximate cached tokens of a prompt (`text` = its message contents joined).
-
-        The longest prefix shared with an earlier prompt is found in whole blocks of
-        `PREFIX_CHARS` characters (chained hashes; this prompt's blocks are remembered),
-        converted to tokens in proportion (prompt_tokens * chars / len(text)) and
-        rounded down to whole `BLOCK_SIZE` blocks. Cheap: no second tokenizer pass.
-        """
-        seen = self._blocks
-        if len(seen) > self.prefix_cache_blocks:
-            seen.clear()
-        h = 0
-        matched = 0
-        hit = True
-        for start in range(0, len(text) - PREFIX_CHARS + 1, PREFIX_CHARS):
-            h = hash((h, text[start : start + PREFIX_CHARS]))
-            if hit and h in seen:
-                matched += PREFIX_CHARS
-            else:
-                hit = False
-                seen.add(h)
-        if not matched:
-            return 0
-        return prompt_tokens * matched // len(text) // BLOCK_SIZE * BLOCK_SIZE
-
     # ------------------------------------------------------------------ handlers
 
     def _json(self, payload: Any, status: int = 200) -> web.Response:
@@ -1027,60 +497,24 @@ class LoopbackServer:
 
     async def _h_models(self, request: web.Request) -> web.Response:
         t0 = time.monotonic()
-        created = int(time.time())
-        if self.dialect == "llamacpp":
-            data = [{"id": m, "object": "model", "created": created, "owned_by": self.owned_by or "llamacpp",
-                     "meta": {"vocab_type": 2, "n_ctx_train": 8192, "n_ctx": self.max_model_len}}
-                    for m in self.models]
-            self._add_record(Recorded(request.path, request.method, None, 200, None, t0))
-            return self._json({"object": "list", "data": data, "models": [{"name": m} for m in self.models]})
-        data = [
-            {"id": m, "object": "model", "created": created,
-             "owned_by": self.owned_by or ("vllm" if self.batching else "test"),
-             "root": m, "max_model_len": self.max_model_len}
-            for m in self.models
-        ]
+        payload = self._models_payload()
         self._add_record(Recorded(request.path, request.method, None, 200, None, t0))
-        return self._json({"object": "list", "data": data})
+        return self._json(payload)
 
     async def _h_metrics(self, request: web.Request) -> web.Response:
         t0 = time.monotonic()
         if not self.serve_metrics:
             self._add_record(Recorded(request.path, request.method, None, 404, None, t0))
             return web.Response(status=404, text="Not Found")
-        c = self._counters
-        if self.dialect == "llamacpp":  # llama-server --metrics: its own names, no prefix-cache counter
-            lines = []
-            for name, key in (("llamacpp:prompt_tokens_total", "prompt_tokens"),
-                              ("llamacpp:tokens_predicted_total", "generation_tokens")):
-                lines += [f"# TYPE {name} counter", f"{name} {float(c[key])}"]
-            self._add_record(Recorded(request.path, request.method, None, 200, None, t0))
-            return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
-        label = f'model_name="{self.model}"'
-        lines = []
-        for name, key, help_, extra in (
-            ("vllm:prefix_cache_queries_total", "prefix_cache_queries",
-             "Prefix cache queries, in terms of number of queried tokens.", ""),
-            ("vllm:prefix_cache_hits_total", "prefix_cache_hits",
-             "Prefix cache hits, in terms of number of cached tokens.", ""),
-            ("vllm:request_success_total", "request_success",
-             "Count of successfully processed requests.", 'finished_reason="stop",'),
-            ("vllm:prompt_tokens_total", "prompt_tokens", "Number of prefill tokens processed.", ""),
-            ("vllm:generation_tokens_total", "generation_tokens",
-             "Number of generation tokens processed.", ""),
-        ):
-            lines.append(f"# HELP {name} {help_}")
-            lines.append(f"# TYPE {name} counter")
-            lines.append(f'{name}{{engine="0",{extra}{label}}} {float(c[key])}')
+        text = self._metrics_text()
         self._add_record(Recorded(request.path, request.method, None, 200, None, t0))
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def _h_props(self, request: web.Request) -> web.Response:
         if self.dialect != "llamacpp" or not self.serve_props:
             return self._not_found(request)
         self._add_record(Recorded(request.path, request.method, None, 200, None, time.monotonic()))
-        return self._json({"total_slots": self.slots, "model_path": f"/models/{self.model}.gguf",
-                           "default_generation_settings": {"n_ctx": self.max_model_len}})
+        return self._json(self._props_payload())
 
     @property
     def peak_slots(self) -> int:
@@ -1110,16 +544,6 @@ class LoopbackServer:
             return _decode(raw), True
         except _DecodeError:
             return None, False
-
-    def _check_model(self, body: dict) -> None:
-        model = body.get("model")
-        if model is None:
-            return
-        if not isinstance(model, str):
-            raise _BadRequest(400, f"model: expected a string, got {type(model).__name__}",
-                              "BadRequestError", "model")
-        if model not in self.models:
-            raise _BadRequest(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
 
     @web.middleware
     async def _auth(self, request: web.Request, handler) -> web.StreamResponse:
@@ -1156,201 +580,6 @@ class LoopbackServer:
     def _not_found(self, request: web.Request) -> web.Response:
         self._add_record(Recorded(request.path, request.method, None, 404, None, time.monotonic()))
         return self._json({"detail": "Not Found"}, status=404)
-
-    def _token_ids(self, text: str) -> list[int]:
-        """Reversible ids of `text`'s pieces (`_PIECE_RE`), from the server's vocabulary."""
-        out = []
-        with self._lock:
-            for piece in _PIECE_RE.findall(text):
-                tid = self._vocab.get(piece)
-                if tid is None:
-                    tid = self._vocab[piece] = len(self._pieces)
-                    self._pieces.append(piece)
-                out.append(tid)
-        return out
-
-    def _detokenize_payload(self, body: dict) -> dict:
-        self._check_model(body)
-        ids = body.get("tokens")
-        if not isinstance(ids, list) or not all(_is_int(t) for t in ids):
-            raise _BadRequest(400, "tokens: expected a list of integers", "BadRequestError", "tokens")
-        with self._lock:
-            if any(not 0 <= t < len(self._pieces) for t in ids):
-                raise _BadRequest(400, "tokens: an id outside the vocabulary", "BadRequestError", "tokens")
-            return {"prompt": "".join(self._pieces[t] for t in ids)}
-
-    def _completions_payload(self, body: dict, fault: str | None = None) -> dict:
-        """Each prompt read back into messages and answered as a chat request with the
-        same parameters (and faults applied to the whole answer); usage summed."""
-        prompts = body.get("prompt")
-        if isinstance(prompts, str):
-            prompts = [prompts]
-        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-            raise _BadRequest(400, "prompt: expected a string or a non-empty list of strings", "BadRequestError",
-                              "prompt")
-        params = {k: v for k, v in body.items() if k not in ("prompt", "logprobs", "add_special_tokens", "echo")}
-        choices, usage = [], {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
-        for p, prompt in enumerate(prompts):
-            answer = self._chat_payload({**params, "messages": parse_rendered(prompt)})
-            for ch in answer["choices"]:
-                text = ch["message"]["content"]
-                choices.append({"index": p * len(answer["choices"]) + ch["index"], "text": text,
-                                "logprobs": _completion_logprobs(text) if body.get("logprobs") else None,
-                                "finish_reason": ch["finish_reason"], "stop_reason": None})
-            u = answer["usage"]
-            usage["prompt_tokens"] += u["prompt_tokens"]
-            usage["completion_tokens"] += u["completion_tokens"]
-            usage["cached_tokens"] += u["prompt_tokens_details"]["cached_tokens"]
-        if fault == "few_choices":
-            choices = choices[: len(choices) // 2]
-        elif fault == "empty_content":
-            for ch in choices:
-                ch["text"] = ""
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": body.get("model") or self.model, "choices": choices,
-                "usage": {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
-                          "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"],
-                          "prompt_tokens_details": {"cached_tokens": usage["cached_tokens"]}}}
-
-    def _tokenize_payload(self, body: dict) -> dict:
-        if self.dialect == "llamacpp":  # reads `content` only, and no model
-            content = body.get("content")
-            return {"tokens": [_token_id(t) for t in tokenize(content)] if isinstance(content, str) else []}
-        self._check_model(body)
-        if "prompt" in body:
-            prompt = body["prompt"]
-            if not isinstance(prompt, str):
-                raise _BadRequest(400, f"prompt: expected a string, got {type(prompt).__name__}",
-                                  "BadRequestError", "prompt")
-            toks = tokenize(prompt)
-            if self.batching:
-                return {"count": len(toks), "max_model_len": self.max_model_len, "tokens": self._token_ids(prompt)}
-        elif "messages" in body:
-            msgs = self._check_messages(body.get("messages"))
-            if self.batching:  # the prompt the chat endpoint would build, as vLLM's /tokenize gives it
-                ids = self._token_ids(render_template(msgs, body.get("add_generation_prompt", True) is not False,
-                                                      body.get("chat_template_kwargs"), self.template_quirk))
-                return {"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids}
-            toks = []
-            for m in msgs:
-                toks.extend(tokenize(_content_text(m.get("content"))))
-        else:
-            raise _BadRequest(400, "expected `prompt` or `messages`", "BadRequestError", "prompt")
-        return {"count": len(toks), "max_model_len": self.max_model_len,
-                "tokens": [_token_id(t) for t in toks]}
-
-    @staticmethod
-    def _check_messages(msgs: Any) -> list[dict]:
-        if not isinstance(msgs, list) or not msgs:
-            raise _BadRequest(400, "messages: expected a non-empty list of messages",
-                              "BadRequestError", "messages")
-        for i, m in enumerate(msgs):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise _BadRequest(400, f"messages[{i}]: expected an object with a string `role`",
-                                  "BadRequestError", "messages")
-            c = m.get("content")
-            if c is not None and not isinstance(c, (str, list)):
-                raise _BadRequest(400, f"messages[{i}].content: expected a string, got "
-                                  f"{type(c).__name__}", "BadRequestError", "messages")
-        return msgs
-
-    def _chat_payload(self, body: dict, fault: str | None = None) -> dict:
-        self._check_model(body)
-        msgs = self._check_messages(body.get("messages"))
-        n = body.get("n", 1)
-        if n is None:
-            n = 1
-        if not _is_int(n) or n < 1:
-            raise _BadRequest(400, f"n: expected an int >= 1, got {n!r}", "BadRequestError", "n")
-        temp = body.get("temperature")
-        if temp is not None and (not _is_num(temp) or temp < 0):
-            raise _BadRequest(400, f"temperature: expected a number >= 0, got {temp!r}",
-                              "BadRequestError", "temperature")
-        top_p = body.get("top_p")
-        if top_p is not None and (not _is_num(top_p) or not 0 < top_p <= 1):
-            raise _BadRequest(400, f"top_p: expected a number in (0, 1], got {top_p!r}",
-                              "BadRequestError", "top_p")
-        max_tokens = body.get("max_tokens")
-        if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
-            raise _BadRequest(400, f"max_tokens: expected an int >= 1, got {max_tokens!r}",
-                              "BadRequestError", "max_tokens")
-        seed = body.get("seed")
-        if seed is not None and not _is_int(seed):
-            raise _BadRequest(400, f"seed: expected an int, got {seed!r}", "BadRequestError", "seed")
-
-        if self.refuse and any(self.refuse in _content_text(m.get("content")) for m in msgs):
-            raise _BadRequest(400, "the request was refused by the server's content filter", "BadRequestError")
-        llama = self.dialect == "llamacpp"
-        if llama and n > self.slots:
-            raise _BadRequest(400, f"Field 'n': Value must be between 1 <= value <= {self.slots}, but got {n}",
-                              "invalid_request_error", "n")
-        texts = [_content_text(m.get("content")) for m in msgs]
-        prompt_tokens = sum(count_tokens(t) for t in texts)
-        if llama and prompt_tokens + (max_tokens or 0) > self.max_model_len:
-            raise _BadRequest(400, f"request ({prompt_tokens + (max_tokens or 0)} tokens) exceeds the available "
-                              f"context size ({self.max_model_len} tokens), try increasing it",
-                              "exceed_context_size_error")
-        if prompt_tokens + (max_tokens or 0) > self.max_model_len:
-            raise _BadRequest(
-                400,
-                f"This model's maximum context length is {self.max_model_len} tokens. However, "
-                f"you requested {prompt_tokens + (max_tokens or 0)} tokens ({prompt_tokens} in "
-                f"the messages, {max_tokens or 0} in the completion). Please reduce the length "
-                f"of the messages or completion.",
-                "BadRequestError", "max_tokens")
-
-        kind = classify(msgs)
-        scripted = self._scripted(msgs, n, seed)
-        if scripted is not None:
-            contents = scripted
-        elif kind == "generation":
-            contents = expected_endings(msgs, n, seed, self.empty_rate)
-        elif kind == "judge":
-            contents = [expected_verdict(msgs, self.yes_rate, self.malformed_rate)] * n
-        else:
-            contents = ["OK"] * n
-        if self.misbehave and scripted is None:
-            contents = misbehaving(self.misbehave, kind, msgs, contents)  # type: ignore[assignment]
-        finish = "length" if self.misbehave == "think" else "stop"
-        if llama:
-            contents = _llamacpp_constrained(body, contents)
-        if self.max_n > 0 and self.n_refusal and n > self.max_n:
-            raise _BadRequest(400, self.n_refusal.format(max_n=self.max_n, n=n), "invalid_request_error")
-        if self.max_n > 0:
-            contents = contents[: self.max_n]
-        if fault == "few_choices":
-            contents = contents[: n // 2]
-        elif fault == "empty_content":
-            contents = [""] * len(contents)
-
-        cached = self._cached_tokens("\x1e".join(texts), prompt_tokens)
-        completion_tokens = sum(_count_answer(c) for c in contents)
-        if llama:  # llama.cpp's usage counts one choice
-            completion_tokens = _count_answer(contents[-1]) if contents else 0
-        c = self._counters
-        c["prefix_cache_queries"] += prompt_tokens
-        c["prefix_cache_hits"] += cached
-        c["request_success"] += 1
-        c["prompt_tokens"] += prompt_tokens
-        c["generation_tokens"] += completion_tokens
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model") or self.model,
-            "choices": [
-                {"index": i, "message": {"role": "assistant", "content": text},
-                 "logprobs": _logprobs(text or "") if body.get("logprobs") else None,
-                 "finish_reason": finish, "stop_reason": None}
-                for i, text in enumerate(contents)
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-                "prompt_tokens_details": {"cached_tokens": cached},
-            },
-        }
 
     async def _serve(self, request: web.Request, chat: bool, payload=None) -> web.StreamResponse:
         """Read, apply the fault, answer, record (also when cancelled by shutdown).

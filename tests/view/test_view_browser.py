@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 from pathlib import Path
 
 import pytest
-from view_fixtures import ENDINGS, Viewer, cli, made_runs
+from view_fixtures import ENDINGS, Viewer, chromium, cli, made_runs, wait
 
 pytestmark = pytest.mark.slow
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
@@ -34,24 +29,6 @@ def site(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     yield from chromium()
-
-
-def chromium():
-    """Headless Chromium under Selenium, quit when the generator closes (the
-    `browser` fixture of this module and of test_view_hostile_ground.py)."""
-    webdriver = pytest.importorskip("selenium.webdriver")
-    if not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)):
-        pytest.fail("Chromium is not installed: apt-get install -y chromium chromium-driver (.ci/run does)")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,800",
-                "--disable-gpu"):
-        opts.add_argument(arg)
-    drv = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    yield drv
-    drv.quit()
 
 
 def shot(browser, tmp_path: Path, name: str) -> Path:
@@ -72,12 +49,6 @@ def _small_png(src: Path, dst: Path) -> None:
 
     with Image.open(src) as im:
         im.convert("RGB").quantize(64).save(dst, optimize=True)
-
-
-def wait(browser, css: str, timeout: float = 20):
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(browser, timeout).until(lambda b: b.find_elements("css selector", css))
 
 
 def test_corpus_then_a_story_then_a_sentences_endings(browser, site, tmp_path):

@@ -14,9 +14,8 @@ import socket
 import subprocess
 
 import pytest
-import test_view_browser as browsing
 from hostile_runs import CASE_IDS, HOSTILE_GROUP, HOSTILE_ID, hostile_run
-from view_fixtures import BIN, Viewer, cli
+from view_fixtures import BIN, Viewer, chromium, cli, wait
 
 from tension.core.reports.markdown import md_text
 
@@ -210,12 +209,9 @@ def test_report_md_holds_no_raw_html_and_its_tables_keep_their_columns(hr):
 
 # --- in the browser (slow): the pages draw, served and exported ---------------------
 
-wait = browsing.wait
-
-
 @pytest.fixture(scope="module")
 def browser():
-    yield from browsing.chromium()  # as test_view_browser.py starts it
+    yield from chromium()  # as test_view_browser.py starts it
 
 
 def _draws_every_page(browser, base: str, corpus: dict) -> None:

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
 import fairplay_scripted as fp  # tests/fairplay_scripted.py
+import pytest
 
 from tension.core.pipelines.fairplay import fairplay
 from tension.testing.corpus import make_corpus
@@ -99,3 +101,33 @@ class Viewer:
         self.proc.terminate()
         _, err = self.proc.communicate(timeout=20)
         return err
+
+
+# --- the browser (slow tests): Debian's Chromium under Selenium -----------------------
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+
+def chromium():
+    """Headless Chromium under Selenium, quit when the generator closes (the
+    `browser` fixture of test_view_browser.py and of test_view_hostile_ground.py)."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    if not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)):
+        pytest.fail("Chromium is not installed: apt-get install -y chromium chromium-driver (.ci/run does)")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,800",
+                "--disable-gpu"):
+        opts.add_argument(arg)
+    drv = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    yield drv
+    drv.quit()
+
+
+def wait(browser, css: str, timeout: float = 20):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, timeout).until(lambda b: b.find_elements("css selector", css))

@@ -1,0 +1,134 @@
+"""One fake answer model behind both doors (tests/testing/answers.py): the HTTP test
+server and the in-process transport answer every request alike, so a pipeline spec
+runs on either and says which it needs, the wire or only the answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import msgspec
+import pytest
+
+from tension.core.config import load_config
+from tension.core.llm.transport import AiohttpTransport, Reply
+from tension.core.pipelines.score import score
+from tension.testing.corpus import make_corpus
+from tension.testing.inprocess import InProcessServer
+from tension.testing.openai_server import CHAT_PATH, LoopbackServer
+
+GEN = [{"role": "system", "content": "You are a fiction writer."},
+       {"role": "user", "content": "STORY SO FAR:\nThe ferry did not come back."}]
+JUDGE = [{"role": "system", "content": "You are a literary judge."},
+         {"role": "user", "content": "\u2014BEGIN CONTINUATION\u2014\nrain\n\u2014END CONTINUATION\u2014\n"
+                                     "\u2014BEGIN PREDICTED\u2014\nsun\n\u2014END PREDICTED\u2014"}]
+
+# (method, path, body): every kind of answer, every validation error, the routes a server may lack
+REQUESTS = [
+    ("GET", "/v1/models", None),
+    ("GET", "/health", None),
+    ("GET", "/props", None),
+    ("POST", CHAT_PATH, {"model": "gen", "messages": GEN, "n": 3, "seed": 11}),
+    ("POST", CHAT_PATH, {"model": "gen", "messages": GEN, "n": 2}),
+    ("POST", CHAT_PATH, {"model": "judge", "messages": JUDGE}),
+    ("POST", CHAT_PATH, {"model": "judge", "messages": JUDGE, "logprobs": True, "top_logprobs": 5}),
+    ("POST", CHAT_PATH, {"model": "gen", "messages": [{"role": "user", "content": "a reader's question"}]}),
+    ("POST", CHAT_PATH, {"model": "gen", "messages": [{"role": "user", "content": "SCRIPTED please"}], "n": 2}),
+    ("POST", CHAT_PATH, {"model": "nope", "messages": GEN}),
+    ("POST", CHAT_PATH, {"model": "gen", "messages": []}),
+    ("POST", CHAT_PATH, {"model": "gen", "messages": GEN, "n": 0}),
+    ("POST", CHAT_PATH, {"model": "gen", "messages": GEN, "max_tokens": 10**6}),
+    ("POST", CHAT_PATH, [1, 2]),
+    ("POST", "/tokenize", {"model": "gen", "prompt": "Hello, world!"}),
+    ("POST", "/tokenize", {"model": "gen", "messages": GEN}),
+    ("POST", "/detokenize", {"model": "gen", "tokens": [0]}),
+    ("POST", "/v1/completions", {"model": "gen", "prompt": "x"}),
+    ("GET", "/metrics", None),  # last: the counters of every answer above
+]
+
+_VOLATILE = ("id", "created")  # a fresh id and clock per answer
+
+
+def _comparable(reply: Reply) -> tuple[int, object]:
+    try:
+        doc = json.loads(reply.body) if reply.body else None
+    except ValueError:
+        return reply.status, reply.body.decode()
+    if isinstance(doc, dict):
+        doc = {k: v for k, v in doc.items() if k not in _VOLATILE}
+        for m in doc.get("data", []) if isinstance(doc.get("data"), list) else []:
+            m.pop("created", None)
+    return reply.status, doc
+
+
+def _configure(srv) -> None:
+    srv.script("SCRIPTED", lambda m, seed, i: f"scripted {i} of {seed}")
+
+
+async def _ask(transport, base: str, faults) -> list[tuple[int, object]]:
+    await transport.open({})
+    try:
+        out = []
+        for method, path, body in REQUESTS:
+            data = msgspec.json.encode(body) if body is not None else None
+            out.append(_comparable(await transport.send(method, base + path, data, None)))
+        return out
+    finally:
+        await transport.close()
+
+
+@pytest.mark.parametrize("traits", [{}, {"dialect": "llamacpp", "slots": 2}, {"batching": True},
+                                    {"misbehave": "always_y", "empty_rate": 0.5}, {"serve_usage": False}],
+                         ids=["vllm", "llamacpp", "batching", "misbehaving", "no-usage"])
+def test_both_doors_answer_every_request_alike(traits):
+    inproc = InProcessServer(["gen", "judge"], **traits)
+    _configure(inproc)
+    with LoopbackServer(["gen", "judge"], **traits) as http:
+        _configure(http)
+        over_http = asyncio.run(_ask(AiohttpTransport(connect=5, request=30), http.base_url, None))
+        http_counts = [(r.path, r.status, r.kind) for r in http.requests]
+    in_process = asyncio.run(_ask(inproc, inproc.base_url, None))
+    for (method, path, _), a, b in zip(REQUESTS, over_http, in_process):
+        assert a == b, (method, path)
+    assert [(r.path, r.status, r.kind) for r in inproc.requests] == http_counts
+
+
+@pytest.mark.parametrize("fault", ["500", "503", "429", "few_choices", "empty_content", "nonjson"])
+def test_both_doors_answer_a_planted_fault_alike(fault):
+    inproc = InProcessServer(["gen", "judge"])
+    inproc.fail_next(fault)
+    with LoopbackServer(["gen", "judge"]) as http:
+        http.fail_next(fault)
+        over_http = asyncio.run(_ask(AiohttpTransport(connect=5, request=30), http.base_url, None))
+    in_process = asyncio.run(_ask(inproc, inproc.base_url, None))
+    assert over_http == in_process
+    assert inproc.pending_faults() == 0 and [r.fault for r in inproc.requests].count(fault) == 1
+
+
+def test_a_score_run_through_either_door_writes_the_same_outputs(tmp_path, server):
+    corpus = make_corpus(tmp_path / "c.jsonl", 2)
+
+    def cfg(base: str, cache: str):
+        return load_config(None, {"base_url": base, "model": "test-gen", "judge_model": "test-judge",
+                                  "cache": str(tmp_path / cache), "endings": 4, "progress": False, "seed": 5,
+                                  "report": False})
+
+    over_http = score(cfg(server.base_url, "c1"), corpus, tmp_path / "http")
+    inproc = InProcessServer(["test-gen", "test-judge"])
+    in_process = score(cfg(inproc.base_url, "c2"), corpus, tmp_path / "inproc", transport=inproc)
+    assert over_http.status == in_process.status == "complete" and over_http.positions > 0
+    assert (tmp_path / "inproc" / "positions.jsonl").read_bytes() == (tmp_path / "http" / "positions.jsonl").read_bytes()
+    assert in_process.requests == over_http.requests
+    for kind in ("generation", "judge"):
+        assert inproc.count(CHAT_PATH, kind=kind) == server.count(CHAT_PATH, kind=kind)
+
+
+def test_the_in_process_door_takes_the_http_servers_answer_knobs_with_its_defaults():
+    import inspect
+
+    from tension.testing.answers import ANSWER_KNOBS
+
+    params = inspect.signature(LoopbackServer).parameters
+    assert {k: params[k].default for k in ANSWER_KNOBS} == ANSWER_KNOBS
+    with pytest.raises(TypeError, match="delay"):
+        InProcessServer(["gen"], delay=1.0)  # a knob of the wire, not of the answers
