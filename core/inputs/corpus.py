@@ -12,6 +12,7 @@ import msgspec
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
 from tension.core.inputs.jsonl import FileError, check_label, read_records, string_field
+from tension.core.inputs.segment import word_count
 
 __all__ = ["Story", "Skipped", "Corpus", "read_corpus", "DEFAULT_GROUP"]
 
@@ -45,7 +46,7 @@ def read_corpus(path: str | os.PathLike, min_words: int = 500, max_words: int = 
     stories: list[Story] = []
     skipped: list[Skipped] = []
     for s in records:
-        s.words = len(s.text.split())
+        s.words = word_count(s.text)  # whitespace words; in Chinese, Japanese, Thai … characters per word
         if s.words < min_words:
             skipped.append(Skipped(id=s.id, reason=f"{s.words} words, fewer than --min-words {min_words}"))
         elif s.words > max_words:
