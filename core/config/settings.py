@@ -92,6 +92,12 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # message has always named it as a flag (generate), "" elsewhere.
     flag_prefix: ClassVar[str] = ""
 
+    @classmethod
+    def complete(cls, data: dict[str, Any], given: set[str]) -> None:
+        """Before the settings are built from `data` (defaults not yet in it): what
+        depends on which settings the user gave (`given`: a file's keys and the flags,
+        not a fallback's), filled in or refused as a ConfigError. Nothing by default."""
+
     def check(self, ok: bool, field: str, what: str) -> None:
         """Raise a ConfigError naming `field`, what was expected and its value, unless ok."""
         if not ok:
@@ -207,9 +213,15 @@ def load_settings(struct: type[S], path: str | os.PathLike | None, overrides: di
     fields are used and the rest ignored, and the keys of its [table], all of
     which must be fields, win."""
     data: dict[str, Any] = dict(fallback or {})
+    given: set[str] = set()
     if path is not None:
-        data.update(_file_settings(struct, Path(path), table))
+        from_file = _file_settings(struct, Path(path), table)
+        data.update(from_file)
+        given |= set(from_file)
     data.update({k: v for k, v in overrides.items() if v is not None})
+    given |= {k for k, v in overrides.items() if v is not None}
+    if issubclass(struct, Settings):
+        struct.complete(data, given)
     try:
         return msgspec.convert(data, struct)
     except msgspec.ValidationError as e:
