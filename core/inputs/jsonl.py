@@ -150,6 +150,10 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
     seen: dict[str, tuple[int, str]] = {}  # the id, normalised -> (its first line, the id as written)
     not_text = 0
     for lineno, raw in lines:
+        if lineno == 1 and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            errors.append(FileError(path, 0, None, f"UTF-16 (its byte-order mark says so); {what} is read as "
+                                                   f"UTF-8: convert it (iconv -f UTF-16 -t UTF-8 {path})"))
+            break
         if not items and not errors and _is_json_array(raw):
             errors.append(FileError(path, lineno, None, f"a JSON array; {what} is JSON Lines, one object per line "
                                                         "(convert with jq -c '.[]')"))
