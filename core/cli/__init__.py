@@ -20,6 +20,7 @@ its library modules when it runs.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import textwrap
@@ -110,10 +111,25 @@ def _version() -> str:
         return "unknown"
 
 
+# The verbs whose --out is a file, not a folder
+_OUT_FILE = frozenset({"generate"})
+
+
+def _check_out_folder(args: argparse.Namespace) -> None:
+    """A --out (or view's --export) folder given as an existing file is one usage error,
+    exit 2, in every verb, before any work (as `score` always said it)."""
+    for name in ("out", "export"):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and args.command not in _OUT_FILE and os.path.exists(value) \
+                and not os.path.isdir(value):
+            raise ConfigError(f"--{name} {value}: exists and is not a folder")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _check_out_folder(args)
         return args.func(args)
     except ConfigError as e:
         print_error(e)
