@@ -123,6 +123,34 @@ def _check_out_folder(args: argparse.Namespace) -> None:
         if isinstance(value, str) and args.command not in _OUT_FILE and os.path.exists(value) \
                 and not os.path.isdir(value):
             raise ConfigError(f"--{name} {value}: exists and is not a folder")
+    out = getattr(args, "out", None)
+    if isinstance(out, str) and args.command not in _OUT_FILE and hasattr(args, "cache"):
+        cache = _cache_of(args)
+        o, c = os.path.realpath(os.path.expanduser(out)), os.path.realpath(cache)
+        if o == c or o.startswith(c.rstrip(os.sep) + os.sep):
+            where = "is" if o == c else "is inside"
+            raise ConfigError(f"--out {out}: {where} the cache folder {cache}: the outputs would lie among the "
+                              "LMDB files (and removing the run folder would remove the cache); give another "
+                              "--out")
+
+
+def _cache_of(args: argparse.Namespace) -> str:
+    """The cache a verb will open: --cache, else its --config file's `cache`, else the default."""
+    if isinstance(args.cache, str):
+        return os.path.expanduser(args.cache)
+    config = getattr(args, "config", None)
+    if isinstance(config, str):
+        try:
+            from tension.core.config import read_config_file
+
+            given = read_config_file(config).get("cache")
+            if isinstance(given, str):
+                return os.path.expanduser(given)
+        except ConfigError:
+            pass  # the verb reports the file's problem
+    from tension.cache.store import default_path
+
+    return str(default_path())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
