@@ -265,7 +265,8 @@ def _checked_keys(struct: type[msgspec.Struct], p: Path, keys: dict[str, Any], t
         try:
             msgspec.convert(v, types[name])  # checked only: the Struct converts the merged settings
         except msgspec.ValidationError as e:
-            raise ConfigError(f"{p}: `{k}`{_at_line(p, k, table)}: {e}") from e
+            # said as the Struct's own error says it (`- at $.key`), with the line
+            raise ConfigError(f"{p}: {e} - at `$.{name}`{_at_line(p, k, table)}") from e
         data[name] = v
     return data
 
