@@ -20,6 +20,7 @@ its library modules when it runs.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import textwrap
@@ -110,10 +111,53 @@ def _version() -> str:
         return "unknown"
 
 
+# The verbs whose --out is a file, not a folder
+_OUT_FILE = frozenset({"generate"})
+
+
+def _check_out_folder(args: argparse.Namespace) -> None:
+    """A --out (or view's --export) folder given as an existing file is one usage error,
+    exit 2, in every verb, before any work (as `score` always said it)."""
+    for name in ("out", "export"):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and args.command not in _OUT_FILE and os.path.exists(value) \
+                and not os.path.isdir(value):
+            raise ConfigError(f"--{name} {value}: exists and is not a folder")
+    out = getattr(args, "out", None)
+    if isinstance(out, str) and args.command not in _OUT_FILE and hasattr(args, "cache"):
+        cache = _cache_of(args)
+        o, c = os.path.realpath(os.path.expanduser(out)), os.path.realpath(cache)
+        if o == c or o.startswith(c.rstrip(os.sep) + os.sep):
+            where = "is" if o == c else "is inside"
+            raise ConfigError(f"--out {out}: {where} the cache folder {cache}: the outputs would lie among the "
+                              "LMDB files (and removing the run folder would remove the cache); give another "
+                              "--out")
+
+
+def _cache_of(args: argparse.Namespace) -> str:
+    """The cache a verb will open: --cache, else its --config file's `cache`, else the default."""
+    if isinstance(args.cache, str):
+        return os.path.expanduser(args.cache)
+    config = getattr(args, "config", None)
+    if isinstance(config, str):
+        try:
+            from tension.core.config import read_config_file
+
+            given = read_config_file(config).get("cache")
+            if isinstance(given, str):
+                return os.path.expanduser(given)
+        except ConfigError:
+            pass  # the verb reports the file's problem
+    from tension.cache.store import default_path
+
+    return str(default_path())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _check_out_folder(args)
         return args.func(args)
     except ConfigError as e:
         print_error(e)

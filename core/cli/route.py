@@ -19,10 +19,11 @@ def cmd_route(args) -> int:
     Each server must list its models (GET /v1/models) and answer GET /health, where
     the router checks its workers (vLLM serves both); a server without /health is
     refused at once. The router's log is deleted when it stops cleanly."""
+    from tension.core.config.settings import API_KEY_ENV, checked_key
     from tension.core.llm.vllm_router import LocalRouter, RouterSettings, worker_models
 
     urls = [u.strip() for arg in args.urls for u in arg.split(",") if u.strip()]
-    models = worker_models(urls, os.environ.get("OPENAI_API_KEY"))
+    models = worker_models(urls, checked_key(os.environ.get(API_KEY_ENV), f"the environment variable {API_KEY_ENV}"))
     router = LocalRouter(urls, settings=RouterSettings(policy=args.policy), host=args.host, port=args.port)
     # SIGTERM ends the router as Ctrl-C does (a service manager stops it that way)
     signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -22,6 +22,7 @@ from tension.core.config.settings import (
     RetrySeconds,
     Settings,
     Timeout,
+    checked_key,
     flag,
 )
 
@@ -124,8 +125,9 @@ class GenerateConfig(Settings, kw_only=True, forbid_unknown_fields=True):
                 _pick(self.min_p, PIPELINE_MIN_P) or None)
 
     def resolved_api_key(self) -> str | None:
-        """The key is read from the environment variable `api_key_env` names, only."""
-        return os.environ.get(self.api_key_env)
+        """The key is read from the environment variable `api_key_env` names, only
+        (a key no HTTP header carries as it is: a ConfigError, `checked_key`)."""
+        return checked_key(os.environ.get(self.api_key_env), f"the environment variable {self.api_key_env}")
 
 
 def _pick(value, default):

@@ -5,6 +5,7 @@ override the file. Each field's metadata is its flag's help and group."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import Annotated, Any
 
 from tension.core.config.settings import (
@@ -86,11 +87,14 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         "adaptive endings: draw a position's endings in rounds of --round-endings until the 95% (Wilson) "
         "interval of its no-rate is at most this half-width, or --max-endings are drawn; needs --seed. 0.04 "
         "keeps every story statistic inside its fixed-100 interval in >= 95% of simulated stories; looser "
-        "targets save more and bias the mean NR up (default: off, --endings exactly; docs/metrics.md 1.7)", ENDINGS,
+        "targets save more and bias the mean NR up; not with --endings (default: off, --endings exactly; "
+        "docs/metrics.md 1.7)", ENDINGS,
         bounds=Bounds(gt=0, lt=0.5))] = None
-    round_endings: Annotated[int, flag("adaptive endings: endings per round, the first included",
+    round_endings: Annotated[int, flag("adaptive endings: endings per round, the first included (not given: "
+                                       "--max-endings if that is smaller; ignored, and said, without a target)",
                                        ENDINGS, bounds=Bounds(ge=1, le=10_000))] = 20
-    max_endings: Annotated[int, flag("adaptive endings: most endings a position gets (the paper's n)",
+    max_endings: Annotated[int, flag("adaptive endings: most endings a position gets (the paper's n; "
+                                     "ignored, and said, without a target)",
                                      ENDINGS, bounds=Bounds(ge=1, le=10_000))] = 100
     seed: Annotated[int | None, flag(
         "sampling seed sent with every generation request. Give it for reproducible runs: seeded, a run "
@@ -181,6 +185,30 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     interval_resamples: IntervalResamples = _CURVE.interval_resamples
     interval_seed: IntervalSeed = _CURVE.interval_seed
 
+    @classmethod
+    def complete(cls, data: dict[str, Any], given: set[str]) -> None:
+        """Adaptive endings' settings given together (docs/metrics.md 1.7, docs/reliability.md
+        "Inputs and settings"): --endings with a target would be ignored, so it is refused;
+        a round or maximum without a target is ignored, and said; without --round-endings the
+        round is at most --max-endings; a target no position can meet before --max-endings
+        is said (every position gets the maximum, as a fixed run)."""
+        adaptive = data.get("target_half_width") is not None
+        if adaptive and "endings" in given:
+            raise ConfigError("endings: not with --target-half-width, which draws each position's endings in "
+                              "rounds of --round-endings (default 20) up to --max-endings (default 100): give "
+                              "--max-endings for the most a position gets, or --endings alone for exactly N")
+        if not adaptive:
+            ignored = [f"--{n.replace('_', '-')}" for n in ("round_endings", "max_endings") if n in given]
+            if ignored:
+                _say(f"{' and '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored without "
+                     "--target-half-width (adaptive endings); each position gets --endings "
+                     f"({data.get('endings', 100)}) endings")
+            return
+        default_round = cls.__struct_defaults__[cls.__struct_fields__.index("round_endings")]
+        if "round_endings" not in given and isinstance(m := data.get("max_endings"), int) and 1 <= m < default_round:
+            data["round_endings"] = m  # the default round, 20, is at most the maximum given
+        _check_target_reachable(data, default_round)
+
     def __post_init__(self) -> None:
         self.check_declared()  # every numeric field within its declared Bounds
         self.expand_paths()
@@ -242,6 +270,30 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     def curve_settings(self):
         return make_curve_settings(self.window, self.thresholds, self.late_threshold, self.retention_window,
                                    interval_resamples=self.interval_resamples, interval_seed=self.interval_seed)
+
+
+def _say(message: str) -> None:
+    """A warning about the settings, on stderr as the run's warnings are."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _check_target_reachable(data: dict[str, Any], default_round: int) -> None:
+    """A warning when no position can stop before --max-endings: the narrowest 95 %
+    (Wilson) interval after any round short of the maximum (all endings no's, or none)
+    is wider than the target, so every position gets --max-endings, as --endings would."""
+    from tension.kernels.stopping import round_ends, wilson_half_width
+
+    w, r, m = data.get("target_half_width"), data.get("round_endings", default_round), data.get("max_endings", 100)
+    if not (isinstance(w, (int, float)) and isinstance(r, int) and isinstance(m, int)) or not 0 < w < 0.5 \
+            or not 1 <= r <= m:
+        return  # a bad value is __post_init__'s to name
+    if any(float(wilson_half_width(n, 0)) <= w + 1e-12 for n in round_ends(r, m)[:-1]):
+        return
+    need = next(n for n in range(1, 10**6) if float(wilson_half_width(n, 0)) <= w + 1e-12)
+    _say(f"--target-half-width {w:g} cannot be met before --max-endings ({m}): a 95% interval is that narrow "
+         f"only from {need} endings on, at the end of a round before the last (rounds of {r}), so every "
+         f"position gets {m} endings, as --endings {m} gives; for a target that stops positions early, "
+         f"--max-endings must exceed both {need} and --round-endings ({r})")
 
 
 def make_curve_settings(window, thresholds, late_threshold, retention_window, flag_prefix: str = "", *,

@@ -5,8 +5,10 @@ the API key and the record of the settings without it."""
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 import typing
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar
 
@@ -19,7 +21,7 @@ from tension.kernels.settings import Bounds, check_bounds
 __all__ = ["API_KEY_ENV", "BASE_URL_ENV", "DEFAULT_BASE_URL", "env_base_url", "Settings", "flag", "public",
            "load_settings", "read_config_file", "config_file_keys", "build_settings", "SERVERS", "CONCURRENCY",
            "OUTPUTS", "ApiKey", "ReasoningOff", "Timeout", "Retries", "RetrySeconds", "CachePath", "CacheMaxGB",
-           "Progress", "Bounds", "TEMPERATURE", "TOKENS", "cache_file_given"]
+           "Progress", "Bounds", "TEMPERATURE", "TOKENS", "cache_file_given", "checked_key"]
 
 API_KEY_ENV = "OPENAI_API_KEY"
 # The server when none is named (--base-url, a config file's base_url): this
@@ -90,6 +92,12 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # message has always named it as a flag (generate), "" elsewhere.
     flag_prefix: ClassVar[str] = ""
 
+    @classmethod
+    def complete(cls, data: dict[str, Any], given: set[str]) -> None:
+        """Before the settings are built from `data` (defaults not yet in it): what
+        depends on which settings the user gave (`given`: a file's keys and the flags,
+        not a fallback's), filled in or refused as a ConfigError. Nothing by default."""
+
     def check(self, ok: bool, field: str, what: str) -> None:
         """Raise a ConfigError naming `field`, what was expected and its value, unless ok."""
         if not ok:
@@ -131,11 +139,37 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ConfigError(f"{self.flag_prefix}{name}: {rest}") from None
 
     def resolved_api_key(self) -> str | None:
-        """The environment variable first, then the config file's `api_key`."""
-        return os.environ.get(API_KEY_ENV) or getattr(self, "api_key", None)
+        """The environment variable first, then the config file's `api_key`; a key
+        that no HTTP header can carry as it is is a ConfigError (`checked_key`)."""
+        # the file's key is checked though the variable wins, as every key of a file is
+        own = checked_key(getattr(self, "api_key", None), "the API key (config key `api_key`)")
+        env = os.environ.get(API_KEY_ENV)
+        return checked_key(env, f"the environment variable {API_KEY_ENV}") if env else own
 
     def public(self) -> dict[str, Any]:
         return public(self)
+
+
+def checked_key(key: str | None, source: str) -> str | None:
+    """`key` as it is, or a ConfigError saying where it came from and what is wrong
+    with it, never the key: a newline (`open("key.txt").read()` keeps the last one),
+    another control character, a space or a character past ASCII would be sent as it
+    is in the Authorization header (or refused by the HTTP library at the first
+    request), which no server takes for the key meant. Nothing is stripped silently:
+    the user removes it, before any request."""
+    if not key:
+        return key
+    for i, c in enumerate(key, 1):
+        if "!" <= c <= "~":
+            continue
+        what = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", " ": "a space"}.get(c)
+        if what is None:
+            kind = "a control character" if unicodedata.category(c).startswith("C") else "a character past ASCII"
+            what = f"{kind} (U+{ord(c):04X})"
+        at = "its last character" if i == len(key) else "its first character" if i == 1 else f"character {i}"
+        raise ConfigError(f"{source} holds {what} ({at} of {len(key)}); remove it: an API key is sent as it is, "
+                          "in an HTTP header")
+    return key
 
 
 def refresh_roles(value: str | None, roles: tuple[str, ...]) -> tuple[str, ...]:
@@ -179,9 +213,15 @@ def load_settings(struct: type[S], path: str | os.PathLike | None, overrides: di
     fields are used and the rest ignored, and the keys of its [table], all of
     which must be fields, win."""
     data: dict[str, Any] = dict(fallback or {})
+    given: set[str] = set()
     if path is not None:
-        data.update(_file_settings(struct, Path(path), table))
+        from_file = _file_settings(struct, Path(path), table)
+        data.update(from_file)
+        given |= set(from_file)
     data.update({k: v for k, v in overrides.items() if v is not None})
+    given |= {k for k, v in overrides.items() if v is not None}
+    if issubclass(struct, Settings):
+        struct.complete(data, given)
     try:
         return msgspec.convert(data, struct)
     except msgspec.ValidationError as e:
@@ -193,20 +233,60 @@ def _file_settings(struct: type[msgspec.Struct], p: Path, table: str | None) -> 
     doc = read_config_file(p)
     known = set(struct.__struct_fields__)
     if table is None:
-        data = {k.replace("-", "_"): v for k, v in doc.items()}
-        for k in data:
-            if k not in known:
-                raise ConfigError(f"{p}: unknown key `{k}` (known: {', '.join(sorted(known))})")
-        return data
+        for k in doc:
+            if k.replace("-", "_") not in known:
+                raise ConfigError(f"{p}: unknown key `{k.replace('-', '_')}` (known: {', '.join(sorted(known))})")
+        return _checked_keys(struct, p, doc, None)
     inner = doc.pop(table, {})
-    data = {k.replace("-", "_"): v for k, v in doc.items() if k.replace("-", "_") in known}
     if not isinstance(inner, dict):
         raise ConfigError(f"{p}: [{table}] must be a table")
-    for k, v in inner.items():
-        if k.replace("-", "_") not in known:
+    for k in inner:
+        if k.replace("-", "_") not in known:  # said as it is written, as before
             raise ConfigError(f"{p}: unknown key `{k}` in [{table}] (known: {', '.join(sorted(known))})")
-        data[k.replace("-", "_")] = v
+    data = _checked_keys(struct, p, {k: v for k, v in doc.items() if k.replace("-", "_") in known}, None)
+    data.update(_checked_keys(struct, p, inner, table))
     return data
+
+
+def _checked_keys(struct: type[msgspec.Struct], p: Path, keys: dict[str, Any], table: str | None) -> dict[str, Any]:
+    """The keys of one table of a config file, normalised to fields. Each value is
+    checked against its field's type here, with the key's line, whether or not a flag
+    overrides it (a file that breaks only in the run without the flag is found now);
+    `judge-model` and `judge_model` in one table are one setting given twice."""
+    types = {f.name: f.type for f in msgspec.structs.fields(struct)}
+    seen: dict[str, str] = {}
+    data: dict[str, Any] = {}
+    for k, v in keys.items():
+        name = k.replace("-", "_")
+        if name in seen:
+            raise ConfigError(f"{p}: `{k}`{_at_line(p, k, table)} sets `{seen[name]}`{_at_line(p, seen[name], table)} "
+                              "again; a setting is given once: keep one")
+        seen[name] = k
+        try:
+            msgspec.convert(v, types[name])  # checked only: the Struct converts the merged settings
+        except msgspec.ValidationError as e:
+            # said as the Struct's own error says it (`- at $.key`), with the line
+            raise ConfigError(f"{p}: {e} - at `$.{name}`{_at_line(p, k, table)}") from e
+        data[name] = v
+    return data
+
+
+def _at_line(p: Path, key: str, table: str | None) -> str:
+    """" (line N)", where `key` is set in the file (in [table] when given); "" when it
+    cannot be found (a key set inside an inline table or as a dotted key)."""
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    pat = re.compile(rf"""\s*(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')\s*=""")
+    header = re.compile(r"\s*\[")
+    inside = table is None
+    for i, line in enumerate(lines, 1):
+        if header.match(line):
+            inside = table is not None and re.match(rf"\s*\[\s*{re.escape(table)}\s*\]", line) is not None
+        elif inside and pat.match(line):
+            return f" (line {i})"
+    return ""
 
 
 def read_config_file(path: str | os.PathLike) -> dict[str, Any]:

@@ -3,7 +3,9 @@ kept as metadata) or a folder of `.txt` files (id = file stem)."""
 
 from __future__ import annotations
 
+import codecs
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import msgspec
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
 from tension.core.inputs.jsonl import FileError, check_label, read_records, string_field
+from tension.core.inputs.segment import word_count
 
 __all__ = ["Story", "Skipped", "Corpus", "read_corpus", "DEFAULT_GROUP"]
 
@@ -45,7 +48,7 @@ def read_corpus(path: str | os.PathLike, min_words: int = 500, max_words: int = 
     stories: list[Story] = []
     skipped: list[Skipped] = []
     for s in records:
-        s.words = len(s.text.split())
+        s.words = word_count(s.text)  # whitespace words; in Chinese, Japanese, Thai … characters per word
         if s.words < min_words:
             skipped.append(Skipped(id=s.id, reason=f"{s.words} words, fewer than --min-words {min_words}"))
         elif s.words > max_words:
@@ -72,13 +75,28 @@ def _story(path: str, lineno: int, obj: dict[str, Any]) -> Story:
 def _read_folder(p: Path) -> tuple[list[Story], list[InputError]]:
     stories: list[Story] = []
     errors: list[InputError] = []
-    files = sorted(f for f in p.iterdir() if f.suffix == ".txt" and f.is_file())
+    entries = sorted(p.iterdir())
+    # .txt in any case (G.TXT from another system); what else the folder holds is said, not silently left out
+    files = [f for f in entries if f.suffix.lower() == ".txt" and f.is_file()]
+    others = [f.name + ("/" if f.is_dir() else "") for f in entries if f not in files and not f.name.startswith(".")]
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        print(f"note: {p}: {len(others)} entries skipped, not .txt files (subfolders are not read): {shown}",
+              file=sys.stderr)
     if not files:
         errors.append(FileError(str(p), 0, None, "no .txt files in this folder"))
     for f in files:
         try:
-            text = f.read_bytes().decode("utf-8-sig")  # a byte order mark is no part of the text
+            data = f.read_bytes()
+            if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+                text = data.decode("utf-16")  # its byte order mark says so (Windows' "Unicode")
+            else:
+                text = data.decode("utf-8-sig")  # a byte order mark is no part of the text
         except UnicodeDecodeError as e:
+            if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+                errors.append(InputError(str(f), 0, None, f"not valid UTF-16 (byte offset {e.start}), though its "
+                                                          "byte-order mark says UTF-16"))
+                continue
             errors.append(InputError(str(f), 0, None, f"not valid UTF-8 (byte offset {e.start})"))
             continue
         except OSError as e:

@@ -10,6 +10,7 @@ import os
 import re
 import secrets
 import sys
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, TypeVar, overload
@@ -146,9 +147,13 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
     path = display_name(path)
     items: list[T] = []
     errors: list[InputError] = []
-    seen: dict[str, int] = {}
+    seen: dict[str, tuple[int, str]] = {}  # the id, normalised -> (its first line, the id as written)
     not_text = 0
     for lineno, raw in lines:
+        if lineno == 1 and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            errors.append(FileError(path, 0, None, f"UTF-16 (its byte-order mark says so); {what} is read as "
+                                                   f"UTF-8: convert it (iconv -f UTF-16 -t UTF-8 {path})"))
+            break
         if not items and not errors and _is_json_array(raw):
             errors.append(FileError(path, lineno, None, f"a JSON array; {what} is JSON Lines, one object per line "
                                                         "(convert with jq -c '.[]')"))
@@ -163,12 +168,18 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
                     break
             item = parse(path, lineno, decode(path, lineno, raw))
             key = id_of(item)
-            if key in seen:
-                raise InputError(path, lineno, "id", f"duplicate id {key!r} (first on line {seen[key]})")
+            # ids that look the same in every table are one id: equal after Unicode
+            # normalisation (café composed or decomposed) and trimming ("a" and "a ")
+            norm = unicodedata.normalize("NFC", key).strip() if isinstance(key, str) else key
+            if norm in seen:
+                first, written = seen[norm]
+                same = "" if written == key else (f" as {written!r}: the same id after Unicode normalisation (NFC) "
+                                                  "and trimming")
+                raise InputError(path, lineno, "id", f"duplicate id {key!r} (first on line {first}{same})")
         except InputError as e:
             errors.append(e)
             continue
-        seen[key] = lineno
+        seen[norm] = (lineno, key)
         items.append(item)
     if empty and not items and not errors:
         errors.append(FileError(path, 0, None, f"no {empty} (the file is empty)"))

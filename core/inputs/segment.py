@@ -1,14 +1,39 @@
-"""Sentences and positions of a story (docs/metrics.md 1.1; paper 000, App. C.2–C.3)."""
+"""Sentences and positions of a story (docs/metrics.md 1.1; paper 000, App. C.2–C.3).
+
+The paper's splitter ends a sentence at `.`, `!` or `?` (with closing quotes or
+parens) followed by whitespace and an ASCII capital or opening punctuation. That
+rule is kept exactly for the text it was made for: wherever a story's sentences
+begin with `A`–`Z` or `“ " ( [`, the boundaries are the paper's. It is extended
+to other scripts (README, "Languages"):
+
+- after the same marks, a sentence may also begin with any uppercase letter
+  (Ü, É, Ł, Ж, Σ …) or, in a script without case, any letter (Hebrew, Arabic,
+  Devanagari, Hangul, Han, kana, Thai …), or with the opening marks of other
+  languages (¿ ¡ « ‹ „ 「 『 …);
+- a script's own terminal marks end a sentence the same way: Arabic ؟ and ۔,
+  Devanagari । and ॥, Greek ; (U+037E, and `;` after a Greek letter), Armenian ։,
+  Ethiopic ።, Hebrew ׃, Khmer ។ ៕, Myanmar ။;
+- the ideographic marks 。！？．｡ end a sentence with or without whitespace after
+  them (Chinese and Japanese write none), before anything but a closing mark;
+- Thai and Lao write no terminal mark: a space between two of their letters ends
+  a sentence (their spaces mark sentence and clause ends, not words).
+
+Scripts written without spaces get a word count that means something
+(`word_count`): a word per 2 Han or kana characters, per 4 Thai, Lao, Khmer or
+Myanmar characters; text in other scripts counts whitespace words, as the paper.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import unicodedata
+from collections import Counter
+from collections.abc import Iterator, Sequence
 
 import msgspec
 
-__all__ = ["SENTENCE_BOUNDARY", "MIN_SENT_WORDS", "split_sentences", "Candidate", "candidates",
-           "prefix_text", "story_text", "continuation_text"]
+__all__ = ["SENTENCE_BOUNDARY", "MIN_SENT_WORDS", "CHARS_PER_WORD", "split_sentences", "word_count",
+           "boundary_warning", "Candidate", "candidates", "prefix_text", "story_text", "continuation_text"]
 
 # The paper's splitter, exactly: terminal punctuation, optional closing quotes or
 # parens, whitespace, then an uppercase letter or opening punctuation. The seed's
@@ -16,23 +41,127 @@ __all__ = ["SENTENCE_BOUNDARY", "MIN_SENT_WORDS", "split_sentences", "Candidate"
 SENTENCE_BOUNDARY = re.compile(r"[.!?][\"\u201d\u2019)]*\s+(?=[A-Z\u201c\"(\[])")
 MIN_SENT_WORDS = 10
 
+# Terminal marks followed by whitespace, as the paper's `[.!?]`: its own three, then other
+# scripts' (Greek question mark, Armenian full stop, Arabic question mark and full stop,
+# Devanagari danda and double danda, Ethiopic full stop, Hebrew sof pasuq, Khmer khan and
+# bariyoosan, Myanmar section), and `;` only after a Greek letter (Greek's question mark
+# as typed: an English `;` is never terminal).
+_SPACED_MARK = (r"(?:[.!?\u037e\u0589\u061f\u06d4\u0964\u0965\u1362\u05c3\u17d4\u17d5\u104b]"
+                r"|(?<=[\u0370-\u03ff\u1f00-\u1fff]);)")
+# The paper's closing marks, German's closing “ and ‘ („…“ ‚…‘), then closing guillemets
+# (French writes a space before them).
+_CLOSE = r"(?:[\"\u201d\u2019)\u201c\u2018]|[\u00a0\u202f ]?[\u00bb\u203a])"
+_SPACED = re.compile(_SPACED_MARK + _CLOSE + r"*\s+(?=\S)")
+# The ideographic marks, as a run (！？), then closing brackets and quotes, then any whitespace.
+_IDEOGRAPHIC = re.compile(r"[\u3002\uff01\uff1f\uff0e\uff61]+[\u300d\u300f\uff09\u3015\u3011\u3009\u300b"
+                          r"\uff63\u201d\u2019\"')\]]*\s*(?=\S)")
+_THAI = r"\u0e00-\u0e7f\u0e80-\u0eff"
+_THAI_SPACE = re.compile(rf"(?<=[{_THAI}])\s+(?=[{_THAI}])")
+_BOUNDARY = re.compile("|".join(f"(?:{p.pattern})" for p in (_SPACED, _IDEOGRAPHIC, _THAI_SPACE)))
+# A sentence may open with these (the paper's “ " ( [, then other languages' quotes and marks).
+_OPENING = frozenset("\u201c\"([\u00bf\u00a1\u00ab\u2039\u201e\u201a\u300c\u300e\uff08\u3014\u3010\u300a\u3008\uff62")
+_CLOSING = frozenset("\u300d\u300f\uff09\u3015\u3011\u3009\u300b\uff63\u201d\u2019\"')]\u00bb\u203a")
+_IDEOGRAPHIC_MARKS = frozenset("\u3002\uff01\uff1f\uff0e\uff61")
+
+# Characters per word in scripts written without spaces (word_count): about 1.5–2.5 Han or kana
+# characters make a word of Chinese or Japanese, about 4 characters (vowel and tone marks
+# included) a word of Thai, Lao, Khmer or Myanmar.
+CHARS_PER_WORD = {"han-kana": 2, "thai-lao-khmer-myanmar": 4}
+# (kana letters and marks, not the kana punctuation ・ ゠; the iteration marks 々 〆 〇)
+_HAN_KANA = re.compile(r"[\u3005-\u3007\u3041-\u309f\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff\u3400-\u4dbf"
+                       r"\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]")
+_SEA = re.compile(r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]")
+_SPACELESS = re.compile(_HAN_KANA.pattern + "|" + _SEA.pattern)
+
+
+def _starts_sentence(c: str) -> bool:
+    """Whether a sentence may begin with `c` after a terminal mark: the paper's class
+    (`A`–`Z`, opening punctuation), any uppercase letter, or a letter of a script
+    without case (a letter that is neither upper nor lower case, past Latin-1: ª is not one)."""
+    if "A" <= c <= "Z" or c in _OPENING:
+        return True
+    if c.isascii():
+        return False
+    cat = unicodedata.category(c)
+    return cat in ("Lu", "Lt") or (cat == "Lo" and c > "\u00ff")
+
+
+def _boundary_ends(text: str) -> Iterator[tuple[int, int]]:
+    """(end of the sentence, start of the next) for each boundary of `text`."""
+    for m in _BOUNDARY.finditer(text):
+        nxt = m.end()
+        c = text[nxt]
+        mark = text[m.start()]
+        if mark in _IDEOGRAPHIC_MARKS:
+            # In Japanese a quotation may end a sentence's clause and go on: 「…。」と言った.
+            if text[m.start():nxt].rstrip()[-1:] in _CLOSING and c == "\u3068":
+                continue
+            if c in _CLOSING:  # the closing marks end the text: no sentence after them
+                continue
+        elif not text[m.start()].isspace() and not _starts_sentence(c):
+            continue
+        # The sentence ends after the mark and its closing marks; the whitespace is dropped.
+        yield m.start() + len(m.group().rstrip()), nxt
+
 
 def split_sentences(text: str) -> list[str]:
     """Sentences keep their punctuation; the whitespace between them is dropped."""
     out: list[str] = []
     start = 0
-    for m in SENTENCE_BOUNDARY.finditer(text):
-        # The boundary match is punctuation + closing marks + whitespace; the
-        # sentence ends after the punctuation and closing marks.
-        end = m.start() + len(m.group().rstrip())
+    for end, nxt in _boundary_ends(text):
         piece = text[start:end].strip()
         if piece:
             out.append(piece)
-        start = m.end()
+        start = nxt
     tail = text[start:].strip()
     if tail:
         out.append(tail)
     return out
+
+
+def word_count(text: str) -> int:
+    """Whitespace words, as the paper counts them; in scripts written without spaces, a
+    word per CHARS_PER_WORD characters (rounded up), so `--min-words` and the anchor's
+    minimum mean about the same length in every script."""
+    if not _SPACELESS.search(text):
+        return len(text.split())
+    han = len(_HAN_KANA.findall(text))
+    sea = len(_SEA.findall(text))
+    # the words around them in other scripts (Tokyo, 2024), not the punctuation left alone (。)
+    rest = sum(any(c.isalnum() for c in w) for w in _SPACELESS.sub(" ", text).split())
+    return rest + -(-han // CHARS_PER_WORD["han-kana"]) + -(-sea // CHARS_PER_WORD["thai-lao-khmer-myanmar"])
+
+
+# A terminal mark that looks like a sentence end: a spaced mark before whitespace (or the end),
+# or an ideographic one.
+_MARKS = re.compile(_SPACED_MARK + _CLOSE + r"*(?:\s|$)|[\u3002\uff01\uff1f\uff0e\uff61]+")
+# Fewer boundaries than this share of the marks, once a story has at least MARKS_FOR_WARNING
+# of them, means the splitter is not reading its script (or its sentences begin in lower case).
+MARKS_FOR_WARNING = 10
+BOUNDARY_SHARE_FOR_WARNING = 0.5
+
+
+def boundary_warning(text: str) -> str | None:
+    """A sentence for the user when a story's terminal marks and its boundaries disagree
+    (many marks, few boundaries: its sentences begin with what the splitter does not take
+    for a sentence start), else None."""
+    ends = {end for end, _ in _boundary_ends(text)}
+    followers: Counter[str] = Counter()
+    marks = 0
+    for m in _MARKS.finditer(text.rstrip()):  # the story's last mark ends no boundary
+        marks += 1
+        end = m.start() + len(m.group().rstrip())
+        if end not in ends:
+            rest = text[m.end():].lstrip()
+            followers[rest[:1]] += 1
+    boundaries = marks - sum(followers.values())
+    if marks < MARKS_FOR_WARNING or boundaries >= BOUNDARY_SHARE_FOR_WARNING * marks:
+        return None
+    c, n = followers.most_common(1)[0]
+    return (f"{marks} sentence-ending marks but {boundaries} sentence boundaries ({n} of the marks are "
+            f"followed by {c!r}): a sentence ends only before an uppercase letter, a letter of a script "
+            "without case or an opening mark, so its sentences may be merged and positions missing "
+            "(README, \"Languages\")")
 
 
 class Candidate(msgspec.Struct, frozen=True):
@@ -43,9 +172,9 @@ class Candidate(msgspec.Struct, frozen=True):
 
 
 def candidates(sentences: Sequence[str], min_anchor_words: int = MIN_SENT_WORDS) -> list[Candidate]:
-    """Positions 1 ≤ k ≤ N−1 whose anchor s[k−1] has at least `min_anchor_words` words."""
+    """Positions 1 ≤ k ≤ N−1 whose anchor s[k−1] has at least `min_anchor_words` words (word_count)."""
     return [Candidate(k, sentences[k - 1]) for k in range(1, len(sentences))
-            if len(sentences[k - 1].split()) >= min_anchor_words]
+            if word_count(sentences[k - 1]) >= min_anchor_words]
 
 
 def prefix_text(sentences: Sequence[str], k: int) -> str:

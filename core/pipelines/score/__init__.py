@@ -136,7 +136,8 @@ class Scoring:
         if self.corpus.stories and not self.results and not self.failed:
             why = "; ".join(f"story {sid!r}: {w}" for sid, w in list(self.finder.no_positions.items())[:5])
             raise TensionError(f"{NO_POSITIONS} in any of the {len(self.corpus.stories)} stories ({why}): a "
-                               "position needs a sentence end (. ! ?) after a sentence of at least "
+                               "position needs a sentence end (. ! ? or its script's own, README \"Languages\") "
+                               "after a sentence of at least "
                                f"--min-anchor-words ({cfg.min_anchor_words}) words, within --pct-min..--pct-max "
                                "of the story; nothing was produced")
 

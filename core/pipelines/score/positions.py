@@ -18,10 +18,18 @@ import msgspec
 from tension.core.config import ScoreConfig
 from tension.core.errors import ConfigError
 from tension.core.inputs.corpus import Story
-from tension.core.inputs.segment import candidates, prefix_text, split_sentences, story_text
+from tension.core.inputs.segment import (
+    boundary_warning,
+    candidates,
+    prefix_text,
+    split_sentences,
+    story_text,
+    word_count,
+)
 from tension.core.llm.router import Router
 from tension.core.prompts import score as prompts
 from tension.core.run.engine import Engine
+from tension.core.run.lifecycle import warn
 
 __all__ = ["Position", "PositionFinder", "Counter", "make_tokenizer", "local_counter", "CHAT_TEMPLATE_SLACK"]
 
@@ -48,7 +56,7 @@ def make_tokenizer(cfg: ScoreConfig) -> Callable[[str], int] | None:
     if t == "server":
         return None
     if t == "words":
-        return lambda text: len(text.split())
+        return word_count  # whitespace words (in scripts without spaces, characters per word)
     if not os.path.isfile(t):
         raise ConfigError(f"--tokenizer: {t} is not a file (expected 'server', 'words' or a tokenizer.json)")
     try:
@@ -95,6 +103,8 @@ class PositionFinder:
         cfg = self.cfg
         sents = split_sentences(story.text)
         self.sentences[si] = sents
+        if (why := boundary_warning(story.text)) is not None:
+            warn(f"story {story.id!r}: {why}")
         cands = candidates(sents, cfg.min_anchor_words)
         if not cands:
             self.no_positions[story.id] = (

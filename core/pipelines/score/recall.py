@@ -91,7 +91,8 @@ def _config(saved: dict[str, Any]) -> ScoreConfig:
     """The run's settings from its run.json; keys this version does not know (a
     run by another version) are left out rather than refused."""
     known = set(ScoreConfig.__struct_fields__)
-    return load_config(None, {k: v for k, v in saved.items() if k in known and v is not None})
+    # as a fallback, not as flags: the record holds every setting, given by the user or not
+    return load_config(None, {}, fallback={k: v for k, v in saved.items() if k in known and v is not None})
 
 
 class RunKeys(msgspec.Struct, kw_only=True):
