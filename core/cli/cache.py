@@ -6,16 +6,20 @@ verb that opens a cache takes."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 
 from tension.core.cli.flags import Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
-from tension.core.errors import ConfigError
+from tension.core.errors import CacheError, ConfigError
 
 __all__ = ["VERBS", "OPENS_CACHE", "cmd_cache_stats", "cmd_cache_verify", "cmd_cache_recover", "cmd_cache_drop",
            "cmd_cache_merge", "network_fs_flag"]
@@ -182,24 +186,30 @@ def cmd_cache_merge(args) -> int:
 
     sources = [_existing(Path(s)) for s in args.sources]
     dst = Path(args.dst)
-    seen: dict[str, str] = {}
+    seen: dict[object, str] = {}
+    dst_file = _file_id(dst / "data.mdb")
     for src in sources:
-        real = os.path.realpath(src)
+        real, file = os.path.realpath(src), _file_id(src / "data.mdb")
         if real == os.path.realpath(dst):
             raise ConfigError(f"cache merge: {src} is DST: a cache cannot be merged into itself")
-        if real in seen:
-            raise ConfigError(f"cache merge: {src} is given twice (as {seen[real]})")
-        seen[real] = str(src)
+        if file == dst_file:  # a hard-linked copy (`cp -al`): another folder, the same file
+            raise ConfigError(f"cache merge: {src} is DST (the same data.mdb, hard-linked): a cache cannot be "
+                              "merged into itself")
+        if real in seen or file in seen:
+            raise ConfigError(f"cache merge: {src} is given twice (as {seen.get(real) or seen[file]}"
+                              + ("" if real in seen else ": the same data.mdb, hard-linked") + ")")
+        seen[real] = seen[file] = str(src)
     if (problem := cache_file_given(dst)) is not None:
         raise ConfigError(f"cache merge: DST {problem}")
     if dst.exists() and not (dst / "data.mdb").is_file() and (not dst.is_dir() or any(dst.iterdir())):
         raise ConfigError(f"cache merge: DST {dst} is neither a cache (no data.mdb in it) nor an empty folder")
     total = 0
-    for src in sources:
-        with Store(src, readonly=True) as store:
-            total += sum(st["entries"] for st in store.stats().values())
-    with tqdm(total=total, unit="records", desc="merge", disable=None, file=sys.stderr) as bar:
-        report = merge(sources, dst, progress=bar.update)
+    with _merge_advice(sources, dst), _sigterm_interrupts():
+        for src in sources:
+            with Store(src, readonly=True) as store:
+                total += sum(st["entries"] for st in store.stats().values())
+        with tqdm(total=total, unit="records", desc="merge", disable=None, file=sys.stderr) as bar:
+            report = merge(sources, dst, progress=bar.update)
     print(f"merged {len(sources)} caches into {dst}")
     print(f"{'database':<10} {'copied':>10} {'already there':>14} {'conflicting':>12} {'damaged':>8}")
     totals = {what: report.total(what) for what in ("copied", "present", "conflicting", "damaged")}
@@ -225,6 +235,50 @@ def cmd_cache_merge(args) -> int:
         print(f"error: {len(report.damaged)} damaged source records were skipped (listed above); a run from DST "
               "asks again for them", file=sys.stderr)
     return EXIT_FAILED
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """The file's device and inode (two names of one file have the same), or None
+    when there is no such file."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops the block as Ctrl-C does (KeyboardInterrupt: the CLI says
+    "interrupted … resume with the same command", exit 130): a merge commits whole
+    batches, so what it stopped in is only not yet written."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach only the main thread's handlers
+        return
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@contextlib.contextmanager
+def _merge_advice(sources: list[Path], dst: Path) -> Iterator[None]:
+    """A cache error met while merging, with the way on said for the merge (a run's
+    words, "--cache NEW", name a flag the merge does not have)."""
+    from tension.cache.failures import OTHER_CACHE, RERUN_WITH_NEW
+
+    try:
+        yield
+    except CacheError as e:
+        said = str(e)
+        if RERUN_WITH_NEW in said:
+            bad = next((str(p) for p in (*sources, dst) if f"cache at {p} " in said or f"cache at {p}:" in said),
+                       None)
+            said = said.replace(RERUN_WITH_NEW, f"then run the merge again with NEW in place of {bad}" if bad else
+                                "then run the merge again with NEW in place of the damaged cache")
+        said = said.replace(OTHER_CACHE, "(or give another DST)")
+        raise type(e)(said) from e
 
 
 def _check_local(path: Path) -> None:
