@@ -9,9 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import signal
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import msgspec
 
 from tension.core.cli.flags import Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
+from tension.core.cli.signals import sigterm_interrupts
 from tension.core.errors import CacheError, ConfigError
 
 __all__ = ["VERBS", "OPENS_CACHE", "cmd_cache_stats", "cmd_cache_verify", "cmd_cache_recover", "cmd_cache_drop",
@@ -39,7 +38,7 @@ def cmd_cache_stats(args) -> int:
     from tension.cache.merge import last_merge
     from tension.cache.store import Store, default_path
 
-    path = _existing(args.cache or default_path())
+    path = _existing(_given_cache(args, "cache stats") or default_path())
     with Store(path, readonly=True) as store:  # looking writes nothing (a read-only cache can be looked at)
         merged = last_merge(store)
         stats = store.stats()
@@ -70,7 +69,7 @@ def cmd_cache_verify(args) -> int:
     from tension.cache.store import default_path
     from tension.cache.verify import verify
 
-    path = _existing(args.path or default_path())
+    path = _existing(_given_cache(args, "cache verify") or default_path())
     _check_local(path)  # read without LMDB, but a network copy may be half-written: the same rule
     try:
         report = verify(path)
@@ -126,10 +125,16 @@ def cmd_cache_drop(args) -> int:
     on, endings that came back empty) are otherwise replayed by every rerun;
     `score --refresh ROLE` asks them again in place instead."""
     from tension.cache.store import DBS, Store, default_path
+    from tension.core.pipelines.score.recall import recorded_cache
 
     if args.model is None and args.role is None and args.run is None:
         raise ConfigError("cache drop: name what to drop with --model, --role or --run (they combine)")
-    path = _existing(args.cache or default_path())
+    given = _given_cache(args, "cache drop")
+    if given is None and args.run is not None and (recorded := recorded_cache(Path(args.run))) is not None:
+        # the cache the run used, which its run.json names: the one holding its records
+        print(f"cache {recorded}: the one {Path(args.run) / 'run.json'} names (--cache gives another)")
+        given = str(recorded)
+    path = _existing(given or default_path())
     dbs = ROLE_DBS[args.role] if args.role else DBS
     with Store(path) as store:
         run = None
@@ -204,7 +209,7 @@ def cmd_cache_merge(args) -> int:
     if dst.exists() and not (dst / "data.mdb").is_file() and (not dst.is_dir() or any(dst.iterdir())):
         raise ConfigError(f"cache merge: DST {dst} is neither a cache (no data.mdb in it) nor an empty folder")
     total = 0
-    with _merge_advice(sources, dst), _sigterm_interrupts():
+    with _merge_advice(sources, dst), sigterm_interrupts():
         for src in sources:
             with Store(src, readonly=True) as store:
                 total += sum(st["entries"] for st in store.stats().values())
@@ -245,21 +250,6 @@ def _file_id(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM stops the block as Ctrl-C does (KeyboardInterrupt: the CLI says
-    "interrupted … resume with the same command", exit 130): a merge commits whole
-    batches, so what it stopped in is only not yet written."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signals reach only the main thread's handlers
-        return
-    before = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
 
 
 @contextlib.contextmanager
@@ -326,12 +316,22 @@ def _print_report(report) -> None:
         print(f"{report.unreached} good records found in pages no database reaches (recover keeps them)")
 
 
+def _given_cache(args, verb: str) -> str | None:
+    """The cache folder given as PATH or as --cache (either form, in every cache verb
+    that opens one cache); both, naming two folders, is a usage error."""
+    path, flag = getattr(args, "path", None), getattr(args, "cache", None)
+    if path and flag and os.path.realpath(path) != os.path.realpath(flag):
+        raise ConfigError(f"{verb}: two caches given, {path} and --cache {flag}: give one")
+    return path or flag
+
+
 def _stats_flags(p) -> None:
-    p.add_argument("--cache", metavar="PATH", help="LMDB cache folder (default: ~/.cache/tension-run/llm.lmdb)")
+    p.add_argument("path", nargs="?", metavar="PATH",
+                   help="LMDB cache folder (default: ~/.cache/tension-run/llm.lmdb); --cache PATH says the same")
+    p.add_argument("--cache", metavar="PATH", help="LMDB cache folder (the same as PATH)")
 
 
-def _verify_flags(p) -> None:
-    p.add_argument("path", nargs="?", metavar="PATH", help="LMDB cache folder (default: ~/.cache/tension-run/llm.lmdb)")
+_verify_flags = _stats_flags
 
 
 def _recover_flags(p) -> None:
@@ -340,7 +340,10 @@ def _recover_flags(p) -> None:
 
 
 def _drop_flags(p) -> None:
-    _stats_flags(p)
+    p.add_argument("path", nargs="?", metavar="PATH",
+                   help="LMDB cache folder (default: the one --run DIR's run.json names, else "
+                        "~/.cache/tension-run/llm.lmdb); --cache PATH says the same")
+    p.add_argument("--cache", metavar="PATH", help="LMDB cache folder (the same as PATH)")
     p.add_argument("--model", metavar="MODEL", help="the records of this model (as the server named it)")
     p.add_argument("--role", choices=tuple(ROLE_DBS),
                    help="the records of this role: generation (endings), judge (verdicts), tokenize (token counts)")
@@ -390,9 +393,9 @@ def network_fs_flag(verb: Verb) -> Verb:
 
 
 _ENV = "environment: XDG_CACHE_HOME moves ~/.cache, where the default cache is."
-VERBS = [Verb("cache stats", cmd_cache_stats, _stats_flags, (), frozenset({"cache"}), _ENV),
-         Verb("cache verify", cmd_cache_verify, _verify_flags, (), frozenset({"path"}), _ENV),
+VERBS = [Verb("cache stats", cmd_cache_stats, _stats_flags, (), frozenset({"path", "cache"}), _ENV),
+         Verb("cache verify", cmd_cache_verify, _verify_flags, (), frozenset({"path", "cache"}), _ENV),
          Verb("cache recover", cmd_cache_recover, _recover_flags, (), frozenset({"src", "dst"})),
-         Verb("cache drop", cmd_cache_drop, _drop_flags, (), frozenset({"cache", "model", "role", "run", "yes"}),
-              _ENV),
+         Verb("cache drop", cmd_cache_drop, _drop_flags, (),
+              frozenset({"path", "cache", "model", "role", "run", "yes"}), _ENV),
          Verb("cache merge", cmd_cache_merge, _merge_flags, (), frozenset({"sources", "dst"}))]
