@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -33,6 +34,7 @@ from tension.core.reports.answer_warnings import warning_text
 from tension.core.reports.figures import sharp_reversals
 from tension.core.reports.metrics import Curve, check_curve, compute, stat_columns
 from tension.core.reports.story_intervals import compute_intervals
+from tension.core.view.named_files import unreadable
 from tension.kernels.curves import CurveSettings, Reason, smooth
 
 __all__ = ["Recall", "RecallFactory", "Stores", "ScoreRun", "NotFound", "slugs", "read_record", "open_recall",
@@ -268,13 +270,15 @@ class ScoreRun:
         if self._texts is None:
             self._texts = {}
             corpus = recorded_path(self.record, self.record.get("corpus"), self.dir)
-            if not corpus or not Path(corpus).exists():
+            if not corpus or not os.path.lexists(corpus):
                 shown = self.record.get("corpus_given") or corpus or "not named in run.json"
                 self.notes.append(f"the run's corpus ({shown}) is not there: story texts and endings cannot be "
                                   "shown")
+            elif (why := unreadable(corpus, "the run's corpus")) is not None:
+                self.notes.append(f"{why}; story texts and endings cannot be shown")
             else:
                 read = read_corpus(corpus, min_words=0, max_words=10**9)
-                self._texts = {s.id: s.text for s in read.stories}
+                self._texts = {s.id: s.text for s in read.stories if s.id in self.index}  # the run's stories only
         return self._texts
 
     def sentences(self, sid: str) -> list[str] | None:

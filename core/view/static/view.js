@@ -11,6 +11,8 @@
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
       if (k === "on") for (const [ev, f] of Object.entries(v)) e.addEventListener(ev, f);
+      // through the CSSOM: the view's Content-Security-Policy refuses style attributes
+      else if (k === "style") e.style.cssText = v;
       else if (v !== null && v !== undefined) e.setAttribute(k, v);
     }
     for (const k of kids.flat()) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
