@@ -119,7 +119,9 @@ def cmd_cache_drop(args) -> int:
     (--model, as the server named it), of a role (--role), of a run folder (--run:
     the records its positions were scored from), or of all the filters given.
 
-    Without --yes it only counts what would go (a dry run). Records are only
+    The cache is PATH (or --cache PATH); with --run DIR and neither, the one DIR's
+    run.json names (the cache the run used), else the default. Without --yes it
+    only counts what would go (a dry run). Records are only
     deleted, never changed; the next run asks again for what it needs of them and
     writes the new answers. A broken setup's answers (a judge whose reasoning was
     on, endings that came back empty) are otherwise replayed by every rerun;

@@ -13,6 +13,7 @@ removes the text or the endings: each says so in `notes`, shown on every page.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -151,6 +152,7 @@ class ScoreRun:
         self.slug = slugs([c.id for c in self.curves])
         self.by_slug = {s: sid for sid, s in self.slug.items()}
         self._texts: dict[str, str] | None = None
+        self._unscored: list[dict[str, str]] | None = None
         self._recall_from = (stores, recall, cache)  # opened on first use: the corpus page needs no cache
         self._recall: Recall | None = None
         self.cache_note: str | None = None
@@ -243,8 +245,27 @@ class ScoreRun:
                   for stat, by_group in self.groups.items()}
         models = self.record.get("models", {})
         return {"kind": "score", "dir": str(self.dir), "status": self.record.get("status", "unknown"),
-                "models": models, "columns": list(values), "stories": stories, "groups": groups,
-                "notes": self.notes, "warnings": self.warnings()}
+                "models": models, "columns": list(values), "stories": stories, "unscored": self.unscored(),
+                "groups": groups, "notes": self.notes, "warnings": self.warnings()}
+
+    def unscored(self) -> list[dict[str, str]]:
+        """The stories stories.csv lists without a position (too short for one, or
+        all failed), each with its reason: the corpus page shows them too, as
+        report.md's table does, rather than counting fewer stories than the run had."""
+        if self._unscored is None:
+            self._unscored = []
+            path = self.dir / "stories.csv"
+            try:
+                with path.open(encoding="utf-8", newline="") as f:
+                    rows = list(csv.DictReader(f))
+            except (OSError, UnicodeDecodeError, csv.Error):
+                rows = []  # no stories.csv (a stopped run): only positions.jsonl's stories are known
+            for row in rows:
+                sid = row.get("id")
+                if sid and sid not in self.index:
+                    self._unscored.append({"id": sid, "group": row.get("group") or "",
+                                           "reason": row.get("nan_reasons") or "no positions"})
+        return self._unscored
 
     def warnings(self) -> list[str]:
         """run.json's degenerate-answer warnings, one line each, as report.md shows them."""
