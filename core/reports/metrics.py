@@ -13,7 +13,6 @@ last stage of `score`, usable alone.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import functools
 import io
@@ -190,8 +189,11 @@ def _holds_positions(path: str | os.PathLike) -> bool:
     if not Path(path).is_file():  # standard input, a FIFO: read once, by read_records
         return False
     try:
-        with contextlib.closing(iter_lines(path)) as lines:
+        lines = iter_lines(path)
+        try:
             first = next((raw for _, raw in lines if raw.strip()), None)
+        finally:
+            lines.close()  # type: ignore[attr-defined]  # a generator: its file is closed now, not by the GC
         line = msgspec.json.decode(first) if first is not None else None
     except (OSError, msgspec.DecodeError, InputError):
         return False  # read_records says what is wrong with it
