@@ -12,7 +12,12 @@ from tension.core.errors import CacheDamagedError, disk_free
 
 from . import records
 
-__all__ = ["DAMAGE", "damaged", "cannot_write", "write_failure", "replace_damaged"]
+__all__ = ["DAMAGE", "damaged", "cannot_write", "write_failure", "replace_damaged", "RERUN_WITH_NEW", "OTHER_CACHE"]
+
+# The way on a run is told (`score`, `estimate` …): a verb without --cache (`cache
+# merge`) says its own instead of these words.
+RERUN_WITH_NEW = "then rerun with --cache NEW"
+OTHER_CACHE = "(or give another --cache)"
 
 # LMDB's errors about the file itself (bad pages, a foreign or torn file), as
 # opposed to a full map or disk: rerunning cannot cure them.
@@ -25,7 +30,7 @@ def damaged(path: str | os.PathLike, what: str) -> CacheDamagedError:
     return CacheDamagedError(
         f"the cache at {path} is damaged: {what}. Rerunning cannot repair it. `tension-run cache verify {path}` "
         f"lists what is readable; `tension-run cache recover {path} NEW` copies every readable record into a "
-        f"new cache NEW (the damaged one is left as it is); then rerun with --cache NEW")
+        f"new cache NEW (the damaged one is left as it is); {RERUN_WITH_NEW}")
 
 
 def cannot_write(e: BaseException) -> bool:
@@ -44,7 +49,7 @@ def write_failure(path: str | os.PathLike, e: BaseException) -> str:
     cause and the free space, and the way on."""
     return (f"cannot write to the cache at {path}: {e}. The disk holding it has {disk_free(path)} free: a full "
             "disk or a file-size limit (ulimit -f) ends a write this way. The records already written are intact; "
-            "make room (or give another --cache) and rerun the same command to continue")
+            f"make room {OTHER_CACHE} and rerun the same command to continue")
 
 
 def replace_damaged(txn, handle, key: bytes, value) -> bool:

@@ -4,8 +4,11 @@ cache of its own local disk) into one, from which a final run sends nothing.
 Each source record is checked by the records module's own check (its checksum,
 whatever the record's format: `records.decode`) and copied as its stored bytes,
 never re-encoded. A key DST already holds is either the same answer (the same bytes,
-or records equal but for when they were made: `created`, `seconds`) and counted as
-already there, or a different answer: a conflict. DST keeps the record it holds (its
+or records equal but for their bookkeeping: when and how fast they were made,
+`created` and `seconds`, and the server's token counts, `usage`, whose
+`cached_tokens` depend on what its prefix cache held at that moment) and counted
+as already there, or a different answer (other texts, finish reasons, verdicts,
+log-probabilities or model): a conflict. DST keeps the record it holds (its
 own, or the first source's in the order given), and every conflict is reported with
 its database, key and sources; the merge exits 1. A damaged source record is
 reported and skipped (a run asks again for it).
@@ -34,7 +37,10 @@ BATCH = 1000  # records per write transaction: a kill loses at most one batch's 
 _BATCH_BYTES = 32 << 20  # … or fewer, when the records are large (endings)
 DST_BEFORE = "DST"  # a conflict's record that DST held before this merge
 _KEPT = 100  # conflicts and damaged records the cache's note of its last merge lists (all are counted)
-_TIMING = ("created", "seconds")  # when and how fast an answer was made: not part of the answer
+# An answer's bookkeeping, not the answer: when and how fast it was made, and the
+# server's token counts (two runs of one seeded request differ in `cached_tokens`,
+# which is what the server's prefix cache held at that moment)
+_BOOKKEEPING = ("created", "seconds", "usage")
 
 
 class Conflict(msgspec.Struct):
@@ -80,11 +86,12 @@ class MergeReport(msgspec.Struct, kw_only=True):
 
 
 def same_answer(a: records.Record, b: records.Record) -> bool:
-    """Whether two records hold the same answer (equal but for when it was made)."""
+    """Whether two records hold the same answer: equal but for their bookkeeping
+    (when and how fast it was made, the server's token counts)."""
     if type(a) is not type(b):
         return False
     da, db = msgspec.structs.asdict(a), msgspec.structs.asdict(b)
-    for field in _TIMING:
+    for field in _BOOKKEEPING:
         da.pop(field, None)
         db.pop(field, None)
     return da == db

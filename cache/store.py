@@ -37,7 +37,12 @@ __all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damag
 # "positions" (added later, no format change): one record per judged position, so a
 # rerun reads a position's n verdicts with one lookup; older caches simply lack it.
 DBS = ("endings", "verdicts", "tokens", "positions")
-FORMAT_VERSION = 1
+# The cache's format, kept in its meta database, says which release may read it
+# (docs/reliability.md, "Which release reads which cache"): 1, records as msgpack,
+# with or without a checksum; 2 (issue 36), records may be stored compressed
+# (records.py), which a release reading up to 1 took for damaged ones. A cache is
+# marked 2 in the transaction that first writes a record of this release into it.
+FORMAT_VERSION = 2
 _META = b"meta"
 T = TypeVar("T")
 _INITIAL_MAP = 1 << 30  # 1 GiB of address space; the file grows only as it fills
@@ -76,11 +81,12 @@ class Store:
                                 writes=dict.fromkeys(DBS, 0), damaged=dict.fromkeys(DBS, 0))
         self.env: lmdb.Environment | None = None
         self.unlocked = False  # opened read-only without LMDB's lock file (`_open_env`)
+        self._format = FORMAT_VERSION  # the cache's, once read (`_check_format`)
         mounts.check_local(self.path)  # every verb opening a cache comes here: none on a network file system
         try:
             pages.check(self.path)  # before LMDB maps the file: a short one would SIGBUS
-            if not readonly:
-                self.path.mkdir(parents=True, exist_ok=True)
+            if not readonly:  # private: it holds every story and ending (a shared node's other users)
+                self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
             self.env = self._open_env(map_size)
             self._dbs = {name: self._open_db(name) for name in DBS}
             try:
@@ -102,7 +108,7 @@ class Store:
     def _open_env(self, map_size: int) -> lmdb.Environment:
         try:
             return lmdb.open(str(self.path), map_size=map_size, max_dbs=len(DBS) + 1, readonly=self.readonly,
-                             subdir=True, create=not self.readonly)
+                             subdir=True, create=not self.readonly, mode=0o600)
         except lmdb.Error as e:
             if not (self.readonly and cannot_write(e)):
                 raise
@@ -146,6 +152,7 @@ class Store:
     def _check_format(self) -> None:
         with self._lmdb.begin(db=self._meta) as txn:
             v = txn.get(b"format")
+        self._format = FORMAT_VERSION if v is None else int(v)
         if v is None:
             if not self.readonly:
                 self._write([(_META, b"format", str(FORMAT_VERSION).encode())], meta=True)
@@ -256,6 +263,7 @@ class Store:
             raise CacheError(f"the cache at {self.path} is open read-only")
 
         def body(txn) -> list[bytes | None]:
+            self._mark_format(txn)
             out: list[bytes | None] = []
             for db, key, value in items:
                 handle = self._dbs[db]
@@ -263,7 +271,9 @@ class Store:
                 out.append(None if written else bytes(txn.get(key, db=handle, default=b"")))
             return out
 
-        return self._transaction(body)
+        out = self._transaction(body)
+        self._format = FORMAT_VERSION
+        return out
 
     def delete_many(self, items: Iterable[tuple[str, bytes]]) -> dict[str, int]:
         """Delete records in one transaction; how many were there, per database."""
@@ -297,6 +307,7 @@ class Store:
             return 1
 
         def body(txn) -> dict[str, int]:
+            self._mark_format(txn)
             added = dict.fromkeys(DBS, 0)
             for handle, key, value, name, replace in encoded:
                 if txn.put(key, value, db=handle, overwrite=replace) or replace_damaged(txn, handle, key, value):
@@ -304,11 +315,19 @@ class Store:
             return added
 
         added = self._transaction(body)
+        self._format = FORMAT_VERSION
         # Counted only once the transaction committed: a batch retried after the
         # map grew must not be counted twice.
         for name, n in added.items():
             self.counts.writes[name] += n
         return sum(added.values())
+
+    def _mark_format(self, txn: lmdb.Transaction) -> None:
+        """Mark an older cache with this release's format, in the transaction that
+        writes its first records: a release that reads only the older one then
+        refuses it ("upgrade tension-run") rather than taking them for damaged."""
+        if self._format < FORMAT_VERSION:
+            txn.put(b"format", str(FORMAT_VERSION).encode(), db=self._meta)
 
     def _transaction(self, body: Callable[[lmdb.Transaction], T]) -> T:
         """`body` in one write transaction, run again after the map grew."""

@@ -65,6 +65,8 @@ ADDED = {
     "metrics": {"--interval-resamples", "--interval-seed"},
     "report": {"--interval-resamples", "--interval-seed"},
     "compare": {"--interval-resamples", "--interval-seed"},
+    # issue 36: every verb of one cache takes it as PATH or as --cache (stats and drop had --cache only)
+    "cache verify": {"--cache"},
 }
 # issue 28: every verb that opens a cache may insist on one on a network file system
 for _verb in ("score", "estimate", "bench", "demo", "generate", "fairplay", "view", "cache stats", "cache verify",

@@ -6,16 +6,19 @@ verb that opens a cache takes."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 
 from tension.core.cli.flags import Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
-from tension.core.errors import ConfigError
+from tension.core.cli.signals import sigterm_interrupts
+from tension.core.errors import CacheError, ConfigError
 
 __all__ = ["VERBS", "OPENS_CACHE", "cmd_cache_stats", "cmd_cache_verify", "cmd_cache_recover", "cmd_cache_drop",
            "cmd_cache_merge", "network_fs_flag"]
@@ -35,7 +38,7 @@ def cmd_cache_stats(args) -> int:
     from tension.cache.merge import last_merge
     from tension.cache.store import Store, default_path
 
-    path = _existing(args.cache or default_path())
+    path = _existing(_given_cache(args, "cache stats") or default_path())
     with Store(path, readonly=True) as store:  # looking writes nothing (a read-only cache can be looked at)
         merged = last_merge(store)
         stats = store.stats()
@@ -66,7 +69,7 @@ def cmd_cache_verify(args) -> int:
     from tension.cache.store import default_path
     from tension.cache.verify import verify
 
-    path = _existing(args.path or default_path())
+    path = _existing(_given_cache(args, "cache verify") or default_path())
     _check_local(path)  # read without LMDB, but a network copy may be half-written: the same rule
     try:
         report = verify(path)
@@ -116,16 +119,24 @@ def cmd_cache_drop(args) -> int:
     (--model, as the server named it), of a role (--role), of a run folder (--run:
     the records its positions were scored from), or of all the filters given.
 
-    Without --yes it only counts what would go (a dry run). Records are only
+    The cache is PATH (or --cache PATH); with --run DIR and neither, the one DIR's
+    run.json names (the cache the run used), else the default. Without --yes it
+    only counts what would go (a dry run). Records are only
     deleted, never changed; the next run asks again for what it needs of them and
     writes the new answers. A broken setup's answers (a judge whose reasoning was
     on, endings that came back empty) are otherwise replayed by every rerun;
     `score --refresh ROLE` asks them again in place instead."""
     from tension.cache.store import DBS, Store, default_path
+    from tension.core.pipelines.score.recall import recorded_cache
 
     if args.model is None and args.role is None and args.run is None:
         raise ConfigError("cache drop: name what to drop with --model, --role or --run (they combine)")
-    path = _existing(args.cache or default_path())
+    given = _given_cache(args, "cache drop")
+    if given is None and args.run is not None and (recorded := recorded_cache(Path(args.run))) is not None:
+        # the cache the run used, which its run.json names: the one holding its records
+        print(f"cache {recorded}: the one {Path(args.run) / 'run.json'} names (--cache gives another)")
+        given = str(recorded)
+    path = _existing(given or default_path())
     dbs = ROLE_DBS[args.role] if args.role else DBS
     with Store(path) as store:
         run = None
@@ -182,24 +193,30 @@ def cmd_cache_merge(args) -> int:
 
     sources = [_existing(Path(s)) for s in args.sources]
     dst = Path(args.dst)
-    seen: dict[str, str] = {}
+    seen: dict[object, str] = {}
+    dst_file = _file_id(dst / "data.mdb")
     for src in sources:
-        real = os.path.realpath(src)
+        real, file = os.path.realpath(src), _file_id(src / "data.mdb")
         if real == os.path.realpath(dst):
             raise ConfigError(f"cache merge: {src} is DST: a cache cannot be merged into itself")
-        if real in seen:
-            raise ConfigError(f"cache merge: {src} is given twice (as {seen[real]})")
-        seen[real] = str(src)
+        if file == dst_file:  # a hard-linked copy (`cp -al`): another folder, the same file
+            raise ConfigError(f"cache merge: {src} is DST (the same data.mdb, hard-linked): a cache cannot be "
+                              "merged into itself")
+        if real in seen or file in seen:
+            raise ConfigError(f"cache merge: {src} is given twice (as {seen.get(real) or seen[file]}"
+                              + ("" if real in seen else ": the same data.mdb, hard-linked") + ")")
+        seen[real] = seen[file] = str(src)
     if (problem := cache_file_given(dst)) is not None:
         raise ConfigError(f"cache merge: DST {problem}")
     if dst.exists() and not (dst / "data.mdb").is_file() and (not dst.is_dir() or any(dst.iterdir())):
         raise ConfigError(f"cache merge: DST {dst} is neither a cache (no data.mdb in it) nor an empty folder")
     total = 0
-    for src in sources:
-        with Store(src, readonly=True) as store:
-            total += sum(st["entries"] for st in store.stats().values())
-    with tqdm(total=total, unit="records", desc="merge", disable=None, file=sys.stderr) as bar:
-        report = merge(sources, dst, progress=bar.update)
+    with _merge_advice(sources, dst), sigterm_interrupts():
+        for src in sources:
+            with Store(src, readonly=True) as store:
+                total += sum(st["entries"] for st in store.stats().values())
+        with tqdm(total=total, unit="records", desc="merge", disable=None, file=sys.stderr) as bar:
+            report = merge(sources, dst, progress=bar.update)
     print(f"merged {len(sources)} caches into {dst}")
     print(f"{'database':<10} {'copied':>10} {'already there':>14} {'conflicting':>12} {'damaged':>8}")
     totals = {what: report.total(what) for what in ("copied", "present", "conflicting", "damaged")}
@@ -225,6 +242,35 @@ def cmd_cache_merge(args) -> int:
         print(f"error: {len(report.damaged)} damaged source records were skipped (listed above); a run from DST "
               "asks again for them", file=sys.stderr)
     return EXIT_FAILED
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """The file's device and inode (two names of one file have the same), or None
+    when there is no such file."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+@contextlib.contextmanager
+def _merge_advice(sources: list[Path], dst: Path) -> Iterator[None]:
+    """A cache error met while merging, with the way on said for the merge (a run's
+    words, "--cache NEW", name a flag the merge does not have)."""
+    from tension.cache.failures import OTHER_CACHE, RERUN_WITH_NEW
+
+    try:
+        yield
+    except CacheError as e:
+        said = str(e)
+        if RERUN_WITH_NEW in said:
+            bad = next((str(p) for p in (*sources, dst) if f"cache at {p} " in said or f"cache at {p}:" in said),
+                       None)
+            said = said.replace(RERUN_WITH_NEW, f"then run the merge again with NEW in place of {bad}" if bad else
+                                "then run the merge again with NEW in place of the damaged cache")
+        said = said.replace(OTHER_CACHE, "(or give another DST)")
+        raise type(e)(said) from e
 
 
 def _check_local(path: Path) -> None:
@@ -272,12 +318,22 @@ def _print_report(report) -> None:
         print(f"{report.unreached} good records found in pages no database reaches (recover keeps them)")
 
 
+def _given_cache(args, verb: str) -> str | None:
+    """The cache folder given as PATH or as --cache (either form, in every cache verb
+    that opens one cache); both, naming two folders, is a usage error."""
+    path, flag = getattr(args, "path", None), getattr(args, "cache", None)
+    if path and flag and os.path.realpath(path) != os.path.realpath(flag):
+        raise ConfigError(f"{verb}: two caches given, {path} and --cache {flag}: give one")
+    return path or flag
+
+
 def _stats_flags(p) -> None:
-    p.add_argument("--cache", metavar="PATH", help="LMDB cache folder (default: ~/.cache/tension-run/llm.lmdb)")
+    p.add_argument("path", nargs="?", metavar="PATH",
+                   help="LMDB cache folder (default: ~/.cache/tension-run/llm.lmdb); --cache PATH says the same")
+    p.add_argument("--cache", metavar="PATH", help="LMDB cache folder (the same as PATH)")
 
 
-def _verify_flags(p) -> None:
-    p.add_argument("path", nargs="?", metavar="PATH", help="LMDB cache folder (default: ~/.cache/tension-run/llm.lmdb)")
+_verify_flags = _stats_flags
 
 
 def _recover_flags(p) -> None:
@@ -286,7 +342,10 @@ def _recover_flags(p) -> None:
 
 
 def _drop_flags(p) -> None:
-    _stats_flags(p)
+    p.add_argument("path", nargs="?", metavar="PATH",
+                   help="LMDB cache folder (default: the one --run DIR's run.json names, else "
+                        "~/.cache/tension-run/llm.lmdb); --cache PATH says the same")
+    p.add_argument("--cache", metavar="PATH", help="LMDB cache folder (the same as PATH)")
     p.add_argument("--model", metavar="MODEL", help="the records of this model (as the server named it)")
     p.add_argument("--role", choices=tuple(ROLE_DBS),
                    help="the records of this role: generation (endings), judge (verdicts), tokenize (token counts)")
@@ -336,9 +395,9 @@ def network_fs_flag(verb: Verb) -> Verb:
 
 
 _ENV = "environment: XDG_CACHE_HOME moves ~/.cache, where the default cache is."
-VERBS = [Verb("cache stats", cmd_cache_stats, _stats_flags, (), frozenset({"cache"}), _ENV),
-         Verb("cache verify", cmd_cache_verify, _verify_flags, (), frozenset({"path"}), _ENV),
+VERBS = [Verb("cache stats", cmd_cache_stats, _stats_flags, (), frozenset({"path", "cache"}), _ENV),
+         Verb("cache verify", cmd_cache_verify, _verify_flags, (), frozenset({"path", "cache"}), _ENV),
          Verb("cache recover", cmd_cache_recover, _recover_flags, (), frozenset({"src", "dst"})),
-         Verb("cache drop", cmd_cache_drop, _drop_flags, (), frozenset({"cache", "model", "role", "run", "yes"}),
-              _ENV),
+         Verb("cache drop", cmd_cache_drop, _drop_flags, (),
+              frozenset({"path", "cache", "model", "role", "run", "yes"}), _ENV),
          Verb("cache merge", cmd_cache_merge, _merge_flags, (), frozenset({"sources", "dst"}))]

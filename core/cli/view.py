@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from tension.core.cli.flags import PORT, Number, Verb
-from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
+from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 
 __all__ = ["VERBS", "cmd_view", "DEFAULT_PORT"]
 
@@ -15,17 +16,29 @@ DEFAULT_PORT = 8780
 def cmd_view(args) -> int:
     """Look at runs in a browser: corpus, stories with their curves and the endings behind each point,
     comparisons of two runs, fair-play reading curves. Serves 127.0.0.1 and prints the URL."""
-    from tension.core.pipelines.fairplay.recall import FairPlayRecall
-    from tension.core.pipelines.score.recall import ScoreRecall
-    from tension.core.view import view
+    import asyncio
+
+    from tension.core.cli.signals import sigterm_interrupts
 
     try:
-        size = view(args.runs, host=args.host, port=args.port, cache=args.cache, export_dir=args.export,
-                    endings=args.endings, score_recall=ScoreRecall, fairplay_recall=FairPlayRecall,
-                    say=lambda m: print(m, flush=True))
-    except KeyboardInterrupt:
-        print("view stopped", file=sys.stderr)
-        return EXIT_OK
+        # an export is a task that stops part-way (SIGTERM as Ctrl-C); the server runs until it is stopped
+        with sigterm_interrupts() if args.export is not None else contextlib.nullcontext():
+            from tension.core.pipelines.fairplay.recall import FairPlayRecall
+            from tension.core.pipelines.score.recall import ScoreRecall
+            from tension.core.view import view
+
+            size = view(args.runs, host=args.host, port=args.port, cache=args.cache, export_dir=args.export,
+                        endings=args.endings, score_recall=ScoreRecall, fairplay_recall=FairPlayRecall,
+                        say=lambda m: print(m, flush=True))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        if args.export is None:
+            print("view stopped", file=sys.stderr)
+            return EXIT_OK
+        # the export writes nothing to the cache: no "completed work is in the cache" here
+        print(f"export interrupted: the export into {args.export} is incomplete and was not written ({args.export} "
+              "is left as it was: an export is written whole or not at all); run the same command again",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     if size is not None and size.positions and not size.positions_read:
         # asked for the endings, and not one could be read: the export is not what was asked
         print(f"error: none of the {size.positions} positions' endings could be read ({size.unread}); the export "

@@ -40,6 +40,7 @@ __all__ = [
     "MetricsResult",
     "read_curves",
     "read_run_positions",
+    "read_positions_file",
     "compute",
     "metrics",
     "stat_columns",
@@ -122,7 +123,12 @@ def read_run_positions(run_dir: str | os.PathLike) -> tuple[list[Curve], list[In
     value out of range (a no-rate of 1.5, a pct that does not increase): its error
     names the line and the field, the line is left out, and its story is computed
     from its other lines."""
-    path = str(Path(run_dir) / "positions.jsonl")
+    return read_positions_file(Path(run_dir) / "positions.jsonl")
+
+
+def read_positions_file(positions: str | os.PathLike) -> tuple[list[Curve], list[InputError]]:
+    """Curves from a positions.jsonl file, as `read_run_positions` reads its folder's."""
+    path = str(positions)
     by_id: dict[str, Curve] = {}
     errors: list[InputError] = []
     dec = msgspec.json.Decoder(PositionLine)
@@ -172,8 +178,26 @@ def read_curves(path: str | os.PathLike) -> tuple[list[Curve], list[InputError]]
     read as a score run (its positions.jsonl)."""
     if Path(path).is_dir():
         return read_run_positions(path)
+    if _holds_positions(path):  # RUN/positions.jsonl given for RUN: read as its folder is (issue 36, I7)
+        return read_positions_file(path)
     decode = functools.partial(decode_line, type=Curve, decoder=_curve_decoder)
     return read_records(path, _checked_curve, decode=decode, empty="curves")
+
+
+def _holds_positions(path: str | os.PathLike) -> bool:
+    """Whether the file's first line is a score run's position (k, pct, no_rate), not a curve."""
+    if not Path(path).is_file():  # standard input, a FIFO: read once, by read_records
+        return False
+    try:
+        lines = iter_lines(path)
+        try:
+            first = next((raw for _, raw in lines if raw.strip()), None)
+        finally:
+            lines.close()  # type: ignore[attr-defined]  # a generator: its file is closed now, not by the GC
+        line = msgspec.json.decode(first) if first is not None else None
+    except (OSError, msgspec.DecodeError, InputError):
+        return False  # read_records says what is wrong with it
+    return isinstance(line, dict) and {"k", "pct", "no_rate"} <= line.keys() and "x" not in line
 
 
 def _checked_curve(path: str, lineno: int, c: Curve) -> Curve:

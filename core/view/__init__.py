@@ -60,6 +60,10 @@ def view(dirs: list[str], *, host: str = "127.0.0.1", port: int = 8780, cache: s
     from tension.core.view.export import export
     from tension.core.view.site import Site
 
+    if export_dir is not None:
+        from tension.core.view.export import check_target
+
+        check_target(Path(export_dir))  # before the runs are read: a folder it must not replace
     stores = Stores()
     try:
         runs = open_runs(dirs, stores, score_recall, fairplay_recall, cache)

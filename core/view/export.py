@@ -7,15 +7,19 @@ position: their size is measured and reported before anything is written."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 
+from tension.core.errors import ConfigError
 from tension.core.inputs.jsonl import atomic_write
 from tension.core.view.site import STATIC, Site, inline_json
 
-__all__ = ["ExportSize", "export", "endings_files"]
+__all__ = ["ExportSize", "export", "endings_files", "check_target", "EXPORT_MARKS"]
+
+EXPORT_MARKS = ("index.html", "static/view.js")  # files every export holds
 
 
 class ExportSize(msgspec.Struct, kw_only=True):
@@ -72,9 +76,25 @@ async def endings_files(site: Site, size: ExportSize | None = None) -> dict[str,
     return out
 
 
+def check_target(out: Path) -> None:
+    """Refuse a folder an export must not replace: one that holds files and is no
+    export (an export is written beside it and renamed into its place whole)."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--export {out}: not a folder")
+    if out.is_dir() and any(out.iterdir()) and not all((out / f).is_file() for f in EXPORT_MARKS):
+        raise ConfigError(f"--export {out}: the folder holds files and is no view export (no index.html and "
+                          "static/view.js in it), which the export would replace: give a new or empty folder")
+
+
 def export(site: Site, out_dir: str | Path, say: Callable[[str], None] = print) -> ExportSize:
-    """Write the site into `out_dir`; `site.with_endings` adds the endings files."""
+    """Write the site into `out_dir`; `site.with_endings` adds the endings files.
+
+    Written whole or not at all: the files go into a hidden sibling folder,
+    renamed to `out_dir` once every one is written (an earlier export there is
+    replaced then). Interrupted, the sibling is removed and `out_dir` is as it was:
+    no folder ever looks like a whole export that is not one."""
     out = Path(out_dir)
+    check_target(out)
     pages = asyncio.run(_pages(site))
     size = ExportSize(pages=len(pages), page_bytes=sum(map(len, pages.values())), endings_files=0, endings_bytes=0)
     extra = asyncio.run(endings_files(site, size)) if site.with_endings else {}
@@ -82,6 +102,25 @@ def export(site: Site, out_dir: str | Path, say: Callable[[str], None] = print) 
     say(f"writing {size.pages} pages ({size.page_bytes / 1e6:.1f} MB)"
         + (f" and {size.endings_files} endings files ({size.endings_bytes / 1e6:.1f} MB)" if extra else
            "; endings left out (--endings adds them)") + f" to {out}/")
-    for p, body in {**pages, **extra}.items():
-        atomic_write(out / p, body)
+    partial = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)  # what an earlier interrupted export left
+    try:
+        for p, body in {**pages, **extra}.items():
+            atomic_write(partial / p, body)
+        _replace(partial, out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return size
+
+
+def _replace(new: Path, out: Path) -> None:
+    """Put the folder `new` at `out`, in place of the export (or empty folder) there."""
+    if not out.exists():
+        new.rename(out)
+        return
+    old = out.with_name(f".{out.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    out.rename(old)
+    new.rename(out)
+    shutil.rmtree(old, ignore_errors=True)

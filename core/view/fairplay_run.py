@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 from tension.cache.store import Store
 from tension.core.errors import InputError
-from tension.core.view.score_run import NotFound, Stores, open_recall, read_record, slugs
+from tension.core.view.named_files import unreadable
+from tension.core.view.score_run import NotFound, Stores, open_recall, read_record, recorded_path, slugs
 
 __all__ = ["FairPlayRun", "CheckpointRecallFactory", "SCORES"]
 
@@ -90,6 +92,9 @@ class FairPlayRun:
                 "k": (self.record.get("config") or {}).get("k"), "stories": stories, "notes": self.notes}
 
     def recall(self):
+        stories = recorded_path(self.record, self.record.get("stories_file"), self.dir)
+        if self._recall is None and self.cache_note is None and stories and os.path.lexists(stories):
+            self.cache_note = unreadable(stories, "the run's stories file")  # the recall reads it whole
         if self._recall is None and self.cache_note is None:
             self._recall, self.cache_note = open_recall(*self._recall_from, self.record, "continuations", self.dir)
         return self._recall

@@ -13,8 +13,10 @@ removes the text or the endings: each says so in `notes`, shown on every page.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -33,6 +35,7 @@ from tension.core.reports.answer_warnings import warning_text
 from tension.core.reports.figures import sharp_reversals
 from tension.core.reports.metrics import Curve, check_curve, compute, stat_columns
 from tension.core.reports.story_intervals import compute_intervals
+from tension.core.view.named_files import unreadable
 from tension.kernels.curves import CurveSettings, Reason, smooth
 
 __all__ = ["Recall", "RecallFactory", "Stores", "ScoreRun", "NotFound", "slugs", "read_record", "open_recall",
@@ -149,6 +152,7 @@ class ScoreRun:
         self.slug = slugs([c.id for c in self.curves])
         self.by_slug = {s: sid for sid, s in self.slug.items()}
         self._texts: dict[str, str] | None = None
+        self._unscored: list[dict[str, str]] | None = None
         self._recall_from = (stores, recall, cache)  # opened on first use: the corpus page needs no cache
         self._recall: Recall | None = None
         self.cache_note: str | None = None
@@ -241,8 +245,27 @@ class ScoreRun:
                   for stat, by_group in self.groups.items()}
         models = self.record.get("models", {})
         return {"kind": "score", "dir": str(self.dir), "status": self.record.get("status", "unknown"),
-                "models": models, "columns": list(values), "stories": stories, "groups": groups,
-                "notes": self.notes, "warnings": self.warnings()}
+                "models": models, "columns": list(values), "stories": stories, "unscored": self.unscored(),
+                "groups": groups, "notes": self.notes, "warnings": self.warnings()}
+
+    def unscored(self) -> list[dict[str, str]]:
+        """The stories stories.csv lists without a position (too short for one, or
+        all failed), each with its reason: the corpus page shows them too, as
+        report.md's table does, rather than counting fewer stories than the run had."""
+        if self._unscored is None:
+            self._unscored = []
+            path = self.dir / "stories.csv"
+            try:
+                with path.open(encoding="utf-8", newline="") as f:
+                    rows = list(csv.DictReader(f))
+            except (OSError, UnicodeDecodeError, csv.Error):
+                rows = []  # no stories.csv (a stopped run): only positions.jsonl's stories are known
+            for row in rows:
+                sid = row.get("id")
+                if sid and sid not in self.index:
+                    self._unscored.append({"id": sid, "group": row.get("group") or "",
+                                           "reason": row.get("nan_reasons") or "no positions"})
+        return self._unscored
 
     def warnings(self) -> list[str]:
         """run.json's degenerate-answer warnings, one line each, as report.md shows them."""
@@ -268,13 +291,15 @@ class ScoreRun:
         if self._texts is None:
             self._texts = {}
             corpus = recorded_path(self.record, self.record.get("corpus"), self.dir)
-            if not corpus or not Path(corpus).exists():
+            if not corpus or not os.path.lexists(corpus):
                 shown = self.record.get("corpus_given") or corpus or "not named in run.json"
                 self.notes.append(f"the run's corpus ({shown}) is not there: story texts and endings cannot be "
                                   "shown")
+            elif (why := unreadable(corpus, "the run's corpus")) is not None:
+                self.notes.append(f"{why}; story texts and endings cannot be shown")
             else:
                 read = read_corpus(corpus, min_words=0, max_words=10**9)
-                self._texts = {s.id: s.text for s in read.stories}
+                self._texts = {s.id: s.text for s in read.stories if s.id in self.index}  # the run's stories only
         return self._texts
 
     def sentences(self, sid: str) -> list[str] | None:

@@ -133,7 +133,8 @@ class Site:
     async def _runs(self) -> Document:
         runs: list[dict[str, Any]] = [
             {"i": i, "kind": r.kind, "dir": str(r.dir), "stories": len(r.stories if r.kind == "fairplay" else r.curves),
-             "notes": r.notes} for i, r in enumerate(self.runs)]
+             "unscored": 0 if r.kind == "fairplay" else len(r.unscored()), "notes": r.notes}
+            for i, r in enumerate(self.runs)]
         score = [r["i"] for r in runs if r["kind"] == "score"]
         pairs = [[a, b] for a in score for b in score if a < b]
         return self.page("runs", {"kind": "runs", "runs": runs, "pairs": pairs}, 0)

@@ -47,6 +47,14 @@ def cache_with(path: Path, recs: dict[bytes, records.Verdict]) -> Path:
     return path
 
 
+def many_verdicts(path: Path, n: int) -> Path:
+    """A cache of `n` verdicts, long enough to merge that a merge can be stopped part-way."""
+    with Store(path) as store:
+        for start in range(0, n, 10_000):
+            store.put_many(("verdicts", key(i), verdict("v")) for i in range(start, min(n, start + 10_000)))
+    return path
+
+
 def test_shards_on_their_own_caches_merged_give_a_final_run_that_sends_nothing(tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 4, seed=3, words=(520, 560))
     with LoopbackServer(model=MODELS) as one:
@@ -146,10 +154,7 @@ def test_merging_a_cache_into_itself_is_refused(tmp_path, capsys):
 
 def test_a_merge_killed_mid_way_leaves_dst_sound_and_a_rerun_completes_it(tmp_path):
     n = 300_000
-    src = tmp_path / "big"
-    with Store(src) as store:
-        for start in range(0, n, 10_000):
-            store.put_many(("verdicts", key(i), verdict("v")) for i in range(start, start + 10_000))
+    src = many_verdicts(tmp_path / "big", n)
     dst = tmp_path / "dst"
     argv = [sys.executable, "-m", "tension.core.cli", "cache", "merge", str(src), str(dst)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

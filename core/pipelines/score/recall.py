@@ -30,7 +30,7 @@ from tension.core.pipelines.score.requests import ScoreRequests
 from tension.core.prompts import score as prompts
 from tension.core.run.reads import CacheReads, chat_key
 
-__all__ = ["Recalled", "ScoreRecall", "RunKeys", "run_keys"]
+__all__ = ["recorded_cache", "Recalled", "ScoreRecall", "RunKeys", "run_keys"]
 
 
 class Recalled(msgspec.Struct, kw_only=True):
@@ -141,6 +141,18 @@ def run_keys(run_dir: Path, store: Store) -> RunKeys:
             keys["positions"].add(ask.group)
             keys["verdicts"].update(chat_key(r) for r in ask.requests if r is not None)
     return RunKeys(keys=keys)
+
+
+def recorded_cache(run_dir: Path) -> Path | None:
+    """The cache the run in `run_dir` used, as its run.json records it (None: it
+    names none); a relative path is read against the folder the run was started in."""
+    record = _run_record(run_dir)
+    used = record.get("cache")
+    path = (used.get("path") if isinstance(used, dict) else None) or (record.get("config") or {}).get("cache")
+    if not isinstance(path, str) or not path:
+        return None
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else Path(record.get("cwd") or run_dir) / p
 
 
 def _run_record(run_dir: Path) -> dict[str, Any]:

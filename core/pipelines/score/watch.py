@@ -14,6 +14,7 @@ counts and what it means for the numbers.
 from __future__ import annotations
 
 import re
+import shlex
 from urllib.parse import urlsplit
 
 from tension.cache.records import Endings
@@ -44,11 +45,13 @@ class DegenerateAnswers(ServerError):
     on); or every ending is empty (nothing was judged: no result)."""
 
 
-def way_out(role: str, out: object) -> str:
-    """How to get past a broken setup's answers of `role` that the cache now holds."""
+def way_out(role: str, out: object, cache: str | None = None) -> str:
+    """How to get past a broken setup's answers of `role` that the cache now holds;
+    the drop names the run's --cache when it had one (a command that works pasted)."""
+    drop = f"tension-run cache drop --run {shlex.quote(str(out))} --role {role} --yes" + (
+        f" --cache {shlex.quote(str(cache))}" if cache else "")
     return (f"once the setup is fixed, rerun with --refresh {role} (it asks again and writes the new answers "
-            f"over the cached ones), or drop them first with `tension-run cache drop --run {out} --role {role} "
-            "--yes`")
+            f"over the cached ones), or drop them first with `{drop}`")
 
 
 def redacted_sample(text: str) -> str:
@@ -149,8 +152,8 @@ class AnswerWatch:
                 + "; ".join(f"({i}) {c}" for i, c in enumerate(causes, 1))
                 + ". A malformed verdict counts as no match, so every no-rate would be near 1 and mean nothing. "
                 "These answers are now in the cache and a rerun reads them from it, so the same command stops "
-                f"here again even against a fixed server: {way_out('judge', self.out)}; or add --keep-going to "
-                "score with these answers anyway.")
+                f"here again even against a fixed server: {way_out('judge', self.out, self.cfg.cache)}; or add "
+                "--keep-going to score with these answers anyway.")
 
     def check_endings(self) -> None:
         """At the end of the work: a run whose every ending is empty has no result."""
@@ -161,7 +164,7 @@ class AnswerWatch:
                 f"{EMPTY_PREFIX}: the generation server returned {e} of {e} endings empty (content null or \"\"), "
                 f"so nothing was judged and every no-rate would be 1; no outputs were written. Generation server "
                 f"{servers}. These answers are now in the cache and a rerun reads them from it: "
-                f"{way_out('generation', self.out)}.")
+                f"{way_out('generation', self.out, self.cfg.cache)}.")
 
     # -- the end of the run ----------------------------------------------------
 
@@ -179,7 +182,7 @@ class AnswerWatch:
                  f"reasoning trace, {self.empty} were empty; e.g. {self.sample_text()})",
             meaning=f"each counts as no match, so the no-rates are raised by up to {m / n:.2f} on average; the "
                     "curves measure the judge's answer format more than the stories; a rerun reads these answers "
-                    f"from the cache: {way_out('judge', self.out)}")
+                    f"from the cache: {way_out('judge', self.out, self.cfg.cache)}")
 
     def one_letter_warning(self) -> AnswerWarning | None:
         share = self.cfg.warn_constant_share
@@ -208,7 +211,7 @@ class AnswerWatch:
             _share_warning("endings_empty", self.empty_endings, e, cfg.warn_malformed_share,
                            "endings were empty",
                            "an empty ending is not judged and counts as no match: the no-rates are raised; "
-                           f"{way_out('generation', self.out)}"),
+                           f"{way_out('generation', self.out, self.cfg.cache)}"),
             _share_warning("endings_cut", self.cut, e, cfg.warn_cut_share,
                            f"endings were cut at --max-tokens ({cfg.max_tokens})",
                            "the judge compared unfinished predictions; raise --max-tokens, or the model does "

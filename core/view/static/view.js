@@ -11,6 +11,8 @@
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
       if (k === "on") for (const [ev, f] of Object.entries(v)) e.addEventListener(ev, f);
+      // through the CSSOM: the view's Content-Security-Policy refuses style attributes
+      else if (k === "style") e.style.cssText = v;
       else if (v !== null && v !== undefined) e.setAttribute(k, v);
     }
     for (const k of kids.flat()) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
@@ -95,7 +97,8 @@
   function runsPage() {
     main.append(el("h1", {}, "tension-run view"),
       el("ul", {}, D.runs.map((r) => el("li", {}, el("a", {href: `r${r.i}/index.html`}, r.dir),
-        ` — ${r.kind} run, ${r.stories} stories`, notes(r.notes)))));
+        ` — ${r.kind} run, ${r.stories} stories`, r.unscored ? ` (and ${r.unscored} without positions)` : "",
+        notes(r.notes)))));
     if (D.pairs.length) main.append(el("h2", {}, "compare"), el("ul", {}, D.pairs.map(([a, b]) =>
       el("li", {}, el("a", {href: `compare/r${a}-r${b}.html`}, `${D.runs[a].dir} → ${D.runs[b].dir}`)))));
   }
@@ -113,7 +116,7 @@
   function corpusPage() {
     main.append(el("h1", {}, "corpus: " + D.dir), notes(D.notes), warnings(D.warnings),
       el("p", {}, `status ${D.status}; generation ${D.models.generation || "?"}, judge ${D.models.judge || "?"}; `,
-        `${D.stories.length} stories`),
+        `${D.stories.length} stories`, D.unscored && D.unscored.length ? ` and ${D.unscored.length} without positions (listed last)` : ""),
       el("h2", {}, "groups (mean [95% bootstrap interval])"), groupsTable(D.columns),
       el("h2", {}, "stories (value [95% interval over the story's own verdicts])"));
     const rows = D.stories.map((s) => ({s, sort: {id: s.id, group: s.group, n: s.n_positions, ...s.stats}}));
@@ -122,6 +125,11 @@
       el("td", {}, el("a", {href: `story/${s.slug}.html`}, s.id)), el("td", {}, s.group), el("td", {}, s.n_positions),
       D.columns.map((c) => el("td", {class: "num"}, withCI(s.stats[c], s.intervals[c], digits(c)))),
       el("td", {}, spark(s.x, s.y)))));
+    // stories.csv's stories without a position: listed, greyed, with the reason (no curve, no page of their own)
+    if (D.unscored && D.unscored.length) main.append(el("h2", {}, `stories without positions (${D.unscored.length})`),
+      el("table", {class: "unscored"}, el("tr", {}, ["story", "group", "why"].map((h) => el("th", {}, h))),
+        D.unscored.map((s) => el("tr", {"data-id": s.id}, el("td", {}, s.id), el("td", {}, s.group),
+          el("td", {}, s.reason)))));
   }
 
   function storyPage() {

@@ -1,0 +1,117 @@
+"""The cache verbs' paths (issue 36): the advice the run prints to drop a broken
+setup's records is a command that works pasted, and drops them (O7); `cache drop
+--run DIR` uses the cache the run's run.json names; every verb that opens one cache
+takes it as PATH or as --cache (O2)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import make_corpus
+from test_merge import cache_with, key, verdict
+
+from tension.cache.store import Store
+from tension.core.cli import main
+from tension.testing.openai_server import LoopbackServer
+
+BIN = Path(sys.executable).parent / "tension-run"
+
+
+def _score(url: str, corpus: Path, out: Path, cache: Path | None, *flags: str, cwd: Path | None = None) -> \
+        subprocess.CompletedProcess:
+    argv = [str(BIN), "score", str(corpus), "--out", str(out), "--base-url", url, "--model", "test-gen",
+            "--endings", "4", "--seed", "1", "--no-progress", *flags]
+    if cache is not None:
+        argv += ["--cache", str(cache)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=cwd)
+
+
+def _advised_drop(err: str, role: str) -> list[str]:
+    m = re.search(r"`(tension-run cache drop [^`]*)`", err)
+    assert m, err
+    argv = shlex.split(m.group(1))
+    assert argv[argv.index("--role") + 1] == role
+    return [str(BIN), *argv[1:]]
+
+
+def _entries(cache: Path, db: str) -> int:
+    with Store(cache, readonly=True) as store:
+        return store.stats()[db]["entries"]
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_the_early_stops_cache_drop_advice_run_word_for_word_drops_the_judges_records(tmp_path, relative):
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
+    out, cache = (Path("r/think"), Path("cache/think")) if relative else (tmp_path / "out", tmp_path / "cache")
+    with LoopbackServer(model=["test-gen"]) as ok, LoopbackServer(model=["test-gen"], misbehave="think") as judge:
+        done = _score(ok.base_url, corpus, out, cache, "--judge-base-url", judge.base_url, cwd=tmp_path)
+        assert done.returncode == 1 and "the judge is not answering Y or N" in done.stderr, done.stderr
+        drop = _advised_drop(done.stderr, "judge")
+        assert "--cache" in drop
+        held = _entries(tmp_path / cache, "verdicts")
+        assert held > 0
+        dropped = subprocess.run(drop, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert dropped.returncode == 0, dropped.stderr
+        assert re.search(r"dropped [1-9]\d* records", dropped.stdout), dropped.stdout
+        assert _entries(tmp_path / cache, "verdicts") == 0
+        # and the fixed setup now scores: nothing of the broken judge is replayed
+        fixed = _score(ok.base_url, corpus, out, cache, cwd=tmp_path)
+        assert fixed.returncode == 0, fixed.stderr
+
+
+def test_cache_drop_run_without_cache_uses_the_cache_the_run_used(tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    with LoopbackServer(model=["test-gen"]) as ok, LoopbackServer(model=["test-gen"], misbehave="think") as judge:
+        done = _score(ok.base_url, corpus, out, cache, "--judge-base-url", judge.base_url)
+        assert done.returncode == 1, done.stderr
+    env_home = tmp_path / "home"  # the default cache (which holds nothing of the run) is elsewhere
+    argv = [str(BIN), "cache", "drop", "--run", str(out), "--role", "judge", "--yes"]
+    dropped = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                             env={"HOME": str(env_home), "XDG_CACHE_HOME": str(env_home / ".cache"),
+                                  "PATH": "/usr/bin:/bin"})
+    assert dropped.returncode == 0, dropped.stderr
+    assert f"cache {cache}: the one {out / 'run.json'} names" in dropped.stdout
+    assert re.search(r"dropped [1-9]\d* records", dropped.stdout), dropped.stdout
+    assert _entries(cache, "verdicts") == 0
+
+
+def test_the_empty_endings_advice_names_the_runs_cache(tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    with LoopbackServer(model=["test-gen"], misbehave="null_content") as bad:
+        done = _score(bad.base_url, corpus, out, cache)
+    assert done.returncode == 1, done.stderr
+    drop = _advised_drop(done.stderr, "generation")
+    assert drop[drop.index("--cache") + 1] == str(cache)
+    dropped = subprocess.run(drop, capture_output=True, text=True, timeout=120)
+    assert dropped.returncode == 0 and re.search(r"dropped [1-9]\d* records", dropped.stdout), dropped.stdout
+    assert _entries(cache, "endings") == 0
+
+
+def _one_cache_verbs(path: str) -> dict[str, list[list[str]]]:
+    """Every cache verb that opens one cache, with it given as PATH and as --cache."""
+    return {verb: [["cache", verb, path, *extra], ["cache", verb, "--cache", path, *extra]]
+            for verb, extra in (("stats", []), ("verify", []), ("drop", ["--role", "judge"]))}
+
+
+def test_every_cache_verb_takes_its_cache_as_path_or_as_cache(tmp_path, capsys):
+    a = cache_with(tmp_path / "a", {key(1): verdict("Y")})
+    for verb, forms in _one_cache_verbs(str(a)).items():
+        said = []
+        for argv in forms:
+            assert main(argv) == 0, (verb, argv)
+            said.append(capsys.readouterr().out)
+        assert said[0] == said[1] and str(a) in said[0], verb
+        # two different caches at once: a usage error naming both
+        assert main([*forms[0], "--cache", str(tmp_path / "b")]) == 2
+        err = capsys.readouterr().err
+        assert "two caches given" in err and str(tmp_path / "b") in err, verb
+    # the verbs of two or more caches take them as they are
+    assert main(["cache", "recover", str(a), str(tmp_path / "new")]) == 0
+    assert main(["cache", "merge", str(a), str(tmp_path / "merged")]) == 0

@@ -1,0 +1,93 @@
+"""`view --export` stopped part-way (issue 36, O5, O6): Ctrl-C or SIGTERM at any
+moment (while it loads, reads the runs, or writes) exits 130, says the export is
+incomplete and was not written, and never leaves a folder that looks whole."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from view_fixtures import BIN, made_runs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return made_runs(tmp_path_factory)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _export_stopped(runs, out: Path, sig: int, when) -> subprocess.CompletedProcess | None:
+    """`view A B FP --export OUT --endings` sent `sig` once `when(pid)` holds; None
+    when the export ended before that."""
+    argv = [str(BIN), "view", str(runs.a), str(runs.b), str(runs.fp), "--export", str(out), "--endings"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=runs.env)
+    try:
+        while proc.poll() is None and not when(proc.pid):
+            time.sleep(0.002)
+        if proc.poll() is not None:
+            proc.communicate()
+            return None
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+def _after_cpu(seconds: float):
+    return lambda pid: _cpu_seconds(pid) >= seconds
+
+
+def _writing(out: Path):
+    return lambda pid: out.with_name(f".{out.name}.partial").exists()
+
+
+MOMENTS = {"starting": _after_cpu(0.5), "loading": _after_cpu(2.5), "writing": None}  # (by the CPU time it took)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_an_export_stopped_at_any_moment_exits_130_and_leaves_no_folder_that_looks_whole(runs, tmp_path, sig,
+                                                                                           moment):
+    out = tmp_path / "site"
+    when = MOMENTS[moment] or _writing(out)
+    done = _export_stopped(runs, out, sig, when)
+    if done is None:
+        pytest.fail(f"the export ended before the {moment} moment: it cannot be stopped there")
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert f"export interrupted: the export into {out} is incomplete and was not written" in done.stderr
+    assert "completed work is in the cache" not in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == []  # no hidden partial folder left either
+
+
+def test_an_export_over_an_earlier_one_is_whole_and_an_interrupted_one_leaves_the_earlier(runs, tmp_path):
+    out = tmp_path / "site"
+    argv = [str(BIN), "view", str(runs.a), "--export", str(out)]
+    assert subprocess.run(argv, capture_output=True, env=runs.env, timeout=120).returncode == 0
+    first = sorted(p.relative_to(out) for p in out.rglob("*"))
+    assert not (out / "r0/endings").exists()
+    done = _export_stopped(runs, out, signal.SIGINT, _writing(out))
+    assert done is not None and done.returncode == 130, done
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == first  # the earlier export, as it was
+    assert [p.name for p in tmp_path.iterdir()] == ["site"]
+
+
+def test_an_export_refuses_a_folder_of_other_files(runs, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    done = subprocess.run([str(BIN), "view", str(runs.a), "--export", str(out)], capture_output=True, text=True,
+                          env=runs.env, timeout=120)
+    assert done.returncode == 2 and "is no view export" in done.stderr and "Traceback" not in done.stderr
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
