@@ -20,7 +20,7 @@ import msgspec
 __all__ = ["Bounds", "bounds_of", "check_bounds", "INT_MIN", "INT_MAX", "CURVE_GROUP", "CurveSettings",
            "FAIRPLAY_GROUP", "FairPlaySettings", "IntervalResamples", "IntervalSeed", "LateThreshold",
            "RetentionWindow", "TIE_RULES", "Thresholds",
-           "Window"]
+           "Window", "SUBSAMPLE_KS", "SUBSAMPLE_STATS", "SHIFT_TOLERANCE", "WIDTH_TOLERANCE", "SUBSAMPLE_DRAWS"]
 
 # Every integer setting lies in int64: msgpack (the cache keys), numba (the kernels),
 # JSON servers and run records all hold it; 2**80 is a usage error, not a failed run.
@@ -206,3 +206,15 @@ class FairPlaySettings(msgspec.Struct, frozen=True, kw_only=True):
         if any(i < 1 for i in self.early_steps):
             raise ValueError(f"early_steps: expected paragraph numbers >= 1, got {self.early_steps}")
         check_bounds(self)
+
+
+# `tension-run subsample` (docs/metrics.md 1.8), here without numba for its --help: the
+# grid of k (a few endings up to the paper's 100; the run's own n is always added), the
+# headline statistics a recommendation is for, and its tolerances: a group mean may move
+# by a quarter of its own 95 % half-width (the paper's ±0.05 on mean NR: ±0.0125), its
+# interval may widen by 10 %; random subsets per k.
+SUBSAMPLE_KS = (2, 5, 10, 15, 20, 30, 40, 50, 60, 80, 100)
+SUBSAMPLE_STATS = ("mean_nr", "late_nr")
+SHIFT_TOLERANCE = 0.25
+WIDTH_TOLERANCE = 0.10
+SUBSAMPLE_DRAWS = 20

@@ -51,7 +51,7 @@ from tension.core.run.reads import CacheReads
 from tension.core.run.record import RunHeader
 
 __all__ = ["Throughput", "TokenTotals", "Estimate", "estimate", "estimate_async", "format_estimate",
-           "COST_FORMULA", "CacheModelOptions"]
+           "COST_FORMULA", "CacheModelOptions", "endings_gpu_hours"]
 
 COST_FORMULA = ("GPU-hours = (generation requests to send × n × E / gen_tok_s + "
                 "judge requests to send / judge_req_s) / 3600;  cost = GPU-hours × gpu_hour_usd")
@@ -65,6 +65,14 @@ class Throughput(msgspec.Struct, kw_only=True):
     gpu_hour_usd: float | None = None
     ending_tokens: float | None = None  # E; None: max_tokens (an upper bound)
     source: str = "flags"  # "flags" or the bench file they came from
+
+
+def endings_gpu_hours(endings: float, ending_tokens: float, thr: Throughput) -> float | None:
+    """GPU-hours of `endings` endings of `ending_tokens` tokens each, each judged once
+    (COST_FORMULA with the endings in place of requests × n); None without a throughput."""
+    if not thr.gen_tok_s or not thr.judge_req_s:
+        return None
+    return endings * ending_tokens / thr.gen_tok_s / 3600 + endings / thr.judge_req_s / 3600
 
 
 class Estimate(msgspec.Struct, kw_only=True):

@@ -68,6 +68,7 @@ def adaptive_cost(cfg: ScoreConfig, est: Estimate, pilot: list[float] | None = N
     """The cost rows of `cfg`'s target over `est`'s positions (None without a target)."""
     if cfg.target_half_width is None:
         return None
+    from tension.core.pipelines.estimate import endings_gpu_hours
     from tension.kernels.stopping import expected_endings
 
     per_position = {"first round": float(min(cfg.round_endings, cfg.max_endings))}
@@ -83,9 +84,7 @@ def adaptive_cost(cfg: ScoreConfig, est: Estimate, pilot: list[float] | None = N
     rows = {}
     for name, n in per_position.items():
         endings = n * est.positions
-        hours = None
-        if thr is not None and thr.gen_tok_s and thr.judge_req_s:
-            hours = endings * est.ending_tokens / thr.gen_tok_s / 3600 + endings / thr.judge_req_s / 3600
+        hours = endings_gpu_hours(endings, est.ending_tokens, thr) if thr is not None else None
         rows[name] = CostRow(endings=endings, ending_tokens=endings * est.ending_tokens, gpu_hours=hours)
     return AdaptiveCost(target_half_width=cfg.target_half_width, round_endings=cfg.round_endings,
                         max_endings=cfg.max_endings, rows=rows, pilot=pilot_dir,
