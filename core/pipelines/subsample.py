@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tension.cache.store import Store
+from tension.cache.store import Store, default_path
 from tension.core.errors import ConfigError, InputError
 from tension.core.formats import PositionLine
 from tension.core.inputs.jsonl import decode_line, iter_lines
@@ -87,10 +87,11 @@ def read_verdicts(run_dir: str | Path, cache: str | Path | None = None) -> tuple
     d = Path(run_dir)
     record = _record(d)
     lines = _lines(d)
-    where = Path(cache) if cache else _path_of(record, (record.get("config") or {}).get("cache"), d)
-    if where is None or not (where / "data.mdb").is_file():
-        raise ConfigError(f"{run_dir}: no cache at {where or '(run.json names none)'}: the run's verdicts are read "
-                          "from it (give --cache PATH)")
+    # the cache given, else the one run.json names, else the default one (a run that named none used it)
+    where = Path(cache) if cache else (_path_of(record, (record.get("config") or {}).get("cache"), d)
+                                       or default_path())
+    if not (where / "data.mdb").is_file():
+        raise ConfigError(f"{run_dir}: no cache at {where}: the run's verdicts are read from it (give --cache PATH)")
     sentences = _corpus_sentences(record, d) if any(ln.endings_key is None for _, ln in lines) else {}
     by_story: dict[str, list[tuple[int, PositionLine]]] = {}
     for lineno, ln in lines:

@@ -208,3 +208,27 @@ def test_recommended_endings_on_simulated_corpora_are_at_most_20_within_the_tole
     ir60 = [row for row in r.rows if row.stat == "ir60" and row.k == k]
     assert not all(row.passes for row in ir60)
     assert stat_columns(s) == r.stat_names
+
+
+def test_estimate_with_a_pilot_prints_the_recommended_endings_and_their_cost_beside_the_papers(scored, capsys):
+    run, _, tmp = scored
+    capsys.readouterr()
+    assert main(["estimate", str(tmp / "corpus.jsonl"), "--tokenizer", "words", "--no-progress", "--cache",
+                 str(tmp / "ecache"), "--gen-tok-s", "1000", "--judge-req-s", "50", "--pilot", str(run)]) == 0
+    out = capsys.readouterr().out
+    block = out[out.index("endings by the question"):]
+    assert "mean_nr, late_nr" in block
+    assert "at 100 endings (--endings)" in block and "GPU-hours" in block  # the paper's default beside it
+
+
+def test_estimate_with_a_pilot_whose_cache_is_gone_says_so(tmp_path, capsys):
+    corpus = make_corpus(tmp_path / "c.jsonl", 1)
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "run.json").write_text(json.dumps({"command": "score", "config": {"cache": str(tmp_path / "x")}}))
+    (tmp_path / "p" / "positions.jsonl").write_text('{"id": "a", "k": 3, "pct": 0.5, "n_endings": 4, "n_match": 2, '
+                                                   '"no_rate": 0.5}\n')
+    base = ["estimate", str(corpus), "--tokenizer", "words", "--no-progress", "--cache", str(tmp_path / "c")]
+    assert main([*base, "--pilot", str(tmp_path / "p")]) == 2  # nothing else to give: an error
+    assert "no cache at" in capsys.readouterr().err
+    assert main([*base, "--pilot", str(tmp_path / "p"), "--target-half-width", "0.1", "--seed", "1"]) == 0
+    assert "endings by the question: not available (" in capsys.readouterr().out
