@@ -21,6 +21,7 @@ every larger k passes too, for every statistic named.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 
 import msgspec
@@ -40,9 +41,9 @@ from tension.kernels.settings import (
 )
 from tension.kernels.subsample import first_k_counts, subsample_stats
 
-__all__ = ["Verdicts", "StatRow", "Recommendation", "Subsampling", "subsample", "first_k", "format_subsampling",
-           "DEFAULT_KS",
-           "DEFAULT_STATS", "SHIFT_TOLERANCE", "WIDTH_TOLERANCE", "DRAWS", "HEADLINE"]
+__all__ = ["Verdicts", "StatRow", "NoiseRow", "Recommendation", "Subsampling", "subsample", "first_k",
+           "format_subsampling", "DEFAULT_KS", "DEFAULT_STATS", "SHIFT_TOLERANCE", "WIDTH_TOLERANCE", "DRAWS",
+           "HEADLINE", "SECOND_ORDER", "FLOOR_RESAMPLES"]
 
 DEFAULT_KS = SUBSAMPLE_KS
 HEADLINE = SUBSAMPLE_STATS  # the statistics a recommendation is for unless others are named
@@ -85,6 +86,24 @@ class StatRow(msgspec.Struct, kw_only=True):
     passes: bool
 
 
+class NoiseRow(msgspec.Struct, kw_only=True):
+    """How much of a second-order statistic's group mean the sampling of endings explains
+    (docs/metrics.md 1.8): its value at the run's n, its value on curves resampled at
+    that n (the noise floor: one more layer of the same noise), and its trend over k."""
+
+    stat: str
+    group: str
+    value: float  # the group mean at n (groups.csv's, the paper's)
+    floor: float  # the group mean over resampled curves at n (kernels/intervals.py's draws)
+    floor_shift: float  # floor − value: what one more layer of noise moves it by
+    slope: float  # d(group mean)/d(1/k) over the random subsets' means, k from 5 to n
+    at_smallest: float  # the subsets' group mean at the smallest k ≥ 5 of the grid
+    smallest_k: int
+
+
+SECOND_ORDER = ("retain", "convergence")  # and every IR
+
+
 class Recommendation(msgspec.Struct, kw_only=True):
     stats: list[str]
     k: int | None  # None: no k of the grid passes (or the run cannot tell: `why`)
@@ -111,6 +130,7 @@ class Subsampling(msgspec.Struct, kw_only=True):
     story_stats: dict[int, list[list[float]]]
     stat_names: list[str]
     notes: list[str] = []
+    noise: list[NoiseRow] = []  # the second-order statistics (Retain, convergence, IRs)
 
 
 def first_k(v: Verdicts, k: int, settings: CurveSettings):
@@ -185,13 +205,49 @@ def subsample(v: Verdicts, settings: CurveSettings = CurveSettings(), ks: Sequen
                                     subset_shift=sm - f.mean, spread=spread, rerun_spread=rerun, width_ratio=ratio,
                                     passes=passes))
     rec = _recommend(rows, list(stats), grid, n, counts)
+    noise = _noise(v, settings, rows, names, index, full_groups, seed) if n else []
     notes = []
     if len(set(counts.tolist())) > 1:
         notes.append(f"positions hold {int(counts.min())}–{n} endings (adaptive rounds): a position of fewer "
                      "than k endings uses all of them")
     return Subsampling(n=n, positions=len(counts), n_stories=len(v.ids), ks=grid, draws=draws, seed=seed,
                        shift_tolerance=shift_tolerance, width_tolerance=width_tolerance, rows=rows,
-                       recommendation=rec, groups=by_k_groups, story_stats=by_k_stories, stat_names=names, notes=notes)
+                       recommendation=rec, groups=by_k_groups, story_stats=by_k_stories, stat_names=names, notes=notes,
+                       noise=noise)
+
+
+# resamples at n for the noise floor: a group mean over them is known to well under its spread
+FLOOR_RESAMPLES = 100
+
+
+def _noise(v: Verdicts, settings: CurveSettings, rows: list[StatRow], names: list[str],
+           index: dict[str, np.ndarray], full_groups, seed: int) -> list[NoiseRow]:
+    from tension.kernels.intervals import Draw, resample_stats
+
+    n_all, m_all = first_k_counts(v.match, v.starts, int(np.diff(v.starts).max()))
+    draws = resample_stats(v.x, n_all, m_all, v.offsets, story_seeds(v.ids, seed + 1), settings, FLOOR_RESAMPLES,
+                           Draw.BINOMIAL)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a story no resample defines: NaN, left out
+        per_story = np.nanmean(draws, axis=1)  # stories × s
+    out = []
+    for j, name in enumerate(names):
+        if name not in SECOND_ORDER and not name.startswith("ir"):
+            continue
+        for g, ix in index.items():
+            vals = per_story[ix, j]
+            floor = float(np.nanmean(vals)) if np.isfinite(vals).any() else math.nan
+            value = full_groups[name][g].mean
+            sub = [r for r in rows if r.stat == name and r.group == g and r.k >= 5 and math.isfinite(r.subset_mean)]
+            slope = math.nan
+            if len(sub) >= 2:
+                inv = np.array([1.0 / r.k for r in sub])
+                mu = np.array([r.subset_mean for r in sub])
+                slope = float(np.polyfit(inv, mu, 1)[0])
+            out.append(NoiseRow(stat=name, group=g, value=value, floor=floor, floor_shift=floor - value, slope=slope,
+                                at_smallest=sub[0].subset_mean if sub else math.nan,
+                                smallest_k=sub[0].k if sub else 0))
+    return out
 
 
 def _recommend(rows: list[StatRow], stats: list[str], grid: list[int], n: int, counts: np.ndarray) -> Recommendation:
@@ -242,6 +298,13 @@ def format_subsampling(s: Subsampling, stats: Sequence[str] | None = None) -> st
             for r in rows:
                 out.append(f"  {r.k:>4}  {_f(r.first):>8}  {r.shift:>+8.4f}  {r.subset_shift:>+8.4f}  "
                            f"{_f(r.rerun_spread):>8}  {_f(r.width_ratio, 3):>6}  {'✓' if r.passes else ''}")
+    if s.noise:
+        out.append(f"\nsecond-order statistics and their noise (docs/metrics.md 1.8): the group mean at n = {s.n}, on "
+                   f"curves resampled at n (noise floor), and at the smallest k of the grid")
+        out.append(f"  {'statistic':<12} {'group':<16} {'at n':>9} {'floor':>9} {'floor − n':>10} {'at k':>14}")
+        for nr in s.noise:
+            out.append(f"  {nr.stat:<12} {nr.group[:16]:<16} {_f(nr.value):>9} {_f(nr.floor):>9} "
+                       f"{nr.floor_shift:>+10.4f} {_f(nr.at_smallest):>9} (k={nr.smallest_k})")
     rec = s.recommendation
     if rec.k is None:
         out.append(f"\nrecommended endings for {', '.join(rec.stats)}: none below {rec.n} ({rec.why})")

@@ -16,7 +16,7 @@ from conftest import make_corpus
 
 from tension.core.cli import main
 from tension.core.reports.metrics import stat_columns
-from tension.core.reports.subsampling import SHIFT_TOLERANCE, WIDTH_TOLERANCE, first_k, subsample
+from tension.core.reports.subsampling import SHIFT_TOLERANCE, WIDTH_TOLERANCE, first_k, format_subsampling, subsample
 from tension.kernels.curves import CurveSettings, batch_stats
 from tension.kernels.intervals import story_seeds
 from tension.kernels.subsample import first_k_counts, subsample_stats
@@ -232,3 +232,18 @@ def test_estimate_with_a_pilot_whose_cache_is_gone_says_so(tmp_path, capsys):
     assert "no cache at" in capsys.readouterr().err
     assert main([*base, "--pilot", str(tmp_path / "p"), "--target-half-width", "0.1", "--seed", "1"]) == 0
     assert "endings by the question: not available (" in capsys.readouterr().out
+
+
+def test_second_order_statistics_report_their_noise_floor_and_trend():
+    """On simulated stories whose true curves have few reversals, noise adds them: the
+    IRs' noise floor (curves resampled at n, one more layer of the same noise) lies
+    above their value at n; the trend over k is given; mean and late NR get no row."""
+    v, _ = simulated_verdicts(16, 150, 100, seed=3, shapes=["steadily falling (0.97 → 0.55)",
+                                                             "spiky (0.8 ± 0.12, reversals)"])
+    r = subsample(v, CurveSettings(), ks=(5, 10, 20, 50))
+    assert {row.stat for row in r.noise} == {"retain", "convergence", "ir30", "ir60", "ir120"}
+    for row in r.noise:
+        if row.stat == "ir60":
+            assert row.floor > row.value and row.smallest_k == 5 and math.isfinite(row.slope), row
+    text = format_subsampling(r)
+    assert "noise floor" in text and "ir60" in text
