@@ -1,6 +1,6 @@
 """Adaptive endings against fixed-100 (docs/metrics.md 1.7, docs/cost.md).
 
-Three modes:
+Four modes:
 
 1. ``sim`` (default): simulated stories on the ground-truth shapes of
    ``tension.testing.precision`` (flat high, steadily falling, a late twist, spiky),
@@ -15,6 +15,10 @@ Three modes:
    stories.csv's values and intervals.
 3. ``server``: the same on any running server, e.g. the embedded one with the demo
    story at small settings (``--max-endings 8 --round-endings 4``).
+4. ``newyorker``: endings by the question (issue 37, docs/metrics.md 1.8): a simulated
+   corpus the size of the paper's New Yorker one (``--stories`` per shape, 150 positions,
+   100 endings), `subsample`'s recommended k for mean and late NR, and the GPU-hours
+   of the New Yorker profile (NEW_YORKER below) at that k against 100.
 
 Run from the repository root::
 
@@ -22,6 +26,7 @@ Run from the repository root::
     python bench/precision.py --stories 200 --targets 0.04 0.05 0.07 0.1 --json out.json
     python bench/precision.py loopback --stories 3
     python bench/precision.py server --base-url http://127.0.0.1:8791 --max-endings 8 --round-endings 4
+    python bench/precision.py newyorker --stories 66
 """
 
 from __future__ import annotations
@@ -161,13 +166,54 @@ def server(args) -> dict:
         return through_score(args, args.base_url, args.model, corpus, Path(tmp), "server", extra)
 
 
+# The paper's New Yorker corpus at its defaults (issue 37): 261 stories, ≈ 3.9 M judge
+# prompts (39,000 positions × 100 endings), ≈ 313 M generated tokens (E ≈ 80 a ending),
+# 6–9 H200-hours. The throughput is calibrated to the midpoint, 7.5 hours, split 60/40
+# between generation and judge (an assumption: the cost model is linear in the endings,
+# so the ratio at k against 100 does not depend on it).
+NEW_YORKER = {"stories": 261, "positions": 39_000, "ending_tokens": 313e6 / 3.9e6, "gpu_hours": (6.0, 9.0)}
+_NY_HOURS = 7.5
+NEW_YORKER_THROUGHPUT = {"gen_tok_s": 313e6 / (0.6 * _NY_HOURS * 3600), "judge_req_s": 3.9e6 / (0.4 * _NY_HOURS * 3600)}
+
+
+def newyorker(args) -> dict:
+    from tension.core.pipelines.estimate import Throughput, endings_gpu_hours
+    from tension.core.reports.subsampling import subsample
+
+    t0 = time.perf_counter()
+    v, _ = precision.simulated_verdicts(args.stories, 150, 100, seed=args.seed)
+    r = subsample(v, CurveSettings(), ks=(5, 10, 15, 20, 30, 40, 50, 60, 80))
+    rec = r.recommendation
+    print(f"  simulated corpus: {len(v.ids)} stories ({args.stories} a shape), 150 positions, 100 endings; "
+          f"subsampled in {time.perf_counter() - t0:.1f} s")
+    for row in r.rows:
+        if row.stat in ("mean_nr", "late_nr", "ir60") and row.k in (5, 10, 20, 100):
+            print(f"    k {row.k:>3} {row.stat:8s} {row.group[:24]:24s} shift {row.shift:+.4f} rerun sd "
+                  f"{row.rerun_spread:.4f} (tolerance {r.shift_tolerance * row.full_ci95:.4f}) width "
+                  f"{row.width_ratio:.3f} {'✓' if row.passes else ''}")
+    thr = Throughput(**NEW_YORKER_THROUGHPUT)
+    e = NEW_YORKER["ending_tokens"]
+    out = {"recommended_k": rec.k, "why": rec.why}
+    print(f"  recommended endings for mean and late NR: {rec.k} ({rec.why})")
+    print("| endings a position | endings (New Yorker, 39,000 positions) | generated tokens | H200-hours "
+          "(calibrated to 7.5 at 100) | the paper's 6–9 scaled |")
+    print("|---:|---:|---:|---:|---:|")
+    for k in ([rec.k] if rec.k else []) + [100]:
+        endings = k * NEW_YORKER["positions"]
+        hours = endings_gpu_hours(endings, e, thr)
+        lo, hi = (h * k / 100 for h in NEW_YORKER["gpu_hours"])
+        print(f"| {k} | {endings:,} | {endings * e / 1e6:,.0f} M | {hours:.2f} | {lo:.1f}–{hi:.1f} |")
+        out[str(k)] = {"endings": endings, "tokens": endings * e, "gpu_hours": hours}
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("mode", nargs="?", default="sim", choices=["sim", "loopback", "server"])
+    p.add_argument("mode", nargs="?", default="sim", choices=["sim", "loopback", "server", "newyorker"])
     p.add_argument("--targets", type=float, nargs="+", default=[0.03, 0.04, 0.05, 0.07, 0.1])
     p.add_argument("--round-endings", type=int, default=20)
     p.add_argument("--max-endings", type=int, default=100)
-    p.add_argument("--stories", type=int, default=200, help="sim: per shape; loopback: the corpus")
+    p.add_argument("--stories", type=int, default=200, help="sim, newyorker: per shape; loopback: the corpus")
     p.add_argument("--positions", type=int, default=60, help="sim: positions a story")
     p.add_argument("--resamples", type=int, default=300, help="sim: of the fixed-100 intervals")
     p.add_argument("--yes-rates", type=float, nargs="+", default=[0.05, 0.3], help="loopback: the judge's Y-rate")
@@ -184,7 +230,8 @@ def main() -> None:
     print(f"cpu: {cpu_model()}; load {loadavg()}; pid {os.getpid()}")
     print(f"config: {vars(args)}")
     print("=" * BANNER)
-    res = {"config": vars(args), args.mode: {"sim": simulation, "loopback": loopback, "server": server}[args.mode](args)}
+    res = {"config": vars(args), args.mode: {"sim": simulation, "loopback": loopback, "server": server,
+                                    "newyorker": newyorker}[args.mode](args)}
     print(f"load at the end: {loadavg()}")
     if args.json:
         with open(args.json, "w") as f:

@@ -20,7 +20,8 @@ import msgspec
 __all__ = ["Bounds", "bounds_of", "check_bounds", "INT_MIN", "INT_MAX", "CURVE_GROUP", "CurveSettings",
            "FAIRPLAY_GROUP", "FairPlaySettings", "IntervalResamples", "IntervalSeed", "LateThreshold",
            "RetentionWindow", "TIE_RULES", "Thresholds",
-           "Window"]
+           "Window", "MIN_INTERVAL_RESAMPLES", "check_interval_resamples", "SUBSAMPLE_KS", "SUBSAMPLE_STATS",
+           "SHIFT_TOLERANCE", "WIDTH_TOLERANCE", "SUBSAMPLE_DRAWS"]
 
 # Every integer setting lies in int64: msgpack (the cache keys), numba (the kernels),
 # JSON servers and run records all hold it; 2**80 is a usage error, not a failed run.
@@ -135,12 +136,23 @@ Thresholds = Annotated[tuple[float, ...], _curve("vertex-angle thresholds in deg
 LateThreshold = Annotated[float, _curve("late NR averages positions with pct >= this", bounds=Bounds(ge=0, le=1))]
 RetentionWindow = Annotated[int, _curve("positions after a peak searched for its low", bounds=Bounds(ge=1))]
 # The per-story intervals (docs/metrics.md 1.6). More resamples than this is time, not
-# precision: at 1,000 an interval's ends move by well under its width's tenth.
+# precision: at 1,000 an interval's ends move by well under its width's tenth. Fewer than
+# MIN_INTERVAL_RESAMPLES (other than 0, none) are refused: at 100 each 2.5 % tail rests on
+# 2.5 resamples, the fewest that place it at all (review I1: 1 gave zero-width intervals).
+MIN_INTERVAL_RESAMPLES = 100
 IntervalResamples = Annotated[int, _curve(
-    "resamples of each story's verdicts for its 95% intervals (stories.csv's *_lo/*_hi; 0 = none)",
+    "resamples of each story's verdicts for its 95% intervals (stories.csv's *_lo/*_hi; 0 = none, else at least 100)",
     bounds=Bounds(ge=0, le=100_000))]
 IntervalSeed = Annotated[int, _curve("seed of the per-story intervals' resamples (with each story's id)",
                                      bounds=Bounds(ge=0))]
+
+
+def check_interval_resamples(n: int, name: str = "interval_resamples") -> None:
+    """0 (no intervals) or at least MIN_INTERVAL_RESAMPLES, else a ValueError naming `name`."""
+    if 0 < n < MIN_INTERVAL_RESAMPLES:
+        raise ValueError(f"{name}: expected 0 (no intervals) or at least {MIN_INTERVAL_RESAMPLES}, got {n}: a 95 % "
+                         "interval's ends are the 2.5th and 97.5th percentiles of the resamples, which fewer than "
+                         f"{MIN_INTERVAL_RESAMPLES} cannot place (one resample gives an interval of zero width)")
 
 
 class CurveSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -165,6 +177,7 @@ class CurveSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"late_threshold: expected a share of the story in [0, 1], got {self.late_threshold}")
         if self.retention_window < 1:
             raise ValueError(f"retention_window: expected >= 1, got {self.retention_window}")
+        check_interval_resamples(self.interval_resamples)
         check_bounds(self)  # the declared bounds: the checks above say it better where they apply
 
 
@@ -206,3 +219,15 @@ class FairPlaySettings(msgspec.Struct, frozen=True, kw_only=True):
         if any(i < 1 for i in self.early_steps):
             raise ValueError(f"early_steps: expected paragraph numbers >= 1, got {self.early_steps}")
         check_bounds(self)
+
+
+# `tension-run subsample` (docs/metrics.md 1.8), here without numba for its --help: the
+# grid of k (a few endings up to the paper's 100; the run's own n is always added), the
+# headline statistics a recommendation is for, and its tolerances: a group mean may move
+# by a quarter of its own 95 % half-width (the paper's ±0.05 on mean NR: ±0.0125), its
+# interval may widen by 10 %; random subsets per k.
+SUBSAMPLE_KS = (2, 5, 10, 15, 20, 30, 40, 50, 60, 80, 100)
+SUBSAMPLE_STATS = ("mean_nr", "late_nr")
+SHIFT_TOLERANCE = 0.25
+WIDTH_TOLERANCE = 0.10
+SUBSAMPLE_DRAWS = 20

@@ -114,12 +114,18 @@ async def _estimate(cfg: Any, corpus: PathLike, thr: Any, json: PathLike | None,
     from tension.core.pipelines.estimate import estimate_async as run
     from tension.core.pipelines.estimate import format_estimate
     from tension.core.pipelines.estimate_adaptive import adaptive_cost, read_pilot
+    from tension.core.pipelines.estimate_precision import pilot_subsample, precision_cost
 
-    if pilot is not None and cfg.target_half_width is None:
-        raise ConfigError("--pilot: the expected cost of adaptive endings needs --target-half-width")
-    ps = read_pilot(pilot) if pilot is not None else None  # a bad pilot is told before the corpus is counted
+    adaptive = cfg.target_half_width is not None
+    # a bad pilot is told before the corpus is counted
+    ps = read_pilot(pilot) if pilot is not None and adaptive else None
+    sub = pilot_subsample(pilot, required=not adaptive) if pilot is not None else None
     est = await run(cfg, corpus, thr, model)
     est.adaptive = adaptive_cost(cfg, est, ps, None if pilot is None else str(pilot))
+    if pilot is not None and not isinstance(sub, str) and sub is not None:
+        est.precision = precision_cost(cfg, est, pilot, sub)
+    elif isinstance(sub, str):
+        est.precision_note = sub
     if json is not None:
         import msgspec
 

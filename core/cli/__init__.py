@@ -12,6 +12,7 @@ interrupted.
     fairplay.py   fairplay, fairplay-metrics    reports.py    metrics, report, compare
     serve.py      serve, demo                   cache.py      cache stats, verify, recover, drop, merge
     view.py       view                          route.py      route
+    precision.py  subsample
 
 Building the parser imports no numba, numpy, scipy or aiohttp: a verb imports
 its library modules when it runs.
@@ -26,7 +27,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from tension.core.cli import cache, fairplay, generate, reports, route, score, serve, view
+from tension.core.cli import cache, fairplay, generate, precision, reports, route, score, serve, view
 from tension.core.cli.flags import Once, Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, print_error
 from tension.core.errors import NO_ROOM, ConfigError, TensionError, cannot_write
@@ -36,7 +37,7 @@ __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAG
 
 VERBS: list[Verb] = [cache.network_fs_flag(v) if v.name in cache.OPENS_CACHE else v
                      for v in (*score.VERBS, *generate.VERBS, *fairplay.VERBS, *reports.VERBS, *serve.VERBS,
-                               *route.VERBS, *cache.VERBS, *view.VERBS)]
+                               *route.VERBS, *cache.VERBS, *view.VERBS, *precision.VERBS)]
 # the help of the verbs that group others ("cache stats")
 GROUPS = {"cache": "inspect, verify, recover, drop and merge records of the LMDB cache"}
 

@@ -22,6 +22,13 @@ def cmd_metrics(args) -> int:
     print_errors(result.errors)
     print(format_group_table(result.groups))
     print(f"\n{len(result.curves)} stories -> {args.out}/stories.csv, {args.out}/groups.csv")
+    if result.intervals is not None:
+        from tension.core.reports.story_intervals import has_counts
+
+        without = sum(not has_counts(c) for c in result.curves)
+        if without:  # review I6: empty *_lo/*_hi cells, said once
+            print(f"intervals: none for {without} of {len(result.curves)} stories: their positions have no verdict "
+                  "counts (n_endings, n_match), which the intervals resample (docs/metrics.md 1.6)")
     if result.errors:
         print(f"{len(result.errors)} line(s) failed; see the errors above", file=sys.stderr)
     elif not result.curves:
@@ -48,6 +55,8 @@ def cmd_compare(args) -> int:
     c = r.comparison
     print(f"{c.n_pairs} pairs by `{c.pair_by}` ({c.unpaired_a} stories only in A, {c.unpaired_b} only in B); "
           f"B − A = {c.run_b} − {c.run_a}; ✓ = 95% bootstrap interval excludes 0\n")
+    for w in c.warnings:
+        print(f"warning: {w}", file=sys.stderr)
     print(r.markdown)
     if args.out:
         print(f"written: {args.out}/compare.md, {args.out}/compare.csv, {args.out}/compare_stories.csv")

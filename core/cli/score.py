@@ -165,8 +165,9 @@ def _estimate_flags(p) -> None:
     m.add_argument("--prefill-tok-s", type=number(float, gt=0), metavar="R",
                    help="prompt tokens per second the servers compute: adds the modelled prefill to the GPU-hours")
     p.add_argument("--pilot", metavar="RUN_DIR",
-                   help="with --target-half-width: the expected cost from the no-rates of an earlier score run's "
-                        "positions.jsonl (docs/cost.md)")
+                   help="an earlier score run: the endings a position mean and late NR need, from its cached "
+                        "verdicts, and the cost at that number beside --endings (docs/metrics.md 1.8); with "
+                        "--target-half-width also the expected cost from its no-rates (docs/cost.md)")
     p.add_argument("--json", metavar="FILE", help="also write the estimate as JSON")
 
 

@@ -37,11 +37,12 @@ import numpy as np
 from tension.core.config import ScoreConfig
 from tension.core.errors import ConfigError, StatusError
 from tension.core.inputs.corpus import Corpus, read_corpus
-from tension.core.pipelines.estimate_adaptive import AdaptiveCost
+from tension.core.pipelines.estimate_adaptive import AdaptiveCost, CachedRounds
+from tension.core.pipelines.estimate_precision import PrecisionCost
 from tension.core.pipelines.estimate_text import format_estimate
 from tension.core.pipelines.ideal import Tally, TokenTotals, constants, template_pieces
 from tension.core.pipelines.prefix.predict import CacheModelOptions, PrefixPrediction, predict
-from tension.core.pipelines.score.lookup import lookup
+from tension.core.pipelines.score.lookup import lookup, lookup_rounds, no_count
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.run.blocking import run_blocking
@@ -51,7 +52,7 @@ from tension.core.run.reads import CacheReads
 from tension.core.run.record import RunHeader
 
 __all__ = ["Throughput", "TokenTotals", "Estimate", "estimate", "estimate_async", "format_estimate",
-           "COST_FORMULA", "CacheModelOptions"]
+           "COST_FORMULA", "CacheModelOptions", "endings_gpu_hours"]
 
 COST_FORMULA = ("GPU-hours = (generation requests to send × n × E / gen_tok_s + "
                 "judge requests to send / judge_req_s) / 3600;  cost = GPU-hours × gpu_hour_usd")
@@ -65,6 +66,14 @@ class Throughput(msgspec.Struct, kw_only=True):
     gpu_hour_usd: float | None = None
     ending_tokens: float | None = None  # E; None: max_tokens (an upper bound)
     source: str = "flags"  # "flags" or the bench file they came from
+
+
+def endings_gpu_hours(endings: float, ending_tokens: float, thr: Throughput) -> float | None:
+    """GPU-hours of `endings` endings of `ending_tokens` tokens each, each judged once
+    (COST_FORMULA with the endings in place of requests × n); None without a throughput."""
+    if not thr.gen_tok_s or not thr.judge_req_s:
+        return None
+    return endings * ending_tokens / thr.gen_tok_s / 3600 + endings / thr.judge_req_s / 3600
 
 
 class Estimate(msgspec.Struct, kw_only=True):
@@ -100,6 +109,9 @@ class Estimate(msgspec.Struct, kw_only=True):
     seconds: float = 0.0
     run: RunHeader | None = None  # the run record header every verb shares (core/run/record.py)
     adaptive: AdaptiveCost | None = None  # --target-half-width: its cost range (estimate_adaptive.py)
+    adaptive_cached: CachedRounds | None = None  # --target-half-width: its rounds the cache holds
+    precision: PrecisionCost | None = None  # --pilot: the endings the headline statistics need (issue 37)
+    precision_note: str | None = None  # --pilot: why they could not be had
 
 
 def prefix_counter(cfg: ScoreConfig) -> Counter | None:
@@ -259,6 +271,38 @@ def _coverage(est: Estimate, reads: CacheReads, reqs: ScoreRequests, finder: Pos
     # Cached endings: exactly their non-empty ones; the others: one per ending.
     est.judge_to_send = (judge_checkable - judge_cached) + judge_unknown
     est.judge_requests = judge_checkable + judge_unknown
+    if reqs.cfg.adaptive:
+        est.adaptive_cached = _cached_rounds(reads, reqs, finder, by_story)
+
+
+def _cached_rounds(reads: CacheReads, reqs: ScoreRequests, finder: PositionFinder,
+                   by_story: dict[int, list[Position]]) -> CachedRounds:
+    """The target's rounds the cache holds, walked as the run drew them (the rows
+    above are of --endings, whose requests an adaptive run never sends)."""
+    from tension.core.prompts.score import counted_verdict
+    from tension.kernels.stopping import should_stop
+
+    cfg = reqs.cfg
+    assert cfg.target_half_width is not None
+    out = CachedRounds()
+    for si in sorted(by_story):
+        for p in by_story[si]:
+            out.positions += 1
+            cached = lookup_rounds(reads, reqs, finder.sentences[si], p.k)
+            if cached.endings is None or cached.answers is None:
+                out.to_send_max += cfg.max_endings
+                continue
+            n = len(cached.endings.texts)
+            out.rounds += len(cached.rounds)
+            out.endings += n
+            judged = all(t is not None or not e.strip() for e, t in zip(cached.endings.texts, cached.answers.texts))
+            votes = [None if t is None else counted_verdict(cfg.judge_constraint, t, lp)
+                     for t, lp in zip(cached.answers.texts, cached.answers.first_logprobs)]
+            if judged and should_stop(n, no_count(votes), cfg.target_half_width, cfg.max_endings):
+                out.complete += 1
+            else:
+                out.to_send_max += cfg.max_endings - n
+    return out
 
 
 def _cost(est: Estimate, thr: Throughput, cfg: ScoreConfig, cache_model: CacheModelOptions | None = None) -> None:

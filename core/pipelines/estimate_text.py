@@ -70,6 +70,12 @@ def format_estimate(e: Estimate) -> str:
         from tension.core.pipelines.estimate_adaptive import adaptive_lines
 
         lines += adaptive_lines(e.adaptive)
+    if e.precision is not None:
+        from tension.core.pipelines.estimate_precision import precision_lines
+
+        lines += precision_lines(e.precision)
+    elif e.precision_note is not None:
+        lines.append(f"endings by the question: not available ({e.precision_note})")
     lines.append(f"({e.seconds:.1f} s)")
     return "\n".join(lines)
 

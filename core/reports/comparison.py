@@ -18,14 +18,16 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tension.core.errors import InputError
+from tension.core.errors import ConfigError, InputError
 from tension.core.reports.metrics import stat_columns
 from tension.core.reports.report import RunData, fmt_stat, load_run, render_table
 from tension.core.reports.story_intervals import StoryDiff, paired_differences, stat_matrix
 from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
 from tension.kernels.curves import CurveSettings
+from tension.kernels.settings import check_interval_resamples
 
-__all__ = ["compare", "Comparison", "ComparisonRow", "comparison_table", "story_table"]
+__all__ = ["compare", "Comparison", "ComparisonRow", "RunAbout", "run_about", "setup_warnings", "comparison_table",
+           "story_table"]
 
 
 class ComparisonRow(msgspec.Struct, kw_only=True):
@@ -41,6 +43,53 @@ class ComparisonRow(msgspec.Struct, kw_only=True):
     significant: bool  # the bootstrap interval excludes 0
 
 
+class RunAbout(msgspec.Struct, kw_only=True):
+    """What a compared run was scored with (its run.json): the facts that, differing
+    between A and B, make a difference of their statistics partly a difference of setup."""
+
+    generation_model: str | None = None
+    judge_model: str | None = None
+    endings: str | None = None  # "4", or "adaptive W 0.1, rounds of 20, at most 100"
+    seed: int | None = None
+
+    def text(self) -> str:
+        parts = [f"generation {self.generation_model or 'unknown'}, judge {self.judge_model or 'unknown'}",
+                 (f"{self.endings} endings a position" if self.endings and self.endings[0].isdigit()
+                  else f"endings {self.endings or 'unknown'}"),
+                 f"seed {self.seed if self.seed is not None else 'none'}"]
+        return "; ".join(parts)
+
+
+def run_about(run: dict[str, Any]) -> RunAbout:
+    cfg = run.get("config") or {}
+    models = run.get("models") or {}
+    w = cfg.get("target_half_width")
+    endings = (f"adaptive W {w:g}, rounds of {cfg.get('round_endings')}, at most {cfg.get('max_endings')}"
+               if isinstance(w, int | float) else None if cfg.get("endings") is None else str(cfg.get("endings")))
+    seed = cfg.get("seed")
+    return RunAbout(generation_model=models.get("generation") or cfg.get("model"),
+                    judge_model=models.get("judge") or cfg.get("judge_model"), endings=endings,
+                    seed=seed if isinstance(seed, int) else None)
+
+
+def setup_warnings(a: RunAbout, b: RunAbout) -> list[str]:
+    """A line for each fact of the setup that differs between runs A and B (review D11)."""
+    out = []
+    if a.endings != b.endings:
+        out.append(f"A and B used different numbers of endings (A: {a.endings}, B: {b.endings}): IR, Retain and "
+                   "convergence move with the endings a position (docs/metrics.md 1.6, 1.8), so their differences "
+                   "are partly the endings'; compare runs of the same endings")
+    if a.seed != b.seed:
+        out.append(f"A and B used different seeds (A: {a.seed}, B: {b.seed}): their endings are other draws, so a "
+                   "difference of a story includes the sampling of endings (its interval holds it)")
+    for role, x, y in (("generation", a.generation_model, b.generation_model),
+                       ("judge", a.judge_model, b.judge_model)):
+        if x != y:
+            out.append(f"A and B used different {role} models (A: {x}, B: {y}): a difference is partly the "
+                       "models'")
+    return out
+
+
 class Comparison(msgspec.Struct, kw_only=True):
     run_a: str
     run_b: str
@@ -52,6 +101,9 @@ class Comparison(msgspec.Struct, kw_only=True):
     stories: list[StoryDiff] = []  # per pair and statistic, in pair order
     interval_resamples: int = 0
     interval_seed: int = 0
+    about_a: RunAbout | None = None
+    about_b: RunAbout | None = None
+    warnings: list[str] = []  # the setups differ (setup_warnings)
 
 
 def _pair_keys(data: RunData, field: str) -> dict[Any, int]:
@@ -85,6 +137,11 @@ def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "
     recorded settings when None; 0 resamples: no per-story interval)."""
     from scipy import stats as sps
 
+    if interval_resamples is not None:  # told before either run is read
+        try:
+            check_interval_resamples(interval_resamples, "--interval-resamples")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     a = load_run(run_a, settings, n_resamples=0, intervals=False)
     s = a.settings
     if interval_resamples is not None or interval_seed is not None:
@@ -112,12 +169,14 @@ def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "
                                   diff=float(d.mean()) if len(d) else math.nan, lo=lo, hi=hi, t=float(t),
                                   p=float(p), significant=bool(lo > 0 or hi < 0)))
     names = stat_columns(s)
+    about_a, about_b = run_about(a.run), run_about(b.run)
     stories = paired_differences([_key_text(k, pair_by) for k in shared], [a.curves[i] for i in ia],
                                  stat_matrix(a.stats)[ia], [b.curves[i] for i in ib], stat_matrix(b.stats)[ib],
                                  names, s)
     return Comparison(run_a=str(run_a), run_b=str(run_b), pair_by=pair_by, n_pairs=len(shared),
                       unpaired_a=len(ka) - len(shared), unpaired_b=len(kb) - len(shared), rows=rows,
-                      stories=stories, interval_resamples=s.interval_resamples, interval_seed=s.interval_seed)
+                      stories=stories, interval_resamples=s.interval_resamples, interval_seed=s.interval_seed,
+                      about_a=about_a, about_b=about_b, warnings=setup_warnings(about_a, about_b))
 
 
 def _key_text(key: Any, pair_by: str) -> str:
@@ -178,6 +237,10 @@ def comparison_table(c: Comparison, fmt: str = "md") -> str:
                         *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.mean_a, r.mean_b, r.diff, r.lo, r.hi)),
                         int(r.significant), *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.t, r.p))])
         return buf.getvalue()
-    return render_table(header, rows, "md")
+    head = ""
+    if c.about_a is not None and c.about_b is not None:
+        head = (f"Run A: {c.run_a} ({c.about_a.text()})\n\nRun B: {c.run_b} ({c.about_b.text()})\n\n"
+                + "".join(f"**Warning:** {w}\n\n" for w in c.warnings))
+    return head + render_table(header, rows, "md")
 
 

@@ -82,7 +82,7 @@ def _read_record(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _settings_from_run(run: dict[str, Any]) -> CurveSettings:
+def settings_from_run(run: dict[str, Any]) -> CurveSettings:
     c = run.get("config", {})
     d = CurveSettings()
     return CurveSettings(window=c.get("window", d.window), thresholds=tuple(c.get("thresholds", d.thresholds)),
@@ -98,7 +98,7 @@ def load_run(run_dir: str | os.PathLike, settings: CurveSettings | None = None,
     if not (d / "positions.jsonl").is_file():
         raise InputError(str(d), 0, None, "not a score run: no positions.jsonl in this folder")
     run = _read_record(d / "run.json") if (d / "run.json").is_file() else {}
-    settings = settings or _settings_from_run(run)
+    settings = settings or settings_from_run(run)
     curves, errors = read_run_positions(d)
     if errors:
         raise errors[0]

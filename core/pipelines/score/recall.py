@@ -30,7 +30,7 @@ from tension.core.pipelines.score.requests import ScoreRequests
 from tension.core.prompts import score as prompts
 from tension.core.run.reads import CacheReads, chat_key
 
-__all__ = ["recorded_cache", "Recalled", "ScoreRecall", "RunKeys", "run_keys"]
+__all__ = ["recorded_cache", "Recalled", "ScoreRecall", "RunKeys", "run_keys", "run_record"]
 
 
 class Recalled(msgspec.Struct, kw_only=True):
@@ -110,7 +110,7 @@ class RunKeys(msgspec.Struct, kw_only=True):
 
 def run_keys(run_dir: Path, store: Store) -> RunKeys:
     """The keys of the run in `run_dir` (RunKeys); `store` holds its records."""
-    record = _run_record(run_dir)
+    record = run_record(run_dir)
     keys: dict[str, set[bytes]] = {"endings": set(), "verdicts": set(), "positions": set()}
     for line in _position_lines(run_dir):
         if line.endings_key:
@@ -146,7 +146,7 @@ def run_keys(run_dir: Path, store: Store) -> RunKeys:
 def recorded_cache(run_dir: Path) -> Path | None:
     """The cache the run in `run_dir` used, as its run.json records it (None: it
     names none); a relative path is read against the folder the run was started in."""
-    record = _run_record(run_dir)
+    record = run_record(run_dir)
     used = record.get("cache")
     path = (used.get("path") if isinstance(used, dict) else None) or (record.get("config") or {}).get("cache")
     if not isinstance(path, str) or not path:
@@ -155,16 +155,18 @@ def recorded_cache(run_dir: Path) -> Path | None:
     return p if p.is_absolute() else Path(record.get("cwd") or run_dir) / p
 
 
-def _run_record(run_dir: Path) -> dict[str, Any]:
+def run_record(run_dir: Path, label: str = "--run") -> dict[str, Any]:
+    """A score run folder's run.json; a ConfigError, its message opened by `label`
+    (the flag or the folder), when it is missing, unreadable or no record."""
     path = run_dir / "run.json"
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"--run {run_dir}: not a score run folder (no run.json in it)") from None
+        raise ConfigError(f"{label} {run_dir}: not a score run folder (no run.json in it)") from None
     except (OSError, ValueError) as e:
-        raise ConfigError(f"--run {run_dir}: {path} cannot be read: {e}") from None
+        raise ConfigError(f"{label} {run_dir}: {path} cannot be read: {e}") from None
     if not isinstance(doc, dict):
-        raise ConfigError(f"--run {run_dir}: {path} is not a run record")
+        raise ConfigError(f"{label} {run_dir}: {path} is not a run record")
     return doc
 
 
