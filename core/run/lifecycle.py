@@ -315,7 +315,30 @@ def open_run(settings: RunSettings, command: str, *, progress: Progress, partial
 def out_lock(out: Path, lock_file: Path, verb: str, what: str) -> Iterator[None]:
     """Hold `lock_file` for the output `out` of a `verb` run, or fail at once if
     another run holds it: a second run writing the same partial file and outputs
-    would interleave them. The lock dies with its process (even SIGKILL)."""
+    would interleave them. The lock dies with its process (even SIGKILL). A run of
+    this same process holding it (another thread, another task) is named as such:
+    the lock file's pid would be this process's own."""
+    key = os.path.realpath(lock_file)
+    with _held_lock:
+        if key in _held:
+            raise TensionError(f"--out {out} is in use by another call in this process (a {_held[key]} run still "
+                               f"going: another thread or task); wait for it to finish or choose another {what} "
+                               "(several runs may share one --cache)")
+        _held[key] = verb
+    try:
+        with _flock(out, lock_file, verb, what):
+            yield
+    finally:
+        with _held_lock:
+            del _held[key]
+
+
+_held: dict[str, str] = {}  # the lock files this process's runs hold, and their verbs
+_held_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _flock(out: Path, lock_file: Path, verb: str, what: str) -> Iterator[None]:
     f = lock_file.open("a+")
     try:
         try:
