@@ -11,8 +11,9 @@ ConfigError naming it), never SystemExit."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tension.core.api.results import (
     CompareResult,
@@ -32,6 +33,12 @@ from tension.core.api.settings import (
 )
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 
+if TYPE_CHECKING:  # only to type: `tension-run --help` and `import tension` load none of these
+    from tension.core.config import GenerateConfig, ScoreConfig
+    from tension.core.pipelines.estimate import Throughput
+    from tension.core.pipelines.prefix.predict import CacheModelOptions
+    from tension.kernels.settings import CurveSettings
+
 __all__ = ["score", "score_async", "estimate", "estimate_async", "metrics", "metrics_async", "compare",
            "compare_async", "generate", "generate_async"]
 
@@ -39,7 +46,10 @@ PathLike = str | Path
 _SHOWN_PAIRS = 50  # per-story differences compare shows; all are in compare_stories.csv
 
 
-def blocking(make_coro: Any) -> Any:
+T = TypeVar("T")
+
+
+def blocking(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
     from tension.core.run.blocking import run_blocking
 
     return run_blocking(make_coro)
@@ -48,7 +58,7 @@ def blocking(make_coro: Any) -> Any:
 # ------------------------------------------------------------------------------ score
 
 
-def score_settings(verb: str, config: PathLike | None, settings: dict[str, Any]) -> Any:
+def score_settings(verb: str, config: PathLike | None, settings: dict[str, Any]) -> ScoreConfig:
     """ScoreConfig from keywords as score, estimate and bench read it: defaults <
     ``config`` < keywords, with the running embedded server (and its profile) as
     the default when no server is named."""
@@ -59,7 +69,7 @@ def score_settings(verb: str, config: PathLike | None, settings: dict[str, Any])
     return load(verb, ScoreConfig, config, settings, fallback)
 
 
-async def _score(cfg: Any, corpus: PathLike, out: PathLike) -> ScoreResult:
+async def _score(cfg: ScoreConfig, corpus: PathLike, out: PathLike) -> ScoreResult:
     from tension.core.pipelines.score import score_async as run
 
     s = await run(cfg, corpus, out)
@@ -94,7 +104,7 @@ async def score_async(corpus: PathLike, *, out: PathLike, config: PathLike | Non
 
 
 def _throughput(gen_tok_s: float | None, judge_req_s: float | None, bench: PathLike | None,
-                ending_tokens: float | None, gpu_hour_usd: float | None) -> Any:
+                ending_tokens: float | None, gpu_hour_usd: float | None) -> Throughput:
     from tension.core.pipelines.estimate import Throughput, check_throughput, throughput_from_bench
 
     if bench is not None:
@@ -109,7 +119,8 @@ def _throughput(gen_tok_s: float | None, judge_req_s: float | None, bench: PathL
     return thr
 
 
-async def _estimate(cfg: Any, corpus: PathLike, thr: Any, json: PathLike | None, model: Any = None,
+async def _estimate(cfg: ScoreConfig, corpus: PathLike, thr: Throughput, json: PathLike | None,
+                    model: CacheModelOptions | None = None,
                     pilot: PathLike | None = None) -> EstimateResult:
     from tension.core.pipelines.estimate import estimate_async as run
     from tension.core.pipelines.estimate import format_estimate
@@ -132,7 +143,8 @@ async def _estimate(cfg: Any, corpus: PathLike, thr: Any, json: PathLike | None,
 
 
 def _estimate_args(config: PathLike | None, settings: dict[str, Any], gen_tok_s: float | None,
-                   judge_req_s: float | None, bench: PathLike | None, ending_tokens: float | None) -> tuple[Any, Any]:
+                   judge_req_s: float | None, bench: PathLike | None,
+                   ending_tokens: float | None) -> tuple[ScoreConfig, Throughput]:
     for name, v in (("gen_tok_s", gen_tok_s), ("judge_req_s", judge_req_s), ("ending_tokens", ending_tokens)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not v > 0):
             raise ConfigError(f"estimate(): keyword `{name}`: expected a number > 0, got {v!r}")
@@ -141,7 +153,7 @@ def _estimate_args(config: PathLike | None, settings: dict[str, Any], gen_tok_s:
 
 
 def _cache_model(block_size: int | None, kv_blocks: int | None, gpu_profile: str | None,
-                 prefill_tok_s: float | None) -> Any:
+                 prefill_tok_s: float | None) -> CacheModelOptions:
     """The prefix-cache model's options (docs/cost.md, "Block-level prefix cache"), checked."""
     from tension.core.pipelines.prefix.gpu import PROFILES
     from tension.core.pipelines.prefix.predict import CacheModelOptions
@@ -206,7 +218,7 @@ def count_arg(verb: str, name: str, v: Any, hi: int | None = None) -> int:
     return v
 
 
-def curve_settings(verb: str, settings: dict[str, Any]) -> Any:
+def curve_settings(verb: str, settings: dict[str, Any]) -> CurveSettings:
     """CurveSettings from keywords (window, thresholds, late_threshold, retention_window)."""
     from tension.core.config import build_settings
     from tension.kernels.settings import CurveSettings
@@ -289,7 +301,7 @@ async def compare_async(run_a: PathLike, run_b: PathLike, *, pair_by: str = "id"
 # compare.md and the terminal show the per-story differences of this many pairs
 
 
-def generate_settings(config: PathLike | None, settings: dict[str, Any]) -> Any:
+def generate_settings(config: PathLike | None, settings: dict[str, Any]) -> GenerateConfig:
     from tension.core.config import GenerateConfig
 
     check_keywords("generate", (GenerateConfig,), settings)
@@ -297,7 +309,7 @@ def generate_settings(config: PathLike | None, settings: dict[str, Any]) -> Any:
     return load("generate", GenerateConfig, config, settings, fallback)
 
 
-async def _generate(cfg: Any, ideas: PathLike, out: PathLike) -> GenerateResult:
+async def _generate(cfg: GenerateConfig, ideas: PathLike, out: PathLike) -> GenerateResult:
     import msgspec
 
     from tension.core.pipelines.generate import generate_async as run
