@@ -26,7 +26,8 @@ from tension.core.config.score import CONCURRENCY, CORPUS, ENDINGS, JUDGING, SER
 
 __all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench", "server_config"]
 
-CORPUS_HELP = "JSON Lines, one object per line (id, text, group?, …), or a folder of .txt files"
+CORPUS_HELP = ("JSON Lines, one object per line (id, text, group?, …), a .csv or .parquet file with those columns, "
+               "or a folder of .txt files")
 
 
 def cmd_score(args) -> int:
