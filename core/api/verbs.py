@@ -11,7 +11,9 @@ ConfigError naming it), never SystemExit."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping
+import contextlib
+import os
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -48,6 +50,31 @@ PathLike = str | Path
 # core/inputs/tabular.py). Any: neither pandas nor datasets is a dependency.
 Records = Any
 Columns = Mapping[str, str] | None
+
+
+_PATH_KEYWORDS = ("out", "config", "cache", "json", "bench", "pilot", "tokenizer")
+
+
+@contextlib.contextmanager
+def recorded(verb: str, first: PathLike, keywords: dict[str, Any]) -> Iterator[None]:
+    """The block of a run whose record's argv is the call that reproduces it
+    (``python -c "import tension; tension.score('/abs/c.jsonl', out=…, endings=3)"``,
+    paths absolute, the key left out: it is given again or read from
+    OPENAI_API_KEY), not the host process's argv (a notebook kernel's)."""
+    from tension.core.run.lifecycle import INVOCATION
+
+    def literal(name: str, v: Any) -> str:
+        if isinstance(v, os.PathLike) or (name in _PATH_KEYWORDS and isinstance(v, str)):
+            v = os.path.abspath(v)
+        return repr(v)
+
+    args = [literal("out", first)] + [f"{k}={literal(k, v)}" for k, v in keywords.items()
+                                       if v is not None and k != "api_key"]
+    token = INVOCATION.set(["python", "-c", f"import tension; tension.{verb}({', '.join(args)})"])
+    try:
+        yield
+    finally:
+        INVOCATION.reset(token)
 
 
 def given_input(verb: str, what: str, value: PathLike | Records, columns: Columns, where: Path) -> PathLike:
@@ -93,11 +120,13 @@ def score_settings(verb: str, config: PathLike | None, settings: dict[str, Any])
     return load(verb, ScoreConfig, config, settings, fallback)
 
 
-async def _score(cfg: ScoreConfig, corpus: PathLike | Records, out: PathLike, columns: Columns) -> ScoreResult:
+async def _score(cfg: ScoreConfig, corpus: PathLike | Records, out: PathLike, columns: Columns,
+                 call: dict[str, Any]) -> ScoreResult:
     from tension.core.pipelines.score import score_async as run
 
     path = given_input("score", "corpus", corpus, columns, Path(out) / CORPUS_COPY)
-    s = await run(cfg, path, out)
+    with recorded("score", path, {"out": out, **call}):
+        s = await run(cfg, path, out)
     done = s.status == "complete"
     folder = Path(s.out)
     return ScoreResult(status=s.status, exit_status=s.exit_status, out=s.out,
@@ -120,13 +149,14 @@ def score(corpus: PathLike | Records, *, out: PathLike, config: PathLike | None 
     defaults otherwise. Returns a ScoreResult (per-story statistics, groups, the run
     record); a run that fails part way returns with ``status`` "failed"."""
     cfg = score_settings("score", config, settings)
-    return blocking(lambda: _score(cfg, corpus, out, columns))
+    return blocking(lambda: _score(cfg, corpus, out, columns, {"config": config, **settings}))
 
 
 async def score_async(corpus: PathLike | Records, *, out: PathLike, config: PathLike | None = None,
                       columns: Columns = None, **settings: Any) -> ScoreResult:
     """`score`, awaited on the caller's loop."""
-    return await _score(score_settings("score", config, settings), corpus, out, columns)
+    cfg = score_settings("score", config, settings)
+    return await _score(cfg, corpus, out, columns, {"config": config, **settings})
 
 
 # --------------------------------------------------------------------------- estimate
@@ -349,15 +379,17 @@ def generate_settings(config: PathLike | None, settings: dict[str, Any]) -> Gene
     return load("generate", GenerateConfig, config, settings, fallback)
 
 
-async def _generate(cfg: GenerateConfig, ideas: PathLike | Records, out: PathLike,
-                    columns: Columns = None) -> GenerateResult:
+async def _generate(cfg: GenerateConfig, ideas: PathLike | Records, out: PathLike, columns: Columns,
+                    call: dict[str, Any]) -> GenerateResult:
     import msgspec
 
     from tension.core.pipelines.generate import generate_async as run
     from tension.core.pipelines.generate import run_record_path
 
     o = Path(out)
-    s = await run(cfg, given_input("generate", "ideas", ideas, columns, o.with_name(o.stem + ".ideas.jsonl")), out)
+    path = given_input("generate", "ideas", ideas, columns, o.with_name(o.stem + ".ideas.jsonl"))
+    with recorded("generate", path, {"out": out, **call}):
+        s = await run(cfg, path, out)
     path = Path(s.out)
     stories = ([msgspec.json.decode(line) for line in path.read_bytes().splitlines() if line.strip()]
                if s.status == "complete" and s.stories and path.is_file() else [])
@@ -372,10 +404,11 @@ def generate(ideas: PathLike | Records, *, out: PathLike, config: PathLike | Non
     `score`'s corpus; written beside `out` as OUT_STEM.ideas.jsonl); `out` the STORIES.jsonl to write;
     `settings`: GenerateConfig's fields."""
     cfg = generate_settings(config, settings)
-    return blocking(lambda: _generate(cfg, ideas, out, columns))
+    return blocking(lambda: _generate(cfg, ideas, out, columns, {"config": config, **settings}))
 
 
 async def generate_async(ideas: PathLike | Records, *, out: PathLike, config: PathLike | None = None,
                          columns: Columns = None, **settings: Any) -> GenerateResult:
     """`generate`, awaited on the caller's loop."""
-    return await _generate(generate_settings(config, settings), ideas, out, columns)
+    cfg = generate_settings(config, settings)
+    return await _generate(cfg, ideas, out, columns, {"config": config, **settings})

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Collection, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
@@ -45,11 +46,14 @@ from tension.core.run.progress import Progress
 from tension.core.run.record import CacheFigures, Http, RunHeader, versions, write_record
 from tension.core.run.scheduler import Scheduler
 
-__all__ = ["LOCK_NAME", "Run", "RunSettings", "Pipeline", "open_run", "out_lock", "prepare_out_dir", "open_store",
-           "warn"]
+__all__ = ["INVOCATION", "LOCK_NAME", "Run", "RunSettings", "Pipeline", "open_run", "out_lock", "prepare_out_dir",
+           "open_store", "warn"]
 
 LOCK_NAME = ".tension-run.lock"
 T = TypeVar("T")
+# The command line that made a run, for its record's argv, when it is not this
+# process's (sys.argv): an API call sets the call that reproduces it (core/api/verbs.py).
+INVOCATION: ContextVar[list[str] | None] = ContextVar("tension_invocation", default=None)
 
 
 class RunSettings(Protocol):
@@ -267,7 +271,8 @@ class Run:
         c, counts, sc = self.client, self.llm.counts, self.store.counts
         return RunHeader(
             command=self.command, status=self.status, error=self.error, exit_status=self.exit_status,
-            argv=redact_argv(sys.argv), started=self.started,  # a URL's password, an --api-key's value
+            # a URL's password, an --api-key's value redacted
+            argv=redact_argv(INVOCATION.get() or sys.argv), started=self.started,
             wall_seconds=self.wall(),
             config=self.settings.public(), models=self.pipeline.models() if self.pipeline is not None else {},
             versions=versions(), requests=dict(counts.requests),
