@@ -16,7 +16,6 @@ writes the new answer over it.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ import msgspec
 
 from tension.core.errors import CacheError
 
-from . import mounts, pages, records
+from . import mounts, pages, records, shared
 from .failures import DAMAGE, cannot_write, damaged, replace_damaged, write_failure
 from .paths import cache_root
 
@@ -71,15 +70,12 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         self.max_bytes = max_bytes  # the map never grows past this (None: only the disk limits it)
-        # Reads may run on one thread while a writer thread commits. Growing the map
-        # needs no transaction open in this process: reads and resizes share a lock
-        # (write transactions are serialised by LMDB and closed before a resize).
-        self._map_lock = threading.Lock()
         if max_bytes is not None:
             map_size = min(map_size, max_bytes)
         self.counts = RunCounts(hits=dict.fromkeys(DBS, 0), misses=dict.fromkeys(DBS, 0),
                                 writes=dict.fromkeys(DBS, 0), damaged=dict.fromkeys(DBS, 0))
         self.env: lmdb.Environment | None = None
+        self._shared: shared.Env | None = None
         self.unlocked = False  # opened read-only without LMDB's lock file (`_open_env`)
         self._format = FORMAT_VERSION  # the cache's, once read (`_check_format`)
         mounts.check_local(self.path)  # every verb opening a cache comes here: none on a network file system
@@ -87,13 +83,15 @@ class Store:
             pages.check(self.path)  # before LMDB maps the file: a short one would SIGBUS
             if not readonly:  # private: it holds every story and ending (a shared node's other users)
                 self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self.env = self._open_env(map_size)
-            self._dbs = {name: self._open_db(name) for name in DBS}
-            try:
-                self._meta = self.env.open_db(_META, create=not readonly)
-            except lmdb.NotFoundError:  # read-only, and no writer has committed yet
-                raise CacheError(f"the cache at {self.path} holds no databases yet (another process may be creating "
-                                 "it: try again once it has written)") from None
+            # One environment per folder per process (cache/shared.py): several runs
+            # of one process share it, each with its own counts.
+            self._shared = shared.acquire(self.path, readonly, lambda: self._open_shared(map_size))
+            self.env, self._dbs, self._meta = self._shared.env, self._shared.dbs, self._shared.meta
+            self.unlocked = self._shared.unlocked
+            # Reads may run on one thread while a writer thread commits. Growing the map
+            # needs no transaction open in this process: reads and resizes share a lock,
+            # and writes (of every store sharing the environment) another.
+            self._map_lock, self._write_lock = self._shared.map_lock, self._shared.write_lock
             self._check_format()
         except pages.PageError as e:
             raise damaged(self.path, str(e)) from e
@@ -104,6 +102,21 @@ class Store:
             if isinstance(e, (OSError, lmdb.Error)):
                 raise CacheError(f"cannot open the cache at {self.path}: {e}") from e
             raise
+
+    def _open_shared(self, map_size: int) -> shared.Env:
+        """The environment and its handles, opened for the first store of this process."""
+        env = self._open_env(map_size)
+        try:
+            dbs = {name: self._open_db(env, name) for name in DBS}
+            try:
+                meta = env.open_db(_META, create=not self.readonly)
+            except lmdb.NotFoundError:  # read-only, and no writer has committed yet
+                raise CacheError(f"the cache at {self.path} holds no databases yet (another process may be creating "
+                                 "it: try again once it has written)") from None
+        except BaseException:
+            env.close()
+            raise
+        return shared.Env(env, dbs, meta, readonly=self.readonly, unlocked=self.unlocked)
 
     def _open_env(self, map_size: int) -> lmdb.Environment:
         try:
@@ -120,11 +133,11 @@ class Store:
         return lmdb.open(str(self.path), map_size=map_size, max_dbs=len(DBS) + 1, readonly=True, subdir=True,
                          create=False, lock=False)
 
-    def _open_db(self, name: str):
+    def _open_db(self, env: lmdb.Environment, name: str):
         """A database's handle; None for one a read-only open finds missing (a cache
         written before that database existed), which then reads as empty."""
         try:
-            return self._lmdb.open_db(name.encode(), create=not self.readonly)
+            return env.open_db(name.encode(), create=not self.readonly)
         except lmdb.NotFoundError:
             if self.readonly:
                 return None
@@ -143,9 +156,11 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        if self.env is not None:
-            self.env.close()
-            self.env = None
+        """This store's use of the environment ends; the last user's closes it."""
+        self.env = None
+        if self._shared is not None:
+            env, self._shared = self._shared, None
+            shared.release(env)
 
     # -- format -------------------------------------------------------------
 
@@ -281,7 +296,7 @@ class Store:
             raise CacheError(f"the cache at {self.path} is open read-only")
         gone = dict.fromkeys(DBS, 0)
         try:
-            with self._lmdb.begin(write=True) as txn:
+            with self._write_lock, self._lmdb.begin(write=True) as txn:
                 for db, key in items:
                     handle = self._dbs[db]
                     if handle is not None and txn.delete(key, db=handle):
@@ -331,6 +346,10 @@ class Store:
 
     def _transaction(self, body: Callable[[lmdb.Transaction], T]) -> T:
         """`body` in one write transaction, run again after the map grew."""
+        with self._write_lock:
+            return self._transaction_locked(body)
+
+    def _transaction_locked(self, body: Callable[[lmdb.Transaction], T]) -> T:
         for _ in range(_MAX_GROWS):
             try:
                 with self._lmdb.begin(write=True) as txn:

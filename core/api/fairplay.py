@@ -10,7 +10,7 @@ from typing import Any
 
 from tension.core.api.results import FairPlayMetricsResult, FairPlayResult, read_record, read_table
 from tension.core.api.settings import check_keywords, embedded_fallback, load, named_server
-from tension.core.api.verbs import PathLike, blocking, count_arg
+from tension.core.api.verbs import Columns, PathLike, Records, blocking, count_arg, given_input
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 
 __all__ = ["fairplay", "fairplay_async", "fairplay_metrics", "fairplay_metrics_async"]
@@ -107,10 +107,12 @@ def fairplay_settings(config: PathLike | None, settings: dict[str, Any], max_plo
     return cfg, metric_options("fairplay", metric_values, max_plots, resamples, bootstrap_seed)
 
 
-async def _fairplay(cfg: Any, stories: PathLike, out: PathLike, options: dict[str, Any]) -> FairPlayResult:
+async def _fairplay(cfg: Any, stories: PathLike | Records, out: PathLike, options: dict[str, Any],
+                    columns: Columns = None) -> FairPlayResult:
     from tension.core.pipelines.fairplay import fairplay_async as run
 
-    s = await run(cfg, stories, out, options)
+    s = await run(cfg, given_input("fairplay", "stories", stories, columns, Path(out) / "stories_given.jsonl"), out,
+                  options)
     m = _metrics_result(s.metrics) if s.metrics is not None else None
     code = EXIT_FAILED if (s.status != "complete" or m is None or m.exit_status != EXIT_OK or s.input_errors
                            or s.reader_failures) else EXIT_OK
@@ -118,7 +120,8 @@ async def _fairplay(cfg: Any, stories: PathLike, out: PathLike, options: dict[st
                           run=read_record(Path(s.out) / "fairplay_run.json"), summary=s)
 
 
-def fairplay(stories: PathLike, *, out: PathLike, config: PathLike | None = None, max_plots: int = 20,
+def fairplay(stories: PathLike | Records, *, out: PathLike, config: PathLike | None = None, columns: Columns = None,
+             max_plots: int = 20,
              resamples: int = 10_000, bootstrap_seed: int = 0, **settings: Any) -> FairPlayResult:
     """The gullible, experienced and know-it-all readers over whodunits, then the
     fair-play metrics (as ``tension-run fairplay``; docs/fairplay.md). `settings`:
@@ -127,14 +130,15 @@ def fairplay(stories: PathLike, *, out: PathLike, config: PathLike | None = None
     `bootstrap_seed` and `resamples` the bootstrap's (the CLI's ``--seed``,
     ``--resamples``)."""
     cfg, options = fairplay_settings(config, settings, max_plots, resamples, bootstrap_seed)
-    return blocking(lambda: _fairplay(cfg, stories, out, options))
+    return blocking(lambda: _fairplay(cfg, stories, out, options, columns))
 
 
-async def fairplay_async(stories: PathLike, *, out: PathLike, config: PathLike | None = None, max_plots: int = 20,
+async def fairplay_async(stories: PathLike | Records, *, out: PathLike, config: PathLike | None = None,
+                         columns: Columns = None, max_plots: int = 20,
                          resamples: int = 10_000, bootstrap_seed: int = 0, **settings: Any) -> FairPlayResult:
     """`fairplay`, awaited on the caller's loop."""
     cfg, options = fairplay_settings(config, settings, max_plots, resamples, bootstrap_seed)
-    return await _fairplay(cfg, stories, out, options)
+    return await _fairplay(cfg, stories, out, options, columns)
 
 
 # --------------------------------------------------------------------------- generate

@@ -7,15 +7,25 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:  # the pipelines' records, imported only to type (import tension stays light)
+    from tension.core.pipelines.estimate import Estimate
+    from tension.core.pipelines.fairplay import FairPlayRun
+    from tension.core.pipelines.generate import GenerateSummary
+    from tension.core.pipelines.score import RunSummary
+    from tension.core.reports.comparison import Comparison
+    from tension.core.reports.fairplay_metrics import FairPlaySummary
+    from tension.core.reports.metrics import MetricsResult as ComputedMetrics
 
 __all__ = ["Table", "ScoreResult", "EstimateResult", "MetricsResult", "CompareResult", "FairPlayResult",
            "FairPlayMetricsResult", "GenerateResult"]
 
-Cell = float | str | None
+Cell = int | float | str | None
 
 
 def pandas() -> Any:
@@ -28,9 +38,31 @@ def pandas() -> Any:
     return pd
 
 
+# The columns of the tables the verbs write (core/reports/metrics.py, fairplay_metrics.py,
+# fairplay_tables.py) that are not statistics: labels, kept as the strings the corpus
+# gave ("007" is not "7", "NaN" not a missing value, the group "2024" not a number),
+# and counts, kept as integers. Every other column is a statistic: a float, NaN
+# (an empty cell) where it is undefined.
+TEXT_COLUMNS = frozenset({"id", "group", "nan_reasons", "statistic", "interval", "reader"})
+COUNT_COLUMNS = frozenset({"n_positions", "n", "n_nan", "L", "n_suspects", "extracted_suspects", "n_failures",
+                           "renormalised", "empty_rows", "zero_rows", "bin", "n_distractor", "n_U",
+                           "insufficient_gap"})
+COUNT_PREFIXES = ("steps_", "early_")  # steps per reader; the early-guess flags (0/1)
+
+
+def column_kind(name: str) -> str:
+    """"text", "count" or "float": how a column of a verb's table is typed."""
+    if name in TEXT_COLUMNS:
+        return "text"
+    if name in COUNT_COLUMNS or name.startswith(COUNT_PREFIXES):
+        return "count"
+    return "float"
+
+
 class Table(msgspec.Struct, frozen=True, kw_only=True):
-    """A CSV file a verb wrote, read back: its columns, and its rows with numbers as
-    floats and empty cells as None."""
+    """A table a verb wrote (its CSV file at ``path``): its columns, and its rows,
+    typed by column (`column_kind`): labels (id, group, …) as strings, counts as
+    integers, statistics as floats, an empty cell (undefined) as None."""
 
     path: str
     columns: tuple[str, ...]
@@ -41,19 +73,42 @@ class Table(msgspec.Struct, frozen=True, kw_only=True):
         return [dict(zip(self.columns, r)) for r in self.rows]
 
     def to_pandas(self) -> Any:
-        return pandas().DataFrame(list(self.rows), columns=list(self.columns))
+        """A DataFrame with a dtype per column: labels as Python strings (object),
+        counts int64 (Int64 where a count is missing), statistics float64 (NaN where
+        undefined)."""
+        pd = pandas()
+        data: dict[str, Any] = {}
+        for k, name in enumerate(self.columns):
+            values = [r[k] for r in self.rows]
+            kind = column_kind(name)
+            if kind == "text":
+                data[name] = pd.Series(values, dtype=object)
+            elif kind == "count" and all(isinstance(v, int) for v in values):
+                data[name] = pd.Series(values, dtype="int64")
+            elif kind == "count":
+                data[name] = pd.Series(values, dtype="Int64")
+            else:
+                data[name] = pd.Series([float("nan") if v is None else v for v in values], dtype="float64")
+        return pd.DataFrame(data, columns=list(self.columns))
 
     def __len__(self) -> int:
         return len(self.rows)
 
 
-def _cell(text: str) -> Cell:
+# The forms the writers give a number (f"{v:.10g}", an int): no "_", no "Infinity"
+_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?|-?inf|nan")
+
+
+def _cell(text: str, kind: str) -> Cell:
+    if kind == "text":
+        return text
     if text == "":
         return None
-    try:
+    if kind == "count" and re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if _NUMBER.fullmatch(text):
         return float(text)
-    except ValueError:
-        return text
+    return text  # not a number the writers write: shown as it is, never guessed
 
 
 def read_table(path: str | Path) -> Table | None:
@@ -64,7 +119,9 @@ def read_table(path: str | Path) -> Table | None:
     rows = list(csv.reader(io.StringIO(p.read_text(encoding="utf-8"))))
     if not rows:
         return Table(path=str(p), columns=(), rows=())
-    return Table(path=str(p), columns=tuple(rows[0]), rows=tuple(tuple(_cell(c) for c in r) for r in rows[1:]))
+    kinds = [column_kind(c) for c in rows[0]]
+    return Table(path=str(p), columns=tuple(rows[0]),
+                 rows=tuple(tuple(_cell(c, k) for c, k in zip(r, kinds)) for r in rows[1:]))
 
 
 def read_record(path: str | Path) -> dict[str, Any] | None:
@@ -91,7 +148,7 @@ class ScoreResult(_Result, kw_only=True):
     stories: Table | None
     groups: Table | None
     run: dict[str, Any] | None
-    summary: Any
+    summary: RunSummary
 
     def to_pandas(self) -> Any:
         """The per-story statistics as a DataFrame."""
@@ -106,7 +163,7 @@ class MetricsResult(_Result, kw_only=True):
     stories: Table | None
     groups: Table | None
     errors: list[str]
-    computed: Any
+    computed: ComputedMetrics
 
     def to_pandas(self) -> Any:
         return _frame(self.stories)
@@ -116,7 +173,7 @@ class EstimateResult(_Result, kw_only=True):
     """`estimate`: the Estimate (requests, tokens, cache coverage, GPU-hours,
     money; its ``run`` the run header) and the text the CLI prints."""
 
-    estimate: Any
+    estimate: Estimate
     text: str
 
     def to_pandas(self) -> Any:
@@ -138,7 +195,7 @@ class CompareResult(_Result, kw_only=True):
     """`compare`: the paired comparison (B − A per statistic: means, difference,
     bootstrap interval, t-test) as reports.comparison.Comparison, and its tables."""
 
-    comparison: Any
+    comparison: Comparison
     markdown: str
     csv: str
 
@@ -152,7 +209,7 @@ class FairPlayMetricsResult(_Result, kw_only=True):
 
     stories: Table | None
     groups: Table | None
-    summary: Any
+    summary: FairPlaySummary
 
     def to_pandas(self) -> Any:
         return _frame(self.stories)
@@ -165,7 +222,7 @@ class FairPlayResult(_Result, kw_only=True):
 
     metrics: FairPlayMetricsResult | None
     run: dict[str, Any] | None
-    summary: Any
+    summary: FairPlayRun
 
     def to_pandas(self) -> Any:
         """The per-story fair-play scores as a DataFrame."""
@@ -178,7 +235,7 @@ class GenerateResult(_Result, kw_only=True):
 
     stories: list[dict[str, Any]]
     run: dict[str, Any] | None
-    summary: Any
+    summary: GenerateSummary
 
     def to_pandas(self) -> Any:
         return pandas().DataFrame(self.stories)

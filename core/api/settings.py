@@ -28,6 +28,8 @@ def check_keywords(verb: str, structs: tuple[type[msgspec.Struct], ...], values:
             raise ConfigError(f"{verb}(): unknown keyword `{name}` (known: {', '.join(sorted(fields))})")
         if value is None:
             continue  # None: not given, the default (as a flag not given)
+        if isinstance(value, os.PathLike):  # a Path where a path is wanted, as `corpus` and `out` take one
+            value = values[name] = os.fspath(value)
         try:
             msgspec.convert(value, fields[name].type)
         except msgspec.ValidationError as e:

@@ -11,8 +11,11 @@ ConfigError naming it), never SystemExit."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tension.core.api.results import (
     CompareResult,
@@ -32,14 +35,72 @@ from tension.core.api.settings import (
 )
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 
+if TYPE_CHECKING:  # only to type: `tension-run --help` and `import tension` load none of these
+    from tension.core.config import GenerateConfig, ScoreConfig
+    from tension.core.pipelines.estimate import Throughput
+    from tension.core.pipelines.prefix.predict import CacheModelOptions
+    from tension.kernels.settings import CurveSettings
+
 __all__ = ["score", "score_async", "estimate", "estimate_async", "metrics", "metrics_async", "compare",
            "compare_async", "generate", "generate_async"]
 
 PathLike = str | Path
+# Rows in memory, besides a path: a pandas DataFrame, a datasets.Dataset, an iterable
+# of mappings, with the JSON Lines fields as columns (or renamed by `columns=`;
+# core/inputs/tabular.py). Any: neither pandas nor datasets is a dependency.
+Records = Any
+Columns = Mapping[str, str] | None
+
+
+_PATH_KEYWORDS = ("out", "config", "cache", "json", "bench", "pilot", "tokenizer")
+
+
+@contextlib.contextmanager
+def recorded(verb: str, first: PathLike, keywords: dict[str, Any]) -> Iterator[None]:
+    """The block of a run whose record's argv is the call that reproduces it
+    (``python -c "import tension; tension.score('/abs/c.jsonl', out=…, endings=3)"``,
+    paths absolute, the key left out: it is given again or read from
+    OPENAI_API_KEY), not the host process's argv (a notebook kernel's)."""
+    from tension.core.run.lifecycle import INVOCATION
+
+    def literal(name: str, v: Any) -> str:
+        if isinstance(v, os.PathLike) or (name in _PATH_KEYWORDS and isinstance(v, str)):
+            v = os.path.abspath(v)
+        return repr(v)
+
+    args = [literal("out", first)] + [f"{k}={literal(k, v)}" for k, v in keywords.items()
+                                       if v is not None and k != "api_key"]
+    token = INVOCATION.set(["python", "-c", f"import tension; tension.{verb}({', '.join(args)})"])
+    try:
+        yield
+    finally:
+        INVOCATION.reset(token)
+
+
+def given_input(verb: str, what: str, value: PathLike | Records, columns: Columns, where: Path) -> PathLike:
+    """The path a verb reads: `value` itself, or its rows written as JSON Lines at
+    `where` (row N on line N: a bad row's error names its row and field, as for a
+    .jsonl file; the stories the same, so the cache keys too)."""
+    from tension.core.inputs.tabular import is_rows, rows_of, write_rows
+
+    if value is None:
+        raise ConfigError(f"{verb}(): `{what}` is None: give a path (JSON Lines, CSV, Parquet, a folder of .txt), "
+                          "a pandas DataFrame, a datasets.Dataset or a list of dicts")
+    if not is_rows(value):
+        if columns:
+            raise ConfigError(f"{verb}(): `columns` renames the columns of rows in memory (a DataFrame, a Dataset, "
+                              "a list of dicts); a file's fields are named as the docs say")
+        return value  # type: ignore[no-any-return]  # a path
+    where.parent.mkdir(parents=True, exist_ok=True)
+    return write_rows(rows_of(value, columns), where)
+CORPUS_COPY = "corpus.jsonl"  # OUT/corpus.jsonl: a corpus given as rows, as the run read it
 _SHOWN_PAIRS = 50  # per-story differences compare shows; all are in compare_stories.csv
 
 
-def blocking(make_coro: Any) -> Any:
+T = TypeVar("T")
+
+
+def blocking(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
     from tension.core.run.blocking import run_blocking
 
     return run_blocking(make_coro)
@@ -48,7 +109,7 @@ def blocking(make_coro: Any) -> Any:
 # ------------------------------------------------------------------------------ score
 
 
-def score_settings(verb: str, config: PathLike | None, settings: dict[str, Any]) -> Any:
+def score_settings(verb: str, config: PathLike | None, settings: dict[str, Any]) -> ScoreConfig:
     """ScoreConfig from keywords as score, estimate and bench read it: defaults <
     ``config`` < keywords, with the running embedded server (and its profile) as
     the default when no server is named."""
@@ -59,10 +120,13 @@ def score_settings(verb: str, config: PathLike | None, settings: dict[str, Any])
     return load(verb, ScoreConfig, config, settings, fallback)
 
 
-async def _score(cfg: Any, corpus: PathLike, out: PathLike) -> ScoreResult:
+async def _score(cfg: ScoreConfig, corpus: PathLike | Records, out: PathLike, columns: Columns,
+                 call: dict[str, Any]) -> ScoreResult:
     from tension.core.pipelines.score import score_async as run
 
-    s = await run(cfg, corpus, out)
+    path = given_input("score", "corpus", corpus, columns, Path(out) / CORPUS_COPY)
+    with recorded("score", path, {"out": out, **call}):
+        s = await run(cfg, path, out)
     done = s.status == "complete"
     folder = Path(s.out)
     return ScoreResult(status=s.status, exit_status=s.exit_status, out=s.out,
@@ -71,30 +135,35 @@ async def _score(cfg: Any, corpus: PathLike, out: PathLike) -> ScoreResult:
                        run=read_record(folder / "run.json"), summary=s)
 
 
-def score(corpus: PathLike, *, out: PathLike, config: PathLike | None = None, **settings: Any) -> ScoreResult:
+def score(corpus: PathLike | Records, *, out: PathLike, config: PathLike | None = None, columns: Columns = None,
+          **settings: Any) -> ScoreResult:
     """Score a corpus with the 100-Endings metric (as ``tension-run score CORPUS --out OUT``).
 
-    `corpus`: JSON Lines (id, text, group?, …) or a folder of .txt files; `out`: the
+    `corpus`: JSON Lines (id, text, group?, …), a CSV or Parquet file with those
+    columns, a folder of .txt files, or rows in memory (a pandas DataFrame, a
+    datasets.Dataset, a list of dicts; `columns` renames theirs: ``{"id":
+    "story_id"}``, written to OUT/corpus.jsonl for the run); `out`: the
     folder for positions.jsonl, stories.csv, groups.csv and run.json; `config`: a
     TOML settings file (``--config``); `settings`: ScoreConfig's fields by name
     (``base_url``, ``model``, ``endings``, ``seed``, …; docs/python.md), the CLI's
     defaults otherwise. Returns a ScoreResult (per-story statistics, groups, the run
     record); a run that fails part way returns with ``status`` "failed"."""
     cfg = score_settings("score", config, settings)
-    return blocking(lambda: _score(cfg, corpus, out))
+    return blocking(lambda: _score(cfg, corpus, out, columns, {"config": config, **settings}))
 
 
-async def score_async(corpus: PathLike, *, out: PathLike, config: PathLike | None = None,
-                      **settings: Any) -> ScoreResult:
+async def score_async(corpus: PathLike | Records, *, out: PathLike, config: PathLike | None = None,
+                      columns: Columns = None, **settings: Any) -> ScoreResult:
     """`score`, awaited on the caller's loop."""
-    return await _score(score_settings("score", config, settings), corpus, out)
+    cfg = score_settings("score", config, settings)
+    return await _score(cfg, corpus, out, columns, {"config": config, **settings})
 
 
 # --------------------------------------------------------------------------- estimate
 
 
 def _throughput(gen_tok_s: float | None, judge_req_s: float | None, bench: PathLike | None,
-                ending_tokens: float | None, gpu_hour_usd: float | None) -> Any:
+                ending_tokens: float | None, gpu_hour_usd: float | None) -> Throughput:
     from tension.core.pipelines.estimate import Throughput, check_throughput, throughput_from_bench
 
     if bench is not None:
@@ -109,8 +178,18 @@ def _throughput(gen_tok_s: float | None, judge_req_s: float | None, bench: PathL
     return thr
 
 
-async def _estimate(cfg: Any, corpus: PathLike, thr: Any, json: PathLike | None, model: Any = None,
-                    pilot: PathLike | None = None) -> EstimateResult:
+async def _estimate(cfg: ScoreConfig, corpus: PathLike | Records, thr: Throughput, json: PathLike | None,
+                    model: CacheModelOptions | None = None, pilot: PathLike | None = None,
+                    columns: Columns = None) -> EstimateResult:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tension-estimate-") as tmp:  # rows in memory: read from there
+        return await _estimate_of(cfg, given_input("estimate", "corpus", corpus, columns, Path(tmp) / CORPUS_COPY),
+                                  thr, json, model, pilot)
+
+
+async def _estimate_of(cfg: ScoreConfig, corpus: PathLike, thr: Throughput, json: PathLike | None,
+                       model: CacheModelOptions | None, pilot: PathLike | None) -> EstimateResult:
     from tension.core.pipelines.estimate import estimate_async as run
     from tension.core.pipelines.estimate import format_estimate
     from tension.core.pipelines.estimate_adaptive import adaptive_cost, read_pilot
@@ -138,7 +217,8 @@ async def _estimate(cfg: Any, corpus: PathLike, thr: Any, json: PathLike | None,
 
 
 def _estimate_args(config: PathLike | None, settings: dict[str, Any], gen_tok_s: float | None,
-                   judge_req_s: float | None, bench: PathLike | None, ending_tokens: float | None) -> tuple[Any, Any]:
+                   judge_req_s: float | None, bench: PathLike | None,
+                   ending_tokens: float | None) -> tuple[ScoreConfig, Throughput]:
     for name, v in (("gen_tok_s", gen_tok_s), ("judge_req_s", judge_req_s), ("ending_tokens", ending_tokens)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not v > 0):
             raise ConfigError(f"estimate(): keyword `{name}`: expected a number > 0, got {v!r}")
@@ -147,7 +227,7 @@ def _estimate_args(config: PathLike | None, settings: dict[str, Any], gen_tok_s:
 
 
 def _cache_model(block_size: int | None, kv_blocks: int | None, gpu_profile: str | None,
-                 prefill_tok_s: float | None) -> Any:
+                 prefill_tok_s: float | None) -> CacheModelOptions:
     """The prefix-cache model's options (docs/cost.md, "Block-level prefix cache"), checked."""
     from tension.core.pipelines.prefix.gpu import PROFILES
     from tension.core.pipelines.prefix.predict import CacheModelOptions
@@ -172,7 +252,8 @@ def _cache_model(block_size: int | None, kv_blocks: int | None, gpu_profile: str
     return opts
 
 
-def estimate(corpus: PathLike, *, config: PathLike | None = None, gen_tok_s: float | None = None,
+def estimate(corpus: PathLike | Records, *, config: PathLike | None = None, columns: Columns = None,
+             gen_tok_s: float | None = None,
              judge_req_s: float | None = None, bench: PathLike | None = None, ending_tokens: float | None = None,
              json: PathLike | None = None, block_size: int | None = None, kv_blocks: int | None = None,
              gpu_profile: str | None = None, prefill_tok_s: float | None = None, pilot: PathLike | None = None,
@@ -187,10 +268,11 @@ def estimate(corpus: PathLike, *, config: PathLike | None = None, gen_tok_s: flo
     (adaptive endings); `settings`: ScoreConfig's fields, as for `score`."""
     cfg, thr = _estimate_args(config, settings, gen_tok_s, judge_req_s, bench, ending_tokens)
     model = _cache_model(block_size, kv_blocks, gpu_profile, prefill_tok_s)
-    return blocking(lambda: _estimate(cfg, corpus, thr, json, model, pilot))
+    return blocking(lambda: _estimate(cfg, corpus, thr, json, model, pilot, columns))
 
 
-async def estimate_async(corpus: PathLike, *, config: PathLike | None = None, gen_tok_s: float | None = None,
+async def estimate_async(corpus: PathLike | Records, *, config: PathLike | None = None, columns: Columns = None,
+                         gen_tok_s: float | None = None,
                          judge_req_s: float | None = None, bench: PathLike | None = None,
                          ending_tokens: float | None = None, json: PathLike | None = None,
                          block_size: int | None = None, kv_blocks: int | None = None, gpu_profile: str | None = None,
@@ -199,7 +281,7 @@ async def estimate_async(corpus: PathLike, *, config: PathLike | None = None, ge
     """`estimate`, awaited on the caller's loop."""
     cfg, thr = _estimate_args(config, settings, gen_tok_s, judge_req_s, bench, ending_tokens)
     model = _cache_model(block_size, kv_blocks, gpu_profile, prefill_tok_s)
-    return await _estimate(cfg, corpus, thr, json, model, pilot)
+    return await _estimate(cfg, corpus, thr, json, model, pilot, columns)
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -212,7 +294,7 @@ def count_arg(verb: str, name: str, v: Any, hi: int | None = None) -> int:
     return v
 
 
-def curve_settings(verb: str, settings: dict[str, Any]) -> Any:
+def curve_settings(verb: str, settings: dict[str, Any]) -> CurveSettings:
     """CurveSettings from keywords (window, thresholds, late_threshold, retention_window)."""
     from tension.core.config import build_settings
     from tension.kernels.settings import CurveSettings
@@ -295,7 +377,7 @@ async def compare_async(run_a: PathLike, run_b: PathLike, *, pair_by: str = "id"
 # compare.md and the terminal show the per-story differences of this many pairs
 
 
-def generate_settings(config: PathLike | None, settings: dict[str, Any]) -> Any:
+def generate_settings(config: PathLike | None, settings: dict[str, Any]) -> GenerateConfig:
     from tension.core.config import GenerateConfig
 
     check_keywords("generate", (GenerateConfig,), settings)
@@ -303,13 +385,17 @@ def generate_settings(config: PathLike | None, settings: dict[str, Any]) -> Any:
     return load("generate", GenerateConfig, config, settings, fallback)
 
 
-async def _generate(cfg: Any, ideas: PathLike, out: PathLike) -> GenerateResult:
+async def _generate(cfg: GenerateConfig, ideas: PathLike | Records, out: PathLike, columns: Columns,
+                    call: dict[str, Any]) -> GenerateResult:
     import msgspec
 
     from tension.core.pipelines.generate import generate_async as run
     from tension.core.pipelines.generate import run_record_path
 
-    s = await run(cfg, ideas, out)
+    o = Path(out)
+    path = given_input("generate", "ideas", ideas, columns, o.with_name(o.stem + ".ideas.jsonl"))
+    with recorded("generate", path, {"out": out, **call}):
+        s = await run(cfg, path, out)
     path = Path(s.out)
     stories = ([msgspec.json.decode(line) for line in path.read_bytes().splitlines() if line.strip()]
                if s.status == "complete" and s.stories and path.is_file() else [])
@@ -317,15 +403,18 @@ async def _generate(cfg: Any, ideas: PathLike, out: PathLike) -> GenerateResult:
                           run=read_record(run_record_path(path)), summary=s)
 
 
-def generate(ideas: PathLike, *, out: PathLike, config: PathLike | None = None, **settings: Any) -> GenerateResult:
+def generate(ideas: PathLike | Records, *, out: PathLike, config: PathLike | None = None, columns: Columns = None,
+             **settings: Any) -> GenerateResult:
     """Stories from ideas (as ``tension-run generate``): the paper's pipeline, its
-    ablations (``mode``) or whodunits; `out` the STORIES.jsonl to write;
+    ablations (``mode``) or whodunits; `ideas` a path or rows in memory (as
+    `score`'s corpus; written beside `out` as OUT_STEM.ideas.jsonl); `out` the STORIES.jsonl to write;
     `settings`: GenerateConfig's fields."""
     cfg = generate_settings(config, settings)
-    return blocking(lambda: _generate(cfg, ideas, out))
+    return blocking(lambda: _generate(cfg, ideas, out, columns, {"config": config, **settings}))
 
 
-async def generate_async(ideas: PathLike, *, out: PathLike, config: PathLike | None = None,
-                         **settings: Any) -> GenerateResult:
+async def generate_async(ideas: PathLike | Records, *, out: PathLike, config: PathLike | None = None,
+                         columns: Columns = None, **settings: Any) -> GenerateResult:
     """`generate`, awaited on the caller's loop."""
-    return await _generate(generate_settings(config, settings), ideas, out)
+    cfg = generate_settings(config, settings)
+    return await _generate(cfg, ideas, out, columns, {"config": config, **settings})

@@ -26,7 +26,8 @@ from tension.core.config.score import CONCURRENCY, CORPUS, ENDINGS, JUDGING, SER
 
 __all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench", "server_config"]
 
-CORPUS_HELP = "JSON Lines, one object per line (id, text, group?, …), or a folder of .txt files"
+CORPUS_HELP = ("JSON Lines, one object per line (id, text, group?, …), a .csv or .parquet file with those columns, "
+               "or a folder of .txt files")
 
 
 def cmd_score(args) -> int:
@@ -56,12 +57,12 @@ def cmd_score(args) -> int:
           f"{req.get('judge', 0)} judge, {req.get('tokenize', 0)} tokenize; cache hits: "
           + ", ".join(f"{v} {k}" for k, v in summary.cache_hits.items()))
     if summary.status == "failed":
-        from tension.core.pipelines.score import NO_POSITIONS
+        from tension.core.pipelines.score import NO_POSITIONS, NO_STORIES
         from tension.core.pipelines.score.watch import OWN_WAY_OUT
 
         # the early stop, every ending empty, no position: the same command would stop again; the error
         # says the way out
-        if summary.error is not None and summary.error.startswith((*OWN_WAY_OUT, NO_POSITIONS)):
+        if summary.error is not None and summary.error.startswith((*OWN_WAY_OUT, NO_POSITIONS, NO_STORIES)):
             print(f"error: {summary.error}", file=sys.stderr)
         else:
             print_stopped(summary.error, "work is")

@@ -1,5 +1,6 @@
 """Reading a corpus: JSON Lines (`id`, `text`, optional `group`, any other fields
-kept as metadata) or a folder of `.txt` files (id = file stem)."""
+kept as metadata), a CSV or Parquet file with those columns (core/inputs/tabular.py),
+or a folder of `.txt` files (id = file stem)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
 from tension.core.inputs.jsonl import FileError, check_label, read_records, string_field
 from tension.core.inputs.segment import word_count
+from tension.core.inputs.tabular import is_tabular, read_tabular
 
 __all__ = ["Story", "Skipped", "Corpus", "read_corpus", "DEFAULT_GROUP"]
 
@@ -43,6 +45,8 @@ def read_corpus(path: str | os.PathLike, min_words: int = 500, max_words: int = 
     p = Path(path)
     if p.is_dir():
         records, errors = _read_folder(p)
+    elif is_tabular(p):  # .csv, .parquet: a row a record, the header's names the fields
+        records, errors = read_tabular(p, _story, empty="stories")
     else:
         records, errors = read_records(p, _story, empty="stories", what="the corpus")
     stories: list[Story] = []

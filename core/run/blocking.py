@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import signal
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 __all__ = ["run_blocking"]
@@ -54,9 +55,11 @@ def _run_on_worker(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
         finally:
             done.set()
 
-    threading.Thread(target=work, name="tension-run", daemon=True).start()
+    # the caller's context goes with the work (the API's record of its call, lifecycle.INVOCATION)
+    threading.Thread(target=contextvars.copy_context().run, args=(work,), name="tension-run", daemon=True).start()
     try:
-        done.wait()
+        with _ctrl_c_raises():
+            done.wait()
     except KeyboardInterrupt:
         if "task" in box:
             with contextlib.suppress(RuntimeError):  # its loop closed meanwhile: nothing left to stop
@@ -66,6 +69,22 @@ def _run_on_worker(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
     if "error" in box:
         raise box["error"]
     return box["result"]
+
+
+@contextlib.contextmanager
+def _ctrl_c_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt in the waiting thread, whatever handler the
+    caller's loop installed: under ``asyncio.run`` the loop's own handler only
+    cancels its main task, which is blocked in this wait, so the first Ctrl-C was
+    obeyed only once the run had ended. Signals reach the main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _run_here(make_coro: Callable[[], Coroutine[Any, Any, T]],

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Collection, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
@@ -45,11 +46,14 @@ from tension.core.run.progress import Progress
 from tension.core.run.record import CacheFigures, Http, RunHeader, versions, write_record
 from tension.core.run.scheduler import Scheduler
 
-__all__ = ["LOCK_NAME", "Run", "RunSettings", "Pipeline", "open_run", "out_lock", "prepare_out_dir", "open_store",
-           "warn"]
+__all__ = ["INVOCATION", "LOCK_NAME", "Run", "RunSettings", "Pipeline", "open_run", "out_lock", "prepare_out_dir",
+           "open_store", "warn"]
 
 LOCK_NAME = ".tension-run.lock"
 T = TypeVar("T")
+# The command line that made a run, for its record's argv, when it is not this
+# process's (sys.argv): an API call sets the call that reproduces it (core/api/verbs.py).
+INVOCATION: ContextVar[list[str] | None] = ContextVar("tension_invocation", default=None)
 
 
 class RunSettings(Protocol):
@@ -267,7 +271,8 @@ class Run:
         c, counts, sc = self.client, self.llm.counts, self.store.counts
         return RunHeader(
             command=self.command, status=self.status, error=self.error, exit_status=self.exit_status,
-            argv=redact_argv(sys.argv), started=self.started,  # a URL's password, an --api-key's value
+            # a URL's password, an --api-key's value redacted
+            argv=redact_argv(INVOCATION.get() or sys.argv), started=self.started,
             wall_seconds=self.wall(),
             config=self.settings.public(), models=self.pipeline.models() if self.pipeline is not None else {},
             versions=versions(), requests=dict(counts.requests),
@@ -315,7 +320,30 @@ def open_run(settings: RunSettings, command: str, *, progress: Progress, partial
 def out_lock(out: Path, lock_file: Path, verb: str, what: str) -> Iterator[None]:
     """Hold `lock_file` for the output `out` of a `verb` run, or fail at once if
     another run holds it: a second run writing the same partial file and outputs
-    would interleave them. The lock dies with its process (even SIGKILL)."""
+    would interleave them. The lock dies with its process (even SIGKILL). A run of
+    this same process holding it (another thread, another task) is named as such:
+    the lock file's pid would be this process's own."""
+    key = os.path.realpath(lock_file)
+    with _held_lock:
+        if key in _held:
+            raise TensionError(f"--out {out} is in use by another call in this process (a {_held[key]} run still "
+                               f"going: another thread or task); wait for it to finish or choose another {what} "
+                               "(several runs may share one --cache)")
+        _held[key] = verb
+    try:
+        with _flock(out, lock_file, verb, what):
+            yield
+    finally:
+        with _held_lock:
+            del _held[key]
+
+
+_held: dict[str, str] = {}  # the lock files this process's runs hold, and their verbs
+_held_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _flock(out: Path, lock_file: Path, verb: str, what: str) -> Iterator[None]:
     f = lock_file.open("a+")
     try:
         try:

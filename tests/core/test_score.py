@@ -426,10 +426,10 @@ def test_a_second_run_on_the_same_out_folder_fails_fast(server, tmp_path):
             await first
         return str(e.value)
 
-    # fcntl locks are per open file description, so a second run in the same
-    # process is refused just as one in another process would be
+    # a second run in the same process is refused as one in another process is, and
+    # named as what it is (not "another tension-run (pid N)" with this process's pid)
     msg = asyncio.run(two_runs())
-    assert f"--out {tmp_path / 'out'} is in use by another tension-run score (pid {os.getpid()})" in msg
+    assert f"--out {tmp_path / 'out'} is in use by another call in this process (a score run" in msg
     server.delay = 0.0
     assert score(cfg, corpus, tmp_path / "out").status == "complete"  # the lock went with the first run
 

@@ -53,9 +53,11 @@ from tension.core.run.progress import Progress
 from tension.core.run.reads import chat_key
 from tension.core.run.record import Failure, Invocations
 
-__all__ = ["NO_POSITIONS", "Position", "PositionResult", "Failure", "RunSummary", "Scoring", "score", "score_async"]
+__all__ = ["NO_POSITIONS", "NO_STORIES", "Position", "PositionResult", "Failure", "RunSummary", "Scoring", "score",
+           "score_async"]
 
 NO_POSITIONS = "no position to score"  # opens the error of a corpus that yields none (no result at all)
+NO_STORIES = "no story to score"  # opens the error of a run left no story (the word filter, --shard)
 ROLES = ("generation", "judge", "tokenize", "models")  # the run record's request counts, in this order
 
 
@@ -91,6 +93,8 @@ class Scoring:
         self.cfg = cfg
         self.corpus = corpus
         self.corpus_path = corpus_path
+        self.shard = cfg.shard_spec()  # (I, N) of --shard, and the stories before it took its share
+        self.before_shard = len(corpus.stories)
         self.run = run
         self.llm = run.llm
         self.replica_events: list[str] = []
@@ -123,6 +127,13 @@ class Scoring:
 
     async def score(self) -> None:
         cfg, run = self.cfg, self.run
+        if not self.corpus.stories and not self.corpus.errors:  # (bad records say so themselves)
+            # nothing to score is a failed run, its record and result saying why, not "complete" with exit 1
+            why = f"{len(self.corpus.skipped)} skipped by the word filter"
+            if self.shard is not None:
+                why += (f"; shard {self.shard[0]}/{self.shard[1]} holds none of the {self.before_shard} stories it "
+                        "kept")
+            raise TensionError(f"{NO_STORIES} ({why})")
         gen, judge = self.gen_router, self.judge_router
         self.reqs = await resolve_models(cfg, gen, judge, run.llm.counts.requests, after_check=self.metrics.start)
         feed = PositionFeed(self.finder, self.corpus.stories, run.progress, self.failed, spread=len(gen.urls))
@@ -254,12 +265,14 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
     out = prepare_out_dir(out_dir)
     with out_lock(out, out / LOCK_NAME, "score", "folder"):
         corpus = read_corpus(corpus_path, cfg.min_words, cfg.max_words)
+        kept = len(corpus.stories)
         if (shard := cfg.shard_spec()) is not None:  # --shard I/N: this process's share of the stories
             corpus.stories = [st for st in corpus.stories if in_shard(st.id, *shard)]
         run = open_run(cfg, "score", progress=Progress(enabled=cfg.progress, stories=len(corpus.stories)),
                        partial=out / "positions.partial.jsonl", record_path=out / "run.json", roles=ROLES,
                        transport=transport, refresh=cfg.refresh_roles())
         scoring = Scoring(cfg, corpus, run, count, corpus_path)
+        scoring.before_shard = kept
         scoring.earlier, other = earlier_run(out / "run.json", cfg, corpus_path)
         if other is not None:
             # replaced whole (its outputs are rewritten); its cost is not this run's
