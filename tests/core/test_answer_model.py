@@ -130,5 +130,5 @@ def test_the_in_process_door_takes_the_http_servers_answer_knobs_with_its_defaul
 
     params = inspect.signature(LoopbackServer).parameters
     assert {k: params[k].default for k in ANSWER_KNOBS} == ANSWER_KNOBS
-    with pytest.raises(TypeError, match="delay"):
-        InProcessServer(["gen"], delay=1.0)  # a knob of the wire, not of the answers
+    with pytest.raises(TypeError, match="api_key"):
+        InProcessServer(["gen"], api_key="k")  # a knob of the wire, not of the answers
