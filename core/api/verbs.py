@@ -15,7 +15,7 @@ import contextlib
 import os
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tension.core.api.results import (
     CompareResult,
@@ -90,7 +90,7 @@ def given_input(verb: str, what: str, value: PathLike | Records, columns: Column
         if columns:
             raise ConfigError(f"{verb}(): `columns` renames the columns of rows in memory (a DataFrame, a Dataset, "
                               "a list of dicts); a file's fields are named as the docs say")
-        return value  # type: ignore[no-any-return]  # a path
+        return cast("PathLike", value)  # a path
     where.parent.mkdir(parents=True, exist_ok=True)
     return write_rows(rows_of(value, columns), where)
 CORPUS_COPY = "corpus.jsonl"  # OUT/corpus.jsonl: a corpus given as rows, as the run read it
