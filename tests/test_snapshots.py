@@ -69,7 +69,7 @@ ADDED = {
     "cache verify": {"--cache"},
 }
 # issue 28: every verb that opens a cache may insist on one on a network file system
-for _verb in ("score", "estimate", "bench", "demo", "generate", "fairplay", "view", "cache stats", "cache verify",
+for _verb in ("score", "estimate", "bench", "demo", "generate", "fairplay", "view", "subsample", "cache stats", "cache verify",
               "cache recover", "cache drop", "cache merge"):
     ADDED[_verb] = ADDED.get(_verb, set()) | {"--cache-on-network-fs"}
 

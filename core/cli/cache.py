@@ -360,8 +360,8 @@ def _merge_flags(p) -> None:
 
 
 # The verbs that open a cache, each of which takes --cache-on-network-fs.
-OPENS_CACHE = frozenset({"score", "estimate", "bench", "demo", "generate", "fairplay", "view", "cache stats",
-                         "cache verify", "cache recover", "cache drop", "cache merge"})
+OPENS_CACHE = frozenset({"score", "estimate", "bench", "demo", "generate", "fairplay", "view", "subsample",
+                         "cache stats", "cache verify", "cache recover", "cache drop", "cache merge"})
 NETWORK_FS_DEST = "cache_on_network_fs"
 
 

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 from test_merge import cache_with, key, verdict
 
 from tension.cache.store import Store
 from tension.core.cli import main
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
 BIN = Path(sys.executable).parent / "tension-run"

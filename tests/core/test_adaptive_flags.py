@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import make_corpus
 
 from tension.core.cli import main
 from tension.core.config import load_config
 from tension.core.errors import ConfigError
+from tension.testing.corpus import make_corpus
 
 BASE = {"base_url": "http://127.0.0.1:1", "seed": 1}
 

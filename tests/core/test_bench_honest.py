@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import make_corpus
 
 from tension.core.cli import main
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
 ARGS = ["--positions", "2", "--endings", "6", "--no-variants", "--no-progress"]

@@ -131,7 +131,7 @@ def test_missing_file_and_bad_flags(tmp_path, capsys):
 def test_out_is_a_file(tmp_path, capsys):
     curves = write_jsonl(tmp_path / "c.jsonl", SMALL)
     (tmp_path / "file").write_text("x")
-    assert main(["metrics", str(curves), "--out", str(tmp_path / "file")]) == 1
+    assert main(["metrics", str(curves), "--out", str(tmp_path / "file")]) == 2  # a usage error, as in every verb (N15)
     assert "error:" in capsys.readouterr().err
 
 

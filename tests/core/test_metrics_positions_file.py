@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import shutil
 
-from conftest import make_corpus
-
 from tension.core.cli import main
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
 OUTPUTS = ("stories.csv", "groups.csv")

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import make_corpus
 
 from tension.core.cli import main
 from tension.core.llm.servers import N_PROBES
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer
 
 LIMIT = 8

@@ -153,6 +153,8 @@ class Verbs:
             return ["serve", "--profile", "paper"], {}
         if verb == "demo":
             return ["demo"], {"--out": str(out)}
+        if verb == "subsample":
+            return ["subsample", str(self.run_dir())], {"--cache": str(self.tmp / "cache"), "--draws": "2", "--ks": "1,2"}
         if verb == "route":
             return ["route", self.server.base_url], {}
         raise AssertionError(f"no invocation of {verb}: add one")

@@ -4,9 +4,9 @@ folder (issue 36 N15; docs/reliability.md "Inputs and settings")."""
 from __future__ import annotations
 
 import pytest
-from conftest import make_corpus
 
 from tension.core.cli import main
+from tension.testing.corpus import make_corpus
 
 
 def _argv(verb: str, tmp_path, afile: str) -> list[str]:

@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 
 import tension
 from tension.core.cli import main
+from tension.testing.corpus import make_corpus
 
 SEED = 3
 

@@ -12,12 +12,12 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 
 from tension.core.config import load_config
 from tension.core.llm.client import Client
 from tension.core.llm.servers import server_key
 from tension.core.pipelines.score import score
+from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,13 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus
 from fairplay_scripted import story_record, write_jsonl
 
 from tension.core.cli import main
 from tension.core.config import load_config
 from tension.core.config.settings import checked_key
 from tension.core.errors import ConfigError
+from tension.testing.corpus import make_corpus
 
 # (the key, what the message says is in it)
 BAD_KEYS = [

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_corpus
 
 from tension.core.cli import main
 from tension.core.reports.metrics import stat_columns
@@ -20,6 +19,7 @@ from tension.core.reports.subsampling import SHIFT_TOLERANCE, WIDTH_TOLERANCE, f
 from tension.kernels.curves import CurveSettings, batch_stats
 from tension.kernels.intervals import story_seeds
 from tension.kernels.subsample import first_k_counts, subsample_stats
+from tension.testing.corpus import make_corpus
 from tension.testing.precision import simulated_verdicts
 
 
