@@ -831,6 +831,9 @@ class AnswerModel:
         finish = "length" if self.misbehave == "think" else "stop"
         if llama:
             contents = _llamacpp_constrained(body, contents)
+        n_refusal = getattr(self, "n_refusal", None)  # the HTTP server's (a hosted API's wording of the limit)
+        if self.max_n > 0 and n_refusal and n > self.max_n:
+            raise _BadRequest(400, n_refusal.format(max_n=self.max_n, n=n), "invalid_request_error")
         if self.max_n > 0:
             contents = contents[: self.max_n]
         if fault == "few_choices":
