@@ -86,7 +86,7 @@ def _csv_rows(p: Path) -> list[tuple[int, dict[str, Any]]]:
 
 def _parquet_rows(p: Path) -> list[tuple[int, dict[str, Any]]]:
     try:
-        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+        import pyarrow.parquet as pq
     except ImportError:
         raise InputError(str(p), 0, None, PARQUET_NEEDS) from None
     try:
