@@ -99,6 +99,10 @@ class NoiseRow(msgspec.Struct, kw_only=True):
     slope: float  # d(group mean)/d(1/k) over the random subsets' means, k from 5 to n
     at_smallest: float  # the subsets' group mean at the smallest k ≥ 5 of the grid
     smallest_k: int
+    # the group mean of the statistic of each story's de-noised curve (kernels/denoise.py): the corrected
+    # estimate of the noise-free curve's value, beside the paper's, never in its place
+    corrected: float = math.nan
+    corrected_n: int = 0  # stories that define it
 
 
 SECOND_ORDER = ("retain", "convergence")  # and every IR
@@ -222,11 +226,13 @@ FLOOR_RESAMPLES = 100
 
 def _noise(v: Verdicts, settings: CurveSettings, rows: list[StatRow], names: list[str],
            index: dict[str, np.ndarray], full_groups, seed: int) -> list[NoiseRow]:
+    from tension.kernels.denoise import corrected_stats
     from tension.kernels.intervals import Draw, resample_stats
 
     n_all, m_all = first_k_counts(v.match, v.starts, int(np.diff(v.starts).max()))
     draws = resample_stats(v.x, n_all, m_all, v.offsets, story_seeds(v.ids, seed + 1), settings, FLOOR_RESAMPLES,
                            Draw.BINOMIAL)
+    corrected = corrected_stats(v.x, n_all, m_all, v.offsets, settings)  # stories × s
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a story no resample defines: NaN, left out
         per_story = np.nanmean(draws, axis=1)  # stories × s
@@ -238,6 +244,8 @@ def _noise(v: Verdicts, settings: CurveSettings, rows: list[StatRow], names: lis
             vals = per_story[ix, j]
             floor = float(np.nanmean(vals)) if np.isfinite(vals).any() else math.nan
             value = full_groups[name][g].mean
+            cv = corrected[ix, j]
+            cn = int(np.isfinite(cv).sum())
             sub = [r for r in rows if r.stat == name and r.group == g and r.k >= 5 and math.isfinite(r.subset_mean)]
             slope = math.nan
             if len(sub) >= 2:
@@ -246,7 +254,8 @@ def _noise(v: Verdicts, settings: CurveSettings, rows: list[StatRow], names: lis
                 slope = float(np.polyfit(inv, mu, 1)[0])
             out.append(NoiseRow(stat=name, group=g, value=value, floor=floor, floor_shift=floor - value, slope=slope,
                                 at_smallest=sub[0].subset_mean if sub else math.nan,
-                                smallest_k=sub[0].k if sub else 0))
+                                smallest_k=sub[0].k if sub else 0,
+                                corrected=float(np.nanmean(cv)) if cn else math.nan, corrected_n=cn))
     return out
 
 
@@ -300,11 +309,14 @@ def format_subsampling(s: Subsampling, stats: Sequence[str] | None = None) -> st
                            f"{_f(r.rerun_spread):>8}  {_f(r.width_ratio, 3):>6}  {'✓' if r.passes else ''}")
     if s.noise:
         out.append(f"\nsecond-order statistics and their noise (docs/metrics.md 1.8): the group mean at n = {s.n}, on "
-                   f"curves resampled at n (noise floor), and at the smallest k of the grid")
-        out.append(f"  {'statistic':<12} {'group':<16} {'at n':>9} {'floor':>9} {'floor − n':>10} {'at k':>14}")
+                   f"curves resampled at n (noise floor), at the smallest k of the grid, and corrected (the "
+                   f"statistic of each story's de-noised curve)")
+        out.append(f"  {'statistic':<12} {'group':<16} {'at n':>9} {'floor':>9} {'floor − n':>10} {'at k':>14} "
+                   f"{'corrected':>10}")
         for nr in s.noise:
             out.append(f"  {nr.stat:<12} {nr.group[:16]:<16} {_f(nr.value):>9} {_f(nr.floor):>9} "
-                       f"{nr.floor_shift:>+10.4f} {_f(nr.at_smallest):>9} (k={nr.smallest_k})")
+                       f"{nr.floor_shift:>+10.4f} {_f(nr.at_smallest):>9} (k={nr.smallest_k}) "
+                       f"{_f(nr.corrected):>10}")
     rec = s.recommendation
     if rec.k is None:
         out.append(f"\nrecommended endings for {', '.join(rec.stats)}: none below {rec.n} ({rec.why})")
