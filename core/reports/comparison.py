@@ -26,7 +26,7 @@ from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
 from tension.kernels.curves import CurveSettings
 from tension.kernels.settings import check_interval_resamples
 
-__all__ = ["compare", "Comparison", "ComparisonRow", "RunAbout", "run_about", "setup_warnings", "comparison_table",
+__all__ = ["compare", "second_order", "second_order_note", "SECOND_ORDER_MARK", "Comparison", "ComparisonRow", "RunAbout", "run_about", "setup_warnings", "comparison_table",
            "story_table"]
 
 
@@ -70,6 +70,26 @@ def run_about(run: dict[str, Any]) -> RunAbout:
     return RunAbout(generation_model=models.get("generation") or cfg.get("model"),
                     judge_model=models.get("judge") or cfg.get("judge_model"), endings=endings,
                     seed=seed if isinstance(seed, int) else None)
+
+
+def second_order(stat: str) -> bool:
+    """Retain, convergence and the IRs: the statistics the noise of the endings moves
+    (docs/metrics.md 1.6, 1.8), so that their values depend on how many endings a run paid for."""
+    return stat in ("retain", "convergence") or stat.startswith("ir")
+
+
+SECOND_ORDER_MARK = "†"
+
+
+def second_order_note(a: RunAbout, b: RunAbout) -> str | None:
+    """The footnote of the rows of second-order statistics when A and B used different
+    numbers of endings; None when they used the same."""
+    if a.endings == b.endings:
+        return None
+    return (f"{SECOND_ORDER_MARK} a second-order statistic compared across different numbers of endings (A: "
+            f"{a.endings}, B: {b.endings}): noise of the endings adds reversals and peaks, more or fewer with n, so "
+            "part of this difference is the endings' and not the stories' (docs/metrics.md 1.8); compare runs of "
+            "the same endings, or the corrected values `tension-run subsample` gives each run")
 
 
 def setup_warnings(a: RunAbout, b: RunAbout) -> list[str]:
@@ -220,11 +240,13 @@ def comparison_table(c: Comparison, fmt: str = "md") -> str:
     """001 Table 19 layout, one row per statistic: `Δ [lo, hi] ✓/n.s.` plus the t-test."""
     header = ["Statistic", "pairs", "A", "B", "B − A [95% CI]", "", "t", "p"]
     rows = []
+    note = second_order_note(c.about_a, c.about_b) if c.about_a is not None and c.about_b is not None else None
     for r in c.rows:
         cell = fmt_stat(r.stat, r.diff, signed=True)
         if not math.isnan(r.lo):
             cell += f" [{fmt_stat(r.stat, r.lo, signed=True)}, {fmt_stat(r.stat, r.hi, signed=True)}]"
-        rows.append([r.stat, str(r.n_pairs), fmt_stat(r.stat, r.mean_a).rstrip("%"),
+        rows.append([f"{r.stat} {SECOND_ORDER_MARK}" if note and second_order(r.stat) else r.stat,
+                     str(r.n_pairs), fmt_stat(r.stat, r.mean_a).rstrip("%"),
                      fmt_stat(r.stat, r.mean_b).rstrip("%"), cell, "✓" if r.significant else "n.s.",
                      "—" if math.isnan(r.t) else f"{r.t:.2f}",
                      "—" if math.isnan(r.p) else f"{r.p:.3g}"])
@@ -241,6 +263,6 @@ def comparison_table(c: Comparison, fmt: str = "md") -> str:
     if c.about_a is not None and c.about_b is not None:
         head = (f"Run A: {c.run_a} ({c.about_a.text()})\n\nRun B: {c.run_b} ({c.about_b.text()})\n\n"
                 + "".join(f"**Warning:** {w}\n\n" for w in c.warnings))
-    return head + render_table(header, rows, "md")
+    return head + render_table(header, rows, "md") + (f"\n{note}\n" if note else "")
 
 

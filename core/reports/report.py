@@ -195,7 +195,7 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
     if data.run:
         lines += _outcome_lines(data)
     lines += markdown_section(data.run)  # degenerate answers, first: they qualify every number below
-    lines += ["## Results (000, Table 6 layout)", "", table6(data.groups, s),
+    lines += ["## Results (000, Table 6 layout)", "", table6(data.groups, s), *endings_warning(data),
               "## With 95% bootstrap intervals (001, Table 18 layout)", "",
               f"{n_resamples:,} resamples over stories, seed {seed}.", "", table18(data.groups, s),
               *_story_lines(data, max_curves),
@@ -276,6 +276,33 @@ def _draw_figures(figs: Path, data: RunData, max_curves: int) -> list[tuple[str,
     finally:
         plot.close()
     return [(c.id, f"figures/curves/{name}.png") for c, name in zip(shown, names)]
+
+
+def group_endings(data: RunData) -> dict[str, float]:
+    """Each group's mean endings a position (positions.jsonl's `n_endings`; groups whose
+    lines do not hold the counts are left out)."""
+    sums: dict[str, list[int]] = {}
+    for c in data.curves:
+        if c.n_endings and min(c.n_endings) > 0:  # 0: a line written before the counts were kept
+            acc = sums.setdefault(c.group or "all", [0, 0])
+            acc[0] += sum(c.n_endings)
+            acc[1] += len(c.n_endings)
+    return {g: t / m for g, (t, m) in sums.items() if m}
+
+
+def endings_warning(data: RunData) -> list[str]:
+    """A warning under the table when its groups, compared on IR, Retain and convergence,
+    hold different numbers of endings a position (an adaptive run: docs/metrics.md 1.7):
+    those statistics move with the endings (1.8), so a difference between the groups is
+    partly the endings'. Half an ending a position apart is the same."""
+    by = group_endings(data)
+    if len(by) < 2 or max(by.values()) - min(by.values()) <= 0.5:
+        return []
+    shown = ", ".join(f"{md_text(g)} {v:.1f}" for g, v in by.items())
+    return [f"**Warning:** the groups hold different numbers of endings a position ({shown}): IR, Retain and "
+            "convergence move with the endings (docs/metrics.md 1.8), so their differences between these groups "
+            "are partly the endings'; mean and late NR do not. `tension-run subsample` gives the corrected "
+            "values, and each statistic from the first k endings of every position.", ""]
 
 
 def _outcome_lines(data: RunData) -> list[str]:
