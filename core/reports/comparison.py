@@ -26,7 +26,8 @@ from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
 from tension.kernels.curves import CurveSettings
 from tension.kernels.settings import check_interval_resamples
 
-__all__ = ["compare", "second_order", "second_order_note", "SECOND_ORDER_MARK", "Comparison", "ComparisonRow", "RunAbout", "run_about", "setup_warnings", "comparison_table",
+__all__ = ["compare", "second_order", "second_order_note", "SECOND_ORDER_MARK",
+           "Comparison", "ComparisonRow", "RunAbout", "run_about", "setup_warnings", "comparison_table",
            "story_table"]
 
 
