@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 import tempfile
 import time
@@ -44,7 +43,7 @@ import numpy as np
 
 from tension.kernels.curves import CurveSettings
 from tension.testing import adaptive, precision
-from tension.testing.bench import cpu_model, loadavg
+from tension.testing.bench import add_server_flags, loadavg, parse_with_banner
 
 BANNER = 72
 STATS = adaptive.STATS
@@ -217,19 +216,11 @@ def main() -> None:
     p.add_argument("--positions", type=int, default=60, help="sim: positions a story")
     p.add_argument("--resamples", type=int, default=300, help="sim: of the fixed-100 intervals")
     p.add_argument("--yes-rates", type=float, nargs="+", default=[0.05, 0.3], help="loopback: the judge's Y-rate")
-    p.add_argument("--base-url", help="server: its root")
-    p.add_argument("--model", help="server: the model (default: the first it lists)")
-    p.add_argument("--corpus", help="server: stories (default: the demo story)")
+    add_server_flags(p)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--json", metavar="FILE")
-    args = p.parse_args()
-    if args.mode == "server" and not args.base_url:
-        p.error("server: --base-url is needed")
-    print("=" * BANNER)
-    print(f"adaptive endings against fixed-{args.max_endings} (docs/metrics.md 1.7): {args.mode}")
-    print(f"cpu: {cpu_model()}; load {loadavg()}; pid {os.getpid()}")
-    print(f"config: {vars(args)}")
-    print("=" * BANNER)
+    args = parse_with_banner(p, lambda a: f"adaptive endings against fixed-{a.max_endings} (docs/metrics.md 1.7)",
+                             BANNER)
     res = {"config": vars(args), args.mode: {"sim": simulation, "loopback": loopback, "server": server,
                                     "newyorker": newyorker}[args.mode](args)}
     print(f"load at the end: {loadavg()}")

@@ -32,14 +32,13 @@ import csv
 import hashlib
 import json
 import math
-import os
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from tension.testing.bench import cpu_model, loadavg
+from tension.testing.bench import add_server_flags, loadavg, parse_with_banner
 
 STATS = ("mean_nr", "late_nr", "ir60", "retain")
 BANNER = 72
@@ -144,18 +143,9 @@ def main() -> None:
     p.add_argument("--endings", type=int, default=20)
     p.add_argument("--draws", type=int, default=20, help="random subsets of the subsampling prediction")
     p.add_argument("--seed", type=int, default=1, help="repeat r uses seed + r · 100003")
-    p.add_argument("--base-url", help="server: its root")
-    p.add_argument("--model", help="server: the model (default: the first it lists)")
-    p.add_argument("--corpus", help="server: stories (default: the demo story)")
+    add_server_flags(p)
     p.add_argument("--json", metavar="FILE")
-    args = p.parse_args()
-    if args.mode == "server" and not args.base_url:
-        p.error("server: --base-url is needed")
-    print("=" * BANNER)
-    print(f"stability across repeats (000 Table 7; docs/cost.md): {args.mode}")
-    print(f"cpu: {cpu_model()}; load {loadavg()}; pid {os.getpid()}")
-    print(f"config: {vars(args)}")
-    print("=" * BANNER)
+    args = parse_with_banner(p, "stability across repeats (000 Table 7; docs/cost.md)", BANNER)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if args.mode == "loopback":

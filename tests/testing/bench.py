@@ -6,7 +6,9 @@ construction), so a parent and its children agree on them without passing them."
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import platform
 import random
 import time
@@ -15,7 +17,7 @@ from collections.abc import Callable
 from tension.testing.corpus import WORDS
 
 __all__ = ["GEN_MODEL", "JUDGE_MODEL", "TEMPLATE_KWARGS", "body_dict", "cpu_model", "finish", "judge_bodies",
-           "loadavg", "timed"]
+           "loadavg", "timed", "add_server_flags", "parse_with_banner"]
 
 JUDGE_MODEL = "bench-judge"
 GEN_MODEL = "bench-gen"
@@ -62,6 +64,30 @@ def loadavg() -> str:
             return " ".join(f.read().split()[:3])
     except OSError:
         return "?"
+
+
+def add_server_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of a bench's `server` mode: a running OpenAI-compatible server's root,
+    its model and the stories to send it."""
+    p.add_argument("--base-url", help="server: its root")
+    p.add_argument("--model", help="server: the model (default: the first it lists)")
+    p.add_argument("--corpus", help="server: stories (default: the demo story)")
+
+
+def parse_with_banner(p: argparse.ArgumentParser, title: str | Callable[[argparse.Namespace], str], width: int = 72,
+                      argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse a bench's flags (its `server` mode needs --base-url) and print its banner:
+    `title` (or `title(args)`) and the mode, the machine, its load and the configuration, so every result
+    says where and how it was measured."""
+    args = p.parse_args(argv)
+    if getattr(args, "mode", None) == "server" and not args.base_url:
+        p.error("server: --base-url is needed")
+    print("=" * width)
+    print(f"{title if isinstance(title, str) else title(args)}: {args.mode}")
+    print(f"cpu: {cpu_model()}; load {loadavg()}; pid {os.getpid()}")
+    print(f"config: {vars(args)}")
+    print("=" * width)
+    return args
 
 
 def finish(rows: list[dict], json_path: str | None) -> None:
