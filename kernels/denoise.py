@@ -26,6 +26,7 @@ import numba
 import numpy as np
 
 from tension.kernels.curves import batch_stats
+from tension.kernels.intervals import pack_counts
 from tension.kernels.settings import CurveSettings
 
 __all__ = ["denoise", "corrected_stats", "LAMBDA_MIN", "LAMBDA_MAX"]
@@ -185,24 +186,10 @@ def _denoise(x, n, k, offsets, out, lam):
             out[a + j] = min(1.0, max(0.0, f[j]))
 
 
-def _packed(x, n, k, offsets):
-    x = np.ascontiguousarray(x, dtype=np.float64)
-    n = np.ascontiguousarray(n, dtype=np.int64)
-    k = np.ascontiguousarray(k, dtype=np.int64)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    if not x.shape == n.shape == k.shape or x.ndim != 1:
-        raise ValueError(f"x, n and k must be 1-D of equal length, got {x.shape}, {n.shape} and {k.shape}")
-    if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(x):
-        raise ValueError("offsets must start at 0 and end at len(x)")
-    if np.any(np.diff(offsets) < 0):
-        raise ValueError("offsets must be non-decreasing")
-    return x, n, k, offsets
-
-
 def denoise(x, n, k, offsets) -> tuple[np.ndarray, np.ndarray]:
     """(the de-noised no-rate of every position, packed as `x`; each story's λ: ∞ for the
     straight line, 0 for a story of fewer than 3 positions, NaN where undefined)."""
-    x, n, k, offsets = _packed(x, n, k, offsets)
+    x, n, k, offsets = pack_counts(x, n, k, offsets)
     out = np.empty(len(x))
     lam = np.empty(len(offsets) - 1)
     _denoise(x, n, k, offsets, out, lam)
@@ -213,7 +200,7 @@ def corrected_stats(x, n, k, offsets, settings: CurveSettings = CurveSettings())
     """Every statistic of every story's de-noised curve, stories × s in stories.csv's order
     (mean NR, late NR, Retain, convergence, the IRs): the corrected values are Retain,
     convergence and the IRs; NaN for a story `denoise` leaves undefined."""
-    x, n, k, offsets = _packed(x, n, k, offsets)
+    x, n, k, offsets = pack_counts(x, n, k, offsets)
     y, _ = denoise(x, n, k, offsets)
     bad = ~np.isfinite(y)
     b = batch_stats(x, np.where(bad, 0.0, y), offsets, settings)

@@ -29,7 +29,7 @@ import numpy as np
 from tension.kernels.curves import stats_row
 from tension.kernels.settings import CurveSettings
 
-__all__ = ["Draw", "N_INTERVAL_RESAMPLES", "LEVEL", "MIN_DEFINED", "StoryIntervals", "story_seeds",
+__all__ = ["Draw", "pack_counts", "N_INTERVAL_RESAMPLES", "LEVEL", "MIN_DEFINED", "StoryIntervals", "story_seeds",
            "resample_stats", "resample_curves", "shifted_interval", "story_intervals", "INTERVAL_SEED"]
 
 N_INTERVAL_RESAMPLES = 1000
@@ -212,7 +212,9 @@ def story_seeds(ids: Sequence[str], seed: int) -> np.ndarray:
     return out
 
 
-def _packed(x, n, k, offsets):
+def pack_counts(x, n, k, offsets):
+    """The verdict counts as the kernels take them (pct, endings and matches a position; the
+    stories' offsets), checked: equal lengths, offsets from 0 to len(x), non-decreasing."""
     x = np.ascontiguousarray(x, dtype=np.float64)
     n = np.ascontiguousarray(n, dtype=np.int64)
     k = np.ascontiguousarray(k, dtype=np.int64)
@@ -229,7 +231,7 @@ def _packed(x, n, k, offsets):
 def resample_stats(x, n, k, offsets, seeds, settings: CurveSettings = CurveSettings(),
                    n_resamples: int = N_INTERVAL_RESAMPLES, draw: Draw = Draw.EDGE) -> np.ndarray:
     """The statistics of every resample of every story: an array stories × n_resamples × s."""
-    x, n, k, offsets = _packed(x, n, k, offsets)
+    x, n, k, offsets = pack_counts(x, n, k, offsets)
     if n_resamples < 1:
         raise ValueError(f"n_resamples: expected an integer >= 1, got {n_resamples}")
     seeds = np.ascontiguousarray(seeds, dtype=np.int64)
@@ -247,7 +249,7 @@ def resample_curves(x, n, k, offsets, seeds, n_resamples: int = N_INTERVAL_RESAM
     """The resampled no-rate curves themselves (n_resamples × positions, packed as `x`):
     the draws `resample_stats` computes its statistics from, for checking it against
     an independent computation of the statistics."""
-    x, n, k, offsets = _packed(x, n, k, offsets)
+    x, n, k, offsets = pack_counts(x, n, k, offsets)
     seeds = np.ascontiguousarray(seeds, dtype=np.int64)
     out = np.empty((int(n_resamples), len(x)))
     _draw_curves(x, n, k, offsets, seeds, int(n_resamples), int(draw), out)
@@ -306,7 +308,7 @@ def story_intervals(ids: Sequence[str], x, n, k, offsets, points, settings: Curv
     """The `level` interval of every statistic of every story of a packed batch;
     `points` (stories × s) are the observed statistics (stories.csv's values), which
     each interval is placed around."""
-    x, n, k, offsets = _packed(x, n, k, offsets)
+    x, n, k, offsets = pack_counts(x, n, k, offsets)
     points = np.asarray(points, dtype=np.float64)
     if len(ids) != len(offsets) - 1:
         raise ValueError(f"{len(offsets) - 1} stories but {len(ids)} ids")
