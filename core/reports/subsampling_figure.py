@@ -1,6 +1,7 @@
 """The figure of `tension-run subsample`: each named statistic against k, one line per
 group (the first-k group mean, with the 95 % band of a rerun at k), the full-n mean as
-a dashed line and its 95 % interval shaded."""
+a dashed line and its 95 % interval shaded; for Retain, convergence and the IRs, the
+corrected value (docs/metrics.md 1.8) as a dash-dotted line."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ def subsampling_figure(path: str | Path, s: Subsampling, stats: Sequence[str] | 
     stats = list(stats or s.recommendation.stats)
     fig, axes = plt.subplots(1, len(stats), figsize=(BARS_SIZE[0], BARS_SIZE[1]), dpi=110, squeeze=False)
     groups = list(dict.fromkeys(r.group for r in s.rows))
+    corrected = {(nr.stat, nr.group): nr.corrected for nr in s.noise}
     try:
         for ax, stat in zip(axes[0], stats):
             for c, g in enumerate(groups):
@@ -35,6 +37,8 @@ def subsampling_figure(path: str | Path, s: Subsampling, stats: Sequence[str] | 
                 ax.axhline(full, color=f"C{c}", ls="--", lw=0.8)
                 if np.isfinite(half):
                     ax.axhspan(full - half, full + half, color=f"C{c}", alpha=0.07, lw=0)
+                if np.isfinite(corrected.get((stat, g), np.nan)):
+                    ax.axhline(corrected[(stat, g)], color=f"C{c}", ls="-.", lw=0.8)
             if s.recommendation.k is not None and stat in s.recommendation.stats:
                 ax.axvline(s.recommendation.k, color="0.3", ls=":", lw=1)
             ax.set_xscale("log")
@@ -42,7 +46,8 @@ def subsampling_figure(path: str | Path, s: Subsampling, stats: Sequence[str] | 
             ax.set_title(stat, fontsize=10)
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=7, frameon=False)
-        fig.suptitle(f"group means from k of {s.n} endings (dashed: n = {s.n}, shaded: its 95 % interval)",
+        note = ", dash-dot: corrected" if any(st in {nr.stat for nr in s.noise} for st in stats) else ""
+        fig.suptitle(f"group means from k of {s.n} endings (dashed: n = {s.n}, shaded: its 95 % interval{note})",
                      fontsize=9)
         fig.tight_layout()
         fig.savefig(path, pil_kwargs={"compress_level": PNG_COMPRESSION})
