@@ -98,9 +98,16 @@ def format_table(cells: Sequence[Cell], ns: Sequence[int] = (20, 100)) -> str:
              "|---|---|---:|---:|---:|---|"]
     for c in cells:
         if math.isfinite(c.truth):
-            ok = (c.error("corrected", a) < c.error("raw", a) and c.error("corrected", b) < c.error("raw", b)
-                  and c.gap("corrected", a, b) < c.gap("raw", a, b))
-            verdict = "yes" if ok else "**no**"
+            pairs = [(c.error("corrected", a), c.error("raw", a)), (c.error("corrected", b), c.error("raw", b)),
+                     (c.gap("corrected", a, b), c.gap("raw", a, b))]
+            if all(abs(u - v) <= 1e-9 for u, v in pairs):
+                verdict = "equal"  # both at the value already: nothing to correct
+            elif all(u < v for u, v in pairs):
+                verdict = "yes"
+            elif all(u <= v + 1e-9 for u, v in pairs):
+                verdict = "closer or equal"  # raw already at the value at one n
+            else:
+                verdict = "**no**"
             truth = _f(c.truth, c.stat)
             if c.truth_defined < c.stories:
                 truth += f" ({c.truth_defined} of {c.stories} stories)"
