@@ -40,6 +40,10 @@ def test_compare_marks_second_order_rows_when_the_endings_differ(server, tmp_pat
     # the same endings: no mark, no note
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "a2")]) == 0
     assert "†" not in capsys.readouterr().out
+    # the advice, followed: subsample gives each run its corrected values
+    for run in ("a", "b"):
+        assert main(["subsample", str(tmp_path / run), "--cache", str(tmp_path / "cache")]) == 0
+        assert "corrected" in capsys.readouterr().out
 
 
 def test_report_warns_when_its_groups_hold_different_endings(server, tmp_path, capsys):
@@ -56,7 +60,12 @@ def test_report_warns_when_its_groups_hold_different_endings(server, tmp_path, c
             if json.loads(line)["group"] == keep:
                 lines.append(line)
     (mixed / "positions.jsonl").write_text("\n".join(lines) + "\n")
+    (mixed / "run.json").write_text((tmp_path / "r8" / "run.json").read_text())
     capsys.readouterr()
     assert main(["report", str(mixed)]) == 0
     text = (mixed / "report.md").read_text()
     assert "**Warning:** the groups hold different numbers of endings a position (a 4.0, b 8.0)" in text, text
+    # the advice, followed on the run whose groups differ
+    capsys.readouterr()
+    assert main(["subsample", str(mixed), "--cache", str(tmp_path / "cache")]) == 0
+    assert "corrected" in capsys.readouterr().out
