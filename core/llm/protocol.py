@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from tension.cache.records import Usage
+from tension.core.llm.answer_checks import misnumbered
 
 __all__ = [
     "ChatRequest", "ChatResponse", "ChatChunk", "ChunkChoice", "Delta", "Choice", "ChoiceMessage", "WireUsage",
@@ -110,6 +111,12 @@ class ChatResponse(msgspec.Struct):
     choices: list[Choice]
     model: str = ""
     usage: WireUsage | None = None
+
+    def __post_init__(self) -> None:
+        # Choices placed by a wrong index would scramble endings (core/llm/answer_checks.py):
+        # raised while decoding, it makes the answer unreadable, retried as any other.
+        if (why := misnumbered([c.index for c in self.choices])) is not None:
+            raise ValueError(why)
 
 
 class Delta(msgspec.Struct, frozen=True):

@@ -66,6 +66,14 @@ class Server:
         # (core/llm/router.py `routing`), with the check of those workers (core/llm/unreadable.py).
         self.router_name: str | None = None
         self.suspect: Suspect | None = None
+        self.workers: list[str] = []  # a router the run started: the URLs of the servers behind it
+        # What a run chose and answers claimed (core/llm/answer_checks.py): the model used because
+        # none was given (`defaulted`); model asked -> the model its answers named (`answered_by`).
+        self.default_model: str | None = None
+        self.answered_as: dict[str, str] = {}
+        # When the wait a retry to it takes ends (Retry-After): answers to other requests before
+        # then do not make it "answering again" (core/llm/failures.py `Outages.answered`).
+        self.waiting_until = 0.0
         self._capacity: Capacity | None = None
         self._told: set[str] = set()  # what was said of it once: "kind", "unsure", "overlong"
         self.n_search: tuple[NAsk, asyncio.Event] | None = None  # the request looking for its n limit (`NAsk`)
@@ -76,9 +84,9 @@ class Server:
     def name(self) -> str:
         return self.router_name or redact(self.key)
 
-    def behind_router(self, name: str | None, suspect: Suspect | None) -> None:
+    def behind_router(self, name: str | None, suspect: Suspect | None, workers: list[str] | None = None) -> None:
         """A router the run started is named by its workers, and checks them (None: it stopped)."""
-        self.router_name, self.suspect = name, suspect
+        self.router_name, self.suspect, self.workers = name, suspect, list(workers or [])
 
     def adopt(self, workers: list[Server]) -> None:
         """A router the run started in front of `workers`: the kind-dependent traits
@@ -121,6 +129,29 @@ class Server:
                 "through its grammar; its usage counts one choice per request, so token totals are the "
                 "server's figure; its batched decoding is not batch-invariant, so a seeded answer sent "
                 "again may differ (docs/servers.md; run.json `servers`)")
+
+    def defaulted(self, model: str, flag: str, role: str) -> None:
+        """No `flag` was given: `role` uses `model`, the first it lists; with several
+        listed, said once (F1 of ../shared/reviews/newuser-2026-12-02.md), and kept
+        in run.json `servers` (`default_model`)."""
+        self.default_model = model
+        ids = list(self.models or {})
+        if len(ids) > 1:
+            shown = ", ".join(ids[:8]) + (", …" if len(ids) > 8 else "")
+            self._say_once(f"default {model}", f"{flag} not given: the {role} uses model {model}, the first of the "
+                           f"{len(ids)} models {self.name} lists ({shown}); pass {flag} to choose (run.json "
+                           "`servers` records it)")
+
+    def answered_by(self, asked: str, answered: str) -> None:
+        """An answer to a request for `asked` named the model `answered`: where they
+        differ (an alias, a proxy substituting models), kept in run.json `servers`
+        (`answered_as`) and said once per model asked (F15)."""
+        if not answered or answered == asked or self.answered_as.get(asked) == answered:
+            return
+        self.answered_as[asked] = answered
+        self._say_once(f"answered {asked} {answered}", f"{self.name} answers requests for model {asked} as model "
+                       f"{answered}: an alias, or a proxy substituting models? The cache keys and run.json name "
+                       f"{asked}; run.json `servers` records the model that answered")
 
     def owned_by(self, model: str) -> str | None:
         """Who its /v1/models said owns `model` (None: not asked, or not said)."""
@@ -212,6 +243,12 @@ class Server:
     def record(self) -> dict[str, Any]:
         """Its traits and capacity (one item of run.json `servers`)."""
         d: dict[str, Any] = msgspec.to_builtins(self.traits)
+        if self.models is not None:
+            d["models"] = list(self.models)
+        if self.default_model is not None:
+            d["default_model"] = self.default_model
+        if self.answered_as:
+            d["answered_as"] = dict(self.answered_as)
         d["capacity"] = None if self._capacity is None else msgspec.to_builtins(self._capacity.stats)
         return d
 

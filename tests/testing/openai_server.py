@@ -81,6 +81,26 @@ Misbehaviour (`MISBEHAVIOURS`), a server whose model does not do the task, set w
                      that loses the text); judge answers are normal
 ==================== ==========================================================
 
+Misnumbered choices (`MISNUMBERINGS`), set with ``misnumber=`` (on the paths in
+``misnumber_paths``, default chat and completions; a streamed answer follows its chat
+answer), each choice's text in place but its ``index`` wrong, as a proxy may send
+(an answer rule, tests/testing/answers.py `renumbered`):
+
+==================== ==========================================================
+"zero"               every choice ``"index": 0``
+"duplicate"          indexes 0, 0, 1, …, k − 2 (one choice's index repeated)
+"out_of_range"       the last choice's index is k (one past the end)
+"missing"            the choice at index 1 left out, the others keep theirs
+                     (0, 2, 3, …); an answer of one choice is left as it is
+==================== ==========================================================
+
+``answer_model`` names that model in every answer in place of the one asked (a
+proxy substituting models; an answer rule too). On the wire only:
+``stream_always=True`` answers every chat request as server-sent events, asked or
+not (a proxy that forces streaming); ``serve_completions=False`` makes
+``/v1/completions`` FastAPI's 404 even with ``batching`` (a server that renders its
+template but lacks the batched path).
+
 ``serve_health=False`` makes ``/health`` FastAPI's 404, as on a server that lacks it
 (vllm-router health-checks its workers there); ``serve_usage=False`` leaves ``usage``
 out of every answer, as some OpenAI-compatible servers do.
@@ -158,6 +178,7 @@ from .answers import (
     KINDS,
     MAX_MODEL_LEN,
     MISBEHAVIOURS,
+    MISNUMBERINGS,
     PREFIX_CHARS,
     TRANSIENT_FAULTS,
     AnswerModel,
@@ -200,6 +221,7 @@ __all__ = [
     "HTML_PAGE",
     "KINDS",
     "MAX_MODEL_LEN",
+    "MISNUMBERINGS",
     "PREFIX_CHARS",
     "TRANSIENT_FAULTS",
     "LoopbackServer",
@@ -264,6 +286,11 @@ class LoopbackServer(AnswerModel):
         n_refusal: str | None = None,
         prefix: str = "",
         stream_cut: int = 0,
+        misnumber: str | None = None,
+        misnumber_paths: tuple[str, ...] = (CHAT_PATH, COMPLETIONS_PATH),
+        answer_model: str | None = None,
+        stream_always: bool = False,
+        serve_completions: bool = True,
     ) -> None:
         models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
         if not models:
@@ -297,6 +324,11 @@ class LoopbackServer(AnswerModel):
             n_refusal=n_refusal,  # with max_n: n above it is a 400 with this message (module docstring)
             prefix=prefix,  # every path also served under it (a gateway's /api), set before start
             stream_cut=stream_cut,  # > 0: a stream ends with [DONE] after this many words, unfinished
+            misnumber=misnumber,  # one of MISNUMBERINGS: the answers' choice indexes made wrong
+            misnumber_paths=misnumber_paths,  # the paths misnumber applies to
+            answer_model=answer_model,  # set: answers name this model, not the one asked
+            stream_always=stream_always,  # True: chat answers stream even when not asked (a proxy)
+            serve_completions=serve_completions,  # False: /v1/completions is a 404 even with batching
         )
         self.models: tuple[str, ...]
         self.model: str
@@ -573,7 +605,7 @@ class LoopbackServer(AnswerModel):
         return await self._serve(request, chat=False, payload=self._detokenize_payload)
 
     async def _h_completions(self, request: web.Request) -> web.StreamResponse:
-        if not self.batching:
+        if not self.batching or not self.serve_completions:
             return self._not_found(request)
         return await self._serve(request, chat=True, payload=self._completions_payload)
 
@@ -635,7 +667,8 @@ class LoopbackServer(AnswerModel):
                 return web.Response(text=HTML_PAGE, content_type="text/html")
             if status == 200 and not self.serve_usage and isinstance(payload, dict):
                 payload = {k: v for k, v in payload.items() if k != "usage"}
-            if chat and make is None and status == 200 and body.get("stream") is True and fault is None:
+            if chat and make is None and status == 200 and fault is None and (
+                    body.get("stream") is True or self.stream_always):
                 return await self._stream(request, body, payload)
             if fault == "nonjson":
                 status = 200
