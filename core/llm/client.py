@@ -68,6 +68,7 @@ from tension.core.llm.protocol import (
     ChatChunk,
     ChatRequest,
     ChatResponse,
+    CountTokenizeRequest,
     ModelList,
     Props,
     TokenizeResponse,
@@ -188,9 +189,19 @@ class Client:
         root, srv = normalize_base_url(base_url), self.server(base_url)
         srv.in_record = True
         data = await self._call("GET", root + "/v1/models", None, self._models_dec, retry, server=srv)
-        llama = srv.traits.kind == "other" and any(m.owned_by == "llamacpp" for m in data.data)
-        srv.listed(data.data, await self._props(root) if llama else None)
+        probe = srv.kind_probe(data.data)  # what tells its kind, when owned_by alone does not
+        srv.listed(data.data, await self._props(root) if probe == "/props" else None,
+                   probe is not None and probe != "/props" and await self._counts(root + probe))
         return [m.id for m in data.data]
+
+    async def _counts(self, url: str) -> bool:
+        """Whether llama-cpp-python's token counter at `url` answers with a count, asked once."""
+        try:
+            reply = await self.transport.send("POST", url, self._enc.encode(CountTokenizeRequest(input="a")), None,
+                                              10.0)
+            return reply.status == 200 and self._tok_dec.decode(reply.body).count is not None
+        except (TransportError, msgspec.DecodeError, msgspec.ValidationError):
+            return False
 
     async def _props(self, root: str) -> Props | None:
         """llama.cpp's /props (its slots), asked once; None when it does not answer it."""
@@ -203,13 +214,14 @@ class Client:
     async def tokenize(self, base_url: str, model: str, text: str, retry: RetryPolicy | None = None,
                        key: str = "") -> int:
         """`text`'s token count by the server's /tokenize, in its dialect (vLLM's
-        `prompt` → `count`, llama.cpp's `content` → `tokens`). An answer that counts
+        `prompt` → `count`, llama.cpp's `content` → `tokens`; llama-cpp-python's
+        /extras/tokenize/count, `input` → `count`). An answer that counts
         nothing of a non-empty text, or none at all, is a server that cannot count:
         a ConfigError naming the way out, never retried as an outage."""
         await self.check_gate()
         srv = self.server(base_url)
         srv.in_record = True
-        url = normalize_base_url(base_url) + "/tokenize"
+        url = normalize_base_url(base_url) + srv.tokenize_path
         try:
             data = await self._call("POST", url, self._enc.encode(srv.tokenize_body(model, text)), self._tok_dec,
                                     retry, model=model, headers=routing_headers(key), server=srv)

@@ -13,7 +13,8 @@ from tension.core.llm.answer_checks import misnumbered
 
 __all__ = [
     "ChatRequest", "ChatResponse", "ChatChunk", "ChunkChoice", "Delta", "Choice", "ChoiceMessage", "WireUsage",
-    "TokenizeRequest", "TokenizeResponse", "ContentTokenizeRequest", "ModelList", "ModelCard", "ModelMeta",
+    "TokenizeRequest", "TokenizeResponse", "ContentTokenizeRequest", "CountTokenizeRequest", "ModelList", "ModelCard",
+    "ModelMeta",
     "Props", "ErrorBody", "routing_headers", "salted",
     "TemplateRequest", "TokenIds", "DetokenizeRequest", "DetokenizeResponse", "CompletionRequest",
     "CompletionResponse", "CompletionChoice", "usage_of",
@@ -151,6 +152,12 @@ class TokenizeResponse(msgspec.Struct):
     count: int | None = None
     max_model_len: int | None = None  # vLLM reports the served context length here
     tokens: list[Any] | None = None
+
+
+class CountTokenizeRequest(msgspec.Struct, kw_only=True):
+    """llama-cpp-python's /extras/tokenize/count: `input` in, `{"count": N}` out."""
+
+    input: str
 
 
 class ContentTokenizeRequest(msgspec.Struct, kw_only=True):

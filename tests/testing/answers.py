@@ -35,6 +35,7 @@ from typing import Any
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
+COUNT_PATH = "/extras/tokenize/count"  # llama-cpp-python's token counter (dialect "llamacpp_python")
 MAX_MODEL_LEN = 8192
 BLOCK_SIZE = 16  # cached_tokens are whole blocks of this many tokens, like vLLM's
 PREFIX_CHARS = 256  # the prefix cache compares prompts in blocks of this many characters
@@ -478,6 +479,10 @@ class AnswerModel:
     def _models_payload(self) -> dict:
         """The /v1/models answer, in the server's dialect."""
         created = int(time.time())
+        if self.dialect == "llamacpp_python":  # owned_by "me", no context, no meta (its app.py)
+            data = [{"id": m, "object": "model", "owned_by": self.owned_by or "me", "permissions": []}
+                    for m in self.models]
+            return {"object": "list", "data": data}
         if self.dialect == "llamacpp":
             data = [{"id": m, "object": "model", "created": created, "owned_by": self.owned_by or "llamacpp",
                      "meta": {"vocab_type": 2, "n_ctx_train": 8192, "n_ctx": self.max_model_len}}
@@ -748,6 +753,14 @@ class AnswerModel:
                           "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"],
                           "prompt_tokens_details": {"cached_tokens": usage["cached_tokens"]}}})
 
+    def _count_payload(self, body: dict) -> dict:
+        """llama-cpp-python's POST /extras/tokenize/count: ``{"input": text}`` →
+        ``{"count": N}`` (its own tokenizer's count; here `count_tokens`)."""
+        text = body.get("input")
+        if not isinstance(text, str):
+            raise _BadRequest(422, "input: field required", "ValidationError", "input")
+        return {"count": count_tokens(text)}
+
     def _tokenize_payload(self, body: dict) -> dict:
         if self.dialect == "llamacpp":  # reads `content` only, and no model
             content = body.get("content")
@@ -831,6 +844,7 @@ class AnswerModel:
         if self.refuse and any(self.refuse in _content_text(m.get("content")) for m in msgs):
             raise _BadRequest(400, "the request was refused by the server's content filter", "BadRequestError")
         llama = self.dialect == "llamacpp"
+        python = self.dialect == "llamacpp_python"  # llama-cpp-python: n dropped, its constraint forms honoured
         if llama and n > self.slots:
             raise _BadRequest(400, f"Field 'n': Value must be between 1 <= value <= {self.slots}, but got {n}",
                               "invalid_request_error", "n")
@@ -862,8 +876,10 @@ class AnswerModel:
         if self.misbehave and scripted is None:
             contents = misbehaving(self.misbehave, kind, msgs, contents)  # type: ignore[assignment]
         finish = "length" if self.misbehave == "think" else "stop"
-        if llama:
+        if llama or python:
             contents = _llamacpp_constrained(body, contents)
+        if python:
+            contents = contents[:1]  # it drops `n` (exclude={"n", …}): always one choice
         n_refusal = getattr(self, "n_refusal", None)  # the HTTP server's (a hosted API's wording of the limit)
         if self.max_n > 0 and n_refusal and n > self.max_n:
             raise _BadRequest(400, n_refusal.format(max_n=self.max_n, n=n), "invalid_request_error")

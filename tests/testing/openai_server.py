@@ -115,6 +115,15 @@ model. With ``api_key`` set, a request without ``Authorization: Bearer <api_key>
 vLLM's 401 ``{"error": "Unauthorized"}``; with ``echo_auth=True`` as well, the 401 body
 echoes the Authorization header it got, as some proxies do (a key leak to guard against).
 
+``dialect="llamacpp_python"`` answers as llama-cpp-python's own server
+(``python -m llama_cpp.server``) does, as measured
+(../shared/reviews/external-servers-2026-12-02.md, section 1): /v1/models says
+``owned_by: "me"`` with no context and no ``meta``; ``n`` is dropped (always one
+choice); ``grammar`` and ``response_format`` json_object are honoured and
+``structured_outputs`` ignored, as llama.cpp's; ``/tokenize``, ``/health``,
+``/props`` and ``/metrics`` are 404, and ``POST /extras/tokenize/count`` counts
+``{"input": text}`` as ``{"count": N}`` (`COUNT_PATH`).
+
 ``dialect="llamacpp"`` (``--dialect llamacpp``) answers as llama.cpp's
 ``llama-server`` does, as measured (../shared/reviews/external-servers-2026-12-01.md):
 /v1/models says ``owned_by: llamacpp`` with ``meta.n_ctx`` (no ``max_model_len``);
@@ -173,6 +182,7 @@ from .answers import (
     BLOCK_SIZE,
     CHAT_PATH,
     COMPLETIONS_PATH,
+    COUNT_PATH,
     FAULT_KINDS,
     HTML_PAGE,
     KINDS,
@@ -217,6 +227,7 @@ __all__ = [
     "BLOCK_SIZE",
     "CHAT_PATH",
     "COMPLETIONS_PATH",
+    "COUNT_PATH",
     "FAULT_KINDS",
     "HTML_PAGE",
     "KINDS",
@@ -482,6 +493,7 @@ class LoopbackServer(AnswerModel):
         app.router.add_get("/metrics", self._h_metrics)
         app.router.add_get("/props", self._h_props)
         app.router.add_post("/tokenize", self._h_tokenize)
+        app.router.add_post(COUNT_PATH, self._h_count)
         app.router.add_post(CHAT_PATH, self._h_chat)
         app.router.add_post("/detokenize", self._h_detokenize)
         app.router.add_post(COMPLETIONS_PATH, self._h_completions)
@@ -522,7 +534,7 @@ class LoopbackServer(AnswerModel):
         return web.Response(body=_encode(payload), status=status, content_type="application/json")
 
     async def _h_health(self, request: web.Request) -> web.Response:
-        if not self.serve_health:
+        if not self.serve_health or self.dialect == "llamacpp_python":
             return self._not_found(request)
         self._add_record(Recorded(request.path, request.method, None, 200, None, time.monotonic()))
         return web.Response(status=200)
@@ -535,7 +547,7 @@ class LoopbackServer(AnswerModel):
 
     async def _h_metrics(self, request: web.Request) -> web.Response:
         t0 = time.monotonic()
-        if not self.serve_metrics:
+        if not self.serve_metrics or self.dialect == "llamacpp_python":
             self._add_record(Recorded(request.path, request.method, None, 404, None, t0))
             return web.Response(status=404, text="Not Found")
         text = self._metrics_text()
@@ -590,8 +602,13 @@ class LoopbackServer(AnswerModel):
                                              "AuthenticationError"), status=401)
         return self._json({"error": "Unauthorized"}, status=401)
 
+    async def _h_count(self, request: web.Request) -> web.StreamResponse:
+        if self.dialect != "llamacpp_python":
+            return self._not_found(request)
+        return await self._serve(request, chat=False, payload=self._count_payload)
+
     async def _h_tokenize(self, request: web.Request) -> web.StreamResponse:
-        if not self.serve_tokenize:
+        if not self.serve_tokenize or self.dialect == "llamacpp_python":
             self._add_record(Recorded(request.path, request.method, None, 404, None, time.monotonic()))
             return self._json({"detail": "Not Found"}, status=404)
         return await self._serve(request, chat=False)
