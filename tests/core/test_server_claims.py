@@ -208,3 +208,21 @@ def test_a_refusal_through_the_router_names_the_servers_not_the_routers_port(tmp
     assert f"HTTP 400 from the generation and judge servers (via vllm-router over {a.base_url}, {b.base_url}), " \
            "POST /v1/chat/completions" in err, err
     assert f"127.0.0.1:{_router_port(tmp_path, 'refused')}" not in err
+
+
+# --- L2 (issue 35): a router the run started is several servers --------------------
+
+def test_a_router_named_by_its_workers_takes_plural_verbs():
+    from tension.core.llm.servers import Server
+
+    told: list[str] = []
+    one, front = Server("http://a:1", told.append), Server("http://127.0.0.1:9", told.append)
+    front.behind_router("the judge servers (via vllm-router over http://a:1, http://b:2)", None,
+                        ["http://a:1", "http://b:2"])
+    one.learned_n(4, "HTTP 400")
+    front.learned_n(4, "HTTP 400")
+    front.answered_by("test-judge", "other")
+    assert told[0].startswith("http://a:1 answers at most 4 choice(s)")
+    assert told[1].startswith("the judge servers (via vllm-router over http://a:1, http://b:2) answer at most 4")
+    assert " answer requests for model test-judge as model other" in told[2]
+    assert front.workers == ["http://a:1", "http://b:2"]
