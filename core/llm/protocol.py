@@ -73,7 +73,7 @@ class ChoiceLogprobs(msgspec.Struct):
 
 class Choice(msgspec.Struct):
     message: ChoiceMessage
-    index: int = 0
+    index: int = -1  # not sent: `ChatResponse` numbers such choices in the order they came
     finish_reason: str | None = None
     logprobs: ChoiceLogprobs | None = None
 
@@ -116,6 +116,10 @@ class ChatResponse(msgspec.Struct):
     def __post_init__(self) -> None:
         # Choices placed by a wrong index would scramble endings (core/llm/answer_checks.py):
         # raised while decoding, it makes the answer unreadable, retried as any other.
+        # Choices that carry no index at all are numbered in the order sent, as before.
+        if all(c.index == -1 for c in self.choices):
+            for i, c in enumerate(self.choices):
+                c.index = i
         if (why := misnumbered([c.index for c in self.choices])) is not None:
             raise ValueError(why)
 

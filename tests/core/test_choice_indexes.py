@@ -160,3 +160,17 @@ def test_behind_the_router_a_worker_misnumbering_its_choices_is_taken_out(clean,
     _same_as_clean(clean, tmp_path, "run")
     assert f"server {bad.base_url} sent an unreadable answer (HTTP 200 with an unreadable body (choice indexes 0, 0" \
         in err and "taken out of vllm-router" in err, err
+
+
+def test_choices_without_an_index_are_read_in_the_order_sent_and_one_missing_index_is_not():
+    """A server that sends no `index` at all is read as before (the order sent); one
+    that numbers some choices and not others is misnumbered."""
+    import msgspec
+
+    from tension.core.llm.protocol import ChatResponse
+
+    dec = msgspec.json.Decoder(ChatResponse)
+    plain = dec.decode(b'{"choices": [{"message": {"content": "a"}}, {"message": {"content": "b"}}]}')
+    assert [(c.index, c.message.content) for c in plain.choices] == [(0, "a"), (1, "b")]
+    with pytest.raises(msgspec.ValidationError, match="choice indexes"):
+        dec.decode(b'{"choices": [{"message": {"content": "a"}, "index": 0}, {"message": {"content": "b"}}]}')
