@@ -110,7 +110,8 @@ class RefusedError(ServerError, ConfigError):
     """The server refuses every request like this one; ``missing`` says why:
     "key" (401/403), "model" (404 whose body names the model asked for, as vLLM's
     "The model `X` does not exist."), "endpoint" (404/405 on a path the server does
-    not have). ``advice`` is what to change, appended to the message."""
+    not have), "stream" (a 200 streamed though no stream was asked: a proxy,
+    core/llm/answer_checks.py). ``advice`` is what to change, appended to the message."""
 
     def __init__(self, status: int, url: str, body: str, missing: str, advice: str = ""):
         self.status = status

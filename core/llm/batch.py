@@ -19,6 +19,15 @@ text the chat endpoint would have built:
    /v1/completions builds them, with ``add_special_tokens: false``: the template
    already holds them). Any difference, or a server without these endpoints,
    and the role sends chat requests as before (`auto`), or the run stops (`on`).
+   Behind vllm-router every worker is checked: each must say it is vLLM and
+   render the same template, else the role sends chat requests, naming the
+   worker (a vLLM server mixed with llama.cpp's or another).
+3. An answer is used only when it is what was asked: its choices numbered 0 …
+   k − 1, each once (core/llm/answer_checks.py; a server or proxy that numbers
+   them all 0 would give every prompt another's verdict). A misnumbered answer,
+   or a /v1/completions that a worker turns out not to have (HTTP 404), makes
+   the role send chat requests for the rest of the run, said once (`auto`;
+   `on` stops the run), and the batch at hand is answered by chat requests.
 
 The answers become one `ChatResult` per request, so cache keys and records stay
 those of the chat requests: a verdict is the same record whichever path asked it,
@@ -41,6 +50,7 @@ import msgspec
 
 from tension.cache.records import Usage
 from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, StatusError
+from tension.core.llm.answer_checks import misnumbered
 from tension.core.llm.client import EMPTY_ANSWER_RETRIES, ChatResult, Client, ShortAnswerError
 from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.protocol import (
@@ -55,7 +65,7 @@ from tension.core.llm.protocol import (
     TokenizeRequest,
     usage_of,
 )
-from tension.core.redact import redact_secrets
+from tension.core.redact import redact, redact_secrets
 
 __all__ = ["Template", "Batch", "Batcher", "MODES", "SENTINEL"]
 
@@ -71,7 +81,22 @@ T = TypeVar("T")
 
 
 class Unbatchable(Exception):
-    """Why a role's requests cannot travel as one completion request."""
+    """Why a role's requests cannot travel as one completion request (`server`: the
+    one that cannot, when it is not the one asked first)."""
+
+    def __init__(self, why: str, server: str | None = None):
+        super().__init__(why)
+        self.server = server
+
+
+class _Fallback(Exception):
+    """A batched answer that cannot be used (`why`), and what it cost: the rest
+    of the run goes by chat requests (module docstring, 3)."""
+
+    def __init__(self, why: str, usage: Usage):
+        super().__init__(why)
+        self.why = why
+        self.usage = usage
 
 
 class Template(msgspec.Struct, frozen=True):
@@ -135,7 +160,10 @@ class Batcher:
                 "requests": self.batches, "prompts": self.prompts}
 
     async def template(self, url: str, requests: Sequence[ChatRequest]) -> Template | None:
-        """The template for `requests`, or None: send them as chat requests."""
+        """The template for `requests`, or None: send them as chat requests. `url`
+        is the role's server, or a router the run started: then every server behind
+        it is checked (module docstring, 2), each rendering on itself (a router need
+        not pass /detokenize on)."""
         if self.why_not is not None or not batchable(requests):
             return None
         first = requests[0]
@@ -146,20 +174,34 @@ class Batcher:
             if self.why_not is not None:
                 return None
             if (t := self._templates.get(key)) is None:
+                servers = self.client.server(url).workers or [url]
+                url = servers[0]
                 try:
-                    if self.mode == "auto" and not await self._says_vllm(url, first.model):
-                        # any other OpenAI-compatible server (its /v1/models owned_by): chat
-                        # requests, as it expects, without probing it for vLLM's endpoints
-                        self.why_not = "the server does not say it is vLLM (/v1/models owned_by)"
-                        return None
+                    for server in servers if self.mode == "auto" else ():
+                        if not await self._says_vllm(server, first.model):
+                            # any other OpenAI-compatible server (its /v1/models owned_by): chat
+                            # requests, as it expects, without probing it for vLLM's endpoints
+                            self.why_not = f"the server {redact(server)} does not say it is vLLM (/v1/models owned_by)"
+                            if server != url and self.notice is not None:  # mixed servers: the one named
+                                self.notice(f"{self.role}: one chat request per prompt, since {self.why_not}, "
+                                            f"unlike {redact(url)} ({self.flag} auto)")
+                            return None
                     t = await self._render(url, first)
+                    for server in servers[1:]:  # behind the router, any worker may get a batch
+                        try:
+                            other = await self._render(server, first)
+                        except Unbatchable as e:
+                            raise Unbatchable(str(e), server) from None
+                        if other != t:
+                            raise Unbatchable(f"its chat template renders differently from {redact(url)}'s", server)
                 except Unbatchable as e:
+                    where = redact(e.server or url)
                     if self.mode == "on":
-                        raise ConfigError(f"{self.flag} on: the {self.role} server {url} cannot take batched "
+                        raise ConfigError(f"{self.flag} on: the {self.role} server {where} cannot take batched "
                                           f"prompts: {e}; use {self.flag} auto or off") from None
-                    self.why_not = str(e)
+                    self.why_not = str(e) if e.server is None else f"{where}: {e}"
                     if self.notice is not None:
-                        self.notice(f"{self.role}: one chat request per prompt, since the server {url} cannot "
+                        self.notice(f"{self.role}: one chat request per prompt, since the server {where} cannot "
                                     f"take batched prompts: {e} ({self.flag} auto)")
                     return None
                 self._templates[key] = t
@@ -218,7 +260,13 @@ class Batcher:
         followups = 0
         attempts = self.client.retry.attempts
         for _ in range(attempts + 1):
-            got, usage, model = await self._send(url, template, [requests[i] for i in todo], key)
+            try:
+                got, usage, model = await self._send(url, template, [requests[i] for i in todo], key)
+            except _Fallback as e:
+                spent.add(e.usage)
+                self._give_up(e.why)
+                followups += await self._by_chat(url, requests, todo, out, spent, key)
+                break
             spent.add(usage)
             share = _split(usage, len(todo))
             again = []
@@ -245,22 +293,76 @@ class Batcher:
             res.seconds = seconds
         return Batch(results=results, usage=spent, followups=followups)
 
+    def _give_up(self, why: str) -> None:
+        """A batched answer could not be used: chat requests for the rest of the run,
+        said once (`auto`), or the run stops (`on`)."""
+        if self.mode == "on":
+            raise ConfigError(f"{self.flag} on: {why}; use {self.flag} auto or off")
+        if self.why_not is None:  # the first batch that met it says it; batches in flight follow quietly
+            self.why_not = why
+            if self.notice is not None:
+                self.notice(f"{self.role}: one chat request per prompt from now on, since {why} ({self.flag} auto)")
+
+    async def _by_chat(self, url: str, requests: Sequence[ChatRequest], todo: list[int],
+                       out: list[ChatResult | None], spent: Usage, key: str) -> int:
+        """The prompts `todo` of a batch whose answer could not be used, as chat
+        requests (each checked as every chat answer is); their follow-ups."""
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(self.client.chat(url, requests[i], None, key)) for i in todo]
+        followups = 0
+        for i, task in zip(todo, tasks):
+            res = out[i] = task.result()
+            spent.add(res.usage)
+            followups += res.followups
+        return followups
+
+    async def _lacking(self, url: str, body: CompletionRequest) -> str:
+        """Which server has no /v1/completions, after a 404 from `url`: behind the
+        router, each worker asked with the request made small (its first prompt,
+        one token), so the message names the worker, not the router's port."""
+        small = msgspec.structs.replace(body, prompt=body.prompt[:1], max_tokens=1)
+        lacking = []
+        for worker in self.client.server(url).workers or [url]:
+            try:
+                await self.client.post(worker, "/v1/completions", small, _ANSWER, model=body.model, retry=_PROBE)
+            except RefusedError as e:
+                if e.missing == "endpoint":
+                    lacking.append(redact(worker))
+            except (StatusError, RetryBudgetError):
+                pass
+        who = ", ".join(lacking) or self.client.server(url).name
+        return f"the {self.role} server {who} has no /v1/completions (HTTP 404)"
+
     async def _send(self, url: str, template: Template, requests: list[ChatRequest], key: str
                     ) -> tuple[list[CompletionChoice | None], Usage, str]:
-        """One completion request; its choice per prompt (None where missing), usage and model."""
+        """One completion request; its choice per prompt (None where missing), usage
+        and model. An answer that cannot be used raises `_Fallback`."""
         r = requests[0]
         body = CompletionRequest(model=r.model, prompt=[template.prompt(q) for q in requests], n=1,
                                  temperature=r.temperature, top_p=r.top_p, min_p=r.min_p, max_tokens=r.max_tokens,
                                  seed=r.seed, structured_outputs=r.structured_outputs,
                                  logprobs=(r.top_logprobs or 1) if r.logprobs else None, add_special_tokens=False)
-        data = await self.client.post(url, "/v1/completions", body, _ANSWER, model=r.model, key=key)
+        try:
+            data = await self.client.post(url, "/v1/completions", body, _ANSWER, model=r.model, key=key)
+        except RefusedError as e:
+            if e.missing != "endpoint":
+                raise
+            # one worker behind the router lacks it (a vLLM server mixed with another): the
+            # rest of the run by chat, never a stopped run naming the router's private port
+            raise _Fallback(await self._lacking(url, body), Usage()) from None
         self.batches += 1
         self.prompts += len(requests)
+        usage = usage_of(data.usage, len(requests))
+        server = self.client.server(url)
+        name = server.name
+        if (why := misnumbered([ch.index for ch in data.choices], len(requests))) is not None:
+            raise _Fallback(f"{name} numbered the choices of a batched answer wrongly ({why}; expected one per "
+                            f"prompt, 0 … {len(requests) - 1})", usage)
+        server.answered_by(r.model, data.model)
         choices: list[CompletionChoice | None] = [None] * len(requests)
         for ch in data.choices:
-            if 0 <= ch.index < len(requests):
-                choices[ch.index] = ch
-        return choices, usage_of(data.usage, len(requests)), data.model or r.model
+            choices[ch.index] = ch
+        return choices, usage, data.model or r.model
 
 
 def _split(total: Usage, k: int) -> list[Usage]:

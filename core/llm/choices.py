@@ -96,6 +96,7 @@ async def _gather(client: Client, url: str, request: ChatRequest, retry: RetryPo
             client.retries += 1
             continue
         usage.add(usage_of(data.usage))
+        server.answered_by(request.model, data.model)  # a proxy substituting models: kept, said once
         model = data.model or model
         got = sorted(data.choices, key=lambda c: c.index)[:ask]
         for ch in got:

@@ -53,6 +53,7 @@ import msgspec
 
 from tension.cache.records import Usage
 from tension.core.errors import RefusedError, RetryBudgetError, ServerError, StatusError
+from tension.core.llm.answer_checks import STREAMED_UNASKED, streamed_unasked
 from tension.core.llm.choices import EMPTY_ANSWER_RETRIES, chunk, gather
 from tension.core.llm.failures import (
     Outages,
@@ -67,6 +68,7 @@ from tension.core.llm.protocol import (
     ChatChunk,
     ChatRequest,
     ChatResponse,
+    CountTokenizeRequest,
     ModelList,
     Props,
     TokenizeResponse,
@@ -187,9 +189,19 @@ class Client:
         root, srv = normalize_base_url(base_url), self.server(base_url)
         srv.in_record = True
         data = await self._call("GET", root + "/v1/models", None, self._models_dec, retry, server=srv)
-        llama = srv.traits.kind == "other" and any(m.owned_by == "llamacpp" for m in data.data)
-        srv.listed(data.data, await self._props(root) if llama else None)
+        probe = srv.kind_probe(data.data)  # what tells its kind, when owned_by alone does not
+        srv.listed(data.data, await self._props(root) if probe == "/props" else None,
+                   probe is not None and probe != "/props" and await self._counts(root + probe))
         return [m.id for m in data.data]
+
+    async def _counts(self, url: str) -> bool:
+        """Whether llama-cpp-python's token counter at `url` answers with a count, asked once."""
+        try:
+            reply = await self.transport.send("POST", url, self._enc.encode(CountTokenizeRequest(input="a")), None,
+                                              10.0)
+            return reply.status == 200 and self._tok_dec.decode(reply.body).count is not None
+        except (TransportError, msgspec.DecodeError, msgspec.ValidationError):
+            return False
 
     async def _props(self, root: str) -> Props | None:
         """llama.cpp's /props (its slots), asked once; None when it does not answer it."""
@@ -202,13 +214,14 @@ class Client:
     async def tokenize(self, base_url: str, model: str, text: str, retry: RetryPolicy | None = None,
                        key: str = "") -> int:
         """`text`'s token count by the server's /tokenize, in its dialect (vLLM's
-        `prompt` → `count`, llama.cpp's `content` → `tokens`). An answer that counts
+        `prompt` → `count`, llama.cpp's `content` → `tokens`; llama-cpp-python's
+        /extras/tokenize/count, `input` → `count`). An answer that counts
         nothing of a non-empty text, or none at all, is a server that cannot count:
         a ConfigError naming the way out, never retried as an outage."""
         await self.check_gate()
         srv = self.server(base_url)
         srv.in_record = True
-        url = normalize_base_url(base_url) + "/tokenize"
+        url = normalize_base_url(base_url) + srv.tokenize_path
         try:
             data = await self._call("POST", url, self._enc.encode(srv.tokenize_body(model, text)), self._tok_dec,
                                     retry, model=model, headers=routing_headers(key), server=srv)
@@ -331,21 +344,31 @@ class Client:
         for attempt in range(policy.attempts):
             try:
                 result = await (self._held(server, weight, method, url, body, decoder, model, sent) if weight else
-                                self._attempt(method, url, body, decoder, model, sent))
+                                self._attempt(method, url, body, decoder, model, sent, server))
             except Retryable as e:
                 last = e
+                if e.streamed and (attempt > 0 or server.suspect is None):
+                    # no retry reads it; behind the router one retry, after its workers are checked
+                    raise RefusedError(200, self._where(server, method, url), str(e), "stream",
+                                       STREAMED_UNASKED) from None
                 wait = min(policy.backoff_cap, policy.backoff * 2 ** attempt) * self._rng.uniform(0.5, 1.0)
                 if e.retry_after is not None:
                     wait = min(policy.backoff_cap, max(wait, e.retry_after))
             except (StatusError, RefusedError):
-                self.outages.answered(root, name)
+                self.outages.answered(root, name, server.waiting_until)
                 raise
             else:
-                self.outages.answered(root, name)
+                self.outages.answered(root, name, server.waiting_until)
                 return result
             if attempt + 1 >= policy.attempts or time.monotonic() - start + wait > policy.total_seconds:
                 break
-            self.outages.retrying(root, name, method, url, last.kind, str(last), attempt, policy, start)
+            why = str(last)
+            if last.retry_after is not None and last.retry_after > wait:
+                # the wait actually taken, and that the server asked for more (Retry-After past the cap)
+                why += (f"; it asked to wait {last.retry_after:,.0f} s (Retry-After), waiting {wait:.0f} s, "
+                        "the longest wait between tries")
+            server.waiting_until = max(server.waiting_until, time.monotonic() + wait)
+            self.outages.retrying(root, name, method, url, last.kind, why, attempt, policy, start)
             self.retries += 1
             if last.kind == "unreadable":
                 if (suspect := server.suspect) is not None:
@@ -353,7 +376,7 @@ class Client:
                 sent = salted(headers, attempt)
             await asyncio.sleep(wait)
         raise RetryBudgetError(
-            f"{url if server.router_name is None else f'{name}, {method} {urlsplit(url).path}'}: gave up after "
+            f"{self._where(server, method, url)}: gave up after "
             f"{attempt + 1} attempt(s) in {time.monotonic() - start:.1f} s (retry budget: {policy.attempts} attempts, "
             f"{policy.total_seconds:g} s); last error: {last}", last) from last
 
@@ -367,7 +390,7 @@ class Client:
         await cap.acquire(held)
         epoch = cap.epoch
         try:
-            result = await self._attempt(method, url, body, decoder, model, headers)
+            result = await self._attempt(method, url, body, decoder, model, headers, server)
         except Retryable as e:
             if e.overload:
                 server.overloaded(str(e), epoch)
@@ -378,8 +401,14 @@ class Client:
         finally:
             cap.release(held)
 
+    @staticmethod
+    def _where(server: Server, method: str, url: str) -> str:
+        """How an error names where it came from: the URL, or for a router the run
+        started, the servers behind it and the path (never its private port)."""
+        return url if server.router_name is None else f"{server.name}, {method} {urlsplit(url).path}"
+
     async def _attempt(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder[T],
-                       model: str | None = None, headers: dict[str, str] | None = None) -> T:
+                       model: str | None, headers: dict[str, str] | None, server: Server) -> T:
         self.sent += 1
         try:
             reply = await self.transport.send(method, url, body, headers)
@@ -389,13 +418,17 @@ class Client:
             try:
                 return decoder.decode(reply.body)
             except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                if streamed_unasked(reply.body):
+                    raise Retryable(redact(f"a stream, not asked for: {reply.body[:120]!r}"), kind="unreadable",
+                                    streamed=True) from e
                 raise Retryable(redact(f"malformed answer ({e}): {reply.body[:120]!r}"),
                                  kind="unreadable") from e
         message = error_message(reply.body)
         if reply.status == 429 or reply.status >= 500:
             raise Retryable(f"HTTP {reply.status}: {message}", parse_retry_after(reply.retry_after),
                              "refused" if reply.status == 429 else "failed", overload=reply.status == 503)
-        raise status_error(reply.status, url, message, model)
+        raise status_error(reply.status, url, message, model,
+                           None if server.router_name is None else self._where(server, method, url))
 
 
 def _whole_stream(name: str, request: ChatRequest, res: StreamResult) -> None:

@@ -45,15 +45,18 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("total_seconds, backoff and backoff_cap must be >= 0")
 
 
-def status_error(status: int, url: str, message: str, model: str | None) -> ServerError:
-    """The error of an HTTP 4xx answer to a request for `model` (None: no model)."""
+def status_error(status: int, url: str, message: str, model: str | None, named: str | None = None) -> ServerError:
+    """The error of an HTTP 4xx answer to a request for `model` (None: no model);
+    `named`: how the message names the server in place of `url` (a router the run
+    started, by the servers behind it, never its private port)."""
+    where = named or url
     if status in (401, 403):
-        return RefusedError(status, url, message, "key", KEY_ADVICE)
+        return RefusedError(status, where, message, "key", KEY_ADVICE)
     if status in (404, 405):
         if status == 404 and model and model in message:
-            return RefusedError(status, url, message, "model", f"the server does not serve the model {model!r}")
-        return RefusedError(status, url, message, "endpoint", f"the server has no {urlsplit(url).path}")
-    return StatusError(status, url, message)
+            return RefusedError(status, where, message, "model", f"the server does not serve the model {model!r}")
+        return RefusedError(status, where, message, "endpoint", f"the server has no {urlsplit(url).path}")
+    return StatusError(status, where, message)
 
 
 def error_message(data: bytes) -> str:
@@ -90,14 +93,16 @@ class Retryable(Exception):
     (core/llm/failures.py `Outages`): "unreachable" (no answer), "refused" (429),
     "failed" (5xx) or "unreadable" (a 200 whose body cannot be read). `overload`:
     a time-out or a 503, the signs of a server sent more than it holds
-    (core/llm/capacity.py)."""
+    (core/llm/capacity.py). `streamed`: an unreadable answer that is a stream the
+    request did not ask for (core/llm/answer_checks.py), which no retry cures."""
 
     def __init__(self, message: str, retry_after: float | None = None, kind: str = "unreachable",
-                 overload: bool = False):
+                 overload: bool = False, streamed: bool = False):
         super().__init__(message)
         self.retry_after = retry_after
         self.kind = kind
         self.overload = overload
+        self.streamed = streamed
 
 
 class Outages:
@@ -142,10 +147,12 @@ class Outages:
                     f"attempts, {policy.total_seconds:g} s), then giving up{also} (one such line per server "
                     f"every {self.interval:g} s at most)")
 
-    def answered(self, root: str, name: str) -> None:
+    def answered(self, root: str, name: str, waiting_until: float = 0.0) -> None:
         """A request to the server `root` (named `name`) got an answer: an outage
-        told is over."""
-        if root in self._down:
+        told is over, once the wait a retry of it takes has passed (`waiting_until`,
+        its `Server` record's: answers to other requests meanwhile do not end it,
+        Retry-After)."""
+        if root in self._down and time.monotonic() >= waiting_until:
             self._down.discard(root)
             if self.notice:
                 self.notice(f"{name}: answering again (after {time.monotonic() - self._told[root]:.0f} s)")

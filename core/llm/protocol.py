@@ -9,10 +9,12 @@ from typing import Any
 import msgspec
 
 from tension.cache.records import Usage
+from tension.core.llm.answer_checks import misnumbered
 
 __all__ = [
     "ChatRequest", "ChatResponse", "ChatChunk", "ChunkChoice", "Delta", "Choice", "ChoiceMessage", "WireUsage",
-    "TokenizeRequest", "TokenizeResponse", "ContentTokenizeRequest", "ModelList", "ModelCard", "ModelMeta",
+    "TokenizeRequest", "TokenizeResponse", "ContentTokenizeRequest", "CountTokenizeRequest", "ModelList", "ModelCard",
+    "ModelMeta",
     "Props", "ErrorBody", "routing_headers", "salted",
     "TemplateRequest", "TokenIds", "DetokenizeRequest", "DetokenizeResponse", "CompletionRequest",
     "CompletionResponse", "CompletionChoice", "usage_of",
@@ -71,7 +73,7 @@ class ChoiceLogprobs(msgspec.Struct):
 
 class Choice(msgspec.Struct):
     message: ChoiceMessage
-    index: int = 0
+    index: int = -1  # not sent: `ChatResponse` numbers such choices in the order they came
     finish_reason: str | None = None
     logprobs: ChoiceLogprobs | None = None
 
@@ -111,6 +113,16 @@ class ChatResponse(msgspec.Struct):
     model: str = ""
     usage: WireUsage | None = None
 
+    def __post_init__(self) -> None:
+        # Choices placed by a wrong index would scramble endings (core/llm/answer_checks.py):
+        # raised while decoding, it makes the answer unreadable, retried as any other.
+        # Choices that carry no index at all are numbered in the order sent, as before.
+        if all(c.index == -1 for c in self.choices):
+            for i, c in enumerate(self.choices):
+                c.index = i
+        if (why := misnumbered([c.index for c in self.choices])) is not None:
+            raise ValueError(why)
+
 
 class Delta(msgspec.Struct, frozen=True):
     content: str | None = None
@@ -144,6 +156,12 @@ class TokenizeResponse(msgspec.Struct):
     count: int | None = None
     max_model_len: int | None = None  # vLLM reports the served context length here
     tokens: list[Any] | None = None
+
+
+class CountTokenizeRequest(msgspec.Struct, kw_only=True):
+    """llama-cpp-python's /extras/tokenize/count: `input` in, `{"count": N}` out."""
+
+    input: str
 
 
 class ContentTokenizeRequest(msgspec.Struct, kw_only=True):

@@ -154,6 +154,9 @@ class Router:
                 raise ConfigError(
                     f"{flag.replace('-model', '-base-url')}: server {url} serves {', '.join(ids) or 'no model'}, "
                     f"not {model}; every {self.role} server must serve the same model")
+        if not given:
+            for u in listed:  # the judge on the generation servers takes the generation model as given
+                self.client.server(u).defaulted(model, flag, self.role)
         self.client.server(self.url).model_named_by_path(model, flag)
         self.model = model
         return model
@@ -187,7 +190,7 @@ class Router:
         """The chat template that lets `requests` travel as one completion request
         (core/llm/batch.py), or None: send them as chat requests. Rendered on a
         server itself: a router need not pass /detokenize on."""
-        return await self.batcher.template(self.workers[0], requests)
+        return await self.batcher.template(self.url, requests)
 
     async def complete(self, key: str, template: Template, requests: Sequence[ChatRequest]) -> Batch:
         """`requests` as one batched completion request, an answer each."""
@@ -343,4 +346,4 @@ def _watch_workers(local: LocalRouter, group: list[Router]) -> None:
                  f"the run goes on with {', '.join(map(redact, left))}")
 
     front.behind_router(f"the {roles} servers (via vllm-router over {', '.join(map(redact, local.workers))})",
-                        Unreadable(local, client.transport, out).check)
+                        Unreadable(local, client.transport, out).check, list(local.workers))

@@ -27,8 +27,15 @@ import msgspec
 
 from tension.core.errors import StatusError
 from tension.core.llm.capacity import Capacity
-from tension.core.llm.protocol import ChatRequest, ContentTokenizeRequest, ModelCard, Props, TokenizeRequest
-from tension.core.llm.traits import ServerTraits, grammar_of, is_context_error, learn, n_limit
+from tension.core.llm.protocol import (
+    ChatRequest,
+    ContentTokenizeRequest,
+    CountTokenizeRequest,
+    ModelCard,
+    Props,
+    TokenizeRequest,
+)
+from tension.core.llm.traits import COUNT_PATH, KIND_NAMES, ServerTraits, grammar_of, is_context_error, learn, n_limit
 from tension.core.llm.unreadable import Suspect
 from tension.core.redact import redact
 
@@ -66,6 +73,14 @@ class Server:
         # (core/llm/router.py `routing`), with the check of those workers (core/llm/unreadable.py).
         self.router_name: str | None = None
         self.suspect: Suspect | None = None
+        self.workers: list[str] = []  # a router the run started: the URLs of the servers behind it
+        # What a run chose and answers claimed (core/llm/answer_checks.py): the model used because
+        # none was given (`defaulted`); model asked -> the model its answers named (`answered_by`).
+        self.default_model: str | None = None
+        self.answered_as: dict[str, str] = {}
+        # When the wait a retry to it takes ends (Retry-After): answers to other requests before
+        # then do not make it "answering again" (core/llm/failures.py `Outages.answered`).
+        self.waiting_until = 0.0
         self._capacity: Capacity | None = None
         self._told: set[str] = set()  # what was said of it once: "kind", "unsure", "overlong"
         self.n_search: tuple[NAsk, asyncio.Event] | None = None  # the request looking for its n limit (`NAsk`)
@@ -76,9 +91,18 @@ class Server:
     def name(self) -> str:
         return self.router_name or redact(self.key)
 
-    def behind_router(self, name: str | None, suspect: Suspect | None) -> None:
+    @property
+    def what(self) -> str:
+        """What kind of server it is, in words (`traits.KIND_NAMES`)."""
+        return KIND_NAMES[self.traits.kind]
+
+    def _verb(self, one: str, many: str) -> str:
+        """`one` for a server, `many` for a router named by the servers behind it (L2)."""
+        return one if self.router_name is None else many
+
+    def behind_router(self, name: str | None, suspect: Suspect | None, workers: list[str] | None = None) -> None:
         """A router the run started is named by its workers, and checks them (None: it stopped)."""
-        self.router_name, self.suspect = name, suspect
+        self.router_name, self.suspect, self.workers = name, suspect, list(workers or [])
 
     def adopt(self, workers: list[Server]) -> None:
         """A router the run started in front of `workers`: the kind-dependent traits
@@ -97,14 +121,25 @@ class Server:
 
     # -- what it said of itself ---------------------------------------------------
 
-    def listed(self, models: list[ModelCard], props: Props | None) -> None:
-        """Its /v1/models (and llama.cpp's /props) answer: the listing, and traits
+    def kind_probe(self, models: list[ModelCard]) -> str | None:
+        """The endpoint that tells what a server listing `models` is, when its
+        owned_by alone does not (None: nothing to ask): llama.cpp's /props (its
+        slots); llama-cpp-python's token counter, since its owned_by "me" is
+        anyone's word (../shared/reviews/external-servers-2026-12-02.md M1)."""
+        if self.traits.kind != "other":
+            return None
+        owners = {m.owned_by for m in models}
+        return "/props" if "llamacpp" in owners else COUNT_PATH if "me" in owners else None
+
+    def listed(self, models: list[ModelCard], props: Props | None, counts: bool = False) -> None:
+        """Its /v1/models answer (with llama.cpp's /props, or whether
+        llama-cpp-python's counter answered: `kind_probe`): the listing, and traits
         replacing a blank record, keeping what requests taught already; a llama.cpp
-        server's differences said once."""
+        or llama-cpp-python server's differences said once."""
         self.models = {m.id: m.owned_by for m in models}
         if self.traits.kind != "other":  # learned once per server
             return
-        old, t = self.traits, learn(redact(self.key), models, props)
+        old, t = self.traits, learn(redact(self.key), models, props, counts)
         if old.max_n is not None and (t.max_n is None or old.max_n < t.max_n):
             t.max_n, t.max_n_from = old.max_n, old.max_n_from
         if self._context_said and old.context_len:
@@ -113,14 +148,43 @@ class Server:
         if t.kind == "llamacpp":  # its /tokenize does not say its context; vLLM's does
             self._context_said = self._context_said or t.context_len is not None
             self._say_once("kind", self._llamacpp_notice(t))
+        if t.kind == "llamacpp_python":
+            self._say_once("kind", f"{self.name} is {self.what}: one request at a time, one choice per request "
+                           f"(n asked in chunks of 1); tokens counted by its {COUNT_PATH}; constrained answers "
+                           "through its grammar / response_format (docs/servers.md; run.json `servers`)")
 
     def _llamacpp_notice(self, t: ServerTraits) -> str:
         slots = (f"{t.slots} slots: at most {t.slots} sequences sent at once, n asked in chunks of "
                  f"{t.max_n}" if t.slots else "its slots unknown")
-        return (f"{self.name} is llama.cpp's server: {slots}; /tokenize in its dialect; constrained answers "
+        return (f"{self.name} {self._verb('is', 'are')} {self.what}: {slots}; /tokenize in its dialect; "
+                "constrained answers "
                 "through its grammar; its usage counts one choice per request, so token totals are the "
                 "server's figure; its batched decoding is not batch-invariant, so a seeded answer sent "
                 "again may differ (docs/servers.md; run.json `servers`)")
+
+    def defaulted(self, model: str, flag: str, role: str) -> None:
+        """No `flag` was given: `role` uses `model`, the first it lists; with several
+        listed, said once (F1 of ../shared/reviews/newuser-2026-12-02.md), and kept
+        in run.json `servers` (`default_model`)."""
+        self.default_model = model
+        ids = list(self.models or {})
+        if len(ids) > 1:
+            shown = ", ".join(ids[:8]) + (", …" if len(ids) > 8 else "")
+            self._say_once(f"default {model}", f"{flag} not given: the {role} uses model {model}, the first of the "
+                           f"{len(ids)} models {self.name} lists ({shown}); pass {flag} to choose (run.json "
+                           "`servers` records it)")
+
+    def answered_by(self, asked: str, answered: str) -> None:
+        """An answer to a request for `asked` named the model `answered`: where they
+        differ (an alias, a proxy substituting models), kept in run.json `servers`
+        (`answered_as`) and said once per model asked (F15)."""
+        if not answered or answered == asked or self.answered_as.get(asked) == answered:
+            return
+        self.answered_as[asked] = answered
+        self._say_once(f"answered {asked} {answered}", f"{self.name} {self._verb('answers', 'answer')} requests "
+                       f"for model {asked} as model "
+                       f"{answered}: an alias, or a proxy substituting models? The cache keys and run.json name "
+                       f"{asked}; run.json `servers` records the model that answered")
 
     def owned_by(self, model: str) -> str | None:
         """Who its /v1/models said owns `model` (None: not asked, or not said)."""
@@ -143,10 +207,18 @@ class Server:
 
     # -- how it is asked ----------------------------------------------------------
 
+    @property
+    def tokenize_path(self) -> str:
+        """Where it counts tokens: /tokenize, or llama-cpp-python's COUNT_PATH."""
+        return COUNT_PATH if self.traits.tokenize == "count" else "/tokenize"
+
     def tokenize_body(self, model: str, text: str) -> msgspec.Struct:
-        """A /tokenize request in its dialect: vLLM's {model, prompt}, llama.cpp's {content}."""
+        """A token-count request in its dialect: vLLM's {model, prompt}, llama.cpp's
+        {content}, llama-cpp-python's {input} (at `tokenize_path`)."""
         if self.traits.tokenize == "llamacpp":
             return ContentTokenizeRequest(content=text)
+        if self.traits.tokenize == "count":
+            return CountTokenizeRequest(input=text)
         return TokenizeRequest(model=model, prompt=text)
 
     def wire_form(self, request: ChatRequest) -> ChatRequest:
@@ -162,7 +234,8 @@ class Server:
         """A constrained request (choice, JSON) goes to it while it is neither vLLM
         nor llama.cpp (a proxy, a hosted API): said once that it may not hold."""
         if self.traits.kind == "other":
-            self._say_once("unsure", f"{self.name} is neither vLLM nor llama.cpp (its /v1/models does not say owned_by "
+            self._say_once("unsure", f"{self.name} {self._verb('is', 'are')} neither vLLM nor llama.cpp (its "
+                           "/v1/models does not say owned_by "
                            "vllm or llamacpp): the answer constraint goes as vLLM's structured_outputs, which such a "
                            "server (or the one behind a proxy) may ignore; the malformed-answer checks will say if it "
                            "did (docs/servers.md)")
@@ -175,21 +248,24 @@ class Server:
         t.max_n, t.max_n_from = n, how
         if self.notice is not None:
             seeds = ", each seeded as one request's choices are (seed + offset)" if seeded else ""
-            self.notice(f"{self.name} answers at most {n} choice(s) per request (learned from {how}): asking in "
+            self.notice(f"{self.name} {self._verb('answers', 'answer')} at most {n} choice(s) per request (learned "
+                        f"from {how}): asking in "
                         f"chunks of {n}{seeds}; run.json `servers` records it")
 
     def model_named_by_path(self, model: str, flag: str) -> None:
         """A model id that is a file's absolute path (llama-server without --alias)
         goes into cache keys, run.json and every export: said once, with the way out."""
         if model.startswith("/"):
+            alias = {"llamacpp": "llama-server's --alias NAME", "llamacpp_python": "its --model_alias NAME"}.get(
+                self.traits.kind, "llama-server's --alias NAME, llama-cpp-python's --model_alias NAME")
             self._say_once(f"path {model}", f"{flag}: the model id is a file path ({model}): it goes into the cache "
                            "keys, run.json and the exports, and moving the file makes every cached answer a miss; "
-                           "start the server with its model alias (llama-server's --alias NAME, llama-cpp-python's "
-                           "--model_alias NAME) and pass that name (docs/servers.md)")
+                           f"start the server with its model alias ({alias}) and pass that name (docs/servers.md)")
 
     def overlong(self, chars: int, max_tokens: int, limit: int) -> None:
         """It sent an answer far longer than max_tokens allows: said once."""
-        self._say_once("overlong", f"{self.name} ignores max_tokens: it sent an answer of {chars:,} characters for "
+        self._say_once("overlong", f"{self.name} {self._verb('ignores', 'ignore')} max_tokens: it sent an answer "
+                       f"of {chars:,} characters for "
                        f"max_tokens {max_tokens}; every answer longer than {limit:,} characters is kept cut to "
                        "that length")
 
@@ -206,12 +282,19 @@ class Server:
         (core/llm/capacity.py), said the first time."""
         cap = self.capacity
         if cap.overloaded(epoch) and cap.stats.lowered == 1 and self.notice is not None:
-            self.notice(f"{self.name} is sent more than it holds ({why}): at most {cap.stats.limit} sequence(s) at "
+            self.notice(f"{self.name} {self._verb('is', 'are')} sent more than {self._verb('it holds', 'they hold')} "
+                        f"({why}): at most {cap.stats.limit} sequence(s) at "
                         "once from now on, raised again as it answers (run.json `servers` records it)")
 
     def record(self) -> dict[str, Any]:
         """Its traits and capacity (one item of run.json `servers`)."""
         d: dict[str, Any] = msgspec.to_builtins(self.traits)
+        if self.models is not None:
+            d["models"] = list(self.models)
+        if self.default_model is not None:
+            d["default_model"] = self.default_model
+        if self.answered_as:
+            d["answered_as"] = dict(self.answered_as)
         d["capacity"] = None if self._capacity is None else msgspec.to_builtins(self._capacity.stats)
         return d
 

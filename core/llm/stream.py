@@ -19,6 +19,7 @@ import msgspec
 
 from tension.cache.records import Usage
 from tension.core.errors import ServerError
+from tension.core.llm.answer_checks import misnumbered
 from tension.core.llm.failures import error_message, status_error
 from tension.core.llm.protocol import ChatChunk, ChatRequest
 from tension.core.llm.results import StreamResult
@@ -38,6 +39,7 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
     model = request.model
     ttft = None
     events = 0
+    ended: list[int] = []  # the index of every finish event, in order (one per choice, each once)
     t0 = time.perf_counter()
     try:
         async for line in transport.lines(url, enc.encode(req), None):
@@ -56,6 +58,7 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
                     parts.setdefault(ch.index, []).append(ch.delta.content)
                 if ch.finish_reason:
                     finished[ch.index] = ch.finish_reason
+                    ended.append(ch.index)
             if chunk.usage is not None:
                 usages.append(chunk.usage.usage())
     except StreamStatus as e:
@@ -64,6 +67,13 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
         raise ServerError(f"{url}: {e}") from e
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise ServerError(f"{url}: malformed event in the stream: {e}") from e
+    named = ended + sorted(set(parts) - set(ended))  # the choices finished, then those cut off
+    if (why := misnumbered(named, request.n)) is not None:
+        # an index twice or out of range, or one missing between others: texts put together under
+        # the wrong choice (core/llm/answer_checks.py); a benchmark reports it, never hides it.
+        # Fewer choices numbered 0 … k − 1 are a server that drops n (client.py `_whole_stream`).
+        raise ServerError(f"{url}: the streamed answer's choices are misnumbered ({why}): expected indexes "
+                          f"0 … {request.n - 1}, each once (a proxy renumbering choices?)")
     usage = Usage(requests=1)
     if usages:
         usage = usages[-1] if len(usages) == 1 else Usage(

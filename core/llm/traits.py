@@ -19,9 +19,14 @@ import msgspec
 
 from tension.core.llm.protocol import ModelCard, Props
 
-__all__ = ["ServerTraits", "learn", "n_limit", "is_context_error", "grammar_of"]
+__all__ = ["ServerTraits", "learn", "n_limit", "is_context_error", "grammar_of", "KIND_NAMES", "COUNT_PATH"]
 
-Kind = Literal["vllm", "llamacpp", "other"]
+Kind = Literal["vllm", "llamacpp", "llamacpp_python", "other"]
+# What each kind is, in messages (`Server.what`).
+KIND_NAMES: dict[str, str] = {"vllm": "vLLM", "llamacpp": "llama.cpp's server",
+                              "llamacpp_python": "llama-cpp-python's server", "other": "an OpenAI-compatible server"}
+# llama-cpp-python's token counter: {"input": text} -> {"count": N} (it has no /tokenize).
+COUNT_PATH = "/extras/tokenize/count"
 
 # A 400 that names the parameter n: 'n', "n", `n`, or n as a word ("n must be at most 8").
 _NAMES_N = re.compile(r"(?<![\w'\"`.-])['\"`]?n['\"`]?(?![\w'\"`-])")
@@ -36,14 +41,18 @@ class ServerTraits(msgspec.Struct, kw_only=True):
     """One server's capabilities as the run learned them (None: not known)."""
 
     url: str
-    kind: Kind = "other"  # from /v1/models owned_by: "vllm", "llamacpp", anything else
+    # from /v1/models owned_by: "vllm", "llamacpp", "me" with a token counter that answers
+    # (llama-cpp-python), anything else
+    kind: Kind = "other"
     # Sequences the server runs at once (llama.cpp's /props total_slots); None: it does not say.
     slots: int | None = None
     # The most choices one request gets, and how that was learned ("slots", "HTTP 400", "short answers").
     max_n: int | None = None
     max_n_from: str | None = None
     context_len: int | None = None  # per sequence: vLLM's max_model_len, llama.cpp's meta.n_ctx
-    tokenize: Literal["vllm", "llamacpp"] = "vllm"  # /tokenize's dialect: {model, prompt}→count or {content}→tokens
+    # How it counts tokens: vLLM's /tokenize {model, prompt}→count, llama.cpp's {content}→tokens, or
+    # llama-cpp-python's /extras/tokenize/count {input}→count.
+    tokenize: Literal["vllm", "llamacpp", "count"] = "vllm"
     # How --judge-constraint choice / --reader-constraint json reach it: vLLM's
     # structured_outputs, or llama.cpp's grammar / response_format.
     constraint: Literal["structured_outputs", "grammar"] = "structured_outputs"
@@ -54,10 +63,12 @@ class ServerTraits(msgspec.Struct, kw_only=True):
     batch_invariant: bool | None = None
 
 
-def learn(url: str, models: list[ModelCard], props: Props | None) -> ServerTraits:
-    """The traits a server's /v1/models (and, for llama.cpp, /props) answer tells."""
+def learn(url: str, models: list[ModelCard], props: Props | None, counts: bool = False) -> ServerTraits:
+    """The traits a server's /v1/models (and, for llama.cpp, /props) answer tells;
+    `counts`: its COUNT_PATH answered (with owned_by "me": llama-cpp-python)."""
     owner = next((m.owned_by for m in models if m.owned_by), None)
-    kind: Kind = "vllm" if owner == "vllm" else "llamacpp" if owner == "llamacpp" else "other"
+    kind: Kind = ("vllm" if owner == "vllm" else "llamacpp" if owner == "llamacpp"
+                  else "llamacpp_python" if owner == "me" and counts else "other")
     ctx = next((m.max_model_len or (m.meta.n_ctx if m.meta else None) for m in models
                 if m.max_model_len or (m.meta and m.meta.n_ctx)), None)
     t = ServerTraits(url=url, kind=kind, context_len=ctx, batch_invariant=True if kind == "vllm" else None)
@@ -67,6 +78,12 @@ def learn(url: str, models: list[ModelCard], props: Props | None) -> ServerTrait
         if slots:
             # llama.cpp refuses n above its slots (HTTP 400): ask in chunks of that many
             t.slots, t.max_n, t.max_n_from = slots, slots, "slots (/props total_slots)"
+    if kind == "llamacpp_python":
+        # as measured (../shared/reviews/external-servers-2026-12-02.md section 1): it drops n
+        # (one choice per request), serves one request at a time (a lock), honours llama.cpp's
+        # grammar / response_format, and counts tokens at COUNT_PATH
+        t.tokenize, t.constraint = "count", "grammar"
+        t.slots, t.max_n, t.max_n_from = 1, 1, "its kind (llama-cpp-python drops n)"
     return t
 
 

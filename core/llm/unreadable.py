@@ -6,7 +6,7 @@ worker, and the sticky policy sends every retry of a story back to it: one bad
 server among several would fail the whole run. The client (core/llm/client.py)
 therefore asks `Unreadable.check` before retrying an unreadable answer that came
 through the router: each worker still in the router gets the same request, made
-small (one choice, one token), directly; a worker whose answer is unreadable too is
+small (at most two choices of one token), directly; a worker whose answer is unreadable too is
 removed from the router (its /remove_worker) while at least one other answers,
 and `on_out` tells the run which one and why. The client's retry then goes to the
 others (with a salted routing key, so it may move even when no worker could be
@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
+from tension.core.llm.answer_checks import streamed_unasked
 from tension.core.llm.transport import Transport, TransportError
 from tension.core.llm.vllm_router import LocalRouter
 from tension.core.redact import redact
@@ -41,8 +42,9 @@ SETTLE_SECONDS = 1.0
 
 
 def small_probe(body: bytes | None) -> bytes | None:
-    """`body` asking as little as it can: one choice of one token, one prompt of a
-    batch; a body that is not a JSON object goes as it is."""
+    """`body` asking as little as it can: at most two choices of one token (two, so
+    that a worker numbering its choices wrongly shows it: core/llm/answer_checks.py),
+    one prompt of a batch; a body that is not a JSON object goes as it is."""
     if body is None:
         return None
     try:
@@ -51,8 +53,8 @@ def small_probe(body: bytes | None) -> bytes | None:
         return body
     if not isinstance(doc, dict):
         return body
-    if "n" in doc:
-        doc["n"] = 1
+    if isinstance(doc.get("n"), int):
+        doc["n"] = min(doc["n"], 2)
     if "max_tokens" in doc:
         doc["max_tokens"] = 1
     if isinstance(doc.get("prompt"), list) and doc["prompt"]:
@@ -110,5 +112,7 @@ class Unreadable:
         try:
             decoder.decode(reply.body)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            if streamed_unasked(reply.body):  # a proxy that forces streaming (core/llm/answer_checks.py)
+                return redact(f"HTTP 200 with a server-sent event stream, not asked for: {reply.body[:80]!r}")
             return redact(f"HTTP 200 with an unreadable body ({e}): {reply.body[:80]!r}")
         return None

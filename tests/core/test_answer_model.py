@@ -78,8 +78,9 @@ async def _ask(transport, base: str, faults) -> list[tuple[int, object]]:
 
 
 @pytest.mark.parametrize("traits", [{}, {"dialect": "llamacpp", "slots": 2}, {"batching": True},
-                                    {"misbehave": "always_y", "empty_rate": 0.5}, {"serve_usage": False}],
-                         ids=["vllm", "llamacpp", "batching", "misbehaving", "no-usage"])
+                                    {"misbehave": "always_y", "empty_rate": 0.5}, {"serve_usage": False},
+                                    {"batching": True, "misnumber": "duplicate", "answer_model": "other"}],
+                         ids=["vllm", "llamacpp", "batching", "misbehaving", "no-usage", "claims"])
 def test_both_doors_answer_every_request_alike(traits):
     inproc = InProcessServer(["gen", "judge"], **traits)
     _configure(inproc)

@@ -35,6 +35,7 @@ from typing import Any
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
+COUNT_PATH = "/extras/tokenize/count"  # llama-cpp-python's token counter (dialect "llamacpp_python")
 MAX_MODEL_LEN = 8192
 BLOCK_SIZE = 16  # cached_tokens are whole blocks of this many tokens, like vLLM's
 PREFIX_CHARS = 256  # the prefix cache compares prompts in blocks of this many characters
@@ -54,6 +55,8 @@ FAULT_KINDS = (
 # Faults a retrying client is expected to survive; the standalone --fault-rate default.
 TRANSIENT_FAULTS = ("500", "503", "429", "drop", "truncate")
 MISBEHAVIOURS = ("think", "random", "always_y", "identical", "echo", "html200", "null_content")
+# How a server (or a proxy) can number an answer's choices wrongly (`misnumber=`, `renumbered`).
+MISNUMBERINGS = ("zero", "duplicate", "out_of_range", "missing")
 # the page a "html200" server sends for every POST
 HTML_PAGE = "<html><body><h1>Welcome to nginx!</h1></body></html>"
 
@@ -65,6 +68,7 @@ ANSWER_KNOBS: dict[str, Any] = dict(
     max_model_len=MAX_MODEL_LEN, record=True, prefix_cache_blocks=2_000_000, serve_metrics=True,
     misbehave=None, serve_tokenize=True, serve_health=True, serve_usage=True, batching=False,
     template_quirk=None, dialect="vllm", slots=4, max_n=0, serve_props=True, owned_by=None, refuse=None,
+    misnumber=None, misnumber_paths=(CHAT_PATH, COMPLETIONS_PATH), answer_model=None,
 )
 
 # --------------------------------------------------------------------------- tokenizer
@@ -323,6 +327,21 @@ def misbehaving(mode: str, kind: str, messages: Sequence[dict], contents: list[s
 
 
 
+def renumbered(mode: str, choices: list[dict]) -> list[dict]:
+    """`choices` (each with its ``index``) numbered as `mode` (`MISNUMBERINGS`) says,
+    each text in place: as a proxy that renumbers an answer may send it."""
+    k = len(choices)
+    if mode == "zero":
+        return [{**c, "index": 0} for c in choices]
+    if mode == "duplicate":
+        return [{**c, "index": max(0, i - 1)} for i, c in enumerate(choices)]
+    if mode == "out_of_range":
+        return [{**c, "index": k if i == k - 1 else c["index"]} for i, c in enumerate(choices)]
+    if mode == "missing":
+        return [c for i, c in enumerate(choices) if i != 1 or k == 1]
+    raise ValueError(f"misnumber: expected one of {MISNUMBERINGS}, got {mode!r}")
+
+
 # ------------------------------------------------------------------------- records
 
 
@@ -433,7 +452,7 @@ class AnswerModel:
     InProcessServer). The door sets the knobs as plain attributes (`models`, `model`,
     `empty_rate`, `yes_rate`, `malformed_rate`, `max_model_len`, `prefix_cache_blocks`,
     `record`, `misbehave`, `dialect`, `slots`, `max_n`, `refuse`, `batching`,
-    `template_quirk`; see LoopbackServer) and calls `_init_model_state` once."""
+    `template_quirk`, `misnumber`, `misnumber_paths`, `answer_model`; see LoopbackServer) and calls `_init_model_state` once."""
 
     models: tuple[str, ...]
     model: str
@@ -460,6 +479,10 @@ class AnswerModel:
     def _models_payload(self) -> dict:
         """The /v1/models answer, in the server's dialect."""
         created = int(time.time())
+        if self.dialect == "llamacpp_python":  # owned_by "me", no context, no meta (its app.py)
+            data = [{"id": m, "object": "model", "owned_by": self.owned_by or "me", "permissions": []}
+                    for m in self.models]
+            return {"object": "list", "data": data}
         if self.dialect == "llamacpp":
             data = [{"id": m, "object": "model", "created": created, "owned_by": self.owned_by or "llamacpp",
                      "meta": {"vocab_type": 2, "n_ctx_train": 8192, "n_ctx": self.max_model_len}}
@@ -708,7 +731,7 @@ class AnswerModel:
         params = {k: v for k, v in body.items() if k not in ("prompt", "logprobs", "add_special_tokens", "echo")}
         choices, usage = [], {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
         for p, prompt in enumerate(prompts):
-            answer = self._chat_payload({**params, "messages": parse_rendered(prompt)})
+            answer = self._chat_answer({**params, "messages": parse_rendered(prompt)})
             for ch in answer["choices"]:
                 text = ch["message"]["content"]
                 choices.append({"index": p * len(answer["choices"]) + ch["index"], "text": text,
@@ -723,11 +746,20 @@ class AnswerModel:
         elif fault == "empty_content":
             for ch in choices:
                 ch["text"] = ""
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+        return self._claimed(COMPLETIONS_PATH, {
+                "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                 "model": body.get("model") or self.model, "choices": choices,
                 "usage": {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
                           "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"],
-                          "prompt_tokens_details": {"cached_tokens": usage["cached_tokens"]}}}
+                          "prompt_tokens_details": {"cached_tokens": usage["cached_tokens"]}}})
+
+    def _count_payload(self, body: dict) -> dict:
+        """llama-cpp-python's POST /extras/tokenize/count: ``{"input": text}`` →
+        ``{"count": N}`` (its own tokenizer's count; here `count_tokens`)."""
+        text = body.get("input")
+        if not isinstance(text, str):
+            raise _BadRequest(422, "input: field required", "ValidationError", "input")
+        return {"count": count_tokens(text)}
 
     def _tokenize_payload(self, body: dict) -> dict:
         if self.dialect == "llamacpp":  # reads `content` only, and no model
@@ -771,7 +803,21 @@ class AnswerModel:
                                   f"{type(c).__name__}", "BadRequestError", "messages")
         return msgs
 
+    def _claimed(self, path: str, payload: dict) -> dict:
+        """What the answer to `path` claims beyond its texts, as a proxy in front may
+        change it: its choices' indexes (`misnumber` on `misnumber_paths`) and the
+        model it names (`answer_model`)."""
+        if self.misnumber and path in self.misnumber_paths:
+            payload = {**payload, "choices": renumbered(self.misnumber, payload["choices"])}
+        if self.answer_model:
+            payload = {**payload, "model": self.answer_model}
+        return payload
+
     def _chat_payload(self, body: dict, fault: str | None = None) -> dict:
+        """The answer to a chat request, as its claims say (`_claimed`)."""
+        return self._claimed(CHAT_PATH, self._chat_answer(body, fault))
+
+    def _chat_answer(self, body: dict, fault: str | None = None) -> dict:
         self._check_model(body)
         msgs = self._check_messages(body.get("messages"))
         n = body.get("n", 1)
@@ -798,6 +844,7 @@ class AnswerModel:
         if self.refuse and any(self.refuse in _content_text(m.get("content")) for m in msgs):
             raise _BadRequest(400, "the request was refused by the server's content filter", "BadRequestError")
         llama = self.dialect == "llamacpp"
+        python = self.dialect == "llamacpp_python"  # llama-cpp-python: n dropped, its constraint forms honoured
         if llama and n > self.slots:
             raise _BadRequest(400, f"Field 'n': Value must be between 1 <= value <= {self.slots}, but got {n}",
                               "invalid_request_error", "n")
@@ -829,8 +876,10 @@ class AnswerModel:
         if self.misbehave and scripted is None:
             contents = misbehaving(self.misbehave, kind, msgs, contents)  # type: ignore[assignment]
         finish = "length" if self.misbehave == "think" else "stop"
-        if llama:
+        if llama or python:
             contents = _llamacpp_constrained(body, contents)
+        if python:
+            contents = contents[:1]  # it drops `n` (exclude={"n", …}): always one choice
         n_refusal = getattr(self, "n_refusal", None)  # the HTTP server's (a hosted API's wording of the limit)
         if self.max_n > 0 and n_refusal and n > self.max_n:
             raise _BadRequest(400, n_refusal.format(max_n=self.max_n, n=n), "invalid_request_error")

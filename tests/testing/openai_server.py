@@ -81,6 +81,26 @@ Misbehaviour (`MISBEHAVIOURS`), a server whose model does not do the task, set w
                      that loses the text); judge answers are normal
 ==================== ==========================================================
 
+Misnumbered choices (`MISNUMBERINGS`), set with ``misnumber=`` (on the paths in
+``misnumber_paths``, default chat and completions; a streamed answer follows its chat
+answer), each choice's text in place but its ``index`` wrong, as a proxy may send
+(an answer rule, tests/testing/answers.py `renumbered`):
+
+==================== ==========================================================
+"zero"               every choice ``"index": 0``
+"duplicate"          indexes 0, 0, 1, …, k − 2 (one choice's index repeated)
+"out_of_range"       the last choice's index is k (one past the end)
+"missing"            the choice at index 1 left out, the others keep theirs
+                     (0, 2, 3, …); an answer of one choice is left as it is
+==================== ==========================================================
+
+``answer_model`` names that model in every answer in place of the one asked (a
+proxy substituting models; an answer rule too). On the wire only:
+``stream_always=True`` answers every chat request as server-sent events, asked or
+not (a proxy that forces streaming); ``serve_completions=False`` makes
+``/v1/completions`` FastAPI's 404 even with ``batching`` (a server that renders its
+template but lacks the batched path).
+
 ``serve_health=False`` makes ``/health`` FastAPI's 404, as on a server that lacks it
 (vllm-router health-checks its workers there); ``serve_usage=False`` leaves ``usage``
 out of every answer, as some OpenAI-compatible servers do.
@@ -94,6 +114,15 @@ server without /tokenize) is FastAPI's 404 ``{"detail": "Not Found"}``, which na
 model. With ``api_key`` set, a request without ``Authorization: Bearer <api_key>`` gets
 vLLM's 401 ``{"error": "Unauthorized"}``; with ``echo_auth=True`` as well, the 401 body
 echoes the Authorization header it got, as some proxies do (a key leak to guard against).
+
+``dialect="llamacpp_python"`` answers as llama-cpp-python's own server
+(``python -m llama_cpp.server``) does, as measured
+(../shared/reviews/external-servers-2026-12-02.md, section 1): /v1/models says
+``owned_by: "me"`` with no context and no ``meta``; ``n`` is dropped (always one
+choice); ``grammar`` and ``response_format`` json_object are honoured and
+``structured_outputs`` ignored, as llama.cpp's; ``/tokenize``, ``/health``,
+``/props`` and ``/metrics`` are 404, and ``POST /extras/tokenize/count`` counts
+``{"input": text}`` as ``{"count": N}`` (`COUNT_PATH`).
 
 ``dialect="llamacpp"`` (``--dialect llamacpp``) answers as llama.cpp's
 ``llama-server`` does, as measured (../shared/reviews/external-servers-2026-12-01.md):
@@ -153,11 +182,13 @@ from .answers import (
     BLOCK_SIZE,
     CHAT_PATH,
     COMPLETIONS_PATH,
+    COUNT_PATH,
     FAULT_KINDS,
     HTML_PAGE,
     KINDS,
     MAX_MODEL_LEN,
     MISBEHAVIOURS,
+    MISNUMBERINGS,
     PREFIX_CHARS,
     TRANSIENT_FAULTS,
     AnswerModel,
@@ -196,10 +227,12 @@ __all__ = [
     "BLOCK_SIZE",
     "CHAT_PATH",
     "COMPLETIONS_PATH",
+    "COUNT_PATH",
     "FAULT_KINDS",
     "HTML_PAGE",
     "KINDS",
     "MAX_MODEL_LEN",
+    "MISNUMBERINGS",
     "PREFIX_CHARS",
     "TRANSIENT_FAULTS",
     "LoopbackServer",
@@ -264,6 +297,11 @@ class LoopbackServer(AnswerModel):
         n_refusal: str | None = None,
         prefix: str = "",
         stream_cut: int = 0,
+        misnumber: str | None = None,
+        misnumber_paths: tuple[str, ...] = (CHAT_PATH, COMPLETIONS_PATH),
+        answer_model: str | None = None,
+        stream_always: bool = False,
+        serve_completions: bool = True,
     ) -> None:
         models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
         if not models:
@@ -297,6 +335,11 @@ class LoopbackServer(AnswerModel):
             n_refusal=n_refusal,  # with max_n: n above it is a 400 with this message (module docstring)
             prefix=prefix,  # every path also served under it (a gateway's /api), set before start
             stream_cut=stream_cut,  # > 0: a stream ends with [DONE] after this many words, unfinished
+            misnumber=misnumber,  # one of MISNUMBERINGS: the answers' choice indexes made wrong
+            misnumber_paths=misnumber_paths,  # the paths misnumber applies to
+            answer_model=answer_model,  # set: answers name this model, not the one asked
+            stream_always=stream_always,  # True: chat answers stream even when not asked (a proxy)
+            serve_completions=serve_completions,  # False: /v1/completions is a 404 even with batching
         )
         self.models: tuple[str, ...]
         self.model: str
@@ -450,6 +493,7 @@ class LoopbackServer(AnswerModel):
         app.router.add_get("/metrics", self._h_metrics)
         app.router.add_get("/props", self._h_props)
         app.router.add_post("/tokenize", self._h_tokenize)
+        app.router.add_post(COUNT_PATH, self._h_count)
         app.router.add_post(CHAT_PATH, self._h_chat)
         app.router.add_post("/detokenize", self._h_detokenize)
         app.router.add_post(COMPLETIONS_PATH, self._h_completions)
@@ -490,7 +534,7 @@ class LoopbackServer(AnswerModel):
         return web.Response(body=_encode(payload), status=status, content_type="application/json")
 
     async def _h_health(self, request: web.Request) -> web.Response:
-        if not self.serve_health:
+        if not self.serve_health or self.dialect == "llamacpp_python":
             return self._not_found(request)
         self._add_record(Recorded(request.path, request.method, None, 200, None, time.monotonic()))
         return web.Response(status=200)
@@ -503,7 +547,7 @@ class LoopbackServer(AnswerModel):
 
     async def _h_metrics(self, request: web.Request) -> web.Response:
         t0 = time.monotonic()
-        if not self.serve_metrics:
+        if not self.serve_metrics or self.dialect == "llamacpp_python":
             self._add_record(Recorded(request.path, request.method, None, 404, None, t0))
             return web.Response(status=404, text="Not Found")
         text = self._metrics_text()
@@ -558,8 +602,13 @@ class LoopbackServer(AnswerModel):
                                              "AuthenticationError"), status=401)
         return self._json({"error": "Unauthorized"}, status=401)
 
+    async def _h_count(self, request: web.Request) -> web.StreamResponse:
+        if self.dialect != "llamacpp_python":
+            return self._not_found(request)
+        return await self._serve(request, chat=False, payload=self._count_payload)
+
     async def _h_tokenize(self, request: web.Request) -> web.StreamResponse:
-        if not self.serve_tokenize:
+        if not self.serve_tokenize or self.dialect == "llamacpp_python":
             self._add_record(Recorded(request.path, request.method, None, 404, None, time.monotonic()))
             return self._json({"detail": "Not Found"}, status=404)
         return await self._serve(request, chat=False)
@@ -573,7 +622,7 @@ class LoopbackServer(AnswerModel):
         return await self._serve(request, chat=False, payload=self._detokenize_payload)
 
     async def _h_completions(self, request: web.Request) -> web.StreamResponse:
-        if not self.batching:
+        if not self.batching or not self.serve_completions:
             return self._not_found(request)
         return await self._serve(request, chat=True, payload=self._completions_payload)
 
@@ -635,7 +684,8 @@ class LoopbackServer(AnswerModel):
                 return web.Response(text=HTML_PAGE, content_type="text/html")
             if status == 200 and not self.serve_usage and isinstance(payload, dict):
                 payload = {k: v for k, v in payload.items() if k != "usage"}
-            if chat and make is None and status == 200 and body.get("stream") is True and fault is None:
+            if chat and make is None and status == 200 and fault is None and (
+                    body.get("stream") is True or self.stream_always):
                 return await self._stream(request, body, payload)
             if fault == "nonjson":
                 status = 200
