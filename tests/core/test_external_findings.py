@@ -1,0 +1,42 @@
+"""Findings M2–M4, L1 and L3 of ../shared/reviews/external-servers-2026-12-02.md, each
+as the user met it (the test server taught the server's measured behaviour), and
+each piece of advice the tool prints tested by running it as printed."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+from test_generate import script_pipeline, write_ideas
+
+from tension.core.cli import main
+from tension.testing.openai_server import CHAT_PATH, LoopbackServer
+
+# docs/servers.md's llama-server (-c 16384 -np 4) holds 4,096 tokens a slot, and the
+# warmup prompt was 111 of them; the test server counts that prompt in fewer, so its
+# context is as much smaller
+LLAMA_CONTEXT = 4050
+
+
+def test_generate_defaults_on_a_4096_token_llama_server_say_the_max_tokens_that_fits(tmp_path, capsys):
+    """M3: the default 4,000 tokens and the prompt exceed the context of docs/servers.md's
+    own llama-server; every idea failed, "no idea could be generated", exit 1. Now a
+    usage error naming the --max-tokens that fits, and that advice, run as printed,
+    completes."""
+    ideas = write_ideas(tmp_path / "ideas.jsonl")
+    out = tmp_path / "s.jsonl"
+    with LoopbackServer(model="test-gen", dialect="llamacpp", max_model_len=LLAMA_CONTEXT) as srv:
+        script_pipeline(srv)
+        argv = ["generate", str(ideas), "--out", str(out), "--base-url", srv.base_url, "--model", "test-gen",
+                "--cache", str(tmp_path / "cache"), "--no-progress"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "no idea could be generated" not in err
+        m = re.search(r"pass (--max-tokens (\d+))", err)
+        assert m and f"context of {LLAMA_CONTEXT} tokens" in err, err
+        assert int(m.group(2)) <= LLAMA_CONTEXT // 2
+        assert main([*argv, *shlex.split(m.group(1))]) == 0, capsys.readouterr().err
+        sent = [r.body["max_tokens"] for r in srv.requests if r.path == CHAT_PATH and r.status == 200]
+    assert sent and set(sent) == {int(m.group(2))}
+    assert json.loads((tmp_path / "s.run.json").read_text())["status"] == "complete"
