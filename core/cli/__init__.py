@@ -182,10 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if stop.kept is None:
             said = "interrupted. Resume with the same command:"
         elif stop.anything:
-            said = (f"interrupted: kept in the cache by this run: {stop.kept}. Resume with the same command; it "
-                    "asks only for what is missing:")
+            said = f"interrupted: {stop.kept}. Resume with the same command; it asks only for what is missing:"
         else:
-            said = "interrupted: no answer had come back, so nothing was kept. Run the same command to start again:"
+            said = ("interrupted: this run kept nothing (no answer had come back, nothing was complete; what earlier "
+                    "runs kept is still in the cache). Resume with the same command:")
         print(said + "\n  " + " ".join(shlex.quote(a) for a in shown)
               + ("\n(its secrets are shown as ***: give them again)" if shown != sys.argv else ""), file=sys.stderr)
         return EXIT_INTERRUPTED

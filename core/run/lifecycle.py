@@ -221,8 +221,8 @@ class Run:
         chunks, texts = k.open_chunks
         if chunks:
             said.append(f"{texts} endings in {chunks} chunk{'s' if chunks != 1 else ''} of requests not yet whole")
-        said.append(f"{k.answers} answer{'s' if k.answers != 1 else ''} in all")
-        note.kept, note.anything = ", ".join(said), k.answers > 0
+        said.append(f"{k.answers} new answer{'s' if k.answers != 1 else ''} in the cache")
+        note.kept, note.anything = ", ".join(said), k.answers > 0 or k.lines > 0
 
     async def _close(self) -> None:
         # Each step runs even when one before it failed; ExitStack runs them in

@@ -40,3 +40,24 @@ def test_generate_defaults_on_a_4096_token_llama_server_say_the_max_tokens_that_
         sent = [r.body["max_tokens"] for r in srv.requests if r.path == CHAT_PATH and r.status == 200]
     assert sent and set(sent) == {int(m.group(2))}
     assert json.loads((tmp_path / "s.run.json").read_text())["status"] == "complete"
+
+
+def test_every_position_skipped_for_the_context_is_said_so_not_blamed_on_the_anchors(tmp_path, capsys):
+    """L3: with --pct-min 0.93 on a long story every position's prompt was over the
+    context, and the closing error blamed the anchors and --pct-min, with empty
+    parentheses. Now it names the context; a lower --pct-min, as it advises, scores."""
+    import random
+
+    from tension.testing.corpus import write_story
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "long", "text": write_story(random.Random(1), 3300)}) + "\n")
+    with LoopbackServer(model="test-gen", max_model_len=3500) as srv:
+        argv = ["score", str(corpus), "--base-url", srv.base_url, "--model", "test-gen", "--endings", "2",
+                "--cache", str(tmp_path / "cache"), "--no-progress"]
+        assert main([*argv, "--out", str(tmp_path / "a"), "--pct-min", "0.93"]) == 1
+        err = capsys.readouterr().err
+        assert "()" not in err and "--min-anchor-words" not in err
+        assert "would not fit the generation model's context of 3500 tokens" in err and "lower --pct-min" in err
+        assert main([*argv, "--out", str(tmp_path / "b"), "--pct-min", "0.1"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "b" / "positions.jsonl").read_text().strip()
