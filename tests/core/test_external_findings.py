@@ -61,3 +61,19 @@ def test_every_position_skipped_for_the_context_is_said_so_not_blamed_on_the_anc
         assert "would not fit the generation model's context of 3500 tokens" in err and "lower --pct-min" in err
         assert main([*argv, "--out", str(tmp_path / "b"), "--pct-min", "0.1"]) == 0, capsys.readouterr().err
     assert (tmp_path / "b" / "positions.jsonl").read_text().strip()
+
+
+def test_bench_no_stream_on_llamacpp_counts_every_choice_of_its_chunks(tmp_path, capsys):
+    """L1: `bench --no-stream --endings 20` on llama-server said 11.9 tokens per ending
+    where the streamed bench said 48: its usage counts one choice of each chunk of 4.
+    Each chunk's count now stands for each of its choices, so the figure is within
+    sampling of the vLLM server's (exact counts per choice: the streamed bench)."""
+    figures = {}
+    for dialect in ("vllm", "llamacpp"):
+        with LoopbackServer(model="test-gen", dialect=dialect) as srv:
+            got = main(["bench", "--base-url", srv.base_url, "--model", "test-gen", "--positions", "3", "--endings",
+                        "20", "--no-stream", "--no-variants", "--no-progress", "--save",
+                        str(tmp_path / f"{dialect}.json")])
+        assert got == 0, capsys.readouterr().err
+        figures[dialect] = json.loads((tmp_path / f"{dialect}.json").read_text())["mean_ending_tokens"]
+    assert abs(figures["llamacpp"] - figures["vllm"]) <= 0.25 * figures["vllm"], figures
