@@ -77,3 +77,30 @@ def test_bench_no_stream_on_llamacpp_counts_every_choice_of_its_chunks(tmp_path,
         assert got == 0, capsys.readouterr().err
         figures[dialect] = json.loads((tmp_path / f"{dialect}.json").read_text())["mean_ending_tokens"]
     assert abs(figures["llamacpp"] - figures["vllm"]) <= 0.25 * figures["vllm"], figures
+
+
+def test_the_early_stop_on_an_ignored_choice_constraint_advises_logprobs_and_that_scores(tmp_path, capsys):
+    """M2: with --judge-constraint choice on a server that is neither vLLM nor llama.cpp
+    (it ignores structured_outputs), 92 % of verdicts were malformed and the early
+    stop's causes said "try --judge-constraint choice", the flag in use. Now the
+    first cause is the ignored constraint, the advice --judge-constraint logprobs,
+    and that advice, run as printed, scores."""
+    from tension.testing.corpus import make_corpus
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
+    with LoopbackServer(model="test-gen", malformed_rate=0.9) as srv:  # owned_by "test": neither vLLM nor llama.cpp
+        srv.yn_logprobs = True  # its free-text answers still have Y and N among the first token's top logprobs
+        argv = ["score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", srv.base_url, "--model",
+                "test-gen", "--endings", "10", "--cache", str(tmp_path / "cache"), "--no-progress",
+                "--judge-constraint", "choice"]
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert "the judge is not answering Y or N" in err, err
+        assert "try --judge-constraint choice" not in err
+        causes = err.split("Likely causes: ", 1)[1]
+        m = re.match(r"\(1\) the judge server is neither vLLM nor llama\.cpp.*?rerun with (--judge-constraint \w+)",
+                     causes)
+        assert m, causes
+        advised = [*argv[:-2], *shlex.split(m.group(1))]
+        assert main(advised) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["status"] == "complete"

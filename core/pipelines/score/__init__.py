@@ -103,6 +103,7 @@ class Scoring:
         self.finder = PositionFinder(cfg, run.llm, self.gen_router, count)
         self.judge = Judge(cfg, run.llm)
         self.watch = AnswerWatch(cfg, out_folder(run))
+        self.watch.judge_kind = lambda: run.client.server(self.judge_router.url).traits.kind
         self.results: dict[tuple[int, int], PositionResult] = {}  # (story index, k) ->
         self.texts = TextsSpool(out_folder(run))  # with --save-texts: (story index, k) -> endings and verdicts
         self.failed: dict[int, Failure] = {}  # story index ->
