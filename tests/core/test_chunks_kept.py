@@ -154,3 +154,18 @@ def test_a_stop_before_anything_completed_says_nothing_was_kept(tmp_path):
     assert rc == 130, err
     assert "completed work is in the cache" not in err
     assert "this run kept nothing" in err, err
+
+
+def test_cache_drop_of_a_stopped_runs_generation_drops_its_chunks_too(tmp_path, capsys):
+    """The way out of a broken generation setup (`cache drop --run OUT --role
+    generation`) must drop the chunks as well: else the rerun reads them back."""
+    from tension.core.cli import main
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
+    srv = _llama(delay=0.002)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    cancel_midway(lambda: score_async(_cfg(srv, cache), corpus, out, transport=srv),
+                  lambda: len([r for r in _gen(srv) if r.status == 200]) >= 12)
+    assert [r for r in _endings_records(cache) if len(r.texts) < N]
+    assert main(["cache", "drop", "--run", str(out), "--role", "generation", "--yes", "--cache", str(cache)]) == 0
+    assert _endings_records(cache) == [], capsys.readouterr()
