@@ -27,12 +27,16 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 __all__ = [
     "TensionError",
     "RunStatus",
+    "StopNote",
+    "STOPPED",
     "InputError",
     "ConfigError",
     "CacheError",
@@ -147,6 +151,24 @@ def exit_status(status: RunStatus, produced: int, problems: int) -> int:
     if status != "complete" or problems or not produced:
         return EXIT_FAILED
     return EXIT_OK
+
+
+@dataclass
+class StopNote:
+    """What a stopped run kept, for the CLI's stop message. The CLI sets one in
+    `STOPPED` before a verb runs; a run that is stopped fills it once its last
+    records are committed, counted from what its commits made durable
+    (core/run/lifecycle.py). Shared by reference, it reaches the CLI from the run's
+    event loop (a copy of the context) and from a worker thread alike. Before, the
+    message said "completed work is in the cache" whatever was kept: 0 of 312
+    endings on a server that takes n in chunks (H1 of
+    ../shared/reviews/external-servers-2026-12-02.md)."""
+
+    kept: str | None = None  # what it kept, said ("3 positions complete, …"); None: no run was stopped
+    anything: bool = False  # whether it kept any answer
+
+
+STOPPED: ContextVar[StopNote | None] = ContextVar("tension_stopped", default=None)
 
 
 NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, a file-size limit, a quota

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from tension.core.cli import cache, fairplay, generate, precision, reports, route, score, serve, view
 from tension.core.cli.flags import Once, Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, print_error
-from tension.core.errors import NO_ROOM, ConfigError, TensionError, cannot_write
+from tension.core.errors import NO_ROOM, STOPPED, ConfigError, StopNote, TensionError, cannot_write
 from tension.core.redact import redact_argv
 
 __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
@@ -157,6 +157,8 @@ def _cache_of(args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    stop = StopNote()  # a run that is stopped says here what it kept
+    STOPPED.set(stop)
     try:
         _check_out_folder(args)
         return args.func(args)
@@ -174,9 +176,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e.strerror or e}{where}", file=sys.stderr)
         return EXIT_FAILED
     except _interrupts():
-        # Ctrl-C or SIGTERM: the run has committed what completed before stopping.
+        # Ctrl-C or SIGTERM: the run committed what completed before stopping, and
+        # says what that was (core/errors.py StopNote); never "kept" for what was not.
         shown = redact_argv(sys.argv)
-        print("interrupted: completed work is in the cache. Resume with the same command:\n  "
-              + " ".join(shlex.quote(a) for a in shown)
+        if stop.kept is None:
+            said = "interrupted. Resume with the same command:"
+        elif stop.anything:
+            said = f"interrupted: {stop.kept}. Resume with the same command; it asks only for what is missing:"
+        else:
+            said = ("interrupted: this run kept nothing (no answer had come back, nothing was complete; what earlier "
+                    "runs kept is still in the cache). Resume with the same command:")
+        print(said + "\n  " + " ".join(shlex.quote(a) for a in shown)
               + ("\n(its secrets are shown as ***: give them again)" if shown != sys.argv else ""), file=sys.stderr)
         return EXIT_INTERRUPTED

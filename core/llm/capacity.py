@@ -17,17 +17,35 @@ does not, there is no limit until the server times out or answers 503, which
 halves what it is sent (multiplicative decrease); each answer adds 1/limit back
 (additive increase), up to the slots, or, on a server that never said, until the
 limit no longer binds and is dropped. Waiting here is outside the time-out.
+
+Who waits goes by the work item it serves, not by arrival (H1 of
+../shared/reviews/external-servers-2026-12-02.md): a request carries its item's
+place (`ORDER`, set by the scheduler's feed for each item it starts: a score
+position, an idea), and room goes to the item started earliest, arrival breaking
+ties. First come first served, a 4-slot server given 33 positions' chunks of 4
+advanced them all in lockstep, and none completed for 40 minutes; by place, the
+positions complete one after another and their results are written as they do.
+Room freed is handed on at the loop's next turn, not at once: the request that
+freed it asks for its next chunk meanwhile, and a later item does not take the room
+the earlier one was about to ask for again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
+import heapq
+import itertools
+import sys
+from contextvars import ContextVar
 
 import msgspec
 
-__all__ = ["Capacity", "CapacityStats"]
+__all__ = ["Capacity", "CapacityStats", "ORDER"]
+
+# The place of the work item a request serves (lower: started earlier, served first);
+# requests of no item come after every item's, in arrival order.
+ORDER: ContextVar[int] = ContextVar("tension_capacity_order", default=sys.maxsize)
 
 
 class CapacityStats(msgspec.Struct, kw_only=True):
@@ -49,7 +67,10 @@ class Capacity:
         self.in_flight = 0
         self.epoch = 0  # how many times the limit was lowered
         self.stats = CapacityStats(limit=ceiling, ceiling=ceiling)
-        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+        # a heap of (the item's place, arrival, weight, future): the earliest item first
+        self._waiters: list[tuple[int, int, int, asyncio.Future[None]]] = []
+        self._arrivals = itertools.count()
+        self._wake_due = False
 
     def _room(self, weight: int) -> bool:
         return self.limit is None or self.in_flight + weight <= max(1, int(self.limit))
@@ -63,7 +84,8 @@ class Capacity:
             self._take(weight)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((weight, fut))
+        entry = (ORDER.get(), next(self._arrivals), weight, fut)
+        heapq.heappush(self._waiters, entry)
         t0 = asyncio.get_running_loop().time()
         try:
             await fut
@@ -72,8 +94,9 @@ class Capacity:
                 self.release(weight)
             else:
                 with contextlib.suppress(ValueError):
-                    self._waiters.remove((weight, fut))
-                self._wake()
+                    self._waiters.remove(entry)
+                    heapq.heapify(self._waiters)
+                self._wake_soon()
             raise
         finally:
             self.stats.wait_seconds += asyncio.get_running_loop().time() - t0
@@ -84,11 +107,18 @@ class Capacity:
 
     def release(self, weight: int) -> None:
         self.in_flight -= weight
-        self._wake()
+        self._wake_soon()
+
+    def _wake_soon(self) -> None:
+        """Hand freed room on at the loop's next turn (module docstring)."""
+        if not self._wake_due and self._waiters:
+            self._wake_due = True
+            asyncio.get_running_loop().call_soon(self._wake)
 
     def _wake(self) -> None:
-        while self._waiters and (self._room(self._waiters[0][0]) or self.in_flight == 0):
-            weight, fut = self._waiters.popleft()
+        self._wake_due = False
+        while self._waiters and (self._room(self._waiters[0][2]) or self.in_flight == 0):
+            _order, _arrival, weight, fut = heapq.heappop(self._waiters)
             if not fut.done():
                 self._take(weight)
                 fut.set_result(None)
@@ -118,4 +148,4 @@ class Capacity:
         elif self.limit > 2 * max(1, self.in_flight) + 8 and not self._waiters:
             self.limit = None
         self.stats.limit = None if self.limit is None else int(self.limit)
-        self._wake()
+        self._wake_soon()

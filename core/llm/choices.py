@@ -18,13 +18,19 @@ choices one request would have held, and a seeded run stays reproducible.
   `RetryPolicy.attempts`;
 - on a server whose constraint form is llama.cpp's, `structured_outputs` travels
   as its `grammar` / `response_format` (`Server.wire_form`); the cache key is
-  the request as built, whatever the wire form.
+  the request as built, whatever the wire form;
+- an answer that takes more than one request is kept piece by piece where the
+  caller says how (`PARTS`: the run's engine keeps each chunk in the cache as it
+  comes, core/run/engine.py), and a piece already kept is not asked again: a
+  position's 25 chunks on a 4-slot llama.cpp server are 25 answers a stop keeps
+  (H1 of ../shared/reviews/external-servers-2026-12-02.md).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
@@ -38,9 +44,25 @@ from tension.core.llm.servers import NAsk
 if TYPE_CHECKING:
     from tension.core.llm.client import Client
 
-__all__ = ["gather", "chunk", "EMPTY_ANSWER_RETRIES"]
+__all__ = ["gather", "chunk", "EMPTY_ANSWER_RETRIES", "Parts", "PARTS"]
 
 EMPTY_ANSWER_RETRIES = 2
+
+
+class Parts(Protocol):
+    """Where the pieces of one answer are kept as they come: choices start …
+    start + count − 1, asked as one request (`chunk`)."""
+
+    def kept(self, start: int, count: int) -> ChatResult | None:
+        """The piece already kept (None: ask for it)."""
+        ...
+
+    def keep(self, start: int, piece: ChatResult) -> None: ...
+
+
+# The pieces of the request `gather` is asked for now, set around the call by its
+# caller (the engine, for an endings request); None: kept only whole, by the caller.
+PARTS: ContextVar[Parts | None] = ContextVar("tension_parts", default=None)
 
 
 def chunk(request: ChatRequest, start: int, count: int) -> ChatRequest:
@@ -73,11 +95,19 @@ async def _gather(client: Client, url: str, request: ChatRequest, retry: RetryPo
     model = request.model
     empty_retries = followups = stalled = 0
     short: int | None = None  # the count of this request's last short answer
+    parts = PARTS.get()
     if request.structured_outputs:
         server.constrained()
-    while True:
+    while len(texts) < request.n:
         ask = await asks.size(request.n - len(texts))
         req = request if ask == request.n and not texts else chunk(request, len(texts), ask)
+        if parts is not None and req is not request and (piece := parts.kept(len(texts), ask)) is not None:
+            texts += piece.texts  # kept by an earlier run: not asked again
+            reasons += piece.finish_reasons
+            logprobs += piece.first_logprobs or [None] * len(piece.texts)
+            model = piece.model or model
+            continue
+        sent = time.perf_counter()
         try:
             data = await client.send_chat(url, req, retry, req.model, headers, weight=ask)
         except StatusError as e:
@@ -95,18 +125,23 @@ async def _gather(client: Client, url: str, request: ChatRequest, retry: RetryPo
             empty_retries += 1
             client.retries += 1
             continue
-        usage.add(usage_of(data.usage))
+        used = usage_of(data.usage)
+        usage.add(used)
         server.answered_by(request.model, data.model)  # a proxy substituting models: kept, said once
         model = data.model or model
         got = sorted(data.choices, key=lambda c: c.index)[:ask]
+        start = len(texts)
         for ch in got:
             texts.append(client.answer_text(url, ch.message.content or "", request.max_tokens))
             reasons.append(ch.finish_reason)
             logprobs.append(ch.first_token_logprobs() if request.logprobs else None)
+        if parts is not None and got and not (start == 0 and len(texts) >= request.n):
+            # a piece of an answer that takes more than one request: kept now, under its place
+            parts.keep(start, ChatResult(texts=texts[start:], finish_reasons=reasons[start:], model=model,
+                                         usage=used, seconds=time.perf_counter() - sent,
+                                         first_logprobs=logprobs[start:] if request.logprobs else []))
         if len(texts) >= request.n:
-            return ChatResult(texts=texts, finish_reasons=reasons, model=model, usage=usage,
-                              seconds=time.perf_counter() - t0, followups=followups,
-                              first_logprobs=logprobs if request.logprobs else [])
+            break
         if got and len(got) < ask:
             # The same short count twice in a row is the server's limit, not a glitch.
             if short == len(got):
@@ -118,3 +153,6 @@ async def _gather(client: Client, url: str, request: ChatRequest, retry: RetryPo
                 raise ShortAnswerError(f"{url}: asked for {request.n} choices, got {len(texts)} after "
                                        f"{followups} follow-up requests", usage, followups)
         followups += 1
+    return ChatResult(texts=texts, finish_reasons=reasons, model=model, usage=usage,
+                      seconds=time.perf_counter() - t0, followups=followups,
+                      first_logprobs=logprobs if request.logprobs else [])

@@ -217,7 +217,14 @@ class _Bench:
         if self.opts.stream:
             return await self.client.chat_stream(url, req)
         r = await self.client.chat(url, req)
-        return StreamResult(texts=r.texts, model=r.model, usage=r.usage, ttft=None, seconds=r.seconds, events=0)
+        usage = r.usage
+        if self.client.server(url).traits.usage == "one choice" and usage.requests:
+            # llama.cpp's usage counts one choice of each request (L1 of
+            # ../shared/reviews/external-servers-2026-12-02.md: 4× low in chunks of
+            # 4): each request's count stands for each of its choices
+            usage = msgspec.structs.replace(
+                usage, completion_tokens=round(usage.completion_tokens * len(r.texts) / usage.requests))
+        return StreamResult(texts=r.texts, model=r.model, usage=usage, ttft=None, seconds=r.seconds, events=0)
 
 
 def _phase_figures(fig: RunFigures, results: dict[str, list[StreamResult]], gen_seconds: float,

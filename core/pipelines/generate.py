@@ -38,6 +38,7 @@ from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
 from tension.core.llm.router import ITEM_KEY, Router
+from tension.core.llm.traits import is_context_error
 from tension.core.llm.transport import Transport
 from tension.core.pipelines.answer_checks import StoryChecks
 from tension.core.prompts import generate as gp
@@ -163,9 +164,32 @@ class StoryWriter:
         req = ChatRequest(model=self.model, messages=messages, n=1, temperature=self.temperature,
                           max_tokens=self.max_tokens, min_p=self.min_p, seed=seed,
                           chat_template_kwargs=self.template_kwargs)
-        rec = await self.run.llm.endings("generation", req)  # routed by the idea (ITEM_KEY)
+        try:
+            rec = await self.run.llm.endings("generation", req)  # routed by the idea (ITEM_KEY)
+        except StatusError as e:
+            if is_context_error(e.body) and (fit := self.fitting_max_tokens()) is not None:
+                raise ConfigError(self.too_long(fit)) from e
+            raise
         self.checks.answer(messages, rec.texts[0])
         return rec.texts[0]
+
+    def fitting_max_tokens(self) -> int | None:
+        """A --max-tokens that leaves the prompt room in the server's context, when the
+        one asked for does not (None: it does, or the context is unknown; the
+        prompt itself is too long, and the idea fails)."""
+        context = self.router.max_model_len()
+        fit = context // 2 if context else None
+        return fit if fit is not None and self.max_tokens > fit else None
+
+    def too_long(self, fit: int) -> str:
+        """M3 of ../shared/reviews/external-servers-2026-12-02.md: the default 4,000
+        tokens exceed the context of docs/servers.md's own llama-server (4,096 per
+        slot), and every idea failed with "no idea could be generated"."""
+        srv = self.run.client.server(self.router.url)
+        given = "" if self.cfg.max_tokens is not None else " (the default)"
+        return (f"--max-tokens {self.max_tokens}{given} and the prompt do not fit {srv.name}'s context of "
+                f"{srv.context_len} tokens per sequence: pass --max-tokens {fit} (half of it) or less, or serve the "
+                "model with a larger context (llama-server: -c is shared by its -np slots) (docs/servers.md)")
 
     async def one(self, job: tuple[int, Idea]) -> None:
         index, idea = job

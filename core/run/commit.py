@@ -7,7 +7,9 @@ but about 122,000 records/s at 100 records a commit, and several GPUs' judge
 traffic exceeds the first figure. Output lines that depend on those records (a
 position's result, a reader's value) are appended to the run's partial file only
 after their records are durable, so a stopped run resumes from the cache and its
-partial file never claims work the cache lacks.
+partial file never claims work the cache lacks. What became durable is counted
+(`Kept`): a stopped run says what it kept from these counts, not from what it
+meant to keep.
 """
 
 from __future__ import annotations
@@ -16,15 +18,43 @@ import asyncio
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import msgspec
+
 from tension.cache import records
 from tension.cache.store import Store
 from tension.core.errors import TensionError, cannot_write
 from tension.core.redact import redact
 
-__all__ = ["COMMIT_INTERVAL", "COMMIT_BATCH", "Committer", "first_error", "describe"]
+__all__ = ["COMMIT_INTERVAL", "COMMIT_BATCH", "Committer", "Kept", "first_error", "describe"]
 
 COMMIT_INTERVAL = 0.05  # seconds a completed record may wait for its commit
 COMMIT_BATCH = 512  # records: commit sooner when this many are waiting
+
+
+class Kept(msgspec.Struct, kw_only=True):
+    """What a run's commits made durable: output lines (finished positions, stories,
+    reader values), answers (records of chat answers: endings, chunks, verdicts),
+    and the chunks among them (pieces of answers that took several requests), less
+    those whose whole answer was kept since (`settled`)."""
+
+    lines: int = 0
+    answers: int = 0
+    chunks: int = 0
+    chunk_texts: int = 0
+    settled: int = 0  # chunks whose whole answer was kept after them
+    settled_texts: int = 0
+
+    def add(self, other: Kept) -> None:
+        for f in self.__struct_fields__:
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+    @property
+    def open_chunks(self) -> tuple[int, int]:
+        """(chunks, their texts) of answers not yet whole."""
+        return self.chunks - self.settled, self.chunk_texts - self.settled_texts
+
+
+ANSWER_DBS = ("endings", "verdicts")
 
 
 class Committer:
@@ -33,8 +63,10 @@ class Committer:
     commit (which waits for the disk) runs on one writer thread, so the event loop
     keeps sending requests meanwhile; batches commit in order."""
 
-    def __init__(self, store: Store, partial: Path | None):
+    def __init__(self, store: Store, partial: Path | None, kept: Kept | None = None):
         self.store = store
+        self.kept = kept if kept is not None else Kept()  # what became durable (the writer thread adds to it)
+        self._tally = Kept()  # what is waiting, counted as it is
         self.records: list[tuple[str, bytes, records.Record]] = []
         self.replace: set[tuple[str, bytes]] = set()  # (database, key) of records asked again on purpose
         self.lines: list[bytes] = []
@@ -44,10 +76,20 @@ class Committer:
         self._pending: list[Future[None]] = []
         self._closed = False
 
-    def add(self, db: str, key: bytes, rec: records.Record, replace: bool = False) -> None:
+    def add(self, db: str, key: bytes, rec: records.Record, replace: bool = False, *, chunk: bool = False,
+            settles: tuple[int, int] = (0, 0)) -> None:
         """Keep `rec` under `key`; with `replace` it is written over a record already
-        there (an answer asked again on purpose: `--refresh`)."""
+        there (an answer asked again on purpose: `--refresh`). `chunk`: a piece of an
+        answer (`Kept`); `settles`: the (chunks, texts) of this run that `rec`, their
+        whole answer, now holds."""
         self.records.append((db, key, rec))
+        t = self._tally
+        t.answers += db in ANSWER_DBS
+        if chunk and isinstance(rec, records.Endings):
+            t.chunks += 1
+            t.chunk_texts += len(rec.texts)
+        t.settled += settles[0]
+        t.settled_texts += settles[1]
         if replace:
             self.replace.add((db, key))
         if len(self.records) >= COMMIT_BATCH:
@@ -60,19 +102,22 @@ class Committer:
         batch, self.records = self.records, []
         lines, self.lines = self.lines, []
         replace, self.replace = self.replace, set()
-        self._pending.append(self._writer.submit(self._commit, batch, lines, replace))
+        tally, self._tally = self._tally, Kept()
+        self._pending.append(self._writer.submit(self._commit, batch, lines, replace, tally))
         self.check()
 
     def _commit(self, batch: list[tuple[str, bytes, records.Record]], lines: list[bytes],
-                replace: set[tuple[str, bytes]]) -> None:
+                replace: set[tuple[str, bytes]], tally: Kept) -> None:
         if batch:
             self.store.put_many(batch, replace)
+        self.kept.add(tally)  # durable now (the lines, below, only repeat what these records hold)
         if lines and self._partial is not None:
             try:
                 self._partial.write(b"".join(lines))
                 self._partial.flush()
             except OSError as e:  # a full disk: the records are committed, the lines are only a summary of them
                 raise cannot_write(OSError(e.errno, e.strerror, self._partial.name)) from e
+            self.kept.lines += len(lines)
 
     def check(self) -> None:
         """Raise the error of a failed commit (e.g. a full cache) in the caller."""

@@ -21,6 +21,14 @@ group of answers stored as one record (a position's n verdicts), "tokens" token
 counts and context lengths. The names are historical and part of the cache
 format.
 
+An answer that takes several requests (`n` asked in chunks: a llama.cpp server's
+slots, a hosted API's n limit, follow-ups to short answers) is kept piece by piece
+as the pieces come (`_Chunks`, core/llm/choices.py `PARTS`), each under the key of
+its own request (core/run/reads.py `chunk_key`), and whole once all are there (the
+key it always had): a stop keeps every chunk that came back, and the rerun asks for
+the missing ones only (H1 of ../shared/reviews/external-servers-2026-12-02.md).
+An answer that takes one request is kept whole only, as before.
+
 `CacheReads` (core/run/reads.py) is the read-only half: what the cache holds for requests, without
 sending or counting anything beyond the store's own hits and misses; `estimate`
 and the view read through it, and the engine reads through the same methods.
@@ -40,15 +48,17 @@ from tension.cache import records
 from tension.cache.records import Usage
 from tension.cache.store import Store
 from tension.core.errors import StatusError, TensionError
+from tension.core.llm.choices import PARTS
 from tension.core.llm.client import ChatResult, ShortAnswerError
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.router import Router, routing
-from tension.core.run.commit import Committer
+from tension.core.run.commit import Committer, Kept
 from tension.core.run.progress import Progress
 from tension.core.run.reads import (
     Answers,
     CacheReads,
     chat_key,
+    chunk_key,
     context_key,
     endings_record,
     tokens_key,
@@ -94,6 +104,32 @@ class _ShortCounted:
             self.counts.spend(exc.spent, exc.followups)
 
 
+class _Chunks:
+    """The pieces of one endings request, each kept as it comes and read back on a
+    rerun (core/llm/choices.py `Parts`)."""
+
+    def __init__(self, engine: Engine, request: ChatRequest, since: float | None):
+        self.engine = engine
+        self.request = request
+        self.since = since  # `--refresh`: pieces kept before it are asked again
+        self.cached = Usage()  # what the pieces read back used (the whole answer's usage holds it)
+        self.fresh = (0, 0)  # (pieces, texts) kept by this request: its whole record settles them
+
+    def kept(self, start: int, count: int) -> ChatResult | None:
+        rec = self.engine.reads.endings_at(chunk_key(self.request, start, count))
+        if rec is None or len(rec.texts) != count or (self.since is not None and rec.created < self.since):
+            return None
+        self.engine._cached(rec.usage)
+        self.cached.add(rec.usage)
+        return ChatResult(texts=rec.texts, finish_reasons=rec.finish_reasons, model=rec.model, usage=rec.usage,
+                          seconds=rec.seconds)
+
+    def keep(self, start: int, piece: ChatResult) -> None:
+        self.engine._keep("endings", chunk_key(self.request, start, len(piece.texts)), endings_record(piece),
+                          replace=self.since is not None, chunk=True)
+        self.fresh = (self.fresh[0] + 1, self.fresh[1] + len(piece.texts))
+
+
 class Engine:
     """One run's LLM work (module docstring). Open `serving(...)` to send; the
     read-only `reads` work at any time."""
@@ -113,6 +149,7 @@ class Engine:
         self.routers: dict[str, Router] = {}
         self._sched: Scheduler | None = None
         self._committer: Committer | None = None
+        self.kept = Kept()  # what the run's commits made durable (a stop says it)
         self._short = _ShortCounted(self.counts)
 
     # -- the run's sending part -------------------------------------------------
@@ -133,7 +170,7 @@ class Engine:
             for r in routers:
                 lanes.update({**r.lanes(), **r.tokenize_lanes()})
         several = [r for r in routers if not r.single] if route else []
-        self._committer = committer = Committer(self.store, self.partial)
+        self._committer = committer = Committer(self.store, self.partial, self.kept)
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if route:
@@ -171,10 +208,11 @@ class Engine:
     def lane_stats(self) -> dict[str, object]:
         return {k: msgspec.to_builtins(v) for k, v in self._sched.lane_stats.items()} if self._sched else {}
 
-    def _keep(self, db: str, key: bytes, rec: records.Record, replace: bool = False) -> None:
+    def _keep(self, db: str, key: bytes, rec: records.Record, replace: bool = False, *, chunk: bool = False,
+              settles: tuple[int, int] = (0, 0)) -> None:
         if self._committer is None:
             raise RuntimeError("the engine keeps records only inside `serving(...)`")
-        self._committer.add(db, key, rec, replace)
+        self._committer.add(db, key, rec, replace, chunk=chunk, settles=settles)
 
     def _refreshing(self, role: str) -> float | None:
         """The time before which `role`'s records are asked again; None: not refreshed."""
@@ -227,8 +265,19 @@ class Engine:
             self.store.not_taken(db)
         if rec is None or stale:
             self.counts.sent(role or server)
-            rec = make(await self._chat(server, key, request))
-            self._keep(db, ck, rec, replace=stale)
+            # an endings answer may take several requests: each piece is kept as it comes
+            parts = _Chunks(self, request, since) if db == "endings" else None
+            token = PARTS.set(parts)  # for this request alone (core/llm/choices.py)
+            try:
+                res = await self._chat(server, key, request)
+            finally:
+                PARTS.reset(token)
+            rec = make(res)
+            if parts is not None and parts.cached.requests:
+                rec.usage = Usage()  # the whole answer's: its pieces read back included
+                for used in (res.usage, parts.cached):
+                    rec.usage.add(used)
+            self._keep(db, ck, rec, replace=stale, settles=parts.fresh if parts is not None else (0, 0))
         else:
             self._cached(rec.usage)
         return rec

@@ -34,7 +34,16 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from tension.cache.store import Store, default_path, open_for_run
-from tension.core.errors import EXIT_USAGE, NO_ROOM, ConfigError, RunStatus, TensionError, cannot_write, exit_status
+from tension.core.errors import (
+    EXIT_USAGE,
+    NO_ROOM,
+    STOPPED,
+    ConfigError,
+    RunStatus,
+    TensionError,
+    cannot_write,
+    exit_status,
+)
 from tension.core.llm.client import Client, Timeouts
 from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.router import Router
@@ -50,6 +59,9 @@ __all__ = ["INVOCATION", "LOCK_NAME", "Run", "RunSettings", "Pipeline", "open_ru
            "open_store", "warn"]
 
 LOCK_NAME = ".tension-run.lock"
+# What a run's output lines are, by verb (one, several): a stop says how many it kept.
+UNITS = {"score": ("position", "positions"), "generate": ("story", "stories"),
+         "fairplay": ("reader value", "reader values")}
 T = TypeVar("T")
 # The command line that made a run, for its record's argv, when it is not this
 # process's (sys.argv): an API call sets the call that reproduces it (core/api/verbs.py).
@@ -195,6 +207,22 @@ class Run:
                 for path in self.claims:
                     with contextlib.suppress(OSError):
                         path.unlink(missing_ok=True)
+                self._say_kept()
+
+    def _say_kept(self) -> None:
+        """A stopped run tells the CLI what it kept (core/errors.py `StopNote`):
+        counted from its commits, every one of which is done by now."""
+        note = STOPPED.get()
+        if note is None:
+            return
+        k = self.llm.kept
+        one, several = UNITS.get(self.command, ("result", "results"))
+        said = [f"{k.lines} {one if k.lines == 1 else several} complete"] if self.partial is not None else []
+        chunks, texts = k.open_chunks
+        if chunks:
+            said.append(f"{texts} endings in {chunks} chunk{'s' if chunks != 1 else ''} of requests not yet whole")
+        said.append(f"{k.answers} new answer{'s' if k.answers != 1 else ''} in the cache")
+        note.kept, note.anything = ", ".join(said), k.answers > 0 or k.lines > 0
 
     async def _close(self) -> None:
         # Each step runs even when one before it failed; ExitStack runs them in

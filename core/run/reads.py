@@ -17,11 +17,12 @@ from tension.cache.keys import request_key
 from tension.cache.records import Usage
 from tension.cache.store import Store
 from tension.core.errors import TensionError
+from tension.core.llm.choices import chunk
 from tension.core.llm.client import ChatResult
 from tension.core.llm.protocol import ChatRequest
 
-__all__ = ["Answers", "CacheReads", "Asks", "NotCached", "CacheReplay", "chat_key", "tokens_key", "context_key",
-           "typed", "endings_record", "verdict_record"]
+__all__ = ["Answers", "CacheReads", "Asks", "NotCached", "CacheReplay", "chat_key", "chunk_key", "tokens_key",
+           "context_key", "typed", "endings_record", "verdict_record"]
 
 R = TypeVar("R", bound=records.Record)
 A = TypeVar("A", records.Endings, records.Verdict)  # a chat answer's record
@@ -30,6 +31,17 @@ A = TypeVar("A", records.Endings, records.Verdict)  # a chat answer's record
 def chat_key(request: ChatRequest) -> bytes:
     """The cache key of a chat request's answer."""
     return request_key("chat", request)
+
+
+def chunk_key(request: ChatRequest, start: int, count: int) -> bytes:
+    """The cache key of choices start … start + count − 1 of `request`, asked as one
+    request (core/llm/choices.py `chunk`). Seeded, it is that request's own key (a
+    seeded follow-up's, an adaptive round's: the same request, the same answer).
+    Unseeded, every chunk of a request is the same request (n = count, no seed), so
+    the chunk's place in the whole request is in its key: each is its own draw."""
+    if request.seed is not None:
+        return chat_key(chunk(request, start, count))
+    return request_key("chat-chunk", {"of": chat_key(request), "start": start, "count": count})
 
 
 def tokens_key(model: str, text: str) -> bytes:

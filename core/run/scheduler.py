@@ -9,6 +9,10 @@ Requests run in *lanes* (generation, judge, tokenize), each a semaphore bounding
 the requests in flight to its endpoint (a batch of k prompts holds k slots). Time spent waiting for a lane is recorded
 apart from the time the request took, as vLLM's benchmarks do, so a run can tell
 "the server is slow" from "we queue too much".
+
+Each item `feed` starts has its place (core/llm/capacity.py `ORDER`): a server
+with few slots serves the item started earliest first, so items complete one
+after another, not all together at the end.
 """
 
 from __future__ import annotations
@@ -16,12 +20,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, TypeVar
 
 import msgspec
+
+from tension.core.llm.capacity import ORDER
 
 __all__ = ["LaneStats", "Scheduler"]
 
@@ -94,6 +101,7 @@ class Scheduler:
         self._tg: asyncio.TaskGroup | None = None
         self._work: set[asyncio.Task] = set()
         self._services: list[asyncio.Task] = []
+        self._places = itertools.count()  # the places of the items `feed` starts, in order
 
     async def __aenter__(self) -> Scheduler:
         # Semaphores bind to the running loop, so they are made here.
@@ -176,7 +184,8 @@ class Scheduler:
         once (backpressure: the source is not read further while all are busy)."""
         gate = asyncio.Semaphore(max_open)
 
-        async def run(job: T) -> None:
+        async def run(job: T, place: int) -> None:
+            ORDER.set(place)  # its requests before a later item's (module docstring); its task's own context
             try:
                 await fn(job)
             finally:
@@ -185,8 +194,8 @@ class Scheduler:
         if hasattr(jobs, "__aiter__"):
             async for job in jobs:
                 await gate.acquire()
-                self.spawn(run(job))
+                self.spawn(run(job, next(self._places)))
         else:
             for job in jobs:
                 await gate.acquire()
-                self.spawn(run(job))
+                self.spawn(run(job, next(self._places)))

@@ -399,10 +399,12 @@ def _is_num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _logprobs(text: str) -> dict:
+def _logprobs(text: str, yn: bool = False) -> dict:
     """OpenAI-style logprobs of the first token, when a request asks for them: the
     answer's own first word is the likeliest, "Y" and "N" both appear among the
-    top tokens (so a Y-vs-N comparison reproduces the verdict), plus a filler."""
+    top tokens (so a Y-vs-N comparison reproduces the verdict), plus a filler.
+    `yn` (the knob `yn_logprobs`): a free-text answer still has Y and N among its
+    top tokens, as a small judge's has (the 135M model of the 2026-12-02 review)."""
     words = text.split()
     first = words[0] if words else ""
     top = {first: -0.2, "The": -2.0}
@@ -410,6 +412,8 @@ def _logprobs(text: str) -> dict:
         top.update({"Y": -0.2, "N": -1.6, "No": -2.5})
     elif first.upper().startswith("N"):
         top.update({"N": -0.2, "Y": -1.6, "Yes": -2.5})
+    elif yn:
+        top.update({"Y": -1.2, "N": -1.9} if len(text) % 2 else {"N": -1.2, "Y": -1.9})
     return {"content": [{"token": first, "logprob": top[first], "bytes": None,
                          "top_logprobs": [{"token": t, "logprob": lp, "bytes": None} for t, lp in top.items()]}]}
 
@@ -907,7 +911,8 @@ class AnswerModel:
             "model": body.get("model") or self.model,
             "choices": [
                 {"index": i, "message": {"role": "assistant", "content": text},
-                 "logprobs": _logprobs(text or "") if body.get("logprobs") else None,
+                 "logprobs": _logprobs(text or "", getattr(self, "yn_logprobs", False)) if body.get("logprobs")
+                 else None,
                  "finish_reason": finish, "stop_reason": None}
                 for i, text in enumerate(contents)
             ],

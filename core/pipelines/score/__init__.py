@@ -103,6 +103,7 @@ class Scoring:
         self.finder = PositionFinder(cfg, run.llm, self.gen_router, count)
         self.judge = Judge(cfg, run.llm)
         self.watch = AnswerWatch(cfg, out_folder(run))
+        self.watch.judge_kind = lambda: run.client.server(self.judge_router.url).traits.kind
         self.results: dict[tuple[int, int], PositionResult] = {}  # (story index, k) ->
         self.texts = TextsSpool(out_folder(run))  # with --save-texts: (story index, k) -> endings and verdicts
         self.failed: dict[int, Failure] = {}  # story index ->
@@ -145,12 +146,30 @@ class Scoring:
             await self.metrics.read("end")
         self.watch.check_endings()  # every ending empty: no result (the records are committed)
         if self.corpus.stories and not self.results and not self.failed:
-            why = "; ".join(f"story {sid!r}: {w}" for sid, w in list(self.finder.no_positions.items())[:5])
-            raise TensionError(f"{NO_POSITIONS} in any of the {len(self.corpus.stories)} stories ({why}): a "
-                               "position needs a sentence end (. ! ? or its script's own, README \"Languages\") "
-                               "after a sentence of at least "
-                               f"--min-anchor-words ({cfg.min_anchor_words}) words, within --pct-min..--pct-max "
-                               "of the story; nothing was produced")
+            raise TensionError(self.no_positions_message())
+
+    def no_positions_message(self) -> str:
+        """Why a run found no position to score: the anchors, the pct window, or the
+        context (L3 of ../shared/reviews/external-servers-2026-12-02.md: every
+        position skipped for the context was blamed on the anchors, "()" and all)."""
+        cfg, finder = self.cfg, self.finder
+        why = [f"story {sid!r}: {w}" for sid, w in list(finder.no_positions.items())[:5]]
+        hints = []
+        if finder.no_positions:
+            hints.append("a position needs a sentence end (. ! ? or its script's own, README \"Languages\") after a "
+                         f"sentence of at least --min-anchor-words ({cfg.min_anchor_words}) words, within "
+                         "--pct-min..--pct-max of the story")
+        if finder.too_long:
+            skipped = sum(finder.too_long.values())
+            context = f" of {finder.context_len} tokens" if finder.context_len else ""
+            why.append(f"{skipped} position{'s' if skipped != 1 else ''} in {len(finder.too_long)} "
+                       f"stor{'ies' if len(finder.too_long) != 1 else 'y'} skipped because the prompt and "
+                       f"--max-tokens ({cfg.max_tokens}) would not fit the generation model's context{context}")
+            hints.append("serve the model with a longer context (vLLM's --max-model-len, llama-server's -c per "
+                         "slot, llama-cpp-python's --n_ctx), or score earlier positions, whose prompts are "
+                         "shorter (a lower --pct-min)")
+        return (f"{NO_POSITIONS} in any of the {len(self.corpus.stories)} stories ({'; '.join(why)}): "
+                + "; or ".join(hints) + "; nothing was produced")
 
     async def position(self, pos: Position) -> None:
         if pos.story in self.failed:

@@ -28,7 +28,7 @@ from tension.core.pipelines.score.judge import counted
 from tension.core.pipelines.score.lookup import Cached, judge_ask, lookup_at, lookup_position
 from tension.core.pipelines.score.requests import ScoreRequests
 from tension.core.prompts import score as prompts
-from tension.core.run.reads import CacheReads, chat_key
+from tension.core.run.reads import CacheReads, chat_key, chunk_key
 
 __all__ = ["recorded_cache", "Recalled", "ScoreRecall", "RunKeys", "run_keys", "run_record"]
 
@@ -123,6 +123,9 @@ def run_keys(run_dir: Path, store: Store) -> RunKeys:
                                         "the endings and judged records its positions files name are found, not "
                                         "its verdict records (score --refresh judge asks those again instead)")
     recall = ScoreRecall(record, store)
+    # the chunk sizes its servers took (run.json servers[].max_n): its chunks are records too
+    sizes = sorted({s["max_n"] for s in record.get("servers") or [] if isinstance(s, dict)
+                    and isinstance(s.get("max_n"), int) and s["max_n"] > 0})
     for story in read_corpus(corpus, min_words=0, max_words=10**9).stories:
         sentences = split_sentences(story.text)
         for k in range(1, len(sentences) + 1):
@@ -132,7 +135,13 @@ def run_keys(run_dir: Path, store: Store) -> RunKeys:
                     keys["positions"].add(ask.group)
                     keys["verdicts"].update(chat_key(r) for r in ask.requests if r is not None)
                 continue
-            key = chat_key(recall.requests.endings(sentences, k))
+            request = recall.requests.endings(sentences, k)
+            for m in sizes:  # kept as they came, also of a position stopped before it had all its endings
+                for start in range(0, request.n, m):
+                    part = chunk_key(request, start, min(m, request.n - start))
+                    if recall.reads.endings_at(part) is not None:
+                        keys["endings"].add(part)
+            key = chat_key(request)
             rec = recall.reads.endings_at(key)
             if rec is None:
                 continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from tension.cache.records import Endings
@@ -83,6 +84,8 @@ class AnswerWatch:
         self.letters: dict[str, list[int]] = {}  # story id -> [Y, N, verdicts]
         self.endings = self.empty_endings = self.cut = self.ending_traces = 0
         self.positions = self.identical = 0  # positions with n >= 2; of them, all n endings the same
+        # what the judge server is (its traits' kind: "vllm", "llamacpp", "other"), once known
+        self.judge_kind: Callable[[], str | None] = lambda: None
 
     def position(self, story: str, rec: Endings, answers: list[str | None], judge_model: str) -> None:
         """One judged position; raises DegenerateAnswers for the early stop."""
@@ -136,16 +139,25 @@ class AnswerWatch:
 
     def stop_message(self, judge_model: str) -> str:
         m, n = self.malformed, self.verdicts
-        causes = [
-            "reasoning not switched off: the server ignores chat_template_kwargs {\"enable_thinking\": false} "
-            "(serve the model with reasoning off, or try --judge-constraint choice)",
-            "a chat template that is wrong for the model (the answers echo or continue the prompt)",
-            "not an instruction model (a base model continues the text instead of answering)",
-        ]
+        constraint = self.cfg.judge_constraint
+        # M2 of ../shared/reviews/external-servers-2026-12-02.md: the advice named the
+        # constraint already in use; each way out here changes what is sent
+        other = {"none": "try --judge-constraint choice", "choice": "try --judge-constraint logprobs"}
+        reasoning = ("reasoning not switched off: the server ignores chat_template_kwargs {\"enable_thinking\": "
+                     "false} (serve the model with reasoning off" + (f", or {other[constraint]})" if constraint in other
+                                                                      else ")"))
+        causes = [reasoning,
+                  "a chat template that is wrong for the model (the answers echo or continue the prompt)",
+                  "not an instruction model (a base model continues the text instead of answering)"]
         if self.traces * 2 >= m:
             causes[0] += f"; {self.traces} of these answers open with <think>, so this is the likely one"
         else:
             causes.append("a server that does not run the model asked for (answers of random text)")
+        if constraint == "choice" and self.judge_kind() == "other":
+            causes.insert(0, "the judge server is neither vLLM nor llama.cpp, so --judge-constraint choice went as "
+                             "vLLM's structured_outputs, which such a server may ignore (said at the start): rerun "
+                             "with --judge-constraint logprobs instead, which reads Y or N from the first token's "
+                             "probabilities on any server that returns logprobs")
         return (f"{STOP_PREFIX}: {m} of the first {n} verdicts ({m / n:.0%}) are neither "
                 f"({self.traces} open with a reasoning trace, {self.empty} are empty). Judge model "
                 f"{judge_model!r} at {self.servers}. Sample answers: {self.sample_text()}. Likely causes: "

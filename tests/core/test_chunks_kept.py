@@ -1,0 +1,171 @@
+"""H1 of ../shared/reviews/external-servers-2026-12-02.md: on a server that takes `n`
+in chunks (llama.cpp's slots), nothing was cached until a position had all its
+endings; the server's capacity served chunks first come first served, so every
+position advanced in lockstep and none completed for ≈ 40 minutes; a stop then kept
+0 of 312 generated endings while it said "completed work is in the cache".
+
+Now a chunk is a request: each is kept as it arrives (under the key a seeded
+follow-up has), so a rerun asks only for the chunks that are missing; a position
+started earlier gets the server's slots before a later one, so positions complete
+one after another and their lines are written as they do; and a stop says what was
+kept, counted from what was written."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from sigterm import run_until_sigterm
+
+from tension.cache import records
+from tension.cache.store import Store
+from tension.core.config import load_config
+from tension.core.pipelines.score import score, score_async
+from tension.testing.corpus import make_corpus
+from tension.testing.inprocess import InProcessServer
+from tension.testing.interrupt import cancel_midway
+from tension.testing.openai_server import LoopbackServer
+
+SLOTS = 4
+N = 20  # endings: 5 chunks of 4 on a 4-slot llama.cpp server
+
+
+def _llama(**knobs) -> InProcessServer:
+    return InProcessServer(["test-gen", "test-judge"], dialect="llamacpp", slots=SLOTS, **knobs)
+
+
+def _cfg(srv, cache, **kw):
+    return load_config(None, {"base_url": srv.base_url, "model": "test-gen", "cache": str(cache), "endings": N,
+                              "progress": False, "seed": 7, **kw})
+
+
+def _gen(srv) -> list:
+    return [r for r in srv.requests if r.kind == "generation"]
+
+
+def _endings_records(cache) -> list[records.Endings]:
+    with Store(cache, readonly=True) as st:
+        return [r for _, r in st.keys("endings") if isinstance(r, records.Endings)]
+
+
+def _partial(out) -> list[str]:
+    path = out / "positions.partial.jsonl"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_a_stopped_run_keeps_every_chunk_and_the_rerun_asks_only_the_missing_ones(tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=4)
+    srv = _llama()
+    clean = score(_cfg(srv, tmp_path / "clean-cache"), corpus, tmp_path / "clean", transport=srv)
+    assert clean.status == "complete", clean.error
+    total = len(_gen(srv))
+    assert total == clean.positions * N // SLOTS  # every request a chunk of 4
+
+    srv.reset_records()
+    srv.delay = 0.002
+    cfg = _cfg(srv, tmp_path / "cache")
+    out = tmp_path / "out"
+    cancel_midway(lambda: score_async(cfg, corpus, out, transport=srv),
+                  lambda: len([r for r in _gen(srv) if r.status == 200]) >= total // 2)
+    answered = len([r for r in _gen(srv) if r.status == 200])
+    assert json.loads((out / "run.json").read_text())["status"] == "interrupted"
+    # every chunk that came back is in the cache (before: none, no position had all its endings)
+    chunks = [r for r in _endings_records(tmp_path / "cache") if len(r.texts) < N]
+    assert len(chunks) == answered and all(len(r.texts) == SLOTS for r in chunks)
+    # positions completed one after another: half the chunks are whole positions written out
+    assert len(_partial(out)) >= total // 2 // (N // SLOTS) - 2
+
+    srv.delay = 0.0
+    srv.reset_records()
+    resumed = score(cfg, corpus, out, transport=srv)
+    assert resumed.status == "complete", resumed.error
+    assert len(_gen(srv)) == total - answered
+    for name in ("positions.jsonl", "stories.csv"):
+        assert (out / name).read_bytes() == (tmp_path / "clean" / name).read_bytes(), name
+
+
+def test_unseeded_chunks_are_kept_apart(tmp_path):
+    """Without a seed every chunk is the same request (n = 4, no seed): kept under
+    one key they would be one chunk read back five times. Each is kept under its
+    place in the whole request."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
+    srv = _llama(delay=0.002)
+    cfg = _cfg(srv, tmp_path / "cache", seed=None)
+    cancel_midway(lambda: score_async(cfg, corpus, tmp_path / "out", transport=srv),
+                  lambda: len([r for r in _gen(srv) if r.status == 200]) >= 8)
+    answered = len([r for r in _gen(srv) if r.status == 200])
+    chunks = [r for r in _endings_records(tmp_path / "cache") if len(r.texts) < N]
+    assert len(chunks) == answered
+    srv.reset_records()
+    srv.delay = 0.0
+    done = score(cfg, corpus, tmp_path / "out", transport=srv)
+    assert done.status == "complete" and len(_gen(srv)) == done.positions * N // SLOTS - answered
+
+
+def test_a_position_started_earlier_gets_the_slots_first(tmp_path):
+    """On 4 slots (one chunk of 4 at a time) a position's chunks go one after
+    another, then its verdicts, before a later position's: positions complete in
+    the order they started, at most the next one begun meanwhile. Before, first
+    come first served: every position's first chunk, then every position's second,
+    and none was complete until the last round."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=4)
+    srv = _llama()
+    s = score(_cfg(srv, tmp_path / "cache"), corpus, tmp_path / "out", transport=srv)
+    assert s.status == "complete", s.error
+    prompts = [r.body["messages"][1]["content"] for r in _gen(srv)]
+    started = list(dict.fromkeys(prompts))  # positions in the order their first chunk went
+    last = {p: i for i, p in enumerate(prompts)}
+    assert sorted(started, key=last.__getitem__) == started  # they complete in the order they started
+    assert len(started) == s.positions > 4
+    for i in range(len(prompts)):
+        begun = {p for p in prompts[: i + 1]}
+        assert len([p for p in begun if last[p] >= i]) <= 2, "more than two positions under way at once"
+
+def test_the_stop_message_says_what_was_kept(tmp_path):
+    """The CLI's stop line counts what the run wrote: positions complete, endings kept
+    in chunks of positions not yet complete; never "completed work is in the cache"
+    for a run that kept nothing."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=4)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    with LoopbackServer(model="test-gen", dialect="llamacpp", slots=SLOTS, delay=0.03) as srv:
+        argv = ["score", str(corpus), "--out", str(out), "--base-url", srv.base_url, "--model", "test-gen",
+                "--endings", str(N), "--cache", str(cache), "--no-progress", "--seed", "7"]
+        rc, err = run_until_sigterm(argv, lambda: len([r for r in _gen(srv) if r.status == 200]) >= 13)
+    assert rc == 130, err
+    assert "completed work is in the cache" not in err
+    m = re.search(r"(\d+) positions? complete.*?(\d+) endings in (\d+) chunks?", err, re.S)
+    assert m, err
+    positions, endings, chunks = map(int, m.groups())
+    assert positions == len(_partial(out)) >= 1
+    kept = [r for r in _endings_records(cache) if len(r.texts) < N]
+    whole = [r for r in _endings_records(cache) if len(r.texts) == N]
+    # the chunks of positions whose endings are not whole yet
+    assert chunks == len(kept) - len(whole) * (N // SLOTS) and endings == SLOTS * chunks
+    assert "Resume with the same command" in err and "score" in err.split("Resume with the same command")[1]
+
+
+def test_a_stop_before_anything_completed_says_nothing_was_kept(tmp_path):
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
+    out = tmp_path / "out"
+    with LoopbackServer(model="test-gen", dialect="llamacpp", slots=SLOTS, delay=5.0) as srv:
+        argv = ["score", str(corpus), "--out", str(out), "--base-url", srv.base_url, "--model", "test-gen",
+                "--endings", str(N), "--cache", str(tmp_path / "cache"), "--no-progress"]
+        rc, err = run_until_sigterm(argv, lambda: srv.count(path="/props") >= 1 and srv.count(path="/tokenize") >= 1)
+    assert rc == 130, err
+    assert "completed work is in the cache" not in err
+    assert "this run kept nothing" in err, err
+
+
+def test_cache_drop_of_a_stopped_runs_generation_drops_its_chunks_too(tmp_path, capsys):
+    """The way out of a broken generation setup (`cache drop --run OUT --role
+    generation`) must drop the chunks as well: else the rerun reads them back."""
+    from tension.core.cli import main
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
+    srv = _llama(delay=0.002)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    cancel_midway(lambda: score_async(_cfg(srv, cache), corpus, out, transport=srv),
+                  lambda: len([r for r in _gen(srv) if r.status == 200]) >= 12)
+    assert [r for r in _endings_records(cache) if len(r.texts) < N]
+    assert main(["cache", "drop", "--run", str(out), "--role", "generation", "--yes", "--cache", str(cache)]) == 0
+    assert _endings_records(cache) == [], capsys.readouterr()
