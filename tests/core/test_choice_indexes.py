@@ -146,10 +146,13 @@ def test_behind_the_router_a_worker_misnumbering_its_choices_is_taken_out(clean,
     """Chat behind vllm-router: the misnumbered answer is unreadable, so before its
     retry every worker is asked the request made small (two choices, so that the
     numbering shows); the worker that misnumbers is taken out and the run ends on
-    the other with the clean verdicts."""
+    the other with the clean verdicts. The bad worker numbers one choice out of range,
+    so that every answer of its is misnumbered, a judge's single choice too: which of
+    the two workers the router sends the story's generation requests to depends on
+    the ports' hash, and the test must not (a one-choice answer numbered 0 is right)."""
     (tmp_path / "corpus.jsonl").write_bytes((clean / "corpus.jsonl").read_bytes())
     with (LoopbackServer(model=MODELS) as good,
-          LoopbackServer(model=MODELS, misnumber="zero", misnumber_paths=(CHAT_PATH,)) as bad):
+          LoopbackServer(model=MODELS, misnumber="out_of_range", misnumber_paths=(CHAT_PATH,)) as bad):
         corpus = tmp_path / "corpus.jsonl"
         rc = main(["score", str(corpus), "--out", str(tmp_path / "run"), "--base-url",
                    f"{good.base_url},{bad.base_url}", "--model", "test-gen", "--judge-model", "test-judge",
@@ -158,7 +161,7 @@ def test_behind_the_router_a_worker_misnumbering_its_choices_is_taken_out(clean,
     err = capsys.readouterr().err
     assert rc == 0, err
     _same_as_clean(clean, tmp_path, "run")
-    assert f"server {bad.base_url} sent an unreadable answer (HTTP 200 with an unreadable body (choice indexes 0, 0" \
+    assert f"server {bad.base_url} sent an unreadable answer (HTTP 200 with an unreadable body (choice indexes " \
         in err and "taken out of vllm-router" in err, err
 
 
