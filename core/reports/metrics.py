@@ -46,6 +46,10 @@ __all__ = [
     "stat_columns",
     "stories_csv",
     "groups_csv",
+    "Rows",
+    "rows_csv",
+    "stories_rows",
+    "groups_rows",
     "format_group_table",
 ]
 
@@ -67,6 +71,15 @@ class MetricsResult(msgspec.Struct, kw_only=True):
     groups: dict[str, dict[str, GroupStat]]  # statistic -> group -> summary
     errors: list[InputError]
     intervals: StoryIntervals | None = None  # None: interval_resamples = 0
+    failed: dict[str, str] = {}  # story id -> why it failed (a score run's): its row kept, undefined
+
+    def stories(self) -> Rows:
+        """stories.csv's rows, as computed."""
+        return stories_rows(self.curves, self.stats, self.settings, self.failed, self.intervals)
+
+    def group_rows(self) -> Rows:
+        """groups.csv's rows, as computed."""
+        return groups_rows(self.groups)
 
 
 _curve_decoder = msgspec.json.Decoder(Curve)
@@ -241,42 +254,80 @@ def _cell(v: float) -> str:
     return "" if math.isnan(v) else f"{v:.10g}"
 
 
-def stories_csv(curves: Sequence[Curve], stats: BatchStats, settings: CurveSettings,
-                failed: Mapping[str, str] | None = None, intervals: StoryIntervals | None = None) -> str:
-    """One row per story; a story in `failed` (id -> why) keeps its row, with
-    empty statistics and the reason in `nan_reasons`. After `nan_reasons` come the
-    95% interval of each statistic (`<stat>_lo`, `<stat>_hi`; empty without
-    `intervals`, for a story without verdict counts, and where the statistic is NaN)."""
+# A cell of a statistics table as computed: a label (str), a count (int), a
+# statistic (float), None where a statistic is undefined (an empty cell on disk)
+Cell = int | float | str | None
+
+
+class Rows(msgspec.Struct, frozen=True, kw_only=True):
+    """A table of statistics as computed, before it is written: stories.csv or
+    groups.csv are these rows as text (`rows_csv`), so a result in memory and the
+    file hold the same rows (the file's statistics rounded to 10 digits)."""
+
+    columns: tuple[str, ...]
+    rows: list[tuple[Cell, ...]]
+
+
+def _stat(v: float) -> float | None:
+    return None if math.isnan(v) else float(v)
+
+
+def rows_csv(table: Rows) -> str:
+    """The rows as CSV: statistics with 10 significant digits, None empty."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    names = stat_columns(settings)
-    w.writerow(["id", "group", "n_positions", *names, "nan_reasons", *interval_columns(names)])
-    matrix = stat_matrix(stats)
-    for i, c in enumerate(curves):
-        reasons = "; ".join(Reason(int(stats.reasons[i])).describe())
-        if intervals is None:
-            bounds = ["" for _ in range(2 * len(names))]
-        else:
-            bounds = [_cell(v) for pair in zip(intervals.lo[i], intervals.hi[i]) for v in pair]
-        if failed and c.id in failed:
-            w.writerow([c.id, c.group, 0, *("" for _ in matrix[i]), f"failed: {failed[c.id]}", *("" for _ in bounds)])
-            continue
-        w.writerow([c.id, c.group, int(stats.n_positions[i]), *(_cell(v) for v in matrix[i]), reasons, *bounds])
+    w.writerow(table.columns)
+    for r in table.rows:
+        w.writerow(["" if v is None else f"{v:.10g}" if isinstance(v, float) else v for v in r])
     return buf.getvalue()
 
 
-def groups_csv(groups: dict[str, dict[str, GroupStat]]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["group", "statistic", "mean", "sd", "ci95", "boot_lo", "boot_hi", "n", "n_nan"])
+def stories_rows(curves: Sequence[Curve], stats: BatchStats, settings: CurveSettings,
+                 failed: Mapping[str, str] | None = None, intervals: StoryIntervals | None = None) -> Rows:
+    """One row per story; a story in `failed` (id -> why) keeps its row, with
+    undefined statistics and the reason in `nan_reasons`. After `nan_reasons` come the
+    95% interval of each statistic (`<stat>_lo`, `<stat>_hi`; undefined without
+    `intervals`, for a story without verdict counts, and where the statistic is NaN)."""
+    names = stat_columns(settings)
+    matrix = stat_matrix(stats)
+    rows: list[tuple[Cell, ...]] = []
+    for i, c in enumerate(curves):
+        if failed and c.id in failed:
+            rows.append((c.id, c.group, 0, *(None for _ in matrix[i]), f"failed: {failed[c.id]}",
+                         *(None for _ in range(2 * len(names)))))
+            continue
+        reasons = "; ".join(Reason(int(stats.reasons[i])).describe())
+        if intervals is None:
+            bounds: list[float | None] = [None] * (2 * len(names))
+        else:
+            bounds = [_stat(v) for pair in zip(intervals.lo[i], intervals.hi[i]) for v in pair]
+        rows.append((c.id, c.group, int(stats.n_positions[i]), *(_stat(v) for v in matrix[i]), reasons, *bounds))
+    return Rows(columns=("id", "group", "n_positions", *names, "nan_reasons", *interval_columns(names)), rows=rows)
+
+
+def stories_csv(curves: Sequence[Curve], stats: BatchStats, settings: CurveSettings,
+                failed: Mapping[str, str] | None = None, intervals: StoryIntervals | None = None) -> str:
+    """stories.csv: `stories_rows` as CSV."""
+    return rows_csv(stories_rows(curves, stats, settings, failed, intervals))
+
+
+def groups_rows(groups: dict[str, dict[str, GroupStat]]) -> Rows:
+    """One row per group and statistic: its mean, sd, 95% half-width, bootstrap
+    interval, stories with a value and stories without."""
     names = list(groups)
     labels = list(groups[names[0]]) if names else []
+    rows: list[tuple[Cell, ...]] = []
     for g in labels:
         for name in names:
             s = groups[name][g]
-            w.writerow([g, name, _cell(s.mean), _cell(s.sd), _cell(s.ci95), _cell(s.boot_lo), _cell(s.boot_hi),
-                        s.n, s.n_nan])
-    return buf.getvalue()
+            rows.append((g, name, _stat(s.mean), _stat(s.sd), _stat(s.ci95), _stat(s.boot_lo), _stat(s.boot_hi),
+                         int(s.n), int(s.n_nan)))
+    return Rows(columns=("group", "statistic", "mean", "sd", "ci95", "boot_lo", "boot_hi", "n", "n_nan"), rows=rows)
+
+
+def groups_csv(groups: dict[str, dict[str, GroupStat]]) -> str:
+    """groups.csv: `groups_rows` as CSV."""
+    return rows_csv(groups_rows(groups))
 
 
 def format_group_table(groups: dict[str, dict[str, GroupStat]]) -> str:
