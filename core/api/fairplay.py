@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from tension.core.api.results import FairPlayMetricsResult, FairPlayResult, read_record, read_table
-from tension.core.api.settings import check_keywords, embedded_fallback, load, named_server
-from tension.core.api.verbs import Columns, PathLike, Records, blocking, count_arg, given_input
+from tension.core.api.settings import check_keywords, check_out_folder, embedded_fallback, load, named_server
+from tension.core.api.verbs import Columns, PathLike, Records, blocking, count_arg, given_input, run_cache
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 
 __all__ = ["fairplay", "fairplay_async", "fairplay_metrics", "fairplay_metrics_async"]
@@ -78,6 +78,7 @@ def fairplay_metrics(readers: PathLike, *, out: PathLike, actual: PathLike | Non
     settings = _early_steps(settings)
     check_keywords("fairplay_metrics", (FairPlaySettings,), settings)
     options = metric_options("fairplay_metrics", settings, max_plots, resamples, seed)
+    check_out_folder(out)
     s = run(readers, out, actual_csv=actual, settings=options["settings"], max_plots=options["max_plots"],
             n_resamples=options["n_resamples"], seed=options["seed"], progress=progress, source=source)
     return _metrics_result(s)
@@ -111,6 +112,7 @@ async def _fairplay(cfg: Any, stories: PathLike | Records, out: PathLike, option
                     columns: Columns = None) -> FairPlayResult:
     from tension.core.pipelines.fairplay import fairplay_async as run
 
+    check_out_folder(out, run_cache(cfg.cache))
     s = await run(cfg, given_input("fairplay", "stories", stories, columns, Path(out) / "stories_given.jsonl"), out,
                   options)
     m = _metrics_result(s.metrics) if s.metrics is not None else None

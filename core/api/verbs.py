@@ -23,11 +23,12 @@ from tension.core.api.results import (
     GenerateResult,
     MetricsResult,
     ScoreResult,
+    Table,
     read_record,
-    read_table,
 )
 from tension.core.api.settings import (
     check_keywords,
+    check_out_folder,
     embedded_fallback,
     load,
     named_server,
@@ -124,15 +125,24 @@ async def _score(cfg: ScoreConfig, corpus: PathLike | Records, out: PathLike, co
                  call: dict[str, Any]) -> ScoreResult:
     from tension.core.pipelines.score import score_async as run
 
+    check_out_folder(out, run_cache(cfg.cache))
     path = given_input("score", "corpus", corpus, columns, Path(out) / CORPUS_COPY)
     with recorded("score", path, {"out": out, **call}):
         s = await run(cfg, path, out)
-    done = s.status == "complete"
-    folder = Path(s.out)
+    folder, c = Path(s.out), s.computed  # the statistics the files hold, as computed
     return ScoreResult(status=s.status, exit_status=s.exit_status, out=s.out,
-                       stories=read_table(folder / "stories.csv") if done else None,
-                       groups=read_table(folder / "groups.csv") if done else None,
+                       stories=Table.of(folder / "stories.csv", c.stories()) if c is not None else None,
+                       groups=Table.of(folder / "groups.csv", c.group_rows()) if c is not None else None,
                        run=read_record(folder / "run.json"), summary=s)
+
+
+def run_cache(cache: str | None) -> str:
+    """The cache folder a run opens: `cache`, else the default one."""
+    if cache is not None:
+        return os.path.expanduser(cache)
+    from tension.cache.store import default_path
+
+    return str(default_path())
 
 
 def score(corpus: PathLike | Records, *, out: PathLike, config: PathLike | None = None, columns: Columns = None,
@@ -314,10 +324,13 @@ def metrics(curves: PathLike, *, out: PathLike, **settings: Any) -> MetricsResul
     from tension.core.errors import exit_status
     from tension.core.reports.metrics import metrics as run
 
-    r = run(curves, out, curve_settings("metrics", settings))
+    curve = curve_settings("metrics", settings)
+    check_out_folder(out)
+    r = run(curves, out, curve)
     code = exit_status("complete", len(r.curves), len(r.errors))
     return MetricsResult(status="complete" if code == EXIT_OK else "failed", exit_status=code, out=str(out),
-                         stories=read_table(Path(out) / "stories.csv"), groups=read_table(Path(out) / "groups.csv"),
+                         stories=Table.of(Path(out) / "stories.csv", r.stories()),
+                         groups=Table.of(Path(out) / "groups.csv", r.group_rows()),
                          errors=[str(e) for e in r.errors], computed=r)
 
 
@@ -342,6 +355,8 @@ def compare(run_a: PathLike, run_b: PathLike, *, pair_by: str = "id", out: PathL
     from tension.core.reports.comparison import compare as run
     from tension.core.reports.comparison import comparison_table, story_table
 
+    if out is not None:
+        check_out_folder(out)
     c = run(run_a, run_b, pair_by, n_resamples=count_arg("compare", "resamples", resamples, 10_000_000),
             seed=count_arg("compare", "seed", seed),
             interval_resamples=None if interval_resamples is None else count_arg(

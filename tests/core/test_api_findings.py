@@ -111,3 +111,40 @@ def test_the_first_ctrl_c_under_asyncio_run_stops_the_blocking_call(server, tmp_
     assert out.startswith("interrupted"), out
     record = json.loads((tmp_path / "out" / "run.json").read_text())
     assert record["status"] == "interrupted"
+
+
+def test_out_on_the_cache_folder_is_refused_by_name(server, tmp_path):
+    """N14 from the API: `out` equal to (or inside) the cache folder is a ConfigError
+    naming both, before any work, as the CLI's --out."""
+    import pytest
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=2)
+    cache = tmp_path / "cache"
+    for out in (cache, cache / "run"):
+        with pytest.raises(tension.ConfigError, match=r"the cache folder .*cache"):
+            tension.score(corpus, out=out, **settings(server, cache))
+        assert not (out / "run.json").exists()
+    with pytest.raises(tension.ConfigError, match="the cache folder"):
+        tension.fairplay(corpus, out=cache, base_url=server.base_url, reader_model="test-gen", cache=str(cache))
+
+
+def test_out_a_file_is_refused_by_name_in_every_verb(server, tmp_path):
+    """N15 from the API: `out` an existing file is a ConfigError naming it (not
+    `File exists`), in metrics, compare and fairplay_metrics as in score."""
+    import pytest
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=2)
+    a = tension.score(corpus, out=tmp_path / "a", **settings(server, tmp_path / "cache"))
+    assert a.status == "complete"
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    calls = {"score": lambda: tension.score(corpus, out=afile, **settings(server, tmp_path / "cache")),
+             "metrics": lambda: tension.metrics(tmp_path / "a", out=afile),
+             "compare": lambda: tension.compare(tmp_path / "a", tmp_path / "a", out=afile),
+             "fairplay_metrics": lambda: tension.fairplay_metrics(
+                 Path(__file__).resolve().parents[2] / "examples" / "fairplay_readers.jsonl", out=afile,
+                 progress=False, max_plots=0, resamples=10)}
+    for verb, call in calls.items():
+        with pytest.raises(tension.ConfigError, match=f"{afile}: exists and is not a folder"):
+            call()
+        assert afile.read_text() == "x", verb
