@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tension.core.api.results import FairPlayMetricsResult, FairPlayResult, read_record, read_table
 from tension.core.api.settings import check_keywords, check_out_folder, embedded_fallback, load, named_server
 from tension.core.api.verbs import Columns, PathLike, Records, blocking, count_arg, given_input, run_cache
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
+
+if TYPE_CHECKING:  # only to type: `import tension` loads none of these
+    from tension.core.config import FairPlayConfig
+    from tension.core.reports.fairplay_metrics import FairPlaySummary
 
 __all__ = ["fairplay", "fairplay_async", "fairplay_metrics", "fairplay_metrics_async"]
 
@@ -55,7 +59,7 @@ def _split(verb: str, settings: dict[str, Any]) -> tuple[dict[str, Any], dict[st
             {k: v for k, v in settings.items() if k in metric_keys})
 
 
-def _metrics_result(s: Any) -> FairPlayMetricsResult:
+def _metrics_result(s: FairPlaySummary) -> FairPlayMetricsResult:
     code = EXIT_FAILED if s.errors else EXIT_OK
     return FairPlayMetricsResult(status="complete" if code == EXIT_OK else "failed", exit_status=code,
                                  out=str(s.out), stories=read_table(Path(s.out) / "stories.csv"),
@@ -94,7 +98,7 @@ async def fairplay_metrics_async(readers: PathLike, *, out: PathLike, actual: Pa
 
 
 def fairplay_settings(config: PathLike | None, settings: dict[str, Any], max_plots: int, resamples: int,
-                      bootstrap_seed: int) -> tuple[Any, dict[str, Any]]:
+                      bootstrap_seed: int) -> tuple[FairPlayConfig, dict[str, Any]]:
     """FairPlayConfig (defaults < ``config`` and its [fairplay] table < keywords, the
     running embedded server when none is named) and the metrics' options."""
     from tension.core.config import FairPlayConfig
@@ -108,7 +112,7 @@ def fairplay_settings(config: PathLike | None, settings: dict[str, Any], max_plo
     return cfg, metric_options("fairplay", metric_values, max_plots, resamples, bootstrap_seed)
 
 
-async def _fairplay(cfg: Any, stories: PathLike | Records, out: PathLike, options: dict[str, Any],
+async def _fairplay(cfg: FairPlayConfig, stories: PathLike | Records, out: PathLike, options: dict[str, Any],
                     columns: Columns = None) -> FairPlayResult:
     from tension.core.pipelines.fairplay import fairplay_async as run
 

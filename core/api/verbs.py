@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 from tension.core.api.results import (
     CompareResult,
@@ -37,6 +37,9 @@ from tension.core.api.settings import (
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 
 if TYPE_CHECKING:  # only to type: `tension-run --help` and `import tension` load none of these
+    from datasets import Dataset
+    from pandas import DataFrame
+
     from tension.core.config import GenerateConfig, ScoreConfig
     from tension.core.pipelines.estimate import Throughput
     from tension.core.pipelines.prefix.predict import CacheModelOptions
@@ -48,8 +51,8 @@ __all__ = ["score", "score_async", "estimate", "estimate_async", "metrics", "met
 PathLike = str | Path
 # Rows in memory, besides a path: a pandas DataFrame, a datasets.Dataset, an iterable
 # of mappings, with the JSON Lines fields as columns (or renamed by `columns=`;
-# core/inputs/tabular.py). Any: neither pandas nor datasets is a dependency.
-Records = Any
+# core/inputs/tabular.py). Neither pandas nor datasets is a dependency: named to type only.
+Records: TypeAlias = "DataFrame | Dataset | Iterable[Mapping[str, Any]]"
 Columns = Mapping[str, str] | None
 
 

@@ -46,31 +46,41 @@ def start_view(dirs: Sequence[str], *, host: str = "127.0.0.1", port: int = 0, c
     except BaseException:
         stores.close()
         raise
-    listening = threading.Event()
-    started: dict[str, object] = {}
+    started = _Started()
 
     def ready(url: str) -> None:
-        started["url"] = url
-        listening.set()
+        started.url = url
+        started.listening.set()
 
     def main() -> None:
         loop = asyncio.new_event_loop()
-        task = loop.create_task(serve(site, host, port, ready))
-        started["loop"], started["task"] = loop, task
+        started.loop, started.task = loop, loop.create_task(serve(site, host, port, ready))
         try:
-            loop.run_until_complete(task)
-        except BaseException as e:  # cancelled by stop(), or the socket refused
-            if not isinstance(e, asyncio.CancelledError):
-                started["error"] = e
+            loop.run_until_complete(started.task)
+        except asyncio.CancelledError:
+            pass  # stop()
+        except BaseException as e:  # the socket refused (a port in use): raised in the caller's thread
+            started.error = e
         finally:
             stores.close()
             loop.close()
-            listening.set()
+            started.listening.set()
 
     thread = threading.Thread(target=main, name="tension-view", daemon=True)
     thread.start()
-    listening.wait()
-    if "error" in started:
+    started.listening.wait()
+    if started.error is not None or started.loop is None or started.task is None:
         thread.join()
-        raise started["error"]  # type: ignore[misc]
-    return BackgroundView(thread, started["loop"], started["task"], str(started["url"]))  # type: ignore[arg-type]
+        raise started.error or RuntimeError("the view did not start")
+    return BackgroundView(thread, started.loop, started.task, started.url)
+
+
+class _Started:
+    """What the serving thread tells the caller: the address, or why it failed."""
+
+    def __init__(self) -> None:
+        self.listening = threading.Event()
+        self.url = ""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None

@@ -109,6 +109,9 @@ def test_view_serves_the_run_in_the_background_until_stopped(server, tmp_path):
         with urllib.request.urlopen(v.url, timeout=10) as resp:
             page = resp.read().decode()
         assert resp.status == 200 and "tension" in page.lower()
+        port = int(v.url.rsplit(":", 1)[1].strip("/"))
+        with pytest.raises(OSError):  # the port taken: raised here, not lost in the thread
+            r.view(port=port)
     finally:
         v.stop()
     v.stop()  # idempotent
