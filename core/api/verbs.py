@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -58,14 +59,33 @@ Columns = Mapping[str, str] | None
 
 _PATH_KEYWORDS = ("out", "config", "cache", "json", "bench", "pilot", "tokenizer")
 
+# Set while the CLI runs a verb: its run record's argv is then the command line
+# (what "resume with the same command" repeats), not the API call the CLI made.
+_BY_THE_CLI: contextvars.ContextVar[bool] = contextvars.ContextVar("tension_by_the_cli", default=False)
+
+
+@contextlib.contextmanager
+def by_the_cli() -> Iterator[None]:
+    """The block in which the CLI calls the verbs (core/cli/__init__.py `main`)."""
+    token = _BY_THE_CLI.set(True)
+    try:
+        yield
+    finally:
+        _BY_THE_CLI.reset(token)
+
 
 @contextlib.contextmanager
 def recorded(verb: str, first: PathLike, keywords: dict[str, Any]) -> Iterator[None]:
     """The block of a run whose record's argv is the call that reproduces it
     (``python -c "import tension; tension.score('/abs/c.jsonl', out=…, endings=3)"``,
     paths absolute, the key left out: it is given again or read from
-    OPENAI_API_KEY), not the host process's argv (a notebook kernel's)."""
+    OPENAI_API_KEY), not the host process's argv (a notebook kernel's). Called by
+    the CLI, the record keeps the command line."""
     from tension.core.run.lifecycle import INVOCATION
+
+    if _BY_THE_CLI.get():
+        yield
+        return
 
     def literal(name: str, v: Any) -> str:
         if isinstance(v, os.PathLike) or (name in _PATH_KEYWORDS and isinstance(v, str)):

@@ -154,9 +154,12 @@ def _cache_of(args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from tension.core.api.verbs import by_the_cli
+
     try:
         _check_out_folder(args)
-        return args.func(args)
+        with by_the_cli():  # the verbs' run records keep this command line as their argv
+            return args.func(args)
     except ConfigError as e:
         print_error(e)
         return EXIT_USAGE

@@ -72,6 +72,18 @@ def test_run_json_argv_of_an_api_run_is_a_call_that_reproduces_it(server, tmp_pa
         assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "again" / name).read_bytes(), name
 
 
+def test_run_json_argv_of_a_cli_run_is_the_command_line(server, tmp_path):
+    """The CLI calls the API: its run.json argv stays the command typed (what
+    "resume with the same command" repeats), not the API call it made."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
+    cmd = [str(Path(sys.executable).with_name("tension-run")), "score", str(corpus), "--out", str(tmp_path / "cli"),
+           "--base-url", server.base_url, "--model", "test-gen", "--endings", "3", "--no-progress", "--no-report",
+           "--cache", str(tmp_path / "cache")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert json.loads((tmp_path / "cli" / "run.json").read_text())["argv"] == cmd
+
+
 def test_the_first_ctrl_c_under_asyncio_run_stops_the_blocking_call(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=8)
     server.delay = 0.3  # a run of many seconds
