@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tension.core.api.results import FairPlayMetricsResult, FairPlayResult, read_record, read_table
+from tension.core.api.results import FairPlayMetricsResult, FairPlayResult, Table, read_record
 from tension.core.api.settings import check_keywords, check_out_folder, embedded_fallback, load, named_server
 from tension.core.api.verbs import Columns, PathLike, Records, blocking, count_arg, given_input, run_cache
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
@@ -61,9 +61,11 @@ def _split(verb: str, settings: dict[str, Any]) -> tuple[dict[str, Any], dict[st
 
 def _metrics_result(s: FairPlaySummary) -> FairPlayMetricsResult:
     code = EXIT_FAILED if s.errors else EXIT_OK
+    out = Path(s.out)  # the tables as computed, the rows its files hold
+    stories = Table.of(out / "stories.csv", s.story_rows) if s.story_rows is not None else None
+    groups = Table.of(out / "groups.csv", s.group_rows) if s.group_rows is not None else None
     return FairPlayMetricsResult(status="complete" if code == EXIT_OK else "failed", exit_status=code,
-                                 out=str(s.out), stories=read_table(Path(s.out) / "stories.csv"),
-                                 groups=read_table(Path(s.out) / "groups.csv"), summary=s)
+                                 out=str(s.out), stories=stories, groups=groups, summary=s)
 
 
 def fairplay_metrics(readers: PathLike, *, out: PathLike, actual: PathLike | None = None, source: str = "readers",

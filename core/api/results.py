@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the pipelines' records, imported only to type (import tensi
     from tension.core.reports.comparison import Comparison
     from tension.core.reports.fairplay_metrics import FairPlaySummary
     from tension.core.reports.metrics import MetricsResult as ComputedMetrics
-    from tension.core.reports.metrics import Rows
+    from tension.core.reports.rows import Rows
     from tension.core.run.record import RunHeader
     from tension.core.view.background import BackgroundView
 

@@ -13,9 +13,7 @@ last stage of `score`, usable alone.
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
 import math
 import os
 from collections.abc import Collection, Mapping, Sequence
@@ -28,6 +26,7 @@ import numpy as np
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP, PositionLine
 from tension.core.inputs.jsonl import atomic_write, check_label, decode_line, iter_lines, read_records
+from tension.core.reports.rows import Cell, Rows, rows_csv
 from tension.core.reports.story_intervals import compute_intervals, interval_columns, stat_matrix
 from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stats
@@ -254,32 +253,8 @@ def _cell(v: float) -> str:
     return "" if math.isnan(v) else f"{v:.10g}"
 
 
-# A cell of a statistics table as computed: a label (str), a count (int), a
-# statistic (float), None where a statistic is undefined (an empty cell on disk)
-Cell = int | float | str | None
-
-
-class Rows(msgspec.Struct, frozen=True, kw_only=True):
-    """A table of statistics as computed, before it is written: stories.csv or
-    groups.csv are these rows as text (`rows_csv`), so a result in memory and the
-    file hold the same rows (the file's statistics rounded to 10 digits)."""
-
-    columns: tuple[str, ...]
-    rows: list[tuple[Cell, ...]]
-
-
 def _stat(v: float) -> float | None:
     return None if math.isnan(v) else float(v)
-
-
-def rows_csv(table: Rows) -> str:
-    """The rows as CSV: statistics with 10 significant digits, None empty."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(table.columns)
-    for r in table.rows:
-        w.writerow(["" if v is None else f"{v:.10g}" if isinstance(v, float) else v for v in r])
-    return buf.getvalue()
 
 
 def stories_rows(curves: Sequence[Curve], stats: BatchStats, settings: CurveSettings,

@@ -131,3 +131,22 @@ def test_nan_only_where_a_statistic_is_undefined(server, tmp_path):
     g = r.groups.to_pandas()
     assert pd.api.types.is_integer_dtype(g["n"].dtype) and pd.api.types.is_integer_dtype(g["n_nan"].dtype)
     assert all(math.isnan(v) == (n < 2) for v, n in zip(g["sd"], g["n"]))
+
+
+def test_fairplay_metrics_tables_are_the_computed_scores_unrounded(tmp_path):
+    """The fair-play tables from memory too: the written file holds 10 digits."""
+    f = tension.fairplay_metrics(Path(__file__).resolve().parents[2] / "examples" / "fairplay_readers.jsonl",
+                                 out=tmp_path / "fp", progress=False, max_plots=0, resamples=50)
+    assert f.exit_status == 0
+    for table, name in ((f.stories, "stories.csv"), (f.groups, "groups.csv")):
+        written = read_table(tmp_path / "fp" / name)
+        assert written is not None and table.columns == written.columns and len(table) == len(written)
+        unrounded = 0
+        for mine, theirs in zip(table.records(), written.records()):
+            for k, v in mine.items():
+                if isinstance(v, float):
+                    assert theirs[k] == float(f"{v:.10g}"), (name, k)
+                    unrounded += f"{v:.10g}" != repr(v)
+                else:
+                    assert theirs[k] == v, (name, k)
+        assert unrounded, name  # some statistic has more than 10 digits: the table is not the file re-read
