@@ -69,9 +69,10 @@ def column_kind(name: str) -> str:
 
 
 class Table(msgspec.Struct, frozen=True, kw_only=True):
-    """A table a verb wrote (its CSV file at ``path``): its columns, and its rows,
-    typed by column (`column_kind`): labels (id, group, …) as strings, counts as
-    integers, statistics as floats, an empty cell (undefined) as None."""
+    """A table a verb computed and wrote (its CSV file at ``path``): its columns,
+    and its rows, typed by column (`column_kind`): labels (id, group, …) as
+    strings, counts as integers, statistics as floats, undefined (an empty cell
+    in the file) as None."""
 
     path: str
     columns: tuple[str, ...]
@@ -150,7 +151,8 @@ def _cell(text: str, kind: str) -> Cell:
 
 
 def read_table(path: str | Path) -> Table | None:
-    """The CSV at `path` as a Table; None when the verb did not write it."""
+    """The CSV at `path` (a saved run's table) as a Table, typed as the verbs'
+    own (`Table.of`, from memory); None when no such file was written."""
     p = Path(path)
     if not p.is_file():
         return None
