@@ -264,19 +264,21 @@ def stories_rows(curves: Sequence[Curve], stats: BatchStats, settings: CurveSett
     95% interval of each statistic (`<stat>_lo`, `<stat>_hi`; undefined without
     `intervals`, for a story without verdict counts, and where the statistic is NaN)."""
     names = stat_columns(settings)
-    matrix = stat_matrix(stats)
+    # as Python floats at once (a numpy scalar per cell cost a third of writing the file); NaN: v != v
+    matrix = stat_matrix(stats).tolist()
+    n_positions = stats.n_positions.tolist()
+    if intervals is not None:
+        lo, hi = intervals.lo.tolist(), intervals.hi.tolist()
+    unbounded: list[float | None] = [None] * (2 * len(names))
     rows: list[tuple[Cell, ...]] = []
     for i, c in enumerate(curves):
         if failed and c.id in failed:
-            rows.append((c.id, c.group, 0, *(None for _ in matrix[i]), f"failed: {failed[c.id]}",
-                         *(None for _ in range(2 * len(names)))))
+            rows.append((c.id, c.group, 0, *(None for _ in names), f"failed: {failed[c.id]}", *unbounded))
             continue
         reasons = "; ".join(Reason(int(stats.reasons[i])).describe())
-        if intervals is None:
-            bounds: list[float | None] = [None] * (2 * len(names))
-        else:
-            bounds = [_stat(v) for pair in zip(intervals.lo[i], intervals.hi[i]) for v in pair]
-        rows.append((c.id, c.group, int(stats.n_positions[i]), *(_stat(v) for v in matrix[i]), reasons, *bounds))
+        bounds = unbounded if intervals is None else [
+            None if v != v else v for pair in zip(lo[i], hi[i]) for v in pair]
+        rows.append((c.id, c.group, n_positions[i], *(None if v != v else v for v in matrix[i]), reasons, *bounds))
     return Rows(columns=("id", "group", "n_positions", *names, "nan_reasons", *interval_columns(names)), rows=rows)
 
 

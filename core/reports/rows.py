@@ -30,6 +30,5 @@ def rows_csv(table: Rows) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(table.columns)
-    for r in table.rows:
-        w.writerow(["" if v is None else f"{v:.10g}" if isinstance(v, float) else v for v in r])
+    w.writerows(["" if v is None else f"{v:.10g}" if type(v) is float else v for v in r] for r in table.rows)
     return buf.getvalue()
