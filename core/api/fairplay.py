@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 from tension.core.api.results import FairPlayMetricsResult, FairPlayResult, Table, read_record
 from tension.core.api.settings import check_keywords, check_out_folder, embedded_fallback, load, named_server
-from tension.core.api.verbs import Columns, PathLike, Records, blocking, count_arg, given_input, run_cache
+from tension.core.api.verbs import (
+    Columns,
+    PathLike,
+    Records,
+    blocking,
+    count_arg,
+    given_input,
+    kernel_settings,
+    run_cache,
+)
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 
 if TYPE_CHECKING:  # only to type: `import tension` loads none of these
@@ -26,13 +35,12 @@ __all__ = ["fairplay", "fairplay_async", "fairplay_metrics", "fairplay_metrics_a
 
 def metric_options(verb: str, settings: dict[str, Any], max_plots: int, resamples: int, seed: int) -> dict[str, Any]:
     """The fair-play metrics' settings (FairPlaySettings' fields) and options."""
-    from tension.core.config import build_settings
     from tension.kernels.settings import FairPlaySettings
 
     if not isinstance(max_plots, int) or not isinstance(resamples, int) or max_plots < 0 or resamples < 0:
         raise ConfigError("--max-plots and --resamples: expected >= 0")
     values = {k: v for k, v in settings.items() if v is not None}
-    return {"settings": build_settings(FairPlaySettings, "--", **values), "max_plots": max_plots,
+    return {"settings": kernel_settings(verb, FairPlaySettings, values), "max_plots": max_plots,
             "n_resamples": resamples, "seed": count_arg(verb, "seed", seed)}
 
 

@@ -18,6 +18,8 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
+import msgspec
+
 from tension.core.api.results import (
     CompareResult,
     EstimateResult,
@@ -239,8 +241,6 @@ async def _estimate_of(cfg: ScoreConfig, corpus: PathLike, thr: Throughput, json
     elif isinstance(sub, str):
         est.precision_note = sub
     if json is not None:
-        import msgspec
-
         from tension.core.inputs.jsonl import atomic_write
 
         atomic_write(json, msgspec.json.format(msgspec.json.encode(est), indent=2) + b"\n")
@@ -327,16 +327,33 @@ def count_arg(verb: str, name: str, v: Any, hi: int | None = None) -> int:
     return v
 
 
+K = TypeVar("K", bound=msgspec.Struct)
+
+
+def kernel_settings(verb: str, struct: type[K], values: dict[str, Any]) -> K:
+    """A kernel settings Struct from keywords; a value its checks refuse is a
+    ConfigError naming the keyword (``metrics(): keyword `window`: …``), or the
+    flag when the CLI called (``--window: …``)."""
+    from tension.core.config import build_settings
+
+    if _BY_THE_CLI.get():
+        return build_settings(struct, "--", **values)
+    try:
+        return struct(**values)
+    except ValueError as e:
+        field, _, rest = str(e).partition(": ")
+        raise ConfigError(f"{verb}(): keyword `{field}`: {rest}") from None
+
+
 def curve_settings(verb: str, settings: dict[str, Any]) -> CurveSettings:
     """CurveSettings from keywords (window, thresholds, late_threshold, retention_window)."""
-    from tension.core.config import build_settings
     from tension.kernels.settings import CurveSettings
 
     check_keywords(verb, (CurveSettings,), settings)
     values = {k: v for k, v in settings.items() if v is not None}
     if "thresholds" in values:
         values["thresholds"] = tuple(values["thresholds"])
-    return build_settings(CurveSettings, "--", **values)
+    return kernel_settings(verb, CurveSettings, values)
 
 
 def metrics(curves: PathLike, *, out: PathLike, **settings: Any) -> MetricsResult:
@@ -425,8 +442,6 @@ def generate_settings(config: PathLike | None, settings: dict[str, Any]) -> Gene
 
 async def _generate(cfg: GenerateConfig, ideas: PathLike | Records, out: PathLike, columns: Columns,
                     call: dict[str, Any]) -> GenerateResult:
-    import msgspec
-
     from tension.core.pipelines.generate import generate_async as run
     from tension.core.pipelines.generate import run_record_path
 
