@@ -160,3 +160,31 @@ def test_out_a_file_is_refused_by_name_in_every_verb(server, tmp_path):
         with pytest.raises(tension.ConfigError, match=f"{afile}: exists and is not a folder"):
             call()
         assert afile.read_text() == "x", verb
+
+
+def test_the_demo_scores_through_the_api_door(tmp_path, capsys):
+    """One door per verb: `demo` scores with `tension.score` as `score` does (not the
+    pipeline's own blocking twin), so it gets the API's result: a cached demo
+    starts no server, draws its curve from the computed statistics, and its record
+    keeps the command line."""
+    from importlib.resources import files
+
+    from tension.core.cli import main
+    from tension.core.serving.profiles import DEMO_SCORE_SETTINGS
+    from tension.core.serving.settings import MODEL_ID
+    from tension.testing.openai_server import LoopbackServer
+
+    story = str(files("tension.core").joinpath("data/demo_story.jsonl"))
+    cache = tmp_path / "cache"
+    with LoopbackServer(model=MODEL_ID) as srv:  # the answers the demo will find in the cache
+        first = tension.score(story, out=tmp_path / "first", cache=cache, progress=False,
+                              **{**DEMO_SCORE_SETTINGS, "base_url": srv.base_url, "model": MODEL_ID})
+    assert first.status == "complete"
+    out = tmp_path / "demo"
+    assert main(["demo", "--cache", str(cache), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "every answer of the demo is in the cache" in captured.err
+    assert "requests sent 0 generation, 0 judge" in captured.out
+    assert (out / "curve.png").stat().st_size > 5000
+    assert (out / "stories.csv").read_bytes() == (tmp_path / "first" / "stories.csv").read_bytes()
+    assert json.loads((out / "run.json").read_text())["argv"][:2] != ["python", "-c"]
