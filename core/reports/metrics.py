@@ -71,14 +71,25 @@ class MetricsResult(msgspec.Struct, kw_only=True):
     errors: list[InputError]
     intervals: StoryIntervals | None = None  # None: interval_resamples = 0
     failed: dict[str, str] = {}  # story id -> why it failed (a score run's): its row kept, undefined
+    story_table: Rows | None = None  # stories.csv's rows, once built (`stories`)
+    group_table: Rows | None = None  # groups.csv's rows, once built (`group_rows`)
 
     def stories(self) -> Rows:
-        """stories.csv's rows, as computed."""
-        return stories_rows(self.curves, self.stats, self.settings, self.failed, self.intervals)
+        """stories.csv's rows, as computed (built once: the file and the API's table share them)."""
+        if self.story_table is None:
+            self.story_table = stories_rows(self.curves, self.stats, self.settings, self.failed, self.intervals)
+        return self.story_table
 
     def group_rows(self) -> Rows:
-        """groups.csv's rows, as computed."""
-        return groups_rows(self.groups)
+        """groups.csv's rows, as computed (built once)."""
+        if self.group_table is None:
+            self.group_table = groups_rows(self.groups)
+        return self.group_table
+
+    def write(self, out: Path) -> None:
+        """stories.csv and groups.csv into the folder `out`."""
+        atomic_write(out / "stories.csv", rows_csv(self.stories()))
+        atomic_write(out / "groups.csv", rows_csv(self.group_rows()))
 
 
 _curve_decoder = msgspec.json.Decoder(Curve)
@@ -334,8 +345,7 @@ def metrics(curves_path: str | os.PathLike, out_dir: str | os.PathLike,
     curves, errors = read_curves(curves_path)
     stats, groups = compute(curves, settings)
     intervals = compute_intervals(curves, stats, settings)
-    out = Path(out_dir)
-    atomic_write(out / "stories.csv", stories_csv(curves, stats, settings, intervals=intervals))
-    atomic_write(out / "groups.csv", groups_csv(groups))
-    return MetricsResult(curves=curves, stats=stats, settings=settings, groups=groups, errors=errors,
-                         intervals=intervals)
+    result = MetricsResult(curves=curves, stats=stats, settings=settings, groups=groups, errors=errors,
+                           intervals=intervals)
+    result.write(Path(out_dir))
+    return result
