@@ -6,12 +6,25 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tension.core.api.results import FairPlayMetricsResult, FairPlayResult, read_record, read_table
-from tension.core.api.settings import check_keywords, embedded_fallback, load, named_server
-from tension.core.api.verbs import Columns, PathLike, Records, blocking, count_arg, given_input
+from tension.core.api.results import FairPlayMetricsResult, FairPlayResult, Table, read_record
+from tension.core.api.settings import check_keywords, check_out_folder, embedded_fallback, load, named_server
+from tension.core.api.verbs import (
+    Columns,
+    PathLike,
+    Records,
+    blocking,
+    count_arg,
+    given_input,
+    kernel_settings,
+    run_cache,
+)
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
+
+if TYPE_CHECKING:  # only to type: `import tension` loads none of these
+    from tension.core.config import FairPlayConfig
+    from tension.core.reports.fairplay_metrics import FairPlaySummary
 
 __all__ = ["fairplay", "fairplay_async", "fairplay_metrics", "fairplay_metrics_async"]
 
@@ -22,13 +35,12 @@ __all__ = ["fairplay", "fairplay_async", "fairplay_metrics", "fairplay_metrics_a
 
 def metric_options(verb: str, settings: dict[str, Any], max_plots: int, resamples: int, seed: int) -> dict[str, Any]:
     """The fair-play metrics' settings (FairPlaySettings' fields) and options."""
-    from tension.core.config import build_settings
     from tension.kernels.settings import FairPlaySettings
 
     if not isinstance(max_plots, int) or not isinstance(resamples, int) or max_plots < 0 or resamples < 0:
         raise ConfigError("--max-plots and --resamples: expected >= 0")
     values = {k: v for k, v in settings.items() if v is not None}
-    return {"settings": build_settings(FairPlaySettings, "--", **values), "max_plots": max_plots,
+    return {"settings": kernel_settings(verb, FairPlaySettings, values), "max_plots": max_plots,
             "n_resamples": resamples, "seed": count_arg(verb, "seed", seed)}
 
 
@@ -55,11 +67,13 @@ def _split(verb: str, settings: dict[str, Any]) -> tuple[dict[str, Any], dict[st
             {k: v for k, v in settings.items() if k in metric_keys})
 
 
-def _metrics_result(s: Any) -> FairPlayMetricsResult:
+def _metrics_result(s: FairPlaySummary) -> FairPlayMetricsResult:
     code = EXIT_FAILED if s.errors else EXIT_OK
+    out = Path(s.out)  # the tables as computed, the rows its files hold
+    stories = Table.of(out / "stories.csv", s.story_rows) if s.story_rows is not None else None
+    groups = Table.of(out / "groups.csv", s.group_rows) if s.group_rows is not None else None
     return FairPlayMetricsResult(status="complete" if code == EXIT_OK else "failed", exit_status=code,
-                                 out=str(s.out), stories=read_table(Path(s.out) / "stories.csv"),
-                                 groups=read_table(Path(s.out) / "groups.csv"), summary=s)
+                                 out=str(s.out), stories=stories, groups=groups, summary=s)
 
 
 def fairplay_metrics(readers: PathLike, *, out: PathLike, actual: PathLike | None = None, source: str = "readers",
@@ -78,6 +92,7 @@ def fairplay_metrics(readers: PathLike, *, out: PathLike, actual: PathLike | Non
     settings = _early_steps(settings)
     check_keywords("fairplay_metrics", (FairPlaySettings,), settings)
     options = metric_options("fairplay_metrics", settings, max_plots, resamples, seed)
+    check_out_folder(out)
     s = run(readers, out, actual_csv=actual, settings=options["settings"], max_plots=options["max_plots"],
             n_resamples=options["n_resamples"], seed=options["seed"], progress=progress, source=source)
     return _metrics_result(s)
@@ -93,7 +108,7 @@ async def fairplay_metrics_async(readers: PathLike, *, out: PathLike, actual: Pa
 
 
 def fairplay_settings(config: PathLike | None, settings: dict[str, Any], max_plots: int, resamples: int,
-                      bootstrap_seed: int) -> tuple[Any, dict[str, Any]]:
+                      bootstrap_seed: int) -> tuple[FairPlayConfig, dict[str, Any]]:
     """FairPlayConfig (defaults < ``config`` and its [fairplay] table < keywords, the
     running embedded server when none is named) and the metrics' options."""
     from tension.core.config import FairPlayConfig
@@ -107,10 +122,11 @@ def fairplay_settings(config: PathLike | None, settings: dict[str, Any], max_plo
     return cfg, metric_options("fairplay", metric_values, max_plots, resamples, bootstrap_seed)
 
 
-async def _fairplay(cfg: Any, stories: PathLike | Records, out: PathLike, options: dict[str, Any],
+async def _fairplay(cfg: FairPlayConfig, stories: PathLike | Records, out: PathLike, options: dict[str, Any],
                     columns: Columns = None) -> FairPlayResult:
     from tension.core.pipelines.fairplay import fairplay_async as run
 
+    check_out_folder(out, run_cache(cfg.cache))
     s = await run(cfg, given_input("fairplay", "stories", stories, columns, Path(out) / "stories_given.jsonl"), out,
                   options)
     m = _metrics_result(s.metrics) if s.metrics is not None else None

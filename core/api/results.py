@@ -1,11 +1,15 @@
 """What the API verbs return: typed results holding the pipeline's own summary
-(what the CLI prints from), the tables they wrote read back (per-story
-statistics, groups) and the run record, each with ``to_pandas()`` where pandas is
-installed (the optional extra ``pandas``: ``pip install 'tension-run[pandas]'``)."""
+(what the CLI prints from), the tables of statistics it computed (per story, per
+group: the rows its CSV files hold, from memory) and the run record, each with
+``to_pandas()`` where pandas is installed (the optional extra ``pandas``: ``pip
+install 'tension-run[pandas]'``). In a notebook a result shows as a table
+(``_repr_html_``), ``plot()`` draws the report's figures and ``view()`` serves the
+run's view."""
 
 from __future__ import annotations
 
 import csv
+import html
 import io
 import re
 from pathlib import Path
@@ -14,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 if TYPE_CHECKING:  # the pipelines' records, imported only to type (import tension stays light)
+    from matplotlib.figure import Figure
+
     from tension.core.pipelines.estimate import Estimate
     from tension.core.pipelines.fairplay import FairPlayRun
     from tension.core.pipelines.generate import GenerateSummary
@@ -21,8 +27,11 @@ if TYPE_CHECKING:  # the pipelines' records, imported only to type (import tensi
     from tension.core.reports.comparison import Comparison
     from tension.core.reports.fairplay_metrics import FairPlaySummary
     from tension.core.reports.metrics import MetricsResult as ComputedMetrics
+    from tension.core.reports.rows import Rows
+    from tension.core.run.record import RunHeader
+    from tension.core.view.background import BackgroundView
 
-__all__ = ["Table", "ScoreResult", "EstimateResult", "MetricsResult", "CompareResult", "FairPlayResult",
+__all__ = ["Table", "View", "ScoreResult", "EstimateResult", "MetricsResult", "CompareResult", "FairPlayResult",
            "FairPlayMetricsResult", "GenerateResult"]
 
 Cell = int | float | str | None
@@ -60,9 +69,10 @@ def column_kind(name: str) -> str:
 
 
 class Table(msgspec.Struct, frozen=True, kw_only=True):
-    """A table a verb wrote (its CSV file at ``path``): its columns, and its rows,
-    typed by column (`column_kind`): labels (id, group, …) as strings, counts as
-    integers, statistics as floats, an empty cell (undefined) as None."""
+    """A table a verb computed and wrote (its CSV file at ``path``): its columns,
+    and its rows, typed by column (`column_kind`): labels (id, group, …) as
+    strings, counts as integers, statistics as floats, undefined (an empty cell
+    in the file) as None."""
 
     path: str
     columns: tuple[str, ...]
@@ -94,6 +104,35 @@ class Table(msgspec.Struct, frozen=True, kw_only=True):
     def __len__(self) -> int:
         return len(self.rows)
 
+    @classmethod
+    def of(cls, path: str | Path, computed: Rows) -> Table:
+        """The rows a verb computed and wrote to `path` (as text: statistics to 10 digits)."""
+        return cls(path=str(path), columns=computed.columns, rows=tuple(computed.rows))
+
+    def _repr_html_(self) -> str:
+        return html_table(self)
+
+
+SHOWN_ROWS = 20  # rows of a table a notebook shows; the rest are counted under it
+
+
+def html_table(table: Table, caption: str = "") -> str:
+    """The table as HTML for a notebook (every cell escaped: ids, groups and
+    reasons are the corpus's own text): the first SHOWN_ROWS rows, the rest counted."""
+    def cell(v: Cell) -> str:
+        if v is None:
+            return "<td></td>"
+        if isinstance(v, float):
+            return f"<td>{html.escape(f'{v:.4g}')}</td>"
+        return f"<td>{html.escape(str(v))}</td>"
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+    body = "".join(f"<tr>{''.join(cell(v) for v in r)}</tr>" for r in table.rows[:SHOWN_ROWS])
+    more = (f"<p>… {len(table.rows) - SHOWN_ROWS} more rows (to_pandas() has them all)</p>"
+            if len(table.rows) > SHOWN_ROWS else "")
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
+
 
 # The forms the writers give a number (f"{v:.10g}", an int): no "_", no "Infinity"
 _NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?|-?inf|nan")
@@ -112,7 +151,8 @@ def _cell(text: str, kind: str) -> Cell:
 
 
 def read_table(path: str | Path) -> Table | None:
-    """The CSV at `path` as a Table; None when the verb did not write it."""
+    """The CSV at `path` (a saved run's table) as a Table, typed as the verbs'
+    own (`Table.of`, from memory); None when no such file was written."""
     p = Path(path)
     if not p.is_file():
         return None
@@ -139,6 +179,72 @@ class _Result(msgspec.Struct, kw_only=True):
     exit_status: int
     out: str
 
+    def _shown(self) -> Table | None:
+        """The table a notebook shows of the result."""
+        return None
+
+    def _repr_html_(self) -> str:
+        """The status, where it wrote, why it failed; then the result's table."""
+        summary = getattr(self, "summary", None)
+        error = getattr(summary, "error", None)
+        head = (f"<p><b>{html.escape(type(self).__name__)}</b>: {html.escape(self.status)} "
+                f"(exit status {self.exit_status})" + (f", {html.escape(self.out)}" if self.out else "")
+                + (f"<br>{html.escape(str(error))}" if error else "") + "</p>")
+        table = self._shown()
+        return head + (html_table(table) if table is not None else "")
+
+
+class View(msgspec.Struct, kw_only=True):
+    """A run's view served from this process (``result.view()``): its address
+    (``url``); ``stop()`` ends it. In a notebook it shows as an inline frame."""
+
+    url: str
+    server: BackgroundView
+
+    def stop(self) -> None:
+        """Stop serving (idempotent)."""
+        self.server.stop()
+
+    def _repr_html_(self) -> str:
+        u = html.escape(self.url, quote=True)
+        return (f'<p>view: <a href="{u}" target="_blank">{u}</a> (stop() ends it)</p>'
+                f'<iframe src="{u}" width="100%" height="600" style="border:1px solid #ccc"></iframe>')
+
+
+def serve_view(out: str, host: str, port: int) -> View:
+    """`tension-run view OUT` from a background thread of this process."""
+    from tension.core.pipelines.fairplay.recall import FairPlayRecall
+    from tension.core.pipelines.score.recall import ScoreRecall
+    from tension.core.view.background import start_view
+
+    server = start_view([out], host=host, port=port, score_recall=ScoreRecall, fairplay_recall=FairPlayRecall)
+    return View(url=server.url, server=server)
+
+
+def plot_computed(computed: ComputedMetrics | None, story: str | None, bars: str | None) -> Figure:
+    """The report's figure of a story's curve (the first story's by default), or
+    with `bars` ("nr", "ir", "retain") its group bars, as a matplotlib Figure."""
+    from tension.core.errors import ConfigError
+
+    if computed is None:
+        raise ValueError("the run computed no statistics (see its status and error)")
+    from tension.core.reports.figures import bars_plot, curve_plot, shown
+    from tension.core.reports.report import group_bars
+
+    if bars is not None:
+        kinds = group_bars(computed.settings)
+        if bars not in kinds:
+            raise ConfigError(f"plot(): `bars`: expected one of {', '.join(kinds)}, got {bars!r}")
+        b = kinds[bars]
+        return shown(bars_plot(computed.groups, b.stats, b.labels, b.title, b.ylabel, top=b.top))
+    if not computed.curves:
+        raise ValueError("the run has no story to plot")
+    curve = computed.curves[0] if story is None else next((c for c in computed.curves if c.id == story), None)
+    if curve is None:
+        raise ConfigError(f"plot(): no story `{story}` in this run (its first ids: "
+                          f"{', '.join(c.id for c in computed.curves[:5])})")
+    return curve_plot(curve.id, curve.x, curve.y, computed.settings)
+
 
 class ScoreResult(_Result, kw_only=True):
     """`score`: per-story statistics (stories.csv), group statistics with their
@@ -154,6 +260,26 @@ class ScoreResult(_Result, kw_only=True):
         """The per-story statistics as a DataFrame."""
         return _frame(self.stories)
 
+    @property
+    def header(self) -> RunHeader | None:
+        """The run record's header, typed (``run`` is the whole record: the header, then the body)."""
+        from tension.core.run.record import RunHeader
+
+        return None if self.run is None else msgspec.convert(self.run, RunHeader)
+
+    def _shown(self) -> Table | None:
+        return self.stories
+
+    def plot(self, story: str | None = None, *, bars: str | None = None) -> Figure:
+        """The report's figure of `story`'s no-rate curve (default: the first
+        story's), or with `bars` ("nr", "ir", "retain") of the group bars."""
+        return plot_computed(self.summary.computed, story, bars)
+
+    def view(self, *, host: str = "127.0.0.1", port: int = 0) -> View:
+        """Serve the run's view (``tension-run view OUT``) from a background
+        thread; returns its address (an inline frame in a notebook), ``stop()`` ends it."""
+        return serve_view(self.out, host, port)
+
 
 class MetricsResult(_Result, kw_only=True):
     """`metrics`: per-story and group statistics of saved curves; ``errors`` are
@@ -168,6 +294,13 @@ class MetricsResult(_Result, kw_only=True):
     def to_pandas(self) -> Any:
         return _frame(self.stories)
 
+    def _shown(self) -> Table | None:
+        return self.stories
+
+    def plot(self, story: str | None = None, *, bars: str | None = None) -> Figure:
+        """As ScoreResult.plot: a story's curve, or the group bars."""
+        return plot_computed(self.computed, story, bars)
+
 
 class EstimateResult(_Result, kw_only=True):
     """`estimate`: the Estimate (requests, tokens, cache coverage, GPU-hours,
@@ -175,6 +308,9 @@ class EstimateResult(_Result, kw_only=True):
 
     estimate: Estimate
     text: str
+
+    def _repr_html_(self) -> str:
+        return super()._repr_html_() + f"<pre>{html.escape(self.text)}</pre>"
 
     def to_pandas(self) -> Any:
         """One row: the estimate's scalar figures, nested ones flattened (`gpu_hours.total`)."""
@@ -202,6 +338,9 @@ class CompareResult(_Result, kw_only=True):
     def to_pandas(self) -> Any:
         return pandas().DataFrame([msgspec.to_builtins(r) for r in self.comparison.rows])
 
+    def _repr_html_(self) -> str:
+        return super()._repr_html_() + f"<pre>{html.escape(self.markdown)}</pre>"
+
 
 class FairPlayMetricsResult(_Result, kw_only=True):
     """`fairplay_metrics`: per-story scores (stories.csv), groups (groups.csv),
@@ -213,6 +352,9 @@ class FairPlayMetricsResult(_Result, kw_only=True):
 
     def to_pandas(self) -> Any:
         return _frame(self.stories)
+
+    def _shown(self) -> Table | None:
+        return self.stories
 
 
 class FairPlayResult(_Result, kw_only=True):
@@ -227,6 +369,13 @@ class FairPlayResult(_Result, kw_only=True):
     def to_pandas(self) -> Any:
         """The per-story fair-play scores as a DataFrame."""
         return _frame(self.metrics.stories if self.metrics is not None else None)
+
+    def _shown(self) -> Table | None:
+        return self.metrics.stories if self.metrics is not None else None
+
+    def view(self, *, host: str = "127.0.0.1", port: int = 0) -> View:
+        """Serve the run's view from a background thread, as ScoreResult.view."""
+        return serve_view(self.out, host, port)
 
 
 class GenerateResult(_Result, kw_only=True):

@@ -13,7 +13,7 @@ import msgspec
 
 from tension.core.errors import ConfigError
 
-__all__ = ["check_keywords", "load", "embedded_fallback", "unnamed_server", "server_fallback"]
+__all__ = ["check_keywords", "load", "embedded_fallback", "unnamed_server", "server_fallback", "check_out_folder"]
 
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -34,6 +34,24 @@ def check_keywords(verb: str, structs: tuple[type[msgspec.Struct], ...], values:
             msgspec.convert(value, fields[name].type)
         except msgspec.ValidationError as e:
             raise ConfigError(f"{verb}(): keyword `{name}`: {e}") from None
+
+
+def check_out_folder(value: str | os.PathLike, cache: str | os.PathLike | None = None, flag: str = "out") -> None:
+    """A run's output folder as every verb takes it (the API's `out`, the CLI's
+    --out), checked before any work: an existing file there is a ConfigError, and
+    so is the cache folder `cache` (a verb that opens one) or a folder inside it,
+    where the outputs would lie among the LMDB files."""
+    out = os.fspath(value)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ConfigError(f"--{flag} {out}: exists and is not a folder")
+    if cache is None:
+        return
+    c = os.path.realpath(os.path.expanduser(os.fspath(cache)))
+    o = os.path.realpath(os.path.expanduser(out))
+    if o == c or o.startswith(c.rstrip(os.sep) + os.sep):
+        where = "is" if o == c else "is inside"
+        raise ConfigError(f"--{flag} {out}: {where} the cache folder {os.fspath(cache)}: the outputs would lie among "
+                          "the LMDB files (and removing the run folder would remove the cache); give another --out")
 
 
 def load(verb: str, struct: type[S], config: str | os.PathLike | None, values: dict[str, Any],

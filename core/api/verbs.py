@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
+
+import msgspec
 
 from tension.core.api.results import (
     CompareResult,
@@ -23,11 +26,12 @@ from tension.core.api.results import (
     GenerateResult,
     MetricsResult,
     ScoreResult,
+    Table,
     read_record,
-    read_table,
 )
 from tension.core.api.settings import (
     check_keywords,
+    check_out_folder,
     embedded_fallback,
     load,
     named_server,
@@ -36,6 +40,9 @@ from tension.core.api.settings import (
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 
 if TYPE_CHECKING:  # only to type: `tension-run --help` and `import tension` load none of these
+    from datasets import Dataset
+    from pandas import DataFrame
+
     from tension.core.config import GenerateConfig, ScoreConfig
     from tension.core.pipelines.estimate import Throughput
     from tension.core.pipelines.prefix.predict import CacheModelOptions
@@ -47,12 +54,26 @@ __all__ = ["score", "score_async", "estimate", "estimate_async", "metrics", "met
 PathLike = str | Path
 # Rows in memory, besides a path: a pandas DataFrame, a datasets.Dataset, an iterable
 # of mappings, with the JSON Lines fields as columns (or renamed by `columns=`;
-# core/inputs/tabular.py). Any: neither pandas nor datasets is a dependency.
-Records = Any
+# core/inputs/tabular.py). Neither pandas nor datasets is a dependency: named to type only.
+Records: TypeAlias = "DataFrame | Dataset | Iterable[Mapping[str, Any]]"
 Columns = Mapping[str, str] | None
 
 
 _PATH_KEYWORDS = ("out", "config", "cache", "json", "bench", "pilot", "tokenizer")
+
+# Set while the CLI runs a verb: its run record's argv is then the command line
+# (what "resume with the same command" repeats), not the API call the CLI made.
+_BY_THE_CLI: contextvars.ContextVar[bool] = contextvars.ContextVar("tension_by_the_cli", default=False)
+
+
+@contextlib.contextmanager
+def by_the_cli() -> Iterator[None]:
+    """The block in which the CLI calls the verbs (core/cli/__init__.py `main`)."""
+    token = _BY_THE_CLI.set(True)
+    try:
+        yield
+    finally:
+        _BY_THE_CLI.reset(token)
 
 
 @contextlib.contextmanager
@@ -60,8 +81,13 @@ def recorded(verb: str, first: PathLike, keywords: dict[str, Any]) -> Iterator[N
     """The block of a run whose record's argv is the call that reproduces it
     (``python -c "import tension; tension.score('/abs/c.jsonl', out=…, endings=3)"``,
     paths absolute, the key left out: it is given again or read from
-    OPENAI_API_KEY), not the host process's argv (a notebook kernel's)."""
+    OPENAI_API_KEY), not the host process's argv (a notebook kernel's). Called by
+    the CLI, the record keeps the command line."""
     from tension.core.run.lifecycle import INVOCATION
+
+    if _BY_THE_CLI.get():
+        yield
+        return
 
     def literal(name: str, v: Any) -> str:
         if isinstance(v, os.PathLike) or (name in _PATH_KEYWORDS and isinstance(v, str)):
@@ -124,15 +150,24 @@ async def _score(cfg: ScoreConfig, corpus: PathLike | Records, out: PathLike, co
                  call: dict[str, Any]) -> ScoreResult:
     from tension.core.pipelines.score import score_async as run
 
+    check_out_folder(out, run_cache(cfg.cache))
     path = given_input("score", "corpus", corpus, columns, Path(out) / CORPUS_COPY)
     with recorded("score", path, {"out": out, **call}):
         s = await run(cfg, path, out)
-    done = s.status == "complete"
-    folder = Path(s.out)
+    folder, c = Path(s.out), s.computed  # the statistics the files hold, as computed
     return ScoreResult(status=s.status, exit_status=s.exit_status, out=s.out,
-                       stories=read_table(folder / "stories.csv") if done else None,
-                       groups=read_table(folder / "groups.csv") if done else None,
+                       stories=Table.of(folder / "stories.csv", c.stories()) if c is not None else None,
+                       groups=Table.of(folder / "groups.csv", c.group_rows()) if c is not None else None,
                        run=read_record(folder / "run.json"), summary=s)
+
+
+def run_cache(cache: str | None) -> str:
+    """The cache folder a run opens: `cache`, else the default one."""
+    if cache is not None:
+        return os.path.expanduser(cache)
+    from tension.cache.store import default_path
+
+    return str(default_path())
 
 
 def score(corpus: PathLike | Records, *, out: PathLike, config: PathLike | None = None, columns: Columns = None,
@@ -206,8 +241,6 @@ async def _estimate_of(cfg: ScoreConfig, corpus: PathLike, thr: Throughput, json
     elif isinstance(sub, str):
         est.precision_note = sub
     if json is not None:
-        import msgspec
-
         from tension.core.inputs.jsonl import atomic_write
 
         atomic_write(json, msgspec.json.format(msgspec.json.encode(est), indent=2) + b"\n")
@@ -294,16 +327,33 @@ def count_arg(verb: str, name: str, v: Any, hi: int | None = None) -> int:
     return v
 
 
+K = TypeVar("K", bound=msgspec.Struct)
+
+
+def kernel_settings(verb: str, struct: type[K], values: dict[str, Any]) -> K:
+    """A kernel settings Struct from keywords; a value its checks refuse is a
+    ConfigError naming the keyword (``metrics(): keyword `window`: …``), or the
+    flag when the CLI called (``--window: …``)."""
+    from tension.core.config import build_settings
+
+    if _BY_THE_CLI.get():
+        return build_settings(struct, "--", **values)
+    try:
+        return struct(**values)
+    except ValueError as e:
+        field, _, rest = str(e).partition(": ")
+        raise ConfigError(f"{verb}(): keyword `{field}`: {rest}") from None
+
+
 def curve_settings(verb: str, settings: dict[str, Any]) -> CurveSettings:
     """CurveSettings from keywords (window, thresholds, late_threshold, retention_window)."""
-    from tension.core.config import build_settings
     from tension.kernels.settings import CurveSettings
 
     check_keywords(verb, (CurveSettings,), settings)
     values = {k: v for k, v in settings.items() if v is not None}
     if "thresholds" in values:
         values["thresholds"] = tuple(values["thresholds"])
-    return build_settings(CurveSettings, "--", **values)
+    return kernel_settings(verb, CurveSettings, values)
 
 
 def metrics(curves: PathLike, *, out: PathLike, **settings: Any) -> MetricsResult:
@@ -314,10 +364,13 @@ def metrics(curves: PathLike, *, out: PathLike, **settings: Any) -> MetricsResul
     from tension.core.errors import exit_status
     from tension.core.reports.metrics import metrics as run
 
-    r = run(curves, out, curve_settings("metrics", settings))
+    curve = curve_settings("metrics", settings)
+    check_out_folder(out)
+    r = run(curves, out, curve)
     code = exit_status("complete", len(r.curves), len(r.errors))
     return MetricsResult(status="complete" if code == EXIT_OK else "failed", exit_status=code, out=str(out),
-                         stories=read_table(Path(out) / "stories.csv"), groups=read_table(Path(out) / "groups.csv"),
+                         stories=Table.of(Path(out) / "stories.csv", r.stories()),
+                         groups=Table.of(Path(out) / "groups.csv", r.group_rows()),
                          errors=[str(e) for e in r.errors], computed=r)
 
 
@@ -342,6 +395,8 @@ def compare(run_a: PathLike, run_b: PathLike, *, pair_by: str = "id", out: PathL
     from tension.core.reports.comparison import compare as run
     from tension.core.reports.comparison import comparison_table, story_table
 
+    if out is not None:
+        check_out_folder(out)
     c = run(run_a, run_b, pair_by, n_resamples=count_arg("compare", "resamples", resamples, 10_000_000),
             seed=count_arg("compare", "seed", seed),
             interval_resamples=None if interval_resamples is None else count_arg(
@@ -387,8 +442,6 @@ def generate_settings(config: PathLike | None, settings: dict[str, Any]) -> Gene
 
 async def _generate(cfg: GenerateConfig, ideas: PathLike | Records, out: PathLike, columns: Columns,
                     call: dict[str, Any]) -> GenerateResult:
-    import msgspec
-
     from tension.core.pipelines.generate import generate_async as run
     from tension.core.pipelines.generate import run_record_path
 

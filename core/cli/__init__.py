@@ -118,21 +118,18 @@ _OUT_FILE = frozenset({"generate"})
 
 def _check_out_folder(args: argparse.Namespace) -> None:
     """A --out (or view's --export) folder given as an existing file is one usage error,
-    exit 2, in every verb, before any work (as `score` always said it)."""
-    for name in ("out", "export"):
-        value = getattr(args, name, None)
-        if isinstance(value, str) and args.command not in _OUT_FILE and os.path.exists(value) \
-                and not os.path.isdir(value):
-            raise ConfigError(f"--{name} {value}: exists and is not a folder")
+    exit 2, in every verb, before any work (as `score` always said it); so is a --out
+    on (or in) the cache folder of a verb that opens one (the API's own check)."""
+    from tension.core.api.settings import check_out_folder
+
+    if args.command in _OUT_FILE:
+        return
+    export = getattr(args, "export", None)
+    if isinstance(export, str):
+        check_out_folder(export, flag="export")
     out = getattr(args, "out", None)
-    if isinstance(out, str) and args.command not in _OUT_FILE and hasattr(args, "cache"):
-        cache = _cache_of(args)
-        o, c = os.path.realpath(os.path.expanduser(out)), os.path.realpath(cache)
-        if o == c or o.startswith(c.rstrip(os.sep) + os.sep):
-            where = "is" if o == c else "is inside"
-            raise ConfigError(f"--out {out}: {where} the cache folder {cache}: the outputs would lie among the "
-                              "LMDB files (and removing the run folder would remove the cache); give another "
-                              "--out")
+    if isinstance(out, str):
+        check_out_folder(out, _cache_of(args) if hasattr(args, "cache") else None)
 
 
 def _cache_of(args: argparse.Namespace) -> str:
@@ -157,11 +154,14 @@ def _cache_of(args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from tension.core.api.verbs import by_the_cli
+
     stop = StopNote()  # a run that is stopped says here what it kept
     STOPPED.set(stop)
     try:
         _check_out_folder(args)
-        return args.func(args)
+        with by_the_cli():  # the verbs' run records keep this command line as their argv
+            return args.func(args)
     except ConfigError as e:
         print_error(e)
         return EXIT_USAGE

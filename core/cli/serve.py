@@ -124,10 +124,8 @@ def cmd_demo(args) -> int:
     """Install what is missing, start the embedded server, score the shipped demo story, plot its curve."""
     from importlib.resources import files
 
-    from tension.core.config import load_config
-    from tension.core.pipelines.score import score
+    from tension.core.api.verbs import score, score_settings
     from tension.core.reports.figures import curve_figure
-    from tension.core.reports.metrics import read_run_positions
     from tension.core.serving import embedded
     from tension.core.serving.profiles import DEMO_KV_CACHE_GIB, DEMO_SCORE_SETTINGS
 
@@ -147,11 +145,12 @@ def cmd_demo(args) -> int:
         st = embedded.start(settings)
         url, model = st.url, st.model
     try:
-        cfg = load_config(None, {"cache": args.cache, "progress": True},
-                          fallback={**DEMO_SCORE_SETTINGS, "base_url": url, "model": model})
+        keywords = {**DEMO_SCORE_SETTINGS, "base_url": url, "model": model, "cache": args.cache, "progress": True}
+        cfg = score_settings("demo", None, dict(keywords))
         print(f"scoring the demo story with {cfg.endings} endings per position (embedded profile: "
               f"temperature {cfg.temperature}, {cfg.max_tokens} tokens, judge constrained to Y/N)", file=sys.stderr)
-        summary = score(cfg, str(story), args.out)
+        result = score(str(story), out=args.out, **keywords)  # the library's door, as `score`'s
+        summary = result.summary
     finally:
         if started and not args.keep_server:
             embedded.stop()
@@ -164,10 +163,10 @@ def cmd_demo(args) -> int:
     if summary.status != "complete":
         print(f"error: {summary.error}", file=sys.stderr)
         return EXIT_FAILED
-    curves, _ = read_run_positions(args.out)
+    assert summary.computed is not None  # a complete run's statistics
     png = f"{args.out}/curve.png"
-    for c in curves:
-        curve_figure(png, c.id, c.x, c.y, cfg.curve_settings(), title=f"{c.id}: no-rate over the story")
+    for c in summary.computed.curves:
+        curve_figure(png, c.id, c.x, c.y, summary.computed.settings, title=f"{c.id}: no-rate over the story")
     print((Path(args.out) / "stories.csv").read_text())
     print_answer_warnings(summary.warnings)
     from tension.core.reports.answer_warnings import DEMO_CAVEAT

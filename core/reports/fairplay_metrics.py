@@ -15,8 +15,6 @@ by kernels/fairplay.py.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,9 +37,9 @@ from tension.core.inputs.readers import (
     reader_names,
     row_warnings,
 )
-from tension.core.reports.fairplay_tables import GroupRow, curves_csv, groups_csv, groups_md
-from tension.core.reports.fairplay_tables import cell as _cell
+from tension.core.reports.fairplay_tables import GroupRow, curves_csv, groups_csv, groups_md, groups_table
 from tension.core.reports.filenames import safe_filename
+from tension.core.reports.rows import Cell, Rows, rows_csv
 from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.fairplay import (
     ACTUAL,
@@ -76,6 +74,7 @@ __all__ = [
     "score_matrix",
     "group_rows",
     "stories_csv",
+    "stories_rows",
     "steps_jsonl",
     "groups_csv",
     "groups_md",
@@ -99,6 +98,9 @@ class FairPlaySummary(msgspec.Struct, kw_only=True):
     warnings: list[str] = []
     plots: int = 0
     files: list[str] = []
+    # stories.csv's and groups.csv's rows as computed (what the API's result holds)
+    story_rows: Rows | None = None
+    group_rows: Rows | None = None
 
 
 # ----------------------------------------------------------------------------
@@ -136,10 +138,6 @@ def compute(stories: Sequence[ScoredWhodunit], settings: FairPlaySettings = Fair
 
 # ----------------------------------------------------------------------------
 # Outputs
-
-
-def _flag(v: float) -> str:
-    return "" if math.isnan(v) else str(int(v))
 
 
 def reader_tag(name: str) -> str:
@@ -182,20 +180,25 @@ def score_matrix(c: Computed, settings: FairPlaySettings) -> np.ndarray:
 _FLAG_COLUMNS = ("insufficient_gap", "early_")
 
 
-def stories_csv(stories: Sequence[ScoredWhodunit], c: Computed, settings: FairPlaySettings) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+def stories_rows(stories: Sequence[ScoredWhodunit], c: Computed, settings: FairPlaySettings) -> Rows:
+    """stories.csv's rows as computed: the scores (the early-guess and gap flags as
+    0/1), each reader's steps (None for a reader the story lacks), the counts."""
     names = score_columns(settings, c.readers)
     tail = [f"steps_{r}" for r in c.readers] + ["n_suspects", "extracted_suspects", "n_failures", "renormalised",
                                                 "empty_rows", "zero_rows"]
-    w.writerow(["id", "group", "L", *names, *tail])
     m = score_matrix(c, settings)
+    rows: list[tuple[Cell, ...]] = []
     for j, s in enumerate(stories):
-        cells = [_flag(v) if name.startswith(_FLAG_COLUMNS) else _cell(v) for name, v in zip(names, m[j])]
-        steps = [str(int(c.scores.n_steps[j, r])) if c.present[j, r] else "" for r in range(len(c.readers))]
-        w.writerow([s.id, s.group, s.L, *cells, *steps, len(s.suspects), int(s.extracted_suspects), s.n_failures,
-                    s.renormalised, s.empty_rows, s.zero_rows])
-    return buf.getvalue()
+        cells = [None if math.isnan(v) else int(v) if name.startswith(_FLAG_COLUMNS) else float(v)
+                 for name, v in zip(names, m[j])]
+        steps = [int(c.scores.n_steps[j, r]) if c.present[j, r] else None for r in range(len(c.readers))]
+        rows.append((s.id, s.group, s.L, *cells, *steps, len(s.suspects), int(s.extracted_suspects), s.n_failures,
+                     s.renormalised, s.empty_rows, s.zero_rows))
+    return Rows(columns=("id", "group", "L", *names, *tail), rows=rows)
+
+
+def stories_csv(stories: Sequence[ScoredWhodunit], c: Computed, settings: FairPlaySettings) -> str:
+    return rows_csv(stories_rows(stories, c, settings))
 
 
 def _jlist(a: np.ndarray) -> list:
@@ -300,10 +303,11 @@ def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | 
         for g in groups:
             idx = [j for j, s in enumerate(stories) if s.group == g]
             pooled[g] = pooled_curves(c.steps, c.soff, [s.L for s in stories], idx, settings)
+    story_table, group_table = stories_rows(stories, c, settings), groups_table(rows)
     files: dict[str, str | bytes] = {
-        "stories.csv": stories_csv(stories, c, settings),
+        "stories.csv": rows_csv(story_table),
         "steps.jsonl": steps_jsonl(stories, c),
-        "groups.csv": groups_csv(rows),
+        "groups.csv": rows_csv(group_table),
         "groups.md": groups_md(rows),
         "curves.csv": curves_csv(pooled, settings, c.readers),
         "distributions.jsonl": distributions_jsonl(stories),
@@ -312,7 +316,7 @@ def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | 
         atomic_write(out / name, data)
     plots = _plots(stories, c, pooled, out, max_plots, progress, settings)
     summary = FairPlaySummary(stories=len(stories), errors=[str(e) for e in errors], out=out, warnings=warnings,
-                              plots=plots, files=list(files))
+                              plots=plots, files=list(files), story_rows=story_table, group_rows=group_table)
     atomic_write(out / "fairplay.json", msgspec.json.format(msgspec.json.encode({
         "readers": str(readers), "from": source, "actual_csv": None if actual_csv is None else str(actual_csv),
         "settings": settings, "stories": len(stories), "errors": summary.errors, "warnings": warnings,

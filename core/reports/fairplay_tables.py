@@ -11,9 +11,10 @@ from collections.abc import Sequence
 
 import msgspec
 
+from tension.core.reports.rows import Rows, rows_csv
 from tension.kernels.fairplay import READERS, FairPlaySettings, PooledCurves
 
-__all__ = ["GroupRow", "cell", "groups_csv", "groups_md", "curves_csv"]
+__all__ = ["GroupRow", "cell", "groups_csv", "groups_md", "curves_csv", "groups_table"]
 
 
 def cell(v: float) -> str:
@@ -32,13 +33,18 @@ class GroupRow(msgspec.Struct, kw_only=True):
     n_nan: int
 
 
+def groups_table(rows: Sequence[GroupRow]) -> Rows:
+    """groups.csv's rows as computed (an undefined mean or bound None)."""
+    def num(v: float) -> float | None:
+        return None if v is None or math.isnan(v) else float(v)
+
+    return Rows(columns=("group", "statistic", "mean", "lo", "hi", "interval", "n", "n_nan"),
+                rows=[(r.group, r.statistic, num(r.mean), num(r.lo), num(r.hi), r.interval, r.n, r.n_nan)
+                      for r in rows])
+
+
 def groups_csv(rows: Sequence[GroupRow]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["group", "statistic", "mean", "lo", "hi", "interval", "n", "n_nan"])
-    for r in rows:
-        w.writerow([r.group, r.statistic, cell(r.mean), cell(r.lo), cell(r.hi), r.interval, r.n, r.n_nan])
-    return buf.getvalue()
+    return rows_csv(groups_table(rows))
 
 
 _MD_STATS = ("S", "C_UB", "FP_UB", "C_ER", "FP_ER", "C_AR", "FP_AR", "insufficient_gap")

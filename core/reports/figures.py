@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import textwrap
 import warnings
 from collections.abc import Callable, Sequence
@@ -14,7 +15,8 @@ from typing import Any, TypeVar, cast
 
 import matplotlib
 
-matplotlib.use("Agg")  # no screen: CI, servers, GPU boxes
+if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend: a result's plot() shows there
+    matplotlib.use("Agg")  # no screen: CI, servers, GPU boxes
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
@@ -27,7 +29,8 @@ from tension.kernels.groups import GroupStat  # noqa: E402
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["glyphs_quiet", "sharp_reversals", "curve_figure", "CurvePlot", "bars_figure", "bars_plot", "BARS_SIZE"]
+__all__ = ["glyphs_quiet", "sharp_reversals", "curve_figure", "curve_plot", "CurvePlot", "bars_figure", "bars_plot",
+           "BARS_SIZE", "shown"]
 
 SHARP_ANGLE = 60.0  # the triangles of the paper's Figure 3
 # zlib level of the PNGs: 1 writes them ~3x faster than the default 6, ~15% larger
@@ -70,6 +73,25 @@ def curve_figure(path: str | Path, story_id: str, x, y, settings: CurveSettings 
         plot.close()
 
 
+def curve_plot(story_id: str, x, y, settings: CurveSettings = CurveSettings(), title: str | None = None):
+    """The figure `curve_figure` saves, as a matplotlib Figure to show (a
+    notebook's `result.plot(story)`), left out of pyplot's open figures."""
+    plot = CurvePlot(settings)
+    _sharp, peaks, valleys = plot.place(story_id, x, y, title)
+    for a in plot.dynamic:
+        a.set_animated(False)
+    if len(x):
+        handles = plot.handles(bool(peaks), bool(valleys))
+        plot.ax.legend(handles, [str(h.get_label()) for h in handles], fontsize=7, loc="lower left", framealpha=1.0)
+    return shown(plot.fig)
+
+
+def shown(fig):
+    """`fig` closed to pyplot (a notebook does not show it again at the cell's end), kept drawable."""
+    plt.close(fig)
+    return fig
+
+
 class CurvePlot:
     """One figure for a report's curves. The frame (axes, ticks, labels, grid) is
     drawn once into a pixel buffer; each story restores it and draws only its own
@@ -104,9 +126,22 @@ class CurvePlot:
 
     @glyphs_quiet
     def draw(self, path: str | Path, story_id: str, x, y, title: str | None = None) -> np.ndarray:
+        sharp, peaks, valleys = self.place(story_id, x, y, title)
+        legend = self._legend(bool(peaks), bool(valleys)) if len(x) else None  # before the story is drawn
+        self.canvas.restore_region(self.frame)
+        for a in self.dynamic:
+            self.ax.draw_artist(a)
+        if legend is not None:
+            self.canvas.restore_region(legend)
+        Image.frombuffer("RGBA", self.canvas.get_width_height(), self.canvas.buffer_rgba(), "raw", "RGBA", 0, 1
+                         ).save(path, format="png", compress_level=PNG_COMPRESSION)
+        return np.asarray(sharp, dtype=np.int64)
+
+    def place(self, story_id: str, x, y, title: str | None = None) -> tuple[np.ndarray, list[int], list[int]]:
+        """The story's artists set (curves, triangles, title); returns the indices
+        of its sharp reversals, and of those the peaks and the valleys."""
         x = np.asarray(x, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
-        ax = self.ax
         sharp = np.zeros(0, dtype=np.int64)
         ys = smooth(y, self.settings.window) if len(x) else y
         if len(x):
@@ -119,23 +154,19 @@ class CurvePlot:
         self.valleys.set_offsets(np.column_stack([100 * x[valleys], ys[valleys]]) if valleys else np.empty((0, 2)))
         self.empty.set_visible(not len(x))
         self.title.set_text(title or story_id)
-        legend = self._legend(bool(peaks), bool(valleys)) if len(x) else None  # before the story is drawn
-        self.canvas.restore_region(self.frame)
-        for a in self.dynamic:
-            ax.draw_artist(a)
-        if legend is not None:
-            self.canvas.restore_region(legend)
-        Image.frombuffer("RGBA", self.canvas.get_width_height(), self.canvas.buffer_rgba(), "raw", "RGBA", 0, 1
-                         ).save(path, format="png", compress_level=PNG_COMPRESSION)
-        return np.asarray(sharp, dtype=np.int64)
+        return sharp, [int(j) for j in peaks], [int(j) for j in valleys]
+
+    def handles(self, peaks: bool, valleys: bool) -> list:
+        """The legend's entries for which triangles a story has."""
+        return [self.raw, self.smooth] + ([self.peaks] if peaks else []) + ([self.valleys] if valleys else [])
 
     def _legend(self, peaks: bool, valleys: bool):
         """The pixels of the legend for which triangles the story has (four kinds,
         each drawn once on the frame): pasted over the curves, an opaque box."""
         key = (peaks, valleys)
         if key not in self.legends:
-            shown = [self.raw, self.smooth] + ([self.peaks] if peaks else []) + ([self.valleys] if valleys else [])
-            legend = Legend(self.ax, shown, [str(h.get_label()) for h in shown], fontsize=7, loc="lower left",
+            entries = self.handles(peaks, valleys)
+            legend = Legend(self.ax, entries, [str(h.get_label()) for h in entries], fontsize=7, loc="lower left",
                             framealpha=1.0)
             legend.set_animated(True)
             self.canvas.restore_region(self.frame)

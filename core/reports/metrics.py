@@ -13,9 +13,7 @@ last stage of `score`, usable alone.
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
 import math
 import os
 from collections.abc import Collection, Mapping, Sequence
@@ -28,6 +26,7 @@ import numpy as np
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP, PositionLine
 from tension.core.inputs.jsonl import atomic_write, check_label, decode_line, iter_lines, read_records
+from tension.core.reports.rows import Cell, Rows, rows_csv
 from tension.core.reports.story_intervals import compute_intervals, interval_columns, stat_matrix
 from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stats
@@ -46,6 +45,10 @@ __all__ = [
     "stat_columns",
     "stories_csv",
     "groups_csv",
+    "Rows",
+    "rows_csv",
+    "stories_rows",
+    "groups_rows",
     "format_group_table",
 ]
 
@@ -67,6 +70,26 @@ class MetricsResult(msgspec.Struct, kw_only=True):
     groups: dict[str, dict[str, GroupStat]]  # statistic -> group -> summary
     errors: list[InputError]
     intervals: StoryIntervals | None = None  # None: interval_resamples = 0
+    failed: dict[str, str] = {}  # story id -> why it failed (a score run's): its row kept, undefined
+    story_table: Rows | None = None  # stories.csv's rows, once built (`stories`)
+    group_table: Rows | None = None  # groups.csv's rows, once built (`group_rows`)
+
+    def stories(self) -> Rows:
+        """stories.csv's rows, as computed (built once: the file and the API's table share them)."""
+        if self.story_table is None:
+            self.story_table = stories_rows(self.curves, self.stats, self.settings, self.failed, self.intervals)
+        return self.story_table
+
+    def group_rows(self) -> Rows:
+        """groups.csv's rows, as computed (built once)."""
+        if self.group_table is None:
+            self.group_table = groups_rows(self.groups)
+        return self.group_table
+
+    def write(self, out: Path) -> None:
+        """stories.csv and groups.csv into the folder `out`."""
+        atomic_write(out / "stories.csv", rows_csv(self.stories()))
+        atomic_write(out / "groups.csv", rows_csv(self.group_rows()))
 
 
 _curve_decoder = msgspec.json.Decoder(Curve)
@@ -241,42 +264,58 @@ def _cell(v: float) -> str:
     return "" if math.isnan(v) else f"{v:.10g}"
 
 
+def _stat(v: float) -> float | None:
+    return None if math.isnan(v) else float(v)
+
+
+def stories_rows(curves: Sequence[Curve], stats: BatchStats, settings: CurveSettings,
+                 failed: Mapping[str, str] | None = None, intervals: StoryIntervals | None = None) -> Rows:
+    """One row per story; a story in `failed` (id -> why) keeps its row, with
+    undefined statistics and the reason in `nan_reasons`. After `nan_reasons` come the
+    95% interval of each statistic (`<stat>_lo`, `<stat>_hi`; undefined without
+    `intervals`, for a story without verdict counts, and where the statistic is NaN)."""
+    names = stat_columns(settings)
+    # as Python floats at once (a numpy scalar per cell cost a third of writing the file); NaN: v != v
+    matrix = stat_matrix(stats).tolist()
+    n_positions = stats.n_positions.tolist()
+    if intervals is not None:
+        lo, hi = intervals.lo.tolist(), intervals.hi.tolist()
+    unbounded: list[float | None] = [None] * (2 * len(names))
+    rows: list[tuple[Cell, ...]] = []
+    for i, c in enumerate(curves):
+        if failed and c.id in failed:
+            rows.append((c.id, c.group, 0, *(None for _ in names), f"failed: {failed[c.id]}", *unbounded))
+            continue
+        reasons = "; ".join(Reason(int(stats.reasons[i])).describe())
+        bounds = unbounded if intervals is None else [
+            None if v != v else v for pair in zip(lo[i], hi[i]) for v in pair]
+        rows.append((c.id, c.group, n_positions[i], *(None if v != v else v for v in matrix[i]), reasons, *bounds))
+    return Rows(columns=("id", "group", "n_positions", *names, "nan_reasons", *interval_columns(names)), rows=rows)
+
+
 def stories_csv(curves: Sequence[Curve], stats: BatchStats, settings: CurveSettings,
                 failed: Mapping[str, str] | None = None, intervals: StoryIntervals | None = None) -> str:
-    """One row per story; a story in `failed` (id -> why) keeps its row, with
-    empty statistics and the reason in `nan_reasons`. After `nan_reasons` come the
-    95% interval of each statistic (`<stat>_lo`, `<stat>_hi`; empty without
-    `intervals`, for a story without verdict counts, and where the statistic is NaN)."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    names = stat_columns(settings)
-    w.writerow(["id", "group", "n_positions", *names, "nan_reasons", *interval_columns(names)])
-    matrix = stat_matrix(stats)
-    for i, c in enumerate(curves):
-        reasons = "; ".join(Reason(int(stats.reasons[i])).describe())
-        if intervals is None:
-            bounds = ["" for _ in range(2 * len(names))]
-        else:
-            bounds = [_cell(v) for pair in zip(intervals.lo[i], intervals.hi[i]) for v in pair]
-        if failed and c.id in failed:
-            w.writerow([c.id, c.group, 0, *("" for _ in matrix[i]), f"failed: {failed[c.id]}", *("" for _ in bounds)])
-            continue
-        w.writerow([c.id, c.group, int(stats.n_positions[i]), *(_cell(v) for v in matrix[i]), reasons, *bounds])
-    return buf.getvalue()
+    """stories.csv: `stories_rows` as CSV."""
+    return rows_csv(stories_rows(curves, stats, settings, failed, intervals))
 
 
-def groups_csv(groups: dict[str, dict[str, GroupStat]]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["group", "statistic", "mean", "sd", "ci95", "boot_lo", "boot_hi", "n", "n_nan"])
+def groups_rows(groups: dict[str, dict[str, GroupStat]]) -> Rows:
+    """One row per group and statistic: its mean, sd, 95% half-width, bootstrap
+    interval, stories with a value and stories without."""
     names = list(groups)
     labels = list(groups[names[0]]) if names else []
+    rows: list[tuple[Cell, ...]] = []
     for g in labels:
         for name in names:
             s = groups[name][g]
-            w.writerow([g, name, _cell(s.mean), _cell(s.sd), _cell(s.ci95), _cell(s.boot_lo), _cell(s.boot_hi),
-                        s.n, s.n_nan])
-    return buf.getvalue()
+            rows.append((g, name, _stat(s.mean), _stat(s.sd), _stat(s.ci95), _stat(s.boot_lo), _stat(s.boot_hi),
+                         int(s.n), int(s.n_nan)))
+    return Rows(columns=("group", "statistic", "mean", "sd", "ci95", "boot_lo", "boot_hi", "n", "n_nan"), rows=rows)
+
+
+def groups_csv(groups: dict[str, dict[str, GroupStat]]) -> str:
+    """groups.csv: `groups_rows` as CSV."""
+    return rows_csv(groups_rows(groups))
 
 
 def format_group_table(groups: dict[str, dict[str, GroupStat]]) -> str:
@@ -306,8 +345,7 @@ def metrics(curves_path: str | os.PathLike, out_dir: str | os.PathLike,
     curves, errors = read_curves(curves_path)
     stats, groups = compute(curves, settings)
     intervals = compute_intervals(curves, stats, settings)
-    out = Path(out_dir)
-    atomic_write(out / "stories.csv", stories_csv(curves, stats, settings, intervals=intervals))
-    atomic_write(out / "groups.csv", groups_csv(groups))
-    return MetricsResult(curves=curves, stats=stats, settings=settings, groups=groups, errors=errors,
-                         intervals=intervals)
+    result = MetricsResult(curves=curves, stats=stats, settings=settings, groups=groups, errors=errors,
+                           intervals=intervals)
+    result.write(Path(out_dir))
+    return result

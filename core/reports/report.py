@@ -34,7 +34,7 @@ from tension.kernels.curves import BatchStats, CurveSettings
 from tension.kernels.groups import GroupStat
 from tension.kernels.intervals import StoryIntervals
 
-__all__ = ["RunData", "load_run", "table6", "table18", "report"]
+__all__ = ["RunData", "load_run", "table6", "table18", "report", "Bars", "group_bars"]
 
 _TABLE_STATS = [("mean_nr", "Mean NR"), ("late_nr", "Late NR"), ("retain", "Retain")]
 
@@ -252,6 +252,27 @@ def story_table(data: RunData, max_stories: int) -> str:
     return render_table(["Story", "Group", "positions"] + [label for _, label in cols], rows, "md")
 
 
+class Bars(msgspec.Struct, frozen=True, kw_only=True):
+    """A group-bar figure of the report: which statistics, labelled how."""
+
+    stats: list[str]
+    labels: list[str]
+    title: str
+    ylabel: str
+    top: float | None = None
+
+
+def group_bars(s: CurveSettings) -> dict[str, Bars]:
+    """The report's group-bar figures by name (figures/NAME.png): no-rate, inflection rate, retention."""
+    ir_cols = stat_columns(s)[4:]
+    return {"nr": Bars(stats=["mean_nr", "late_nr"], labels=["Mean NR", f"Late NR (≥{s.late_threshold:.0%})"],
+                       title="Mean and late no-rate by group (95% bootstrap intervals)", ylabel="no-rate", top=1.0),
+            "ir": Bars(stats=ir_cols, labels=[c.upper() for c in ir_cols],
+                       title="Inflection rate by vertex-angle threshold", ylabel="inflection rate", top=1.0),
+            "retain": Bars(stats=["retain"], labels=["Retain"], title="Post-spike tension retention",
+                           ylabel="% of peak retained")}
+
+
 def _draw_figures(figs: Path, data: RunData, max_curves: int) -> list[tuple[str, str]]:
     """The group bars and the first `max_curves` curves into a fresh `figs`;
     returns (story id, path in the report) of each curve."""
@@ -260,13 +281,8 @@ def _draw_figures(figs: Path, data: RunData, max_curves: int) -> list[tuple[str,
     s = data.settings
     shutil.rmtree(figs, ignore_errors=True)
     (figs / "curves").mkdir(parents=True)
-    ir_cols = stat_columns(s)[4:]
-    bars_figure(figs / "nr.png", data.groups, ["mean_nr", "late_nr"], ["Mean NR", f"Late NR (≥{s.late_threshold:.0%})"],
-                "Mean and late no-rate by group (95% bootstrap intervals)", "no-rate", top=1.0)
-    bars_figure(figs / "ir.png", data.groups, ir_cols, [c.upper() for c in ir_cols],
-                "Inflection rate by vertex-angle threshold", "inflection rate", top=1.0)
-    bars_figure(figs / "retain.png", data.groups, ["retain"], ["Retain"],
-                "Post-spike tension retention", "% of peak retained")
+    for name, bars in group_bars(s).items():
+        bars_figure(figs / f"{name}.png", data.groups, bars.stats, bars.labels, bars.title, bars.ylabel, top=bars.top)
     shown = data.curves[:max_curves]
     names = unique_filenames([c.id for c in shown])
     plot = CurvePlot(s)

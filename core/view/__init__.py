@@ -6,6 +6,7 @@
     site.py          every page and JSON document by path (server and export alike)
     app.py           the aiohttp server (127.0.0.1)
     export.py        the same pages as static files
+    background.py    the server in a thread of this process (the API's result.view())
     static/          the one script and style sheet the pages load
 
 The view reads run folders, the reports layer and the cache; it imports no

@@ -130,8 +130,15 @@ def test_bad_keywords_are_config_errors_naming_them(server, tmp_path, kwargs, ma
 def test_bad_keywords_of_the_other_verbs(tmp_path):
     with pytest.raises(ConfigError, match=r"metrics\(\): unknown keyword `windw`"):
         tension.metrics("x.jsonl", out=tmp_path, windw=3)
-    with pytest.raises(ConfigError, match=r"--window: expected an odd integer"):
+    # a bad value names the keyword given (A22), as the CLI names its flag
+    with pytest.raises(ConfigError, match=r"metrics\(\): keyword `window`: expected an odd integer"):
         tension.metrics("x.jsonl", out=tmp_path, window=4)
+    with pytest.raises(ConfigError, match=r"metrics\(\): keyword `late_threshold`: "):
+        tension.metrics("x.jsonl", out=tmp_path, late_threshold=2.0)
+    with pytest.raises(ConfigError, match=r"fairplay_metrics\(\): keyword `early_steps`: "):
+        tension.fairplay_metrics("r.jsonl", out=tmp_path, early_steps=[0])
+    r = cli("metrics", "x.jsonl", "--out", str(tmp_path / "m"), "--window", "4")
+    assert r.returncode == 2 and "--window: expected an odd integer" in r.stderr, r.stderr
     with pytest.raises(ConfigError, match=r"compare\(\): keyword `resamples`"):
         tension.compare("a", "b", resamples=-1)
     with pytest.raises(ConfigError, match=r"generate\(\): unknown keyword `moed`"):

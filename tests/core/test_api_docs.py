@@ -1,9 +1,13 @@
-"""docs/python.md's worked example, run as written (a script of the installed
-package) against the loopback server serving the README's model names, the
-doc's servers (`http://gpu-box:…`) replaced by its URL."""
+"""docs/python.md's examples, every one run as written (a script of the installed
+package; a block with a top-level `await` as a notebook cell runs it) against the
+loopback server serving the README's model names, the doc's servers
+(`http://gpu-box:…`) replaced by its URL: docs that drift from the API fail here.
+The worked example's output is checked line by line."""
 
 from __future__ import annotations
 
+import csv
+import json
 import re
 import subprocess
 import sys
@@ -16,6 +20,54 @@ from tension.testing.openai_server import LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "python.md").read_text(encoding="utf-8")
+
+
+BLOCKS = re.findall(r"```python\n(.*?)```", DOC, flags=re.S)
+
+# Runs a file of Python as a notebook cell would: a top-level `await` is allowed
+RUNNER = """
+import ast, asyncio, sys
+src = open(sys.argv[1], encoding="utf-8").read()
+result = eval(compile(src, sys.argv[1], "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT), {"__name__": "__main__"})
+if asyncio.iscoroutine(result):
+    asyncio.run(result)
+"""
+
+
+def doc_files(folder: Path) -> None:
+    """What the examples read: stories.jsonl ({"id", "group", "text"}), and the same
+    stories as stories.csv with the columns story_id, group, body."""
+    make_corpus(folder / "stories.jsonl", 3, seed=28)
+    rows = [json.loads(line) for line in (folder / "stories.jsonl").read_text().splitlines()]
+    with (folder / "stories.csv").open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["story_id", "group", "body"])
+        for i, r in enumerate(rows):
+            w.writerow([f"00{i}", r["group"], r["text"]])
+
+
+def test_the_doc_has_examples():
+    assert len(BLOCKS) >= 5 and worked_example() in BLOCKS
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_every_example_runs(readme_server, tmp_path, monkeypatch, index):
+    code = BLOCKS[index]
+    if code == worked_example():
+        pytest.skip("the worked example: test_the_worked_example_runs runs it and checks its output")
+    if "import datasets" in code:
+        pytest.importorskip("datasets")
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # local files only: no hub
+        monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if "pd." in code or "to_pandas" in code:
+        pytest.importorskip("pandas")
+    doc_files(tmp_path)
+    (tmp_path / "example.py").write_text(re.sub(r"http://gpu-box:800\d", readme_server.base_url, code),
+                                         encoding="utf-8")
+    r = subprocess.run([sys.executable, "-c", RUNNER, "example.py"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, f"docs/python.md example {index + 1}:\n{code}\n{r.stderr}"
 
 
 def worked_example() -> str:

@@ -72,6 +72,18 @@ def test_run_json_argv_of_an_api_run_is_a_call_that_reproduces_it(server, tmp_pa
         assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "again" / name).read_bytes(), name
 
 
+def test_run_json_argv_of_a_cli_run_is_the_command_line(server, tmp_path):
+    """The CLI calls the API: its run.json argv stays the command typed (what
+    "resume with the same command" repeats), not the API call it made."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
+    cmd = [str(Path(sys.executable).with_name("tension-run")), "score", str(corpus), "--out", str(tmp_path / "cli"),
+           "--base-url", server.base_url, "--model", "test-gen", "--endings", "3", "--no-progress", "--no-report",
+           "--cache", str(tmp_path / "cache")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert json.loads((tmp_path / "cli" / "run.json").read_text())["argv"] == cmd
+
+
 def test_the_first_ctrl_c_under_asyncio_run_stops_the_blocking_call(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=8)
     server.delay = 0.3  # a run of many seconds
@@ -111,3 +123,68 @@ def test_the_first_ctrl_c_under_asyncio_run_stops_the_blocking_call(server, tmp_
     assert out.startswith("interrupted"), out
     record = json.loads((tmp_path / "out" / "run.json").read_text())
     assert record["status"] == "interrupted"
+
+
+def test_out_on_the_cache_folder_is_refused_by_name(server, tmp_path):
+    """N14 from the API: `out` equal to (or inside) the cache folder is a ConfigError
+    naming both, before any work, as the CLI's --out."""
+    import pytest
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=2)
+    cache = tmp_path / "cache"
+    for out in (cache, cache / "run"):
+        with pytest.raises(tension.ConfigError, match=r"the cache folder .*cache"):
+            tension.score(corpus, out=out, **settings(server, cache))
+        assert not (out / "run.json").exists()
+    with pytest.raises(tension.ConfigError, match="the cache folder"):
+        tension.fairplay(corpus, out=cache, base_url=server.base_url, reader_model="test-gen", cache=str(cache))
+
+
+def test_out_a_file_is_refused_by_name_in_every_verb(server, tmp_path):
+    """N15 from the API: `out` an existing file is a ConfigError naming it (not
+    `File exists`), in metrics, compare and fairplay_metrics as in score."""
+    import pytest
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=2)
+    a = tension.score(corpus, out=tmp_path / "a", **settings(server, tmp_path / "cache"))
+    assert a.status == "complete"
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    calls = {"score": lambda: tension.score(corpus, out=afile, **settings(server, tmp_path / "cache")),
+             "metrics": lambda: tension.metrics(tmp_path / "a", out=afile),
+             "compare": lambda: tension.compare(tmp_path / "a", tmp_path / "a", out=afile),
+             "fairplay_metrics": lambda: tension.fairplay_metrics(
+                 Path(__file__).resolve().parents[2] / "examples" / "fairplay_readers.jsonl", out=afile,
+                 progress=False, max_plots=0, resamples=10)}
+    for verb, call in calls.items():
+        with pytest.raises(tension.ConfigError, match=f"{afile}: exists and is not a folder"):
+            call()
+        assert afile.read_text() == "x", verb
+
+
+def test_the_demo_scores_through_the_api_door(tmp_path, capsys):
+    """One door per verb: `demo` scores with `tension.score` as `score` does (not the
+    pipeline's own blocking twin), so it gets the API's result: a cached demo
+    starts no server, draws its curve from the computed statistics, and its record
+    keeps the command line."""
+    from importlib.resources import files
+
+    from tension.core.cli import main
+    from tension.core.serving.profiles import DEMO_SCORE_SETTINGS
+    from tension.core.serving.settings import MODEL_ID
+    from tension.testing.openai_server import LoopbackServer
+
+    story = str(files("tension.core").joinpath("data/demo_story.jsonl"))
+    cache = tmp_path / "cache"
+    with LoopbackServer(model=MODEL_ID) as srv:  # the answers the demo will find in the cache
+        first = tension.score(story, out=tmp_path / "first", cache=cache, progress=False,
+                              **{**DEMO_SCORE_SETTINGS, "base_url": srv.base_url, "model": MODEL_ID})
+    assert first.status == "complete"
+    out = tmp_path / "demo"
+    assert main(["demo", "--cache", str(cache), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "every answer of the demo is in the cache" in captured.err
+    assert "requests sent 0 generation, 0 judge" in captured.out
+    assert (out / "curve.png").stat().st_size > 5000
+    assert (out / "stories.csv").read_bytes() == (tmp_path / "first" / "stories.csv").read_bytes()
+    assert json.loads((out / "run.json").read_text())["argv"][:2] != ["python", "-c"]

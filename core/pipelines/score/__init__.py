@@ -47,6 +47,7 @@ from tension.core.pipelines.score.requests import ScoreRequests, resolve_models,
 from tension.core.pipelines.score.rounds import AdaptiveTally, draw
 from tension.core.pipelines.score.watch import AnswerWatch
 from tension.core.reports.answer_warnings import AnswerWarning
+from tension.core.reports.metrics import MetricsResult
 from tension.core.run.blocking import run_blocking
 from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir, warn
 from tension.core.run.progress import Progress
@@ -82,6 +83,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     replica_events: list[str] = []
     warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/score/watch.py)
     bad_records: int = 0  # input errors of single records (not of the whole file: empty, a JSON array)
+    computed: MetricsResult | None = None  # the statistics written (a complete run's): curves, stories, groups
 
 
 class Scoring:
@@ -114,6 +116,7 @@ class Scoring:
         self.earlier = Invocations()  # the invocations before this one into the same --out (resumes)
         self.outputs_seconds: float | None = None
         self.adaptive = AdaptiveTally(cfg)  # with --target-half-width: the endings each position used
+        self.computed: MetricsResult | None = None  # the statistics the outputs hold, once written
 
     async def _template_counts(self) -> dict[str, int] | None:
         """The token counts of the prompts' fixed texts, for the ideal (cached, as every count)."""
@@ -217,7 +220,7 @@ class Scoring:
     def write_outputs(self, out: Path) -> None:
         t0 = time.perf_counter()
         try:
-            write_outputs(out, self.cfg, self.corpus.stories, self.results, self.texts, self.failed)
+            self.computed = write_outputs(out, self.cfg, self.corpus.stories, self.results, self.texts, self.failed)
         finally:
             self.texts.close()
         # writing the outputs is timed on its own (it must stay flat per position as a corpus grows)
@@ -320,7 +323,8 @@ def _summary(scoring: Scoring, run: Run, out: Path) -> RunSummary:
         cache_hits=dict(run.store.counts.hits), error=run.error, exit_status=run.exit_status,
         replicas=scoring.replica_figures(), replica_events=list(scoring.replica_events),
         warnings=scoring.watch.warnings(),
-        bad_records=sum(not isinstance(e, FileError) for e in corpus.errors))
+        bad_records=sum(not isinstance(e, FileError) for e in corpus.errors),
+        computed=scoring.computed if run.status == "complete" else None)
 
 
 def score(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Path, *,

@@ -20,7 +20,7 @@ from tension.core.inputs.corpus import Story
 from tension.core.inputs.jsonl import atomic_write
 from tension.core.pipelines.score.positions import Position
 from tension.core.prompts import score as prompts
-from tension.core.reports.metrics import Curve, compute, groups_csv, stories_csv
+from tension.core.reports.metrics import Curve, MetricsResult, compute
 from tension.core.reports.story_intervals import compute_intervals
 from tension.core.run.record import Failure
 
@@ -90,9 +90,10 @@ class TextsSpool:
 
 
 def write_outputs(out: Path, cfg: ScoreConfig, stories: list[Story], results: dict[tuple[int, int], PositionResult],
-                  texts: TextsSpool, failed: dict[int, Failure]) -> None:
+                  texts: TextsSpool, failed: dict[int, Failure]) -> MetricsResult:
     """Every output file; `results` and `texts` are keyed by (story index, k). The
-    line files are written as streams: no output is whole in memory."""
+    line files are written as streams: no output is whole in memory. Returns the
+    statistics computed (what the API's result holds)."""
     atomic_write(out / "positions.jsonl", (
         position_line(results[key]) for key in sorted(results) if key[0] not in failed))
     settings = cfg.curve_settings()
@@ -100,13 +101,15 @@ def write_outputs(out: Path, cfg: ScoreConfig, stories: list[Story], results: di
     why = {stories[si].id: f"{f.stage}: {f.error}" for si, f in failed.items()}
     stats, groups = compute(curves, settings, failed=why)
     intervals = compute_intervals(curves, stats, settings, failed=why)
-    atomic_write(out / "stories.csv", stories_csv(curves, stats, settings, failed=why, intervals=intervals))
-    atomic_write(out / "groups.csv", groups_csv(groups))
+    computed = MetricsResult(curves=curves, stats=stats, settings=settings, groups=groups, errors=[],
+                             intervals=intervals, failed=why)
+    computed.write(out)  # stories.csv and groups.csv
     atomic_write(out / "meta.jsonl", b"".join(
         _line_encoder.encode({"id": st.id, "group": st.group, "words": st.words, "meta": st.meta}) + b"\n"
         for si, st in enumerate(stories) if si not in failed))
     if cfg.save_texts:
         atomic_write(out / "texts.jsonl", texts.lines(failed))
+    return computed
 
 
 def _curves(stories: list[Story], results: dict[tuple[int, int], PositionResult],
