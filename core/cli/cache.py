@@ -18,7 +18,7 @@ import msgspec
 from tension.core.cli.flags import Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
 from tension.core.cli.signals import sigterm_interrupts
-from tension.core.errors import CacheError, ConfigError
+from tension.core.errors import CacheError, ConfigError, InputError
 
 __all__ = ["VERBS", "OPENS_CACHE", "cmd_cache_stats", "cmd_cache_verify", "cmd_cache_recover", "cmd_cache_drop",
            "cmd_cache_merge", "network_fs_flag"]
@@ -64,7 +64,7 @@ def cmd_cache_verify(args) -> int:
 
     The cache is only read, and without LMDB, so a truncated or damaged file
     cannot crash the check. Exit status: 0 every record is good; 1 something is
-    damaged (`cache recover` copies what is readable); 2 no cache there."""
+    damaged (`cache recover` copies what is readable) or no cache there."""
     from tension.cache.pages import PageError
     from tension.cache.store import default_path
     from tension.cache.verify import verify
@@ -183,8 +183,8 @@ def cmd_cache_merge(args) -> int:
     given), and each conflict is listed with its database, key and sources. The
     sources are only read. A merge stopped part-way leaves DST sound; run the same
     command again to complete it. Exit status: 0 every record merged; 1 conflicts or
-    damaged records (the rest is merged); 2 bad usage (DST among the sources, a
-    source that is no cache)."""
+    damaged records (the rest is merged), or a source that is no cache; 2 bad usage
+    (DST among the sources)."""
     from tqdm import tqdm
 
     from tension.cache.merge import DST_BEFORE, merge
@@ -288,14 +288,16 @@ def _model_matches(db: str, rec, model: str | None) -> bool:
 
 
 def _existing(path) -> Path:
-    """The cache folder `path`, which must hold a cache: looking never creates one."""
+    """The cache folder `path`, which must hold a cache: looking never creates one.
+    It is the verb's input: none there is a missing input (exit 1, as a missing
+    corpus is in every verb), not a usage error."""
     from tension.core.config.settings import cache_file_given
 
     path = Path(path)
     if (problem := cache_file_given(path)) is not None:
         raise ConfigError(problem)
     if not (path / "data.mdb").is_file():
-        raise ConfigError(f"no cache at {path} (no data.mdb in it)")
+        raise InputError(str(path), 0, None, "no cache here (no data.mdb in it)")
     return path
 
 
