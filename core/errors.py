@@ -20,7 +20,8 @@ fails and the others go on.
 
 Library code raises these; the CLI turns them into one clear line and an exit
 status, the error's kind deciding it (`status_of`, the one place that does: a bad
-input, whatever the verb, is 1; a bad setting or a damaged cache 2). Lower-level exceptions (aiohttp, lmdb, msgspec) are chained with ``from``.
+input, whatever the verb, is 1; a bad setting or a damaged cache 2). Lower-level
+exceptions (aiohttp, lmdb, msgspec) are chained with ``from``.
 """
 
 from __future__ import annotations
