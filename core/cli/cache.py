@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +18,8 @@ import msgspec
 
 from tension.core.cli.flags import Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
-from tension.core.cli.signals import sigterm_interrupts
 from tension.core.errors import CacheError, ConfigError, InputError
+from tension.core.signals import stops_raise
 
 __all__ = ["VERBS", "OPENS_CACHE", "cmd_cache_stats", "cmd_cache_verify", "cmd_cache_recover", "cmd_cache_drop",
            "cmd_cache_merge", "network_fs_flag"]
@@ -211,7 +212,7 @@ def cmd_cache_merge(args) -> int:
     if dst.exists() and not (dst / "data.mdb").is_file() and (not dst.is_dir() or any(dst.iterdir())):
         raise ConfigError(f"cache merge: DST {dst} is neither a cache (no data.mdb in it) nor an empty folder")
     total = 0
-    with _merge_advice(sources, dst), sigterm_interrupts():
+    with _merge_advice(sources, dst), stops_raise(signal.SIGTERM):  # SIGTERM said as Ctrl-C is, exit 130
         for src in sources:
             with Store(src, readonly=True) as store:
                 total += sum(st["entries"] for st in store.stats().values())
