@@ -13,7 +13,7 @@ usage or configuration (a damaged cache among them); 130 interrupted.
     fairplay.py   fairplay, fairplay-metrics    reports.py    metrics, report, compare
     serve.py      serve, demo                   cache.py      cache stats, verify, recover, drop, merge
     view.py       view                          route.py      route
-    precision.py  subsample
+    precision.py  subsample                     network_fs.py --cache-on-network-fs, of every verb opening a cache
 
 Building the parser imports no numba, numpy, scipy or aiohttp: a verb imports
 its library modules when it runs.
@@ -31,12 +31,13 @@ from collections.abc import Sequence
 from tension.core.cli import cache, fairplay, generate, precision, reports, route, score, serve, view
 from tension.core.cli.flags import Once, Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, print_error
+from tension.core.cli.network_fs import OPENS_CACHE, network_fs_flag
 from tension.core.errors import NO_ROOM, ConfigError, TensionError, cannot_write, status_of
 from tension.core.redact import redact_argv
 
 __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
-VERBS: list[Verb] = [cache.network_fs_flag(v) if v.name in cache.OPENS_CACHE else v
+VERBS: list[Verb] = [network_fs_flag(v) if v.name in OPENS_CACHE else v
                      for v in (*score.VERBS, *generate.VERBS, *fairplay.VERBS, *reports.VERBS, *serve.VERBS,
                                *route.VERBS, *cache.VERBS, *view.VERBS, *precision.VERBS)]
 # the help of the verbs that group others ("cache stats")

@@ -228,7 +228,7 @@ def test_every_verb_that_opens_a_cache_takes_the_flag():
     import argparse
 
     from tension.core.cli import VERBS
-    from tension.core.cli.cache import OPENS_CACHE
+    from tension.core.cli.network_fs import OPENS_CACHE
 
     for verb in VERBS:
         p = argparse.ArgumentParser()
