@@ -123,7 +123,10 @@ def _bad_flag(verb: str, g: Path, t: Path, live: str) -> list[str]:
         "view": ["view", run, "--port", "70000"],
         "subsample": ["subsample", run, "--draws", "0"],
         "route": ["route", SERVER, "--port", "70000"],
+        "serve": ["serve", "--embedded", "--port", "70000"],
+        "demo": ["demo", "--port", "70000"],
         "cache stats": ["cache", "stats", cache, "--cache", str(t / "other")],
+        "cache verify": ["cache", "verify", cache, "--cache", str(t / "other")],
         "cache drop": ["cache", "drop", cache],
     }[verb]
 
@@ -138,7 +141,8 @@ VERBS = {
                         "compare", "subsample"],
     "damaged cache": ["score", "estimate", "bench", "generate", "fairplay", "subsample", "cache stats", "cache drop", "cache merge"],
     "bad flag value": ["score", "estimate", "bench", "generate", "fairplay", "fairplay-metrics", "metrics", "report",
-                       "compare", "view", "subsample", "route", "cache stats", "cache drop"],
+                       "compare", "view", "subsample", "route", "serve", "demo", "cache stats", "cache verify",
+                       "cache drop"],
 }
 CASES = [(kind, verb) for kind, verbs in VERBS.items() for verb in verbs]
 
