@@ -43,6 +43,8 @@ def _missing(verb: str, g: Path, t: Path, live: str) -> list[str]:
         "generate": ["generate", nope + ".jsonl", "--out", str(t / "g.jsonl"), "--base-url", live,
                      "--model", "test-gen", "--no-progress"],
         "fairplay": ["fairplay", nope + ".jsonl", "--out", str(t / "o"), *_server(live)],
+        "fairplay --suspects": ["fairplay", str(g / "c.jsonl"), "--suspects", nope + ".json", "--out", str(t / "o"),
+                                *_server(live)],
         "fairplay-metrics": ["fairplay-metrics", nope + ".jsonl", "--out", str(t / "o")],
         "metrics": ["metrics", nope + ".jsonl", "--out", str(t / "o")],
         "report": ["report", nope],
@@ -134,7 +136,8 @@ def _bad_flag(verb: str, g: Path, t: Path, live: str) -> list[str]:
 KINDS = {"missing input": (_missing, 1), "malformed input": (_malformed, 1), "damaged cache": (_damaged_cache, 2),
          "bad flag value": (_bad_flag, 2)}
 VERBS = {
-    "missing input": ["score", "estimate", "bench", "generate", "fairplay", "fairplay-metrics", "metrics", "report",
+    "missing input": ["score", "estimate", "bench", "generate", "fairplay", "fairplay --suspects", "fairplay-metrics",
+                      "metrics", "report",
                       "compare A", "compare B", "view", "view --export", "subsample", "cache stats PATH",
                       "cache stats --cache", "cache verify", "cache recover", "cache drop", "cache merge"],
     "malformed input": ["score", "estimate", "bench", "generate", "fairplay", "fairplay-metrics", "metrics", "report",
