@@ -19,7 +19,9 @@ advised. A StatusError belongs to its one request: that story (idea, reader valu
 fails and the others go on.
 
 Library code raises these; the CLI turns them into one clear line and an exit
-status. Lower-level exceptions (aiohttp, lmdb, msgspec) are chained with ``from``.
+status, the error's kind deciding it (`status_of`, the one place that does: a bad
+input, whatever the verb, is 1; a bad setting or a damaged cache 2). Lower-level
+exceptions (aiohttp, lmdb, msgspec) are chained with ``from``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import sys
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +53,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_INTERRUPTED",
     "exit_status",
+    "status_of",
     "NO_ROOM",
     "disk_free",
     "cannot_write",
@@ -169,6 +173,27 @@ class StopNote:
 
 
 STOPPED: ContextVar[StopNote | None] = ContextVar("tension_stopped", default=None)
+
+
+def status_of(error: BaseException) -> int:
+    """The exit status of a verb stopped by ``error``, by its kind alone, the same in
+    every verb (the table in docs/reliability.md, "Exit statuses"):
+
+    - 2, a bad setting: a ConfigError — a flag or config key with a bad value
+      (a file a flag names included: ``--config``, ``--bench``, ``--titles``), a
+      server refusing the settings (RefusedError), a damaged cache
+      (CacheDamagedError: ``cache recover`` is the way out, never a rerun);
+    - 1, anything else: the input a verb works on (the file or folder its
+      arguments name, a cache verb's cache) missing, unreadable or malformed
+      (InputError, OSError), or work that failed (ServerError, CacheError);
+    - 130, interrupted (KeyboardInterrupt, asyncio's CancelledError).
+    """
+    if isinstance(error, ConfigError):
+        return EXIT_USAGE
+    asyncio = sys.modules.get("asyncio")  # not imported by a verb that never ran a loop: then not its error
+    if isinstance(error, KeyboardInterrupt) or (asyncio is not None and isinstance(error, asyncio.CancelledError)):
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED
 
 
 NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, a file-size limit, a quota

@@ -23,12 +23,13 @@ ALLOWED = {
     "cache": {"core.errors"},
     "core.errors": set(),
     "core.redact": set(),  # the one redactor of server text: whatever prints or stores it may use it
+    "core.signals": set(),  # the one owner of stop signals (Ctrl-C, SIGTERM): whatever stops part-way uses it
     "core.formats": {"core.errors"},
     "core.config": {"core.errors", "core.redact", "kernels", "core.llm"},
     "core.inputs": {"core.errors", "core.formats", "core.config", "core.prompts", "kernels"},
     "core.prompts": {"core.errors"},
     "core.llm": {"core.errors", "core.redact", "cache"},
-    "core.run": {"core.errors", "core.redact", "cache", "core.llm", "core.inputs"},
+    "core.run": {"core.errors", "core.redact", "core.signals", "cache", "core.llm", "core.inputs"},
     "core.reports": {"core.errors", "core.formats", "core.inputs", "kernels"},
     "core.serving": {"core.errors", "core.redact", "cache"},  # redact: the install log names pip's index URLs
     # redact: bench prints and saves its servers' URLs (issue 25: a URL's password reached stdout)
@@ -36,11 +37,12 @@ ALLOWED = {
                        "core.llm", "core.run", "core.reports", "cache", "kernels"},
     # the view reads run folders, reports and the cache; what it needs of a pipeline
     # (a run's request keys) the cli hands it as a recall factory
-    "core.view": {"core.errors", "core.formats", "core.config", "core.inputs", "core.reports", "cache", "kernels"},
+    "core.view": {"core.errors", "core.formats", "core.config", "core.inputs", "core.reports", "core.signals", "cache",
+                  "kernels"},
     # the Python API (docs/python.md): the verbs over the pipelines and reports, below the CLI that calls it
     "core.api": {"core.errors", "core.redact", "core.config", "core.pipelines", "core.reports", "core.serving",
                  "core.inputs", "core.run", "kernels"},
-    "core.cli": {"core.errors", "core.redact", "core.config", "core.pipelines", "core.reports", "core.serving",
+    "core.cli": {"core.errors", "core.redact", "core.signals", "core.config", "core.pipelines", "core.reports", "core.serving",
                  "core.inputs", "core.view", "cache", "kernels", "core.llm", "core.api"},  # llm: `route` starts the router
     "core.tension": {"core.api", "core.errors"},  # the package `tension` itself: the API's facade
 }

@@ -1,10 +1,11 @@
 """The `tension-run` command. Each verb calls the library function of the same
 name; the cli only parses flags, prints, and chooses the exit status.
 
-Exit status (core/errors.exit_status): 0 the run produced everything asked for;
-1 something asked for is missing (a bad record, a failed item, nothing to
-produce; the rest was done and written); 2 bad usage or configuration; 130
-interrupted.
+Exit status (core/errors.exit_status for a run, core/errors.status_of for an
+error: its kind alone decides, in every verb): 0 the run produced everything asked
+for; 1 something asked for is missing (an input missing or malformed, a bad
+record, a failed item, nothing to produce; the rest was done and written); 2 bad
+usage or configuration (a damaged cache among them); 130 interrupted.
 
     flags.py      flags built from the settings Structs; one value per flag
     messages.py   what several verbs print; the exit statuses
@@ -12,7 +13,7 @@ interrupted.
     fairplay.py   fairplay, fairplay-metrics    reports.py    metrics, report, compare
     serve.py      serve, demo                   cache.py      cache stats, verify, recover, drop, merge
     view.py       view                          route.py      route
-    precision.py  subsample
+    precision.py  subsample                     network_fs.py --cache-on-network-fs, of every verb opening a cache
 
 Building the parser imports no numba, numpy, scipy or aiohttp: a verb imports
 its library modules when it runs.
@@ -30,12 +31,13 @@ from collections.abc import Sequence
 from tension.core.cli import cache, fairplay, generate, precision, reports, route, score, serve, view
 from tension.core.cli.flags import Once, Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, print_error
-from tension.core.errors import NO_ROOM, STOPPED, ConfigError, StopNote, TensionError, cannot_write
+from tension.core.cli.network_fs import OPENS_CACHE, network_fs_flag
+from tension.core.errors import NO_ROOM, STOPPED, ConfigError, StopNote, TensionError, cannot_write, status_of
 from tension.core.redact import redact_argv
 
 __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
-VERBS: list[Verb] = [cache.network_fs_flag(v) if v.name in cache.OPENS_CACHE else v
+VERBS: list[Verb] = [network_fs_flag(v) if v.name in OPENS_CACHE else v
                      for v in (*score.VERBS, *generate.VERBS, *fairplay.VERBS, *reports.VERBS, *serve.VERBS,
                                *route.VERBS, *cache.VERBS, *view.VERBS, *precision.VERBS)]
 # the help of the verbs that group others ("cache stats")
@@ -44,9 +46,11 @@ GROUPS = {"cache": "inspect, verify, recover, drop and merge records of the LMDB
 EPILOG = """\
 Each command's --help lists its flags with their defaults (the papers' settings).
 
-exit status: 0 the run produced everything asked for; 1 something asked for is
-missing (a bad record, a failed item, nothing to produce; the rest was done and
-written); 2 bad usage or configuration; 130 interrupted.
+exit status, by the kind of error, the same in every command: 0 the run produced
+everything asked for; 1 something asked for is missing (an input file or folder
+missing or malformed, a bad record, a failed item, nothing to produce; the rest
+was done and written); 2 bad usage or configuration (a bad flag or config value,
+a file a flag names missing, a damaged cache); 130 interrupted.
 
 environment: OPENAI_API_KEY holds the API key of the servers; XDG_CACHE_HOME
 moves ~/.cache (the LMDB cache, the embedded server); OPENAI_BASE_URL names the
@@ -162,19 +166,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_out_folder(args)
         with by_the_cli():  # the verbs' run records keep this command line as their argv
             return args.func(args)
-    except ConfigError as e:
-        print_error(e)
-        return EXIT_USAGE
     except TensionError as e:
         print_error(e)
-        return EXIT_FAILED
+        return status_of(e)  # its kind says the status, the same in every verb
     except OSError as e:
         if e.errno in NO_ROOM:  # the run record itself, or a file outside a run's outputs
             print_error(cannot_write(e))
-            return EXIT_FAILED
+            return status_of(e)
         where = f" ({e.filename})" if e.filename else ""
         print(f"error: {e.strerror or e}{where}", file=sys.stderr)
-        return EXIT_FAILED
+        return status_of(e)
     except _interrupts():
         # Ctrl-C or SIGTERM: the run committed what completed before stopping, and
         # says what that was (core/errors.py StopNote); never "kept" for what was not.

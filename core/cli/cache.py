@@ -1,27 +1,24 @@
 """`cache stats`, `cache verify`, `cache recover`, `cache drop`, `cache merge`: what
 the LMDB cache holds, whether every record of it is readable, a new cache of the
 readable ones, forgetting the records a broken setup left (by model, role or run),
-and joining the caches of several machines; and `--cache-on-network-fs`, which every
-verb that opens a cache takes."""
+and joining the caches of several machines. (`--cache-on-network-fs`, which every
+verb that opens a cache takes, is network_fs.py's.)"""
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import msgspec
-
 from tension.core.cli.flags import Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_OK
-from tension.core.cli.signals import sigterm_interrupts
-from tension.core.errors import CacheError, ConfigError
+from tension.core.errors import CacheError, ConfigError, InputError
+from tension.core.signals import stops_raise
 
-__all__ = ["VERBS", "OPENS_CACHE", "cmd_cache_stats", "cmd_cache_verify", "cmd_cache_recover", "cmd_cache_drop",
-           "cmd_cache_merge", "network_fs_flag"]
+__all__ = ["VERBS", "cmd_cache_stats", "cmd_cache_verify", "cmd_cache_recover", "cmd_cache_drop", "cmd_cache_merge"]
 
 MAX_LISTED = 100  # bad records and pages listed one by one; the rest are counted
 # `cache drop --role`: the databases holding a role's answers ("positions" holds a
@@ -64,7 +61,7 @@ def cmd_cache_verify(args) -> int:
 
     The cache is only read, and without LMDB, so a truncated or damaged file
     cannot crash the check. Exit status: 0 every record is good; 1 something is
-    damaged (`cache recover` copies what is readable); 2 no cache there."""
+    damaged (`cache recover` copies what is readable) or no cache there."""
     from tension.cache.pages import PageError
     from tension.cache.store import default_path
     from tension.cache.verify import verify
@@ -183,8 +180,8 @@ def cmd_cache_merge(args) -> int:
     given), and each conflict is listed with its database, key and sources. The
     sources are only read. A merge stopped part-way leaves DST sound; run the same
     command again to complete it. Exit status: 0 every record merged; 1 conflicts or
-    damaged records (the rest is merged); 2 bad usage (DST among the sources, a
-    source that is no cache)."""
+    damaged records (the rest is merged), or a source that is no cache; 2 bad usage
+    (DST among the sources)."""
     from tqdm import tqdm
 
     from tension.cache.merge import DST_BEFORE, merge
@@ -211,7 +208,7 @@ def cmd_cache_merge(args) -> int:
     if dst.exists() and not (dst / "data.mdb").is_file() and (not dst.is_dir() or any(dst.iterdir())):
         raise ConfigError(f"cache merge: DST {dst} is neither a cache (no data.mdb in it) nor an empty folder")
     total = 0
-    with _merge_advice(sources, dst), sigterm_interrupts():
+    with _merge_advice(sources, dst), stops_raise(signal.SIGTERM):  # SIGTERM said as Ctrl-C is, exit 130
         for src in sources:
             with Store(src, readonly=True) as store:
                 total += sum(st["entries"] for st in store.stats().values())
@@ -288,14 +285,16 @@ def _model_matches(db: str, rec, model: str | None) -> bool:
 
 
 def _existing(path) -> Path:
-    """The cache folder `path`, which must hold a cache: looking never creates one."""
+    """The cache folder `path`, which must hold a cache: looking never creates one.
+    It is the verb's input: none there is a missing input (exit 1, as a missing
+    corpus is in every verb), not a usage error."""
     from tension.core.config.settings import cache_file_given
 
     path = Path(path)
     if (problem := cache_file_given(path)) is not None:
         raise ConfigError(problem)
     if not (path / "data.mdb").is_file():
-        raise ConfigError(f"no cache at {path} (no data.mdb in it)")
+        raise InputError(str(path), 0, None, "no cache here (no data.mdb in it)")
     return path
 
 
@@ -357,41 +356,6 @@ def _drop_flags(p) -> None:
 def _merge_flags(p) -> None:
     p.add_argument("sources", nargs="+", metavar="SRC", help="a cache folder to copy from (only read)")
     p.add_argument("dst", metavar="DST", help="the cache folder to merge into (made when missing)")
-
-
-# The verbs that open a cache, each of which takes --cache-on-network-fs.
-OPENS_CACHE = frozenset({"score", "estimate", "bench", "demo", "generate", "fairplay", "view", "subsample",
-                         "cache stats", "cache verify", "cache recover", "cache drop", "cache merge"})
-NETWORK_FS_DEST = "cache_on_network_fs"
-
-
-def network_fs_flag(verb: Verb) -> Verb:
-    """`verb` with the flag --cache-on-network-fs: the user insists on a cache folder
-    on a network file system (cache/mounts.py says why it is refused otherwise)."""
-    from tension.cache.mounts import ALLOW_ENV
-
-    def add_flags(p) -> None:
-        verb.add_flags(p)
-        p.add_argument("--cache-on-network-fs", dest=NETWORK_FS_DEST, action="store_true",
-                       help="use a cache folder on a network file system (NFS, SMB, FUSE/sshfs) anyway: refused "
-                            "otherwise, as LMDB's locks and memory map do not hold across machines; one machine "
-                            f"only, at your own risk (or set {ALLOW_ENV}=1)")
-
-    @functools.wraps(verb.run)
-    def run(args) -> int:
-        if not getattr(args, NETWORK_FS_DEST, False):
-            return verb.run(args)
-        before = os.environ.get(ALLOW_ENV)
-        os.environ[ALLOW_ENV] = "1"  # read where every cache is opened (cache.mounts.check_local)
-        try:
-            return verb.run(args)
-        finally:  # (main() called in a process that goes on: the insistence was this command's only)
-            if before is None:
-                del os.environ[ALLOW_ENV]
-            else:
-                os.environ[ALLOW_ENV] = before
-
-    return msgspec.structs.replace(verb, run=run, add_flags=add_flags, verb_only=verb.verb_only | {NETWORK_FS_DEST})
 
 
 _ENV = "environment: XDG_CACHE_HOME moves ~/.cache, where the default cache is."

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 
 from tension.core.cli.flags import PORT, Number, Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from tension.core.errors import status_of
+from tension.core.signals import stops_raise
 
 __all__ = ["VERBS", "cmd_view", "DEFAULT_PORT"]
 
@@ -16,13 +19,11 @@ DEFAULT_PORT = 8780
 def cmd_view(args) -> int:
     """Look at runs in a browser: corpus, stories with their curves and the endings behind each point,
     comparisons of two runs, fair-play reading curves. Serves 127.0.0.1 and prints the URL."""
-    import asyncio
-
-    from tension.core.cli.signals import sigterm_interrupts
-
+    # An export is a task that stops part-way: Ctrl-C and SIGTERM alike, from the verb's first
+    # statement on, each recorded, so that one whose KeyboardInterrupt an import swallowed still
+    # stops it before its last rename (core/view/export.py). The server runs until it is stopped.
     try:
-        # an export is a task that stops part-way (SIGTERM as Ctrl-C); the server runs until it is stopped
-        with sigterm_interrupts() if args.export is not None else contextlib.nullcontext():
+        with stops_raise(signal.SIGINT, signal.SIGTERM) if args.export is not None else contextlib.nullcontext():
             from tension.core.pipelines.fairplay.recall import FairPlayRecall
             from tension.core.pipelines.score.recall import ScoreRecall
             from tension.core.view import view
@@ -30,7 +31,9 @@ def cmd_view(args) -> int:
             size = view(args.runs, host=args.host, port=args.port, cache=args.cache, export_dir=args.export,
                         endings=args.endings, score_recall=ScoreRecall, fairplay_recall=FairPlayRecall,
                         say=lambda m: print(m, flush=True))
-    except (KeyboardInterrupt, asyncio.CancelledError):
+    except BaseException as e:
+        if status_of(e) != EXIT_INTERRUPTED:  # (KeyboardInterrupt, or asyncio's CancelledError)
+            raise
         if args.export is None:
             print("view stopped", file=sys.stderr)
             return EXIT_OK

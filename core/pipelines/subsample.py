@@ -55,10 +55,15 @@ class SubsampleResult(msgspec.Struct, kw_only=True):
 def _record(run_dir: Path) -> dict[str, Any]:
     from tension.core.pipelines.score.recall import run_record
 
-    doc = run_record(run_dir, "subsample")
+    # The run folder is subsample's input: a folder that is none, or a record that cannot be
+    # read, is a bad input (exit 1), as the same folder given to `report` is (errors.status_of).
+    try:
+        doc = run_record(run_dir, "subsample")
+    except ConfigError as e:
+        raise InputError(str(run_dir), 0, None, str(e).removeprefix(f"subsample {run_dir}: ")) from None
     if doc.get("command", "score") != "score":
-        raise ConfigError(f"subsample {run_dir}: its run.json is the record of `{doc.get('command')}`, not of a "
-                          "score run")
+        raise InputError(str(run_dir), 0, None, f"its run.json is the record of `{doc.get('command')}`, not of a "
+                         "score run")
     return doc
 
 
@@ -74,7 +79,7 @@ def _path_of(record: dict[str, Any], path: str | None, run_dir: Path) -> Path | 
 def _lines(run_dir: Path) -> list[tuple[int, PositionLine]]:
     path = str(run_dir / "positions.jsonl")
     if not Path(path).is_file():
-        raise ConfigError(f"{run_dir}: not a finished score run (no positions.jsonl in it)")
+        raise InputError(str(run_dir), 0, None, "not a finished score run (no positions.jsonl in it)")
     dec = msgspec.json.Decoder(PositionLine)
     return [(lineno, decode_line(path, lineno, raw, PositionLine, dec)) for lineno, raw in iter_lines(path)]
 

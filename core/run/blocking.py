@@ -11,8 +11,10 @@ import contextlib
 import contextvars
 import signal
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
+
+from tension.core.signals import stops_raise
 
 __all__ = ["run_blocking"]
 
@@ -58,7 +60,10 @@ def _run_on_worker(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
     # the caller's context goes with the work (the API's record of its call, lifecycle.INVOCATION)
     threading.Thread(target=contextvars.copy_context().run, args=(work,), name="tension-run", daemon=True).start()
     try:
-        with _ctrl_c_raises():
+        # Ctrl-C raises KeyboardInterrupt here, whatever handler the caller's loop installed: under
+        # ``asyncio.run`` the loop's own handler only cancels its main task, which is blocked in this
+        # wait, so the first Ctrl-C was obeyed only once the run had ended
+        with stops_raise(signal.SIGINT):
             done.wait()
     except KeyboardInterrupt:
         if "task" in box:
@@ -69,22 +74,6 @@ def _run_on_worker(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
     if "error" in box:
         raise box["error"]
     return box["result"]
-
-
-@contextlib.contextmanager
-def _ctrl_c_raises() -> Iterator[None]:
-    """Ctrl-C raises KeyboardInterrupt in the waiting thread, whatever handler the
-    caller's loop installed: under ``asyncio.run`` the loop's own handler only
-    cancels its main task, which is blocked in this wait, so the first Ctrl-C was
-    obeyed only once the run had ended. Signals reach the main thread only."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
 
 
 def _run_here(make_coro: Callable[[], Coroutine[Any, Any, T]],

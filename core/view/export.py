@@ -15,6 +15,7 @@ import msgspec
 
 from tension.core.errors import ConfigError
 from tension.core.inputs.jsonl import atomic_write
+from tension.core.signals import raise_if_stopped
 from tension.core.view.site import STATIC, Site, inline_json
 
 __all__ = ["ExportSize", "export", "endings_files", "check_target", "EXPORT_MARKS"]
@@ -107,6 +108,7 @@ def export(site: Site, out_dir: str | Path, say: Callable[[str], None] = print) 
     try:
         for p, body in {**pages, **extra}.items():
             atomic_write(partial / p, body)
+        raise_if_stopped()  # a stop whose KeyboardInterrupt was lost (in an import): the export is not whole
         _replace(partial, out)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)

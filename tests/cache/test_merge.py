@@ -144,8 +144,8 @@ def test_merging_a_cache_into_itself_is_refused(tmp_path, capsys):
     assert "cannot be merged into itself" in capsys.readouterr().err
     assert main(["cache", "merge", str(a), str(tmp_path / "link"), str(tmp_path / "d")]) == 2
     assert "is given twice" in capsys.readouterr().err
-    assert main(["cache", "merge", str(tmp_path / "nothing"), str(tmp_path / "d")]) == 2
-    assert "no cache at" in capsys.readouterr().err
+    assert main(["cache", "merge", str(tmp_path / "nothing"), str(tmp_path / "d")]) == 1  # a missing input
+    assert "nothing: no cache here" in capsys.readouterr().err
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     assert main(["cache", "merge", str(a), str(tmp_path / "full")]) == 2
@@ -228,7 +228,7 @@ def test_every_verb_that_opens_a_cache_takes_the_flag():
     import argparse
 
     from tension.core.cli import VERBS
-    from tension.core.cli.cache import OPENS_CACHE
+    from tension.core.cli.network_fs import OPENS_CACHE
 
     for verb in VERBS:
         p = argparse.ArgumentParser()

@@ -175,8 +175,8 @@ def test_a_judge_that_answered_think_is_asked_again_once_fixed(broken, tmp_path,
 def test_cache_drop_needs_a_filter_and_a_cache(tmp_path, capsys):
     assert main(["cache", "drop", "--cache", str(tmp_path)]) == 2
     assert "name what to drop" in capsys.readouterr().err
-    assert main(["cache", "drop", "--cache", str(tmp_path / "none"), "--role", "judge"]) == 2
-    assert "no cache at" in capsys.readouterr().err
+    assert main(["cache", "drop", "--cache", str(tmp_path / "none"), "--role", "judge"]) == 1  # a missing input
+    assert "none: no cache here" in capsys.readouterr().err
 
 
 # --- finding 11 (3a, 6b, 7a, 7c): the limit, no positions, a reused --out -----------

@@ -121,8 +121,8 @@ def test_subsample_of_an_unknown_statistic_is_a_usage_error(scored, capsys):
     assert "tension" in capsys.readouterr().err
 
 
-def test_subsample_of_a_folder_that_is_no_run_is_a_usage_error(tmp_path, capsys):
-    assert main(["subsample", str(tmp_path)]) == 2
+def test_subsample_of_a_folder_that_is_no_run_is_a_bad_input(tmp_path, capsys):
+    assert main(["subsample", str(tmp_path)]) == 1  # as `report` of it is (test_exit_statuses.py)
     assert "not a score run folder" in capsys.readouterr().err
 
 

@@ -298,7 +298,7 @@ def test_dash_reads_the_corpus_and_the_curves_from_standard_input(server, tmp_pa
 
 def test_cache_stats_on_a_missing_path_creates_no_cache(tmp_path):
     r = _cli("cache", "stats", "--cache", str(tmp_path / "typo"))
-    assert r.returncode == 2 and "no cache at" in r.stderr and not (tmp_path / "typo").exists()
+    assert r.returncode == 1 and "typo: no cache here" in r.stderr and not (tmp_path / "typo").exists()
 
 
 def test_outputs_respect_the_umask(server, tmp_path):

@@ -1,0 +1,59 @@
+"""Stop signals, one owner: within a block, Ctrl-C (SIGINT) and SIGTERM raise
+KeyboardInterrupt in the main thread, whatever handler was there before, and are
+recorded, so that work about to be committed can still see a stop whose
+KeyboardInterrupt never reached it.
+
+Why the record: a KeyboardInterrupt raised by a signal handler is lost when the
+handler runs inside a callback whose exceptions Python ignores ("Exception ignored
+in …": importlib's module-lock weakref callback, met while a verb imports its
+modules). A verb that commits its work in one last step (`view --export`'s rename)
+asks `raise_if_stopped()` just before it: a stop said once is obeyed even then.
+
+Used by the blocking API (core/run/blocking.py: Ctrl-C while it waits on its
+worker), `cache merge` and `view --export` (SIGTERM as Ctrl-C: said, exit 130,
+where SIGTERM's default would end the process at once, silently, 143)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+__all__ = ["stops_raise", "raise_if_stopped"]
+
+_received: list[int] = []  # the stop signals received within the outermost open block
+_depth = 0  # blocks open (on the main thread: the only one that installs them)
+
+
+def _stop(signum: int, frame: object) -> None:
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stops_raise(*signums: signal.Signals) -> Iterator[None]:
+    """Within the block, each of ``signums`` raises KeyboardInterrupt and is recorded
+    (`raise_if_stopped`); the handlers before it are put back after. Off the main
+    thread, nothing: signals reach only the main thread's handlers."""
+    global _depth
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if _depth == 0:
+        _received.clear()  # a stop belongs to the block it was received in
+    before = {s: signal.signal(s, _stop) for s in signums}
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def raise_if_stopped() -> None:
+    """KeyboardInterrupt if a stop signal was received in the open block, though its
+    own KeyboardInterrupt was lost on the way (see the module's docstring)."""
+    if _depth and _received:
+        raise KeyboardInterrupt
