@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from tension.core.config import ScoreConfig
-from tension.core.errors import ConfigError
+from tension.core.errors import InputError
 from tension.core.formats import PositionLine
 
 if TYPE_CHECKING:
@@ -74,8 +74,8 @@ def read_pilot(run_dir: str | Path) -> Pilot:
     try:
         data = path.read_bytes()
     except OSError as e:
-        raise ConfigError(f"--pilot {run_dir}: {path} cannot be read ({e.strerror or e}); expected the folder of "
-                          "an earlier score run") from None
+        raise InputError(str(path), 0, None, f"cannot be read ({e.strerror or e}); --pilot expects the folder of "
+                         "an earlier score run") from None
     dec = msgspec.json.Decoder(PositionLine)
     out: list[float] = []
     endings: list[int] = []
@@ -85,14 +85,14 @@ def read_pilot(run_dir: str | Path) -> Pilot:
         try:
             line = dec.decode(raw)
         except msgspec.DecodeError as e:
-            raise ConfigError(f"--pilot: {path}, line {i}: {e}") from None
+            raise InputError(str(path), i, None, f"{e} (the --pilot run's positions)") from None
         if line.n_endings <= 0:
-            raise ConfigError(f"--pilot: {path}, line {i}: field n_endings: expected > 0 (a run that kept its "
-                              f"counts), got {line.n_endings}")
+            raise InputError(str(path), i, "n_endings", f"expected > 0 (a --pilot run that kept its counts), "
+                             f"got {line.n_endings}")
         out.append(1.0 - line.n_match / line.n_endings)
         endings.append(line.n_endings)
     if not out:
-        raise ConfigError(f"--pilot: {path} holds no position")
+        raise InputError(str(path), 0, None, "holds no position (the --pilot run's positions)")
     return Pilot(no_rates=out, endings=endings)
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from tension.core.errors import ConfigError, TensionError
+from tension.core.errors import ConfigError, InputError, TensionError
 from tension.core.pipelines.estimate_adaptive import CostRow
 
 if TYPE_CHECKING:
@@ -40,9 +40,11 @@ def pilot_subsample(pilot: str | Path, required: bool) -> SubsampleResult | str:
         return run_subsample(pilot)
     except TensionError as e:
         if required:
-            raise ConfigError(f"--pilot {pilot}: {e}; the recommended endings are read from a finished score run's "
-                              "cached verdicts (and the expected cost of adaptive endings needs "
-                              "--target-half-width)") from None
+            why = ("the recommended endings are read from a finished score run's cached verdicts (and the expected "
+                   "cost of adaptive endings needs --target-half-width)")
+            if isinstance(e, InputError):  # the pilot run is the input: exit 1, as a missing corpus
+                raise InputError(e.path, e.line, e.field, f"{e.message}; {why}") from None
+            raise ConfigError(f"--pilot {pilot}: {e}; {why}") from None
         return str(e)
 
 

@@ -20,7 +20,7 @@ import msgspec
 import numpy as np
 
 from tension.cache.store import Store, default_path
-from tension.core.errors import ConfigError, InputError
+from tension.core.errors import InputError
 from tension.core.formats import PositionLine
 from tension.core.inputs.jsonl import decode_line, iter_lines
 from tension.core.pipelines.estimate import Throughput, endings_gpu_hours
@@ -57,10 +57,7 @@ def _record(run_dir: Path) -> dict[str, Any]:
 
     # The run folder is subsample's input: a folder that is none, or a record that cannot be
     # read, is a bad input (exit 1), as the same folder given to `report` is (errors.status_of).
-    try:
-        doc = run_record(run_dir, "subsample")
-    except ConfigError as e:
-        raise InputError(str(run_dir), 0, None, str(e).removeprefix(f"subsample {run_dir}: ")) from None
+    doc = run_record(run_dir, "subsample")
     if doc.get("command", "score") != "score":
         raise InputError(str(run_dir), 0, None, f"its run.json is the record of `{doc.get('command')}`, not of a "
                          "score run")
@@ -96,7 +93,8 @@ def read_verdicts(run_dir: str | Path, cache: str | Path | None = None) -> tuple
     where = Path(cache) if cache else (_path_of(record, (record.get("config") or {}).get("cache"), d)
                                        or default_path())
     if not (where / "data.mdb").is_file():
-        raise ConfigError(f"{run_dir}: no cache at {where}: the run's verdicts are read from it (give --cache PATH)")
+        raise InputError(str(run_dir), 0, None, f"no cache at {where}: the run's verdicts are read from it "
+                         "(give --cache PATH)")
     sentences = _corpus_sentences(record, d) if any(ln.endings_key is None for _, ln in lines) else {}
     by_story: dict[str, list[tuple[int, PositionLine]]] = {}
     for lineno, ln in lines:

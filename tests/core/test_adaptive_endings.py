@@ -287,10 +287,10 @@ def test_estimate_pilot_errors(tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 1)
     base = ["estimate", str(corpus), "--tokenizer", "words", "--no-progress", "--cache", str(tmp_path / "c"),
             "--base-url", "http://127.0.0.1:9"]
-    assert main([*base, "--pilot", str(tmp_path)]) == 2  # no target
+    assert main([*base, "--pilot", str(tmp_path)]) == 1  # not a run: a missing input
     assert "needs --target-half-width" in capsys.readouterr().err
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "positions.jsonl").write_text('{"id": "a", "k": 3, "pct": 0.5, "no_rate": 0.5}\n{"id": 1}\n')
-    assert main([*base, "--target-half-width", "0.1", "--seed", "1", "--pilot", str(tmp_path / "p")]) == 2
+    assert main([*base, "--target-half-width", "0.1", "--seed", "1", "--pilot", str(tmp_path / "p")]) == 1  # malformed
     err = capsys.readouterr().err
-    assert "positions.jsonl, line 1: field n_endings" in err and "Traceback" not in err
+    assert "positions.jsonl:1 field `n_endings`" in err and "Traceback" not in err

@@ -53,6 +53,8 @@ def _missing(verb: str, g: Path, t: Path, live: str) -> list[str]:
         "view": ["view", nope, "--port", "0"],
         "view --export": ["view", nope, "--export", str(t / "site")],
         "subsample": ["subsample", nope],
+        "estimate --pilot": ["estimate", str(g / "c.jsonl"), *_server(live), "--tokenizer", "words", "--pilot", nope],
+        "cache drop --run": ["cache", "drop", "--run", nope, "--role", "judge", "--yes"],
         "cache stats PATH": ["cache", "stats", nope],
         "cache stats --cache": ["cache", "stats", "--cache", nope],
         "cache verify": ["cache", "verify", nope],
@@ -138,7 +140,8 @@ KINDS = {"missing input": (_missing, 1), "malformed input": (_malformed, 1), "da
 VERBS = {
     "missing input": ["score", "estimate", "bench", "generate", "fairplay", "fairplay --suspects", "fairplay-metrics",
                       "metrics", "report",
-                      "compare A", "compare B", "view", "view --export", "subsample", "cache stats PATH",
+                      "compare A", "compare B", "view", "view --export", "subsample", "estimate --pilot", "cache drop --run",
+                      "cache stats PATH",
                       "cache stats --cache", "cache verify", "cache recover", "cache drop", "cache merge"],
     "malformed input": ["score", "estimate", "bench", "generate", "fairplay", "fairplay-metrics", "metrics", "report",
                         "compare", "subsample"],

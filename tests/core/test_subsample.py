@@ -109,7 +109,7 @@ def test_subsample_first_k_is_what_a_run_at_fewer_endings_with_the_same_seed_sco
 def test_subsample_of_a_folder_without_its_cache_says_where_it_looked(scored, capsys):
     run, _, tmp = scored
     capsys.readouterr()
-    assert main(["subsample", str(run), "--cache", str(tmp / "nowhere")]) == 2
+    assert main(["subsample", str(run), "--cache", str(tmp / "nowhere")]) == 1  # a missing input
     err = capsys.readouterr().err
     assert "no cache at" in err and "--cache PATH" in err and "Traceback" not in err
 
@@ -228,7 +228,7 @@ def test_estimate_with_a_pilot_whose_cache_is_gone_says_so(tmp_path, capsys):
     (tmp_path / "p" / "positions.jsonl").write_text('{"id": "a", "k": 3, "pct": 0.5, "n_endings": 4, "n_match": 2, '
                                                    '"no_rate": 0.5}\n')
     base = ["estimate", str(corpus), "--tokenizer", "words", "--no-progress", "--cache", str(tmp_path / "c")]
-    assert main([*base, "--pilot", str(tmp_path / "p")]) == 2  # nothing else to give: an error
+    assert main([*base, "--pilot", str(tmp_path / "p")]) == 1  # its verdicts are not there: a missing input
     assert "no cache at" in capsys.readouterr().err
     assert main([*base, "--pilot", str(tmp_path / "p"), "--target-half-width", "0.1", "--seed", "1"]) == 0
     assert "endings by the question: not available (" in capsys.readouterr().out

@@ -20,7 +20,7 @@ import msgspec
 
 from tension.cache.store import Store
 from tension.core.config import ScoreConfig, load_config
-from tension.core.errors import ConfigError
+from tension.core.errors import InputError
 from tension.core.formats import PositionLine
 from tension.core.inputs.corpus import read_corpus
 from tension.core.inputs.segment import split_sentences
@@ -165,17 +165,20 @@ def recorded_cache(run_dir: Path) -> Path | None:
 
 
 def run_record(run_dir: Path, label: str = "--run") -> dict[str, Any]:
-    """A score run folder's run.json; a ConfigError, its message opened by `label`
-    (the flag or the folder), when it is missing, unreadable or no record."""
+    """A score run folder's run.json; an InputError naming the folder and `label`
+    (the flag or verb that was given it) when it is missing, unreadable or no record:
+    the run folder is the input these read, so it is exit 1 as a missing corpus is
+    (docs/reliability.md, "Exit statuses")."""
     path = run_dir / "run.json"
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{label} {run_dir}: not a score run folder (no run.json in it)") from None
+        raise InputError(str(run_dir), 0, None,
+                         f"not a score run folder (no run.json in it), given to {label}") from None
     except (OSError, ValueError) as e:
-        raise ConfigError(f"{label} {run_dir}: {path} cannot be read: {e}") from None
+        raise InputError(str(path), 0, None, f"cannot be read: {e} (given to {label})") from None
     if not isinstance(doc, dict):
-        raise ConfigError(f"{label} {run_dir}: {path} is not a run record")
+        raise InputError(str(path), 0, None, f"is not a run record (given to {label})")
     return doc
 
 
