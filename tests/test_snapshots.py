@@ -69,6 +69,9 @@ ADDED = {
     "cache verify": {"--cache"},
 }
 # issue 28: every verb that opens a cache may insist on one on a network file system
+# issue 35: a hosted API bills tokens: estimate prices what is to send, score's and report's cost line the run's
+for _verb in ("score", "estimate", "report"):
+    ADDED[_verb] = ADDED[_verb] | {"--input-usd-per-mtok", "--output-usd-per-mtok"}
 for _verb in ("score", "estimate", "bench", "demo", "generate", "fairplay", "view", "subsample", "cache stats", "cache verify",
               "cache recover", "cache drop", "cache merge"):
     ADDED[_verb] = ADDED.get(_verb, set()) | {"--cache-on-network-fs"}

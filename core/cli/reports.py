@@ -41,7 +41,8 @@ def cmd_report(args) -> int:
     from tension.core.reports.report import report
 
     path = report(args.run, max_curves=args.max_curves, gpu_hour_usd=args.gpu_hour_usd,
-                  settings=_curve_settings(args), n_resamples=args.resamples, seed=args.seed)
+                  settings=_curve_settings(args), n_resamples=args.resamples, seed=args.seed,
+                  usd_per_mtok=(args.input_usd_per_mtok, args.output_usd_per_mtok))
     print(f"report: {path}")
     return EXIT_OK
 
@@ -87,6 +88,10 @@ def _report_flags(p) -> None:
                    help="curve figures for at most this many stories (default: %(default)s)")
     p.add_argument("--gpu-hour-usd", type=Number(float, declared_bounds(ScoreConfig, "gpu_hour_usd")), default=None,
                    help="price of a GPU-hour, for the cost line")
+    for name, what in (("input", "prompt"), ("output", "generated")):
+        p.add_argument(f"--{name}-usd-per-mtok", type=Number(float, declared_bounds(ScoreConfig,
+                       f"{name}_usd_per_mtok")), default=None, help=f"price of a million {what} tokens (a hosted "
+                       "API), for the cost line by the run's tokens")
     add_bootstrap_flags(p)
     add_settings_flags(p, CurveSettings, defaults=True)
 
@@ -109,7 +114,7 @@ _BOOTSTRAP = frozenset({"resamples", "seed"})
 VERBS = [
     Verb("metrics", cmd_metrics, _metrics_flags, (CurveSettings,), frozenset({"curves", "out"})),
     Verb("report", cmd_report, _report_flags, (CurveSettings,),
-         frozenset({"run", "max_curves", "gpu_hour_usd"}) | _BOOTSTRAP),
+         frozenset({"run", "max_curves", "gpu_hour_usd", "input_usd_per_mtok", "output_usd_per_mtok"}) | _BOOTSTRAP),
     Verb("compare", cmd_compare, _compare_flags, (),
          frozenset({"run_a", "run_b", "pair_by", "out", "interval_resamples", "interval_seed"}) | _BOOTSTRAP),
 ]

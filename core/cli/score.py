@@ -152,7 +152,10 @@ def _estimate_flags(p) -> None:
     g.add_argument("--judge-req-s", type=number(float, gt=0), help="judge requests per second of your servers")
     g.add_argument("--bench", metavar="FILE", help="figures saved by `tension-run bench --save FILE` "
                                                     "(flags given as well override them)")
-    add_settings_flags(p, ScoreConfig, ["gpu_hour_usd"], group="cost", help={"gpu_hour_usd": "price of a GPU-hour"})
+    add_settings_flags(p, ScoreConfig, ["gpu_hour_usd", "input_usd_per_mtok", "output_usd_per_mtok"], group="cost",
+                       help={"gpu_hour_usd": "price of a GPU-hour",
+                             "input_usd_per_mtok": "price of a million prompt tokens (a hosted API)",
+                             "output_usd_per_mtok": "price of a million generated tokens (a hosted API)"})
     g.add_argument("--ending-tokens", type=number(float, gt=0), metavar="E",
                    help="tokens per ending (default: --max-tokens, an upper bound; a --bench file measures it)")
     m = group_for(p, "prefix cache model (docs/cost.md)")

@@ -172,6 +172,13 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     report: Annotated[bool, flag("write report.md, tables and figures at the end", OUTPUTS)] = True
     gpu_hour_usd: Annotated[float | None, flag("price of a GPU-hour, for the report's cost line",
                                                OUTPUTS, bounds=Bounds(ge=0))] = None
+    # a hosted API bills tokens, not GPU-hours (estimate's money where no GPU-hour price applies)
+    input_usd_per_mtok: Annotated[float | None, flag(
+        "price of a million prompt tokens sent, for estimate's cost of a hosted API", OUTPUTS,
+        bounds=Bounds(ge=0))] = None
+    output_usd_per_mtok: Annotated[float | None, flag(
+        "price of a million generated tokens, for estimate's cost of a hosted API", OUTPUTS,
+        bounds=Bounds(ge=0))] = None
     refresh: Annotated[str | None, flag(
         "ask again the answers of a role that the cache already holds, and write the new ones over them: "
         "generation (the endings), judge (the verdicts) or all; for a setup fixed after it answered badly "

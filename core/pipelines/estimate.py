@@ -52,7 +52,7 @@ from tension.core.run.reads import CacheReads
 from tension.core.run.record import RunHeader
 
 __all__ = ["Throughput", "TokenTotals", "Estimate", "estimate", "estimate_async", "format_estimate",
-           "COST_FORMULA", "CacheModelOptions", "endings_gpu_hours"]
+           "COST_FORMULA", "CacheModelOptions", "endings_gpu_hours", "TokensCost"]
 
 COST_FORMULA = ("GPU-hours = (generation requests to send × n × E / gen_tok_s + "
                 "judge requests to send / judge_req_s) / 3600;  cost = GPU-hours × gpu_hour_usd")
@@ -74,6 +74,21 @@ def endings_gpu_hours(endings: float, ending_tokens: float, thr: Throughput) -> 
     if not thr.gen_tok_s or not thr.judge_req_s:
         return None
     return endings * ending_tokens / thr.gen_tok_s / 3600 + endings / thr.judge_req_s / 3600
+
+
+class TokensCost(msgspec.Struct, kw_only=True):
+    """What the requests still to send cost where tokens are billed (a hosted API):
+    prompt tokens as sent (a prefix cache's discount is the provider's, not counted),
+    generated tokens as E per ending and the judge's verdict tokens at their
+    max_tokens (an upper bound). A server that takes n in chunks is sent a
+    generation prompt once per chunk: `input_tokens` counts one per request, so it
+    is a lower bound there (docs/cost.md)."""
+
+    input_tokens: int
+    output_tokens: int
+    input_usd_per_mtok: float | None
+    output_usd_per_mtok: float | None
+    usd: float  # the priced part: a price not given counts 0 and is named in the text
 
 
 class Estimate(msgspec.Struct, kw_only=True):
@@ -103,6 +118,7 @@ class Estimate(msgspec.Struct, kw_only=True):
     throughput: Throughput | None = None
     gpu_hours: dict[str, float] | None = None  # "generation", "judge", ("prefill", "prefill_ideal"), "total"
     usd: float | None = None
+    tokens_usd: TokensCost | None = None  # --input/--output-usd-per-mtok: a hosted API's bill
     # the block-level model of the servers' prefix caches (--block-size/--kv-blocks, --gpu-profile)
     prefix_cache: PrefixPrediction | None = None
     formula: str = COST_FORMULA
@@ -307,6 +323,7 @@ def _cached_rounds(reads: CacheReads, reqs: ScoreRequests, finder: PositionFinde
 
 def _cost(est: Estimate, thr: Throughput, cfg: ScoreConfig, cache_model: CacheModelOptions | None = None) -> None:
     est.throughput = thr
+    est.tokens_usd = _tokens_cost(est, cfg)
     if thr.gen_tok_s is None or thr.judge_req_s is None:
         return
     gen_h = est.generation_to_send * cfg.endings * est.ending_tokens / thr.gen_tok_s / 3600
@@ -320,6 +337,24 @@ def _cost(est: Estimate, thr: Throughput, cfg: ScoreConfig, cache_model: CacheMo
         est.gpu_hours["total"] += est.gpu_hours["prefill"]
     if thr.gpu_hour_usd is not None:
         est.usd = est.gpu_hours["total"] * thr.gpu_hour_usd
+
+
+def _tokens_cost(est: Estimate, cfg: ScoreConfig) -> TokensCost | None:
+    """The hosted API's bill for what is still to send, when a token price is given."""
+    if cfg.input_usd_per_mtok is None and cfg.output_usd_per_mtok is None:
+        return None
+
+    def share(to_send: int, of: int) -> float:  # the part of the role's prompts still to send
+        return to_send / of if of else 0.0
+
+    pt = est.prompt_tokens
+    inp = round(pt["generation"].sent * share(est.generation_to_send, est.generation_requests)
+                + pt["judge"].sent * share(est.judge_to_send, est.judge_requests))
+    verdict = est.output_tokens_max["judge"] / est.judge_requests if est.judge_requests else 0.0
+    out = round(est.generation_to_send * est.endings_per_position * est.ending_tokens + est.judge_to_send * verdict)
+    usd = (inp * (cfg.input_usd_per_mtok or 0.0) + out * (cfg.output_usd_per_mtok or 0.0)) / 1e6
+    return TokensCost(input_tokens=inp, output_tokens=out, input_usd_per_mtok=cfg.input_usd_per_mtok,
+                      output_usd_per_mtok=cfg.output_usd_per_mtok, usd=usd)
 
 
 def estimate(cfg: ScoreConfig, corpus_path: str | Path, throughput: Throughput | None = None,

@@ -66,6 +66,13 @@ def format_estimate(e: Estimate) -> str:
         lines.append(f"formula: {e.formula}")
     else:
         lines.append("GPU-hours: give --gen-tok-s and --judge-req-s (or --bench FILE from `tension-run bench`)")
+    if (tc := e.tokens_usd) is not None:
+        def price(p: float | None, what: str) -> str:
+            return f"${p:g} per million {what}" if p is not None else f"{what} not priced"
+
+        lines.append(row("tokens to send: prompt / generated (≤)", f"{tc.input_tokens:,} / {tc.output_tokens:,}"))
+        lines.append(row(f"cost at {price(tc.input_usd_per_mtok, 'prompt tokens')}, "
+                         f"{price(tc.output_usd_per_mtok, 'generated tokens')}", f"${tc.usd:,.2f}"))
     if e.adaptive is not None:
         from tension.core.pipelines.estimate_adaptive import adaptive_lines
 

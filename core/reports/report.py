@@ -178,7 +178,8 @@ def render_table(header: list[str], rows: list[list[str]], fmt: str) -> str:
 
 
 def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: float | None = None,
-           settings: CurveSettings | None = None, n_resamples: int = N_RESAMPLES, seed: int = 0) -> Path:
+           settings: CurveSettings | None = None, n_resamples: int = N_RESAMPLES, seed: int = 0,
+           usd_per_mtok: tuple[float | None, float | None] = (None, None)) -> Path:
     """Write tables, figures and ``report.md`` into the run folder; returns its path.
     The report owns ``figures/``: it is drawn anew whole, so no image of an earlier
     report (another story set, other ids) stays behind."""
@@ -209,7 +210,7 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
                   ""]
         lines += [f"![{md_alt(sid)}]({path})" for sid, path in curve_files] + [""]
     if data.run:
-        lines += _run_lines(data, gpu_hour_usd)
+        lines += _run_lines(data, gpu_hour_usd, usd_per_mtok)
     lines += ["Files: `positions.jsonl`, `stories.csv`, `groups.csv`, `table6.csv`, `table18.csv`, `run.json`. "
               f"Rebuild with {md_code('tension-run report ' + shlex.quote(str(d)))}.", ""]
     atomic_write(d / "report.md", "\n".join(lines))
@@ -364,12 +365,29 @@ def _tokens(usage: dict, cached: bool) -> str:
     return f"{usage.get('prompt_tokens', 0):,} prompt{prefix}, {usage.get('completion_tokens', 0):,} completion"
 
 
+def _tokens_cost(usage: dict, per_m_in: float | None, per_m_out: float | None) -> str:
+    """The run's bill where tokens are priced (a hosted API): this run's prompt tokens
+    as the server counted them (a provider's discount for its prefix cache is not
+    taken off) and its completion tokens."""
+    inp, out = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+    if usage.get("requests", 0) > 0 and not (inp or out):
+        return "- cost by tokens: unknown (the server reported no token usage)"
+    usd = (inp * (per_m_in or 0.0) + out * (per_m_out or 0.0)) / 1e6
+
+    def part(n: int, p: float | None, what: str) -> str:
+        return f"{n:,} {what} × ${p:g}/M" if p is not None else f"{n:,} {what} (not priced)"
+
+    return (f"- cost by tokens: {part(inp, per_m_in, 'prompt')} + {part(out, per_m_out, 'completion')} = "
+            f"${usd:,.2f} (this run's tokens, as the server counted them)")
+
+
 def _corpus_shown(run: dict[str, Any]) -> str:
     """The corpus as the user typed it (run.json `corpus_given`), else as recorded."""
     return str(run.get("corpus_given") or run.get("corpus"))
 
 
-def _run_lines(data: RunData, gpu_hour_usd: float | None) -> list[str]:
+def _run_lines(data: RunData, gpu_hour_usd: float | None,
+               usd_per_mtok: tuple[float | None, float | None] = (None, None)) -> list[str]:
     """The run's models, settings, requests, tokens, cost and versions."""
     run, s = data.run, data.settings
     cfg = run.get("config", {})
@@ -397,5 +415,7 @@ def _run_lines(data: RunData, gpu_hour_usd: float | None) -> list[str]:
         lines.append(f"- cost: {hours:.3f} h of wall time × ${gpu_hour_usd:g}/GPU-hour = ${hours * gpu_hour_usd:.2f} "
                      f"per GPU serving this run (its {inv['count']} invocation(s) into this folder: the first "
                      "and every resume or rerun)")
+    if usd_per_mtok != (None, None):
+        lines.append(_tokens_cost(u_now, *usd_per_mtok))
     v = run.get("versions", {})
     return lines + ["- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()), ""]

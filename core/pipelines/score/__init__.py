@@ -309,7 +309,8 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
                         run.write_record()  # the report reads it
                         from tension.core.reports.report import report
                         run.claims.append(out / "report.md")  # says "complete": gone if the run is stopped
-                        report(out, gpu_hour_usd=cfg.gpu_hour_usd)
+                        report(out, gpu_hour_usd=cfg.gpu_hour_usd,
+                               usd_per_mtok=(cfg.input_usd_per_mtok, cfg.output_usd_per_mtok))
     return _summary(scoring, run, out)
 
 
