@@ -11,6 +11,12 @@ HTTP tests (tests/testing/openai_server.py) stay for the client and the wire.
     summary = score(cfg, corpus, out, transport=server)
     assert server.count(kind="judge") == summary.requests["judge"]
 
+or behind the CLI, whose clients take it for its `base_url` while it is `serving`
+(core/llm/transport.py `served_in_process`):
+
+    with server.serving():
+        main(["score", corpus, "--out", out, "--base-url", server.base_url, ...])
+
 It answers by the same rules as the HTTP test server, LoopbackServer, because
 both are doors to one fake answer model (tests/testing/answers.py): the same
 endings (`expected_endings`), verdicts (`expected_verdict`), scripted answers
@@ -25,14 +31,16 @@ and "truncate" are a `TransportError` (what the HTTP transport makes of them),
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
 
-from tension.core.llm.transport import Reply, StreamStatus, TransportError
+from tension.core.llm.transport import Reply, StreamStatus, TransportError, served_in_process
 
 from .answers import (
     _FAULT_STATUS,
@@ -49,14 +57,15 @@ from .answers import (
 __all__ = ["InProcessServer"]
 
 _NOT_FOUND = b'{"detail": "Not Found"}'  # FastAPI's 404 for a route a server lacks
+_numbers = itertools.count(1)  # each server its own root, so several can be served at once
 
 
 class InProcessServer(AnswerModel):
     """See the module docstring. The knobs are LoopbackServer's that decide answers
-    (`ANSWER_KNOBS`, with its defaults; `models=` is another name for `model`);
-    `base_url` is a URL the transport ignores, for the settings."""
-
-    base_url = "http://in-process:8000"
+    (`ANSWER_KNOBS`, with its defaults; `models=` is another name for `model`).
+    `base_url` is this server's own root (``http://in-process-N:8000``): the
+    transport passed as `transport=` ignores it; under `serving` it is the root a
+    client's default transport sends to it."""
 
     def __init__(self, model: str | Sequence[str] = "test-model", *, models: Sequence[str] | None = None,
                  delay: float = 0.0, **knobs: Any) -> None:
@@ -67,6 +76,7 @@ class InProcessServer(AnswerModel):
         if unknown:
             raise TypeError(f"InProcessServer: unknown knob(s) {unknown}; expected some of {sorted(ANSWER_KNOBS)}")
         self.models, self.model = names, names[0]
+        self.base_url = f"http://in-process-{next(_numbers)}:8000"
         self.delay = delay  # seconds each chat request takes, as LoopbackServer's (an interrupt test's pace)
         vars(self).update({**ANSWER_KNOBS, **knobs})
         self._init_model_state()
@@ -78,7 +88,14 @@ class InProcessServer(AnswerModel):
         return None
 
     def __repr__(self) -> str:
-        return f"<InProcessServer models={list(self.models)}>"
+        return f"<InProcessServer {self.base_url} models={list(self.models)}>"
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[InProcessServer]:
+        """Inside, clients made without a transport (the CLI's, the API's) send
+        the requests for `base_url` here, and the rest over HTTP."""
+        with served_in_process(self.base_url, self):
+            yield self
 
     def fail_next(self, kind: str | int, times: int = 1, path: str = CHAT_PATH) -> None:
         """LoopbackServer's `fail_next`; a status may be given as a number (503)."""
