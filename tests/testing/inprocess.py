@@ -25,7 +25,8 @@ misbehaviours, llama.cpp dialect, records (`count`, `requests`) and faults
 (`fail_next`, `set_fault_rates`). So a spec moves from one door to the other with
 its assertions unchanged. The wire's own faults have their in-process kin: "drop"
 and "truncate" are a `TransportError` (what the HTTP transport makes of them),
-"slow" sleeps `slow_seconds`; streamed answers are not served in process (404).
+"slow" sleeps `slow_seconds`. Streamed answers come as the HTTP server streams
+them (the same events, `stream_cut` too), line by line.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from .answers import (
     Recorded,
     _BadRequest,
     _error_payload,
+    stream_events,
 )
 
 __all__ = ["InProcessServer"]
@@ -111,6 +113,11 @@ class InProcessServer(AnswerModel):
 
     async def send(self, method: str, url: str, body: bytes | None, headers: dict[str, str] | None,
                    timeout: float | None = None) -> Reply:
+        reply, _, _ = await self._exchange(method, url, body)
+        return reply
+
+    async def _exchange(self, method: str, url: str, body: bytes | None) -> tuple[Reply, str | None, Any]:
+        """One request's reply, with the fault it took and its decoded body (recorded)."""
         path = urlsplit(url).path
         t0 = time.monotonic()
         fault = self._take_fault(path)
@@ -126,7 +133,8 @@ class InProcessServer(AnswerModel):
                 status, etype = _FAULT_STATUS[fault]
                 return Reply(status=status, body=msgspec.json.encode(
                     _error_payload(status, f"injected fault {fault}", etype)),
-                    retry_after=str(self.retry_after) if fault == "429" and self.retry_after is not None else None)
+                    retry_after=str(self.retry_after) if fault == "429" and self.retry_after is not None else None
+                ), fault, doc
             if fault in ("drop", "truncate"):
                 status = 200 if fault == "truncate" else 0
                 raise TransportError(f"in process: a planted {fault}")
@@ -134,8 +142,8 @@ class InProcessServer(AnswerModel):
                 await asyncio.sleep(self.slow_seconds)
             status, out = self._answer(method, path, doc, fault)
             if fault == "nonjson" and status == 200:
-                return Reply(status=200, body=b"<html>oops</html>")
-            return Reply(status=status, body=out)
+                return Reply(status=200, body=b"<html>oops</html>"), fault, doc
+            return Reply(status=status, body=out), fault, doc
         finally:
             self._add_record(Recorded(path, method, doc if isinstance(doc, dict) else None, status, fault, t0))
 
@@ -176,5 +184,22 @@ class InProcessServer(AnswerModel):
         return 200, enc(payload)
 
     async def lines(self, url: str, body: bytes, headers: dict[str, str] | None) -> AsyncIterator[bytes]:
-        raise StreamStatus(404, b'{"detail": "streaming is not served in process"}')
-        yield b""  # an async generator
+        """A streamed POST as the HTTP server streams it: an answer other than 200 is
+        `StreamStatus`; a chat answer asked with ``"stream": true`` and no fault comes
+        as its server-sent events (answers.py `stream_events`), line by line; any other
+        answer (a fault's, a misbehaving server's page) as the lines of its body."""
+        reply, fault, doc = await self._exchange("POST", url, body)
+        if reply.status != 200:
+            raise StreamStatus(reply.status, reply.body)
+        streamed = (fault is None and isinstance(doc, dict) and doc.get("stream") is True
+                    and urlsplit(url).path == CHAT_PATH and self.misbehave != "html200")
+        if not streamed:
+            for line in reply.body.splitlines(keepends=True):
+                yield line
+            return
+        payload = msgspec.json.decode(reply.body)
+        for event in stream_events(payload, doc, dialect=self.dialect, stream_cut=self.stream_cut,
+                                   encode=msgspec.json.encode):
+            await asyncio.sleep(0)  # each event a read from the socket: other tasks run between them
+            for line in event.splitlines(keepends=True):
+                yield line
