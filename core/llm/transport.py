@@ -24,7 +24,6 @@ import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
-from urllib.parse import urlsplit
 
 import aiohttp
 import msgspec
@@ -143,22 +142,25 @@ class AiohttpTransport:
 
 # -- servers in process ---------------------------------------------------------------
 
-_in_process: dict[str, Transport] = {}  # server root (`_root`) → the transport that serves it
+_in_process: dict[str, Transport] = {}  # server key (`_key`) → the transport that serves it
 _in_process_lock = threading.Lock()
 
 
-def _root(url: str) -> str:
-    """A URL's server root, as requests are routed: scheme and host lower-cased, port kept."""
-    parts = urlsplit(url)
-    return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
+def _key(url: str) -> str:
+    """A URL's server key (core/llm/servers.py `server_key`, the one way to name a
+    server; imported here, since servers.py imports this module through unreadable.py)."""
+    from tension.core.llm.servers import server_key
+
+    return server_key(url)
 
 
 @contextlib.contextmanager
 def served_in_process(base_url: str, transport: Transport) -> Iterator[None]:
     """While inside, every client made without a transport sends the requests for
-    `base_url`'s root (scheme, host, port) to `transport`, and the rest over HTTP
-    (module docstring). A root is served by one transport at a time."""
-    root = _root(base_url)
+    the server at `base_url` (its key: scheme, host, port, path; no credentials) to
+    `transport`, and the rest over HTTP (module docstring). A server is served by
+    one transport at a time."""
+    root = _key(base_url)
     with _in_process_lock:
         if root in _in_process:
             raise RuntimeError(f"{root} is already served in process")
@@ -180,14 +182,15 @@ def default_transport(*, connect: float, request: float) -> Transport:
 
 
 class _Routed:
-    """Requests to a root in `routes` go to its transport, the rest to `http`."""
+    """Requests to a server in `routes` (a URL under its key) go to its transport, the rest to `http`."""
 
     def __init__(self, routes: dict[str, Transport], http: Transport):
         self.routes = routes
         self.http = http
 
     def _for(self, url: str) -> Transport:
-        return self.routes.get(_root(url), self.http)
+        key = _key(url)
+        return next((t for k, t in self.routes.items() if key == k or key.startswith(k + "/")), self.http)
 
     async def open(self, headers: dict[str, str]) -> None:
         await self.http.open(headers)
