@@ -21,6 +21,7 @@ from fairplay_scripted import story_record, write_jsonl
 from tension.core.cli import main
 from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
+from tension.testing.openai_server import LoopbackServer
 
 # --- finding 4 (11f): the record's exit status is the process's ---------------------
 
@@ -390,7 +391,7 @@ def readonly_cache(broken, tmpfs, tmp_path, request):
         corpus.write_bytes(broken[0].read_bytes())
         os.chmod(corpus, 0o644)
         cache, prefix = work / "cache", AS_NOBODY
-    with InProcessServer(model=["test-gen"]).serving() as ok:
+    with LoopbackServer(model=["test-gen"]) as ok:  # the wire: the runs below are processes of another user
         assert _score4(ok.base_url, corpus, work / "warm", cache) == 0
         if request.param == "ro_mount":
             subprocess.run(["mount", "-o", "remount,ro", str(cache.parent)], check=True)
@@ -439,6 +440,7 @@ def test_a_read_only_cache_serves_a_fully_cached_rerun_stats_and_the_view(readon
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.in_process
 def test_an_export_with_endings_of_which_none_could_be_read_fails(server, tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
     out, cache = tmp_path / "out", tmp_path / "cache"
