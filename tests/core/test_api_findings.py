@@ -5,7 +5,6 @@ blocking call, and run.json's argv of an API run."""
 
 from __future__ import annotations
 
-import pytest
 import json
 import os
 import shlex
@@ -14,6 +13,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 import tension
 from tension.testing.corpus import make_corpus

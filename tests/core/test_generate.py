@@ -4,12 +4,13 @@ in the fairplay format, the cache, and bad ideas."""
 
 from __future__ import annotations
 
-import pytest
 import json
 import random
 import re
 import string
 from pathlib import Path
+
+import pytest
 
 from tension.core.cli import main
 from tension.core.pipelines.fairplay import load_fairplay_config, read_stories

@@ -11,7 +11,6 @@ server (tests/testing/openai_server.py answers as vLLM does).
 
 from __future__ import annotations
 
-import pytest
 import json
 import os
 import socket
@@ -19,6 +18,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tension.core.cli import main
 from tension.testing.corpus import make_corpus

@@ -5,9 +5,10 @@ story was written with."""
 
 from __future__ import annotations
 
-import pytest
 import json
 import re
+
+import pytest
 
 from tension.core.cli import main
 
