@@ -1,10 +1,19 @@
 """Shared fixtures: the loopback OpenAI-compatible server (one per session and
 pytest-xdist worker, reset for each test), more servers of a test's own
 (`loopback_servers`), the in-process door to the same answers (`inprocess_server`),
-a private cache/home per test, and the slow tests' embedded server. Helpers are not here: tests import them from tension.testing (corpus,
+a private cache/home per test, and the slow tests' embedded server.
+
+A test says which door it needs. Unmarked, `server` and `loopback_servers` are
+the wire (HTTP on loopback: the transport, retries, routing, real processes).
+Marked `in_process` (a test, or a module's `pytestmark`), they are in-process
+servers with the same answers (tension.testing.answers), served for the test's
+clients by their `base_url`: the CLI's `main([...])` and the API run in process
+without a socket, and a subprocess cannot reach them. Helpers are not here: tests import them from tension.testing (corpus,
 cache_records, interrupt, real_env, …)."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 
@@ -21,38 +30,48 @@ def _session_server():
         yield srv
 
 
+def _in_process(request: pytest.FixtureRequest) -> bool:
+    return request.node.get_closest_marker("in_process") is not None
+
+
 @pytest.fixture
-def server(_session_server):
+def server(request):
     """The session's loopback server, as a new one: `LoopbackServer.reset` restores
     every knob a test may set (delay, rates, max_model_len, …), drops records,
     faults and scripted answers, empties the prefix cache and zeroes the counters
-    (a test that needs other constructor settings starts its own LoopbackServer)."""
-    return _session_server.reset()
+    (a test that needs other constructor settings starts its own LoopbackServer).
+    In a test marked `in_process`: `inprocess_server` (module docstring)."""
+    if _in_process(request):
+        return request.getfixturevalue("inprocess_server")
+    return request.getfixturevalue("_session_server").reset()
 
 
 @pytest.fixture
 def inprocess_server():
     """An in-process server (models test-gen and test-judge) for a test that needs the answers,
-    not the wire: pass it as the pipeline's `transport=`. It answers as `server` does
-    (tension.testing.answers), without a thread or a socket."""
-    return InProcessServer(["test-gen", "test-judge"])
+    not the wire: pass it as the pipeline's `transport=`, or its `base_url` to the CLI or the
+    API (it is served for the test). It answers as `server` does (tension.testing.answers),
+    without a thread or a socket."""
+    with InProcessServer(["test-gen", "test-judge"]).serving() as srv:
+        yield srv
 
 
 @pytest.fixture
-def loopback_servers():
+def loopback_servers(request):
     """`start(n, **knobs)`: n more LoopbackServers of their own, started (models test-gen and
-    test-judge unless `model=` says otherwise); every one is stopped after the test."""
-    started: list[LoopbackServer] = []
+    test-judge unless `model=` says otherwise); every one is stopped after the test. In a test
+    marked `in_process`: n InProcessServers, served for the test (module docstring)."""
+    with contextlib.ExitStack() as stack:
+        def start(n: int, **knobs) -> list[LoopbackServer] | list[InProcessServer]:
+            knobs.setdefault("model", ["test-gen", "test-judge"])
+            if _in_process(request):
+                return [stack.enter_context(InProcessServer(**knobs).serving()) for _ in range(n)]
+            new = [LoopbackServer(**knobs).start() for _ in range(n)]
+            for srv in new:
+                stack.callback(srv.stop)
+            return new
 
-    def start(n: int, **knobs) -> list[LoopbackServer]:
-        knobs.setdefault("model", ["test-gen", "test-judge"])
-        new = [LoopbackServer(**knobs).start() for _ in range(n)]
-        started.extend(new)
-        return new
-
-    yield start
-    for srv in started:
-        srv.stop()
+        yield start
 
 
 @pytest.fixture(autouse=True)

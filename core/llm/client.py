@@ -78,7 +78,7 @@ from tension.core.llm.protocol import (
 from tension.core.llm.results import ChatResult, ShortAnswerError, StreamResult, Timeouts
 from tension.core.llm.servers import NAsk, Server, Servers
 from tension.core.llm.stream import chat_stream
-from tension.core.llm.transport import AiohttpTransport, Transport, TransportError
+from tension.core.llm.transport import Transport, TransportError, default_transport
 from tension.core.redact import redact, redact_secrets, register
 
 __all__ = ["Timeouts", "ChatResult", "StreamResult", "ShortAnswerError", "Client", "normalize_base_url",
@@ -118,7 +118,7 @@ class Client:
         self._gate = Gate()
         self.timeouts = timeouts
         self.retry = retry
-        self.transport: Transport = transport or AiohttpTransport(connect=timeouts.connect, request=timeouts.request)
+        self.transport: Transport = transport or default_transport(connect=timeouts.connect, request=timeouts.request)
         self._state = "unopened"
         self._rng = random.Random(seed)
         self._enc = msgspec.json.Encoder()

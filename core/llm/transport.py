@@ -7,11 +7,22 @@ gate, the counts) runs unchanged.
 
 Transport errors come out as `TransportError` (unreachable, reset, timed out),
 which the client retries; everything else is the server's answer.
+
+A client given no transport takes `default_transport`: aiohttp, except for the
+server roots registered with `served_in_process` while it is made, whose
+requests go to their in-process transport. That is how a test runs the CLI's
+`main([...])` in process against an in-process fake server (its `--base-url`
+names the registered root) with every layer above the bytes unchanged:
+
+    with served_in_process(server.base_url, server):
+        main(["score", corpus, "--out", out, "--base-url", server.base_url, ...])
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
 
 import aiohttp
@@ -19,7 +30,8 @@ import msgspec
 
 from tension.core.redact import redact
 
-__all__ = ["Reply", "Transport", "TransportError", "StreamStatus", "AiohttpTransport", "KEEPALIVE_SECONDS"]
+__all__ = ["Reply", "Transport", "TransportError", "StreamStatus", "AiohttpTransport", "KEEPALIVE_SECONDS",
+           "default_transport", "served_in_process"]
 
 KEEPALIVE_SECONDS = 4.0  # below the 5 s after which llama.cpp's and vLLM's servers close an idle connection
 
@@ -126,3 +138,73 @@ class AiohttpTransport:
                     raise TransportError(redact(f"{type(e).__name__}: {e}")) from e
             except aiohttp.ClientError as e:
                 raise TransportError(redact(f"{type(e).__name__}: {e}")) from e
+
+
+# -- servers in process ---------------------------------------------------------------
+
+_in_process: dict[str, Transport] = {}  # server key (`_key`) → the transport that serves it
+_in_process_lock = threading.Lock()
+
+
+def _key(url: str) -> str:
+    """A URL's server key (core/llm/servers.py `server_key`, the one way to name a
+    server; imported here, since servers.py imports this module through unreadable.py)."""
+    from tension.core.llm.servers import server_key
+
+    return server_key(url)
+
+
+@contextlib.contextmanager
+def served_in_process(base_url: str, transport: Transport) -> Iterator[None]:
+    """While inside, every client made without a transport sends the requests for
+    the server at `base_url` (its key: scheme, host, port, path; no credentials) to
+    `transport`, and the rest over HTTP (module docstring). A server is served by
+    one transport at a time."""
+    root = _key(base_url)
+    with _in_process_lock:
+        if root in _in_process:
+            raise RuntimeError(f"{root} is already served in process")
+        _in_process[root] = transport
+    try:
+        yield
+    finally:
+        with _in_process_lock:
+            del _in_process[root]
+
+
+def default_transport(*, connect: float, request: float) -> Transport:
+    """The transport of a client given none: aiohttp, with the roots served in
+    process at this moment (`served_in_process`) routed to their transports."""
+    http = AiohttpTransport(connect=connect, request=request)
+    with _in_process_lock:
+        routes = dict(_in_process)
+    return _Routed(routes, http) if routes else http
+
+
+class _Routed:
+    """Requests to a server in `routes` (a URL under its key) go to its transport, the rest to `http`."""
+
+    def __init__(self, routes: dict[str, Transport], http: Transport):
+        self.routes = routes
+        self.http = http
+
+    def _for(self, url: str) -> Transport:
+        key = _key(url)
+        return next((t for k, t in self.routes.items() if key == k or key.startswith(k + "/")), self.http)
+
+    async def open(self, headers: dict[str, str]) -> None:
+        await self.http.open(headers)
+        for t in self.routes.values():
+            await t.open(headers)
+
+    async def close(self) -> None:
+        for t in self.routes.values():
+            await t.close()
+        await self.http.close()
+
+    async def send(self, method: str, url: str, body: bytes | None, headers: dict[str, str] | None,
+                   timeout: float | None = None) -> Reply:
+        return await self._for(url).send(method, url, body, headers, timeout)
+
+    def lines(self, url: str, body: bytes, headers: dict[str, str] | None) -> AsyncIterator[bytes]:
+        return self._for(url).lines(url, body, headers)

@@ -158,6 +158,7 @@ def test_a_damaged_compressed_record_is_found_and_left_out_by_recover(tmp_path):
         assert s.get("verdicts", key(1)) == recs[1]
 
 
+@pytest.mark.in_process
 def test_a_mixed_cache_gives_a_rerun_the_same_outputs_and_no_request(server, tmp_path, capsys):
     from tension.core.config import load_config
     from tension.core.pipelines.score import score

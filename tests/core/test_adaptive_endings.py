@@ -56,6 +56,7 @@ def _rule_holds(pos: dict, target: float, r: int, m: int) -> None:
     assert n == m or _wilson_half_width(n, no) <= target + 1e-12
 
 
+@pytest.mark.in_process
 def test_adaptive_run_is_reproducible_and_saves_endings_where_the_judge_is_sure(server, tmp_path):
     server.yes_rate = 0.98  # no-rates near 0: most positions are known after a round or two
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=11)
@@ -83,6 +84,7 @@ def test_adaptive_run_is_reproducible_and_saves_endings_where_the_judge_is_sure(
     assert ideal[0]["generation"] == ideal[1]["generation"] and ideal[0]["judge"] < 0.5 * ideal[1]["judge"]
 
 
+@pytest.mark.in_process
 def test_no_rate_near_one_half_goes_to_the_maximum(server, tmp_path):
     server.yes_rate = 0.5
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
@@ -96,6 +98,7 @@ def test_no_rate_near_one_half_goes_to_the_maximum(server, tmp_path):
                                                                           (30, SEED + 60)]
 
 
+@pytest.mark.in_process
 def test_a_tighter_target_asks_only_for_the_missing_rounds(server, tmp_path):
     server.yes_rate = 0.9
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=8)
@@ -115,6 +118,7 @@ def test_a_tighter_target_asks_only_for_the_missing_rounds(server, tmp_path):
         assert b[key][: len(endings)] == endings
 
 
+@pytest.mark.in_process
 def test_fixed_runs_send_todays_requests(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=2)
     assert _score(server, corpus, tmp_path / "a", tmp_path / "ca", "--endings", "8") == 0
@@ -128,6 +132,7 @@ def test_fixed_runs_send_todays_requests(server, tmp_path):
     assert "adaptive" not in json.loads((tmp_path / "a" / "run.json").read_text())
 
 
+@pytest.mark.in_process
 def test_one_round_of_the_maximum_is_the_fixed_request(server, tmp_path):
     """R = M: one round, the very request (and cache key) of a fixed run of M endings."""
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=2)
@@ -141,6 +146,7 @@ def test_one_round_of_the_maximum_is_the_fixed_request(server, tmp_path):
     assert [(p["k"], p["n_match"], p["n_endings"]) for p in a] == [(p["k"], p["n_match"], p["n_endings"]) for p in f]
 
 
+@pytest.mark.in_process
 def test_a_target_one_round_meets_stops_every_position_there(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=2)
     assert _score(server, corpus, tmp_path / "o", tmp_path / "cache", "--target-half-width", "0.49",
@@ -149,6 +155,7 @@ def test_a_target_one_round_meets_stops_every_position_there(server, tmp_path):
     assert {b["n"] for b in _gen_bodies(server)} == {7}
 
 
+@pytest.mark.in_process
 def test_malformed_verdicts_count_as_no(server, tmp_path):
     """A round judged all malformed: every ending a no (no-rate 1), as docs/metrics.md 1.3
     counts them; its Wilson half-width at 20 of 20 is 0.081, within 0.1: one round."""
@@ -160,6 +167,7 @@ def test_malformed_verdicts_count_as_no(server, tmp_path):
     assert ps and all(p["n_endings"] == 20 and p["n_malformed"] == 20 and p["no_rate"] == 1.0 for p in ps)
 
 
+@pytest.mark.in_process
 def test_empty_endings_count_as_no(server, tmp_path):
     server.empty_rate = 0.5
     server.yes_rate = 1.0
@@ -216,6 +224,7 @@ def test_bad_adaptive_flags_exit_2(tmp_path, capsys):
     assert "round-endings" in err and "Traceback" not in err
 
 
+@pytest.mark.in_process
 def test_config_file_keys(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=2)
     conf = tmp_path / "c.toml"
@@ -225,6 +234,7 @@ def test_config_file_keys(server, tmp_path):
     assert rc == 0 and {p["n_endings"] for p in _positions(tmp_path / "o")} == {5}
 
 
+@pytest.mark.in_process
 def test_the_view_and_cache_drop_find_an_adaptive_runs_rounds(server, tmp_path):
     """positions.jsonl names no one key for a position of several rounds: the view's
     recall and `cache drop --run` walk the rounds under the run's settings instead."""
@@ -253,6 +263,7 @@ def test_the_view_and_cache_drop_find_an_adaptive_runs_rounds(server, tmp_path):
     assert len(keys["endings"]) == sum(p["n_endings"] // 20 for p in lines) == record["requests"]["generation"]
 
 
+@pytest.mark.in_process
 def test_the_docs_estimate_commands_run(server, tmp_path, capsys):
     """docs/cost.md's `estimate --target-half-width` commands, the pilot an adaptive run."""
     import shlex

@@ -36,6 +36,7 @@ def test_endings_with_a_target_is_refused_wherever_each_is_given(where, tmp_path
         load_config(path, {**BASE, **values})
 
 
+@pytest.mark.in_process
 def test_score_with_endings_and_a_target_exits_2_before_any_request(server, tmp_path, capsys):
     rc = main(_score(server, tmp_path, "--target-half-width", "0.2", "--endings", "4"))
     err = capsys.readouterr().err
@@ -44,6 +45,7 @@ def test_score_with_endings_and_a_target_exits_2_before_any_request(server, tmp_
     assert server.requests == []
 
 
+@pytest.mark.in_process
 def test_the_api_refuses_endings_with_a_target(server, tmp_path):
     import tension
 
@@ -66,6 +68,7 @@ def test_round_or_maximum_without_a_target_is_said_to_be_ignored(flags, said, ca
                    "--endings (8) endings\n")
 
 
+@pytest.mark.in_process
 def test_score_says_the_ignored_flags_and_sends_the_fixed_requests(server, tmp_path, capsys):
     rc = main(_score(server, tmp_path, "--endings", "3", "--max-endings", "50"))
     err = capsys.readouterr().err

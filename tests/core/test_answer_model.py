@@ -133,3 +133,28 @@ def test_the_in_process_door_takes_the_http_servers_answer_knobs_with_its_defaul
     assert {k: params[k].default for k in ANSWER_KNOBS} == ANSWER_KNOBS
     with pytest.raises(TypeError, match="api_key"):
         InProcessServer(["gen"], api_key="k")  # a knob of the wire, not of the answers
+
+
+@pytest.mark.parametrize("traits", [{}, {"dialect": "llamacpp", "slots": 4}, {"stream_cut": 3}, {"serve_usage": False}],
+                         ids=["vllm", "llamacpp", "cut", "no-usage"])
+def test_both_doors_stream_alike(traits):
+    """A streamed answer (the client's `chat_stream`, what bench times) is the same
+    texts, finishes, usage and events through either door, a cut stream included."""
+    from tension.core.llm.client import Client
+    from tension.core.llm.protocol import ChatRequest
+
+    req = ChatRequest(model="gen", messages=GEN, n=2, seed=3, max_tokens=40)
+
+    async def stream(base_url: str, transport) -> tuple:
+        async with Client(transport=transport) as c:
+            try:
+                r = await c.chat_stream(base_url, req)
+            except Exception as e:  # a cut stream is a ServerError; its message is compared
+                return (type(e).__name__, str(e).replace(base_url, "URL"))
+            return (r.texts, r.finish_reasons, r.usage, r.events, r.model)
+
+    with LoopbackServer(["gen"], **traits) as http:
+        over_http = asyncio.run(stream(http.base_url, None))
+    inproc = InProcessServer(["gen"], **traits)
+    assert asyncio.run(stream(inproc.base_url, inproc)) == over_http
+    assert [r.path for r in inproc.requests] == [CHAT_PATH]

@@ -70,6 +70,7 @@ def test_the_async_twin_writes_the_same_bytes(server, tmp_path, cli_run):
     same_outputs(cli_out, tmp_path / "api")
 
 
+@pytest.mark.in_process
 def test_score_from_a_script_then_metrics_compare_estimate(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=5)
     a = tension.score(corpus, out=tmp_path / "a", **settings(server, tmp_path / "cache"))
@@ -89,6 +90,7 @@ def test_score_from_a_script_then_metrics_compare_estimate(server, tmp_path):
     assert "positions" in e.text
 
 
+@pytest.mark.in_process
 def test_to_pandas_gives_the_tables(server, tmp_path):
     pd = pytest.importorskip("pandas")
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=6)
@@ -118,6 +120,7 @@ def test_to_pandas_without_pandas_names_the_extra(tmp_path, monkeypatch):
     ({"endings": 0}, r"endings: expected an integer >= 1, got 0"),
     ({"temperature": -1.0}, r"temperature"),
 ])
+@pytest.mark.in_process
 def test_bad_keywords_are_config_errors_naming_them(server, tmp_path, kwargs, match):
     corpus = make_corpus(tmp_path / "c.jsonl", 1)
     base = {"base_url": server.base_url, "model": "test-gen", "cache": str(tmp_path / "cache"), "progress": False}
@@ -156,6 +159,7 @@ def test_errors_are_the_clis_exceptions_not_system_exit(tmp_path):
         tension.metrics(tmp_path / "missing.jsonl", out=tmp_path / "m")
 
 
+@pytest.mark.in_process
 def test_a_config_file_is_read_like_the_flag(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=7)
     cfg = tmp_path / "s.toml"
@@ -167,6 +171,7 @@ def test_a_config_file_is_read_like_the_flag(server, tmp_path):
     assert r.run["config"]["endings"] == 3
 
 
+@pytest.mark.in_process
 def test_generate_and_fairplay_metrics(server, tmp_path):
     root = Path(__file__).resolve().parents[2]
     story = " ".join(["The keeper climbed the stairs and read the letter again by the lamp."] * 60)
@@ -196,6 +201,7 @@ def test_import_tension_loads_no_numba(tmp_path):
     assert r.stdout.split() == ["False", "False"], r.stderr
 
 
+@pytest.mark.in_process
 def test_json_of_estimate_is_written(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=8)
     e = tension.estimate(corpus, json=tmp_path / "e.json", **settings(server, tmp_path / "cache"))
@@ -235,6 +241,7 @@ def test_ctrl_c_during_a_blocking_call_inside_a_loop_stops_the_run_and_keeps_its
     assert again.status == "complete" and sum(again.summary.cache_hits.values()) > 0  # nothing was lost
 
 
+@pytest.mark.in_process
 def test_fairplay_runs_the_readers_then_the_metrics(server, tmp_path):
     from fairplay_scripted import K, scripted, story_record, write_jsonl  # tests/
 

@@ -45,6 +45,7 @@ def alone(server, tmp_path):
 
 
 @pytest.mark.parametrize("default_cache", [False, True], ids=["given-cache", "default-cache"])
+@pytest.mark.in_process
 def test_two_score_async_on_one_cache_gathered_write_what_runs_alone_write(server, tmp_path, alone, default_cache):
     corpora, outs = alone
     cache = None if default_cache else tmp_path / "shared"
@@ -61,6 +62,7 @@ def test_two_score_async_on_one_cache_gathered_write_what_runs_alone_write(serve
 
 
 @pytest.mark.parametrize("default_cache", [False, True], ids=["given-cache", "default-cache"])
+@pytest.mark.in_process
 def test_two_blocking_scores_from_two_threads_on_one_cache_write_what_runs_alone_write(server, tmp_path, alone,
                                                                                        default_cache):
     corpora, outs = alone
@@ -88,6 +90,7 @@ def test_two_blocking_scores_from_two_threads_on_one_cache_write_what_runs_alone
     assert shared.open_paths() == []  # the shared store closed when the last run left
 
 
+@pytest.mark.in_process
 def test_the_cache_is_closed_when_the_last_run_leaves(server, tmp_path):
     from tension.cache import shared
 
@@ -97,6 +100,7 @@ def test_the_cache_is_closed_when_the_last_run_leaves(server, tmp_path):
     assert shared.open_paths() == []
 
 
+@pytest.mark.in_process
 def test_two_runs_writing_one_out_in_one_process_are_refused_by_name(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=9)
     server.delay = 0.2  # the first run is still going when the second asks for the folder

@@ -62,6 +62,7 @@ def dataset(corpus: Path):
 
 
 @pytest.mark.parametrize("kind", ["list", "dataframe", "dataset"])
+@pytest.mark.in_process
 def test_a_corpus_in_memory_scores_as_its_json_lines_and_sends_nothing_again(server, tmp_path, from_jsonl, kind):
     corpus, jsonl_out, cache = from_jsonl
     given = {"list": rows, "dataframe": frame, "dataset": dataset}[kind](corpus)
@@ -73,6 +74,7 @@ def test_a_corpus_in_memory_scores_as_its_json_lines_and_sends_nothing_again(ser
     assert [x["id"] for x in r.stories.records()] == ["007", "7", "NaN"]
 
 
+@pytest.mark.in_process
 def test_columns_renames_a_frames_columns(server, tmp_path, from_jsonl):
     corpus, jsonl_out, cache = from_jsonl
     df = frame(corpus).rename(columns={"id": "story_id", "text": "body", "group": "year"})
@@ -84,6 +86,7 @@ def test_columns_renames_a_frames_columns(server, tmp_path, from_jsonl):
         tension.score(df, out=tmp_path / "bad", columns={"id": "story"}, **settings(server, cache))
 
 
+@pytest.mark.in_process
 def test_a_bad_row_in_memory_is_named_by_row_and_field(server, tmp_path):
     good = rows(make_corpus(tmp_path / "c.jsonl", 2, seed=3))
     bad = [good[0], {"id": "b", "text": 17}, good[1]]

@@ -14,6 +14,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import tension
 from tension.testing.corpus import make_corpus
 
@@ -23,6 +25,7 @@ def settings(server, cache: Path) -> dict:
             "progress": False, "report": False}
 
 
+@pytest.mark.in_process
 def test_every_path_keyword_takes_a_path_object(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=2)
     cfg = tmp_path / "run.toml"
@@ -34,6 +37,7 @@ def test_every_path_keyword_takes_a_path_object(server, tmp_path):
     assert e.exit_status == 0
 
 
+@pytest.mark.in_process
 def test_a_shard_that_holds_no_story_fails_and_says_why(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=2)
     from tension.core.llm.replicas import in_shard
@@ -47,6 +51,7 @@ def test_a_shard_that_holds_no_story_fails_and_says_why(server, tmp_path):
     assert server.count() == 0
 
 
+@pytest.mark.in_process
 def test_every_story_skipped_fails_and_says_why(server, tmp_path):
     tiny = tmp_path / "tiny.jsonl"
     tiny.write_text(json.dumps({"id": "t", "text": "Too short to score."}) + "\n")

@@ -55,6 +55,7 @@ def check_frame(table) -> None:
     assert floats  # the statistics are numbers
 
 
+@pytest.mark.in_process
 def test_score_tables_keep_ids_and_groups_as_strings_and_counts_as_integers(server, tmp_path):
     corpus = numeric_ids_corpus(tmp_path)
     r = tension.score(corpus, out=tmp_path / "a", base_url=server.base_url, model="test-gen", endings=3, seed=1,

@@ -303,6 +303,7 @@ KINDS: dict[str, Kind] = {
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.in_process
 def test_bad_input(kind, server, tmp_path, capsys):
     k = KINDS[kind]
     if kind == "cache path in a read-only folder" and os.geteuid() == 0:
@@ -347,6 +348,7 @@ def test_bad_input(kind, server, tmp_path, capsys):
     assert len(run["stories"]["input_errors"]) == (1 if k.rc == 1 else 0)
 
 
+@pytest.mark.in_process
 def test_skipped_stories_are_recorded_with_the_reason(server, tmp_path, capsys):
     """A story outside --min-words/--max-words is skipped with the reason (run.json)
     and does not fail the run."""
@@ -362,6 +364,7 @@ def test_skipped_stories_are_recorded_with_the_reason(server, tmp_path, capsys):
     assert sorted(set(_scored_ids(tmp_path))) == list(GOOD)
 
 
+@pytest.mark.in_process
 def test_no_position_story_is_recorded_in_run_json(server, tmp_path, capsys):
     corpus = _jsonl(tmp_path, {"id": "nb", "text": NO_BOUNDARY})
     rc, _, err = _run(capsys, server, tmp_path, corpus)
@@ -433,6 +436,7 @@ def test_bad_flag_subprocess_exits_2_without_traceback(server, tmp_path):
 # --- bugs ----------------------------------------------------------------------
 
 
+@pytest.mark.in_process
 def test_bug_skipped_story_is_named_with_its_reason_on_the_console(server, tmp_path, capsys):
     corpus = _jsonl(tmp_path, {"id": "big", "text": BIG})
     rc, out, err = _run(capsys, server, tmp_path, corpus)
@@ -441,6 +445,7 @@ def test_bug_skipped_story_is_named_with_its_reason_on_the_console(server, tmp_p
     assert "'big'" in out + err or "big:" in out + err
 
 
+@pytest.mark.in_process
 def test_bug_temperature_inf_is_rejected(server, tmp_path, capsys):
     corpus = _jsonl(tmp_path)
     rc, out, err = _run(capsys, server, tmp_path, corpus, "--temperature", "inf")
@@ -448,6 +453,7 @@ def test_bug_temperature_inf_is_rejected(server, tmp_path, capsys):
     assert "temperature:" in err
 
 
+@pytest.mark.in_process
 def test_bug_late_threshold_above_one_is_rejected(server, tmp_path, capsys):
     corpus = _jsonl(tmp_path)
     rc, out, err = _run(capsys, server, tmp_path, corpus, "--late-threshold", "2")
@@ -455,6 +461,7 @@ def test_bug_late_threshold_above_one_is_rejected(server, tmp_path, capsys):
     assert "late-threshold" in err
 
 
+@pytest.mark.in_process
 def test_bug_bad_tokenizer_flag_is_a_usage_error(server, tmp_path, capsys):
     corpus = _jsonl(tmp_path)
     rc, out, err = _run(capsys, server, tmp_path, corpus, "--tokenizer", str(tmp_path / "missing-tokenizer.json"))
@@ -463,6 +470,7 @@ def test_bug_bad_tokenizer_flag_is_a_usage_error(server, tmp_path, capsys):
     assert "rerun the same command" not in err
 
 
+@pytest.mark.in_process
 def test_bug_embedded_profile_ignored_when_base_url_given(server, tmp_path, capsys):
     from tension.core.serving import embedded
 

@@ -112,6 +112,7 @@ def drop_positions_db(path: Path) -> None:
 
 
 @pytest.mark.parametrize("constraint", [None, "logprobs"])
+@pytest.mark.in_process
 def test_rerun_from_position_records_and_fallback_give_identical_outputs(server, tmp_path, constraint):
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=11)
     extra = {"judge_constraint": constraint, "judge_max_tokens": 1} if constraint else {}
@@ -146,6 +147,7 @@ def test_rerun_from_position_records_and_fallback_give_identical_outputs(server,
         assert st.stats()["positions"]["entries"] == n_positions
 
 
+@pytest.mark.in_process
 def test_position_record_is_not_reused_when_the_judge_prompt_changes(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=12)
     first = score(cfg_for(server, tmp_path), corpus, tmp_path / "a")

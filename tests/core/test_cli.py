@@ -215,6 +215,7 @@ def test_a_repeatable_flag_accumulates():
 
 # --- generate --config ------------------------------------------------------------
 
+@pytest.mark.in_process
 def test_generate_reads_a_config_file_and_flags_win(server, tmp_path, capsys):
     server.script("Write the story now.", lambda m, seed, i: "The ferry left without her. " * 12)
     ideas = tmp_path / "ideas.jsonl"

@@ -110,6 +110,7 @@ def test_cost_formula(tmp_path):
     assert est.usd == pytest.approx((gen_h + judge_h) * 3.0)
 
 
+@pytest.mark.in_process
 def test_server_counts_and_cache_coverage_match_score(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 3)
     cfg = load_config(None, {"base_url": server.base_url, "model": "test-gen", "endings": N, "seed": 7,
@@ -151,6 +152,7 @@ def test_cli_table_json_and_bad_flags(tmp_path, capsys):
     assert main(args + ["--bench", str(tmp_path / "missing.json")]) != 0
 
 
+@pytest.mark.in_process
 def test_a_server_that_refuses_to_count_is_a_clear_error(server, tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 2)
     server.fail_next("503", times=1, path="/tokenize")  # transient: retried, no effect
@@ -211,6 +213,7 @@ def test_sigterm_stops_estimate_cleanly_and_keeps_the_counts_asked(server, tmp_p
         assert st.stats()["tokens"]["entries"] >= 2  # the counts answered before the stop were committed
 
 
+@pytest.mark.in_process
 def test_an_estimate_is_not_the_caches_last_run(server, tmp_path):
     """`cache stats` shows the last run's hits: an estimate only looks, and leaves them."""
     from tension.cache.store import Store

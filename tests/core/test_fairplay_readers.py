@@ -43,6 +43,7 @@ def close(a, b):
     return a is not None and all(abs(x - y) < 1e-9 for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.in_process
 def test_readers_end_to_end_values_metrics_and_rerun(server, tmp_path):
     server.respond(scripted)
     stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1"), story_record("s2", generator=False)])
@@ -104,6 +105,7 @@ def test_readers_end_to_end_values_metrics_and_rerun(server, tmp_path):
     assert (tmp_path / "out2" / "readers.jsonl").read_bytes() == (tmp_path / "out" / "readers.jsonl").read_bytes()
 
 
+@pytest.mark.in_process
 def test_given_mode_names_the_culprit_and_keeps_the_key_out_of_outputs(server, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-4242")
     server.respond(scripted)
@@ -123,6 +125,7 @@ def test_given_mode_names_the_culprit_and_keeps_the_key_out_of_outputs(server, t
     assert run_json["config"]["api_key"] == "(set)" and run_json["requests"]["generation"] == 1
 
 
+@pytest.mark.in_process
 def test_unusable_answers_are_retried_with_a_new_seed_then_recorded(server, tmp_path):
     def flaky(msgs, n, seed):
         text = user_text(msgs)
@@ -157,6 +160,7 @@ def test_unusable_answers_are_retried_with_a_new_seed_then_recorded(server, tmp_
     assert (out / "stories.csv").exists()
 
 
+@pytest.mark.in_process
 def test_json_constraint_sends_the_answer_shape(server, tmp_path):
     server.respond(scripted)
     stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1")])
@@ -173,6 +177,7 @@ def test_json_constraint_sends_the_answer_shape(server, tmp_path):
     assert gen and all("structured_outputs" not in b for b in gen)  # story text is never constrained
 
 
+@pytest.mark.in_process
 def test_experienced_reader_sees_earlier_stories_of_the_same_generator(server, tmp_path):
     server.respond(scripted)
     other_gen = {**GENERATOR, "model": "other-model"}
@@ -193,6 +198,7 @@ def test_experienced_reader_sees_earlier_stories_of_the_same_generator(server, t
     assert shown == {"a1": set(), "n1": set(), "b1": set(), "a2": {"a1"}, "n2": {"n1"}}
 
 
+@pytest.mark.in_process
 def test_an_interrupted_run_keeps_its_answers_and_resumes(server, tmp_path):
     import asyncio
 
@@ -226,6 +232,7 @@ def test_an_interrupted_run_keeps_its_answers_and_resumes(server, tmp_path):
     assert [len(s["readers"]["gullible"]) for s in read_readers(tmp_path / "out")] == [L] * 4
 
 
+@pytest.mark.in_process
 def test_without_seeds_each_re_ask_is_still_a_new_request(server, tmp_path):
     server.respond(lambda msgs, n, seed: "No idea." if "ignoring the interest" in user_text(msgs) else None)
     server.respond(scripted)
@@ -240,6 +247,7 @@ def test_without_seeds_each_re_ask_is_still_a_new_request(server, tmp_path):
     assert temps == [0.0, 0.0, 0.7, 0.7, 0.71, 0.71, 0.72, 0.72]  # two paragraphs, 1 + 3 tries each
 
 
+@pytest.mark.in_process
 def test_bad_input_lines_are_reported_and_the_rest_runs(server, tmp_path, capsys):
     server.respond(scripted)
     good = story_record("ok", generator=False)
@@ -273,6 +281,7 @@ def test_bad_input_lines_are_reported_and_the_rest_runs(server, tmp_path, capsys
     assert [r["id"] for r in read_readers(out)] == ["ok"]
 
 
+@pytest.mark.in_process
 def test_suspects_extracted_text_segmented_and_labels_as_lists(server, tmp_path):
     def extraction(msgs, n, seed):
         text = user_text(msgs)
@@ -302,6 +311,7 @@ def test_suspects_extracted_text_segmented_and_labels_as_lists(server, tmp_path)
     assert max(prefix_len(p) for p in prompts) == 12
 
 
+@pytest.mark.in_process
 def test_a_failed_extraction_is_reported_with_file_and_line(server, tmp_path):
     server.respond(lambda msgs, n, seed: "Everyone is a suspect." if "List the suspects" in user_text(msgs) else None)
     rows = [story_record("ok", generator=False), {"id": "x", "segments": ["a", "b"], "culprit": "Ann"}]
@@ -385,6 +395,7 @@ def test_a_server_that_stays_down_fails_the_run_honestly(tmp_path, capsys):
     assert doc["status"] == "failed"
 
 
+@pytest.mark.in_process
 def test_a_second_run_on_the_same_out_folder_fails_fast_naming_fairplay(server, tmp_path, capsys):
     import fcntl
 
@@ -402,6 +413,7 @@ def test_a_second_run_on_the_same_out_folder_fails_fast_naming_fairplay(server, 
     assert server.count(path="/v1/chat/completions") == 0 and not (out / "readers.jsonl").exists()
 
 
+@pytest.mark.in_process
 def test_fairplay_and_fairplay_metrics_agree_on_the_same_readers(server, tmp_path):
     # One schedule for every reader; two experienced readers named by their setting;
     # the metrics `fairplay` writes are those `fairplay-metrics` computes from its

@@ -10,6 +10,8 @@ import re
 import string
 from pathlib import Path
 
+import pytest
+
 from tension.core.cli import main
 from tension.core.pipelines.fairplay import load_fairplay_config, read_stories
 from tension.core.pipelines.generate import GenerateConfig, generate, run_record_path
@@ -75,6 +77,7 @@ def read_out(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
 
 
+@pytest.mark.in_process
 def test_full_pipeline_sends_the_papers_prompts_and_chains_the_steps(server, tmp_path):
     script_pipeline(server)
     out = tmp_path / "full.jsonl"
@@ -108,6 +111,7 @@ def test_full_pipeline_sends_the_papers_prompts_and_chains_the_steps(server, tmp
     assert not (tmp_path / "full.jsonl.partial").read_text() == ""  # streamed as stories finished
 
 
+@pytest.mark.in_process
 def test_ablations_skip_the_right_steps(server, tmp_path):
     script_pipeline(server)
     ideas = write_ideas(tmp_path / "ideas.jsonl", IDEAS[:2])
@@ -135,6 +139,7 @@ def test_ablations_skip_the_right_steps(server, tmp_path):
         assert r["warmup"] is None and r["beats"].startswith("BEATS[") and r["settings"]["beats"] == 5
 
 
+@pytest.mark.in_process
 def test_step0_full_text_mode_and_a_title_file(server, tmp_path):
     script_pipeline(server)
     ref = tmp_path / "harbour.txt"
@@ -155,6 +160,7 @@ def test_step0_full_text_mode_and_a_title_file(server, tmp_path):
     assert chats(server)[0]["messages"][0]["content"] == warmup_prompt("The Tin Kettle \u2014 A. Nobody")
 
 
+@pytest.mark.in_process
 def test_reference_is_drawn_per_story_reproducibly(server, tmp_path):
     script_pipeline(server)
     many = [{"id": f"i{k}", "idea": f"Idea number {k} about a clock."} for k in range(12)]
@@ -169,6 +175,7 @@ def test_reference_is_drawn_per_story_reproducibly(server, tmp_path):
     assert [r["reference"]["name"] for r in read_out(tmp_path / "c.jsonl")] != refs
 
 
+@pytest.mark.in_process
 def test_short_stories_are_regenerated_with_new_seeds_up_to_the_bound(server, tmp_path):
     seeds: dict[str, list[int]] = {"lamp": [], "bees": []}
 
@@ -197,6 +204,7 @@ def test_short_stories_are_regenerated_with_new_seeds_up_to_the_bound(server, tm
     assert run["failures"][0]["id"] == "bees" and "4 attempt(s)" in run["failures"][0]["error"]
 
 
+@pytest.mark.in_process
 def test_rerun_is_served_from_the_cache_and_a_failed_run_resumes(server, tmp_path):
     script_pipeline(server)
     ideas = write_ideas(tmp_path / "ideas.jsonl")
@@ -234,6 +242,7 @@ WHODUNIT = {"id": "w1", "idea": "A prize marrow is poisoned at the village show.
             "suspects": ["Mrs Pell", "The vicar", "Dr Lowe", "Tam"], "culprit": "Dr Lowe", "distractor": "Tam"}
 
 
+@pytest.mark.in_process
 def test_whodunit_paragraph_by_paragraph_in_the_fairplay_format(server, tmp_path):
     def paragraph(m, seed, i):
         k = re.search(r"paragraph (\d+) of", m[-1]["content"]).group(1)
@@ -287,6 +296,7 @@ def test_render_whodunit_replaces_only_its_placeholders_in_one_pass():
     assert got == "3/9 A {story}, B {L} B {x} {3} so far {i}"
 
 
+@pytest.mark.in_process
 def test_bad_ideas_are_reported_by_file_line_and_field_and_the_rest_go_on(server, tmp_path, capsys):
     script_pipeline(server)
     bad = tmp_path / "ideas.jsonl"
@@ -314,6 +324,7 @@ def test_bad_ideas_are_reported_by_file_line_and_field_and_the_rest_go_on(server
     assert [r["id"] for r in read_out(out)] == ["ok"]
 
 
+@pytest.mark.in_process
 def test_bad_settings_are_usage_errors(server, tmp_path, capsys):
     ideas = write_ideas(tmp_path / "i.jsonl")
     base = ["generate", str(ideas), "--out", str(tmp_path / "o.jsonl"), "--base-url", server.base_url]
@@ -324,6 +335,7 @@ def test_bad_settings_are_usage_errors(server, tmp_path, capsys):
     assert server.count(path=CHAT_PATH) == 0
 
 
+@pytest.mark.in_process
 def test_generated_stories_are_a_valid_score_corpus(server, tmp_path):
     from tension.core.inputs.corpus import read_corpus
 
@@ -336,6 +348,7 @@ def test_generated_stories_are_a_valid_score_corpus(server, tmp_path):
     assert all(s.group == "vanilla" for s in corpus.stories)
 
 
+@pytest.mark.in_process
 def test_api_key_from_the_named_variable_is_never_written(server, tmp_path, monkeypatch, capsys):
     script_pipeline(server)
     secret = "sk-planted-generate-0123456789"
@@ -397,6 +410,7 @@ def test_sigterm_stops_cleanly_and_the_same_command_resumes(server, tmp_path):
     assert [r["idea_id"] for r in read_out(out)] == [f"i{k}" for k in range(8)]
 
 
+@pytest.mark.in_process
 def test_study_recipe_end_to_end_vanilla_and_full_scored_and_compared_by_idea(server, tmp_path, capsys):
     """docs/generation.md's recipe on the test server: generate both, score both,
     `compare --pair-by idea_id` pairs every idea."""
@@ -420,6 +434,7 @@ def test_study_recipe_end_to_end_vanilla_and_full_scored_and_compared_by_idea(se
     assert capsys.readouterr().out.startswith("3 pairs by `idea_id` (0 stories only in A, 0 only in B)")
 
 
+@pytest.mark.in_process
 def test_a_second_run_on_the_same_out_file_fails_fast(server, tmp_path, capsys):
     import fcntl
 
@@ -435,6 +450,7 @@ def test_a_second_run_on_the_same_out_file_fails_fast(server, tmp_path, capsys):
     assert server.count(path=CHAT_PATH) == 0 and not out.exists()
 
 
+@pytest.mark.in_process
 def test_a_refused_request_fails_its_idea_and_the_others_go_on(server, tmp_path):
     script_pipeline(server)
     huge = {"id": "huge", "idea": "word " * 5000}  # with 4,000 answer tokens: over the 8,192 context → 400
@@ -445,6 +461,7 @@ def test_a_refused_request_fails_its_idea_and_the_others_go_on(server, tmp_path)
     assert [r["idea_id"] for r in read_out(out)] == ["lamp"]
 
 
+@pytest.mark.in_process
 def test_cache_max_gb_bounds_the_cache_and_the_run_resumes_with_room(server, tmp_path):
     # Stories of ~90 kB each as stored (120,000 random characters of 64: the cache stores
     # records compressed, and a repeated text would take nothing; the client cuts an answer

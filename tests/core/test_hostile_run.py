@@ -2,8 +2,9 @@
 "Hostile ground: the run, the cache and the disk"): a broken setup's answers are
 not replayed forever, the run record states the exit status the process returns,
 full disks and read-only caches are said plainly, a stop during the outputs is
-obeyed, and a reused --out is said. Every case runs the real CLI against the
-loopback server (in process through `main`, or as a subprocess)."""
+obeyed, and a reused --out is said. Every case runs the real CLI: in process
+through `main` against in-process servers (the same answers, no socket), or as a
+subprocess against the loopback server."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from fairplay_scripted import story_record, write_jsonl
 
 from tension.core.cli import main
 from tension.testing.corpus import make_corpus
+from tension.testing.inprocess import InProcessServer
 from tension.testing.openai_server import LoopbackServer
 
 # --- finding 4 (11f): the record's exit status is the process's ---------------------
@@ -50,6 +52,7 @@ def _verb_with_a_model_typo(verb: str, server, tmp_path: Path) -> tuple[int, Pat
 
 
 @pytest.mark.parametrize("verb", ["score", "generate", "fairplay"])
+@pytest.mark.in_process
 def test_a_config_error_after_the_run_opened_is_exit_2_in_the_record_too(verb, server, tmp_path, capsys):
     rc, record = _verb_with_a_model_typo(verb, server, tmp_path)
     err = capsys.readouterr().err
@@ -79,13 +82,13 @@ def _same_outputs(a: Path, b: Path) -> None:
 def broken(tmp_path):
     """The corpus, and a clean run's folder on a healthy server (what a fixed setup must give)."""
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
-    with LoopbackServer(model=["test-gen"]) as ok:
+    with InProcessServer(model=["test-gen"]).serving() as ok:
         assert _score4(ok.base_url, corpus, tmp_path / "clean", tmp_path / "clean-cache") == 0
     return corpus, tmp_path / "clean"
 
 
 def _null_endings_run(corpus: Path, out: Path, cache: Path, capsys) -> str:
-    with LoopbackServer(model=["test-gen"], misbehave="null_content") as bad:
+    with InProcessServer(model=["test-gen"], misbehave="null_content").serving() as bad:
         rc = _score4(bad.base_url, corpus, out, cache)
     err = capsys.readouterr().err
     assert rc == 1, err
@@ -106,7 +109,7 @@ def test_endings_that_came_back_null_fail_the_run_and_refresh_generation_asks_th
     assert not (out / "positions.jsonl").exists()  # no result that looks like one
     # identical because empty: not blamed on the temperature or seed
     assert "temperature" not in err and "endings_identical" not in [w["check"] for w in run["warnings"]]
-    with LoopbackServer(model=["test-gen"]) as ok:
+    with InProcessServer(model=["test-gen"]).serving() as ok:
         assert _score4(ok.base_url, corpus, out, cache) == 1  # fixed, but replayed from the cache
         assert ok.count(kind="generation") == 0
         assert _score4(ok.base_url, corpus, out, cache, "--refresh", "generation") == 0, capsys.readouterr().err
@@ -133,13 +136,13 @@ def test_endings_that_came_back_null_are_dropped_by_cache_drop_run(broken, tmp_p
     assert main(args) == 0 and capsys.readouterr().out == dry  # nothing was dropped
     assert main([*args, "--yes"]) == 0
     assert f"dropped {n} records" in capsys.readouterr().out
-    with LoopbackServer(model=["test-gen"]) as ok:
+    with InProcessServer(model=["test-gen"]).serving() as ok:
         assert _score4(ok.base_url, corpus, out, cache) == 0, capsys.readouterr().err
     _same_outputs(out, clean)
 
 
 def _think_judge_run(corpus: Path, out: Path, cache: Path, gen_url: str, capsys) -> str:
-    with LoopbackServer(model=["test-gen"], misbehave="think") as judge:
+    with InProcessServer(model=["test-gen"], misbehave="think").serving() as judge:
         rc = _score4(gen_url, corpus, out, cache, "--judge-base-url", judge.base_url)
     err = capsys.readouterr().err
     assert rc == 1 and "the judge is not answering Y or N" in err, err
@@ -150,7 +153,7 @@ def _think_judge_run(corpus: Path, out: Path, cache: Path, gen_url: str, capsys)
 def test_a_judge_that_answered_think_is_asked_again_once_fixed(broken, tmp_path, capsys, way):
     corpus, clean = broken
     out, cache = tmp_path / "out", tmp_path / "cache"
-    with LoopbackServer(model=["test-gen"]) as ok:
+    with InProcessServer(model=["test-gen"]).serving() as ok:
         err = _think_judge_run(corpus, out, cache, ok.base_url, capsys)
         assert "a rerun reads them from it" in err and "--refresh judge" in err
         assert f"tension-run cache drop --run {out} --role judge --yes" in err
@@ -182,6 +185,7 @@ def test_cache_drop_needs_a_filter_and_a_cache(tmp_path, capsys):
 # --- finding 11 (3a, 6b, 7a, 7c): the limit, no positions, a reused --out -----------
 
 
+@pytest.mark.in_process
 def test_the_cache_size_limit_says_raise_it_not_rerun(server, tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
     # 16 endings a position: records are stored compressed, and 3 would fit the limit
@@ -195,6 +199,7 @@ def test_the_cache_size_limit_says_raise_it_not_rerun(server, tmp_path, capsys):
     assert main([*args, "--cache-max-gb", "1"]) == 0, capsys.readouterr().err  # raised: it continues
 
 
+@pytest.mark.in_process
 def test_a_corpus_without_any_position_fails_and_says_why(server, tmp_path, capsys):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text(json.dumps({"id": "flat", "text": " ".join(["word"] * 700)}) + "\n")  # no sentence end
@@ -207,6 +212,7 @@ def test_a_corpus_without_any_position_fails_and_says_why(server, tmp_path, caps
     assert "no position to score in any of the 1 stories" in err and "rerun the same command" not in err
 
 
+@pytest.mark.in_process
 def test_reusing_an_out_folder_for_another_run_is_said_and_its_cost_not_added(server, tmp_path, capsys):
     c1 = make_corpus(tmp_path / "c1.jsonl", 1, seed=3)
     c2 = make_corpus(tmp_path / "c2.jsonl", 1, seed=4)
@@ -299,7 +305,7 @@ def test_a_full_disk_under_the_cache_is_said_with_the_free_space_and_the_run_res
     disk = tmpfs(3 << 20)
     filler = _fill(disk, 160_000)
     out, cache = tmp_path / "out", disk / "cache"
-    with LoopbackServer(model=["test-gen"]) as ok:
+    with InProcessServer(model=["test-gen"]).serving() as ok:
         rc = _score4(ok.base_url, corpus, out, cache)
         err = capsys.readouterr().err
         assert rc == 1, err
@@ -319,7 +325,7 @@ def test_a_full_disk_under_the_outputs_names_the_file_and_the_way_on(broken, tmp
     corpus, clean = broken
     disk = tmpfs(2 << 20)
     out, cache = disk / "out", tmp_path / "cache"
-    with LoopbackServer(model=["test-gen"]) as ok:
+    with InProcessServer(model=["test-gen"]).serving() as ok:
         assert _score4(ok.base_url, corpus, tmp_path / "warm", cache) == 0  # the answers are cached
         filler = _fill(disk, leave)
         rc = _score4(ok.base_url, corpus, out, cache)
@@ -385,7 +391,7 @@ def readonly_cache(broken, tmpfs, tmp_path, request):
         corpus.write_bytes(broken[0].read_bytes())
         os.chmod(corpus, 0o644)
         cache, prefix = work / "cache", AS_NOBODY
-    with LoopbackServer(model=["test-gen"]) as ok:
+    with LoopbackServer(model=["test-gen"]) as ok:  # the wire: the runs below are processes of another user
         assert _score4(ok.base_url, corpus, work / "warm", cache) == 0
         if request.param == "ro_mount":
             subprocess.run(["mount", "-o", "remount,ro", str(cache.parent)], check=True)
@@ -434,6 +440,7 @@ def test_a_read_only_cache_serves_a_fully_cached_rerun_stats_and_the_view(readon
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.in_process
 def test_an_export_with_endings_of_which_none_could_be_read_fails(server, tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
     out, cache = tmp_path / "out", tmp_path / "cache"
@@ -456,13 +463,13 @@ def test_generate_refresh_asks_a_broken_setups_stories_again(tmp_path, capsys):
     ideas = tmp_path / "ideas.jsonl"
     ideas.write_text("".join(json.dumps({"id": f"i{i}", "idea": f"A lighthouse keeper, {i}."}) + "\n"
                              for i in range(2)))
-    with LoopbackServer(model=["test-gen"]) as ok:
+    with InProcessServer(model=["test-gen"]).serving() as ok:
         assert _generate(ok.base_url, ideas, tmp_path / "clean.jsonl", tmp_path / "clean-cache") == 0
     out, cache = tmp_path / "stories.jsonl", tmp_path / "cache"
-    with LoopbackServer(model=["test-gen"], misbehave="think") as bad:
+    with InProcessServer(model=["test-gen"], misbehave="think").serving() as bad:
         assert _generate(bad.base_url, ideas, out, cache) == 0  # stories of cut reasoning traces (warned)
     assert "generate_reasoning" in json.loads((tmp_path / "stories.run.json").read_text())["warnings"][0]["check"]
-    with LoopbackServer(model=["test-gen"]) as ok:
+    with InProcessServer(model=["test-gen"]).serving() as ok:
         assert _generate(ok.base_url, ideas, out, cache) == 0
         assert ok.count(path="/v1/chat/completions") == 0  # fixed, but replayed from the cache
         assert out.read_bytes() != (tmp_path / "clean.jsonl").read_bytes()
@@ -481,15 +488,15 @@ def test_fairplay_refresh_asks_a_broken_readers_answers_again(tmp_path, capsys):
 
     stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1", generator=False)])
     clean = tmp_path / "clean"
-    with LoopbackServer(model=["test-judge"]) as ok:
+    with InProcessServer(model=["test-judge"]).serving() as ok:
         ok.respond(scripted)
         assert _fairplay(ok.base_url, stories, clean, tmp_path / "clean-cache") == 0, capsys.readouterr().err
     out, cache = tmp_path / "out", tmp_path / "cache"
-    with LoopbackServer(model=["test-judge"], misbehave="think") as bad:
+    with InProcessServer(model=["test-judge"], misbehave="think").serving() as bad:
         _fairplay(bad.base_url, stories, out, cache, "--parse-retries", "1")  # readers that never parse
     broken = (out / "readers.jsonl").read_bytes() if (out / "readers.jsonl").exists() else b""
     assert broken != (clean / "readers.jsonl").read_bytes()
-    with LoopbackServer(model=["test-judge"]) as ok:
+    with InProcessServer(model=["test-judge"]).serving() as ok:
         ok.respond(scripted)
         _fairplay(ok.base_url, stories, out, cache, "--parse-retries", "1")
         assert ok.count(path="/v1/chat/completions") == 0  # fixed, but replayed from the cache

@@ -80,3 +80,39 @@ def test_generate_runs_in_process(tmp_path):
     assert s.status == "complete" and s.stories == 1 and s.requests == {"generation": server.count(CHAT)}
     record = json.loads((tmp_path / "s.run.json").read_text())
     assert record["command"] == "generate" and record["models"] == {"generation": "gen"}
+
+
+def test_the_cli_runs_in_process_against_a_served_server_and_other_roots_go_over_http(tmp_path, capsys):
+    """`main([...])` takes no transport: a server `serving` is reached by its base URL
+    (core/llm/transport.py `served_in_process`), here the generation server, while the
+    judge's root, not served in process, is the loopback server over HTTP."""
+    from tension.core.cli import main
+    from tension.testing.openai_server import LoopbackServer
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 1)
+    with InProcessServer(models=["gen"]).serving() as gen, LoopbackServer(model=["judge"]) as judge:
+        rc = main(["score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", gen.base_url, "--model", "gen",
+                   "--judge-base-url", judge.base_url, "--judge-model", "judge", "--endings", "4",
+                   "--cache", str(tmp_path / "cache"), "--no-progress", "--no-report"])
+        assert rc == 0, capsys.readouterr().err
+        record = json.loads((tmp_path / "out" / "run.json").read_text())
+        assert gen.count(CHAT) == record["requests"]["generation"] > 0 and gen.count("/tokenize") > 0
+        assert judge.count(CHAT) == record["requests"]["judge"] > 0
+        assert gen.count(kind="judge") == 0 and judge.count(kind="generation") == 0
+    # outside `serving`, its root is a host like any other: a client made now sends over HTTP
+    from tension.core.llm.transport import AiohttpTransport, default_transport
+
+    assert isinstance(default_transport(connect=1, request=1), AiohttpTransport)
+
+
+def test_one_root_is_served_in_process_by_one_server_at_a_time():
+    server = InProcessServer(models=["gen"])
+    with server.serving():
+        try:
+            with server.serving():
+                pass
+        except RuntimeError as e:
+            assert server.base_url in str(e)
+        else:
+            raise AssertionError("expected a RuntimeError")
+    assert InProcessServer().base_url != server.base_url

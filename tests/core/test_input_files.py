@@ -83,6 +83,7 @@ def test_a_control_character_in_any_id_or_group_is_refused_with_file_line_and_fi
                                                                            if field == "group" else {})))
 
 
+@pytest.mark.in_process
 def test_a_nul_in_an_id_never_reaches_stories_csv(server, tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
     lines = corpus.read_text().splitlines()
@@ -100,6 +101,7 @@ def test_a_nul_in_an_id_never_reaches_stories_csv(server, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("layout", ["pretty", "one line"])
+@pytest.mark.in_process
 def test_a_json_array_corpus_is_one_message_not_one_per_line(server, tmp_path, capsys, layout):
     stories = [json.loads(x) for x in make_corpus(tmp_path / "src.jsonl", 3, seed=4).read_text().splitlines()]
     array = tmp_path / "array.json"
@@ -122,6 +124,7 @@ def test_a_jsonl_file_with_an_array_line_still_names_that_line(tmp_path):
 
 
 @pytest.mark.parametrize("content", [b"", b"\n  \n"])
+@pytest.mark.in_process
 def test_an_empty_corpus_says_so_once(server, tmp_path, capsys, content):
     p = tmp_path / "empty.jsonl"
     p.write_bytes(content)
@@ -133,6 +136,7 @@ def test_an_empty_corpus_says_so_once(server, tmp_path, capsys, content):
 # --- 2h, 2e: `~` in path settings, a cache given as its data.mdb ------------------------
 
 
+@pytest.mark.in_process
 def test_tilde_in_a_config_files_cache_and_a_cache_flag_is_the_home_folder(server, tmp_path, capsys, monkeypatch):
     home = Path(os.environ["HOME"])
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=5)
@@ -155,6 +159,7 @@ def test_tilde_in_a_config_files_cache_and_a_cache_flag_is_the_home_folder(serve
 
 
 @pytest.mark.parametrize("verb", ["score", "generate", "fairplay"])
+@pytest.mark.in_process
 def test_a_cache_given_as_its_data_mdb_file_says_give_the_folder(server, tmp_path, capsys, verb):
     cache = tmp_path / "cache"
     cache.mkdir()

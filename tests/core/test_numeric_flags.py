@@ -183,6 +183,7 @@ def _flat(positional: list[str], flags: dict[str, str], extra: list[str]) -> lis
 
 
 @pytest.mark.parametrize("verb", sorted({v for v, _ in _numeric_flags()}))
+@pytest.mark.in_process
 def test_every_numeric_flag_takes_hostile_values_as_a_usage_error_or_a_clean_run(server, tmp_path, capsys, verb):
     spec = next(v for v in VERBS if v.name == verb)
     verbs = Verbs(server, tmp_path)
@@ -207,6 +208,7 @@ CONFIG_VERBS = ["score", "estimate", "bench", "generate", "fairplay"]
 
 
 @pytest.mark.parametrize("verb", CONFIG_VERBS)
+@pytest.mark.in_process
 def test_every_numeric_config_key_takes_hostile_values_as_a_usage_error_or_a_clean_run(server, tmp_path, capsys,
                                                                                        verb):
     """The same values as keys of a --config file: every numeric field of the verb's

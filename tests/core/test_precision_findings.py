@@ -74,6 +74,7 @@ def test_metrics_with_counts_says_nothing_about_missing_intervals(tmp_path, caps
 # --- D8 ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("endings, warned", [(4, True), (20, False)])
+@pytest.mark.in_process
 def test_estimate_warns_of_a_pilot_whose_no_rates_rest_on_few_endings(server, tmp_path, capsys, endings, warned):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=2)
     assert _score(server, corpus, tmp_path / "pilot", tmp_path / "cache", "--judge-model", "test-judge",
@@ -87,6 +88,7 @@ def test_estimate_warns_of_a_pilot_whose_no_rates_rest_on_few_endings(server, tm
 
 # --- D10 --------------------------------------------------------------------------
 
+@pytest.mark.in_process
 def test_estimate_of_an_adaptive_run_whose_rounds_are_cached_counts_them(server, tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=2)
     server.yes_rate = 0.97
@@ -103,6 +105,7 @@ def test_estimate_of_an_adaptive_run_whose_rounds_are_cached_counts_them(server,
 
 # --- D11 --------------------------------------------------------------------------
 
+@pytest.mark.in_process
 def test_compare_of_runs_of_different_endings_seeds_or_models_says_so_and_names_a_and_b(server, tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=2)
     assert _score(server, corpus, tmp_path / "a", tmp_path / "cache", "--judge-model", "test-judge",

@@ -101,6 +101,7 @@ def ref_no_rates(text: str, n: int, seed, yes_rate=0.3, empty_rate=0.0) -> list[
 # --- tests ---------------------------------------------------------------------
 
 
+@pytest.mark.in_process
 def test_no_rates_positions_and_pct_match_an_independent_computation(server, tmp_path):
     server.empty_rate = 0.1
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=1)
@@ -125,6 +126,7 @@ def test_no_rates_positions_and_pct_match_an_independent_computation(server, tmp
         assert int(r["n_positions"]) == len(ys)
 
 
+@pytest.mark.in_process
 def test_judge_prompts_hold_anchor_and_truncated_continuation(server, tmp_path):
     import random
     long_story = write_story(random.Random(5), 2600)
@@ -156,6 +158,7 @@ def test_judge_prompts_hold_anchor_and_truncated_continuation(server, tmp_path):
         assert (r.body["temperature"], r.body["top_p"], r.body["max_tokens"]) == (1.2, 0.95, 150)
 
 
+@pytest.mark.in_process
 def test_rerun_judge_change_and_corpus_extension(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=2)
     out = tmp_path / "out"
@@ -196,6 +199,7 @@ def test_rerun_judge_change_and_corpus_extension(server, tmp_path):
     assert n_first > 0
 
 
+@pytest.mark.in_process
 def test_cancelled_run_resumes_to_identical_outputs_without_repeats(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 4, seed=4)
     clean = score(cfg_for(server, tmp_path, cache=str(tmp_path / "clean-cache")), corpus, tmp_path / "clean")
@@ -229,6 +233,7 @@ def test_cancelled_run_resumes_to_identical_outputs_without_repeats(server, tmp_
     assert now["verdicts"]["entries"] == clean.requests["judge"]
 
 
+@pytest.mark.in_process
 def test_short_answers_are_completed(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=6)
     server.fail_next("few_choices", times=3)
@@ -286,6 +291,7 @@ def test_retry_budget_ends_with_a_clear_error_and_keeps_completed_work(server, t
     assert server.count(kind="judge") == done.requests["judge"]
 
 
+@pytest.mark.in_process
 def test_prefix_over_the_context_is_skipped_not_sent(server, tmp_path):
     """A position whose prompt would not fit the model's context (as /tokenize
     reports it) is skipped with a reason, never sent to fail."""
@@ -304,6 +310,7 @@ def test_prefix_over_the_context_is_skipped_not_sent(server, tmp_path):
     assert run["context_len"] == 4000 and run["positions_skipped_too_long"] == s.too_long
 
 
+@pytest.mark.in_process
 def test_positions_refused_for_the_context_are_skipped_not_the_run(server, tmp_path):
     """A context 400 the client could not foresee (here: the context set wrongly
     larger than the server's) skips the positions refused, as those known to be too
@@ -378,6 +385,7 @@ def test_cli_sigint_stops_cleanly_with_a_resume_hint(server, tmp_path):
     assert "cache hits:" in r.stdout
 
 
+@pytest.mark.in_process
 def test_metrics_recomputes_a_run_from_positions_alone(server, tmp_path):
     from tension.core.cli import main
 
@@ -388,6 +396,7 @@ def test_metrics_recomputes_a_run_from_positions_alone(server, tmp_path):
         assert (tmp_path / "again" / name).read_text() == (tmp_path / "run" / name).read_text()
 
 
+@pytest.mark.in_process
 def test_judge_constraints_change_the_request_and_the_key(server, tmp_path):
     from tension.core.prompts.score import verdict_from_logprobs
 
@@ -410,6 +419,7 @@ def test_judge_constraints_change_the_request_and_the_key(server, tmp_path):
     assert plain.status == "complete"
 
 
+@pytest.mark.in_process
 def test_a_second_run_on_the_same_out_folder_fails_fast(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=15)
     server.delay = 0.01
@@ -434,6 +444,7 @@ def test_a_second_run_on_the_same_out_folder_fails_fast(server, tmp_path):
     assert score(cfg, corpus, tmp_path / "out").status == "complete"  # the lock went with the first run
 
 
+@pytest.mark.in_process
 def test_stories_without_positions_are_reported(server, tmp_path, capsys):
     from tension.core.cli import main
 

@@ -147,6 +147,7 @@ STORIES = {
 }
 
 
+@pytest.mark.in_process
 def test_score_finds_positions_in_stories_of_other_scripts(server, tmp_path, capsys):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"id": k, "text": v}, ensure_ascii=False) + "\n" for k, v in STORIES.items()),
@@ -167,6 +168,7 @@ def test_score_finds_positions_in_stories_of_other_scripts(server, tmp_path, cap
     assert "sentence-ending marks" not in err
 
 
+@pytest.mark.in_process
 def test_score_warns_when_a_storys_marks_and_boundaries_disagree(server, tmp_path, capsys):
     corpus = tmp_path / "c.jsonl"
     text = _story("‘He walked slowly along the long and quiet street, number {i}.’ ", 60)

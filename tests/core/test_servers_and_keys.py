@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tension.core.cli import main
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer
@@ -49,6 +51,7 @@ def _files_bytes(folder: Path) -> bytes:
 # --- finding 1: a wrong model or server, found before the first chat request ---------
 
 
+@pytest.mark.in_process
 def test_score_with_a_model_the_server_lacks_names_it_and_the_models_the_server_has(server, tmp_path, capsys):
     rc, err = _score(capsys, tmp_path, "--base-url", server.base_url, "--model", "no-such-model")
     assert rc == 2, err
@@ -58,6 +61,7 @@ def test_score_with_a_model_the_server_lacks_names_it_and_the_models_the_server_
     assert server.count(path=CHAT_PATH) == 0
 
 
+@pytest.mark.in_process
 def test_score_with_a_judge_model_typo_stops_before_any_generation(server, tmp_path, capsys):
     rc, err = _score(capsys, tmp_path, "--base-url", server.base_url, "--model", "test-gen",
                      "--judge-model", "test-jugde")
@@ -83,6 +87,7 @@ def test_score_on_a_server_without_tokenize_advises_the_tokenizer_flag(tmp_path,
     assert "no /tokenize endpoint" in err and "--tokenizer words" in err and "rerun" not in err
 
 
+@pytest.mark.in_process
 def test_generate_with_a_model_the_server_lacks_stops_before_any_idea(server, tmp_path, capsys):
     ideas = tmp_path / "ideas.jsonl"
     ideas.write_text("".join(json.dumps({"id": f"i{i}", "idea": f"A lighthouse keeper, {i}."}) + "\n"
@@ -96,6 +101,7 @@ def test_generate_with_a_model_the_server_lacks_stops_before_any_idea(server, tm
     assert "the others were generated" not in err and server.count(path=CHAT_PATH) == 0
 
 
+@pytest.mark.in_process
 def test_bench_with_a_judge_model_typo_stops_before_any_request(server, tmp_path, capsys):
     rc = main(["bench", "--base-url", server.base_url, "--model", "test-gen", "--judge-model", "nope",
                "--endings", "2", "--positions", "1", "--no-variants"])

@@ -95,6 +95,7 @@ def test_every_verb_refuses_a_key_with_a_newline_in_the_environment_before_any_r
     assert server.requests == []  # before any request, /v1/models included
 
 
+@pytest.mark.in_process
 def test_generate_names_the_variable_api_key_env_names(server, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("MY_KEY", " sk-secret-key")
     rc = main(_generate(server, tmp_path, "--api-key-env", "MY_KEY"))
@@ -119,6 +120,7 @@ def test_a_config_files_key_with_surrounding_spaces_is_refused_though_the_variab
     assert server.requests == []
 
 
+@pytest.mark.in_process
 def test_the_api_keyword_api_key_is_checked_the_same(server, tmp_path):
     from tension.core.api import score
 
@@ -164,6 +166,7 @@ def test_a_config_key_of_the_wrong_type_is_an_error_though_a_flag_overrides_it(t
         load_config(p, flag)
 
 
+@pytest.mark.in_process
 def test_a_config_type_error_on_the_command_line_names_the_line_and_exits_2(server, tmp_path, capsys):
     p = _toml(tmp_path, 'base_url = 5\n')
     rc = main(_score(server, tmp_path, "--config", str(p)))

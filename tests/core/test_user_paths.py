@@ -61,6 +61,7 @@ def _with_huge_story(tmp_path, server):
 # --- finding 5: report.md, run.json and the exit status agree -----------------------
 
 
+@pytest.mark.in_process
 def test_score_with_a_rejected_record_says_exit_1_in_report_md_and_run_json(server, tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
     with corpus.open("a") as f:
@@ -73,6 +74,7 @@ def test_score_with_a_rejected_record_says_exit_1_in_report_md_and_run_json(serv
     assert "1 bad input record(s)" in md and "c.jsonl:3 field `id`: expected a string, got a number" in md
 
 
+@pytest.mark.in_process
 def test_a_failed_story_keeps_its_row_with_the_reason_and_positions_are_counted_as_written(server, tmp_path):
     corpus, cfg = _with_huge_story(tmp_path, server)
     assert _score(server, tmp_path, corpus, "--config", str(cfg)) == 1
@@ -91,6 +93,7 @@ def test_a_failed_story_keeps_its_row_with_the_reason_and_positions_are_counted_
                if ",mean_nr," in r) == 2
 
 
+@pytest.mark.in_process
 def test_the_cost_of_a_resumed_or_cached_rerun_counts_every_invocation(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=4)
     assert _score(server, tmp_path, corpus, "--gpu-hour-usd", "3600") == 0
@@ -105,6 +108,7 @@ def test_the_cost_of_a_resumed_or_cached_rerun_counts_every_invocation(server, t
     assert f"= ${total / 3600 * 3600:.2f} per GPU" in md and "its 2 invocation(s)" in md
 
 
+@pytest.mark.in_process
 def test_report_md_states_the_wall_time_of_run_json_and_says_unseeded(server, tmp_path):
     assert _score(server, tmp_path, make_corpus(tmp_path / "c.jsonl", 1, seed=5)) == 0
     md = (tmp_path / "out" / "report.md").read_text()
@@ -113,6 +117,7 @@ def test_report_md_states_the_wall_time_of_run_json_and_says_unseeded(server, tm
     assert "seed None" not in md and "unseeded" in md
 
 
+@pytest.mark.in_process
 def test_every_story_skipped_exits_1_like_an_empty_corpus(server, tmp_path, capsys):
     tiny = tmp_path / "tiny.jsonl"
     tiny.write_text(json.dumps({"id": "t", "text": "Too short to score."}) + "\n")
@@ -256,6 +261,7 @@ def test_an_empty_out_or_path_is_rejected_before_anything_is_written(tmp_path, a
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.in_process
 def test_a_corpus_with_a_byte_order_mark_and_null_groups_is_scored(server, tmp_path):
     src = make_corpus(tmp_path / "src.jsonl", 2, seed=6)
     rows = [json.loads(x) for x in src.read_text().splitlines()]
@@ -312,6 +318,7 @@ def test_outputs_respect_the_umask(server, tmp_path):
         assert (tmp_path / "out" / name).stat().st_mode & 0o777 == 0o644, name
 
 
+@pytest.mark.in_process
 def test_generate_with_every_idea_failed_writes_no_file_and_exits_1(server, tmp_path, capsys):
     ideas = tmp_path / "i.jsonl"
     ideas.write_text(json.dumps({"id": "huge", "idea": "word " * 5000}) + "\n")  # over the context: HTTP 400

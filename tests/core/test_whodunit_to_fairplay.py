@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from tension.core.cli import main
 
 L = 5
@@ -18,6 +20,7 @@ def _paragraph(m, seed, i):
     return f"Paragraph {k}: the {{brass}} key (seed {seed}, choice {i})."
 
 
+@pytest.mark.in_process
 def test_whodunit_output_is_fairplay_input_and_the_know_it_all_continues_it_verbatim(server, tmp_path):
     ideas = tmp_path / "ideas.jsonl"
     ideas.write_text(json.dumps({"id": "w1", "idea": "A key goes missing from a lighthouse.",

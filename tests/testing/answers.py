@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +68,7 @@ ANSWER_KNOBS: dict[str, Any] = dict(
     max_model_len=MAX_MODEL_LEN, record=True, prefix_cache_blocks=2_000_000, serve_metrics=True,
     misbehave=None, serve_tokenize=True, serve_health=True, serve_usage=True, batching=False,
     template_quirk=None, dialect="vllm", slots=4, max_n=0, serve_props=True, owned_by=None, refuse=None,
-    misnumber=None, misnumber_paths=(CHAT_PATH, COMPLETIONS_PATH), answer_model=None,
+    stream_cut=0, misnumber=None, misnumber_paths=(CHAT_PATH, COMPLETIONS_PATH), answer_model=None,
 )
 
 # --------------------------------------------------------------------------- tokenizer
@@ -923,3 +923,38 @@ class AnswerModel:
                 "prompt_tokens_details": {"cached_tokens": cached},
             },
         }
+
+
+def stream_events(payload: dict, body: dict, *, dialect: str, stream_cut: int,
+                  encode: Callable[[Any], bytes]) -> Iterator[bytes]:
+    """A chat answer `payload` as vLLM streams it (``"stream": true``), one
+    server-sent event (``data: …\\n\\n``) at a time: a role event, one per word of
+    each choice and a finish event per choice, the usage last when
+    ``stream_options.include_usage`` is set (llama.cpp: one per choice, each counting
+    that choice), then ``data: [DONE]``. `stream_cut` > 0: [DONE] after that many
+    words, with no finish and no usage (a stream cut off). Both doors send these."""
+    base = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
+            "model": payload["model"]}
+
+    def event(choices: list, usage: dict | None = None) -> bytes:
+        return b"data: " + encode({**base, "choices": choices, "usage": usage}) + b"\n\n"
+
+    words = 0
+    for ch in payload["choices"]:
+        i = ch["index"]
+        yield event([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        for piece in re.findall(r"\S+\s*", ch["message"]["content"]):
+            if stream_cut and words >= stream_cut:
+                yield b"data: [DONE]\n\n"
+                return
+            words += 1
+            yield event([{"index": i, "delta": {"content": piece}, "finish_reason": None}])
+        yield event([{"index": i, "delta": {}, "finish_reason": ch["finish_reason"]}])
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") and "usage" in payload:  # serve_usage=False: none
+        if dialect == "llamacpp":
+            for ch in payload["choices"]:
+                yield event([], {**payload["usage"], "completion_tokens": _count_answer(ch["message"]["content"])})
+        else:
+            yield event([], payload["usage"])
+    yield b"data: [DONE]\n\n"

@@ -11,6 +11,12 @@ HTTP tests (tests/testing/openai_server.py) stay for the client and the wire.
     summary = score(cfg, corpus, out, transport=server)
     assert server.count(kind="judge") == summary.requests["judge"]
 
+or behind the CLI, whose clients take it for its `base_url` while it is `serving`
+(core/llm/transport.py `served_in_process`):
+
+    with server.serving():
+        main(["score", corpus, "--out", out, "--base-url", server.base_url, ...])
+
 It answers by the same rules as the HTTP test server, LoopbackServer, because
 both are doors to one fake answer model (tests/testing/answers.py): the same
 endings (`expected_endings`), verdicts (`expected_verdict`), scripted answers
@@ -19,20 +25,23 @@ misbehaviours, llama.cpp dialect, records (`count`, `requests`) and faults
 (`fail_next`, `set_fault_rates`). So a spec moves from one door to the other with
 its assertions unchanged. The wire's own faults have their in-process kin: "drop"
 and "truncate" are a `TransportError` (what the HTTP transport makes of them),
-"slow" sleeps `slow_seconds`; streamed answers are not served in process (404).
+"slow" sleeps `slow_seconds`. Streamed answers come as the HTTP server streams
+them (the same events, `stream_cut` too), line by line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
 
-from tension.core.llm.transport import Reply, StreamStatus, TransportError
+from tension.core.llm.transport import Reply, StreamStatus, TransportError, served_in_process
 
 from .answers import (
     _FAULT_STATUS,
@@ -44,19 +53,21 @@ from .answers import (
     Recorded,
     _BadRequest,
     _error_payload,
+    stream_events,
 )
 
 __all__ = ["InProcessServer"]
 
 _NOT_FOUND = b'{"detail": "Not Found"}'  # FastAPI's 404 for a route a server lacks
+_numbers = itertools.count(1)  # each server its own root, so several can be served at once
 
 
 class InProcessServer(AnswerModel):
     """See the module docstring. The knobs are LoopbackServer's that decide answers
-    (`ANSWER_KNOBS`, with its defaults; `models=` is another name for `model`);
-    `base_url` is a URL the transport ignores, for the settings."""
-
-    base_url = "http://in-process:8000"
+    (`ANSWER_KNOBS`, with its defaults; `models=` is another name for `model`).
+    `base_url` is this server's own root (``http://in-process-N:8000``): the
+    transport passed as `transport=` ignores it; under `serving` it is the root a
+    client's default transport sends to it."""
 
     def __init__(self, model: str | Sequence[str] = "test-model", *, models: Sequence[str] | None = None,
                  delay: float = 0.0, **knobs: Any) -> None:
@@ -67,6 +78,7 @@ class InProcessServer(AnswerModel):
         if unknown:
             raise TypeError(f"InProcessServer: unknown knob(s) {unknown}; expected some of {sorted(ANSWER_KNOBS)}")
         self.models, self.model = names, names[0]
+        self.base_url = f"http://in-process-{next(_numbers)}:8000"
         self.delay = delay  # seconds each chat request takes, as LoopbackServer's (an interrupt test's pace)
         vars(self).update({**ANSWER_KNOBS, **knobs})
         self._init_model_state()
@@ -78,7 +90,14 @@ class InProcessServer(AnswerModel):
         return None
 
     def __repr__(self) -> str:
-        return f"<InProcessServer models={list(self.models)}>"
+        return f"<InProcessServer {self.base_url} models={list(self.models)}>"
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[InProcessServer]:
+        """Inside, clients made without a transport (the CLI's, the API's) send
+        the requests for `base_url` here, and the rest over HTTP."""
+        with served_in_process(self.base_url, self):
+            yield self
 
     def fail_next(self, kind: str | int, times: int = 1, path: str = CHAT_PATH) -> None:
         """LoopbackServer's `fail_next`; a status may be given as a number (503)."""
@@ -94,6 +113,11 @@ class InProcessServer(AnswerModel):
 
     async def send(self, method: str, url: str, body: bytes | None, headers: dict[str, str] | None,
                    timeout: float | None = None) -> Reply:
+        reply, _, _ = await self._exchange(method, url, body)
+        return reply
+
+    async def _exchange(self, method: str, url: str, body: bytes | None) -> tuple[Reply, str | None, Any]:
+        """One request's reply, with the fault it took and its decoded body (recorded)."""
         path = urlsplit(url).path
         t0 = time.monotonic()
         fault = self._take_fault(path)
@@ -109,7 +133,8 @@ class InProcessServer(AnswerModel):
                 status, etype = _FAULT_STATUS[fault]
                 return Reply(status=status, body=msgspec.json.encode(
                     _error_payload(status, f"injected fault {fault}", etype)),
-                    retry_after=str(self.retry_after) if fault == "429" and self.retry_after is not None else None)
+                    retry_after=str(self.retry_after) if fault == "429" and self.retry_after is not None else None
+                ), fault, doc
             if fault in ("drop", "truncate"):
                 status = 200 if fault == "truncate" else 0
                 raise TransportError(f"in process: a planted {fault}")
@@ -117,8 +142,8 @@ class InProcessServer(AnswerModel):
                 await asyncio.sleep(self.slow_seconds)
             status, out = self._answer(method, path, doc, fault)
             if fault == "nonjson" and status == 200:
-                return Reply(status=200, body=b"<html>oops</html>")
-            return Reply(status=status, body=out)
+                return Reply(status=200, body=b"<html>oops</html>"), fault, doc
+            return Reply(status=status, body=out), fault, doc
         finally:
             self._add_record(Recorded(path, method, doc if isinstance(doc, dict) else None, status, fault, t0))
 
@@ -159,5 +184,22 @@ class InProcessServer(AnswerModel):
         return 200, enc(payload)
 
     async def lines(self, url: str, body: bytes, headers: dict[str, str] | None) -> AsyncIterator[bytes]:
-        raise StreamStatus(404, b'{"detail": "streaming is not served in process"}')
-        yield b""  # an async generator
+        """A streamed POST as the HTTP server streams it: an answer other than 200 is
+        `StreamStatus`; a chat answer asked with ``"stream": true`` and no fault comes
+        as its server-sent events (answers.py `stream_events`), line by line; any other
+        answer (a fault's, a misbehaving server's page) as the lines of its body."""
+        reply, fault, doc = await self._exchange("POST", url, body)
+        if reply.status != 200:
+            raise StreamStatus(reply.status, reply.body)
+        streamed = (fault is None and isinstance(doc, dict) and doc.get("stream") is True
+                    and urlsplit(url).path == CHAT_PATH and self.misbehave != "html200")
+        if not streamed:
+            for line in reply.body.splitlines(keepends=True):
+                yield line
+            return
+        payload = msgspec.json.decode(reply.body)
+        for event in stream_events(payload, doc, dialect=self.dialect, stream_cut=self.stream_cut,
+                                   encode=msgspec.json.encode):
+            await asyncio.sleep(0)  # each event a read from the socket: other tasks run between them
+            for line in event.splitlines(keepends=True):
+                yield line

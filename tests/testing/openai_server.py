@@ -166,7 +166,6 @@ import argparse
 import asyncio
 import json as _stdjson
 import random
-import re
 import signal
 import sys
 import threading
@@ -194,7 +193,6 @@ from .answers import (
     AnswerModel,
     Recorded,
     _BadRequest,
-    _count_answer,
     _error_payload,
     _is_int,
     classify,
@@ -204,6 +202,7 @@ from .answers import (
     judge_blocks,
     parse_rendered,
     render_template,
+    stream_events,
     tokenize,
 )
 
@@ -712,37 +711,12 @@ class LoopbackServer(AnswerModel):
 
 
     async def _stream(self, request: web.Request, body: dict, payload: dict) -> web.StreamResponse:
-        """The answer as vLLM streams it (``"stream": true``): server-sent events,
-        one per word of each choice, a finish event per choice, the usage last when
-        ``stream_options.include_usage`` is set, then ``data: [DONE]``."""
+        """The answer as vLLM streams it (``"stream": true``): server-sent events
+        (answers.py `stream_events`, which the in-process door sends too)."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        base = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
-                "model": payload["model"]}
-
-        async def event(choices: list, usage: dict | None = None) -> None:
-            await resp.write(b"data: " + _encode({**base, "choices": choices, "usage": usage}) + b"\n\n")
-
-        words = 0
-        for ch in payload["choices"]:
-            i = ch["index"]
-            await event([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
-            for piece in re.findall(r"\S+\s*", ch["message"]["content"]):
-                if self.stream_cut and words >= self.stream_cut:  # cut off: no finish, no usage
-                    await resp.write(b"data: [DONE]\n\n")
-                    await resp.write_eof()
-                    return resp
-                words += 1
-                await event([{"index": i, "delta": {"content": piece}, "finish_reason": None}])
-            await event([{"index": i, "delta": {}, "finish_reason": ch["finish_reason"]}])
-        options = body.get("stream_options")
-        if isinstance(options, dict) and options.get("include_usage"):
-            if self.dialect == "llamacpp":  # one usage event per choice, each counting that choice
-                for ch in payload["choices"]:
-                    await event([], {**payload["usage"], "completion_tokens": _count_answer(ch["message"]["content"])})
-            else:
-                await event([], payload["usage"])
-        await resp.write(b"data: [DONE]\n\n")
+        for event in stream_events(payload, body, dialect=self.dialect, stream_cut=self.stream_cut, encode=_encode):
+            await resp.write(event)
         await resp.write_eof()
         return resp
 
