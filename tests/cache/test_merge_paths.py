@@ -156,3 +156,33 @@ def test_a_full_disk_under_a_merge_is_said_with_the_merges_own_way_on(tmp_path):
     assert f"cannot write to the cache at {dst}" in r.stderr and "(or give another DST)" in r.stderr
     assert "--cache" not in r.stderr and "Traceback" not in r.stderr
     assert subprocess.run([*CLI, "cache", "merge", str(src), str(dst)], capture_output=True).returncode == 0
+
+
+def test_the_losing_sources_verdicts_after_a_conflict_of_endings_are_never_read(tmp_path, capsys):
+    """M4: two runs of one command on servers that answer it otherwise (one of them
+    leaves half its endings empty) hold other endings under the same keys: a real
+    conflict. DST keeps the first source's endings; the second's verdicts (of
+    its own endings) are copied but cannot be found from DST's endings, so a run on
+    the merged cache sends nothing and gives the first run's numbers, byte for byte,
+    never a mix of one source's endings with the other's verdicts."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=5, words=(520, 560))
+
+    def argv(name: str, cache: str, url: str) -> list[str]:
+        return ["score", str(corpus), "--out", str(tmp_path / name), "--cache", str(tmp_path / cache),
+                "--base-url", url, "--model", "test-gen", "--judge-model", "test-judge", "--endings", "4",
+                "--seed", "3", "--no-progress", "--no-report"]
+
+    with LoopbackServer(model=MODELS) as srv, LoopbackServer(model=MODELS, empty_rate=0.5) as other:
+        assert main(argv("a", "a.lmdb", srv.base_url)) == 0
+        assert main(argv("b", "b.lmdb", other.base_url)) == 0
+        assert (tmp_path / "a" / "positions.jsonl").read_bytes() != (tmp_path / "b" / "positions.jsonl").read_bytes()
+        capsys.readouterr()
+        assert main(["cache", "merge", str(tmp_path / "a.lmdb"), str(tmp_path / "b.lmdb"),
+                     str(tmp_path / "m.lmdb")]) == 1  # conflicts are reported, the exit says so
+        said = capsys.readouterr()
+        assert "conflict: endings" in said.out + said.err
+        sent = len(srv.requests)
+        assert main(argv("m", "m.lmdb", srv.base_url)) == 0
+        assert len(srv.requests) == sent, [r.path for r in srv.requests[sent:]]  # every answer found
+    for name in ("positions.jsonl", "stories.csv", "groups.csv"):
+        assert (tmp_path / "m" / name).read_bytes() == (tmp_path / "a" / name).read_bytes(), name
