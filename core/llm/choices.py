@@ -98,7 +98,9 @@ async def _gather(client: Client, url: str, request: ChatRequest, retry: RetryPo
     parts = PARTS.get()
     if request.structured_outputs:
         server.constrained()
-    while len(texts) < request.n:
+    asked = False  # one request at least: an n the server refuses (n = 0) is its 400 to give
+    while len(texts) < request.n or not asked:
+        asked = True
         ask = await asks.size(request.n - len(texts))
         req = request if ask == request.n and not texts else chunk(request, len(texts), ask)
         if parts is not None and req is not request and (piece := parts.kept(len(texts), ask)) is not None:

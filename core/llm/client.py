@@ -78,7 +78,7 @@ from tension.core.llm.protocol import (
 from tension.core.llm.results import ChatResult, ShortAnswerError, StreamResult, Timeouts
 from tension.core.llm.servers import NAsk, Server, Servers
 from tension.core.llm.stream import chat_stream
-from tension.core.llm.transport import Transport, TransportError, default_transport
+from tension.core.llm.transport import Reply, Transport, TransportError, default_transport
 from tension.core.redact import redact, redact_secrets, register
 
 __all__ = ["Timeouts", "ChatResult", "StreamResult", "ShortAnswerError", "Client", "normalize_base_url",
@@ -409,11 +409,15 @@ class Client:
 
     async def _attempt(self, method: str, url: str, body: bytes | None, decoder: msgspec.json.Decoder[T],
                        model: str | None, headers: dict[str, str] | None, server: Server) -> T:
+        await server.paced()  # its rate limit spent: wait for the reset, not for a 429
         self.sent += 1
+        reply: Reply | None = None
         try:
             reply = await self.transport.send(method, url, body, headers)
         except TransportError as e:
             raise Retryable(str(e), overload=e.timed_out) from e
+        finally:  # answered, failed or cancelled: no longer in flight
+            server.rate_limited(reply.rate_limit if reply is not None else None)
         if reply.status == 200:
             try:
                 return decoder.decode(reply.body)

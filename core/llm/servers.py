@@ -35,6 +35,7 @@ from tension.core.llm.protocol import (
     Props,
     TokenizeRequest,
 )
+from tension.core.llm.ratelimit import Pacer, RateLimit
 from tension.core.llm.traits import COUNT_PATH, KIND_NAMES, ServerTraits, grammar_of, is_context_error, learn, n_limit
 from tension.core.llm.unreadable import Suspect
 from tension.core.redact import redact
@@ -81,6 +82,9 @@ class Server:
         # When the wait a retry to it takes ends (Retry-After): answers to other requests before
         # then do not make it "answering again" (core/llm/failures.py `Outages.answered`).
         self.waiting_until = 0.0
+        # Its rate limit as its x-ratelimit-* headers tell it (core/llm/ratelimit.py): requests
+        # to it wait for the window's reset instead of being refused with a 429.
+        self.pacer = Pacer()
         self._capacity: Capacity | None = None
         self._told: set[str] = set()  # what was said of it once: "kind", "unsure", "overlong"
         self.n_search: tuple[NAsk, asyncio.Event] | None = None  # the request looking for its n limit (`NAsk`)
@@ -185,6 +189,23 @@ class Server:
                        f"for model {asked} as model "
                        f"{answered}: an alias, or a proxy substituting models? The cache keys and run.json name "
                        f"{asked}; run.json `servers` records the model that answered")
+
+    def rate_limited(self, limit: RateLimit | None) -> None:
+        """A request to it is no longer in flight, with its answer's rate-limit headers
+        (None: no answer, or none sent): the pace they set (`Pacer`); a spent window
+        said once."""
+        spent = self.pacer.answered(limit)
+        if spent is None:
+            return
+        what, seconds = spent
+        self._say_once("paced", f"{self.name} {self._verb('says its', 'say their')} rate limit is spent "
+                       f"(x-ratelimit-remaining-{what}: 0): requests to it wait for the reset "
+                       f"(x-ratelimit-reset-{what}, {seconds:,.1f} s) rather than be refused (HTTP 429), and "
+                       "then go as its headers allow")
+
+    async def paced(self) -> None:
+        """Wait until its rate limit takes one more request (`Pacer.admit`)."""
+        await self.pacer.admit()
 
     def owned_by(self, model: str) -> str | None:
         """Who its /v1/models said owns `model` (None: not asked, or not said)."""

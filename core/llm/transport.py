@@ -1,5 +1,5 @@
 """The one place that speaks HTTP: a `Transport` sends a request and gives back
-the status, the body and the Retry-After header, or the lines of a streamed
+the status, the body, the Retry-After and rate-limit headers, or the lines of a streamed
 body. `AiohttpTransport` is the real one (one session, one connection pool, for
 the whole run); an in-process one (tests/testing/) stands in for it wherever a
 test needs no sockets, and everything above it (retries, follow-ups, the
@@ -28,6 +28,7 @@ from typing import Protocol
 import aiohttp
 import msgspec
 
+from tension.core.llm.ratelimit import RateLimit, read_rate_limit
 from tension.core.redact import redact
 
 __all__ = ["Reply", "Transport", "TransportError", "StreamStatus", "AiohttpTransport", "KEEPALIVE_SECONDS",
@@ -40,6 +41,7 @@ class Reply(msgspec.Struct, kw_only=True, gc=False):
     status: int
     body: bytes
     retry_after: str | None = None
+    rate_limit: RateLimit | None = None  # a hosted API's x-ratelimit-* headers (core/llm/ratelimit.py)
 
 
 class TransportError(Exception):
@@ -110,7 +112,8 @@ class AiohttpTransport:
                                    timeout=aiohttp.ClientTimeout(total=timeout)))
         try:
             async with request as resp:
-                return Reply(status=resp.status, body=await resp.read(), retry_after=resp.headers.get("Retry-After"))
+                return Reply(status=resp.status, body=await resp.read(), retry_after=resp.headers.get("Retry-After"),
+                             rate_limit=read_rate_limit(resp.headers))
         except TimeoutError as e:
             raise TransportError(f"timed out after {timeout or self.request:g} s", timed_out=True) from e
         except aiohttp.ClientError as e:

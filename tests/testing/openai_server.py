@@ -301,6 +301,7 @@ class LoopbackServer(AnswerModel):
         answer_model: str | None = None,
         stream_always: bool = False,
         serve_completions: bool = True,
+        rate_limit: tuple[int, float] | None = None,
     ) -> None:
         models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
         if not models:
@@ -339,11 +340,16 @@ class LoopbackServer(AnswerModel):
             answer_model=answer_model,  # set: answers name this model, not the one asked
             stream_always=stream_always,  # True: chat answers stream even when not asked (a proxy)
             serve_completions=serve_completions,  # False: /v1/completions is a 404 even with batching
+            # (N, T): a hosted API's rate limit, N chat requests per window of T s, told in OpenAI's
+            # x-ratelimit-* headers on every chat answer; the N+1st in a window is a 429 without Retry-After
+            rate_limit=rate_limit,
         )
         self.models: tuple[str, ...]
         self.model: str
         vars(self).update(self._knobs)
         self._init_model_state()  # records, faults, scripts, vocabulary, prefix cache, counters (answers.py)
+        self._rate_window: tuple[float, int] | None = None  # `rate_limit`: (window start, chat requests in it)
+        self._rate_refused = 0
         self._capacity: asyncio.Semaphore | None = None
         self._slot_free: asyncio.Condition | None = None
         self._slots_used = 0
@@ -463,6 +469,7 @@ class LoopbackServer(AnswerModel):
             self._records.clear()
             self._queued.clear()
             self._rates, self._rate_path, self._rng = [], CHAT_PATH, random.Random(0)
+            self._rate_window, self._rate_refused = None, 0
             self.responders.clear()
             self._vocab.clear()
             self._pieces.clear()
@@ -486,7 +493,7 @@ class LoopbackServer(AnswerModel):
         return f"<LoopbackServer models={list(self.models)} {state}>"
 
     async def _astart(self) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._auth])
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._auth, self._rate_limited])
         app.router.add_get("/v1/models", self._h_models)
         app.router.add_get("/health", self._h_health)
         app.router.add_get("/metrics", self._h_metrics)
@@ -600,6 +607,39 @@ class LoopbackServer(AnswerModel):
             return self._json(_error_payload(401, f"invalid credentials in header Authorization: {got}",
                                              "AuthenticationError"), status=401)
         return self._json({"error": "Unauthorized"}, status=401)
+
+    @property
+    def rate_refused(self) -> int:
+        """Chat requests refused by `rate_limit` (429s) since the start or the last reset."""
+        return self._rate_refused
+
+    @web.middleware
+    async def _rate_limited(self, request: web.Request, handler) -> web.StreamResponse:
+        """`rate_limit` (N, T): chat requests counted in windows of T s from the first;
+        each answer tells what is left and when the window refills, as OpenAI does."""
+        path = request.path.removeprefix(self.prefix) if self.prefix else request.path
+        if self.rate_limit is None or path not in (CHAT_PATH, COMPLETIONS_PATH):
+            return await handler(request)
+        limit, window = self.rate_limit
+        now = time.monotonic()
+        start, used = self._rate_window or (now, 0)
+        if now - start >= window:
+            start, used = now, 0
+        used += 1
+        self._rate_window = (start, used)
+        left = window - (now - start)
+        headers = {"x-ratelimit-limit-requests": str(limit),
+                   "x-ratelimit-remaining-requests": str(max(0, limit - used)),
+                   "x-ratelimit-reset-requests": f"{left * 1000:.0f}ms"}
+        if used > limit:
+            self._rate_refused += 1
+            self._add_record(Recorded(path, request.method, None, 429, None, now))
+            resp = self._json(_error_payload(429, "Rate limit reached for requests", "RateLimitError"), 429)
+        else:
+            resp = await handler(request)
+        if not resp.prepared:  # a stream has sent its headers already
+            resp.headers.update(headers)
+        return resp
 
     async def _h_count(self, request: web.Request) -> web.StreamResponse:
         if self.dialect != "llamacpp_python":
