@@ -39,9 +39,11 @@ ALLOWED = {
     # (a run's request keys) the cli hands it as a recall factory
     "core.view": {"core.errors", "core.formats", "core.config", "core.inputs", "core.reports", "core.signals", "cache",
                   "kernels"},
-    # the Python API (docs/python.md): the verbs over the pipelines and reports, below the CLI that calls it
+    # the Python API (docs/python.md): the verbs over the pipelines and reports, below the CLI that calls it;
+    # view: a result's view() serves its run (core/view/background.py); cache: the default cache's path,
+    # which `out` may not be (N14)
     "core.api": {"core.errors", "core.redact", "core.config", "core.pipelines", "core.reports", "core.serving",
-                 "core.inputs", "core.run", "kernels"},
+                 "core.inputs", "core.run", "core.view", "cache", "kernels"},
     "core.cli": {"core.errors", "core.redact", "core.signals", "core.config", "core.pipelines", "core.reports", "core.serving",
                  "core.inputs", "core.view", "cache", "kernels", "core.llm", "core.api"},  # llm: `route` starts the router
     "core.tension": {"core.api", "core.errors"},  # the package `tension` itself: the API's facade
