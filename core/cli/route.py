@@ -6,8 +6,11 @@ import os
 import signal
 import sys
 
+import msgspec
+
 from tension.core.cli.flags import Verb, number
 from tension.core.cli.messages import EXIT_OK
+from tension.core.llm.vllm_router import ROUTE_RETRY
 
 __all__ = ["VERBS", "cmd_route"]
 
@@ -20,10 +23,14 @@ def cmd_route(args) -> int:
     the router checks its workers (vLLM serves both); a server without /health is
     refused at once. The router's log is deleted when it stops cleanly."""
     from tension.core.config.settings import API_KEY_ENV, checked_key
-    from tension.core.llm.vllm_router import LocalRouter, RouterSettings, worker_models
+    from tension.core.llm.vllm_router import ROUTE_RETRY, LocalRouter, RouterSettings, worker_models
 
     urls = [u.strip() for arg in args.urls for u in arg.split(",") if u.strip()]
-    models = worker_models(urls, checked_key(os.environ.get(API_KEY_ENV), f"the environment variable {API_KEY_ENV}"))
+    # a worker that does not answer is asked again, then stops `route` with exit 1, as
+    # a server that stays down stops `score` (docs/reliability.md, "Exit statuses")
+    retry = msgspec.structs.replace(ROUTE_RETRY, attempts=args.retries)
+    models = worker_models(urls, checked_key(os.environ.get(API_KEY_ENV), f"the environment variable {API_KEY_ENV}"),
+                           retry=retry, say=lambda line: print(line, file=sys.stderr, flush=True))
     router = LocalRouter(urls, settings=RouterSettings(policy=args.policy), host=args.host, port=args.port)
     # SIGTERM ends the router as Ctrl-C does (a service manager stops it that way)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -51,6 +58,9 @@ def _route_flags(p) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address the router listens on (default: %(default)s; "
                    "0.0.0.0 opens it to the network)")
     p.add_argument("--port", type=number(int, ge=1, le=65535), default=30000, help="router port (default: %(default)s)")
+    p.add_argument("--retries", type=number(int, ge=1), default=ROUTE_RETRY.attempts,
+                   help="attempts per server to list its models, the first included, before a server that does not "
+                        "answer stops the command (exit 1; default: %(default)s)")
     p.add_argument("--policy", default="sticky_least_loaded",
                    choices=["sticky_least_loaded", "consistent_hash", "cache_aware", "power_of_two", "round_robin",
                             "random"],
@@ -58,5 +68,5 @@ def _route_flags(p) -> None:
                         "least loaded server and keeps it there, on one prefix cache (default: %(default)s)")
 
 
-VERBS = [Verb("route", cmd_route, _route_flags, (), frozenset({"urls", "host", "port", "policy"}),
+VERBS = [Verb("route", cmd_route, _route_flags, (), frozenset({"urls", "host", "port", "retries", "policy"}),
               "environment: OPENAI_API_KEY is sent to the servers when they are checked.")]

@@ -33,7 +33,8 @@ from pathlib import Path
 
 import msgspec
 
-from tension.core.errors import ConfigError
+from tension.core.errors import ConfigError, ServerError
+from tension.core.llm.failures import RetryPolicy, status_error
 
 __all__ = ["RouterSettings", "LocalRouter", "router_binary", "router_command", "free_port", "health_missing",
            "startup_cause", "MISSING"]
@@ -289,24 +290,63 @@ def _die_with_parent(parent: int) -> Callable[[], None] | None:
     return preexec
 
 
-def worker_models(workers: Sequence[str], api_key: str | None = None, timeout: float = 10.0) -> dict[str, list[str]]:
+ROUTE_RETRY = RetryPolicy(attempts=4, total_seconds=60.0)  # ≈ 3.5 s of waits before a down worker stops `route`
+
+
+def _listed_models(url: str, api_key: str | None, timeout: float, retry: RetryPolicy,
+                   say: Callable[[str], None]) -> list[str]:
+    """The sorted model ids of one worker's GET /v1/models (`worker_models`)."""
+    where = url.rstrip("/") + "/v1/models"
+    req = urllib.request.Request(where, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    start, wait = time.monotonic(), retry.backoff
+    for attempt in range(1, retry.attempts + 1):
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                body = r.read()
+        except urllib.error.HTTPError as e:
+            if e.code in (401, 403, 404, 405):
+                raise status_error(e.code, where, e.reason or "", None) from None
+            last = f"HTTP {e.code}"
+            if not (e.code == 429 or e.code >= 500):
+                raise ServerError(f"server {url}: GET /v1/models answered HTTP {e.code}") from None
+        except OSError as e:
+            last = f"{type(e).__name__}: {e}"
+        else:
+            try:
+                doc = msgspec.json.decode(body)
+                return sorted(m["id"] for m in doc["data"])
+            except (msgspec.DecodeError, KeyError, TypeError) as e:
+                raise ServerError(f"server {url} is not OpenAI-compatible: its GET /v1/models is no model list "
+                                  f"({type(e).__name__}: {e})") from None
+        spent = time.monotonic() - start
+        if attempt == retry.attempts or spent + wait > retry.total_seconds:
+            raise ServerError(f"server {url} did not answer GET /v1/models: gave up after {attempt} attempt(s) in "
+                              f"{spent:.1f} s; last error: {last}; start it or correct its URL, then run the same "
+                              "command again")
+        say(f"warning: {url} did not answer GET /v1/models ({last}); asking again in {wait:g} s "
+            f"({retry.attempts - attempt} more attempt(s))")
+        time.sleep(wait)
+        wait = min(wait * 2, retry.backoff_cap)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def worker_models(workers: Sequence[str], api_key: str | None = None, timeout: float = 10.0,
+                  retry: RetryPolicy = ROUTE_RETRY, say: Callable[[str], None] = lambda line: None
+                  ) -> dict[str, list[str]]:
     """The models each worker serves (GET /v1/models). A router sends any request to
     any worker, so a worker that is down, or serves other models than the rest, is
     named here before the router starts (the router itself reports a dead worker as
-    healthy at start-up, 0.1.17)."""
+    healthy at start-up, 0.1.17).
+
+    Errors are of the kinds `score`'s are (docs/reliability.md, "Exit statuses"): a
+    worker that does not answer (no connection, a timeout, HTTP 429 or 5xx) is asked
+    again as `retry` says (each retry told to `say`), then a ServerError (exit 1, a
+    server that stays down); one that refuses the request (HTTP 401, 403, 404, 405)
+    a RefusedError at once (exit 2, a setting); an answer that is no model list a
+    ServerError; workers serving different models a ConfigError (exit 2)."""
     found: dict[str, list[str]] = {}
     for url in workers:
-        req = urllib.request.Request(url.rstrip("/") + "/v1/models",
-                                     headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                doc = msgspec.json.decode(r.read())
-            found[url] = sorted(m["id"] for m in doc["data"])
-        except urllib.error.HTTPError as e:
-            raise ConfigError(f"server {url}: GET /v1/models answered HTTP {e.code}") from None
-        except (OSError, msgspec.DecodeError, KeyError, TypeError) as e:
-            raise ConfigError(f"server {url} is not reachable or not OpenAI-compatible "
-                              f"(GET /v1/models: {type(e).__name__}: {e})") from None
+        found[url] = _listed_models(url, api_key, timeout, retry, say)
     first = next(iter(found.values()))
     odd = [u for u, m in found.items() if m != first]
     if odd:

@@ -135,8 +135,19 @@ def _bad_flag(verb: str, g: Path, t: Path, live: str) -> list[str]:
     }[verb]
 
 
+def _server_down(verb: str, g: Path, t: Path, live: str) -> list[str]:
+    """`verb` whose server does not answer (nothing listens on its port): work that
+    failed once the retries ran out, as `score`'s (docs/reliability.md, "a server
+    that stays down")."""
+    return {
+        "score": ["score", str(g / "c.jsonl"), "--out", str(t / "o"), *_server(SERVER), "--retries", "2",
+                  "--cache", str(t / "c")],
+        "route": ["route", SERVER, "--retries", "2"],
+    }[verb]
+
+
 KINDS = {"missing input": (_missing, 1), "malformed input": (_malformed, 1), "damaged cache": (_damaged_cache, 2),
-         "bad flag value": (_bad_flag, 2)}
+         "bad flag value": (_bad_flag, 2), "server down": (_server_down, 1)}
 VERBS = {
     "missing input": ["score", "estimate", "bench", "generate", "fairplay", "fairplay --suspects", "fairplay-metrics",
                       "metrics", "report",
@@ -149,6 +160,7 @@ VERBS = {
     "bad flag value": ["score", "estimate", "bench", "generate", "fairplay", "fairplay-metrics", "metrics", "report",
                        "compare", "view", "subsample", "route", "serve", "demo", "cache stats", "cache verify",
                        "cache drop"],
+    "server down": ["score", "route"],
 }
 CASES = [(kind, verb) for kind, verbs in VERBS.items() for verb in verbs]
 

@@ -14,7 +14,8 @@ from collections import defaultdict
 
 import pytest
 
-from tension.core.errors import ConfigError
+from tension.core.errors import ConfigError, RefusedError, ServerError
+from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.vllm_router import LocalRouter, RouterSettings, free_port, router_command, worker_models
 from tension.testing.openai_server import LoopbackServer
 
@@ -71,8 +72,29 @@ def test_the_router_stops_with_its_block_and_frees_its_port(trio):
 
 def test_a_dead_worker_is_named_before_the_router_starts(trio):
     # the router itself reports a dead worker as healthy at start-up: we check first
-    with pytest.raises(ConfigError, match=r"server http://127.0.0.1:9 is not reachable"):
-        worker_models([trio[0].base_url, "http://127.0.0.1:9"])
+    with pytest.raises(ServerError, match=r"server http://127.0.0.1:9 did not answer GET /v1/models: gave up after "
+                                          r"1 attempt\(s\)"):
+        worker_models([trio[0].base_url, "http://127.0.0.1:9"], retry=RetryPolicy(attempts=1))
+
+
+def test_a_worker_that_does_not_answer_is_asked_again_then_is_a_server_that_stays_down(trio):
+    # as `score` retries a server that does not answer, then exits 1 (docs/reliability.md, "Exit statuses")
+    told: list[str] = []
+    with pytest.raises(ServerError) as e:
+        worker_models([trio[0].base_url, "http://127.0.0.1:9"], retry=RetryPolicy(attempts=3, backoff=0.05),
+                      say=told.append)
+    assert not isinstance(e.value, ConfigError)  # a setting would be exit 2
+    assert "gave up after 3 attempt(s)" in str(e.value)
+    assert told == [f"warning: http://127.0.0.1:9 did not answer GET /v1/models (URLError: <urlopen error [Errno "
+                    f"111] Connection refused>); asking again in {w:g} s ({n} more attempt(s))"
+                    for w, n in ((0.05, 2), (0.1, 1))]
+
+
+def test_a_worker_that_refuses_the_key_is_a_setting_at_once():
+    with LoopbackServer(model="a", api_key="right") as one:
+        with pytest.raises(RefusedError, match="HTTP 401"):
+            worker_models([one.base_url], api_key="wrong", retry=RetryPolicy(attempts=5, backoff=30))
+        assert one.count() == 1  # asked once
 
 
 def test_workers_serving_different_models_are_refused_with_the_listing():
@@ -116,9 +138,13 @@ def test_route_verb_prints_one_url_that_serves_and_stops_on_ctrl_c(trio):
         urllib.request.urlopen(url + "/readiness", timeout=2)
 
 
-def test_route_verb_refuses_a_dead_server_with_exit_2():
-    r = subprocess.run([sys.executable, "-m", "tension.core.cli", "route", "http://127.0.0.1:9"],
+def test_route_verb_gives_a_dead_server_up_with_exit_1_as_score_does():
+    # a server that stays down is work that failed (exit 1), not a setting (docs/reliability.md, "Exit statuses")
+    r = subprocess.run([sys.executable, "-m", "tension.core.cli", "route", "http://127.0.0.1:9", "--retries", "2"],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2
-    assert r.stderr.startswith("error: server http://127.0.0.1:9 is not reachable") and "Traceback" not in r.stderr
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("warning: http://127.0.0.1:9 did not answer GET /v1/models (") and "asking again" in lines[0]
+    assert lines[1].startswith("error: server http://127.0.0.1:9 did not answer GET /v1/models: gave up after 2 "
+                               "attempt(s)") and "Traceback" not in r.stderr
 
