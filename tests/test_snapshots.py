@@ -67,6 +67,8 @@ ADDED = {
     "compare": {"--interval-resamples", "--interval-seed"},
     # issue 36: every verb of one cache takes it as PATH or as --cache (stats and drop had --cache only)
     "cache verify": {"--cache"},
+    # issue 36 (O3): a worker that does not answer is asked again, then exit 1, as score's server
+    "route": {"--retries"},
 }
 # issue 28: every verb that opens a cache may insist on one on a network file system
 # issue 35: a hosted API bills tokens: estimate prices what is to send, score's and report's cost line the run's
