@@ -13,6 +13,13 @@ own, or the first source's in the order given), and every conflict is reported w
 its database, key and sources; the merge exits 1. A damaged source record is
 reported and skipped (a run asks again for it).
 
+After a conflict of endings, the source's verdicts and judged records of endings
+DST does not keep (its texts that DST's record lacks) are left out, and counted
+(`left_out`): no run would read them. A verdict or judged record says which
+ending it judged by its link (`records.ending_link`, format 3); one written before
+has none, and is copied as before (never read either: its key is that of a judge
+request for an ending DST does not hold).
+
 Records are written in batches, one LMDB transaction each: a merge killed mid-way
 leaves DST a sound cache holding whole batches, and the same command run again
 completes it (what is there counts as already there).
@@ -41,6 +48,9 @@ _KEPT = 100  # conflicts and damaged records the cache's note of its last merge 
 # server's token counts (two runs of one seeded request differ in `cached_tokens`,
 # which is what the server's prefix cache held at that moment)
 _BOOKKEEPING = ("created", "seconds", "usage")
+# … nor which endings record a verdict was written for (one judge request may judge
+# the same ending of two records), nor whether it says so (written before format 3)
+_LINKS = ("of_ending", "of_endings")
 
 
 class Conflict(msgspec.Struct):
@@ -63,6 +73,7 @@ class SourceCounts(msgspec.Struct, kw_only=True):
     present: dict[str, int] = {}  # already in DST with the same answer
     conflicting: dict[str, int] = {}
     damaged: dict[str, int] = {}
+    left_out: dict[str, int] = {}  # verdicts and judged records of endings that lost a conflict
 
 
 class MergeReport(msgspec.Struct, kw_only=True):
@@ -73,7 +84,7 @@ class MergeReport(msgspec.Struct, kw_only=True):
     finished: float = 0.0
 
     def total(self, what: str) -> dict[str, int]:
-        """`copied`, `present`, `conflicting` or `damaged`, summed over the sources, per database."""
+        """`copied`, `present`, `conflicting`, `damaged` or `left_out`, summed over the sources, per database."""
         out = dict.fromkeys(DBS, 0)
         for s in self.sources:
             for db, n in getattr(s, what).items():
@@ -91,7 +102,7 @@ def same_answer(a: records.Record, b: records.Record) -> bool:
     if type(a) is not type(b):
         return False
     da, db = msgspec.structs.asdict(a), msgspec.structs.asdict(b)
-    for field in _BOOKKEEPING:
+    for field in _BOOKKEEPING + _LINKS:
         da.pop(field, None)
         db.pop(field, None)
     return da == db
@@ -107,26 +118,32 @@ def merge(sources: Sequence[str | os.PathLike], dst: str | os.PathLike,
     with Store(dst) as out:
         for src in sources:
             counts = SourceCounts(path=str(src), copied=dict.fromkeys(DBS, 0), present=dict.fromkeys(DBS, 0),
-                                  conflicting=dict.fromkeys(DBS, 0), damaged=dict.fromkeys(DBS, 0))
+                                  conflicting=dict.fromkeys(DBS, 0), damaged=dict.fromkeys(DBS, 0),
+                                  left_out=dict.fromkeys(DBS, 0))
             report.sources.append(counts)
+            losing: set[bytes] = set()  # links of this source's verdicts and judged records DST has no use for
             with Store(src, readonly=True) as store:
-                for db in DBS:
+                for db in DBS:  # endings first: their conflicts decide what `losing` holds
                     batch: list[tuple[str, bytes, bytes]] = []
                     size = 0
                     for key, value in store.values(db):
                         key, value = bytes(key), bytes(value)
-                        reason = _damage(db, value)
-                        if reason is not None:
+                        rec = _record(db, value)
+                        if isinstance(rec, str):
                             counts.damaged[db] += 1
-                            report.damaged.append(DamagedSource(str(src), db, key.hex(), reason))
+                            report.damaged.append(DamagedSource(str(src), db, key.hex(), rec))
+                            progress(1)
+                            continue
+                        if losing and _link(rec) in losing:
+                            counts.left_out[db] += 1
                             progress(1)
                             continue
                         batch.append((db, key, value))
                         size += len(value)
                         if len(batch) >= BATCH or size >= _BATCH_BYTES:
-                            _write(out, batch, counts, report, copied_from, progress)
+                            _write(out, batch, counts, report, copied_from, progress, losing)
                             batch, size = [], 0
-                    _write(out, batch, counts, report, copied_from, progress)
+                    _write(out, batch, counts, report, copied_from, progress, losing)
         report.finished = time.time()
         kept = msgspec.structs.replace(report, conflicts=report.conflicts[:_KEPT], damaged=report.damaged[:_KEPT])
         out.put_meta("last_merge", msgspec.json.encode(kept))
@@ -139,29 +156,56 @@ def last_merge(store: Store) -> MergeReport | None:
     return msgspec.json.decode(v, type=MergeReport) if v else None
 
 
-def _damage(db: str, value: bytes) -> str | None:
-    """Why a stored value is no good record of `db`, or None."""
+def _record(db: str, value: bytes) -> records.Record | str:
+    """The good record of `db` a stored value holds, or why it is none."""
     try:
         rec = records.decode(value)
     except records.DamagedRecord as e:
         return str(e)
     if not isinstance(rec, RECORD_TYPES[db]):
         return f"a {type(rec).__name__} record in the {db} database"
-    return None
+    return rec
+
+
+def _link(rec: records.Record) -> bytes:
+    """The link of a verdict or judged record to what it judged (b"": none)."""
+    if isinstance(rec, records.Verdict):
+        return rec.of_ending
+    if isinstance(rec, records.JudgedPosition):
+        return rec.of_endings
+    return b""
+
+
+def _lost(key: bytes, kept: records.Record, lost: records.Record) -> set[bytes]:
+    """The links of what judged the endings `lost` (at `key`) that DST, keeping
+    `kept`, does not hold: its verdicts of texts `kept` lacks, and its judged record
+    when the texts differ."""
+    if not (isinstance(kept, records.Endings) and isinstance(lost, records.Endings)) or kept.texts == lost.texts:
+        return set()
+    there = set(kept.texts)
+    out = {records.ending_link(key, t) for t in set(lost.texts) - there}
+    out.add(records.endings_link(key, lost.texts))
+    return out
 
 
 def _write(out: Store, batch: list[tuple[str, bytes, bytes]], counts: SourceCounts, report: MergeReport,
-           copied_from: dict[tuple[str, bytes], str], progress: Callable[[int], None]) -> None:
+           copied_from: dict[tuple[str, bytes], str], progress: Callable[[int], None], losing: set[bytes]) -> None:
     if not batch:
         return
     for (db, key, value), there in zip(batch, out.put_values(batch), strict=True):
         if there is None:
             counts.copied[db] += 1
             copied_from[(db, key)] = counts.path
-        elif there == value or same_answer(records.decode(there), records.decode(value)):
+            continue
+        if there == value:
+            counts.present[db] += 1
+            continue
+        kept, theirs = records.decode(there), records.decode(value)
+        if same_answer(kept, theirs):
             counts.present[db] += 1
         else:
             counts.conflicting[db] += 1
             report.conflicts.append(Conflict(db, key.hex(), counts.path, copied_from.get((db, key), DST_BEFORE)))
+            losing |= _lost(key, kept, theirs)
     progress(len(batch))
 

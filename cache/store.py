@@ -39,9 +39,15 @@ DBS = ("endings", "verdicts", "tokens", "positions")
 # The cache's format, kept in its meta database, says which release may read it
 # (docs/reliability.md, "Which release reads which cache"): 1, records as msgpack,
 # with or without a checksum; 2 (issue 36), records may be stored compressed
-# (records.py), which a release reading up to 1 took for damaged ones. A cache is
-# marked 2 in the transaction that first writes a record of this release into it.
-FORMAT_VERSION = 2
+# (records.py), which a release reading up to 1 took for damaged ones; 3 (issue 36,
+# M4), verdicts and judged records may carry the link to the endings they judged
+# (`records.ending_link`), by which `cache merge` leaves out those of endings that
+# lost a conflict. A release reading up to 2 would read them (a field it does not
+# know), but a merge by it would copy those orphans and a run by it would write
+# verdicts without links, which no later merge can tell: it refuses the cache. A
+# cache is marked with this format in the transaction that first writes a record of
+# this release into it; what an older one holds is read as it is.
+FORMAT_VERSION = 3
 _META = b"meta"
 T = TypeVar("T")
 _INITIAL_MAP = 1 << 30  # 1 GiB of address space; the file grows only as it fills

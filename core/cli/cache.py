@@ -177,8 +177,9 @@ def cmd_cache_merge(args) -> int:
     source record is reported and skipped (a run asks again for it). A key whose
     record differs between the caches (another answer, not only another time) is a
     conflict: DST keeps the record it holds (its own, else that of the first SRC
-    given), and each conflict is listed with its database, key and sources. The
-    sources are only read. A merge stopped part-way leaves DST sound; run the same
+    given), and each conflict is listed with its database, key and sources; after a
+    conflict of endings, the source's verdicts and judged positions of the endings
+    DST does not keep are left out, and counted. The sources are only read. A merge stopped part-way leaves DST sound; run the same
     command again to complete it. Exit status: 0 every record merged; 1 conflicts or
     damaged records (the rest is merged), or a source that is no cache; 2 bad usage
     (DST among the sources)."""
@@ -220,6 +221,10 @@ def cmd_cache_merge(args) -> int:
     for db in DBS:
         print(f"{db:<10} {totals['copied'][db]:>10} {totals['present'][db]:>14} {totals['conflicting'][db]:>12} "
               f"{totals['damaged'][db]:>8}")
+    left_out = report.total("left_out")
+    if left_out["verdicts"] or left_out["positions"]:
+        print(f"{left_out['verdicts']} verdicts and {left_out['positions']} judged positions of the losing endings "
+              "left out (they judged endings DST does not keep: no run would read them)")
     for c in report.conflicts[:MAX_LISTED]:
         kept = "DST's own record" if c.kept_from == DST_BEFORE else f"the record copied from {c.kept_from}"
         print(f"conflict: {c.database} {c.key}: {c.source} holds another answer; DST keeps {kept}")

@@ -283,14 +283,17 @@ class Engine:
         return rec
 
     async def answers(self, server: str, requests: Sequence[ChatRequest | None], *, key: str = "",
-                      group: bytes | None = None, warm_first: bool = False, role: str | None = None) -> Answers:
+                      group: bytes | None = None, warm_first: bool = False, role: str | None = None,
+                      links: Sequence[bytes] = (), link: bytes = b"") -> Answers:
         """The answer to each request (a slot without one stays None), read as
         `CacheReads.answers` reads them, the missing ones sent: with `warm_first`
         one alone first (requests that share a long prefix then find it in the
         server's prefix cache), the rest together, as one batched completion
         request where the server takes it (core/llm/batch.py), else a chat request
         each. With `group`, the answers are kept as one record under it too, and
-        a rerun reads them with that one lookup."""
+        a rerun reads them with that one lookup. `links` (one per request) and
+        `link` (the group record's) say which endings the records written judged
+        (`records.ending_link`)."""
         since = self._refreshing(role or server)
         out = self.reads.answers(requests, group, since)
         if out.group:
@@ -303,6 +306,8 @@ class Engine:
 
         def keep(i: int, request: ChatRequest, rec: records.Verdict) -> None:
             # committed as each answer arrives: a stop loses only what is in flight
+            if links:
+                rec.of_ending = links[i]
             self._keep("verdicts", chat_key(request), rec, replace=since is not None)
             out.texts[i], out.first_logprobs[i] = rec.text, rec.first_logprobs
             out.usage.add(rec.usage)
@@ -312,7 +317,9 @@ class Engine:
                 self.counts.sent(role or server, len(part))
                 await self._send_many(server, key, part, keep)
         if group is not None:
-            self._keep("positions", group, out.record(), replace=since is not None)
+            judged = out.record()
+            judged.of_endings = link
+            self._keep("positions", group, judged, replace=since is not None)
         return out
 
     async def _send_many(self, server: str, key: str, asked: list[tuple[int, ChatRequest]],

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -22,6 +24,8 @@ from tension.cache.merge import same_answer
 from tension.cache.store import Store
 from tension.cache.verify import verify
 from tension.core.cli import main
+from tension.testing.answers import classify, expected_endings
+from tension.testing.cache_records import previous_form, record_keys
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
@@ -158,13 +162,12 @@ def test_a_full_disk_under_a_merge_is_said_with_the_merges_own_way_on(tmp_path):
     assert subprocess.run([*CLI, "cache", "merge", str(src), str(dst)], capture_output=True).returncode == 0
 
 
-def test_the_losing_sources_verdicts_after_a_conflict_of_endings_are_never_read(tmp_path, capsys):
-    """M4: two runs of one command on servers that answer it otherwise (one of them
-    leaves half its endings empty) hold other endings under the same keys: a real
-    conflict. DST keeps the first source's endings; the second's verdicts (of
-    its own endings) are copied but cannot be found from DST's endings, so a run on
-    the merged cache sends nothing and gives the first run's numbers, byte for byte,
-    never a mix of one source's endings with the other's verdicts."""
+def _conflicting_runs(tmp_path: Path) -> tuple[Callable[[str, str, str], list[str]], LoopbackServer]:
+    """Two runs of one command on servers that answer it otherwise (the second one's
+    odd endings go on with a sentence more, its even ones are the first's): other
+    endings under the same keys, a real conflict, and verdicts of both kinds (of an
+    ending DST keeps, of one it does not). Runs "a" (a.lmdb) and "b" (b.lmdb); the
+    server of "a" is returned, stopped."""
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=5, words=(520, 560))
 
     def argv(name: str, cache: str, url: str) -> list[str]:
@@ -172,17 +175,66 @@ def test_the_losing_sources_verdicts_after_a_conflict_of_endings_are_never_read(
                 "--base-url", url, "--model", "test-gen", "--judge-model", "test-judge", "--endings", "4",
                 "--seed", "3", "--no-progress", "--no-report"]
 
-    with LoopbackServer(model=MODELS) as srv, LoopbackServer(model=MODELS, empty_rate=0.5) as other:
+    srv = LoopbackServer(model=MODELS)
+    with srv, LoopbackServer(model=MODELS) as other:
+        other.respond(lambda msgs, n, seed: None if classify(msgs) != "generation" else
+                      [e + (" Then the wind turned." if i % 2 else "")
+                       for i, e in enumerate(expected_endings(msgs, n, seed))])
         assert main(argv("a", "a.lmdb", srv.base_url)) == 0
         assert main(argv("b", "b.lmdb", other.base_url)) == 0
-        assert (tmp_path / "a" / "positions.jsonl").read_bytes() != (tmp_path / "b" / "positions.jsonl").read_bytes()
+    assert (tmp_path / "a" / "positions.jsonl").read_bytes() != (tmp_path / "b" / "positions.jsonl").read_bytes()
+    return argv, srv
+
+
+def _merged_run_is_the_first_sources(tmp_path: Path, argv, srv: LoopbackServer, merged: str) -> None:
+    """A run on the merged cache sends nothing and gives run "a"'s numbers, byte for
+    byte, never a mix of one source's endings with the other's verdicts."""
+    sent = len(srv.requests)
+    assert main(argv("m", merged, srv.base_url)) == 0
+    assert len(srv.requests) == sent, [r.path for r in srv.requests[sent:]]  # every answer found
+    for name in ("positions.jsonl", "stories.csv", "groups.csv"):
+        assert (tmp_path / "m" / name).read_bytes() == (tmp_path / "a" / name).read_bytes(), name
+
+
+def test_after_a_conflict_of_endings_the_losing_sources_verdicts_and_judged_records_are_left_out(tmp_path, capsys):
+    """M4: DST keeps the first source's endings; the second's verdicts and judged
+    records of its own endings (which DST does not keep) are not copied, and the
+    report counts them."""
+    argv, srv = _conflicting_runs(tmp_path)
+    with srv:
         capsys.readouterr()
         assert main(["cache", "merge", str(tmp_path / "a.lmdb"), str(tmp_path / "b.lmdb"),
                      str(tmp_path / "m.lmdb")]) == 1  # conflicts are reported, the exit says so
         said = capsys.readouterr()
-        assert "conflict: endings" in said.out + said.err
+        assert "conflict: endings" in said.out
+        va, vb = record_keys(tmp_path / "a.lmdb", "verdicts"), record_keys(tmp_path / "b.lmdb", "verdicts")
+        pa, pb = record_keys(tmp_path / "a.lmdb", "positions"), record_keys(tmp_path / "b.lmdb", "positions")
+        assert vb - va and pb - pa  # the ground of the finding: the losing source judged endings of its own
+        assert record_keys(tmp_path / "m.lmdb", "verdicts") == va
+        assert record_keys(tmp_path / "m.lmdb", "positions") == pa
+        assert (f"{len(vb - va)} verdicts and {len(pb - pa)} judged positions of the losing endings left out"
+                in said.out), said.out
+        _merged_run_is_the_first_sources(tmp_path, argv, srv, "m.lmdb")
+
+
+def test_a_cache_of_the_previous_format_is_still_read_and_merged(tmp_path, capsys):
+    """A source written by the release reading up to format 2 (verdicts without the
+    link to their ending): merged as before, its losing verdicts copied since nothing
+    tells their endings, never read; a run from it and from the merge sends nothing."""
+    argv, srv = _conflicting_runs(tmp_path)
+    with srv:
+        previous_form(tmp_path / "b.lmdb", tmp_path / "old.lmdb")
+        capsys.readouterr()
+        assert main(["cache", "merge", str(tmp_path / "a.lmdb"), str(tmp_path / "old.lmdb"),
+                     str(tmp_path / "m.lmdb")]) == 1
+        said = capsys.readouterr()
+        assert "conflict: endings" in said.out and "left out" not in said.out
+        va, vb = record_keys(tmp_path / "a.lmdb", "verdicts"), record_keys(tmp_path / "b.lmdb", "verdicts")
+        assert record_keys(tmp_path / "m.lmdb", "verdicts") == va | vb
+        _merged_run_is_the_first_sources(tmp_path, argv, srv, "m.lmdb")
         sent = len(srv.requests)
-        assert main(argv("m", "m.lmdb", srv.base_url)) == 0
-        assert len(srv.requests) == sent, [r.path for r in srv.requests[sent:]]  # every answer found
-    for name in ("positions.jsonl", "stories.csv", "groups.csv"):
-        assert (tmp_path / "m" / name).read_bytes() == (tmp_path / "a" / name).read_bytes(), name
+        shutil.rmtree(tmp_path / "m")
+        shutil.copytree(tmp_path / "old.lmdb", tmp_path / "old-run.lmdb")
+        assert main(argv("m", "old-run.lmdb", srv.base_url)) == 0  # the old cache read as it is: nothing asked
+        assert len(srv.requests) == sent
+        assert (tmp_path / "m" / "positions.jsonl").read_bytes() == (tmp_path / "b" / "positions.jsonl").read_bytes()

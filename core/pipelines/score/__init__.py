@@ -191,9 +191,10 @@ class Scoring:
                 request = self.reqs.endings(sents, pos.k)
                 rec = await self.llm.endings("generation", request, key=story.id)
                 # A position's judge prompts share a prefix: one server for all of them.
+                endings_key = chat_key(request)
                 ask, answers, judge_usage = await self.judge.verdicts(self.reqs, f"{story.id}\x00{pos.k}", sents,
-                                                                      pos.k, rec.texts)
-                keys = chat_key(request).hex(), ask.group.hex()
+                                                                      pos.k, rec.texts, endings_key)
+                keys = endings_key.hex(), ask.group.hex()
         except StatusError as e:
             if e.status == 400 and is_context_error(e.body):
                 # A prompt the server's context cannot hold (a judge prompt, or a count

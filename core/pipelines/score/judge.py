@@ -39,12 +39,13 @@ class Judge:
         self.llm = llm
 
     async def verdicts(self, reqs: ScoreRequests, affinity: str, sentences: Sequence[str], k: int,
-                       endings: list[str]) -> tuple[JudgeAsk, list[str | None], Usage]:
+                       endings: list[str], endings_key: bytes) -> tuple[JudgeAsk, list[str | None], Usage]:
         """The position's judge requests, the verdict per ending (None for an
         empty ending, not sent) and what its judge prompts used. `affinity` keeps a position's judge requests on
         one server: they share a prefix. With warm_judge one goes first and fills
-        the server's prefix cache, then the rest find it there."""
-        ask = judge_ask(reqs, sentences, k, endings)
+        the server's prefix cache, then the rest find it there. `endings_key` is the
+        key of the endings' record: the verdicts written carry their link to it."""
+        ask = judge_ask(reqs, sentences, k, endings, endings_key)
         answers = await self.llm.answers("judge", ask.requests, key=affinity, group=ask.group,
-                                         warm_first=self.cfg.warm_judge)
+                                         warm_first=self.cfg.warm_judge, links=ask.links, link=ask.link)
         return ask, counted(self.cfg.judge_constraint, answers), answers.usage

@@ -25,18 +25,28 @@ __all__ = ["JudgeAsk", "Cached", "judge_ask", "lookup", "lookup_at", "lookup_pos
 
 class JudgeAsk(msgspec.Struct, frozen=True, kw_only=True):
     """A position's judge requests, one slot per ending (None: an empty ending, not
-    judged), and the key of the judged record that stands for their answers."""
+    judged), and the key of the judged record that stands for their answers; with
+    the endings record's key, the links its verdicts and judged record carry to
+    their endings (`records.ending_link`: `cache merge` leaves out those of endings
+    it does not keep)."""
 
     requests: list[ChatRequest | None]
     group: bytes
+    links: list[bytes] = []  # per slot (b"" for an empty ending); [] without the endings' key
+    link: bytes = b""  # the judged record's
 
 
-def judge_ask(reqs: ScoreRequests, sentences: Sequence[str], k: int, endings: Sequence[str]) -> JudgeAsk:
+def judge_ask(reqs: ScoreRequests, sentences: Sequence[str], k: int, endings: Sequence[str],
+              endings_key: bytes | None = None) -> JudgeAsk:
     head, tail = reqs.judge_parts(sentences, k)
     slots: list[ChatRequest | None] = [None] * len(endings)
     for i, r in reqs.verdicts(head, tail, endings):
         slots[i] = r
-    return JudgeAsk(requests=slots, group=reqs.position_key(head, tail, list(endings)))
+    group = reqs.position_key(head, tail, list(endings))
+    if endings_key is None:
+        return JudgeAsk(requests=slots, group=group)
+    links = [records.ending_link(endings_key, e) if r is not None else b"" for e, r in zip(endings, slots)]
+    return JudgeAsk(requests=slots, group=group, links=links, link=records.endings_link(endings_key, list(endings)))
 
 
 class Cached(msgspec.Struct, kw_only=True):

@@ -20,6 +20,7 @@ from tension.core.pipelines.score.judge import Judge
 from tension.core.pipelines.score.lookup import no_count
 from tension.core.pipelines.score.requests import ScoreRequests
 from tension.core.run.engine import Engine
+from tension.core.run.reads import chat_key
 from tension.kernels.stopping import round_ends, rounds_distribution, should_stop
 
 __all__ = ["Drawn", "draw", "AdaptiveTally"]
@@ -46,8 +47,9 @@ async def draw(cfg: ScoreConfig, llm: Engine, judge: Judge, reqs: ScoreRequests,
     ends = round_ends(cfg.round_endings, cfg.max_endings)
     assert cfg.target_half_width is not None
     for r, end in enumerate(ends):
-        rec = await llm.endings("generation", reqs.endings_round(sentences, k, r), key=story_id)
-        _ask, got, usage = await judge.verdicts(reqs, f"{story_id}\x00{k}", sentences, k, rec.texts)
+        request = reqs.endings_round(sentences, k, r)
+        rec = await llm.endings("generation", request, key=story_id)
+        _ask, got, usage = await judge.verdicts(reqs, f"{story_id}\x00{k}", sentences, k, rec.texts, chat_key(request))
         texts += rec.texts
         reasons += rec.finish_reasons
         answers += got
