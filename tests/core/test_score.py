@@ -234,6 +234,21 @@ def test_cancelled_run_resumes_to_identical_outputs_without_repeats(server, tmp_
 
 
 @pytest.mark.in_process
+def test_a_completed_run_keeps_its_partial_file_with_this_runs_lines_in_commit_order(server, tmp_path):
+    """positions.partial.jsonl stays beside positions.jsonl (README, "Outputs"), as
+    generate's OUT.partial and fairplay's readers.partial.jsonl do: the lines as they
+    were committed, which a stop would have left. A rerun into the folder starts it
+    anew, and writes every line again (the cached positions too)."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=4)
+    out = tmp_path / "out"
+    for _ in range(2):  # the run, then a rerun from the cache
+        assert score(cfg_for(server, tmp_path), corpus, out).status == "complete"
+        final = (out / "positions.jsonl").read_text().splitlines()
+        partial = (out / "positions.partial.jsonl").read_text().splitlines()
+        assert sorted(partial) == sorted(final) and len(final) > 1
+
+
+@pytest.mark.in_process
 def test_short_answers_are_completed(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=6)
     server.fail_next("few_choices", times=3)
