@@ -51,7 +51,8 @@ def cmd_cache_stats(args) -> int:
     if merged is not None:
         copied = sum(merged.total("copied").values())
         print(f"last merge: {copied} records copied from {', '.join(s.path for s in merged.sources)}, "
-              f"{len(merged.conflicts)} conflicting, {len(merged.damaged)} damaged")
+              f"{len(merged.conflicts)} conflicting, {len(merged.damaged)} damaged, "
+              f"{sum(merged.total('left_out').values())} left out (of losing endings)")
     return EXIT_OK
 
 
@@ -179,10 +180,10 @@ def cmd_cache_merge(args) -> int:
     conflict: DST keeps the record it holds (its own, else that of the first SRC
     given), and each conflict is listed with its database, key and sources; after a
     conflict of endings, the source's verdicts and judged positions of the endings
-    DST does not keep are left out, and counted. The sources are only read. A merge stopped part-way leaves DST sound; run the same
-    command again to complete it. Exit status: 0 every record merged; 1 conflicts or
-    damaged records (the rest is merged), or a source that is no cache; 2 bad usage
-    (DST among the sources)."""
+    DST does not keep are left out, and counted. The sources are only read. A merge
+    stopped part-way leaves DST sound; run the same command again to complete it.
+    Exit status: 0 every record merged; 1 conflicts or damaged records (the rest is
+    merged), or a source that is no cache; 2 bad usage (DST among the sources)."""
     from tqdm import tqdm
 
     from tension.cache.merge import DST_BEFORE, merge

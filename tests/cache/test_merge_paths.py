@@ -214,6 +214,8 @@ def test_after_a_conflict_of_endings_the_losing_sources_verdicts_and_judged_reco
         assert record_keys(tmp_path / "m.lmdb", "positions") == pa
         assert (f"{len(vb - va)} verdicts and {len(pb - pa)} judged positions of the losing endings left out"
                 in said.out), said.out
+        assert main(["cache", "stats", str(tmp_path / "m.lmdb")]) == 0
+        assert f"{len(vb - va) + len(pb - pa)} left out (of losing endings)" in capsys.readouterr().out
         _merged_run_is_the_first_sources(tmp_path, argv, srv, "m.lmdb")
 
 
