@@ -47,7 +47,7 @@ from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.run.blocking import run_blocking
 from tension.core.run.lifecycle import Run, open_run, out_lock
 from tension.core.run.progress import Progress
-from tension.core.run.record import Failure
+from tension.core.run.record import Failure, RunRecord
 
 __all__ = [
     "MODES", "GenerateConfig", "Idea", "Reference", "StorySettings", "GeneratedStory", "Generator",
@@ -115,6 +115,7 @@ class GenerateSummary(msgspec.Struct, kw_only=True):
     error: str | None = None
     exit_status: int = 0  # core/errors.exit_status: did the run produce what was asked
     warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/answer_checks.py)
+    record: RunRecord | None = None  # STORIES.run.json as the run wrote it: the typed header, then the body
 
 
 class _GaveUp(Exception):
@@ -344,7 +345,7 @@ def _summary(writer: StoryWriter, run: Run, out: Path) -> GenerateSummary:
         status=run.status, out=str(out), mode=cfg.mode, model=writer.model or cfg.model, ideas=len(writer.ideas),
         stories=len(writer.done), failures=writer.failed, input_errors=[str(e) for e in writer.errors],
         requests=dict(run.llm.counts.requests), cache_hits=dict(run.store.counts.hits), error=run.error,
-        exit_status=run.exit_status, warnings=writer.checks.warnings())
+        exit_status=run.exit_status, warnings=writer.checks.warnings(), record=run.written)
 
 
 def run_record_path(out: Path) -> Path:

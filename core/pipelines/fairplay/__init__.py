@@ -39,6 +39,7 @@ from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.run.blocking import run_blocking
 from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir
 from tension.core.run.progress import Progress
+from tension.core.run.record import RunRecord
 
 if TYPE_CHECKING:  # the metrics are imported when they run
     from tension.core.reports.fairplay_metrics import FairPlaySummary
@@ -65,9 +66,10 @@ class FairPlayRun(msgspec.Struct, kw_only=True):
     failed_stories: list[str]  # ids with at least one failure
     requests: dict[str, int]
     cache_hits: dict[str, int]
-    metrics: Any = None  # the FairPlaySummary of the metrics, when they ran
+    metrics: FairPlaySummary | None = None  # the metrics' summary, when they ran
     error: str | None = None
     warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/answer_checks.py)
+    record: RunRecord | None = None  # fairplay_run.json as the run wrote it: the typed header, then the body
 
 
 _enc = msgspec.json.Encoder()
@@ -187,7 +189,7 @@ class ReaderRun:
             reader_failures=sum(len(f) for f in self.failures),
             failed_stories=[st.id for st, f in zip(self.stories, self.failures) if f],
             requests=dict(run.llm.counts.requests), cache_hits=dict(run.store.counts.hits),
-            metrics=self.metrics, error=run.error, warnings=self.readers.checks.warnings())
+            metrics=self.metrics, error=run.error, warnings=self.readers.checks.warnings(), record=run.written)
 
     # -- outputs --------------------------------------------------------------
 

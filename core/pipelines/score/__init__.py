@@ -52,7 +52,7 @@ from tension.core.run.blocking import run_blocking
 from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir, warn
 from tension.core.run.progress import Progress
 from tension.core.run.reads import chat_key
-from tension.core.run.record import Failure, Invocations
+from tension.core.run.record import Failure, Invocations, RunRecord
 
 __all__ = ["NO_POSITIONS", "NO_STORIES", "Position", "PositionResult", "Failure", "RunSummary", "Scoring", "score",
            "score_async"]
@@ -84,6 +84,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/score/watch.py)
     bad_records: int = 0  # input errors of single records (not of the whole file: empty, a JSON array)
     computed: MetricsResult | None = None  # the statistics written (a complete run's): curves, stories, groups
+    record: RunRecord | None = None  # run.json as the run wrote it: the typed header, then the body
 
 
 class Scoring:
@@ -325,7 +326,7 @@ def _summary(scoring: Scoring, run: Run, out: Path) -> RunSummary:
         replicas=scoring.replica_figures(), replica_events=list(scoring.replica_events),
         warnings=scoring.watch.warnings(),
         bad_records=sum(not isinstance(e, FileError) for e in corpus.errors),
-        computed=scoring.computed if run.status == "complete" else None)
+        computed=scoring.computed if run.status == "complete" else None, record=run.written)
 
 
 def score(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Path, *,
