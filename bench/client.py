@@ -249,27 +249,27 @@ async def contender_aiohttp(base: str, warm, timed, conc: int) -> tuple[Phase, f
 
 async def contender_score(base: str, conc: int, stories: int, seed: int, batch: str = "auto"
                           ) -> tuple[Phase, float, dict]:
-    from tension.core.config import ScoreConfig
-    from tension.core.pipelines.score import score_async
+    import tension
     from tension.testing.corpus import make_corpus
 
-    def config(cache: Path, report: bool = True) -> ScoreConfig:
-        return ScoreConfig(base_url=base, model=GEN_MODEL, judge_model=JUDGE_MODEL, endings=20, report=report,
-                           cache=str(cache), progress=False, gen_concurrency=conc,
-                           judge_concurrency=conc, tokenize_concurrency=conc, judge_batch=batch)
+    def config(cache: Path, report: bool = True) -> dict:
+        """tension.score's keywords."""
+        return {"base_url": base, "model": GEN_MODEL, "judge_model": JUDGE_MODEL, "endings": 20, "report": report,
+                "cache": str(cache), "progress": False, "gen_concurrency": conc, "judge_concurrency": conc,
+                "tokenize_concurrency": conc, "judge_batch": batch}
 
     with tempfile.TemporaryDirectory(prefix="bench-score-") as tmp:
         t = Path(tmp)
         # Warm-up: one story (loads the numba kernels, opens the code paths).
         warm = make_corpus(t / "warm.jsonl", 1, seed=seed + 1000)
-        s = await score_async(config(t / "warm.lmdb"), warm, t / "warm-out")
+        s = (await tension.score_async(warm, out=t / "warm-out", **config(t / "warm.lmdb"))).summary
         if s.status != "complete":
             raise RuntimeError(f"warm-up score run {s.status}: {s.error}")
         corpus = make_corpus(t / "corpus.jsonl", stories, seed=seed)
         gc.collect()
         before = server_stats(base)["requests"]
         c0, t0 = time.process_time(), time.perf_counter()
-        s = await score_async(config(t / "llm.lmdb", report=False), corpus, t / "out")
+        s = (await tension.score_async(corpus, out=t / "out", **config(t / "llm.lmdb", report=False))).summary
         run_cpu = time.process_time() - c0
         # the report, as score writes it at the end of a run (--report, the default); timed
         # apart too: a fixed cost per run (at most 50 curves), not a cost per judged ending

@@ -53,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("venv", "models"):
         (root / name).symlink_to(real / name)
     os.environ["XDG_CACHE_HOME"] = str(tmp)
-    from tension.core.config import load_config
-    from tension.core.pipelines.score import score
+    import tension
     from tension.core.serving import embedded
     from tension.core.serving.profiles import DEMO_SCORE_SETTINGS
 
@@ -75,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             extra = {} if a.min_anchor_words is None else {"min_anchor_words": a.min_anchor_words}
-            cfg = load_config(None, {"cache": str(tmp / f"cache-{i}-{name}"), "progress": False, "report": False},
-                              fallback={**DEMO_SCORE_SETTINGS, **extra, "base_url": st.url, "model": st.model})
+            cfg = {**DEMO_SCORE_SETTINGS, **extra, "base_url": st.url, "model": st.model,
+                   "cache": str(tmp / f"cache-{i}-{name}"), "progress": False, "report": False}
             t1 = time.perf_counter()
-            res = score(cfg, story, tmp / f"out-{i}-{name}")
+            res = tension.score(story, out=tmp / f"out-{i}-{name}", **cfg).summary
             scored = time.perf_counter() - t1
             positions = len((tmp / f"out-{i}-{name}" / "positions.jsonl").read_text().splitlines())
         finally:

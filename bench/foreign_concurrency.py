@@ -20,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tension.core.config import load_config
-from tension.core.pipelines.score import score
+import tension
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
@@ -29,11 +28,11 @@ HELD = {"gen_concurrency": 1, "judge_concurrency": 4}  # the review's concurrenc
 
 
 def one(base_url: str, model: str, corpus: Path, tmp: Path, name: str, args, **kw) -> dict:
-    cfg = load_config(None, {"base_url": base_url, "model": model, "cache": str(tmp / f"cache-{name}"),
-                             "endings": args.endings, "max_tokens": args.max_tokens, "progress": False,
-                             "seed": 1, "timeout": args.timeout, "tokenizer": args.tokenizer, **kw})
+    cfg = {"base_url": base_url, "model": model, "cache": str(tmp / f"cache-{name}"), "endings": args.endings,
+           "max_tokens": args.max_tokens, "progress": False, "seed": 1, "timeout": args.timeout,
+           "tokenizer": args.tokenizer, **kw}  # tension.score's keywords
     t0 = time.perf_counter()
-    s = score(cfg, corpus, tmp / name)
+    s = tension.score(corpus, out=tmp / name, **cfg).summary
     wall = time.perf_counter() - t0
     rec = json.loads((tmp / name / "run.json").read_text())
     cap = (rec["servers"][0].get("capacity") or {}) if rec.get("servers") else {}

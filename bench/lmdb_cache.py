@@ -137,23 +137,22 @@ def _stored(store, db: str, keys) -> list[bytes]:
 
 
 def cached_rerun(stories: int, endings: int) -> dict:
-    from tension.core.config import load_config
-    from tension.core.pipelines.score import score
+    import tension
     from tension.testing.corpus import make_corpus
     from tension.testing.openai_server import LoopbackServer
 
     with tempfile.TemporaryDirectory() as tmp, LoopbackServer(model=["test-gen"], record=True) as srv:
         tmp = Path(tmp)
         corpus = make_corpus(tmp / "corpus.jsonl", stories, seed=1)
-        cfg = load_config(None, {"base_url": srv.base_url, "model": "test-gen", "cache": str(tmp / "cache"),
-                                 "endings": endings, "seed": 1, "progress": False, "report": False})
+        cfg = {"base_url": srv.base_url, "model": "test-gen", "cache": str(tmp / "cache"), "endings": endings,
+               "seed": 1, "progress": False, "report": False}  # tension.score's keywords
         t0 = time.perf_counter()
-        cold = score(cfg, corpus, tmp / "cold")
+        cold = tension.score(corpus, out=tmp / "cold", **cfg).summary
         cold_s = time.perf_counter() - t0
         cold_requests = srv.count()
         srv.reset_records()
         t0 = time.perf_counter()
-        warm = score(cfg, corpus, tmp / "warm")
+        warm = tension.score(corpus, out=tmp / "warm", **cfg).summary
         warm_s = time.perf_counter() - t0
         warm_requests = srv.count()
         compression = _rerun_compressed_vs_not(cfg, corpus, tmp)
@@ -163,7 +162,7 @@ def cached_rerun(stories: int, endings: int) -> dict:
         _drop_db(tmp / "cache", b"positions")
         srv.reset_records()
         t0 = time.perf_counter()
-        fallback = score(cfg, corpus, tmp / "fallback")
+        fallback = tension.score(corpus, out=tmp / "fallback", **cfg).summary
         fallback_s = time.perf_counter() - t0
         cold_bytes = (tmp / "cold" / "positions.jsonl").read_bytes()
         same = cold_bytes == (tmp / "warm" / "positions.jsonl").read_bytes()
@@ -183,10 +182,9 @@ def _rerun_compressed_vs_not(cfg, corpus: Path, tmp: Path, repeats: int = 3) -> 
     import shutil
 
     import lmdb
-    import msgspec
 
+    import tension
     from tension.cache import records
-    from tension.core.pipelines.score import score
 
     shutil.copytree(tmp / "cache", tmp / "plain")
     env = lmdb.open(str(tmp / "plain"), max_dbs=8, map_size=1 << 30)
@@ -196,12 +194,12 @@ def _rerun_compressed_vs_not(cfg, corpus: Path, tmp: Path, repeats: int = 3) -> 
             for k, v in list(txn.cursor()):
                 txn.put(k, records.encode(records.decode(v), compress=False))
     env.close()
-    cfg_plain = msgspec.structs.replace(cfg, cache=str(tmp / "plain"))
+    cfg_plain = {**cfg, "cache": str(tmp / "plain")}
     times: dict[str, list[float]] = {"zstd": [], "crc32": []}
     for i in range(repeats):
         for name, c in (("zstd", cfg), ("crc32", cfg_plain)):
             t0 = time.perf_counter()
-            assert score(c, corpus, tmp / f"rerun-{name}-{i}").status == "complete"
+            assert tension.score(corpus, out=tmp / f"rerun-{name}-{i}", **c).status == "complete"
             times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"zstd_seconds": med["zstd"], "crc32_seconds": med["crc32"], "ratio": med["zstd"] / med["crc32"],

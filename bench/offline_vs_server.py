@@ -32,6 +32,7 @@ machine agree on; without others, drop the ``flock``.)
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -94,7 +95,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from tension.core.config import load_config
-    from tension.core.pipelines.bench import BenchOptions, bench, format_bench, save_figures
+    from tension.core.pipelines.bench import BenchOptions, bench_async, format_bench, save_figures
     from tension.core.prompts import score as prompts
     from tension.core.serving import embedded
     from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
@@ -121,9 +122,10 @@ def main() -> int:
         cfg = load_config(None, {**settings, "base_url": st.url, "model": st.model})
         # Plain requests first (as score sends them), then streamed (as bench measures
         # TTFT); with --variants also the warm-up-off and shuffled runs, streamed.
-        plain = bench(cfg, corpus, BenchOptions(positions=args.positions, seed=args.seed, variants=False,
-                                                stream=False))
-        fig = bench(cfg, corpus, BenchOptions(positions=args.positions, seed=args.seed, variants=args.variants))
+        plain = asyncio.run(bench_async(cfg, corpus, BenchOptions(positions=args.positions, seed=args.seed,
+                                                                  variants=False, stream=False)))
+        fig = asyncio.run(bench_async(cfg, corpus, BenchOptions(positions=args.positions, seed=args.seed,
+                                                                variants=args.variants)))
     finally:
         embedded.stop()
     print(format_bench(plain), flush=True)

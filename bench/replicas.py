@@ -59,17 +59,16 @@ def start_replica(delay: float, capacity: int) -> tuple[subprocess.Popen, str]:
 
 CHILD = r"""
 import asyncio, json, sys, time, tempfile
-from tension.core.config import load_config
-from tension.core.pipelines.score import score_async
+import tension
 urls, corpus, endings, gc, jc = json.loads(sys.argv[1])
 async def main():
     with tempfile.TemporaryDirectory(prefix="bench-replicas-") as tmp:
-        cfg = load_config(None, {
+        cfg = {
             "base_url": ",".join(urls), "model": "test-gen", "judge_model": "test-judge",
             "cache": f"{tmp}/cache", "endings": endings, "seed": 1, "progress": False, "report": False,
-            "gen_concurrency": gc, "judge_concurrency": jc})
+            "gen_concurrency": gc, "judge_concurrency": jc}
         t0 = time.perf_counter()
-        s = await score_async(cfg, corpus, f"{tmp}/out")
+        s = (await tension.score_async(corpus, out=f"{tmp}/out", **cfg)).summary
         return s, time.perf_counter() - t0
 s, wall = asyncio.run(main())
 if s.status != "complete":

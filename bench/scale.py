@@ -32,14 +32,13 @@ from tension.testing.stub_server import start_stub  # the same stub process as b
 
 CHILD = r"""
 import asyncio, json, resource, sys, time
-from tension.core.config import load_config
-from tension.core.pipelines.score import score_async
+import tension
 base, corpus, cache, out, endings = sys.argv[2:7]
-cfg = load_config(None, {"base_url": base, "model": "bench-gen", "judge_model": "bench-judge", "endings": int(endings),
-                         "cache": cache, "progress": False, "report": False, "seed": 1,
-                         "gen_concurrency": 64, "judge_concurrency": 256, "tokenize_concurrency": 64})
+cfg = {"base_url": base, "model": "bench-gen", "judge_model": "bench-judge", "endings": int(endings),
+       "cache": cache, "progress": False, "report": False, "seed": 1,
+       "gen_concurrency": 64, "judge_concurrency": 256, "tokenize_concurrency": 64}
 c0, t0 = time.process_time(), time.perf_counter()
-s = asyncio.run(score_async(cfg, corpus, out))
+s = asyncio.run(tension.score_async(corpus, out=out, **cfg)).summary
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
 if s.status != "complete":
     raise SystemExit(f"score run {s.status}: {s.error}")

@@ -49,8 +49,8 @@ def server(request):
 @pytest.fixture
 def inprocess_server():
     """An in-process server (models test-gen and test-judge) for a test that needs the answers,
-    not the wire: pass it as the pipeline's `transport=`, or its `base_url` to the CLI or the
-    API (it is served for the test). It answers as `server` does (tension.testing.answers),
+    not the wire: pass its `base_url` to the API or the CLI (it is served for the test), or
+    it as a Client's `transport=`. It answers as `server` does (tension.testing.answers),
     without a thread or a socket."""
     with InProcessServer(["test-gen", "test-judge"]).serving() as srv:
         yield srv

@@ -10,13 +10,12 @@ import json
 import re
 from pathlib import Path
 
-from tension.core.pipelines.fairplay import FairPlayConfig, load_fairplay_config
-
 SUSPECTS = ["Mara Quill", "Tobias Fenn", "Ines Harrow"]
 CULPRIT, DISTRACTOR = "Tobias Fenn", "Ines Harrow"
 L = 6
 K = 4
 FAST = {"n_resamples": 50, "max_plots": 1}  # metrics options: few bootstrap resamples and plots
+FAST_KW = {"resamples": 50, "max_plots": 1}  # the same, as tension.fairplay's keywords
 GEN_SYSTEM = "You are a skilled author of detective fiction, writing one paragraph at a time."
 GENERATOR = {
     "model": "test-gen", "system": GEN_SYSTEM, "temperature": 1.0, "max_tokens": 80, "L": L,
@@ -107,8 +106,9 @@ def scripted(msgs, n, seed):
     return None
 
 
-def cfg_for(srv, tmp_path, **kw) -> FairPlayConfig:
+def cfg_for(srv, tmp_path, **kw) -> dict:
+    """The API's keywords: tension.fairplay(stories, out=…, **cfg_for(…), **FAST_KW)."""
     base = {"base_url": srv.base_url, "reader_model": "test-judge", "cache": str(tmp_path / "cache"),
             "progress": False, "k": K, "schedule": "1,3,5"}
     base.update(kw)
-    return load_fairplay_config(None, base)
+    return base

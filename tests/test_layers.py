@@ -179,3 +179,33 @@ def test_no_call_site_hands_a_lambda_to_the_engine():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in asking:
                 assert not any(isinstance(a, ast.Lambda) for a in [*node.args, *(k.value for k in node.keywords)]), \
                     f"{path.relative_to(ROOT)}:{node.lineno}"
+
+
+LOOP_RUNNERS = {"run_blocking", "run", "run_until_complete"}  # run.blocking's, asyncio's, a loop's
+
+
+def test_a_pipeline_has_no_blocking_twin_of_its_verb():
+    """Issue 38: one public door per verb. A pipeline's verb is its coroutine
+    (`score_async`, `estimate_async`, …), which the API awaits (``tension.score``,
+    ``tension.score_async``) and the CLI runs through the API; no public name of
+    core/pipelines is a blocking twin beside it, neither named as a coroutine
+    without its `_async` nor any function that runs an event loop itself."""
+    bad = []
+    for path in sorted((ROOT / "core" / "pipelines").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        exported = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                         and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)), [])
+        public = {name for name in top if not name.startswith("_")} | set(exported)
+        where = path.relative_to(ROOT)
+        for name in sorted(public):
+            if f"{name}_async" in top:
+                bad.append(f"{where}: {name} is a blocking twin of {name}_async")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+                if called in LOOP_RUNNERS and not (called == "run" and not (isinstance(f, ast.Attribute) and
+                                                   isinstance(f.value, ast.Name) and f.value.id == "asyncio")):
+                    bad.append(f"{where}:{node.lineno} runs an event loop ({called})")
+    assert bad == []

@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tension.core.api.results import FairPlayMetricsResult, FairPlayResult, Table, read_record
+from tension.core.api.results import FairPlayMetricsResult, FairPlayResult, Table, record_of
 from tension.core.api.settings import check_keywords, check_out_folder, embedded_fallback, load, named_server
 from tension.core.api.verbs import (
     Columns,
@@ -132,8 +132,9 @@ async def _fairplay(cfg: FairPlayConfig, stories: PathLike | Records, out: PathL
     m = _metrics_result(s.metrics) if s.metrics is not None else None
     code = EXIT_FAILED if (s.status != "complete" or m is None or m.exit_status != EXIT_OK or s.input_errors
                            or s.reader_failures) else EXIT_OK
-    return FairPlayResult(status=s.status, exit_status=code, out=s.out, metrics=m,
-                          run=read_record(Path(s.out) / "fairplay_run.json"), summary=s)
+    record, header = record_of(s.record)  # as the run computed it, not re-read
+    return FairPlayResult(status=s.status, exit_status=code, out=s.out, metrics=m, run=record, header=header,
+                          summary=s)
 
 
 def fairplay(stories: PathLike | Records, *, out: PathLike, config: PathLike | None = None, columns: Columns = None,

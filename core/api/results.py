@@ -19,6 +19,7 @@ import msgspec
 
 if TYPE_CHECKING:  # the pipelines' records, imported only to type (import tension stays light)
     from matplotlib.figure import Figure
+    from pandas import DataFrame
 
     from tension.core.pipelines.estimate import Estimate
     from tension.core.pipelines.fairplay import FairPlayRun
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # the pipelines' records, imported only to type (import tensi
     from tension.core.reports.fairplay_metrics import FairPlaySummary
     from tension.core.reports.metrics import MetricsResult as ComputedMetrics
     from tension.core.reports.rows import Rows
-    from tension.core.run.record import RunHeader
+    from tension.core.run.record import RunHeader, RunRecord
     from tension.core.view.background import BackgroundView
 
 __all__ = ["Table", "View", "ScoreResult", "EstimateResult", "MetricsResult", "CompareResult", "FairPlayResult",
@@ -82,7 +83,7 @@ class Table(msgspec.Struct, frozen=True, kw_only=True):
         """One dict per row, by column name."""
         return [dict(zip(self.columns, r)) for r in self.rows]
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> DataFrame:
         """A DataFrame with a dtype per column: labels as Python strings (object),
         counts int64 (Int64 where a count is missing), statistics float64 (NaN where
         undefined)."""
@@ -164,11 +165,10 @@ def read_table(path: str | Path) -> Table | None:
                  rows=tuple(tuple(_cell(c, k) for c, k in zip(r, kinds)) for r in rows[1:]))
 
 
-def read_record(path: str | Path) -> dict[str, Any] | None:
-    """A run record (run.json, STORIES.run.json, fairplay_run.json) as plain data;
-    None when none was written."""
-    p = Path(path)
-    return msgspec.json.decode(p.read_bytes()) if p.is_file() else None
+def record_of(record: RunRecord | None) -> tuple[dict[str, Any] | None, RunHeader | None]:
+    """A run record as a result holds it, from the run's memory (not re-read from
+    the file it wrote): the whole record as plain data, and its typed header."""
+    return (None, None) if record is None else (record.doc(), record.header)
 
 
 class _Result(msgspec.Struct, kw_only=True):
@@ -248,24 +248,19 @@ def plot_computed(computed: ComputedMetrics | None, story: str | None, bars: str
 
 class ScoreResult(_Result, kw_only=True):
     """`score`: per-story statistics (stories.csv), group statistics with their
-    intervals (groups.csv), the run record (run.json); ``summary`` is the
+    intervals (groups.csv), the run record (run.json: ``run`` as plain data,
+    ``header`` its typed header), as the run computed them; ``summary`` is the
     pipeline's RunSummary (requests, cache hits, failures, warnings)."""
 
     stories: Table | None
     groups: Table | None
     run: dict[str, Any] | None
+    header: RunHeader | None
     summary: RunSummary
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> DataFrame:
         """The per-story statistics as a DataFrame."""
         return _frame(self.stories)
-
-    @property
-    def header(self) -> RunHeader | None:
-        """The run record's header, typed (``run`` is the whole record: the header, then the body)."""
-        from tension.core.run.record import RunHeader
-
-        return None if self.run is None else msgspec.convert(self.run, RunHeader)
 
     def _shown(self) -> Table | None:
         return self.stories
@@ -291,7 +286,7 @@ class MetricsResult(_Result, kw_only=True):
     errors: list[str]
     computed: ComputedMetrics
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> DataFrame:
         return _frame(self.stories)
 
     def _shown(self) -> Table | None:
@@ -312,7 +307,7 @@ class EstimateResult(_Result, kw_only=True):
     def _repr_html_(self) -> str:
         return super()._repr_html_() + f"<pre>{html.escape(self.text)}</pre>"
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> DataFrame:
         """One row: the estimate's scalar figures, nested ones flattened (`gpu_hours.total`)."""
         flat: dict[str, Any] = {}
 
@@ -335,7 +330,7 @@ class CompareResult(_Result, kw_only=True):
     markdown: str
     csv: str
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> DataFrame:
         return pandas().DataFrame([msgspec.to_builtins(r) for r in self.comparison.rows])
 
     def _repr_html_(self) -> str:
@@ -350,7 +345,7 @@ class FairPlayMetricsResult(_Result, kw_only=True):
     groups: Table | None
     summary: FairPlaySummary
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> DataFrame:
         return _frame(self.stories)
 
     def _shown(self) -> Table | None:
@@ -360,13 +355,14 @@ class FairPlayMetricsResult(_Result, kw_only=True):
 class FairPlayResult(_Result, kw_only=True):
     """`fairplay`: the readers' run (``summary``: FairPlayRun) and its metrics
     (``metrics``: FairPlayMetricsResult, None when they did not run), the run
-    record (fairplay_run.json)."""
+    record (fairplay_run.json: ``run``, ``header`` typed), as the run computed them."""
 
     metrics: FairPlayMetricsResult | None
     run: dict[str, Any] | None
+    header: RunHeader | None
     summary: FairPlayRun
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> DataFrame:
         """The per-story fair-play scores as a DataFrame."""
         return _frame(self.metrics.stories if self.metrics is not None else None)
 
@@ -380,17 +376,19 @@ class FairPlayResult(_Result, kw_only=True):
 
 class GenerateResult(_Result, kw_only=True):
     """`generate`: the stories written (the lines of ``out``), the run record
-    (STORIES.run.json), ``summary`` the pipeline's GenerateSummary."""
+    (STORIES.run.json: ``run``, ``header`` typed), as the run computed them,
+    ``summary`` the pipeline's GenerateSummary."""
 
     stories: list[dict[str, Any]]
     run: dict[str, Any] | None
+    header: RunHeader | None
     summary: GenerateSummary
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> DataFrame:
         return pandas().DataFrame(self.stories)
 
 
-def _frame(table: Table | None) -> Any:
+def _frame(table: Table | None) -> DataFrame:
     if table is None:
         pandas()  # the extra is named first, whatever else is missing
         raise ValueError("the run wrote no table (see its status and error)")

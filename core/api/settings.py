@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
 from tension.core.errors import ConfigError
+
+if TYPE_CHECKING:  # only to type: the embedded server's module is imported when a server is looked for
+    from tension.core.serving.embedded import ServerState
 
 __all__ = ["check_keywords", "load", "embedded_fallback", "unnamed_server", "server_fallback", "check_out_folder"]
 
@@ -88,7 +91,7 @@ def server_fallback() -> dict:
     return {"base_url": st.url, "model": st.model} if st is not None else {"base_url": url} if url else {}
 
 
-def unnamed_server(embedded_note: str = ""):
+def unnamed_server(embedded_note: str = "") -> tuple[str | None, ServerState | None]:
     """The server when no base URL is named, said on stderr: (OPENAI_BASE_URL's
     URL, None); else (None, the running embedded server's state); else (None, None)
     for the settings' default URL."""

@@ -27,7 +27,7 @@ from tension.core.api.results import (
     MetricsResult,
     ScoreResult,
     Table,
-    read_record,
+    record_of,
 )
 from tension.core.api.settings import (
     check_keywords,
@@ -154,11 +154,12 @@ async def _score(cfg: ScoreConfig, corpus: PathLike | Records, out: PathLike, co
     path = given_input("score", "corpus", corpus, columns, Path(out) / CORPUS_COPY)
     with recorded("score", path, {"out": out, **call}):
         s = await run(cfg, path, out)
-    folder, c = Path(s.out), s.computed  # the statistics the files hold, as computed
+    folder, c = Path(s.out), s.computed  # the statistics and the record the files hold, as computed
+    record, header = record_of(s.record)
     return ScoreResult(status=s.status, exit_status=s.exit_status, out=s.out,
                        stories=Table.of(folder / "stories.csv", c.stories()) if c is not None else None,
                        groups=Table.of(folder / "groups.csv", c.group_rows()) if c is not None else None,
-                       run=read_record(folder / "run.json"), summary=s)
+                       run=record, header=header, summary=s)
 
 
 def run_cache(cache: str | None) -> str:
@@ -443,7 +444,6 @@ def generate_settings(config: PathLike | None, settings: dict[str, Any]) -> Gene
 async def _generate(cfg: GenerateConfig, ideas: PathLike | Records, out: PathLike, columns: Columns,
                     call: dict[str, Any]) -> GenerateResult:
     from tension.core.pipelines.generate import generate_async as run
-    from tension.core.pipelines.generate import run_record_path
 
     o = Path(out)
     path = given_input("generate", "ideas", ideas, columns, o.with_name(o.stem + ".ideas.jsonl"))
@@ -452,8 +452,9 @@ async def _generate(cfg: GenerateConfig, ideas: PathLike | Records, out: PathLik
     path = Path(s.out)
     stories = ([msgspec.json.decode(line) for line in path.read_bytes().splitlines() if line.strip()]
                if s.status == "complete" and s.stories and path.is_file() else [])
+    record, header = record_of(s.record)
     return GenerateResult(status=s.status, exit_status=s.exit_status, out=s.out, stories=stories,
-                          run=read_record(run_record_path(path)), summary=s)
+                          run=record, header=header, summary=s)
 
 
 def generate(ideas: PathLike | Records, *, out: PathLike, config: PathLike | None = None, columns: Columns = None,

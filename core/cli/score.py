@@ -102,13 +102,14 @@ def cmd_bench(args) -> int:
     Sends every request (the cache is not used). Formulas: docs/cost.md."""
     from importlib.resources import files
 
-    from tension.core.pipelines.bench import BenchOptions, bench, format_bench, save_figures
+    from tension.core.api.verbs import blocking
+    from tension.core.pipelines.bench import BenchOptions, bench_async, format_bench, save_figures
 
     cfg = server_config(args)
     corpus = args.corpus or str(files("tension.core").joinpath("data/demo_story.jsonl"))
     opts = BenchOptions(positions=args.positions, seed=args.bench_seed, gpu_hour_usd=args.gpu_hour_usd,
                         variants=not args.no_variants, stream=not args.no_stream)
-    fig = bench(cfg, corpus, opts)
+    fig = blocking(lambda: bench_async(cfg, corpus, opts))
     print(format_bench(fig))
     if args.save:
         save_figures(args.save, fig)

@@ -62,13 +62,12 @@ from tension.core.pipelines.over_ideal import NO_COUNTERS, NO_IDEAL, NO_METRICS,
 from tension.core.pipelines.score.positions import Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.redact import redact
-from tension.core.run.blocking import run_blocking
 from tension.core.run.commit import first_error
 from tension.core.run.lifecycle import open_run, open_store
 from tension.core.run.progress import Progress
 from tension.core.run.scheduler import Scheduler
 
-__all__ = ["BenchOptions", "Percentiles", "ServerFigures", "RunFigures", "BenchFigures", "bench", "bench_async",
+__all__ = ["BenchOptions", "Percentiles", "ServerFigures", "RunFigures", "BenchFigures", "bench_async",
            "format_bench", "save_figures", "load_figures"]
 
 MAX_ERRORS = 10  # error messages kept per run (vLLM's bench prints the first 10)
@@ -353,8 +352,3 @@ def _bench_figures(b: _Bench, corpus: str, story: str, story_positions: int, run
         fig.usd_per_story = per_story / 3600 * opts.gpu_hour_usd
         fig.usd_per_100_stories = 100 * fig.usd_per_story
     return fig
-
-
-def bench(cfg: ScoreConfig, corpus_path: str | Path, opts: BenchOptions = BenchOptions()) -> BenchFigures:
-    """Blocking form of `bench_async` (uvloop when installed); SIGTERM stops it like Ctrl-C."""
-    return run_blocking(lambda: bench_async(cfg, corpus_path, opts))

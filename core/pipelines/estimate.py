@@ -45,13 +45,12 @@ from tension.core.pipelines.prefix.predict import CacheModelOptions, PrefixPredi
 from tension.core.pipelines.score.lookup import lookup, lookup_rounds, no_count
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
-from tension.core.run.blocking import run_blocking
 from tension.core.run.lifecycle import Run, open_run
 from tension.core.run.progress import Progress
 from tension.core.run.reads import CacheReads
 from tension.core.run.record import RunHeader
 
-__all__ = ["Throughput", "TokenTotals", "Estimate", "estimate", "estimate_async", "format_estimate",
+__all__ = ["Throughput", "TokenTotals", "Estimate", "estimate_async", "format_estimate",
            "COST_FORMULA", "CacheModelOptions", "endings_gpu_hours", "TokensCost"]
 
 COST_FORMULA = ("GPU-hours = (generation requests to send × n × E / gen_tok_s + "
@@ -355,13 +354,6 @@ def _tokens_cost(est: Estimate, cfg: ScoreConfig) -> TokensCost | None:
     usd = (inp * (cfg.input_usd_per_mtok or 0.0) + out * (cfg.output_usd_per_mtok or 0.0)) / 1e6
     return TokensCost(input_tokens=inp, output_tokens=out, input_usd_per_mtok=cfg.input_usd_per_mtok,
                       output_usd_per_mtok=cfg.output_usd_per_mtok, usd=usd)
-
-
-def estimate(cfg: ScoreConfig, corpus_path: str | Path, throughput: Throughput | None = None,
-             cache_model: CacheModelOptions | None = None) -> Estimate:
-    """Blocking form of `estimate_async` (uvloop when installed); SIGTERM stops it
-    like Ctrl-C, the token counts asked so far committed first."""
-    return run_blocking(lambda: estimate_async(cfg, corpus_path, throughput, cache_model))
 
 
 def throughput_from_bench(path: str | Path, gpu_hour_usd: float | None) -> Throughput:

@@ -39,19 +39,17 @@ from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
 from tension.core.llm.router import ITEM_KEY, Router
 from tension.core.llm.traits import is_context_error
-from tension.core.llm.transport import Transport
 from tension.core.pipelines.answer_checks import StoryChecks
 from tension.core.prompts import generate as gp
 from tension.core.prompts.fill import story_join
 from tension.core.reports.answer_warnings import AnswerWarning
-from tension.core.run.blocking import run_blocking
 from tension.core.run.lifecycle import Run, open_run, out_lock
 from tension.core.run.progress import Progress
-from tension.core.run.record import Failure
+from tension.core.run.record import Failure, RunRecord
 
 __all__ = [
     "MODES", "GenerateConfig", "Idea", "Reference", "StorySettings", "GeneratedStory", "Generator",
-    "Whodunit", "Failure", "GenerateSummary", "read_ideas", "reference_pool", "generate", "generate_async",
+    "Whodunit", "Failure", "GenerateSummary", "read_ideas", "reference_pool", "generate_async",
 ]
 
 # --- records --------------------------------------------------------------------
@@ -115,6 +113,7 @@ class GenerateSummary(msgspec.Struct, kw_only=True):
     error: str | None = None
     exit_status: int = 0  # core/errors.exit_status: did the run produce what was asked
     warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/answer_checks.py)
+    record: RunRecord | None = None  # STORIES.run.json as the run wrote it: the typed header, then the body
 
 
 class _GaveUp(Exception):
@@ -309,8 +308,8 @@ def _user(content: str) -> dict[str, str]:
 
 # --- entry points ---------------------------------------------------------------
 
-async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike[str], out_path: str | os.PathLike[str],
-                         *, transport: Transport | None = None) -> GenerateSummary:
+async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike[str],
+                         out_path: str | os.PathLike[str]) -> GenerateSummary:
     """Generate a story per idea; see the module docstring. Problems that stop the
     run before it starts raise TensionError; a failure during the run ends it with
     status "failed" (or "interrupted"), everything completed kept in the cache."""
@@ -326,7 +325,7 @@ async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike[str]
             for _ in ideas:
                 progress.item_started(1)
         run = open_run(cfg, "generate", progress=progress, partial=out.with_name(out.name + ".partial"),
-                       record_path=run_record_path(out), roles=("generation",), transport=transport,
+                       record_path=run_record_path(out), roles=("generation",),
                        refresh=refresh_roles(cfg.refresh, ("generation",)))
         writer = StoryWriter(cfg, ideas, pool, run, errors=errors, ideas_path=ideas_path, out=out)
         run.pipeline = writer
@@ -344,16 +343,10 @@ def _summary(writer: StoryWriter, run: Run, out: Path) -> GenerateSummary:
         status=run.status, out=str(out), mode=cfg.mode, model=writer.model or cfg.model, ideas=len(writer.ideas),
         stories=len(writer.done), failures=writer.failed, input_errors=[str(e) for e in writer.errors],
         requests=dict(run.llm.counts.requests), cache_hits=dict(run.store.counts.hits), error=run.error,
-        exit_status=run.exit_status, warnings=writer.checks.warnings())
+        exit_status=run.exit_status, warnings=writer.checks.warnings(), record=run.written)
 
 
 def run_record_path(out: Path) -> Path:
     """STORIES.jsonl → STORIES.run.json, beside it."""
     stem = out.name[: -len(".jsonl")] if out.name.endswith(".jsonl") else out.name
     return out.with_name(stem + ".run.json")
-
-
-def generate(cfg: GenerateConfig, ideas_path: str | os.PathLike[str], out_path: str | os.PathLike[str], *,
-             transport: Transport | None = None) -> GenerateSummary:
-    """Blocking form of ``generate_async``; SIGTERM stops it like Ctrl-C."""
-    return run_blocking(lambda: generate_async(cfg, ideas_path, out_path, transport=transport))

@@ -31,8 +31,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-import msgspec
-
 from tension.cache.store import Store, default_path, open_for_run
 from tension.core.errors import (
     EXIT_USAGE,
@@ -52,7 +50,7 @@ from tension.core.redact import redact, redact_argv
 from tension.core.run.commit import describe, first_error
 from tension.core.run.engine import Engine
 from tension.core.run.progress import Progress
-from tension.core.run.record import CacheFigures, Http, RunHeader, versions, write_record
+from tension.core.run.record import CacheFigures, Http, RunHeader, RunRecord, versions, write_record
 from tension.core.run.scheduler import Scheduler
 
 __all__ = ["INVOCATION", "LOCK_NAME", "Run", "RunSettings", "Pipeline", "open_run", "out_lock", "prepare_out_dir",
@@ -128,6 +126,9 @@ class Run:
         self.usage_error = False
         self.cancelled = False
         self.wall_seconds: float | None = None  # fixed by `freeze_wall`
+        # The record last written (the final one once the run is closed): what its
+        # pipeline returns, typed, rather than a reader of the file it wrote.
+        self.written: RunRecord | None = None
 
     @property
     def status(self) -> RunStatus:
@@ -310,12 +311,9 @@ class Run:
                                writes=dict(sc.writes), damaged=dict(sc.damaged)),
             lanes=self.llm.lane_stats, servers=c.servers.record())
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> RunRecord:
         """The run record: the header, then the pipeline's body."""
-        doc: dict[str, Any] = msgspec.to_builtins(self.header())
-        if self.pipeline is not None:
-            doc.update(self.pipeline.body())
-        return doc
+        return RunRecord(header=self.header(), body=self.pipeline.body() if self.pipeline is not None else {})
 
     def write_record(self) -> None:
         """Write the run record as it stands. On a full disk the partial file makes
@@ -323,13 +321,15 @@ class Run:
         cache), while without a record nobody can tell how the run ended."""
         if self.record_path is None:
             return
+        record = self.record()
         try:
-            write_record(self.record_path, self.record())
+            write_record(self.record_path, record.doc())
         except OSError as e:
             if e.errno not in NO_ROOM or self.partial is None or not self.partial.is_file():
                 raise
             self.partial.write_bytes(b"")
-            write_record(self.record_path, self.record())
+            write_record(self.record_path, record.doc())
+        self.written = record
 
 
 def open_run(settings: RunSettings, command: str, *, progress: Progress, partial: Path | None = None,

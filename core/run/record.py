@@ -21,7 +21,7 @@ from tension.cache.records import Usage
 from tension.core.errors import NO_ROOM, RunStatus
 from tension.core.inputs.jsonl import atomic_write
 
-__all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_record", "RunHeader", "Http",
+__all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_record", "RunHeader", "RunRecord", "Http",
            "CacheFigures"]
 
 _DISTRIBUTIONS = ("tension-run", "numpy", "numba", "msgspec", "aiohttp", "lmdb", "uvloop")
@@ -80,6 +80,22 @@ class RunHeader(msgspec.Struct, kw_only=True):
     lanes: dict[str, Any]  # per Scheduler lane: limit, requests, queue and busy time
     # per server sent to: what it can do, as learned (core/llm/traits.py), and its capacity
     servers: list[dict[str, Any]] = []
+
+
+class RunRecord(msgspec.Struct, kw_only=True, frozen=True):
+    """A run record as the run computed it: the typed header, then the pipeline's
+    body (plain data, as the file holds it). `doc()` is what the file says."""
+
+    header: RunHeader
+    body: dict[str, Any]
+
+    def doc(self) -> dict[str, Any]:
+        """The record as plain JSON data, the header's keys first: what the file
+        holds (tuples as lists, an undefined number as null), without reading it."""
+        doc: dict[str, Any] = msgspec.to_builtins(self.header)
+        doc.update(self.body)
+        decoded: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(doc))
+        return decoded
 
 
 def write_record(path: Path, doc: dict[str, Any]) -> None:

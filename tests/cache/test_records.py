@@ -160,13 +160,12 @@ def test_a_damaged_compressed_record_is_found_and_left_out_by_recover(tmp_path):
 
 @pytest.mark.in_process
 def test_a_mixed_cache_gives_a_rerun_the_same_outputs_and_no_request(server, tmp_path, capsys):
-    from tension.core.config import load_config
-    from tension.core.pipelines.score import score
+    import tension
 
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=5)
-    cfg = load_config(None, {"base_url": server.base_url, "model": "test-gen", "cache": str(tmp_path / "cache"),
-                             "endings": 4, "seed": 2, "progress": False, "report": False})
-    assert score(cfg, corpus, tmp_path / "cold").status == "complete"
+    cfg = {"base_url": server.base_url, "model": "test-gen", "cache": str(tmp_path / "cache"), "endings": 4,
+           "seed": 2, "progress": False, "report": False}
+    assert tension.score(corpus, out=tmp_path / "cold", **cfg).status == "complete"
     # rewrite two thirds of every database's records in the older forms
     env = lmdb.open(str(tmp_path / "cache"), max_dbs=8)
     forms = {0: "compressed", 1: "checksummed msgpack", 2: "plain msgpack"}
@@ -197,7 +196,7 @@ def test_a_mixed_cache_gives_a_rerun_the_same_outputs_and_no_request(server, tmp
     for name, (good, checked, packed) in held.items():
         assert lines[name] == [str(good), str(checked), str(packed), "0"], name
     server.reset_records()
-    warm = score(cfg, corpus, tmp_path / "warm")
+    warm = tension.score(corpus, out=tmp_path / "warm", **cfg)
     assert warm.status == "complete" and server.count() == 0
     for name in ("positions.jsonl", "stories.jsonl", "groups.jsonl"):
         if (tmp_path / "cold" / name).exists():

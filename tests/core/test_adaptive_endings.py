@@ -179,25 +179,22 @@ def test_empty_endings_count_as_no(server, tmp_path):
 
 
 def test_an_interrupted_adaptive_run_resumes_to_the_same_outputs(inprocess_server, tmp_path):
-    from tension.core.pipelines.score import score, score_async
-
     server = inprocess_server  # the answers, not the wire: the in-process door
     server.yes_rate = 0.85
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=4)
     kw = {"base_url": server.base_url, "model": "test-gen", "seed": SEED, "progress": False,
           "target_half_width": 0.08, "gen_concurrency": 2, "judge_concurrency": 4}
-    clean = score(load_config(None, {**kw, "cache": str(tmp_path / "clean-cache")}), corpus, tmp_path / "clean",
-                  transport=server)
+    clean = tension.score(corpus, out=tmp_path / "clean", **kw, cache=str(tmp_path / "clean-cache")).summary
     total = clean.requests["judge"]
-    cfg = load_config(None, {**kw, "cache": str(tmp_path / "cache")})
+    cfg = {**kw, "cache": str(tmp_path / "cache")}
     server.delay = 0.002
     server.reset_records()
 
-    cancel_midway(lambda: score_async(cfg, corpus, tmp_path / "out", transport=server),
+    cancel_midway(lambda: tension.score_async(corpus, out=tmp_path / "out", **cfg),
                   lambda: server.count(kind="judge") >= total // 3)
     assert not (tmp_path / "out" / "positions.jsonl").exists()
     server.delay = 0.0
-    resumed = score(cfg, corpus, tmp_path / "out", transport=server)
+    resumed = tension.score(corpus, out=tmp_path / "out", **cfg).summary
     assert resumed.status == "complete" and resumed.requests["judge"] < total
     assert resumed.requests["generation"] < clean.requests["generation"]  # the rounds cached before the stop
     for name in ("positions.jsonl", "stories.csv"):

@@ -10,9 +10,8 @@ import json
 import msgspec
 import pytest
 
-from tension.core.config import load_config
+import tension
 from tension.core.llm.transport import AiohttpTransport, Reply
-from tension.core.pipelines.score import score
 from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer
@@ -110,13 +109,12 @@ def test_a_score_run_through_either_door_writes_the_same_outputs(tmp_path, serve
     corpus = make_corpus(tmp_path / "c.jsonl", 2)
 
     def cfg(base: str, cache: str):
-        return load_config(None, {"base_url": base, "model": "test-gen", "judge_model": "test-judge",
-                                  "cache": str(tmp_path / cache), "endings": 4, "progress": False, "seed": 5,
-                                  "report": False})
+        return {"base_url": base, "model": "test-gen", "judge_model": "test-judge", "cache": str(tmp_path / cache),
+                "endings": 4, "progress": False, "seed": 5, "report": False}
 
-    over_http = score(cfg(server.base_url, "c1"), corpus, tmp_path / "http")
-    inproc = InProcessServer(["test-gen", "test-judge"])
-    in_process = score(cfg(inproc.base_url, "c2"), corpus, tmp_path / "inproc", transport=inproc)
+    over_http = tension.score(corpus, out=tmp_path / "http", **cfg(server.base_url, "c1")).summary
+    with InProcessServer(["test-gen", "test-judge"]).serving() as inproc:
+        in_process = tension.score(corpus, out=tmp_path / "inproc", **cfg(inproc.base_url, "c2")).summary
     assert over_http.status == in_process.status == "complete" and over_http.positions > 0
     assert (tmp_path / "inproc" / "positions.jsonl").read_bytes() == (tmp_path / "http" / "positions.jsonl").read_bytes()
     assert in_process.requests == over_http.requests

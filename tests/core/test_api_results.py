@@ -150,3 +150,54 @@ def test_fairplay_metrics_tables_are_the_computed_scores_unrounded(tmp_path):
                 else:
                     assert theirs[k] == v, (name, k)
         assert unrounded, name  # some statistic has more than 10 digits: the table is not the file re-read
+
+
+def _the_file_holds(result, path: Path) -> None:
+    """The result's record is the file's, key for key, and its typed header the very
+    one the pipeline handed back (from memory: the file is not read again)."""
+    assert result.run == json.loads(path.read_text(encoding="utf-8"))
+    assert result.header is result.summary.record.header
+    assert result.header.status == result.status and result.header.exit_status == result.run["exit_status"]
+
+
+@pytest.mark.in_process
+def test_the_run_record_is_the_pipelines_not_the_file_re_read(server, tmp_path):
+    """Issue 38: each verb returns the record its run computed (a typed header and
+    the body) and equal to what the file holds, for a complete and a failed run."""
+    from tension.core.run.record import RunHeader
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=4)
+    r = tension.score(corpus, out=tmp_path / "a", **settings(server, tmp_path))
+    assert r.status == "complete" and isinstance(r.header, RunHeader)
+    _the_file_holds(r, tmp_path / "a" / "run.json")
+    assert r.run["stories"]["kept"] == 2 and r.header.requests == r.summary.requests
+    # the file changed after the run: the result is what the run wrote, not what the file now says
+    (tmp_path / "a" / "run.json").write_text("{}")
+    assert r.run["command"] == "score" and r.header.command == "score"
+    failed = tension.score(corpus, out=tmp_path / "b", **{**settings(server, tmp_path),
+                                                          "base_url": "http://127.0.0.1:9",
+                                                          "cache": str(tmp_path / "empty"), "retries": 1,
+                                                          "retry_seconds": 1.0})
+    assert failed.status == "failed" and failed.header.error == failed.summary.error
+    _the_file_holds(failed, tmp_path / "b" / "run.json")
+
+    story = " ".join(["The keeper climbed the stairs and read the letter again by the lamp."] * 60)
+    server.script("Write the story now.", lambda m, seed, i: story)
+    g = tension.generate(Path(__file__).resolve().parents[2] / "examples" / "ideas.jsonl",
+                         out=tmp_path / "stories.jsonl", base_url=server.base_url, model="test-gen", mode="vanilla",
+                         progress=False, cache=str(tmp_path / "cache"))
+    assert g.status == "complete" and g.header.command == "generate"
+    _the_file_holds(g, tmp_path / "stories.run.json")
+
+
+@pytest.mark.in_process
+def test_the_fairplay_record_is_the_pipelines_not_the_file_re_read(server, tmp_path):
+    from fairplay_scripted import K, scripted, story_record, write_jsonl  # tests/
+
+    server.respond(scripted)
+    stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1")])
+    r = tension.fairplay(stories, out=tmp_path / "fp", base_url=server.base_url, reader_model="test-judge",
+                         cache=str(tmp_path / "cache"), progress=False, k=K, schedule="1,3,5", seed=3,
+                         max_plots=0, resamples=50, bootstrap_seed=1)
+    assert r.status == "complete" and r.header.command == "fairplay"
+    _the_file_holds(r, tmp_path / "fp" / "fairplay_run.json")

@@ -5,6 +5,7 @@ the /metrics deltas agree with what the server saw, and the saved figures feed
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 
@@ -13,11 +14,10 @@ import pytest
 from sigterm import run_until_sigterm
 
 from tension.core.cli import main
-from tension.core.config import load_config
 from tension.core.errors import ConfigError, RefusedError
 from tension.core.llm.client import Client
 from tension.core.llm.protocol import ChatRequest
-from tension.core.pipelines.bench import BenchOptions, bench, load_figures
+from tension.core.pipelines.bench import load_figures
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import CHAT_PATH, expected_endings
 
@@ -25,8 +25,34 @@ N = 4
 
 
 def _cfg(server, tmp_path, **kw):
-    return load_config(None, {"base_url": server.base_url, "model": "test-gen", "judge_model": "test-judge",
-                              "endings": N, "seed": 3, "progress": False, "cache": str(tmp_path / "cache"), **kw})
+    """bench's settings, as the flags `_flags` writes."""
+    return {"base_url": server.base_url, "model": "test-gen", "judge_model": "test-judge", "endings": N, "seed": 3,
+            "progress": False, "cache": str(tmp_path / "cache"), **kw}
+
+
+def _flags(settings: dict) -> list[str]:
+    """Settings as the command line's flags (`progress=False` is --no-progress)."""
+    out: list[str] = []
+    for k, v in settings.items():
+        flag = "--" + k.replace("_", "-")
+        out += [flag] if v is True else ["--no-" + flag[2:]] if v is False else [flag, str(v)]
+    return out
+
+
+_saved = itertools.count()
+
+
+def bench(settings: dict, corpus, *, positions: int, variants: bool = True, stream: bool = True,
+          gpu_hour_usd: float | None = None):
+    """`tension-run bench` as a user runs it (the verb's one door), its figures read back
+    from what --save wrote."""
+    saved = corpus.parent / f"bench-{next(_saved)}.json"
+    argv = ["bench", "--corpus", str(corpus), "--positions", str(positions), "--save", str(saved),
+            *_flags(settings), *([] if variants else ["--no-variants"]), *([] if stream else ["--no-stream"]),
+            *([] if gpu_hour_usd is None else ["--gpu-hour-usd", str(gpu_hour_usd)])]
+    rc = main(argv)
+    assert rc in (0, 1) and saved.is_file(), rc  # 1: some request failed (the figures count it)
+    return load_figures(saved)
 
 
 def _filled(p) -> bool:
@@ -36,7 +62,7 @@ def _filled(p) -> bool:
 
 def test_bench_produces_every_field(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1)
-    fig = bench(_cfg(server, tmp_path), corpus, BenchOptions(positions=3, gpu_hour_usd=2.5))
+    fig = bench(_cfg(server, tmp_path), corpus, positions=3, gpu_hour_usd=2.5)
     assert [r.name.split(":")[0] for r in fig.runs] == ["baseline", "story order, warm-up off", "shuffled, warm-up on"]
     assert len(fig.positions_benched) == 3 and fig.story_positions >= 3
     gens = [r for r in server.requests if r.kind == "generation"]
@@ -69,14 +95,14 @@ def test_bench_produces_every_field(server, tmp_path):
     assert len(tags) == 3 and all(t.startswith("[bench ") for t in tags)
     assert {t.rsplit(" ", 1)[1] for t in tags} == {"0", "1", "2"}
     # ... nor another bench's: a second bench gets other tags.
-    bench(_cfg(server, tmp_path), corpus, BenchOptions(positions=1, variants=False))
+    bench(_cfg(server, tmp_path), corpus, positions=1, variants=False)
     later = {r.body["messages"][0]["content"].split("]")[0] for r in server.requests if r.kind == "generation"}
     assert len(later - tags) == 1
 
 
 def test_bench_without_streaming_sends_plain_requests(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1)
-    fig = bench(_cfg(server, tmp_path), corpus, BenchOptions(positions=2, variants=False, stream=False))
+    fig = bench(_cfg(server, tmp_path), corpus, positions=2, variants=False, stream=False)
     r = fig.runs[0]
     assert r.failed == 0 and r.generation_requests == 2 and r.judge_requests == 2 * N
     assert all("stream" not in q.body for q in server.requests if q.kind in ("generation", "judge"))
@@ -86,7 +112,7 @@ def test_bench_without_streaming_sends_plain_requests(server, tmp_path):
 def test_bench_failures_are_counted_not_raised(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1)
     server.fail_next("503", times=2)
-    fig = bench(_cfg(server, tmp_path), corpus, BenchOptions(positions=2, variants=False))
+    fig = bench(_cfg(server, tmp_path), corpus, positions=2, variants=False)
     assert len(fig.runs) == 1 and fig.failed == 2
     assert all("503" in e for e in fig.runs[0].errors)
 
@@ -144,9 +170,17 @@ def test_score_request_bytes_are_unchanged():
     assert set(req.key_fields()) == {"model", "messages", "n", "seed"}
 
 
-def test_bench_positions_flag_is_checked(server, tmp_path):
+def test_bench_positions_flag_is_checked(server, tmp_path, capsys):
+    corpus = make_corpus(tmp_path / "c.jsonl", 1)
+    with pytest.raises(SystemExit) as e:  # the command line refuses it first
+        main(["bench", "--corpus", str(corpus), "--positions", "0", *_flags(_cfg(server, tmp_path))])
+    assert e.value.code == 2 and "--positions" in capsys.readouterr().err
+    # and the pipeline itself, for whatever else hands it the options (the unit on purpose)
+    from tension.core.config import load_config
+    from tension.core.pipelines.bench import BenchOptions, bench_async
+
     with pytest.raises(ConfigError, match="--positions"):
-        bench(_cfg(server, tmp_path), make_corpus(tmp_path / "c.jsonl", 1), BenchOptions(positions=0))
+        asyncio.run(bench_async(load_config(None, _cfg(server, tmp_path)), corpus, BenchOptions(positions=0)))
 
 
 def test_bench_over_replicas_gives_each_its_share_and_its_figures(server, tmp_path):
@@ -156,7 +190,7 @@ def test_bench_over_replicas_gives_each_its_share_and_its_figures(server, tmp_pa
         urls = [server.base_url, other.base_url]
         corpus = make_corpus(tmp_path / "c.jsonl", 1)
         fig = bench(_cfg(server, tmp_path, base_url=",".join(urls)), corpus,
-                    BenchOptions(positions=4, variants=False, gpu_hour_usd=1.0))
+                    positions=4, variants=False, gpu_hour_usd=1.0)
         r = fig.runs[0]
         assert r.failed == 0 and fig.base_url == ",".join(urls)
         assert list(r.servers) == urls
@@ -173,12 +207,12 @@ def test_bench_honours_the_retry_budget(server, tmp_path):
     """--retries is the client's attempts per request (plain requests are retried;
     a streamed one never is, as a benchmark reports what the server did)."""
     corpus = make_corpus(tmp_path / "c.jsonl", 1)
-    opts = BenchOptions(positions=2, variants=False, stream=False)
+    opts = {"positions": 2, "variants": False, "stream": False}
     server.fail_next("503", times=2)
-    fig = bench(_cfg(server, tmp_path, retries=1), corpus, opts)  # one attempt: both faults are failures
+    fig = bench(_cfg(server, tmp_path, retries=1), corpus, **opts)  # one attempt: both faults are failures
     assert fig.failed == 2 and all("503" in e for e in fig.runs[0].errors)
     server.fail_next("503", times=2)
-    fig = bench(_cfg(server, tmp_path, retries=5, retry_seconds=30), corpus, opts)
+    fig = bench(_cfg(server, tmp_path, retries=5, retry_seconds=30), corpus, **opts)
     assert fig.failed == 0 and fig.runs[0].generation_requests == 2 and fig.runs[0].judge_requests == 2 * N
     assert server.pending_faults() == 0
 

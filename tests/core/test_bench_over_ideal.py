@@ -10,9 +10,8 @@ import json
 
 import pytest
 
+import tension
 from tension.core.cli import main
-from tension.core.config import load_config
-from tension.core.pipelines.estimate import Throughput, estimate
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
@@ -60,9 +59,9 @@ def test_the_ideal_is_estimates_over_the_positions_benched(tmp_path, capsys):
         system = next(r.body["messages"][0]["content"] for r in srv.requests if r.kind == "generation")
     (run,) = fig["runs"]
     tag_words = len(system.split("] ")[0].split())
-    cfg = load_config(None, {"tokenizer": "words", "endings": N, "progress": False, "min_words": 1,
-                             "cache": str(tmp_path / "cache2")})
-    est = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=run["mean_ending_tokens"]))
+    cfg = {"tokenizer": "words", "endings": N, "progress": False, "min_words": 1,
+           "cache": str(tmp_path / "cache2")}
+    est = tension.estimate(tmp_path / "c.jsonl", **cfg, ending_tokens=run["mean_ending_tokens"]).estimate
     positions = fig["story_positions"]
     assert len(fig["positions_benched"]) == positions == run["prompt_tokens"]["generation"]["units"]
     for role, units in (("generation", positions), ("judge", positions * N)):

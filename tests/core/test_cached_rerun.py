@@ -14,12 +14,11 @@ import lmdb
 import msgspec
 import pytest
 
+import tension
 from tension.cache import records
 from tension.cache.keys import request_key
 from tension.cache.store import Store
-from tension.core.config import load_config
 from tension.core.llm.protocol import ChatRequest
-from tension.core.pipelines.score import score
 from tension.core.prompts import score as prompts
 from tension.testing.corpus import make_corpus
 
@@ -97,7 +96,7 @@ def cfg_for(srv, tmp_path, **kw):
     base = {"base_url": srv.base_url, "model": "test-gen", "cache": str(tmp_path / "cache"), "endings": N,
             "progress": False, "seed": 7, "save_texts": True, "report": False}
     base.update(kw)
-    return load_config(None, base)
+    return base  # the API's keywords
 
 
 def outputs(out: Path) -> dict[str, bytes]:
@@ -116,7 +115,7 @@ def drop_positions_db(path: Path) -> None:
 def test_rerun_from_position_records_and_fallback_give_identical_outputs(server, tmp_path, constraint):
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=11)
     extra = {"judge_constraint": constraint, "judge_max_tokens": 1} if constraint else {}
-    cold = score(cfg_for(server, tmp_path, **extra), corpus, tmp_path / "cold")
+    cold = tension.score(corpus, out=tmp_path / "cold", **cfg_for(server, tmp_path, **extra)).summary
     assert cold.status == "complete" and cold.requests["judge"] > 0
     n_positions = cold.positions
     with Store(tmp_path / "cache") as st:
@@ -128,7 +127,7 @@ def test_rerun_from_position_records_and_fallback_give_identical_outputs(server,
 
     def rerun(name: str):
         server.reset_records()
-        s = score(cfg_for(server, tmp_path, **extra), corpus, tmp_path / name)
+        s = tension.score(corpus, out=tmp_path / name, **cfg_for(server, tmp_path, **extra)).summary
         assert s.status == "complete" and server.requests == []
         assert outputs(tmp_path / name) == outputs(tmp_path / "cold")
         run = json.loads((tmp_path / name / "run.json").read_text())
@@ -150,16 +149,16 @@ def test_rerun_from_position_records_and_fallback_give_identical_outputs(server,
 @pytest.mark.in_process
 def test_position_record_is_not_reused_when_the_judge_prompt_changes(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=12)
-    first = score(cfg_for(server, tmp_path), corpus, tmp_path / "a")
+    first = tension.score(corpus, out=tmp_path / "a", **cfg_for(server, tmp_path)).summary
     server.reset_records()
-    other = score(cfg_for(server, tmp_path, continuation_words=50), corpus, tmp_path / "b")
+    other = tension.score(corpus, out=tmp_path / "b", **cfg_for(server, tmp_path, continuation_words=50)).summary
     assert other.status == "complete"
     assert server.count(kind="generation") == 0
     assert server.count(kind="judge") == other.requests["judge"] > 0
     # (positions near a story's end have under 50 words to continue: their prompts, hence records, stay)
     assert other.cache_hits["positions"] < other.positions == first.positions
-    fresh = score(cfg_for(server, tmp_path, continuation_words=50, cache=str(tmp_path / "fresh")), corpus,
-                  tmp_path / "c")
+    fresh = tension.score(corpus, out=tmp_path / "c",
+                          **cfg_for(server, tmp_path, continuation_words=50, cache=str(tmp_path / "fresh"))).summary
     assert fresh.status == "complete"
     assert outputs(tmp_path / "b") == outputs(tmp_path / "c")
 

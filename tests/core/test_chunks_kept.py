@@ -12,15 +12,16 @@ kept, counted from what was written."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 
+import pytest
 from sigterm import run_until_sigterm
 
+import tension
 from tension.cache import records
 from tension.cache.store import Store
-from tension.core.config import load_config
-from tension.core.pipelines.score import score, score_async
 from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
 from tension.testing.interrupt import cancel_midway
@@ -30,13 +31,18 @@ SLOTS = 4
 N = 20  # endings: 5 chunks of 4 on a 4-slot llama.cpp server
 
 
-def _llama(**knobs) -> InProcessServer:
-    return InProcessServer(["test-gen", "test-judge"], dialect="llamacpp", slots=SLOTS, **knobs)
+@pytest.fixture
+def llama():
+    """`llama(**knobs)`: an in-process llama.cpp server of SLOTS slots, served for the
+    test (the API reaches it by its base_url)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda **knobs: stack.enter_context(
+            InProcessServer(["test-gen", "test-judge"], dialect="llamacpp", slots=SLOTS, **knobs).serving())
 
 
 def _cfg(srv, cache, **kw):
-    return load_config(None, {"base_url": srv.base_url, "model": "test-gen", "cache": str(cache), "endings": N,
-                              "progress": False, "seed": 7, **kw})
+    return {"base_url": srv.base_url, "model": "test-gen", "cache": str(cache), "endings": N, "progress": False,
+            "seed": 7, **kw}
 
 
 def _gen(srv) -> list:
@@ -53,10 +59,10 @@ def _partial(out) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_a_stopped_run_keeps_every_chunk_and_the_rerun_asks_only_the_missing_ones(tmp_path):
+def test_a_stopped_run_keeps_every_chunk_and_the_rerun_asks_only_the_missing_ones(tmp_path, llama):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=4)
-    srv = _llama()
-    clean = score(_cfg(srv, tmp_path / "clean-cache"), corpus, tmp_path / "clean", transport=srv)
+    srv = llama()
+    clean = tension.score(corpus, out=tmp_path / "clean", **_cfg(srv, tmp_path / "clean-cache")).summary
     assert clean.status == "complete", clean.error
     total = len(_gen(srv))
     assert total == clean.positions * N // SLOTS  # every request a chunk of 4
@@ -65,7 +71,7 @@ def test_a_stopped_run_keeps_every_chunk_and_the_rerun_asks_only_the_missing_one
     srv.delay = 0.002
     cfg = _cfg(srv, tmp_path / "cache")
     out = tmp_path / "out"
-    cancel_midway(lambda: score_async(cfg, corpus, out, transport=srv),
+    cancel_midway(lambda: tension.score_async(corpus, out=out, **cfg),
                   lambda: len([r for r in _gen(srv) if r.status == 200]) >= total // 2)
     answered = len([r for r in _gen(srv) if r.status == 200])
     assert json.loads((out / "run.json").read_text())["status"] == "interrupted"
@@ -77,40 +83,40 @@ def test_a_stopped_run_keeps_every_chunk_and_the_rerun_asks_only_the_missing_one
 
     srv.delay = 0.0
     srv.reset_records()
-    resumed = score(cfg, corpus, out, transport=srv)
+    resumed = tension.score(corpus, out=out, **cfg).summary
     assert resumed.status == "complete", resumed.error
     assert len(_gen(srv)) == total - answered
     for name in ("positions.jsonl", "stories.csv"):
         assert (out / name).read_bytes() == (tmp_path / "clean" / name).read_bytes(), name
 
 
-def test_unseeded_chunks_are_kept_apart(tmp_path):
+def test_unseeded_chunks_are_kept_apart(tmp_path, llama):
     """Without a seed every chunk is the same request (n = 4, no seed): kept under
     one key they would be one chunk read back five times. Each is kept under its
     place in the whole request."""
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
-    srv = _llama(delay=0.002)
+    srv = llama(delay=0.002)
     cfg = _cfg(srv, tmp_path / "cache", seed=None)
-    cancel_midway(lambda: score_async(cfg, corpus, tmp_path / "out", transport=srv),
+    cancel_midway(lambda: tension.score_async(corpus, out=tmp_path / "out", **cfg),
                   lambda: len([r for r in _gen(srv) if r.status == 200]) >= 8)
     answered = len([r for r in _gen(srv) if r.status == 200])
     chunks = [r for r in _endings_records(tmp_path / "cache") if len(r.texts) < N]
     assert len(chunks) == answered
     srv.reset_records()
     srv.delay = 0.0
-    done = score(cfg, corpus, tmp_path / "out", transport=srv)
+    done = tension.score(corpus, out=tmp_path / "out", **cfg).summary
     assert done.status == "complete" and len(_gen(srv)) == done.positions * N // SLOTS - answered
 
 
-def test_a_position_started_earlier_gets_the_slots_first(tmp_path):
+def test_a_position_started_earlier_gets_the_slots_first(tmp_path, llama):
     """On 4 slots (one chunk of 4 at a time) a position's chunks go one after
     another, then its verdicts, before a later position's: positions complete in
     the order they started, at most the next one begun meanwhile. Before, first
     come first served: every position's first chunk, then every position's second,
     and none was complete until the last round."""
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=4)
-    srv = _llama()
-    s = score(_cfg(srv, tmp_path / "cache"), corpus, tmp_path / "out", transport=srv)
+    srv = llama()
+    s = tension.score(corpus, out=tmp_path / "out", **_cfg(srv, tmp_path / "cache")).summary
     assert s.status == "complete", s.error
     prompts = [r.body["messages"][1]["content"] for r in _gen(srv)]
     started = list(dict.fromkeys(prompts))  # positions in the order their first chunk went
@@ -156,15 +162,15 @@ def test_a_stop_before_anything_completed_says_nothing_was_kept(tmp_path):
     assert "this run kept nothing" in err, err
 
 
-def test_cache_drop_of_a_stopped_runs_generation_drops_its_chunks_too(tmp_path, capsys):
+def test_cache_drop_of_a_stopped_runs_generation_drops_its_chunks_too(tmp_path, capsys, llama):
     """The way out of a broken generation setup (`cache drop --run OUT --role
     generation`) must drop the chunks as well: else the rerun reads them back."""
     from tension.core.cli import main
 
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
-    srv = _llama(delay=0.002)
+    srv = llama(delay=0.002)
     out, cache = tmp_path / "out", tmp_path / "cache"
-    cancel_midway(lambda: score_async(_cfg(srv, cache), corpus, out, transport=srv),
+    cancel_midway(lambda: tension.score_async(corpus, out=out, **_cfg(srv, cache)),
                   lambda: len([r for r in _gen(srv) if r.status == 200]) >= 12)
     assert [r for r in _endings_records(cache) if len(r.texts) < N]
     assert main(["cache", "drop", "--run", str(out), "--role", "generation", "--yes", "--cache", str(cache)]) == 0

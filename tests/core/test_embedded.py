@@ -298,10 +298,9 @@ def test_a_demo_whose_answers_are_all_cached_needs_no_server(tmp_path, capsys):
     cache, or one that lacks the verdicts, is a no at once (the server's URL refuses)."""
     from importlib.resources import files
 
+    import tension
     from tension.core.cli.serve import demo_is_cached
-    from tension.core.config import load_config
     from tension.core.llm.vllm_router import free_port
-    from tension.core.pipelines.score import score
     from tension.core.serving.profiles import DEMO_SCORE_SETTINGS
     from tension.core.serving.settings import MODEL_ID
     from tension.testing.openai_server import LoopbackServer
@@ -313,9 +312,8 @@ def test_a_demo_whose_answers_are_all_cached_needs_no_server(tmp_path, capsys):
     assert not demo_is_cached(story, cache, dead, MODEL_ID)
     assert time.monotonic() - t0 < 60  # one attempt, no retries (the default would retry for minutes)
     with LoopbackServer(model=MODEL_ID) as srv:
-        cfg = load_config(None, {"cache": cache, "progress": False},
-                          fallback={**DEMO_SCORE_SETTINGS, "base_url": srv.base_url, "model": MODEL_ID})
-        assert score(cfg, story, tmp_path / "demo").status == "complete"
+        assert tension.score(story, out=tmp_path / "demo", **DEMO_SCORE_SETTINGS, base_url=srv.base_url,
+                             model=MODEL_ID, cache=cache, progress=False).status == "complete"
     assert demo_is_cached(story, cache, dead, MODEL_ID)
     assert main(["cache", "drop", "--cache", cache, "--role", "judge", "--yes"]) == 0
     assert not demo_is_cached(story, cache, dead, MODEL_ID)

@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
+import tension
 from tension.core.config import load_config
-from tension.core.pipelines.score import score
 from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
 from tension.testing.corpus import EMBEDDED_STORY as STORY  # the story (tension.testing.corpus)
 
@@ -28,13 +28,13 @@ def prefix_cache_hits(url: str) -> float:
 def test_real_server_scores_a_tiny_story_and_reruns_from_cache(vllm_server, tmp_path):
     corpus = tmp_path / "tiny.jsonl"
     corpus.write_text(json.dumps({"id": "bakery", "text": STORY}) + "\n")
-    cfg = load_config(None, {
+    cfg = {  # the API's keywords
         **EMBEDDED_SCORE_SETTINGS, "base_url": vllm_server.url, "model": vllm_server.model,
         "endings": 4, "max_tokens": 32, "min_words": 50, "cache": str(tmp_path / "cache"),
         "save_texts": True, "progress": False, "report": False,
-    })
+    }
     hits_before = prefix_cache_hits(vllm_server.url)
-    first = score(cfg, corpus, tmp_path / "out")
+    first = tension.score(corpus, out=tmp_path / "out", **cfg).summary
     assert first.status == "complete", first.error
     positions = [json.loads(x) for x in (tmp_path / "out" / "positions.jsonl").read_text().splitlines()]
     # 11 sentences -> candidate positions k = 1..10; pct keeps those in [0.10, 0.99]
@@ -53,7 +53,7 @@ def test_real_server_scores_a_tiny_story_and_reruns_from_cache(vllm_server, tmp_
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["usage_this_run"]["cached_tokens"] > 0
 
-    again = score(cfg, corpus, tmp_path / "out")
+    again = tension.score(corpus, out=tmp_path / "out", **cfg).summary
     assert again.status == "complete"
     assert again.requests == {"generation": 0, "judge": 0, "tokenize": 0, "models": 0}
     # the judge's prompts went batched (issue 19): the embedded server renders its template
@@ -84,10 +84,11 @@ def test_batched_judge_prompts_are_token_for_token_the_chat_prompts(vllm_server,
 
     ids = msgspec.json.Decoder(TokenIds)
 
-    cfg = load_config(None, {
+    settings = {  # the API's keywords
         **EMBEDDED_SCORE_SETTINGS, "base_url": vllm_server.url, "model": vllm_server.model,
         "endings": 4, "max_tokens": 32, "min_words": 50, "cache": str(tmp_path / "chat.lmdb"),
-        "progress": False, "report": False, "judge_batch": "off"})
+        "progress": False, "report": False, "judge_batch": "off"}
+    cfg = load_config(None, settings)
     reqs = ScoreRequests(cfg, vllm_server.model, vllm_server.model)
     sents = split_sentences(STORY)
 
@@ -109,7 +110,7 @@ def test_batched_judge_prompts_are_token_for_token_the_chat_prompts(vllm_server,
     assert same == total == 3 * len(ENDINGS)
     corpus = tmp_path / "tiny.jsonl"
     corpus.write_text(json.dumps({"id": "bakery", "text": STORY}) + "\n")
-    chat = score(cfg, corpus, tmp_path / "chat")
+    chat = tension.score(corpus, out=tmp_path / "chat", **settings).summary
     assert chat.status == "complete", chat.error
     # the same endings, verdicts asked again: the chat run's cache without its verdicts
     shutil.copytree(tmp_path / "chat.lmdb", tmp_path / "batch.lmdb")
@@ -118,8 +119,8 @@ def test_batched_judge_prompts_are_token_for_token_the_chat_prompts(vllm_server,
         for db in (b"verdicts", b"positions"):
             txn.drop(env.open_db(db, txn=txn), delete=False)
     env.close()
-    batched = score(msgspec.structs.replace(cfg, cache=str(tmp_path / "batch.lmdb"), judge_batch="on"), corpus,
-                    tmp_path / "batch")
+    batched = tension.score(corpus, out=tmp_path / "batch",
+                            **{**settings, "cache": str(tmp_path / "batch.lmdb"), "judge_batch": "on"}).summary
     assert batched.status == "complete", batched.error
     assert batched.requests["generation"] == 0 and batched.requests["judge"] == chat.requests["judge"]
     a, b = (_verdict_letters(tmp_path / f"{n}.lmdb", cfg) for n in ("chat", "batch"))

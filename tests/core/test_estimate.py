@@ -9,10 +9,9 @@ import json
 import pytest
 from sigterm import run_until_sigterm
 
+import tension
 from tension.core.cli import main
 from tension.core.config import load_config
-from tension.core.pipelines.estimate import Throughput, estimate
-from tension.core.pipelines.score import score
 from tension.core.prompts import score as prompts
 from tension.testing.corpus import make_corpus, write_unique_corpus
 from tension.testing.openai_server import CHAT_PATH, count_tokens
@@ -63,10 +62,11 @@ def independent_count(stories: list[list[str]], cfg) -> dict:
 @pytest.mark.parametrize("continuation_words", [2000, 40])
 def test_counts_and_tokens_match_an_independent_count(tmp_path, continuation_words):
     stories = write_unique_corpus(tmp_path / "c.jsonl", 3)
-    cfg = load_config(None, {"tokenizer": "words", "endings": N, "cache": str(tmp_path / "cache"),
-                             "progress": False, "min_words": 100, "continuation_words": continuation_words})
-    est = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=E))
-    ref = independent_count(stories, cfg)
+    cfg = {"tokenizer": "words", "endings": N, "cache": str(tmp_path / "cache"),
+           "progress": False, "min_words": 100, "continuation_words": continuation_words}
+    est = tension.estimate(tmp_path / "c.jsonl", **cfg, ending_tokens=E).estimate
+    config = load_config(None, cfg)  # the settings the run read, for the independent count
+    ref = independent_count(stories, config)
     assert est.positions == ref["positions"] > 50
     assert est.generation_requests == ref["positions"]
     assert est.judge_requests == ref["positions"] * N
@@ -74,8 +74,8 @@ def test_counts_and_tokens_match_an_independent_count(tmp_path, continuation_wor
     assert est.prompt_tokens["generation"].computed == ref["gen_computed"]
     assert est.prompt_tokens["judge"].sent == ref["judge_sent"]
     assert est.prompt_tokens["judge"].computed == ref["judge_computed"]
-    assert est.output_tokens_max == {"generation": ref["positions"] * N * cfg.max_tokens,
-                                     "judge": ref["positions"] * N * cfg.judge_max_tokens}
+    assert est.output_tokens_max == {"generation": ref["positions"] * N * config.max_tokens,
+                                     "judge": ref["positions"] * N * config.judge_max_tokens}
     assert not est.cache_checked  # no --model, a local counter: the server is not asked
     assert est.gpu_hours is None
 
@@ -85,24 +85,24 @@ def test_word_filter_errors_and_empty_corpus(tmp_path):
     make_corpus(p, 2)
     with p.open("a") as f:
         f.write('{"id": "short", "text": "Too short to keep."}\n{"id": 3}\n')
-    cfg = load_config(None, {"tokenizer": "words", "cache": str(tmp_path / "cache"), "progress": False})
-    est = estimate(cfg, p)
+    cfg = {"tokenizer": "words", "cache": str(tmp_path / "cache"), "progress": False}
+    est = tension.estimate(p, **cfg).estimate
     assert (est.stories_kept, est.stories_skipped) == (2, 1)
     assert len(est.input_errors) == 1 and "c.jsonl:4" in est.input_errors[0] and "field `id`" in est.input_errors[0]
     q = tmp_path / "none.jsonl"
     q.write_text('{"id": "short", "text": "Too short."}\n')
-    est = estimate(cfg, q)
+    est = tension.estimate(q, **cfg).estimate
     assert est.positions == 0 and est.prompt_tokens["generation"].sent == 0
     assert est.prompt_tokens["judge"].computed == 0
 
 
 def test_cost_formula(tmp_path):
     stories = write_unique_corpus(tmp_path / "c.jsonl", 2)
-    cfg = load_config(None, {"tokenizer": "words", "endings": N, "cache": str(tmp_path / "cache"),
-                             "progress": False, "min_words": 100})
-    est = estimate(cfg, tmp_path / "c.jsonl",
-                   Throughput(gen_tok_s=50.0, judge_req_s=4.0, gpu_hour_usd=3.0, ending_tokens=E))
-    p = independent_count(stories, cfg)["positions"]
+    cfg = {"tokenizer": "words", "endings": N, "cache": str(tmp_path / "cache"),
+           "progress": False, "min_words": 100}
+    est = tension.estimate(tmp_path / "c.jsonl",
+                           **cfg, gen_tok_s=50.0, judge_req_s=4.0, gpu_hour_usd=3.0, ending_tokens=E).estimate
+    p = independent_count(stories, load_config(None, cfg))["positions"]
     gen_h = p * N * E / 50.0 / 3600
     judge_h = p * N / 4.0 / 3600
     assert est.gpu_hours["generation"] == pytest.approx(gen_h)
@@ -113,13 +113,13 @@ def test_cost_formula(tmp_path):
 @pytest.mark.in_process
 def test_server_counts_and_cache_coverage_match_score(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 3)
-    cfg = load_config(None, {"base_url": server.base_url, "model": "test-gen", "endings": N, "seed": 7,
-                             "cache": str(tmp_path / "cache"), "progress": False})
-    before = estimate(cfg, corpus)
+    cfg = {"base_url": server.base_url, "model": "test-gen", "endings": N, "seed": 7,
+           "cache": str(tmp_path / "cache"), "progress": False}
+    before = tension.estimate(corpus, **cfg).estimate
     assert server.count(path=CHAT_PATH) == 0  # no LLM call
     assert before.cache_checked and before.generation_cached == 0 and before.judge_checkable == 0
     tokenize_calls = server.count(path="/tokenize")
-    summary = score(cfg, corpus, tmp_path / "out")
+    summary = tension.score(corpus, out=tmp_path / "out", **cfg).summary
     assert summary.status == "complete"
     # The token counts estimate asked for are in the cache: score asks none again.
     assert summary.requests["tokenize"] == 0 and tokenize_calls > 0
@@ -129,7 +129,7 @@ def test_server_counts_and_cache_coverage_match_score(server, tmp_path):
     # The test server counts the message contents, as /tokenize does: exact here.
     sent = sum(count_tokens(m["content"]) for r in gen for m in r.body["messages"])
     assert before.prompt_tokens["generation"].sent == sent
-    after = estimate(cfg, corpus)
+    after = tension.estimate(corpus, **cfg).estimate
     assert after.generation_cached == after.generation_requests == len(gen)
     assert after.judge_checkable == after.judge_requests == len(judge)
     assert after.judge_cached == len(judge)
@@ -176,9 +176,9 @@ def test_local_tokenizer_counts_prefixes_as_encoding_each_alone(tmp_path):
     tok.train_from_iterator([" ".join(s) for s in stories],
                             tokenizers.trainers.BpeTrainer(vocab_size=300, show_progress=False))
     tok.save(str(tmp_path / "tokenizer.json"))
-    cfg = load_config(None, {"tokenizer": str(tmp_path / "tokenizer.json"), "endings": N, "progress": False,
-                             "cache": str(tmp_path / "cache"), "min_words": 100})
-    est = estimate(cfg, tmp_path / "c.jsonl")
+    cfg = {"tokenizer": str(tmp_path / "tokenizer.json"), "endings": N, "progress": False,
+           "cache": str(tmp_path / "cache"), "min_words": 100}
+    est = tension.estimate(tmp_path / "c.jsonl", **cfg).estimate
 
     def T(text):
         return len(tok.encode(text, add_special_tokens=False).ids)
@@ -219,11 +219,11 @@ def test_an_estimate_is_not_the_caches_last_run(server, tmp_path):
     from tension.cache.store import Store
 
     corpus = make_corpus(tmp_path / "c.jsonl", 1)
-    cfg = load_config(None, {"base_url": server.base_url, "model": "test-gen", "endings": N,
-                             "cache": str(tmp_path / "cache"), "progress": False, "report": False})
-    assert score(cfg, corpus, tmp_path / "out").status == "complete"
+    cfg = {"base_url": server.base_url, "model": "test-gen", "endings": N,
+           "cache": str(tmp_path / "cache"), "progress": False, "report": False}
+    assert tension.score(corpus, out=tmp_path / "out", **cfg).summary.status == "complete"
     with Store(tmp_path / "cache") as st:
         before = st.last_run_counts()
-    assert estimate(cfg, corpus).generation_cached > 0
+    assert tension.estimate(corpus, **cfg).estimate.generation_cached > 0
     with Store(tmp_path / "cache") as st:
         assert before is not None and st.last_run_counts() == before

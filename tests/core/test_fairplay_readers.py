@@ -14,6 +14,7 @@ import pytest
 from fairplay_scripted import (  # tests/
     CULPRIT,
     FAST,
+    FAST_KW,
     GEN_SYSTEM,
     GENERATOR,
     SUSPECTS,
@@ -31,8 +32,9 @@ from fairplay_scripted import (  # tests/
     write_jsonl,
 )
 
+import tension
 from tension.core.cli import main
-from tension.core.pipelines.fairplay import fairplay, load_fairplay_config, read_stories, reader_schedule, segment_text
+from tension.core.pipelines.fairplay import load_fairplay_config, read_stories, reader_schedule, segment_text
 
 
 def read_readers(out: Path) -> list[dict]:
@@ -48,7 +50,7 @@ def test_readers_end_to_end_values_metrics_and_rerun(server, tmp_path):
     server.respond(scripted)
     stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1"), story_record("s2", generator=False)])
     cfg = cfg_for(server, tmp_path)
-    run = fairplay(cfg, stories, tmp_path / "out", FAST)
+    run = tension.fairplay(stories, out=tmp_path / "out", **cfg, **FAST_KW).summary
     assert run.status == "complete", run.error
     assert run.reader_failures == 0 and run.input_errors == []
     s1, s2 = read_readers(tmp_path / "out")
@@ -99,7 +101,7 @@ def test_readers_end_to_end_values_metrics_and_rerun(server, tmp_path):
 
     # A rerun sends nothing: every answer comes from the cache.
     before = len(server.requests)
-    again = fairplay(cfg, stories, tmp_path / "out2", FAST)
+    again = tension.fairplay(stories, out=tmp_path / "out2", **cfg, **FAST_KW).summary
     assert again.status == "complete"
     assert len(server.requests) == before
     assert (tmp_path / "out2" / "readers.jsonl").read_bytes() == (tmp_path / "out" / "readers.jsonl").read_bytes()
@@ -111,7 +113,7 @@ def test_given_mode_names_the_culprit_and_keeps_the_key_out_of_outputs(server, t
     server.respond(scripted)
     stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1")])
     cfg = cfg_for(server, tmp_path, readers=("know_it_all",), schedule="5", know_it_all_culprit="given")
-    assert fairplay(cfg, stories, tmp_path / "out", FAST).status == "complete"
+    assert tension.fairplay(stories, out=tmp_path / "out", **cfg, **FAST_KW).summary.status == "complete"
     (req,) = [r for r in server.requests if r.path == "/v1/chat/completions"
               and r.body["messages"][0]["content"] == GEN_SYSTEM]
     assert "Culprit: Tobias Fenn." in req.body["messages"][1]["content"]
@@ -165,7 +167,7 @@ def test_json_constraint_sends_the_answer_shape(server, tmp_path):
     server.respond(scripted)
     stories = write_jsonl(tmp_path / "stories.jsonl", [story_record("s1")])
     cfg = cfg_for(server, tmp_path, readers=("gullible", "know_it_all"), schedule="5", reader_constraint="json")
-    assert fairplay(cfg, stories, tmp_path / "out", FAST).status == "complete"
+    assert tension.fairplay(stories, out=tmp_path / "out", **cfg, **FAST_KW).summary.status == "complete"
     bodies = [r.body for r in server.requests if r.path == "/v1/chat/completions"]
     reader = next(b for b in bodies if "ignoring the interest" in user_text(b["messages"]))
     schema = reader["structured_outputs"]["json"]
@@ -185,7 +187,7 @@ def test_experienced_reader_sees_earlier_stories_of_the_same_generator(server, t
             story_record("a2"), story_record("n2", generator=False)]
     stories = write_jsonl(tmp_path / "stories.jsonl", rows)
     cfg = cfg_for(server, tmp_path, readers=("experienced",), previous_stories=2)
-    assert fairplay(cfg, stories, tmp_path / "out", FAST).status == "complete"
+    assert tension.fairplay(stories, out=tmp_path / "out", **cfg, **FAST_KW).summary.status == "complete"
     shown: dict[str, set[str]] = {}
     for r in server.requests:
         if r.path != "/v1/chat/completions":
@@ -202,15 +204,13 @@ def test_experienced_reader_sees_earlier_stories_of_the_same_generator(server, t
 def test_an_interrupted_run_keeps_its_answers_and_resumes(server, tmp_path):
     import asyncio
 
-    from tension.core.pipelines.fairplay import fairplay_async
-
     server.respond(scripted)
     server.delay = 0.05
     stories = write_jsonl(tmp_path / "stories.jsonl", [story_record(f"s{j}", generator=False) for j in range(4)])
     cfg = cfg_for(server, tmp_path, readers=("gullible",), reader_concurrency=2)
 
     async def cut_short():
-        task = asyncio.ensure_future(fairplay_async(cfg, stories, tmp_path / "out", FAST))
+        task = asyncio.ensure_future(tension.fairplay_async(stories, out=tmp_path / "out", **cfg, **FAST_KW))
         while sum(r.path == "/v1/chat/completions" for r in server.requests) < 6:
             await asyncio.sleep(0.01)
         task.cancel()
@@ -225,7 +225,7 @@ def test_an_interrupted_run_keeps_its_answers_and_resumes(server, tmp_path):
     assert len(partial) >= 4  # the answers that completed were committed before the stop
     assert not (tmp_path / "out" / "readers.jsonl").exists()
     server.delay = 0.0
-    run = fairplay(cfg, stories, tmp_path / "out", FAST)
+    run = tension.fairplay(stories, out=tmp_path / "out", **cfg, **FAST_KW).summary
     assert run.status == "complete" and run.cache_hits["verdicts"] >= len(partial)
     total = sum(r.path == "/v1/chat/completions" for r in server.requests)
     assert total - sent <= 4 * L - len(partial)  # only what was missing was asked
@@ -239,7 +239,7 @@ def test_without_seeds_each_re_ask_is_still_a_new_request(server, tmp_path):
     rec = {**story_record("s1", segments=[scene("s1", 1), "b"], revelation=2), "generator": {**GENERATOR, "L": 2}}
     stories = write_jsonl(tmp_path / "stories.jsonl", [rec])
     cfg = cfg_for(server, tmp_path, readers=("gullible",), schedule="all", parse_retries=3, seeds=False)
-    run = fairplay(cfg, stories, tmp_path / "out", FAST)
+    run = tension.fairplay(stories, out=tmp_path / "out", **cfg, **FAST_KW).summary
     assert run.reader_failures == 2
     bodies = [r.body for r in server.requests if r.path == "/v1/chat/completions"]
     assert all("seed" not in b for b in bodies)
@@ -297,7 +297,7 @@ def test_suspects_extracted_text_segmented_and_labels_as_lists(server, tmp_path)
     rows = [{"id": "t1", "text": text, "suspects": None, "culprit": ["Tobias Fenn"], "distractor": None}]
     path = write_jsonl(tmp_path / "stories.jsonl", rows)
     cfg = cfg_for(server, tmp_path, readers=("gullible",), segments=4, schedule="all")
-    run = fairplay(cfg, path, tmp_path / "out", FAST)
+    run = tension.fairplay(path, out=tmp_path / "out", **cfg, **FAST_KW).summary
     assert run.status == "complete"
     (t1,) = read_readers(tmp_path / "out")
     assert t1["extracted_suspects"] is True
@@ -317,7 +317,8 @@ def test_a_failed_extraction_is_reported_with_file_and_line(server, tmp_path):
     rows = [story_record("ok", generator=False), {"id": "x", "segments": ["a", "b"], "culprit": "Ann"}]
     path = write_jsonl(tmp_path / "stories.jsonl", rows)
     server.respond(scripted)
-    run = fairplay(cfg_for(server, tmp_path, readers=("gullible",), parse_retries=1), path, tmp_path / "out", FAST)
+    run = tension.fairplay(path, out=tmp_path / "out",
+                           **cfg_for(server, tmp_path, readers=("gullible",), parse_retries=1), **FAST_KW).summary
     assert run.status == "complete" and run.failed_stories == ["x"]
     assert [r["id"] for r in read_readers(tmp_path / "out")] == ["ok"]
     doc = json.loads((tmp_path / "out" / "fairplay_run.json").read_text())
@@ -424,7 +425,7 @@ def test_fairplay_and_fairplay_metrics_agree_on_the_same_readers(server, tmp_pat
     rows = [story_record("a1"), story_record("a2")]
     stories = write_jsonl(tmp_path / "stories.jsonl", rows)
     cfg = cfg_for(server, tmp_path, previous_stories=[0, 1])
-    run = fairplay(cfg, stories, tmp_path / "out", FAST)
+    run = tension.fairplay(stories, out=tmp_path / "out", **cfg, **FAST_KW).summary
     assert run.status == "complete" and run.reader_failures == 0
     a1, a2 = read_readers(tmp_path / "out")
     assert set(a2["readers"]) == {"gullible", "experienced_0", "experienced_1", "know_it_all"}

@@ -8,18 +8,18 @@ outputs are the same bytes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 
 import pytest
 
+import tension
 from tension.core.cli import main
-from tension.core.config import load_config
 from tension.core.llm.capacity import Capacity
 from tension.core.llm.client import Client
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.traits import grammar_of, n_limit
-from tension.core.pipelines.score import score
 from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer, count_tokens
@@ -30,12 +30,13 @@ N = 8  # endings: above the llama.cpp server's 4 slots
 def _cfg(srv, tmp_path, name, **kw):
     base = {"base_url": srv.base_url, "model": "test-gen", "cache": str(tmp_path / f"cache-{name}"),
             "endings": N, "progress": False, "seed": 7}
-    return load_config(None, {**base, **kw})
+    return {**base, **kw}  # the API's keywords
 
 
 def _score(srv, tmp_path, corpus, name, **kw):
-    transport = srv if isinstance(srv, InProcessServer) else None  # the in-process door, or the wire
-    s = score(_cfg(srv, tmp_path, name, **kw), corpus, tmp_path / name, transport=transport)
+    """A run through the API; an in-process server is reached by its base URL while it is served."""
+    with srv.serving() if isinstance(srv, InProcessServer) else contextlib.nullcontext():
+        s = tension.score(corpus, out=tmp_path / name, **_cfg(srv, tmp_path, name, **kw)).summary
     return s, json.loads((tmp_path / name / "run.json").read_text())
 
 
@@ -132,8 +133,8 @@ def test_a_short_answer_once_is_not_a_limit(server, tmp_path):
     """A glitch (one short answer) is completed by a follow-up and teaches nothing."""
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=6)
     server.fail_next("few_choices", times=1)
-    s = score(load_config(None, {"base_url": server.base_url, "model": "test-gen", "endings": 6, "seed": 7,
-                                 "progress": False, "cache": str(tmp_path / "cache")}), corpus, tmp_path / "o")
+    s = tension.score(corpus, out=tmp_path / "o", base_url=server.base_url, model="test-gen", endings=6, seed=7,
+                      progress=False, cache=str(tmp_path / "cache")).summary
     assert s.status == "complete"
     rec = json.loads((tmp_path / "o" / "run.json").read_text())
     assert all(sv["max_n"] is None for sv in rec["servers"])

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+import tension
 from tension.core.cli import main
 from tension.core.pipelines.fairplay import load_fairplay_config, read_stories
-from tension.core.pipelines.generate import GenerateConfig, generate, run_record_path
+from tension.core.pipelines.generate import run_record_path
 from tension.core.prompts.fill import render_whodunit
 from tension.testing.openai_server import CHAT_PATH
 
@@ -63,10 +64,11 @@ def script_pipeline(srv) -> None:
     srv.script("Write the story now.", lambda m, seed, i: f"STORY[{seed}] " + LONG)
 
 
-def cfg_for(srv, tmp_path, **kw) -> GenerateConfig:
+def cfg_for(srv, tmp_path, **kw) -> dict:
+    """The API's keywords: tension.generate(ideas, out=…, **cfg_for(…))."""
     base = {"base_url": srv.base_url, "model": "test-gen", "cache": str(tmp_path / "cache"), "progress": False}
     base.update(kw)
-    return GenerateConfig(**base)
+    return base
 
 
 def chats(srv) -> list[dict]:
@@ -81,7 +83,8 @@ def read_out(path: Path) -> list[dict]:
 def test_full_pipeline_sends_the_papers_prompts_and_chains_the_steps(server, tmp_path):
     script_pipeline(server)
     out = tmp_path / "full.jsonl"
-    s = generate(cfg_for(server, tmp_path, mode="full"), write_ideas(tmp_path / "ideas.jsonl"), out)
+    s = tension.generate(write_ideas(tmp_path / "ideas.jsonl"), out=out,
+                         **cfg_for(server, tmp_path, mode="full")).summary
     assert s.status == "complete" and s.stories == 3 and s.requests["generation"] == 9 and not s.failures
     bodies = chats(server)
     assert len(bodies) == 9
@@ -115,7 +118,7 @@ def test_full_pipeline_sends_the_papers_prompts_and_chains_the_steps(server, tmp
 def test_ablations_skip_the_right_steps(server, tmp_path):
     script_pipeline(server)
     ideas = write_ideas(tmp_path / "ideas.jsonl", IDEAS[:2])
-    s = generate(cfg_for(server, tmp_path, mode="vanilla"), ideas, tmp_path / "v.jsonl")
+    s = tension.generate(ideas, out=tmp_path / "v.jsonl", **cfg_for(server, tmp_path, mode="vanilla")).summary
     assert s.requests["generation"] == 2
     for b, idea in zip(sorted(chats(server), key=lambda b: b["messages"][0]["content"]),
                        sorted(IDEAS[:2], key=lambda i: i["idea"])):
@@ -126,7 +129,7 @@ def test_ablations_skip_the_right_steps(server, tmp_path):
         assert r["warmup"] is None and r["beats"] is None and r["reference"] is None and r["mode"] == "vanilla"
 
     server.reset_records()
-    s = generate(cfg_for(server, tmp_path, mode="beats", beats=5), ideas, tmp_path / "b.jsonl")
+    s = tension.generate(ideas, out=tmp_path / "b.jsonl", **cfg_for(server, tmp_path, mode="beats", beats=5)).summary
     bodies = chats(server)
     assert s.requests["generation"] == 4 and len(bodies) == 4
     step1 = [b["messages"][0]["content"] for b in bodies if "to-do list of the most important" in
@@ -145,7 +148,7 @@ def test_step0_full_text_mode_and_a_title_file(server, tmp_path):
     ref = tmp_path / "harbour.txt"
     ref.write_text("A short reference story of ours, {with braces}.\n", encoding="utf-8")
     ideas = write_ideas(tmp_path / "ideas.jsonl", IDEAS[:1])
-    generate(cfg_for(server, tmp_path, reference_stories=[str(ref)]), ideas, tmp_path / "t.jsonl")
+    tension.generate(ideas, out=tmp_path / "t.jsonl", **cfg_for(server, tmp_path, reference_stories=[str(ref)]))
     first = chats(server)[0]["messages"][0]["content"]
     assert first == ("Here is a short story:\n\n\u2014\nA short reference story of ours, {with braces}.\n\u2014\n\n"
                      f"Using this story as your reference, {EXTRACT}")
@@ -156,7 +159,7 @@ def test_step0_full_text_mode_and_a_title_file(server, tmp_path):
     titles = tmp_path / "titles.txt"
     titles.write_text("# my pool\nThe Tin Kettle \u2014 A. Nobody\n\n", encoding="utf-8")
     server.reset_records()
-    generate(cfg_for(server, tmp_path, titles=str(titles)), ideas, tmp_path / "u.jsonl")
+    tension.generate(ideas, out=tmp_path / "u.jsonl", **cfg_for(server, tmp_path, titles=str(titles)))
     assert chats(server)[0]["messages"][0]["content"] == warmup_prompt("The Tin Kettle \u2014 A. Nobody")
 
 
@@ -165,13 +168,13 @@ def test_reference_is_drawn_per_story_reproducibly(server, tmp_path):
     script_pipeline(server)
     many = [{"id": f"i{k}", "idea": f"Idea number {k} about a clock."} for k in range(12)]
     ideas = write_ideas(tmp_path / "ideas.jsonl", many)
-    generate(cfg_for(server, tmp_path, titles="recommended"), ideas, tmp_path / "a.jsonl")
+    tension.generate(ideas, out=tmp_path / "a.jsonl", **cfg_for(server, tmp_path, titles="recommended"))
     refs = [r["reference"]["name"] for r in read_out(tmp_path / "a.jsonl")]
     assert len(set(refs)) > 3  # drawn per story from the 20
-    generate(cfg_for(server, tmp_path, titles="recommended", cache=str(tmp_path / "other")), ideas,
-             tmp_path / "b.jsonl")
+    tension.generate(ideas, out=tmp_path / "b.jsonl",
+                     **cfg_for(server, tmp_path, titles="recommended", cache=str(tmp_path / "other")))
     assert [r["reference"]["name"] for r in read_out(tmp_path / "b.jsonl")] == refs  # same seed, same draws
-    generate(cfg_for(server, tmp_path, titles="recommended", seed=1), ideas, tmp_path / "c.jsonl")
+    tension.generate(ideas, out=tmp_path / "c.jsonl", **cfg_for(server, tmp_path, titles="recommended", seed=1))
     assert [r["reference"]["name"] for r in read_out(tmp_path / "c.jsonl")] != refs
 
 
@@ -209,21 +212,21 @@ def test_rerun_is_served_from_the_cache_and_a_failed_run_resumes(server, tmp_pat
     script_pipeline(server)
     ideas = write_ideas(tmp_path / "ideas.jsonl")
     first = tmp_path / "one.jsonl"
-    generate(cfg_for(server, tmp_path), write_ideas(tmp_path / "two.jsonl", IDEAS[:2]), first)
+    tension.generate(write_ideas(tmp_path / "two.jsonl", IDEAS[:2]), out=first, **cfg_for(server, tmp_path))
     assert server.count(path=CHAT_PATH) == 6
     # The third idea's requests fail for good: the run stops, the other two came from the cache.
     server.set_fault_rates({"500": 1.0})
     out = tmp_path / "three.jsonl"
-    s = generate(cfg_for(server, tmp_path, retries=1), ideas, out)
+    s = tension.generate(ideas, out=out, **cfg_for(server, tmp_path, retries=1)).summary
     assert s.status == "failed" and s.cache_hits["endings"] == 6 and not out.exists()
     assert len((tmp_path / "three.jsonl.partial").read_text().splitlines()) == 2  # completed stories kept
     server.clear_faults()
     server.reset_records()
-    s = generate(cfg_for(server, tmp_path), ideas, out)
+    s = tension.generate(ideas, out=out, **cfg_for(server, tmp_path)).summary
     assert s.status == "complete" and s.requests["generation"] == 3 and server.count(path=CHAT_PATH) == 3
     server.reset_records()
     again = tmp_path / "again.jsonl"
-    s = generate(cfg_for(server, tmp_path), ideas, again)
+    s = tension.generate(ideas, out=again, **cfg_for(server, tmp_path)).summary
     assert s.requests["generation"] == 0 and s.cache_hits["endings"] == 9 and server.requests == []  # nothing sent, not even /v1/models
     assert again.read_bytes() == out.read_bytes()
 
@@ -232,8 +235,8 @@ def test_429_with_retry_after_is_waited_out(server, tmp_path):
     script_pipeline(server)
     server.retry_after = "0"
     server.fail_next("429", times=2)
-    s = generate(cfg_for(server, tmp_path, mode="vanilla"), write_ideas(tmp_path / "i.jsonl", IDEAS[:1]),
-                 tmp_path / "o.jsonl")
+    s = tension.generate(write_ideas(tmp_path / "i.jsonl", IDEAS[:1]), out=tmp_path / "o.jsonl",
+                         **cfg_for(server, tmp_path, mode="vanilla")).summary
     assert s.status == "complete" and s.stories == 1
     assert [r.status for r in server.requests if r.path == CHAT_PATH] == [429, 429, 200]
 
@@ -252,7 +255,7 @@ def test_whodunit_paragraph_by_paragraph_in_the_fairplay_format(server, tmp_path
     server.script("Finish the story.", lambda m, seed, i: "So it was Dr Lowe, and the clues said so.")
     ideas = write_ideas(tmp_path / "w.jsonl", [WHODUNIT])
     out = tmp_path / "w_out.jsonl"
-    s = generate(cfg_for(server, tmp_path, mode="whodunit", paragraphs=4), ideas, out)
+    s = tension.generate(ideas, out=out, **cfg_for(server, tmp_path, mode="whodunit", paragraphs=4)).summary
     assert s.status == "complete" and s.requests["generation"] == 4
     (line,) = out.read_bytes().splitlines()
     # the fairplay contract (docs/fairplay.md): these fields, no others; and fairplay reads the file
@@ -341,7 +344,7 @@ def test_generated_stories_are_a_valid_score_corpus(server, tmp_path):
 
     script_pipeline(server)
     out = tmp_path / "v.jsonl"
-    generate(cfg_for(server, tmp_path, mode="vanilla"), write_ideas(tmp_path / "i.jsonl"), out)
+    tension.generate(write_ideas(tmp_path / "i.jsonl"), out=out, **cfg_for(server, tmp_path, mode="vanilla"))
     corpus = read_corpus(out, min_words=1)
     assert not corpus.errors and [s.id for s in corpus.stories] == ["lamp-vanilla", "bees-vanilla", "choir-vanilla"]
     assert [s.meta["idea_id"] for s in corpus.stories] == ["lamp", "bees", "choir"]
@@ -405,7 +408,7 @@ def test_sigterm_stops_cleanly_and_the_same_command_resumes(server, tmp_path):
     done = len((tmp_path / "s.jsonl.partial").read_text().splitlines())
     assert 2 <= done < 8  # the third may still have been on its way back
     server.delay = 0.0
-    s = generate(cfg_for(server, tmp_path, mode="vanilla"), ideas, out)
+    s = tension.generate(ideas, out=out, **cfg_for(server, tmp_path, mode="vanilla")).summary
     assert s.status == "complete" and s.stories == 8 and s.cache_hits["endings"] >= done and s.requests["generation"] <= 8 - done
     assert [r["idea_id"] for r in read_out(out)] == [f"i{k}" for k in range(8)]
 
@@ -455,7 +458,8 @@ def test_a_refused_request_fails_its_idea_and_the_others_go_on(server, tmp_path)
     script_pipeline(server)
     huge = {"id": "huge", "idea": "word " * 5000}  # with 4,000 answer tokens: over the 8,192 context → 400
     out = tmp_path / "o.jsonl"
-    s = generate(cfg_for(server, tmp_path, mode="vanilla"), write_ideas(tmp_path / "i.jsonl", [huge, IDEAS[0]]), out)
+    s = tension.generate(write_ideas(tmp_path / "i.jsonl", [huge, IDEAS[0]]), out=out,
+                         **cfg_for(server, tmp_path, mode="vanilla")).summary
     assert s.status == "complete" and s.stories == 1
     assert [(f.id, f.stage) for f in s.failures] == [("huge", "request")] and "HTTP 400" in s.failures[0].error
     assert [r["idea_id"] for r in read_out(out)] == ["lamp"]
@@ -473,8 +477,9 @@ def test_cache_max_gb_bounds_the_cache_and_the_run_resumes_with_room(server, tmp
 
     server.script("Write the story now.", story)
     ideas = write_ideas(tmp_path / "ideas.jsonl")
-    s = generate(cfg_for(server, tmp_path, mode="vanilla", cache_max_gb=0.0002), ideas, tmp_path / "v.jsonl")
+    s = tension.generate(ideas, out=tmp_path / "v.jsonl",
+                         **cfg_for(server, tmp_path, mode="vanilla", cache_max_gb=0.0002)).summary
     assert s.status == "failed"
     assert f"the cache at {tmp_path / 'cache'} is full: it reached its limit of 200,000 bytes" in s.error
-    done = generate(cfg_for(server, tmp_path, mode="vanilla"), ideas, tmp_path / "v.jsonl")
+    done = tension.generate(ideas, out=tmp_path / "v.jsonl", **cfg_for(server, tmp_path, mode="vanilla")).summary
     assert done.status == "complete" and done.stories == 3

@@ -166,11 +166,9 @@ OUTPUTS = ("positions.jsonl", "stories.csv", "groups.csv", "meta.jsonl")
 
 
 def _cfg(urls: str, tmp_path: Path, cache: str, **kw):
-    from tension.core.config import load_config
-
-    return load_config(None, {"base_url": urls, "model": "test-gen", "judge_model": "test-judge",
-                              "cache": str(tmp_path / cache), "endings": 4, "progress": False, "seed": 7,
-                              "report": False, **kw})
+    """The API's keywords."""
+    return {"base_url": urls, "model": "test-gen", "judge_model": "test-judge", "cache": str(tmp_path / cache),
+            "endings": 4, "progress": False, "seed": 7, "report": False, **kw}
 
 
 def _outputs(out: Path) -> dict[str, bytes]:
@@ -178,15 +176,16 @@ def _outputs(out: Path) -> dict[str, bytes]:
 
 
 def test_a_worker_answering_html_with_200_is_taken_out_and_the_run_ends_on_the_others(pair, tmp_path, capsys):
-    from tension.core.pipelines.score import score
+    import tension
 
     corpus = make_corpus(tmp_path / "c.jsonl", 6, seed=3)
     good, bad = pair
-    clean = score(_cfg(good.base_url, tmp_path, "clean"), corpus, tmp_path / "clean")
+    clean = tension.score(corpus, out=tmp_path / "clean", **_cfg(good.base_url, tmp_path, "clean-cache")).summary
     assert clean.status == "complete", clean.error
     good.reset_records()
     bad.misbehave = "html200"  # a proxy's welcome page for every POST; /v1/models and /health stay well
-    s = score(_cfg(f"{good.base_url},{bad.base_url}", tmp_path, "cache"), corpus, tmp_path / "out")
+    s = tension.score(corpus, out=tmp_path / "out",
+                      **_cfg(f"{good.base_url},{bad.base_url}", tmp_path, "cache")).summary
     err = capsys.readouterr().err
     assert s.status == "complete", s.error
     assert _outputs(tmp_path / "out") == _outputs(tmp_path / "clean")  # --seed: the retries sample the same

@@ -1,32 +1,31 @@
-"""Pipelines driven in process (tests/testing/inprocess.py): the whole run, from
-the settings to the outputs, with the transport the only part replaced."""
+"""Pipelines driven in process (tests/testing/inprocess.py) through the API: the
+whole run, from the settings to the outputs, with the transport the only part
+replaced (a server `serving` is reached by its base URL)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from tension.core.config import load_config
-from tension.core.config.generate import GenerateConfig
-from tension.core.pipelines.generate import generate
-from tension.core.pipelines.score import score
+import tension
 from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
 
 CHAT = "/v1/chat/completions"
 
 
-def _cfg(tmp_path: Path, **kw):
-    base = {"base_url": "http://in-process:8000", "model": "gen", "judge_model": "judge",
+def _cfg(server: InProcessServer, tmp_path: Path, **kw):
+    base = {"base_url": server.base_url, "model": "gen", "judge_model": "judge",
             "cache": str(tmp_path / "cache"), "endings": 4, "progress": False, "seed": 5, "report": False}
     base.update(kw)
-    return load_config(None, base)
+    return base  # the API's keywords
 
 
 def test_score_runs_in_process_and_its_rerun_sends_nothing(tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 2)
     server = InProcessServer(models=["gen", "judge"])
-    s = score(_cfg(tmp_path), corpus, tmp_path / "a", transport=server)
+    with server.serving():
+        s = tension.score(corpus, out=tmp_path / "a", **_cfg(server, tmp_path)).summary
     assert s.status == "complete" and s.exit_status == 0 and s.positions > 0
     # the engine's counts are what the server saw
     assert server.count(CHAT) == s.requests["generation"] + s.requests["judge"]
@@ -38,7 +37,8 @@ def test_score_runs_in_process_and_its_rerun_sends_nothing(tmp_path):
     assert record["usage_this_run"]["requests"] == server.count(CHAT)
 
     again = InProcessServer(models=["gen", "judge"])
-    r = score(_cfg(tmp_path), corpus, tmp_path / "b", transport=again)
+    with again.serving():
+        r = tension.score(corpus, out=tmp_path / "b", **_cfg(again, tmp_path)).summary
     assert r.status == "complete" and again.count(CHAT) == 0 and again.count("/tokenize") == 0
     assert (tmp_path / "b" / "positions.jsonl").read_bytes() == (tmp_path / "a" / "positions.jsonl").read_bytes()
     assert r.cache_hits["endings"] == s.positions
@@ -46,11 +46,13 @@ def test_score_runs_in_process_and_its_rerun_sends_nothing(tmp_path):
 
 def test_a_server_error_mid_run_is_retried_and_changes_no_output(tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1)
-    clean = score(_cfg(tmp_path, cache=str(tmp_path / "c1")), corpus, tmp_path / "a",
-                  transport=InProcessServer(models=["gen", "judge"]))
+    with InProcessServer(models=["gen", "judge"]).serving() as server:
+        clean = tension.score(corpus, out=tmp_path / "a", **_cfg(server, tmp_path, cache=str(tmp_path / "c1"))).summary
     faulty = InProcessServer(models=["gen", "judge"])
     faulty.fail_next(503, times=2)
-    s = score(_cfg(tmp_path, cache=str(tmp_path / "c2"), retries=4), corpus, tmp_path / "b", transport=faulty)
+    with faulty.serving():
+        s = tension.score(corpus, out=tmp_path / "b", **_cfg(faulty, tmp_path, cache=str(tmp_path / "c2"),
+                                                             retries=4)).summary
     assert s.status == clean.status == "complete"
     assert (tmp_path / "b" / "positions.jsonl").read_bytes() == (tmp_path / "a" / "positions.jsonl").read_bytes()
     assert json.loads((tmp_path / "b" / "run.json").read_text())["http"]["retries"] == 2
@@ -60,7 +62,8 @@ def test_an_unknown_model_is_a_usage_error_before_any_chat_request(tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1)
     server = InProcessServer(models=["other"])
     try:
-        score(_cfg(tmp_path), corpus, tmp_path / "a", transport=server)
+        with server.serving():
+            tension.score(corpus, out=tmp_path / "a", **_cfg(server, tmp_path))
     except Exception as e:  # the CLI maps it to exit 2
         assert "gen" in str(e) and "other" in str(e)
     else:
@@ -74,9 +77,9 @@ def test_generate_runs_in_process(tmp_path):
     server = InProcessServer(models=["gen"])
     # the fake model's rules are the HTTP server's: a story prompt is scripted (tests/core/test_generate.py)
     server.script("Write the story now.", "The keeper read the letter twice and then burned it.")
-    cfg = GenerateConfig(base_url="http://in-process:8000", model="gen", mode="vanilla",
-                         cache=str(tmp_path / "cache"), progress=False, min_chars=10)
-    s = generate(cfg, ideas, tmp_path / "s.jsonl", transport=server)
+    with server.serving():
+        s = tension.generate(ideas, out=tmp_path / "s.jsonl", base_url=server.base_url, model="gen", mode="vanilla",
+                             cache=str(tmp_path / "cache"), progress=False, min_chars=10).summary
     assert s.status == "complete" and s.stories == 1 and s.requests == {"generation": server.count(CHAT)}
     record = json.loads((tmp_path / "s.run.json").read_text())
     assert record["command"] == "generate" and record["models"] == {"generation": "gen"}

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
+import tension
 from tension.core.cli import main
 from tension.core.config import load_config
-from tension.core.pipelines.estimate import CacheModelOptions, Throughput, estimate
 from tension.core.pipelines.prefix.gpu import H200
 from tension.core.pipelines.prefix.synthetic import MARKERS_AFTER, MARKERS_BEFORE
 from tension.core.prompts import score as prompts
@@ -68,12 +68,11 @@ def test_a_cache_that_never_evicts_computes_what_the_blocks_seen_before_say(tmp_
     """(Without the warm-up the n judge prompts go as one batch: the first computes the
     shared head, which the others find registered in the same step: the same hits.)"""
     stories = write_unique_corpus(tmp_path / "c.jsonl", 3)
-    cfg = load_config(None, {"tokenizer": "words", "endings": N, "cache": str(tmp_path / "cache"),
-                             "progress": False, "min_words": 100, "continuation_words": continuation_words,
-                             "judge_max_tokens": 1, "warm_judge": warm})
-    est = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=E),
-                   CacheModelOptions(block_size=block, kv_blocks=10**6))
-    queried, hit = block_count(stories, cfg, block)
+    cfg = {"tokenizer": "words", "endings": N, "cache": str(tmp_path / "cache"),
+           "progress": False, "min_words": 100, "continuation_words": continuation_words,
+           "judge_max_tokens": 1, "warm_judge": warm}
+    est = tension.estimate(tmp_path / "c.jsonl", **cfg, ending_tokens=E, block_size=block, kv_blocks=10**6).estimate
+    queried, hit = block_count(stories, load_config(None, cfg), block)
     pc = est.prefix_cache
     assert pc is not None and pc.positions == est.positions > 50
     got_q = sum(r.queried for r in pc.roles.values())
@@ -87,22 +86,22 @@ def test_a_cache_that_never_evicts_computes_what_the_blocks_seen_before_say(tmp_
 
 def test_a_small_cache_evicts_and_the_h200_profile_has_the_papers_blocks(tmp_path):
     write_unique_corpus(tmp_path / "c.jsonl", 6, seed=3)
-    cfg = load_config(None, {"tokenizer": "words", "endings": N, "cache": str(tmp_path / "cache"),
-                             "progress": False, "min_words": 100, "gen_concurrency": 64})
-    big = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=E),
-                   CacheModelOptions(block_size=16, kv_blocks=10**6)).prefix_cache
-    small = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=E),
-                     CacheModelOptions(block_size=16, kv_blocks=150)).prefix_cache
+    cfg = {"tokenizer": "words", "endings": N, "cache": str(tmp_path / "cache"),
+           "progress": False, "min_words": 100, "gen_concurrency": 64}
+    big = tension.estimate(tmp_path / "c.jsonl",
+                           **cfg, ending_tokens=E, block_size=16, kv_blocks=10**6).estimate.prefix_cache
+    small = tension.estimate(tmp_path / "c.jsonl",
+                             **cfg, ending_tokens=E, block_size=16, kv_blocks=150).estimate.prefix_cache
     assert big is not None and small is not None
     assert small.roles["generation"].queried == big.roles["generation"].queried
     assert small.hit_rate < big.hit_rate
-    h200 = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=E),
-                    CacheModelOptions(gpu_profile="h200")).prefix_cache
+    h200 = tension.estimate(tmp_path / "c.jsonl", **cfg, ending_tokens=E, gpu_profile="h200").estimate.prefix_cache
     assert h200 is not None and h200.block_size == 16
     assert h200.kv_blocks == {"generation": 5226, "judge": 10977}
     assert big.never_fit == small.never_fit == 0
-    tiny = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=E),
-                    CacheModelOptions(block_size=16, kv_blocks=8)).prefix_cache  # 112 tokens: no prompt fits
+    # 112 tokens: no prompt fits
+    tiny = tension.estimate(tmp_path / "c.jsonl",
+                            **cfg, ending_tokens=E, block_size=16, kv_blocks=8).estimate.prefix_cache
     assert tiny is not None and tiny.never_fit > 0
 
 
@@ -163,9 +162,9 @@ def test_score_reports_the_prompt_tokens_computed_against_the_ideal(vllm_like, t
     lines = [json.loads(x) for x in (tmp_path / "out" / "positions.jsonl").read_text().splitlines()]
     assert pt["positions"] == len(lines) > 10
     assert pt["judged_endings"] == sum(p["n_endings"] - p["n_empty"] for p in lines)
-    cfg = load_config(None, {"tokenizer": "words", "endings": 4, "min_words": 100, "progress": False,
-                             "cache": str(tmp_path / "cache2")})
-    est = estimate(cfg, tmp_path / "c.jsonl", Throughput(ending_tokens=pt["mean_ending_tokens"]))
+    cfg = {"tokenizer": "words", "endings": 4, "min_words": 100, "progress": False,
+           "cache": str(tmp_path / "cache2")}
+    est = tension.estimate(tmp_path / "c.jsonl", **cfg, ending_tokens=pt["mean_ending_tokens"]).estimate
     assert pt["ideal"]["generation"] == est.prompt_tokens["generation"].computed
     assert pt["ideal"]["judge"] == pytest.approx(est.prompt_tokens["judge"].computed, abs=1)
     sent = run["usage_this_run"]  # a fresh run: every answer was sent

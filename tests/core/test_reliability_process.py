@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
+import tension
 from tension.cache import records
 from tension.cache.keys import request_key
 from tension.cache.store import DBS, Store
-from tension.core.config import load_config
-from tension.core.pipelines.score import score
 from tension.core.run.commit import COMMIT_BATCH
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
@@ -63,7 +62,7 @@ def in_process_cfg(url: str, cache: Path, **kw):
     base = {"base_url": url, "model": "test-gen", "endings": N, "cache": str(cache), "progress": False,
             "report": False, "gen_concurrency": GEN_CONC, "judge_concurrency": JUDGE_CONC}
     base.update(kw)
-    return load_config(None, base)
+    return base  # the API's keywords
 
 
 def read_cache(path: Path) -> dict[str, dict[bytes, object]]:
@@ -127,7 +126,7 @@ class Clean:
 
 def clean_in_process(corpus: Path, root: Path) -> Clean:
     with LoopbackServer(model=["test-gen", "test-judge"]) as srv:
-        s = score(in_process_cfg(srv.base_url, root / "clean-cache"), corpus, root / "clean")
+        s = tension.score(corpus, out=root / "clean", **in_process_cfg(srv.base_url, root / "clean-cache")).summary
         assert s.status == "complete" and not s.failures, s.error
         req = {"generation": srv.count(kind="generation"), "judge": srv.count(kind="judge"),
                "tokenize": srv.count(path="/tokenize")}
@@ -369,7 +368,7 @@ def test_stop_signal_during_the_final_commit_never_leaves_complete_without_outpu
     monkeypatch.setattr(Committer, "close", close_with_signal)
     out = tmp_path / "out"
     try:
-        status = score(in_process_cfg(server.base_url, tmp_path / "cache"), corpus, out).status
+        status = tension.score(corpus, out=out, **in_process_cfg(server.base_url, tmp_path / "cache")).summary.status
     except BaseException as e:  # noqa: BLE001 - the interrupted form is CancelledError
         status = type(e).__name__
     run = json.loads((out / "run.json").read_text())
@@ -387,15 +386,17 @@ def test_context_limit_does_not_depend_on_what_the_cache_holds(server, tmp_path)
     server.max_model_len = 500  # short enough that late prefixes do not fit, long enough for the judge
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=33)
     kw = {"endings": 2, "continuation_words": 40}
-    fresh = score(in_process_cfg(server.base_url, tmp_path / "fresh-cache", **kw), corpus, tmp_path / "fresh")
+    fresh = tension.score(corpus, out=tmp_path / "fresh",
+                          **in_process_cfg(server.base_url, tmp_path / "fresh-cache", **kw)).summary
     assert fresh.status == "complete" and not fresh.failures and fresh.too_long
-    warm = score(in_process_cfg(server.base_url, tmp_path / "cache", max_model_len=500, **kw), corpus,
-                 tmp_path / "warm")
+    warm = tension.score(corpus, out=tmp_path / "warm",
+                         **in_process_cfg(server.base_url, tmp_path / "cache", max_model_len=500, **kw)).summary
     assert warm.status == "complete" and warm.too_long == fresh.too_long
     with Store(tmp_path / "cache", readonly=True) as st:
         assert st.get("tokens", request_key("context", {"model": "test-gen"})) is None
 
-    again = score(in_process_cfg(server.base_url, tmp_path / "cache", **kw), corpus, tmp_path / "again")
+    again = tension.score(corpus, out=tmp_path / "again",
+                          **in_process_cfg(server.base_url, tmp_path / "cache", **kw)).summary
     assert [f.id for f in again.failures] == []
     assert again.too_long == fresh.too_long
     assert (tmp_path / "again" / "positions.jsonl").read_bytes() == (tmp_path / "fresh" / "positions.jsonl").read_bytes()

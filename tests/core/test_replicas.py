@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import tension
 from tension.core.cli import main
 from tension.core.config import load_config
 from tension.core.errors import ConfigError
@@ -21,7 +22,6 @@ from tension.core.llm import replicas as replicas_mod
 from tension.core.llm import router as router_mod
 from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_hit_rate
 from tension.core.llm.replicas import Replica, parse_replicas
-from tension.core.pipelines.score import score
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer, judge_blocks
 
@@ -40,7 +40,7 @@ def cfg_for(urls, tmp_path, cache="cache", **kw):
             "judge_model": "test-judge", "cache": str(tmp_path / cache), "endings": N, "progress": False,
             "seed": 7, "report": False}
     base.update(kw)
-    return load_config(None, base)
+    return base  # the API's keywords
 
 
 def urls(servers) -> list[str]:
@@ -103,7 +103,7 @@ def clean_outputs(tmp_path_factory):
         if key not in done:
             tmp = tmp_path_factory.mktemp("clean")
             with LoopbackServer(model=MODELS) as one:
-                s = score(cfg_for(one.base_url, tmp), corpus, tmp / "out")
+                s = tension.score(corpus, out=tmp / "out", **cfg_for(one.base_url, tmp)).summary
             assert s.status == "complete", s.error
             done[key] = outputs(tmp / "out")
         return done[key]
@@ -191,7 +191,7 @@ def test_router_metrics_are_read_per_worker_label():
 def test_story_affinity_load_spread_and_same_outputs_as_one_server(trio, tmp_path, clean_outputs):
     corpus = make_corpus(tmp_path / "c.jsonl", 9, seed=3)
     heads = story_heads(corpus)
-    s = score(cfg_for(urls(trio), tmp_path), corpus, tmp_path / "out")
+    s = tension.score(corpus, out=tmp_path / "out", **cfg_for(urls(trio), tmp_path)).summary
     assert s.status == "complete", s.error
     assert outputs(tmp_path / "out") == clean_outputs(corpus)
 
@@ -225,7 +225,7 @@ def test_story_affinity_load_spread_and_same_outputs_as_one_server(trio, tmp_pat
 
     # cache keys do not depend on the server: one other server, same cache, sends nothing
     with LoopbackServer(model=MODELS) as other:
-        s2 = score(cfg_for(other.base_url, tmp_path), corpus, tmp_path / "out2")
+        s2 = tension.score(corpus, out=tmp_path / "out2", **cfg_for(other.base_url, tmp_path)).summary
         assert s2.status == "complete"
         assert other.count(path=CHAT_PATH) == 0 and other.count(path="/tokenize") == 0
     assert outputs(tmp_path / "out2") == clean_outputs(corpus)
@@ -273,7 +273,8 @@ def _failing_mid_run(trio, tmp_path, hard: bool):
     corpus = make_corpus(tmp_path / "c.jsonl", 6, seed=3)
     heads = story_heads(corpus)
     # where the router sends each story: a routed run into a throw-away cache
-    assert score(cfg_for(urls(trio), tmp_path, cache="probe"), corpus, tmp_path / "probe").status == "complete"
+    assert tension.score(corpus, out=tmp_path / "probe",
+                         **cfg_for(urls(trio), tmp_path, cache="probe-cache")).summary.status == "complete"
     owner, target = _busiest(trio, heads)
     for srv in trio:
         srv.delay = 0.005  # so the run is still going when the kill lands
@@ -283,7 +284,8 @@ def _failing_mid_run(trio, tmp_path, hard: bool):
 
 def test_killing_a_worker_mid_run_gives_the_clean_outputs_and_names_it(trio, tmp_path, clean_outputs):
     corpus, heads, owner, target, th, killed = _failing_mid_run(trio, tmp_path, hard=True)
-    s = score(cfg_for(urls(trio), tmp_path, gen_concurrency=4, judge_concurrency=16), corpus, tmp_path / "out")
+    s = tension.score(corpus, out=tmp_path / "out",
+                      **cfg_for(urls(trio), tmp_path, gen_concurrency=4, judge_concurrency=16)).summary
     th.join()
     assert killed, "the run ended before the kill"
     dead = trio[owner].base_url
@@ -303,8 +305,8 @@ def test_a_hung_worker_is_left_behind_within_the_routers_request_timeout(trio, t
     # the router gives up on a request after request_timeout_secs; a short one here
     t0 = time.monotonic()
     # the router leaves a server after half the client's --timeout (core/llm/router.py)
-    s = score(cfg_for(urls(trio), tmp_path, gen_concurrency=4, judge_concurrency=16, timeout=8),
-              corpus, tmp_path / "out")
+    s = tension.score(corpus, out=tmp_path / "out",
+                      **cfg_for(urls(trio), tmp_path, gen_concurrency=4, judge_concurrency=16, timeout=8)).summary
     wall = time.monotonic() - t0
     th.join()
     assert hung, "the run ended before the hang"
@@ -394,9 +396,8 @@ def test_a_judge_on_servers_of_its_own_gets_a_router_of_its_own_and_servers_with
     try:
         toml = tmp_path / "c.toml"
         toml.write_text(f'base-url = ["{a.base_url}", "{b.base_url}"]\njudge-base-url = ["{c.base_url}"]\n')
-        cfg = load_config(toml, {"model": "test-gen", "judge_model": "test-judge", "cache": str(tmp_path / "cache"),
-                                 "endings": N, "progress": False, "report": False})
-        s = score(cfg, corpus, tmp_path / "out")
+        s = tension.score(corpus, out=tmp_path / "out", config=toml, model="test-gen", judge_model="test-judge",
+                          cache=str(tmp_path / "cache"), endings=N, progress=False, report=False).summary
         assert s.status == "complete", s.error
         stories, _, judge_counts = who_served([a, b, c], heads)
         assert all(len(served) == 1 and served <= {0, 1} for served in stories.values())
@@ -440,19 +441,20 @@ def test_shards_split_the_stories_and_a_last_run_collects_them_from_the_cache(tm
     with LoopbackServer(model=MODELS) as srv:
         shards: list[list[str]] = []
         for i in range(3):
-            s = score(cfg_for(srv.base_url, tmp_path, shard=f"{i}/3"), corpus, tmp_path / f"shard{i}")
+            s = tension.score(corpus, out=tmp_path / f"shard{i}",
+                              **cfg_for(srv.base_url, tmp_path, shard=f"{i}/3")).summary
             assert s.status == "complete", s.error
             rows = (tmp_path / f"shard{i}" / "stories.csv").read_text().splitlines()[1:]
             shards.append([row.split(",")[0] for row in rows])
         assert sorted(sum(shards, [])) == sorted(ids)  # every story in exactly one shard
         assert sum(1 for sh in shards if sh) >= 2
         sent = srv.count(path=CHAT_PATH)
-        s = score(cfg_for(srv.base_url, tmp_path), corpus, tmp_path / "all")
+        s = tension.score(corpus, out=tmp_path / "all", **cfg_for(srv.base_url, tmp_path)).summary
         assert srv.count(path=CHAT_PATH) == sent  # the shards left everything in the cache
     assert outputs(tmp_path / "all") == clean_outputs(corpus)
     for bad in ("3/3", "1", "a/2", "-1/2"):
         with pytest.raises(ConfigError, match=r"shard: expected I/N with 0 <= I < N"):
-            cfg_for("http://x:1", tmp_path, shard=bad)
+            load_config(None, cfg_for("http://x:1", tmp_path, shard=bad))
 
 
 def test_hit_rate_is_taken_over_the_run_and_survives_a_restarted_server():
@@ -474,7 +476,7 @@ def test_batched_judge_prompts_through_the_router_stay_with_their_position(tmp_p
     servers = [LoopbackServer(model=MODELS, batching=True).start() for _ in range(3)]
     try:
         corpus = make_corpus(tmp_path / "c.jsonl", 9, seed=3)
-        s = score(cfg_for(urls(servers), tmp_path), corpus, tmp_path / "out")
+        s = tension.score(corpus, out=tmp_path / "out", **cfg_for(urls(servers), tmp_path)).summary
         assert s.status == "complete", s.error
         assert outputs(tmp_path / "out") == clean_outputs(corpus)
         where: dict[str, set[int]] = collections.defaultdict(set)
@@ -498,7 +500,7 @@ def test_each_server_is_asked_for_its_models_once(trio, tmp_path):
     """Several servers: the model ids are resolved on each (Router.resolve_model) and
     the pre-flight check reuses those answers instead of asking every server again."""
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=5)
-    s = score(cfg_for(urls(trio), tmp_path), corpus, tmp_path / "out")
+    s = tension.score(corpus, out=tmp_path / "out", **cfg_for(urls(trio), tmp_path)).summary
     assert s.status == "complete", s.error
     assert [srv.count(path="/v1/models") for srv in trio] == [1, 1, 1]
     assert s.requests["models"] == 3

@@ -13,9 +13,8 @@ import urllib.request
 
 import pytest
 
-from tension.core.config import load_config
+import tension
 from tension.core.llm.vllm_router import free_port
-from tension.core.pipelines.score import score
 from tension.core.serving import embedded
 from tension.core.serving.install import ensure_installed, ensure_model, patch_seed_rewind
 from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
@@ -94,11 +93,11 @@ def test_two_embedded_servers_behind_the_router_each_serve_a_story_from_their_pr
     corpus = tmp_path / "two.jsonl"
     corpus.write_text(json.dumps({"id": "bakery", "text": STORY}) + "\n"
                       + json.dumps({"id": "lighthouse", "text": STORY_2}) + "\n")
-    cfg = load_config(None, {
+    cfg = {  # the API's keywords
         **EMBEDDED_SCORE_SETTINGS, "base_url": ",".join(two_servers), "model": embedded.MODEL_ID,
         "endings": 4, "max_tokens": 32, "min_words": 50, "cache": str(tmp_path / "cache"), "seed": 1,
-        "gen_concurrency": 2, "judge_concurrency": 8, "progress": False, "report": False})
-    s = score(cfg, corpus, tmp_path / "out")
+        "gen_concurrency": 2, "judge_concurrency": 8, "progress": False, "report": False}
+    s = tension.score(corpus, out=tmp_path / "out", **cfg).summary
     assert s.status == "complete", s.error
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     gen = run["replicas"]["generation"]

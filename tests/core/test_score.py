@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
+import tension
 from tension.cache.store import Store
-from tension.core.config import load_config
-from tension.core.pipelines.score import score, score_async
 from tension.testing.corpus import make_corpus, write_story
 from tension.testing.interrupt import cancel_midway
 from tension.testing.openai_server import count_tokens, expected_endings, expected_verdict
@@ -30,7 +29,7 @@ def cfg_for(srv, tmp_path, **kw):
     base = {"base_url": srv.base_url, "model": "test-gen", "cache": str(tmp_path / "cache"), "endings": N,
             "progress": False, "seed": 7}
     base.update(kw)
-    return load_config(None, base)
+    return base  # the API's keywords: tension.score(corpus, out=…, **cfg_for(…))
 
 
 def read_positions(out: Path) -> list[dict]:
@@ -105,7 +104,7 @@ def ref_no_rates(text: str, n: int, seed, yes_rate=0.3, empty_rate=0.0) -> list[
 def test_no_rates_positions_and_pct_match_an_independent_computation(server, tmp_path):
     server.empty_rate = 0.1
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=1)
-    s = score(cfg_for(server, tmp_path), corpus, tmp_path / "out")
+    s = tension.score(corpus, out=tmp_path / "out", **cfg_for(server, tmp_path)).summary
     assert s.status == "complete", s.error
     got = read_positions(tmp_path / "out")
     stories = [json.loads(x) for x in corpus.read_text().splitlines()]
@@ -132,7 +131,7 @@ def test_judge_prompts_hold_anchor_and_truncated_continuation(server, tmp_path):
     long_story = write_story(random.Random(5), 2600)
     corpus = tmp_path / "c.jsonl"
     corpus.write_text(json.dumps({"id": "long", "text": long_story}) + "\n")
-    s = score(cfg_for(server, tmp_path, endings=2, pct_max=0.2), corpus, tmp_path / "out")
+    s = tension.score(corpus, out=tmp_path / "out", **cfg_for(server, tmp_path, endings=2, pct_max=0.2)).summary
     assert s.status == "complete", s.error
     judge = [r for r in server.requests if r.path == "/v1/chat/completions" and r.body["messages"][0]["content"].startswith("You are a literary judge")]
     gen = [r for r in server.requests if r.path == "/v1/chat/completions" and r.body["n"] == 2]
@@ -162,21 +161,21 @@ def test_judge_prompts_hold_anchor_and_truncated_continuation(server, tmp_path):
 def test_rerun_judge_change_and_corpus_extension(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=2)
     out = tmp_path / "out"
-    first = score(cfg_for(server, tmp_path), corpus, out)
+    first = tension.score(corpus, out=out, **cfg_for(server, tmp_path)).summary
     assert first.status == "complete"
     before = out.joinpath("positions.jsonl").read_bytes()
     n_first = len(server.requests)
 
     # the same command again: nothing is sent at all
     server.reset_records()
-    again = score(cfg_for(server, tmp_path), corpus, out)
+    again = tension.score(corpus, out=out, **cfg_for(server, tmp_path)).summary
     assert again.status == "complete" and server.requests == []
     assert out.joinpath("positions.jsonl").read_bytes() == before
     assert again.cache_hits["endings"] == first.requests["generation"]
 
     # another judge model: only judge requests, all of them to the new model
     server.reset_records()
-    other = score(cfg_for(server, tmp_path, judge_model="test-judge"), corpus, tmp_path / "out2")
+    other = tension.score(corpus, out=tmp_path / "out2", **cfg_for(server, tmp_path, judge_model="test-judge")).summary
     assert other.status == "complete"
     assert server.count(kind="generation") == 0 and server.count(path="/tokenize") == 0
     assert server.count(kind="judge") == first.requests["judge"] > 0
@@ -188,7 +187,7 @@ def test_rerun_judge_change_and_corpus_extension(server, tmp_path):
     server.reset_records()
     with corpus.open("a") as f:
         f.write(make_corpus(tmp_path / "more.jsonl", 2, seed=3, start=3).read_text())
-    more = score(cfg_for(server, tmp_path), corpus, out)
+    more = tension.score(corpus, out=out, **cfg_for(server, tmp_path)).summary
     assert more.status == "complete" and more.stories == 5
     new_texts = [json.loads(x)["text"] for x in (tmp_path / "more.jsonl").read_text().splitlines()]
     gen_prefixes = [r.body["messages"][1]["content"].split("STORY SO FAR:\n", 1)[1]
@@ -202,7 +201,8 @@ def test_rerun_judge_change_and_corpus_extension(server, tmp_path):
 @pytest.mark.in_process
 def test_cancelled_run_resumes_to_identical_outputs_without_repeats(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 4, seed=4)
-    clean = score(cfg_for(server, tmp_path, cache=str(tmp_path / "clean-cache")), corpus, tmp_path / "clean")
+    clean = tension.score(corpus, out=tmp_path / "clean",
+                          **cfg_for(server, tmp_path, cache=str(tmp_path / "clean-cache"))).summary
     assert clean.status == "complete"
     total_gen, total_judge = clean.requests["generation"], clean.requests["judge"]
 
@@ -210,7 +210,7 @@ def test_cancelled_run_resumes_to_identical_outputs_without_repeats(server, tmp_
     cfg = cfg_for(server, tmp_path, gen_concurrency=4, judge_concurrency=8)
 
     server.reset_records()
-    cancel_midway(lambda: score_async(cfg, corpus, tmp_path / "out"),
+    cancel_midway(lambda: tension.score_async(corpus, out=tmp_path / "out", **cfg),
                   lambda: server.count(kind="judge") >= total_judge // 3)
     run_json = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run_json["status"] == "interrupted"
@@ -221,7 +221,7 @@ def test_cancelled_run_resumes_to_identical_outputs_without_repeats(server, tmp_
         kept = st.stats()
 
     server.delay = 0.0
-    resumed = score(cfg, corpus, tmp_path / "out")
+    resumed = tension.score(corpus, out=tmp_path / "out", **cfg).summary
     assert resumed.status == "complete"
     assert (tmp_path / "out" / "positions.jsonl").read_bytes() == (tmp_path / "clean" / "positions.jsonl").read_bytes()
     # nothing requested twice: every request of the resumed run made a new cache entry
@@ -252,7 +252,7 @@ def test_a_completed_run_keeps_its_partial_file_with_this_runs_lines_in_commit_o
 def test_short_answers_are_completed(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=6)
     server.fail_next("few_choices", times=3)
-    s = score(cfg_for(server, tmp_path), corpus, tmp_path / "out")
+    s = tension.score(corpus, out=tmp_path / "out", **cfg_for(server, tmp_path)).summary
     assert s.status == "complete"
     assert all(p["n_endings"] == N for p in read_positions(tmp_path / "out"))
     gen = [r.body for r in server.requests if r.path == "/v1/chat/completions" and r.kind == "generation"]
@@ -265,11 +265,12 @@ def test_short_answers_are_completed(server, tmp_path):
 
 def test_faults_are_retried_and_outputs_unchanged(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=8)
-    clean = score(cfg_for(server, tmp_path, cache=str(tmp_path / "clean-cache")), corpus, tmp_path / "clean")
+    clean = tension.score(corpus, out=tmp_path / "clean",
+                          **cfg_for(server, tmp_path, cache=str(tmp_path / "clean-cache"))).summary
     for kind in ("500", "503", "drop", "truncate", "nonjson", "429"):
         server.fail_next(kind, times=2)
     server.fail_next("503", times=2, path="/tokenize")
-    s = score(cfg_for(server, tmp_path), corpus, tmp_path / "out")
+    s = tension.score(corpus, out=tmp_path / "out", **cfg_for(server, tmp_path)).summary
     assert s.status == "complete", s.error
     assert server.pending_faults() == 0 and server.pending_faults("/tokenize") == 0
     assert (tmp_path / "out" / "positions.jsonl").read_bytes() == (tmp_path / "clean" / "positions.jsonl").read_bytes()
@@ -283,11 +284,11 @@ def test_retry_budget_ends_with_a_clear_error_and_keeps_completed_work(server, t
     cfg = cfg_for(server, tmp_path, retries=3, gen_concurrency=2, judge_concurrency=4)
 
     async def break_server_midway():
-        task = asyncio.ensure_future(score_async(cfg, corpus, tmp_path / "out"))
+        task = asyncio.ensure_future(tension.score_async(corpus, out=tmp_path / "out", **cfg))
         while server.count(kind="judge") < 60 and not task.done():
             await asyncio.sleep(0.005)
         server.set_fault_rates({"503": 1.0}, path=None)
-        return await task
+        return (await task).summary
 
     s = asyncio.run(break_server_midway())
     assert s.status == "failed"
@@ -300,7 +301,7 @@ def test_retry_budget_ends_with_a_clear_error_and_keeps_completed_work(server, t
 
     server.clear_faults()
     server.reset_records()
-    done = score(cfg, corpus, tmp_path / "out")
+    done = tension.score(corpus, out=tmp_path / "out", **cfg).summary
     assert done.status == "complete"
     assert done.cache_hits["verdicts"] >= kept
     assert server.count(kind="judge") == done.requests["judge"]
@@ -315,7 +316,7 @@ def test_prefix_over_the_context_is_skipped_not_sent(server, tmp_path):
     with corpus.open("a") as f:
         f.write(json.dumps({"id": "huge", "text": write_story(random.Random(1), 4900)}) + "\n")
     server.max_model_len = 4000
-    s = score(cfg_for(server, tmp_path), corpus, tmp_path / "out")
+    s = tension.score(corpus, out=tmp_path / "out", **cfg_for(server, tmp_path)).summary
     assert s.status == "complete" and s.failures == []
     assert set(s.too_long) == {"huge"} and s.too_long["huge"] > 10
     assert all(r.status == 200 for r in server.requests)  # nothing was sent to fail
@@ -335,7 +336,7 @@ def test_positions_refused_for_the_context_are_skipped_not_the_run(server, tmp_p
     with corpus.open("a") as f:
         f.write(json.dumps({"id": "huge", "text": write_story(random.Random(1), 4900)}) + "\n")
     server.max_model_len = 4000
-    s = score(cfg_for(server, tmp_path, max_model_len=100_000), corpus, tmp_path / "out")
+    s = tension.score(corpus, out=tmp_path / "out", **cfg_for(server, tmp_path, max_model_len=100_000)).summary
     assert s.status == "complete"
     assert not s.failures and s.too_long["huge"] > 0
     ids = {p["id"] for p in read_positions(tmp_path / "out")}
@@ -405,7 +406,7 @@ def test_metrics_recomputes_a_run_from_positions_alone(server, tmp_path):
     from tension.core.cli import main
 
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=13)
-    assert score(cfg_for(server, tmp_path), corpus, tmp_path / "run").status == "complete"
+    assert tension.score(corpus, out=tmp_path / "run", **cfg_for(server, tmp_path)).summary.status == "complete"
     assert main(["metrics", str(tmp_path / "run"), "--out", str(tmp_path / "again")]) == 0
     for name in ("stories.csv", "groups.csv"):
         assert (tmp_path / "again" / name).read_text() == (tmp_path / "run" / name).read_text()
@@ -419,16 +420,17 @@ def test_judge_constraints_change_the_request_and_the_key(server, tmp_path):
     assert verdict_from_logprobs({"The": -0.1, "Y": -2.0, "No": -1.2}) == "N"
     assert verdict_from_logprobs({"The": -0.1}) == "" and verdict_from_logprobs(None) == ""
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=14)
-    plain = score(cfg_for(server, tmp_path), corpus, tmp_path / "plain")
+    plain = tension.score(corpus, out=tmp_path / "plain", **cfg_for(server, tmp_path)).summary
     server.reset_records()
-    lp = score(cfg_for(server, tmp_path, judge_constraint="logprobs", judge_max_tokens=1), corpus, tmp_path / "lp")
+    lp = tension.score(corpus, out=tmp_path / "lp",
+                       **cfg_for(server, tmp_path, judge_constraint="logprobs", judge_max_tokens=1)).summary
     judge = [r.body for r in server.requests if r.kind == "judge"]
     assert judge and all(b["logprobs"] is True and b["top_logprobs"] == 20 and b["max_tokens"] == 1 for b in judge)
     assert lp.requests["generation"] == 0  # endings came from the cache; only verdicts are new
     # the server's logprobs favour its own verdict, so both judges give the same no-rates
     assert (tmp_path / "lp" / "stories.csv").read_text() == (tmp_path / "plain" / "stories.csv").read_text()
     server.reset_records()
-    score(cfg_for(server, tmp_path, judge_constraint="choice"), corpus, tmp_path / "choice")
+    tension.score(corpus, out=tmp_path / "choice", **cfg_for(server, tmp_path, judge_constraint="choice"))
     judge = [r.body for r in server.requests if r.kind == "judge"]
     assert judge and all(b["structured_outputs"] == {"choice": ["Y", "N"]} for b in judge)
     assert plain.status == "complete"
@@ -441,11 +443,11 @@ def test_a_second_run_on_the_same_out_folder_fails_fast(server, tmp_path):
     cfg = cfg_for(server, tmp_path)
 
     async def two_runs():
-        first = asyncio.ensure_future(score_async(cfg, corpus, tmp_path / "out"))
+        first = asyncio.ensure_future(tension.score_async(corpus, out=tmp_path / "out", **cfg))
         while server.count() < 5:
             await asyncio.sleep(0.01)
         with pytest.raises(Exception) as e:
-            await score_async(cfg, corpus, tmp_path / "out")
+            await tension.score_async(corpus, out=tmp_path / "out", **cfg)
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
             await first
@@ -456,7 +458,8 @@ def test_a_second_run_on_the_same_out_folder_fails_fast(server, tmp_path):
     msg = asyncio.run(two_runs())
     assert f"--out {tmp_path / 'out'} is in use by another call in this process (a score run" in msg
     server.delay = 0.0
-    assert score(cfg, corpus, tmp_path / "out").status == "complete"  # the lock went with the first run
+    assert tension.score(corpus, out=tmp_path / "out",
+                         **cfg).summary.status == "complete"  # the lock went with the first run
 
 
 @pytest.mark.in_process
@@ -483,14 +486,15 @@ def test_ten_percent_faults_of_every_kind_leave_the_outputs_unchanged(server, tm
     from tension.testing.openai_server import FAULT_KINDS
 
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=17)
-    clean = score(cfg_for(server, tmp_path, cache=str(tmp_path / "clean-cache")), corpus, tmp_path / "clean")
+    clean = tension.score(corpus, out=tmp_path / "clean",
+                          **cfg_for(server, tmp_path, cache=str(tmp_path / "clean-cache"))).summary
     # A slow answer must outlast the timeout, and a normal one must never reach it,
     # even on a loaded 2-core machine (else load-made retries exceed the faults).
     server.slow_seconds = 6.0
     rates = {k: 0.10 / len(FAULT_KINDS) for k in FAULT_KINDS}
     server.set_fault_rates(rates, seed=3, path=None)
     server.reset_records()
-    s = score(cfg_for(server, tmp_path, timeout=3.0, retries=8), corpus, tmp_path / "out")
+    s = tension.score(corpus, out=tmp_path / "out", **cfg_for(server, tmp_path, timeout=3.0, retries=8)).summary
     server.clear_faults()
     assert s.status == "complete", s.error
     faults = [r.fault for r in server.requests if r.fault]
@@ -505,7 +509,7 @@ def test_ten_percent_faults_of_every_kind_leave_the_outputs_unchanged(server, tm
 
 def test_full_cache_is_a_clear_error_and_stays_readable(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=18)
-    s = score(cfg_for(server, tmp_path, cache_max_gb=0.0003), corpus, tmp_path / "out")  # 300 kB
+    s = tension.score(corpus, out=tmp_path / "out", **cfg_for(server, tmp_path, cache_max_gb=0.0003)).summary  # 300 kB
     assert s.status == "failed"
     assert f"the cache at {tmp_path / 'cache'} is full: it reached its limit of 300,000 bytes" in s.error
     from tension.cache import records
@@ -516,7 +520,7 @@ def test_full_cache_is_a_clear_error_and_stays_readable(server, tmp_path):
         with st.env.begin(db=st._dbs["endings"]) as txn:
             assert all(len(records.decode(v).texts) == N for _, v in txn.cursor())
     # with room again, the same command finishes from where it stopped
-    done = score(cfg_for(server, tmp_path), corpus, tmp_path / "out")
+    done = tension.score(corpus, out=tmp_path / "out", **cfg_for(server, tmp_path)).summary
     assert done.status == "complete" and done.cache_hits["verdicts"] >= stats["verdicts"]["entries"]
 
 

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tension.core.config import load_config
+import tension
 from tension.core.llm.client import Client
 from tension.core.llm.servers import server_key
-from tension.core.pipelines.score import score
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer
 
@@ -44,9 +43,8 @@ def test_a_gateway_url_with_a_path_credentials_and_an_upper_case_host_keeps_ever
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
     with LoopbackServer(model="test-gen", dialect="llamacpp", slots=4, prefix="/api", delay=0.01) as srv:
         url = f"http://user:secret@LOCALHOST:{srv.port}/api/v1"
-        cfg = load_config(None, {"base_url": url, "model": "test-gen", "cache": str(tmp_path / "cache"),
-                                 "endings": 8, "progress": False, "seed": 7, "judge_constraint": "choice"})
-        s = score(cfg, corpus, tmp_path / "out")
+        s = tension.score(corpus, out=tmp_path / "out", base_url=url, model="test-gen", cache=str(tmp_path / "cache"),
+                          endings=8, progress=False, seed=7, judge_constraint="choice").summary
         chats = [r for r in srv.requests if r.path == CHAT_PATH]
         peak = srv.peak_slots
     assert s.status == "complete", s.error

@@ -7,15 +7,13 @@ and counts, the committer. So a pipeline test can drive `score`, `generate` or
 `fairplay` end to end without the HTTP test server's thread and sockets, and the
 HTTP tests (tests/testing/openai_server.py) stay for the client and the wire.
 
-    server = InProcessServer(["test-gen", "test-judge"])
-    summary = score(cfg, corpus, out, transport=server)
-    assert server.count(kind="judge") == summary.requests["judge"]
+Through the API or the CLI (the verbs' doors), whose clients take it for its
+`base_url` while it is `serving` (core/llm/transport.py `served_in_process`):
 
-or behind the CLI, whose clients take it for its `base_url` while it is `serving`
-(core/llm/transport.py `served_in_process`):
-
-    with server.serving():
-        main(["score", corpus, "--out", out, "--base-url", server.base_url, ...])
+    with InProcessServer(["test-gen", "test-judge"]).serving() as server:
+        r = tension.score(corpus, out=out, base_url=server.base_url, model="test-gen")
+        assert server.count(kind="judge") == r.summary.requests["judge"]
+        main(["score", corpus, "--out", out2, "--base-url", server.base_url, ...])
 
 It answers by the same rules as the HTTP test server, LoopbackServer, because
 both are doors to one fake answer model (tests/testing/answers.py): the same
@@ -65,9 +63,9 @@ _numbers = itertools.count(1)  # each server its own root, so several can be ser
 class InProcessServer(AnswerModel):
     """See the module docstring. The knobs are LoopbackServer's that decide answers
     (`ANSWER_KNOBS`, with its defaults; `models=` is another name for `model`).
-    `base_url` is this server's own root (``http://in-process-N:8000``): the
-    transport passed as `transport=` ignores it; under `serving` it is the root a
-    client's default transport sends to it."""
+    `base_url` is this server's own root (``http://in-process-N:8000``): under
+    `serving` it is the root a client's default transport sends to it (a Client
+    given it as `transport=` ignores it)."""
 
     def __init__(self, model: str | Sequence[str] = "test-model", *, models: Sequence[str] | None = None,
                  delay: float = 0.0, **knobs: Any) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import fairplay_scripted as fp  # tests/fairplay_scripted.py
 import pytest
 
-from tension.core.pipelines.fairplay import fairplay
+import tension
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
@@ -65,7 +65,7 @@ def _make_runs(tmp_path_factory) -> Runs:
             assert done.returncode == 0, done.stderr
         srv.respond(fp.scripted)
         stories = fp.write_jsonl(r.root / "whodunits.jsonl", [fp.story_record("w1"), fp.story_record("w2")])
-        run = fairplay(fp.cfg_for(srv, r.root), stories, r.fp, fp.FAST)
+        run = tension.fairplay(stories, out=r.fp, **fp.cfg_for(srv, r.root), **fp.FAST_KW).summary
         assert run.status == "complete", run.error
     return r
 

@@ -33,18 +33,17 @@ from tension.core.inputs.jsonl import atomic_write
 from tension.core.inputs.readers import reader_schedule
 from tension.core.inputs.whodunits import WhodunitStory, read_stories, segment_text
 from tension.core.llm.router import ITEM_KEY
-from tension.core.llm.transport import Transport
 from tension.core.pipelines.fairplay.readers import Job, Readers, Value
 from tension.core.reports.answer_warnings import AnswerWarning
-from tension.core.run.blocking import run_blocking
 from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir
 from tension.core.run.progress import Progress
+from tension.core.run.record import RunRecord
 
 if TYPE_CHECKING:  # the metrics are imported when they run
     from tension.core.reports.fairplay_metrics import FairPlaySummary
 
 __all__ = ["READERS", "FairPlayConfig", "Generator", "WhodunitStory", "ReaderFailure", "FairPlayRun",
-           "load_fairplay_config", "read_stories", "segment_text", "reader_schedule", "run_readers", "fairplay",
+           "load_fairplay_config", "read_stories", "segment_text", "reader_schedule", "run_readers",
            "fairplay_async"]
 
 
@@ -65,9 +64,10 @@ class FairPlayRun(msgspec.Struct, kw_only=True):
     failed_stories: list[str]  # ids with at least one failure
     requests: dict[str, int]
     cache_hits: dict[str, int]
-    metrics: Any = None  # the FairPlaySummary of the metrics, when they ran
+    metrics: FairPlaySummary | None = None  # the metrics' summary, when they ran
     error: str | None = None
     warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/answer_checks.py)
+    record: RunRecord | None = None  # fairplay_run.json as the run wrote it: the typed header, then the body
 
 
 _enc = msgspec.json.Encoder()
@@ -187,7 +187,7 @@ class ReaderRun:
             reader_failures=sum(len(f) for f in self.failures),
             failed_stories=[st.id for st, f in zip(self.stories, self.failures) if f],
             requests=dict(run.llm.counts.requests), cache_hits=dict(run.store.counts.hits),
-            metrics=self.metrics, error=run.error, warnings=self.readers.checks.warnings())
+            metrics=self.metrics, error=run.error, warnings=self.readers.checks.warnings(), record=run.written)
 
     # -- outputs --------------------------------------------------------------
 
@@ -210,8 +210,7 @@ class ReaderRun:
 
 
 async def fairplay_async(cfg: FairPlayConfig, stories_path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
-                         metrics_options: dict[str, Any] | None = None, *,
-                         transport: Transport | None = None) -> FairPlayRun:
+                         metrics_options: dict[str, Any] | None = None) -> FairPlayRun:
     """Run the readers over a stories file and write DIR/readers.jsonl, then the
     metrics (reports/fairplay_metrics.py). Problems before the start raise
     TensionError; during the run they end it with status "failed", all completed
@@ -221,7 +220,7 @@ async def fairplay_async(cfg: FairPlayConfig, stories_path: str | os.PathLike[st
         stories, extract, errors = read_stories(stories_path, cfg)
         run = open_run(cfg, "fairplay", progress=Progress(enabled=cfg.progress, stories=len(stories)),
                        partial=out / "readers.partial.jsonl", record_path=out / "fairplay_run.json",
-                       roles=("reader", "generation", "judge", "models"), transport=transport,
+                       roles=("reader", "generation", "judge", "models"),
                        refresh=refresh_roles(cfg.refresh, ("reader", "judge", "generation")))
         reading = ReaderRun(cfg, stories, run, str(stories_path), errors=errors, out=out)
         run.pipeline = reading
@@ -241,11 +240,3 @@ def _metrics(out: Path, cfg: FairPlayConfig, options: dict[str, Any] | None) -> 
     from tension.core.reports.fairplay_metrics import fairplay_metrics
 
     return fairplay_metrics(out / "readers.jsonl", out, actual_csv=cfg.actual, **(options or {}))
-
-
-def fairplay(cfg: FairPlayConfig, stories_path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
-             metrics_options: dict[str, Any] | None = None, *, transport: Transport | None = None) -> FairPlayRun:
-    """Blocking form of `fairplay_async` (uvloop when installed); SIGTERM stops it
-    like Ctrl-C, completed answers committed first."""
-    return run_blocking(lambda: fairplay_async(cfg, stories_path, out_dir, metrics_options, transport=transport))
-

@@ -29,7 +29,6 @@ from tension.core.inputs.corpus import Corpus, Skipped, read_corpus
 from tension.core.inputs.jsonl import FileError
 from tension.core.llm.replicas import in_shard
 from tension.core.llm.traits import is_context_error
-from tension.core.llm.transport import Transport
 from tension.core.pipelines.ideal import constants, template_pieces
 from tension.core.pipelines.score.feed import PositionFeed, max_open
 from tension.core.pipelines.score.folder import earlier_run
@@ -48,13 +47,12 @@ from tension.core.pipelines.score.rounds import AdaptiveTally, draw
 from tension.core.pipelines.score.watch import AnswerWatch
 from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.reports.metrics import MetricsResult
-from tension.core.run.blocking import run_blocking
 from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir, warn
 from tension.core.run.progress import Progress
 from tension.core.run.reads import chat_key
-from tension.core.run.record import Failure, Invocations
+from tension.core.run.record import Failure, Invocations, RunRecord
 
-__all__ = ["NO_POSITIONS", "NO_STORIES", "Position", "PositionResult", "Failure", "RunSummary", "Scoring", "score",
+__all__ = ["NO_POSITIONS", "NO_STORIES", "Position", "PositionResult", "Failure", "RunSummary", "Scoring",
            "score_async"]
 
 NO_POSITIONS = "no position to score"  # opens the error of a corpus that yields none (no result at all)
@@ -84,6 +82,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     warnings: list[AnswerWarning] = []  # degenerate answers (core/pipelines/score/watch.py)
     bad_records: int = 0  # input errors of single records (not of the whole file: empty, a JSON array)
     computed: MetricsResult | None = None  # the statistics written (a complete run's): curves, stories, groups
+    record: RunRecord | None = None  # run.json as the run wrote it: the typed header, then the body
 
 
 class Scoring:
@@ -278,12 +277,13 @@ def out_folder(run: Run) -> Path:
 
 # -- entry points ---------------------------------------------------------------------
 
-async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Path, *,
-                      transport: Transport | None = None) -> RunSummary:
+async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Path) -> RunSummary:
     """Score a corpus; see the module docstring. Raises TensionError for problems
     that stop the run before it starts; problems during the run end it with
     status "failed" (or "interrupted" on cancellation), everything completed kept.
-    `transport` replaces HTTP (tests: an in-process server)."""
+    Its one caller is the API (``tension.score``, ``score_async``), and the CLI
+    through it; a test's in-process server is reached by its base URL
+    (core/llm/transport.py `served_in_process`)."""
     count = local_counter(cfg)  # a bad --tokenizer is a usage error, found before any work
     out = prepare_out_dir(out_dir)
     with out_lock(out, out / LOCK_NAME, "score", "folder"):
@@ -293,7 +293,7 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
             corpus.stories = [st for st in corpus.stories if in_shard(st.id, *shard)]
         run = open_run(cfg, "score", progress=Progress(enabled=cfg.progress, stories=len(corpus.stories)),
                        partial=out / "positions.partial.jsonl", record_path=out / "run.json", roles=ROLES,
-                       transport=transport, refresh=cfg.refresh_roles())
+                       refresh=cfg.refresh_roles())
         scoring = Scoring(cfg, corpus, run, count, corpus_path)
         scoring.before_shard = kept
         scoring.earlier, other = earlier_run(out / "run.json", cfg, corpus_path)
@@ -326,11 +326,4 @@ def _summary(scoring: Scoring, run: Run, out: Path) -> RunSummary:
         replicas=scoring.replica_figures(), replica_events=list(scoring.replica_events),
         warnings=scoring.watch.warnings(),
         bad_records=sum(not isinstance(e, FileError) for e in corpus.errors),
-        computed=scoring.computed if run.status == "complete" else None)
-
-
-def score(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Path, *,
-          transport: Transport | None = None) -> RunSummary:
-    """Blocking form of ``score_async`` on uvloop (asyncio when uvloop is missing).
-    SIGTERM stops the run like Ctrl-C: completed work is committed first."""
-    return run_blocking(lambda: score_async(cfg, corpus_path, out_dir, transport=transport))
+        computed=scoring.computed if run.status == "complete" else None, record=run.written)
