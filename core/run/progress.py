@@ -27,7 +27,7 @@ from tension.cache.records import Usage
 
 __all__ = ["Eta", "Pace", "Progress", "FIRST", "QUIET", "duration"]
 
-FIRST = (8, 2.0)  # the estimate waits for this many fresh answers and seconds
+FIRST = (8, 2.0)  # the estimate waits for this many fresh answers and seconds of work
 QUIET = 600.0  # a run with less time left than this is not told it (nor one under long_run, if shorter)
 
 
@@ -80,6 +80,7 @@ class Progress:
         self.eta: Eta | None = None
         self._say = say
         self._t0 = time.monotonic()
+        self._work: float | None = None  # when the first item started: the pace's clock (not the set-up's)
         self._last = 0.0
         self.extra: Callable[[], str] | None = None  # more postfix, e.g. per-replica requests
 
@@ -87,6 +88,8 @@ class Progress:
         """An item (a story, an idea) starts, with `n` units of work."""
         self.stories_started += 1
         self.units += n
+        if self._work is None:
+            self._work = time.monotonic()
         if self._bar is not None:
             self._bar.total += n
             self._bar.set_description(f"{self.stories_started}/{self.stories} stories", refresh=False)
@@ -135,7 +138,7 @@ class Progress:
         return max(0, round((self.expected_units() - self.done) * pace.per_unit) - self._open)
 
     def _rate(self, now: float) -> float:
-        return self.answers / max(1e-9, now - self._t0)
+        return self.answers / max(1e-9, now - (self._work if self._work is not None else self._t0))
 
     def _postfix(self, now: float) -> None:
         assert self._bar is not None
@@ -154,9 +157,9 @@ class Progress:
         """Once FIRST is reached: the pace kept, and said when the run is long."""
         pace = self.pace
         assert pace is not None
-        at = now - self._t0
-        if self.answers < FIRST[0] or at < FIRST[1] or self.stories_started == 0:
+        if self._work is None or self.answers < FIRST[0] or now - self._work < FIRST[1]:
             return
+        at = now - self._t0
         rate = self._rate(now)
         left = self.answers_left()
         seconds = left / rate
