@@ -334,8 +334,8 @@ def fewer_endings(cfg: ScoreConfig, rate: float, units: float) -> str:
     called = INVOCATION.get()
     if called is not None:  # the Python API: its call, not a command line
         return f"with endings={FEWER_ENDINGS} it would take {seconds} (a wider interval per position)"
-    argv, skip = [], False
-    for word in redact_argv(sys.argv):
+    argv, skip, shown = [], False, redact_argv(sys.argv)
+    for word in shown:
         if skip or word == "--endings":
             skip = not skip
             continue
@@ -343,7 +343,8 @@ def fewer_endings(cfg: ScoreConfig, rate: float, units: float) -> str:
             argv.append(word)
     argv += ["--endings", str(FEWER_ENDINGS)]
     return (f"with --endings {FEWER_ENDINGS} it would take {seconds} (a wider interval per position): "
-            + " ".join(shlex.quote(a) for a in argv))
+            + " ".join(shlex.quote(a) for a in argv)
+            + (" (its secrets are shown as ***: give them again)" if shown != sys.argv else ""))
 
 
 def _summary(scoring: Scoring, run: Run, out: Path) -> RunSummary:
