@@ -44,6 +44,7 @@ ADDED = {
               "--refresh",  # issue 25: ask a broken setup's cached answers again
               *("--interval-resamples", "--interval-seed"),  # issue 27: per-story intervals (docs/metrics.md 1.6)
               "--max-model-len",  # issue 26: a config key only before; servers that do not publish their context
+              "--long-run-seconds",  # issue 35 (M4): a slow server's run is told what to lower
               *ADAPTIVE},
     "estimate": {"--judge-constraint", "--max-model-len",  # estimate and bench take score's judging flags
                  # issue 29: the block-level prefix-cache model (docs/cost.md)

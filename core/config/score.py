@@ -169,6 +169,10 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     cache_max_gb: CacheMaxGB = None
     save_texts: Annotated[bool, flag("also write texts.jsonl with every ending and verdict", OUTPUTS)] = False
     progress: Progress = True
+    # M4 of ../shared/reviews/external-servers-2026-12-02.md: a slow server's hour, said at its start
+    long_run_seconds: Annotated[float, flag(
+        "with the progress bar: a run expected to take longer than this many seconds is told, once its first "
+        "answers are in, what to lower (0: never)", OUTPUTS, bounds=Bounds(ge=0))] = 3600.0
     report: Annotated[bool, flag("write report.md, tables and figures at the end", OUTPUTS)] = True
     gpu_hour_usd: Annotated[float | None, flag("price of a GPU-hour, for the report's cost line",
                                                OUTPUTS, bounds=Bounds(ge=0))] = None

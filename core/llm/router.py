@@ -42,7 +42,7 @@ from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_de
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import Replica
 from tension.core.llm.unreadable import Unreadable
-from tension.core.llm.vllm_router import LocalRouter, RouterSettings
+from tension.core.llm.vllm_router import LocalRouter, RouterSettings, health_status
 from tension.core.redact import redact
 
 __all__ = ["Router", "ReplicaStats", "routing", "ITEM_KEY", "WATCH_SECONDS"]
@@ -262,7 +262,8 @@ class Router:
             s.up = up
 
     def take_out(self, url: str, why: str) -> None:
-        """The run took `url` out of the router (it answers unreadably)."""
+        """The run took `url` out of the router (it answers unreadably), or started the
+        router without it (the router would mark it unhealthy: `routing`)."""
         s = self._stats[url]
         s.up, s.taken_out = False, why
 
@@ -304,13 +305,15 @@ async def routing(*routers: Router) -> AsyncIterator[None]:
     generation servers shares their router, and their prefix caches)."""
     started: dict[tuple[str, ...], LocalRouter] = {}
     groups: dict[tuple[str, ...], list[Router]] = {}
+    left_out: dict[tuple[str, ...], dict[str, str]] = {}
     try:
         for r in routers:
             if r.single:
                 continue
             key = tuple(r.workers)
             if key not in started:
-                local = LocalRouter(r.workers, settings=r.settings)
+                left_out[key] = out = await _unhealthy_to_the_router(r)
+                local = LocalRouter([w for w in r.workers if w not in out], settings=r.settings)
                 await asyncio.to_thread(local.check_workers)
                 local.spawn()  # on the loop's thread, which outlives the router (LocalRouter.spawn)
                 started[key] = local
@@ -320,12 +323,55 @@ async def routing(*routers: Router) -> AsyncIterator[None]:
             groups.setdefault(key, []).append(r)
         for key, group in groups.items():
             _watch_workers(started[key], group)
+            _tell_left_out(started[key], group, left_out[key])
         yield
     finally:
         for local in started.values():
             for r in routers:
                 r.client.server(local.url).behind_router(None, None)
             await asyncio.to_thread(local.stop)
+
+
+async def _unhealthy_to_the_router(r: Router) -> dict[str, str]:
+    """The servers of `r` that vllm-router would mark unhealthy although the run's
+    own checks pass them, each with why: a GET /health that needs the API key (the
+    run sends it, the router's health checks do not; L4 of
+    ../shared/reviews/external-servers-2026-12-02.md: LiteLLM's /health answers 500
+    without one, and the run went on silently on the other server). None of them
+    left is an error: the router would have no server."""
+    if not r.client.has_key:
+        return {}
+    out = {}
+    for url in r.workers:
+        status = await asyncio.to_thread(health_status, url, PROBE_TIMEOUT)
+        if status is None or status in (404, 405):  # healthy, down (the router waits), or no /health at all
+            continue
+        if await r.client.get_text(url, "/health", timeout=PROBE_TIMEOUT) is not None:
+            out[url] = (f"its GET /health answers HTTP {status} without the API key, and vllm-router's health "
+                        "checks send none")
+    if len(out) == len(r.workers):
+        raise ConfigError(f"every {r.role} server's GET /health needs the API key ({', '.join(map(redact, out))}), "
+                          "and vllm-router's health checks send none: it would mark them all unhealthy. Let /health "
+                          "answer without a key, or give one server alone (no router)")
+    return out
+
+
+def _tell_left_out(local: LocalRouter, group: list[Router], out: dict[str, str]) -> None:
+    """Servers the router was started without (`_unhealthy_to_the_router`): said at
+    the start, and kept in each role's figures (run.json `replicas[].taken_out`)."""
+    if not out:
+        return
+    roles = " and ".join(r.role for r in group)
+    for r in group:
+        for url, why in out.items():
+            r.take_out(url, why)
+    asked = len(group[0].workers)
+    why = "; ".join(f"{redact(url)} unhealthy ({why})" for url, why in out.items())
+    message = (f"asked for {asked} {roles} servers, vllm-router uses {len(local.workers)}: {why}; let its /health "
+               "answer without a key, or leave it out of the base URLs")
+    tell = group[0].on_change or group[0].client.outages.notice
+    if tell is not None:
+        tell(message)
 
 
 def _watch_workers(local: LocalRouter, group: list[Router]) -> None:

@@ -37,7 +37,7 @@ from tension.core.errors import ConfigError, ServerError
 from tension.core.llm.failures import RetryPolicy, status_error
 
 __all__ = ["RouterSettings", "LocalRouter", "router_binary", "router_command", "free_port", "health_missing",
-           "startup_cause", "MISSING"]
+           "health_status", "startup_cause", "MISSING"]
 
 MISSING = ("the vLLM router is not installed: `pip install 'tension-run[router]'` "
            "(or `pip install vllm-router`) puts the `vllm-router` binary next to tension-run")
@@ -249,11 +249,19 @@ def health_missing(url: str, timeout: float = 10.0) -> int | None:
     """The status of `url`'s GET /health when it says the endpoint is missing
     (404, 405), else None: a server that is up, loading, or down is the router's
     to wait for and the /v1/models check's to name."""
+    status = health_status(url, timeout)
+    return status if status in (404, 405) else None
+
+
+def health_status(url: str, timeout: float = 10.0) -> int | None:
+    """The HTTP status of `url`'s GET /health as the router asks it, with no API key
+    (vllm-router 0.1.17 sends none, --api-key or not); None when it answers 2xx or
+    cannot be reached."""
     try:
         with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=timeout):
             return None
     except urllib.error.HTTPError as e:
-        return e.code if e.code in (404, 405) else None
+        return e.code
     except OSError:
         return None
 

@@ -114,6 +114,7 @@ class _Chunks:
         self.since = since  # `--refresh`: pieces kept before it are asked again
         self.cached = Usage()  # what the pieces read back used (the whole answer's usage holds it)
         self.fresh = (0, 0)  # (pieces, texts) kept by this request: its whole record settles them
+        self.texts = 0  # texts of the pieces, read back or fresh (counted as they come)
 
     def kept(self, start: int, count: int) -> ChatResult | None:
         rec = self.engine.reads.endings_at(chunk_key(self.request, start, count))
@@ -121,6 +122,7 @@ class _Chunks:
             return None
         self.engine._cached(rec.usage)
         self.cached.add(rec.usage)
+        self.texts += count
         return ChatResult(texts=rec.texts, finish_reasons=rec.finish_reasons, model=rec.model, usage=rec.usage,
                           seconds=rec.seconds)
 
@@ -128,6 +130,8 @@ class _Chunks:
         self.engine._keep("endings", chunk_key(self.request, start, len(piece.texts)), endings_record(piece),
                           replace=self.since is not None, chunk=True)
         self.fresh = (self.fresh[0] + 1, self.fresh[1] + len(piece.texts))
+        self.texts += len(piece.texts)
+        self.engine.progress.answered(len(piece.texts))  # the bar moves before the position is done
 
 
 class Engine:
@@ -273,6 +277,8 @@ class Engine:
             finally:
                 PARTS.reset(token)
             rec = make(res)
+            got = len(rec.texts) if isinstance(rec, records.Endings) else 1
+            self.progress.answered(max(0, got - (parts.texts if parts is not None else 0)))  # pieces: counted
             if parts is not None and parts.cached.requests:
                 rec.usage = Usage()  # the whole answer's: its pieces read back included
                 for used in (res.usage, parts.cached):
@@ -309,6 +315,7 @@ class Engine:
             if links:
                 rec.of_ending = links[i]
             self._keep("verdicts", chat_key(request), rec, replace=since is not None)
+            self.progress.answered()
             out.texts[i], out.first_logprobs[i] = rec.text, rec.first_logprobs
             out.usage.add(rec.usage)
 

@@ -305,7 +305,7 @@ class Run:
             wall_seconds=self.wall(),
             config=self.settings.public(), models=self.pipeline.models() if self.pipeline is not None else {},
             versions=versions(), requests=dict(counts.requests),
-            http=Http(attempts=c.sent, retries=c.retries, followups=counts.followups),
+            http=Http(attempts=c.sent, retries=c.retries, followups=counts.followups, eta=self.progress.eta),
             usage_this_run=counts.usage_sent, usage_all_answers=counts.usage_all,
             cache=CacheFigures(path=str(self.store.path), hits=dict(sc.hits), misses=dict(sc.misses),
                                writes=dict(sc.writes), damaged=dict(sc.damaged)),

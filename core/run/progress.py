@@ -1,22 +1,69 @@
 """The progress bar of long runs: units done (score's positions, generate's stories
 or paragraphs, fairplay's reader values) of those known so far, items started
 (stories, ideas) of all, requests/s and tokens/s actually sent, cache hits, ETA
-(tqdm; silent when disabled)."""
+(tqdm; silent when disabled).
+
+A unit can take long: a position's 100 endings and 100 verdicts on a server that
+answers one request at a time took over an hour for 33 positions, with the bar at
+0 all along (M4 of ../shared/reviews/external-servers-2026-12-02.md). So the bar
+also counts answers as they come (an ending, a chunk's endings, a verdict) and,
+where the pipeline says how many answers a unit takes (`Pace.per_unit`), the time
+left from the answers per second so far; once the first answers are in (`FIRST`),
+a run with more than `QUIET` seconds left says once on stderr how long it will
+take, and one expected to take longer than `Pace.long_run` also what to lower
+(`Pace.advice`, as a command). The figures said are kept for the run record
+(`Eta`, run.json `http.eta`). Disabled (--no-progress), nothing of it is said,
+and the pace is only kept."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
+import msgspec
 from tqdm.auto import tqdm  # a widget in a notebook, text in a terminal
 
 from tension.cache.records import Usage
 
-__all__ = ["Progress"]
+__all__ = ["Eta", "Pace", "Progress", "FIRST", "QUIET", "duration"]
+
+FIRST = (8, 2.0)  # the estimate waits for this many fresh answers and seconds of work
+QUIET = 600.0  # a run with less time left than this is not told it (nor one under long_run, if shorter)
+
+
+class Eta(msgspec.Struct, kw_only=True):
+    """The run's pace, measured once its first answers were in (run.json `http.eta`)."""
+
+    at_seconds: float  # into the run
+    answers: int  # fresh answers then (endings and verdicts)
+    answers_per_s: float
+    answers_left: int
+    seconds_left: float
+    said: bool  # told on stderr (a long run), or only kept (a short one)
+
+
+class Pace(msgspec.Struct, kw_only=True):
+    """What a pipeline tells the bar about its work, for the time left."""
+
+    per_unit: int  # answers one unit takes (score: a position's endings and verdicts)
+    long_run: float = 3600.0  # seconds; a run expected to take longer is told what to lower (0: never)
+    # what to lower, given the answers per second and the units expected in all: a line, or "" for none
+    advice: Callable[[float, float], str] | None = None
+
+
+def duration(seconds: float) -> str:
+    """'≈ 2 h 05 min', '≈ 14 min', '≈ 40 s'."""
+    s = max(0, round(seconds))
+    if s >= 3600:
+        return f"≈ {s // 3600} h {(s % 3600) // 60:02d} min"
+    if s >= 60:
+        return f"≈ {round(s / 60)} min"
+    return f"≈ {s} s"
 
 
 class Progress:
-    def __init__(self, *, enabled: bool, stories: int, unit: str = "pos"):
+    def __init__(self, *, enabled: bool, stories: int, unit: str = "pos",
+                 say: Callable[[str], None] | None = None):
         self.enabled = enabled
         self._bar = tqdm(total=0, unit=unit, desc=f"0/{stories} stories", disable=not enabled,
                          dynamic_ncols=True, smoothing=0.05) if enabled else None
@@ -25,13 +72,24 @@ class Progress:
         self.hits = 0
         self.fresh_requests = 0
         self.fresh_tokens = 0
+        self.answers = 0  # fresh answers: endings (a chunk's, one by one) and verdicts
+        self._open = 0  # of those, the ones in units not done yet (about)
+        self.units = 0  # units known so far (the bar's total)
+        self.done = 0
+        self.pace: Pace | None = None
+        self.eta: Eta | None = None
+        self._say = say
         self._t0 = time.monotonic()
+        self._work: float | None = None  # when the first item started: the pace's clock (not the set-up's)
         self._last = 0.0
         self.extra: Callable[[], str] | None = None  # more postfix, e.g. per-replica requests
 
     def item_started(self, n: int) -> None:
         """An item (a story, an idea) starts, with `n` units of work."""
         self.stories_started += 1
+        self.units += n
+        if self._work is None:
+            self._work = time.monotonic()
         if self._bar is not None:
             self._bar.total += n
             self._bar.set_description(f"{self.stories_started}/{self.stories} stories", refresh=False)
@@ -43,17 +101,81 @@ class Progress:
         self.fresh_requests += usage.requests
         self.fresh_tokens += usage.completion_tokens
 
+    def answered(self, n: int = 1) -> None:
+        """`n` fresh answers came (before their unit is done: the bar moves with them)."""
+        self.answers += n
+        self._open += n
+        now = time.monotonic()
+        if self.eta is None and self.pace is not None:
+            self._first_estimate(now)  # kept for the record, said only with the bar
+        if self._bar is not None and now - self._last > 0.5:
+            self._postfix(now)
+            self._bar.refresh()
+
     def unit_done(self) -> None:
+        self.done += 1
+        if self.pace is not None:
+            self._open = max(0, self._open - self.pace.per_unit)
         if self._bar is None:
             return
-        self._bar.update(1)
         now = time.monotonic()
         if now - self._last > 0.5:
-            self._last = now
-            dt = max(1e-9, now - self._t0)
-            self._bar.set_postfix_str(
-                f"{self.fresh_requests / dt:.1f} req/s, {self.fresh_tokens / dt:.0f} tok/s, "
-                f"{self.hits} cache hits" + (f", {self.extra()}" if self.extra else ""), refresh=False)
+            self._postfix(now)
+        self._bar.update(1)
+
+    # -- the time left -------------------------------------------------------------
+
+    def expected_units(self) -> float:
+        """Units in all: those known, and as many per item for the items not started."""
+        if self.stories_started == 0:
+            return 0.0
+        return self.units * max(1, self.stories) / self.stories_started
+
+    def answers_left(self) -> int:
+        pace = self.pace
+        if pace is None:
+            return 0
+        return max(0, round((self.expected_units() - self.done) * pace.per_unit) - self._open)
+
+    def _rate(self, now: float) -> float:
+        return self.answers / max(1e-9, now - (self._work if self._work is not None else self._t0))
+
+    def _postfix(self, now: float) -> None:
+        assert self._bar is not None
+        self._last = now
+        dt = max(1e-9, now - self._t0)
+        text = f"{self.fresh_requests / dt:.1f} req/s, {self.fresh_tokens / dt:.0f} tok/s, {self.hits} cache hits"
+        if self.answers:
+            text += f", {self.answers} answers"
+            if self.eta is not None and (rate := self._rate(now)) > 0:
+                text += f", {duration(self.answers_left() / rate)} left"
+        if self.extra:
+            text += f", {self.extra()}"
+        self._bar.set_postfix_str(text, refresh=False)
+
+    def _first_estimate(self, now: float) -> None:
+        """Once FIRST is reached: the pace kept, and said when the run is long."""
+        pace = self.pace
+        assert pace is not None
+        if self._work is None or self.answers < FIRST[0] or now - self._work < FIRST[1]:
+            return
+        at = now - self._t0
+        rate = self._rate(now)
+        left = self.answers_left()
+        seconds = left / rate
+        limit = min(QUIET, pace.long_run) if pace.long_run > 0 else QUIET
+        said = seconds > limit and self.enabled and self._say is not None
+        self.eta = Eta(at_seconds=round(at, 1), answers=self.answers, answers_per_s=round(rate, 3),
+                       answers_left=left, seconds_left=round(seconds, 1), said=said)
+        if not said or self._say is None:
+            return
+        line = (f"this run needs {duration(seconds)} more: {rate:.2f} answers (endings and verdicts) per second so "
+                f"far, {left:,} still to come")
+        if pace.long_run > 0 and seconds > pace.long_run and pace.advice is not None:
+            advice = pace.advice(rate, self.expected_units())
+            if advice:
+                line += f"; {advice}"
+        self._say(line)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -20,6 +20,7 @@ import msgspec
 from tension.cache.records import Usage
 from tension.core.errors import NO_ROOM, RunStatus
 from tension.core.inputs.jsonl import atomic_write
+from tension.core.run.progress import Eta
 
 __all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_record", "RunHeader", "RunRecord", "Http",
            "CacheFigures"]
@@ -41,12 +42,14 @@ def versions() -> dict[str, str]:
 
 
 class Http(msgspec.Struct, kw_only=True):
-    """The HTTP side of a run: attempts (retries included), retries, and requests
-    sent to complete short answers."""
+    """The HTTP side of a run: attempts (retries included), retries, requests
+    sent to complete short answers, and the pace once the first answers were in
+    (core/run/progress.py; None: not measured)."""
 
     attempts: int = 0
     retries: int = 0
     followups: int = 0
+    eta: Eta | None = None
 
 
 class CacheFigures(msgspec.Struct, kw_only=True):

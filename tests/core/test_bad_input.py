@@ -446,19 +446,14 @@ def test_bug_skipped_story_is_named_with_its_reason_on_the_console(server, tmp_p
 
 
 @pytest.mark.in_process
-def test_bug_temperature_inf_is_rejected(server, tmp_path, capsys):
+@pytest.mark.parametrize("flag, value, named", [("--temperature", "inf", "temperature:"),
+                                                ("--late-threshold", "2", "late-threshold")])
+def test_bug_a_temperature_of_inf_or_a_late_threshold_above_one_is_rejected(server, tmp_path, capsys, flag, value,
+                                                                             named):
     corpus = _jsonl(tmp_path)
-    rc, out, err = _run(capsys, server, tmp_path, corpus, "--temperature", "inf")
+    rc, out, err = _run(capsys, server, tmp_path, corpus, flag, value)
     assert rc == 2, (out, err)
-    assert "temperature:" in err
-
-
-@pytest.mark.in_process
-def test_bug_late_threshold_above_one_is_rejected(server, tmp_path, capsys):
-    corpus = _jsonl(tmp_path)
-    rc, out, err = _run(capsys, server, tmp_path, corpus, "--late-threshold", "2")
-    assert rc == 2, (out, err)
-    assert "late-threshold" in err
+    assert named in err
 
 
 @pytest.mark.in_process

@@ -1,6 +1,8 @@
-"""Findings M2–M4, L1 and L3 of ../shared/reviews/external-servers-2026-12-02.md, each
+"""Findings M2, M3, L1 and L3 of ../shared/reviews/external-servers-2026-12-02.md, each
 as the user met it (the test server taught the server's measured behaviour), and
-each piece of advice the tool prints tested by running it as printed."""
+each piece of advice the tool prints tested by running it as printed. M4 (a slow
+server's run timed, and what to lower) is in test_run_pace.py, L4 (a router backend
+whose /health needs the key) in test_router_process.py."""
 
 from __future__ import annotations
 

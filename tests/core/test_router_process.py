@@ -148,3 +148,53 @@ def test_route_verb_gives_a_dead_server_up_with_exit_1_as_score_does():
     assert lines[1].startswith("error: server http://127.0.0.1:9 did not answer GET /v1/models: gave up after 2 "
                                "attempt(s)") and "Traceback" not in r.stderr
 
+
+
+def test_two_servers_asked_one_whose_health_needs_the_key_is_said_and_recorded_at_the_start(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """L4 of ../shared/reviews/external-servers-2026-12-02.md: LiteLLM's /health refuses
+    without a key; the run's checks send the key and passed it, vllm-router's health
+    checks send none and marked it unhealthy, and the run finished on the other server
+    without saying so at the start. Now the router is started without it, and the run
+    says so first and keeps it in run.json."""
+    from tension.core.cli import main
+    from tension.testing.corpus import make_corpus
+
+    key = "sk-health-4242"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    with LoopbackServer(model=["test-gen", "test-judge"]) as open_, \
+            LoopbackServer(model=["test-gen", "test-judge"], api_key=key) as keyed:
+        corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=4)
+        out = tmp_path / "out"
+        code = main(["score", str(corpus), "--out", str(out), "--base-url", f"{open_.base_url},{keyed.base_url}",
+                     "--model", "test-gen", "--judge-model", "test-judge", "--endings", "3", "--seed", "7",
+                     "--cache", str(tmp_path / "cache"), "--no-progress", "--no-report"])
+        err = capsys.readouterr().err
+        assert code == 0, err
+        said = (f"asked for 2 generation and judge servers, vllm-router uses 1: {keyed.base_url} unhealthy (its GET "
+                "/health answers HTTP 401 without the API key, and vllm-router's health checks send none)")
+        assert said in err, err
+        assert err.count(said) == 1 and err.startswith("warning: " + said), err  # once, before anything else
+        assert not [r for r in keyed.requests if r.path == CHAT]  # the router never sent it work
+        assert [r for r in open_.requests if r.path == CHAT]
+    doc = json.loads((out / "run.json").read_text())
+    assert said in " ".join(doc["replica_events"])
+    gen = {r["url"]: r for r in doc["replicas"]["generation"]}
+    assert "without the API key" in gen[keyed.base_url]["taken_out"] and not gen[keyed.base_url]["up"]
+    assert gen[open_.base_url]["taken_out"] is None
+
+
+def test_every_server_whose_health_needs_the_key_is_a_clear_error_before_the_router_starts(tmp_path, capsys,
+                                                                                          monkeypatch):
+    from tension.core.cli import main
+    from tension.testing.corpus import make_corpus
+
+    key = "sk-health-4343"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    with LoopbackServer(model=["test-gen"], api_key=key) as a, LoopbackServer(model=["test-gen"], api_key=key) as b:
+        corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
+        code = main(["score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", f"{a.base_url},{b.base_url}",
+                     "--model", "test-gen", "--endings", "3", "--cache", str(tmp_path / "cache"), "--no-progress"])
+        err = capsys.readouterr().err
+    assert code == 2, err
+    assert "every generation server's GET /health needs the API key" in err and "Traceback" not in err

@@ -17,6 +17,8 @@ it is the same bytes however the run was interrupted and resumed.
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -45,10 +47,11 @@ from tension.core.pipelines.score.prompt_tokens import PromptTokens, ServerReadi
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
 from tension.core.pipelines.score.rounds import AdaptiveTally, draw
 from tension.core.pipelines.score.watch import AnswerWatch
+from tension.core.redact import redact_argv
 from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.reports.metrics import MetricsResult
-from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir, warn
-from tension.core.run.progress import Progress
+from tension.core.run.lifecycle import INVOCATION, LOCK_NAME, Run, open_run, out_lock, prepare_out_dir, warn
+from tension.core.run.progress import Pace, Progress, duration
 from tension.core.run.reads import chat_key
 from tension.core.run.record import Failure, Invocations, RunRecord
 
@@ -291,7 +294,11 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
         kept = len(corpus.stories)
         if (shard := cfg.shard_spec()) is not None:  # --shard I/N: this process's share of the stories
             corpus.stories = [st for st in corpus.stories if in_shard(st.id, *shard)]
-        run = open_run(cfg, "score", progress=Progress(enabled=cfg.progress, stories=len(corpus.stories)),
+        progress = Progress(enabled=cfg.progress, stories=len(corpus.stories), say=lambda m: warn(m, "note"))
+        if not cfg.adaptive:  # a position's answers: its endings and their verdicts
+            progress.pace = Pace(per_unit=2 * cfg.endings, long_run=cfg.long_run_seconds,
+                                 advice=lambda rate, units: fewer_endings(cfg, rate, units))
+        run = open_run(cfg, "score", progress=progress,
                        partial=out / "positions.partial.jsonl", record_path=out / "run.json", roles=ROLES,
                        refresh=cfg.refresh_roles())
         scoring = Scoring(cfg, corpus, run, count, corpus_path)
@@ -313,6 +320,32 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
                         report(out, gpu_hour_usd=cfg.gpu_hour_usd,
                                usd_per_mtok=(cfg.input_usd_per_mtok, cfg.output_usd_per_mtok))
     return _summary(scoring, run, out)
+
+
+FEWER_ENDINGS = 20  # what a long run is told to try first (the review's figure; a wider interval per position)
+
+
+def fewer_endings(cfg: ScoreConfig, rate: float, units: float) -> str:
+    """What a run expected to take long could lower, as a command, with the time it
+    would take at `rate` answers per second for `units` positions ("" when it asks
+    FEWER_ENDINGS already)."""
+    if cfg.endings <= FEWER_ENDINGS:
+        return ""
+    seconds = duration(units * 2 * FEWER_ENDINGS / max(rate, 1e-9))
+    called = INVOCATION.get()
+    if called is not None:  # the Python API: its call, not a command line
+        return f"with endings={FEWER_ENDINGS} it would take {seconds} (a wider interval per position)"
+    argv, skip, shown = [], False, redact_argv(sys.argv)
+    for word in shown:
+        if skip or word == "--endings":
+            skip = not skip
+            continue
+        if not word.startswith("--endings="):
+            argv.append(word)
+    argv += ["--endings", str(FEWER_ENDINGS)]
+    return (f"with --endings {FEWER_ENDINGS} it would take {seconds} (a wider interval per position): "
+            + " ".join(shlex.quote(a) for a in argv)
+            + (" (its secrets are shown as ***: give them again)" if shown != sys.argv else ""))
 
 
 def _summary(scoring: Scoring, run: Run, out: Path) -> RunSummary:
