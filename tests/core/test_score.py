@@ -242,7 +242,7 @@ def test_a_completed_run_keeps_its_partial_file_with_this_runs_lines_in_commit_o
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=4)
     out = tmp_path / "out"
     for _ in range(2):  # the run, then a rerun from the cache
-        assert score(cfg_for(server, tmp_path), corpus, out).status == "complete"
+        assert tension.score(corpus, out=out, **cfg_for(server, tmp_path)).summary.status == "complete"
         final = (out / "positions.jsonl").read_text().splitlines()
         partial = (out / "positions.partial.jsonl").read_text().splitlines()
         assert sorted(partial) == sorted(final) and len(final) > 1
