@@ -29,8 +29,9 @@ def cmd_route(args) -> int:
     # a worker that does not answer is asked again, then stops `route` with exit 1, as
     # a server that stays down stops `score` (docs/reliability.md, "Exit statuses")
     retry = msgspec.structs.replace(ROUTE_RETRY, attempts=args.retries)
-    models = worker_models(urls, checked_key(os.environ.get(API_KEY_ENV), f"the environment variable {API_KEY_ENV}"),
-                           retry=retry, say=lambda line: print(line, file=sys.stderr, flush=True))
+    key = checked_key(os.environ.get(API_KEY_ENV), f"the environment variable {API_KEY_ENV}")
+    models = worker_models(urls, key, retry=retry, say=lambda line: print(line, file=sys.stderr, flush=True))
+    urls = _healthy_to_the_router(urls, key)
     router = LocalRouter(urls, settings=RouterSettings(policy=args.policy), host=args.host, port=args.port)
     # SIGTERM ends the router as Ctrl-C does (a service manager stops it that way)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -51,6 +52,28 @@ def cmd_route(args) -> int:
     router.keep_log = True  # named below
     print(f"error: vllm-router exited with status {code}; its log: {router.log}", file=sys.stderr)
     return 1
+
+
+def _healthy_to_the_router(urls: list[str], key: str | None) -> list[str]:
+    """`urls` without the servers vllm-router would mark unhealthy though they serve
+    with the key (their /health needs it; the router's checks send none), said first
+    as `score` says it; none left is a setting to change (exit 2)."""
+    from tension.core.errors import ConfigError
+    from tension.core.llm.vllm_router import health_needs_key
+    from tension.core.redact import redact
+
+    out = {url: why for url in urls if (why := health_needs_key(url, key)) is not None}
+    if not out:
+        return urls
+    kept = [u for u in urls if u not in out]
+    if not kept:
+        raise ConfigError(f"every server's GET /health needs the API key ({', '.join(map(redact, out))}), and "
+                          "vllm-router's health checks send none: it would mark them all unhealthy. Let /health "
+                          "answer without a key, or give `score` the server alone (no router)")
+    why = "; ".join(f"{redact(url)} unhealthy ({why})" for url, why in out.items())
+    print(f"warning: asked for {len(urls)} servers, vllm-router uses {len(kept)}: {why}; let its /health "
+          "answer without a key, or leave it out of the URLs", file=sys.stderr, flush=True)
+    return kept
 
 
 def _route_flags(p) -> None:

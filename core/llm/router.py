@@ -42,7 +42,7 @@ from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_de
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import Replica
 from tension.core.llm.unreadable import Unreadable
-from tension.core.llm.vllm_router import LocalRouter, RouterSettings, health_status
+from tension.core.llm.vllm_router import HEALTH_NEEDS_KEY, LocalRouter, RouterSettings, health_status
 from tension.core.redact import redact
 
 __all__ = ["Router", "ReplicaStats", "routing", "ITEM_KEY", "WATCH_SECONDS"]
@@ -347,8 +347,7 @@ async def _unhealthy_to_the_router(r: Router) -> dict[str, str]:
         if status is None or status in (404, 405):  # healthy, down (the router waits), or no /health at all
             continue
         if await r.client.get_text(url, "/health", timeout=PROBE_TIMEOUT) is not None:
-            out[url] = (f"its GET /health answers HTTP {status} without the API key, and vllm-router's health "
-                        "checks send none")
+            out[url] = HEALTH_NEEDS_KEY.format(status=status)
     if len(out) == len(r.workers):
         raise ConfigError(f"every {r.role} server's GET /health needs the API key ({', '.join(map(redact, out))}), "
                           "and vllm-router's health checks send none: it would mark them all unhealthy. Let /health "

@@ -266,6 +266,28 @@ def health_status(url: str, timeout: float = 10.0) -> int | None:
         return None
 
 
+HEALTH_NEEDS_KEY = ("its GET /health answers HTTP {status} without the API key, and vllm-router's health checks "
+                    "send none")
+
+
+def health_needs_key(url: str, api_key: str | None, timeout: float = 10.0) -> str | None:
+    """Why vllm-router would mark `url` unhealthy although it serves with `api_key`:
+    its GET /health refuses without the key and answers with it (L4 of
+    ../shared/reviews/external-servers-2026-12-02.md, LiteLLM's proxy); None when the
+    router sees what the run sees (no key, healthy, down, or no /health at all)."""
+    if not api_key:
+        return None
+    status = health_status(url, timeout)
+    if status is None or status in (404, 405):
+        return None
+    req = urllib.request.Request(url.rstrip("/") + "/health", headers={"Authorization": f"Bearer {api_key}"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout):
+            return HEALTH_NEEDS_KEY.format(status=status)
+    except OSError:  # refused with the key too: the router's wait and the /v1/models check name it
+        return None
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 

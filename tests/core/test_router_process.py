@@ -198,3 +198,30 @@ def test_every_server_whose_health_needs_the_key_is_a_clear_error_before_the_rou
         err = capsys.readouterr().err
     assert code == 2, err
     assert "every generation server's GET /health needs the API key" in err and "Traceback" not in err
+
+
+def test_route_verb_leaves_out_a_server_whose_health_needs_the_key_and_says_so_first(tmp_path):
+    """L4 through `route` (it starts the router itself, without `score`'s check): the
+    keyed server is left out and said first; every server keyed is a setting (exit 2)."""
+    key = "sk-health-4444"
+    env = {**os.environ, "OPENAI_API_KEY": key}
+    with LoopbackServer(model="test-gen") as open_, LoopbackServer(model="test-gen", api_key=key) as keyed:
+        p = subprocess.Popen([sys.executable, "-m", "tension.core.cli", "route", open_.base_url, keyed.base_url,
+                              "--port", str(free_port())],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            first = p.stdout.readline()
+            assert first.startswith("vllm-router ready: http://127.0.0.1:") and " over 1 server(s) " in first, \
+                first + p.stderr.read()
+            p.send_signal(signal.SIGINT)
+            _, err = p.communicate(timeout=15)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        assert err.startswith(f"warning: asked for 2 servers, vllm-router uses 1: {keyed.base_url} unhealthy (its "
+                              "GET /health answers HTTP 401 without the API key"), err
+        assert key not in err
+        r = subprocess.run([sys.executable, "-m", "tension.core.cli", "route", keyed.base_url, keyed.base_url],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.startswith("error: every server's GET /health needs the API key") and "Traceback" not in r.stderr
