@@ -246,17 +246,15 @@ def plot_computed(computed: ComputedMetrics | None, story: str | None, bars: str
     return curve_plot(curve.id, curve.x, curve.y, computed.settings)
 
 
-class ScoreResult(_Result, kw_only=True):
-    """`score`: per-story statistics (stories.csv), group statistics with their
-    intervals (groups.csv), the run record (run.json: ``run`` as plain data,
-    ``header`` its typed header), as the run computed them; ``summary`` is the
-    pipeline's RunSummary (requests, cache hits, failures, warnings)."""
+class _Statistics(_Result, kw_only=True):
+    """A result of story and group statistics (score, metrics): its tables, the
+    per-story frame, and the report's figures drawn from what was computed."""
 
     stories: Table | None
     groups: Table | None
-    run: dict[str, Any] | None
-    header: RunHeader | None
-    summary: RunSummary
+
+    def _computed(self) -> ComputedMetrics | None:
+        raise NotImplementedError
 
     def to_pandas(self) -> DataFrame:
         """The per-story statistics as a DataFrame."""
@@ -268,7 +266,21 @@ class ScoreResult(_Result, kw_only=True):
     def plot(self, story: str | None = None, *, bars: str | None = None) -> Figure:
         """The report's figure of `story`'s no-rate curve (default: the first
         story's), or with `bars` ("nr", "ir", "retain") of the group bars."""
-        return plot_computed(self.summary.computed, story, bars)
+        return plot_computed(self._computed(), story, bars)
+
+
+class ScoreResult(_Statistics, kw_only=True):
+    """`score`: per-story statistics (stories.csv), group statistics with their
+    intervals (groups.csv), the run record (run.json: ``run`` as plain data,
+    ``header`` its typed header), as the run computed them; ``summary`` is the
+    pipeline's RunSummary (requests, cache hits, failures, warnings)."""
+
+    run: dict[str, Any] | None
+    header: RunHeader | None
+    summary: RunSummary
+
+    def _computed(self) -> ComputedMetrics | None:
+        return self.summary.computed
 
     def view(self, *, host: str = "127.0.0.1", port: int = 0) -> View:
         """Serve the run's view (``tension-run view OUT``) from a background
@@ -276,25 +288,16 @@ class ScoreResult(_Result, kw_only=True):
         return serve_view(self.out, host, port)
 
 
-class MetricsResult(_Result, kw_only=True):
+class MetricsResult(_Statistics, kw_only=True):
     """`metrics`: per-story and group statistics of saved curves; ``errors`` are
     the lines that failed (file, line, field); ``computed`` the library's
     reports.metrics.MetricsResult (curves, kernel statistics, GroupStat)."""
 
-    stories: Table | None
-    groups: Table | None
     errors: list[str]
     computed: ComputedMetrics
 
-    def to_pandas(self) -> DataFrame:
-        return _frame(self.stories)
-
-    def _shown(self) -> Table | None:
-        return self.stories
-
-    def plot(self, story: str | None = None, *, bars: str | None = None) -> Figure:
-        """As ScoreResult.plot: a story's curve, or the group bars."""
-        return plot_computed(self.computed, story, bars)
+    def _computed(self) -> ComputedMetrics | None:
+        return self.computed
 
 
 class EstimateResult(_Result, kw_only=True):
