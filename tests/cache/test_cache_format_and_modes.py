@@ -16,11 +16,11 @@ from pathlib import Path
 
 import lmdb
 import pytest
-from test_merge import cache_with, key, score_argv, verdict
 
 from tension.cache import records
 from tension.cache.store import FORMAT_VERSION, Store
 from tension.core.cli import main
+from tension.testing.cache_records import cache_with, key, score_argv, verdict
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
