@@ -68,7 +68,7 @@ ANSWER_KNOBS: dict[str, Any] = dict(
     max_model_len=MAX_MODEL_LEN, record=True, prefix_cache_blocks=2_000_000, serve_metrics=True,
     misbehave=None, serve_tokenize=True, serve_health=True, serve_usage=True, batching=False,
     template_quirk=None, dialect="vllm", slots=4, max_n=0, serve_props=True, owned_by=None, refuse=None,
-    stream_cut=0, misnumber=None, misnumber_paths=(CHAT_PATH, COMPLETIONS_PATH), answer_model=None,
+    n_refusal=None, stream_cut=0, misnumber=None, misnumber_paths=(CHAT_PATH, COMPLETIONS_PATH), answer_model=None,
 )
 
 # --------------------------------------------------------------------------- tokenizer
@@ -455,7 +455,7 @@ class AnswerModel:
     """The answers' state and makers, for a door to mix in (LoopbackServer,
     InProcessServer). The door sets the knobs as plain attributes (`models`, `model`,
     `empty_rate`, `yes_rate`, `malformed_rate`, `max_model_len`, `prefix_cache_blocks`,
-    `record`, `misbehave`, `dialect`, `slots`, `max_n`, `refuse`, `batching`,
+    `record`, `misbehave`, `dialect`, `slots`, `max_n`, `refuse`, `n_refusal`, `batching`,
     `template_quirk`, `misnumber`, `misnumber_paths`, `answer_model`; see LoopbackServer) and calls `_init_model_state` once."""
 
     models: tuple[str, ...]
@@ -884,9 +884,8 @@ class AnswerModel:
             contents = _llamacpp_constrained(body, contents)
         if python:
             contents = contents[:1]  # it drops `n` (exclude={"n", …}): always one choice
-        n_refusal = getattr(self, "n_refusal", None)  # the HTTP server's (a hosted API's wording of the limit)
-        if self.max_n > 0 and n_refusal and n > self.max_n:
-            raise _BadRequest(400, n_refusal.format(max_n=self.max_n, n=n), "invalid_request_error")
+        if self.max_n > 0 and self.n_refusal and n > self.max_n:  # a hosted API's wording of the limit
+            raise _BadRequest(400, self.n_refusal.format(max_n=self.max_n, n=n), "invalid_request_error")
         if self.max_n > 0:
             contents = contents[: self.max_n]
         if fault == "few_choices":
