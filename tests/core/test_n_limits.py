@@ -15,7 +15,6 @@ import pytest
 
 from tension.core.cli import main
 from tension.core.llm.servers import N_PROBES
-from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
 from tension.testing.openai_server import CHAT_PATH
 
@@ -36,11 +35,6 @@ LEARNED = {"openai": LIMIT, "never seen": LIMIT, "no number": 6}
 
 def _server(wording: str) -> InProcessServer:
     return InProcessServer(model="test-gen", max_n=LIMIT, n_refusal=WORDINGS[wording])
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    return make_corpus(tmp_path / "c.jsonl", 2, seed=3)
 
 
 def _score(base_url: str, corpus, out, cache) -> int:
