@@ -1,14 +1,26 @@
-"""The report's curve figures: a new matplotlib figure per story (`curve_figure`,
-as `view` and a single figure use it) against one reused frame (`CurvePlot`, as the
-report draws its up to 50 curves), client CPU per curve, on the same 30 synthetic
-curves of 10–40 positions.
+"""The report's figures, client CPU (user + sys of this process) side by side in one
+run, interleaved so that the machine's load falls on both alike:
 
-    python bench/figures.py [--curves 30]
+- curves: a new matplotlib figure per story (`curve_figure`, as `view` and a single
+  figure use it) against one reused frame (`CurvePlot`, as the report draws its up
+  to 50 curves), on the same synthetic curves of 10–40 positions;
+- group bars: the way they were drawn before issue 39 (a pyplot figure,
+  `fig.tight_layout()`, `savefig`: tight_layout leaves a layout engine on the figure,
+  so savefig laid it out in a draw of its own before the draw it wrote) against
+  `bars_figure` now (a figure outside pyplot, laid out once, drawn once), the
+  report's three bar figures of 4 groups; the PNGs' pixels compared;
+- the import a process pays for `tension.core.reports.figures` (the view imports it
+  for `sharp_reversals`): before, with pyplot, its backend and PIL at import, against
+  now (matplotlib imported at the first figure), each in a fresh interpreter.
+
+    python bench/figures.py [--curves 30] [--reports 10] [--imports 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import tempfile
 import time
 from contextlib import closing
@@ -16,19 +28,66 @@ from pathlib import Path
 
 import numpy as np
 
-from tension.core.reports.figures import CurvePlot, curve_figure
+from tension.core.reports.figures import (
+    BARS_SIZE,
+    PNG_COMPRESSION,
+    CurvePlot,
+    bars_figure,
+    curve_figure,
+    draw_bars,
+    pyplot,
+)
+from tension.core.reports.report import group_bars
 from tension.kernels.curves import CurveSettings
+from tension.kernels.groups import describe
+
+# the module's imports before issue 39, then the module (a fresh interpreter each)
+IMPORT_BEFORE = ("import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot, matplotlib.legend, PIL.Image; "
+                 "from matplotlib.backends.backend_agg import FigureCanvasAgg; import tension.core.reports.figures")
+IMPORT_NOW = "import tension.core.reports.figures"
+
+
+def bars_before(path: Path, groups, b) -> None:
+    """bars_figure as it was: pyplot's figure, tight_layout, savefig, close."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=BARS_SIZE, dpi=110)
+    try:
+        draw_bars(ax, groups, b.stats, b.labels, b.title, b.ylabel, top=b.top)
+        fig.tight_layout()
+        fig.savefig(path, pil_kwargs={"compress_level": PNG_COMPRESSION})
+    finally:
+        plt.close(fig)
+
+
+def cpu_of_child(code: str) -> float:
+    """User + sys seconds of a fresh interpreter that runs `code`."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", code], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--curves", type=int, default=30)
-    n = ap.parse_args().curves
+    ap.add_argument("--reports", type=int, default=10, help="reports' bar figures (3 each) drawn each way")
+    ap.add_argument("--imports", type=int, default=5, help="fresh interpreters each way")
+    args = ap.parse_args()
+    n = args.curves
     rng = np.random.default_rng(0)
     curves = [(np.linspace(0.1, 0.99, k), rng.random(k)) for k in rng.integers(10, 40, n)]
+    bars = group_bars(CurveSettings())
+    stats = sorted({st for b in bars.values() for st in b.stats})
+    groups = {st: {g: describe(rng.random(12), 200) for g in ("human", "GPT-4o vanilla baseline", "ablation", "x")}
+              for st in stats}
     with tempfile.TemporaryDirectory(prefix="figures-") as tmp:
         d = Path(tmp)
         curve_figure(d / "warm.png", "warm", *curves[0])  # imports and font caches, outside the timing
+        bars_before(d / "warm-a.png", groups, bars["nr"])
+        bars_figure(d / "warm-b.png", groups, bars["nr"].stats, bars["nr"].labels, bars["nr"].title,
+                    bars["nr"].ylabel, top=bars["nr"].top)
         c0 = time.process_time()
         for i, (x, y) in enumerate(curves):
             curve_figure(d / f"a{i}.png", f"story-{i}", x, y)
@@ -37,8 +96,35 @@ def main() -> None:
             for i, (x, y) in enumerate(curves):
                 plot.draw(d / f"b{i}.png", f"story-{i}", x, y)
         c2 = time.process_time()
-    print(f"{n} curves: a new figure each {1000 * (c1 - c0) / n:.0f} ms/curve; one reused frame "
-          f"{1000 * (c2 - c1) / n:.0f} ms/curve ({(c1 - c0) / (c2 - c1):.1f}x)")
+        print(f"{n} curves: a new figure each {1000 * (c1 - c0) / n:.0f} ms/curve; one reused frame "
+              f"{1000 * (c2 - c1) / n:.0f} ms/curve ({(c1 - c0) / (c2 - c1):.1f}x)")
+
+        before = now = 0.0
+        for r in range(args.reports):  # interleaved, the order alternating
+            for way in ((0, 1) if r % 2 == 0 else (1, 0)):
+                c = time.process_time()
+                for name, b in bars.items():
+                    if way == 0:
+                        bars_before(d / f"before-{name}.png", groups, b)
+                    else:
+                        bars_figure(d / f"now-{name}.png", groups, b.stats, b.labels, b.title, b.ylabel, top=b.top)
+                spent = time.process_time() - c
+                before, now = (before + spent, now) if way == 0 else (before, now + spent)
+        from PIL import Image
+
+        same = all(np.array_equal(np.asarray(Image.open(d / f"before-{k}.png")), np.asarray(Image.open(d / f"now-{k}.png")))
+                   for k in bars)
+        k = 3 * args.reports
+        print(f"{k} group-bar figures: before {1000 * before / k:.0f} ms/figure; now {1000 * now / k:.0f} ms/figure "
+              f"({before / now:.2f}x); the same pixels: {same}")
+
+    imp_before = imp_now = 0.0
+    for r in range(args.imports):
+        for way in ((0, 1) if r % 2 == 0 else (1, 0)):
+            spent = cpu_of_child(IMPORT_BEFORE if way == 0 else IMPORT_NOW)
+            imp_before, imp_now = (imp_before + spent, imp_now) if way == 0 else (imp_before, imp_now + spent)
+    print(f"importing tension.core.reports.figures in a fresh interpreter: before {1000 * imp_before / args.imports:.0f}"
+          f" ms; now {1000 * imp_now / args.imports:.0f} ms ({imp_before / imp_now:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -7,15 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # no screen: CI, servers, GPU boxes
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from tension.core.reports.figures import glyphs_quiet  # noqa: E402
-from tension.kernels.fairplay import READERS, FairPlaySettings, PooledCurves  # noqa: E402
+from tension.core.reports.figures import glyphs_quiet, new_figure, save_png
+from tension.kernels.fairplay import READERS, FairPlaySettings, PooledCurves
 
 __all__ = ["reading_curve_figure", "pooled_figure"]
 
@@ -44,31 +39,28 @@ def reading_curve_figure(path: str | Path, story, p_true: np.ndarray, p_distract
     path.parent.mkdir(parents=True, exist_ok=True)
     K = len(story.suspects)
     i = np.arange(0, story.L + 1)
-    fig, ax = plt.subplots(figsize=(8, 3.8), dpi=110)
-    try:
-        for r, name in enumerate(READERS):
-            if not present[r]:
-                continue
-            color = f"C{r}"
-            _line(ax, i, np.concatenate([[1.0 / K], p_true[r]]), color=color, lw=1.8, marker="o", ms=2.5,
-                  label=f"{_LABEL[name]}: {story.suspects[story.culprit]} (culprit)")
-            if story.distractor >= 0:
-                _line(ax, i, np.concatenate([[1.0 / K], p_distractor[r]]), color=color, lw=1.1, ls="--",
-                      label=f"{_LABEL[name]}: {story.suspects[story.distractor]} (distractor)")
-        if story.revelation is not None:
-            ax.axvline(story.revelation, color="0.3", ls=":", lw=1.2, label=f"revelation (¶{story.revelation})")
-        ax.axhline(1.0 / K, color="0.75", lw=0.8)
-        ax.set_xlim(0, story.L)
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("paragraph i (0 = nothing read, uniform)")
-        ax.set_ylabel("M(i) of the suspect")
-        ax.set_title(f"{story.id} ({story.group})", fontsize=10)
-        ax.grid(alpha=0.3)
-        _legend(ax, ncol=2)
-        fig.tight_layout()
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
+    fig = new_figure((8, 3.8))
+    ax = fig.subplots()
+    for r, name in enumerate(READERS):
+        if not present[r]:
+            continue
+        color = f"C{r}"
+        _line(ax, i, np.concatenate([[1.0 / K], p_true[r]]), color=color, lw=1.8, marker="o", ms=2.5,
+              label=f"{_LABEL[name]}: {story.suspects[story.culprit]} (culprit)")
+        if story.distractor >= 0:
+            _line(ax, i, np.concatenate([[1.0 / K], p_distractor[r]]), color=color, lw=1.1, ls="--",
+                  label=f"{_LABEL[name]}: {story.suspects[story.distractor]} (distractor)")
+    if story.revelation is not None:
+        ax.axvline(story.revelation, color="0.3", ls=":", lw=1.2, label=f"revelation (¶{story.revelation})")
+    ax.axhline(1.0 / K, color="0.75", lw=0.8)
+    ax.set_xlim(0, story.L)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("paragraph i (0 = nothing read, uniform)")
+    ax.set_ylabel("M(i) of the suspect")
+    ax.set_title(f"{story.id} ({story.group})", fontsize=10)
+    ax.grid(alpha=0.3)
+    _legend(ax, ncol=2)
+    save_png(fig, path)
 
 
 @glyphs_quiet
@@ -78,25 +70,22 @@ def pooled_figure(path: str | Path, group: str, pc: PooledCurves, settings: Fair
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     x = (np.arange(settings.bins) + 1) / settings.bins
-    fig, ax = plt.subplots(figsize=(8, 3.8), dpi=110)
-    try:
-        for r, name in enumerate(READERS):
-            if not pc.n[r].any():
-                continue
-            ok = pc.n[r] > 0
-            ax.plot(x[ok], pc.hit_rate[r][ok], color=f"C{r}", lw=1.8, marker="o", ms=2.5,
-                    label=f"{_LABEL[name]} hit rate")
-            ax.fill_between(x[ok], pc.cp_lo[r][ok], pc.cp_hi[r][ok], color=f"C{r}", alpha=0.15)
-            ax.plot(x[ok], pc.p_true_mean[r][ok], color=f"C{r}", lw=1.0, ls=":",
-                    label=f"{_LABEL[name]} mean M(i)_y* (probability-weighted)")
-        ax.set_xlim(0, 1)
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("relative position i / L")
-        ax.set_ylabel("share of argmax hits")
-        ax.set_title(f"pooled reading curves: {group} ({settings.confidence:.0%} Clopper–Pearson)", fontsize=10)
-        ax.grid(alpha=0.3)
-        _legend(ax)
-        fig.tight_layout()
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
+    fig = new_figure((8, 3.8))
+    ax = fig.subplots()
+    for r, name in enumerate(READERS):
+        if not pc.n[r].any():
+            continue
+        ok = pc.n[r] > 0
+        ax.plot(x[ok], pc.hit_rate[r][ok], color=f"C{r}", lw=1.8, marker="o", ms=2.5,
+                label=f"{_LABEL[name]} hit rate")
+        ax.fill_between(x[ok], pc.cp_lo[r][ok], pc.cp_hi[r][ok], color=f"C{r}", alpha=0.15)
+        ax.plot(x[ok], pc.p_true_mean[r][ok], color=f"C{r}", lw=1.0, ls=":",
+                label=f"{_LABEL[name]} mean M(i)_y* (probability-weighted)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("relative position i / L")
+    ax.set_ylabel("share of argmax hits")
+    ax.set_title(f"pooled reading curves: {group} ({settings.confidence:.0%} Clopper–Pearson)", fontsize=10)
+    ax.grid(alpha=0.3)
+    _legend(ax)
+    save_png(fig, path)

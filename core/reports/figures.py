@@ -1,6 +1,11 @@
 """The paper's figures as PNG files (matplotlib, headless): a story's no-rate curve
 with its sharp reversals (000, Fig. 3) and group bars with 95% intervals
-(Figs. 8–10)."""
+(Figs. 8–10).
+
+A file's figure is drawn by Agg outside pyplot and once (`new_figure`, `save_png`);
+matplotlib is imported when the first figure is made, pyplot only for the figures a
+notebook shows (`pyplot`), so that importing this module (the view does, for
+`sharp_reversals`) costs nothing."""
 
 from __future__ import annotations
 
@@ -11,30 +16,70 @@ import textwrap
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-import matplotlib
+import numpy as np
 
-if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend: a result's plot() shows there
-    matplotlib.use("Agg")  # no screen: CI, servers, GPU boxes
+from tension.kernels.curves import CurveSettings, reversals, smooth, vertex_angles
+from tension.kernels.groups import GroupStat
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.legend import Legend  # noqa: E402
-from PIL import Image  # noqa: E402  (matplotlib's own PNG writer)
-
-from tension.kernels.curves import CurveSettings, reversals, smooth, vertex_angles  # noqa: E402
-from tension.kernels.groups import GroupStat  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["glyphs_quiet", "sharp_reversals", "curve_figure", "curve_plot", "CurvePlot", "bars_figure", "bars_plot",
-           "BARS_SIZE", "shown"]
+           "draw_bars", "BARS_SIZE", "shown", "new_figure", "save_png", "tight", "pyplot"]
 
 SHARP_ANGLE = 60.0  # the triangles of the paper's Figure 3
 # zlib level of the PNGs: 1 writes them ~3x faster than the default 6, ~15% larger
 PNG_COMPRESSION = 1
+
+
+def pyplot():
+    """matplotlib.pyplot, imported on first use: only the figures a notebook shows
+    (`result.plot()`) are pyplot's; the files are drawn without it (`new_figure`).
+    Outside a notebook its backend is Agg (no screen: CI, servers, GPU boxes), set
+    once, before pyplot's first import; a notebook keeps its inline backend."""
+    if "matplotlib.pyplot" not in sys.modules and "ipykernel" not in sys.modules:
+        import matplotlib
+
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def new_figure(figsize: tuple[float, float], dpi: float = 110, shown: bool = False) -> Figure:
+    """A figure of `figsize` inches drawn by Agg. For a file (`shown` False) it is
+    outside pyplot: no backend chosen, nothing to close, and no pyplot imported
+    (the view and the CLI import this module); `shown`: pyplot's, for a notebook."""
+    if shown:
+        return pyplot().figure(figsize=figsize, dpi=dpi)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, dpi=dpi)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def tight(fig: Figure) -> None:
+    """`fig.tight_layout()`'s margins, with no layout engine left on the figure:
+    tight_layout leaves a placeholder engine, and with any engine `savefig` lays the
+    figure out in a draw of its own before the draw it writes (two draws a file)."""
+    from matplotlib.layout_engine import TightLayoutEngine
+
+    # rect=None as Figure.tight_layout passes it (the stubs say a tuple): the default
+    # (0, 0, 1, 1) lays the figure out a second time, to the same margins
+    TightLayoutEngine(rect=None).execute(fig)  # type: ignore[arg-type]
+
+
+def save_png(fig: Figure, path: str | Path) -> None:
+    """`fig` laid out tight and written to `path` as a PNG, drawn once."""
+    tight(fig)
+    fig.savefig(path, format="png", pil_kwargs={"compress_level": PNG_COMPRESSION})
 
 
 def glyphs_quiet(draw: F) -> F:
@@ -76,7 +121,7 @@ def curve_figure(path: str | Path, story_id: str, x, y, settings: CurveSettings 
 def curve_plot(story_id: str, x, y, settings: CurveSettings = CurveSettings(), title: str | None = None):
     """The figure `curve_figure` saves, as a matplotlib Figure to show (a
     notebook's `result.plot(story)`), left out of pyplot's open figures."""
-    plot = CurvePlot(settings)
+    plot = CurvePlot(settings, shown=True)
     _sharp, peaks, valleys = plot.place(story_id, x, y, title)
     for a in plot.dynamic:
         a.set_animated(False)
@@ -88,7 +133,7 @@ def curve_plot(story_id: str, x, y, settings: CurveSettings = CurveSettings(), t
 
 def shown(fig):
     """`fig` closed to pyplot (a notebook does not show it again at the cell's end), kept drawable."""
-    plt.close(fig)
+    pyplot().close(fig)
     return fig
 
 
@@ -99,10 +144,13 @@ class CurvePlot:
     as a PNG. A new figure per story spent most of its time laying out and drawing
     the same frame again (bench/scale.py times the outputs)."""
 
-    def __init__(self, settings: CurveSettings = CurveSettings()):
+    def __init__(self, settings: CurveSettings = CurveSettings(), shown: bool = False):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
         self.settings = settings
-        self.fig, ax = plt.subplots(figsize=(8, 3.6), dpi=110)
-        self.ax = ax
+        self.shown = shown
+        self.fig = new_figure((8, 3.6), shown=shown)
+        self.ax = ax = self.fig.subplots()
         (self.raw,) = ax.plot([], [], color="0.65", lw=0.9, marker="o", ms=2.5, label="no-rate")
         (self.smooth,) = ax.plot([], [], color="C0", lw=2.0, label=f"smoothed (w={settings.window})")
         self.peaks = ax.scatter([], [], marker="^", s=70, color="C3", zorder=3, label=f"peak, angle ≤ {SHARP_ANGLE:g}°")
@@ -115,17 +163,19 @@ class CurvePlot:
         ax.set_ylabel("no-rate")
         ax.grid(alpha=0.3)
         self.title = ax.set_title("Story", fontsize=10)  # a one-line title, for the layout's top margin
-        self.fig.tight_layout()
+        tight(self.fig)
         self.dynamic = [self.raw, self.smooth, self.peaks, self.valleys, self.empty, self.title]
         for a in self.dynamic:
             a.set_animated(True)  # left out of the frame; drawn per story
         self.legends: dict[tuple[bool, bool], object] = {}  # -> the legend's pixels (a canvas region)
-        self.canvas = cast(FigureCanvasAgg, self.fig.canvas)  # the Agg backend: matplotlib.use above
+        self.canvas = cast(FigureCanvasAgg, self.fig.canvas)  # Agg: new_figure's own, or pyplot's (`pyplot`)
         self.canvas.draw()
         self.frame = self.canvas.copy_from_bbox(self.fig.bbox)
 
     @glyphs_quiet
     def draw(self, path: str | Path, story_id: str, x, y, title: str | None = None) -> np.ndarray:
+        from PIL import Image  # matplotlib's own PNG writer
+
         sharp, peaks, valleys = self.place(story_id, x, y, title)
         legend = self._legend(bool(peaks), bool(valleys)) if len(x) else None  # before the story is drawn
         self.canvas.restore_region(self.frame)
@@ -165,6 +215,8 @@ class CurvePlot:
         each drawn once on the frame): pasted over the curves, an opaque box."""
         key = (peaks, valleys)
         if key not in self.legends:
+            from matplotlib.legend import Legend
+
             entries = self.handles(peaks, valleys)
             legend = Legend(self.ax, entries, [str(h.get_label()) for h in entries], fontsize=7, loc="lower left",
                             framealpha=1.0)
@@ -175,7 +227,8 @@ class CurvePlot:
         return self.legends[key]
 
     def close(self) -> None:
-        plt.close(self.fig)
+        if self.shown:  # pyplot's figure; a file's has nothing to close
+            pyplot().close(self.fig)
 
 
 BARS_SIZE = (8.0, 4.5)  # inches, every group-bar figure alike: they sit side by side on a slide or page
@@ -188,23 +241,30 @@ _UPRIGHT = 24  # characters of an upright label's name
 @glyphs_quiet
 def bars_figure(path: str | Path, groups: dict[str, dict[str, GroupStat]], stats: Sequence[str],
                 labels: Sequence[str], title: str, ylabel: str, scale: float = 1.0, top: float | None = None) -> None:
-    """`bars_plot` saved to `path` (PNG)."""
-    fig = bars_plot(groups, stats, labels, title, ylabel, scale, top)
-    try:
-        fig.savefig(path, pil_kwargs={"compress_level": PNG_COMPRESSION})
-    finally:
-        plt.close(fig)
+    """`bars_plot`'s figure saved to `path` (PNG), drawn outside pyplot and once."""
+    fig = new_figure(BARS_SIZE)
+    draw_bars(fig.subplots(), groups, stats, labels, title, ylabel, scale, top)
+    save_png(fig, path)
 
 
 def bars_plot(groups: dict[str, dict[str, GroupStat]], stats: Sequence[str], labels: Sequence[str], title: str,
               ylabel: str, scale: float = 1.0, top: float | None = None):
     """Bars per group (x) and statistic (colour) with bootstrap 95% intervals (the
-    normal interval where the bootstrap is undefined), on a figure of BARS_SIZE.
-    Each group's label is wrapped to its share of the width and gives its n; a bar
-    of fewer than two stories has no interval and says so; the axis starts at 0
-    (``top``: its end, e.g. 1 for a rate); an empty run says "no stories"."""
+    normal interval where the bootstrap is undefined), on a pyplot figure of
+    BARS_SIZE laid out tight (`draw_bars`)."""
+    fig = new_figure(BARS_SIZE, shown=True)
+    draw_bars(fig.subplots(), groups, stats, labels, title, ylabel, scale, top)
+    tight(fig)
+    return fig
+
+
+def draw_bars(ax: Axes, groups: dict[str, dict[str, GroupStat]], stats: Sequence[str], labels: Sequence[str],
+              title: str, ylabel: str, scale: float = 1.0, top: float | None = None) -> None:
+    """The group bars on `ax`: each group's label is wrapped to its share of the
+    width and gives its n; a bar of fewer than two stories has no interval and says
+    so; the axis starts at 0 (``top``: its end, e.g. 1 for a rate); an empty run
+    says "no stories"."""
     names = list(next(iter(groups.values()))) if groups else []
-    fig, ax = plt.subplots(figsize=BARS_SIZE, dpi=110)
     width = 0.8 / max(1, len(stats))
     xs = np.arange(len(names))
     for k, (stat, label) in enumerate(zip(stats, labels)):
@@ -238,8 +298,6 @@ def bars_plot(groups: dict[str, dict[str, GroupStat]], stats: Sequence[str], lab
     if len(stats) > 1 and names:  # above the axes, where no bar can reach it
         ax.legend(fontsize=8, ncols=len(stats), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False,
                   borderaxespad=0.2)
-    fig.tight_layout()
-    return fig
 
 
 def _group_labels(groups: dict[str, dict[str, GroupStat]], names: list[str],

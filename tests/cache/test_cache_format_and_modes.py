@@ -19,12 +19,11 @@ from pathlib import Path
 import lmdb
 import msgspec
 import pytest
-from test_merge import cache_with, key, score_argv, verdict
 
 from tension.cache import records
 from tension.cache.store import FORMAT_VERSION, Store
 from tension.core.cli import main
-from tension.testing.cache_records import set_format
+from tension.testing.cache_records import cache_with, key, score_argv, set_format, verdict
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 

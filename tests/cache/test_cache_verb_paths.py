@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_merge import cache_with, key, verdict
 
 from tension.cache.store import Store
 from tension.core.cli import main
+from tension.testing.cache_records import cache_with, key, verdict
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 

@@ -20,39 +20,12 @@ from tension.cache.store import Store
 from tension.cache.verify import verify
 from tension.core.cli import main
 from tension.core.errors import CacheError
+from tension.testing.cache_records import cache_with, key, many_verdicts, score_argv, verdict
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 
 MODELS = ["test-gen", "test-judge"]
 COMPARED = ("positions.jsonl", "stories.csv", "groups.csv")
-
-
-def score_argv(corpus: Path, out: Path, cache: Path, url: str, *extra: str) -> list[str]:
-    return ["score", str(corpus), "--out", str(out), "--cache", str(cache), "--base-url", url, "--model", "test-gen",
-            "--judge-model", "test-judge", "--endings", "4", "--seed", "7", "--no-progress", "--no-report", *extra]
-
-
-def verdict(text: str, created: float = 1.0) -> records.Verdict:
-    return records.Verdict(text=text, finish_reason="stop", model="test-judge", usage=records.Usage(requests=1),
-                           created=created)
-
-
-def key(i: int) -> bytes:
-    return b"\x01" + i.to_bytes(16, "big")
-
-
-def cache_with(path: Path, recs: dict[bytes, records.Verdict]) -> Path:
-    with Store(path) as store:
-        store.put_many(("verdicts", k, r) for k, r in recs.items())
-    return path
-
-
-def many_verdicts(path: Path, n: int) -> Path:
-    """A cache of `n` verdicts, long enough to merge that a merge can be stopped part-way."""
-    with Store(path) as store:
-        for start in range(0, n, 10_000):
-            store.put_many(("verdicts", key(i), verdict("v")) for i in range(start, min(n, start + 10_000)))
-    return path
 
 
 def test_shards_on_their_own_caches_merged_give_a_final_run_that_sends_nothing(tmp_path, capsys):

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from test_merge import cache_with, key, many_verdicts, score_argv, verdict
 
 from tension.cache import records
 from tension.cache.merge import same_answer
@@ -25,7 +24,15 @@ from tension.cache.store import Store
 from tension.cache.verify import verify
 from tension.core.cli import main
 from tension.testing.answers import classify, expected_endings
-from tension.testing.cache_records import previous_form, record_keys
+from tension.testing.cache_records import (
+    cache_with,
+    key,
+    many_verdicts,
+    previous_form,
+    record_keys,
+    score_argv,
+    verdict,
+)
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace as dataclasses_replace
 
 import msgspec
 import pytest
@@ -14,7 +15,7 @@ import tension
 from tension.core.llm.transport import AiohttpTransport, Reply
 from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
-from tension.testing.openai_server import CHAT_PATH, LoopbackServer
+from tension.testing.openai_server import CHAT_PATH, LoopbackServer, ServerSettings
 
 GEN = [{"role": "system", "content": "You are a fiction writer."},
        {"role": "user", "content": "STORY SO FAR:\nThe ferry did not come back."}]
@@ -123,14 +124,36 @@ def test_a_score_run_through_either_door_writes_the_same_outputs(tmp_path, serve
 
 
 def test_the_in_process_door_takes_the_http_servers_answer_knobs_with_its_defaults():
-    import inspect
+    import dataclasses
 
     from tension.testing.answers import ANSWER_KNOBS
 
-    params = inspect.signature(LoopbackServer).parameters
-    assert {k: params[k].default for k in ANSWER_KNOBS} == ANSWER_KNOBS
+    defaults = {f.name: f.default for f in dataclasses.fields(ServerSettings)}  # LoopbackServer's settings
+    assert {k: defaults[k] for k in ANSWER_KNOBS} == ANSWER_KNOBS
     with pytest.raises(TypeError, match="api_key"):
         InProcessServer(["gen"], api_key="k")  # a knob of the wire, not of the answers
+
+
+def test_one_settings_object_makes_either_door_and_keywords_make_it_too():
+    """The test server's options are one ServerSettings: keywords build it (the call
+    sites' way), a settings object with keywords over it, and the in-process door
+    takes the same object; a name that is no setting is said with the settings."""
+    settings = ServerSettings(dialect="llamacpp", slots=2, delay=0.01, api_key="k")
+    over = LoopbackServer("test-gen", settings, slots=3)
+    assert over.settings == dataclasses_replace(settings, slots=3) and (over.dialect, over.slots) == ("llamacpp", 3)
+    assert LoopbackServer(model="test-gen", dialect="llamacpp", slots=2).settings == ServerSettings(
+        dialect="llamacpp", slots=2)
+    with pytest.raises(TypeError, match=r"unknown setting\(s\) \['slot'\]; expected some of .*'slots'"):
+        LoopbackServer(model="test-gen", slot=2)
+    with pytest.raises(TypeError, match=r"\['api_key'\] are settings of the wire"):
+        InProcessServer(["test-gen"], settings)
+    answers = dict(dialect="llamacpp", slots=2, delay=0.01)
+    inproc = InProcessServer(["test-gen"], ServerSettings(**answers))
+    assert (inproc.dialect, inproc.slots, inproc.delay) == ("llamacpp", 2, 0.01)
+    with LoopbackServer("test-gen", ServerSettings(**answers)) as srv:
+        srv.slots = 4
+        srv.reset()  # the settings it was made with, again
+        assert srv.slots == 2 and srv.settings == inproc.settings
 
 
 @pytest.mark.parametrize("traits", [{}, {"dialect": "llamacpp", "slots": 4}, {"stream_cut": 3}, {"serve_usage": False}],

@@ -10,9 +10,8 @@ import json
 import re
 import shlex
 
-from test_generate import script_pipeline, write_ideas
-
 from tension.core.cli import main
+from tension.testing.ideas import script_pipeline, write_ideas
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer
 
 # docs/servers.md's llama-server (-c 16384 -np 4) holds 4,096 tokens a slot, and the

@@ -47,11 +47,6 @@ def _same_outputs(a: Path, b: Path) -> None:
 
 
 @pytest.fixture
-def corpus(tmp_path):
-    return make_corpus(tmp_path / "c.jsonl", 2, seed=3)
-
-
-@pytest.fixture
 def vllm_run(tmp_path, corpus):
     """The same settings on a vLLM-flavoured server: what a foreign server must match."""
     def run(**kw):

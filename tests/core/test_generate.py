@@ -17,6 +17,7 @@ from tension.core.cli import main
 from tension.core.pipelines.fairplay import load_fairplay_config, read_stories
 from tension.core.pipelines.generate import run_record_path
 from tension.core.prompts.fill import render_whodunit
+from tension.testing.ideas import IDEAS, LONG, script_pipeline, write_ideas
 from tension.testing.openai_server import CHAT_PATH
 
 # The paper's prompts (000, App. D.4), typed here from the paper, not from core/.
@@ -25,7 +26,6 @@ EXTRACT = ("extract 7 scene-level beats. For each beat describe: (1) the concret
            "resonance, or structural choice made each story work?")
 PAPER_POOL = ["The Ones Who Walk Away from Omelas \u2014 Ursula K. Le Guin", "The Lottery \u2014 Shirley Jackson",
               "The Yellow Wallpaper \u2014 Charlotte Perkins Gilman"]
-LONG = "The ferry left without her, and the harbour lights went out one by one. " * 4  # > 200 characters
 
 
 def warmup_prompt(title: str) -> str:
@@ -42,26 +42,6 @@ def adapt_prompt(warmup: str, idea: str, n: int | None = None) -> str:
 def write_prompt(beats: str) -> str:
     return ("Here is a structural to-do list for a short story:\n\n\u2014\n" + beats + "\n\u2014\n\n"
             "Write the story now. Follow the structural beats closely. Write only the story \u2014 no commentary.")
-
-
-IDEAS = [
-    {"id": "lamp", "idea": "A lighthouse keeper finds a letter addressed to her, dated next year."},
-    {"id": "bees", "idea": "Two beekeepers feud over a swarm that settles on the border fence.", "group": "rural"},
-    {"id": "choir", "idea": "A choir loses its only tenor the week before the {winter} concert."},
-]
-
-
-def write_ideas(path: Path, ideas=IDEAS) -> Path:
-    path.write_text("".join(json.dumps(i) + "\n" for i in ideas), encoding="utf-8")
-    return path
-
-
-def script_pipeline(srv) -> None:
-    """Answers that show where they came from, so the chaining can be checked."""
-    srv.script("extract 7 scene-level beats", lambda m, seed, i: f"WARMUP[{seed}] " + m[-1]["content"][7:40])
-    srv.script("to-do list of the most important", lambda m, seed, i: f"BEATS[{seed}] for "
-               + m[-1]["content"].split("THIS story:\n\n", 1)[1][:30])
-    srv.script("Write the story now.", lambda m, seed, i: f"STORY[{seed}] " + LONG)
 
 
 def cfg_for(srv, tmp_path, **kw) -> dict:

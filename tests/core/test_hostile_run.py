@@ -21,6 +21,7 @@ from fairplay_scripted import story_record, write_jsonl
 from tension.core.cli import main
 from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
+from tension.testing.numba_cache import seeded_numba_cache
 from tension.testing.openai_server import LoopbackServer
 
 # --- finding 4 (11f): the record's exit status is the process's ---------------------
@@ -407,15 +408,22 @@ def readonly_cache(broken, tmpfs, tmp_path, request):
 
 
 @pytest.mark.parametrize("readonly_cache", ["ro_mount", "ro_files"], indirect=True)
-def test_a_read_only_cache_serves_a_fully_cached_rerun_stats_and_the_view(readonly_cache):
+def test_a_read_only_cache_serves_a_fully_cached_rerun_stats_and_the_view(readonly_cache, capsys, monkeypatch):
     import os
 
     ok, corpus, clean, cache, work, prefix = readonly_cache
     exe = str(Path(sys.executable).parent / "tension-run")
-    env = {**os.environ, "HOME": str(work), "MPLCONFIGDIR": str(work / "mpl"),
-           "NUMBA_CACHE_DIR": str(work / "numba")}  # writable for nobody
+    env = {**os.environ, "HOME": str(work), "MPLCONFIGDIR": str(work / "mpl"),  # writable for nobody
+           "NUMBA_CACHE_DIR": str(seeded_numba_cache(work / "numba"))}  # the kernels loaded, not compiled
 
     def cli(*args: str) -> subprocess.CompletedProcess:
+        if not prefix:  # a read-only mount: the mount is the subject, not the process; main() in this one
+            monkeypatch.chdir(work)
+            capsys.readouterr()
+            rc = main(list(args))
+            said = capsys.readouterr()
+            return subprocess.CompletedProcess(list(args), rc, said.out, said.err)
+        # another user's processes (the files' modes are the subject)
         return subprocess.run([*prefix, exe, *args], capture_output=True, text=True, timeout=120, env=env,
                               cwd=work)
 

@@ -15,8 +15,12 @@ import pytest
 
 from tension.core.cli import main
 from tension.core.llm.servers import N_PROBES
-from tension.testing.corpus import make_corpus
-from tension.testing.openai_server import CHAT_PATH, LoopbackServer
+from tension.testing.inprocess import InProcessServer
+from tension.testing.openai_server import CHAT_PATH
+
+# the answers, not the wire: a refusal's status and wording are the answer model's
+# (tension.testing.answers), the same over HTTP (test_answer_model.py)
+pytestmark = pytest.mark.in_process
 
 LIMIT = 8
 # The wordings a server may refuse n above its limit with ({max_n}, {n} filled in by the test server).
@@ -29,13 +33,8 @@ WORDINGS = {
 LEARNED = {"openai": LIMIT, "never seen": LIMIT, "no number": 6}
 
 
-def _server(wording: str) -> LoopbackServer:
-    return LoopbackServer(model="test-gen", max_n=LIMIT, n_refusal=WORDINGS[wording])
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    return make_corpus(tmp_path / "c.jsonl", 2, seed=3)
+def _server(wording: str) -> InProcessServer:
+    return InProcessServer(model="test-gen", max_n=LIMIT, n_refusal=WORDINGS[wording])
 
 
 def _score(base_url: str, corpus, out, cache) -> int:
@@ -49,9 +48,9 @@ def test_score_with_default_endings_completes_on_a_server_that_refuses_n_in_any_
     """The default 100 endings on a server taking 8 a request: the run completes, with
     the bytes a vLLM-flavoured server gives (chunks seeded seed + offset), the limit
     said once and in run.json, and the 400s bounded per server, not per request."""
-    with LoopbackServer(model="test-gen") as srv:
+    with InProcessServer(model="test-gen").serving() as srv:
         assert _score(srv.base_url, corpus, tmp_path / "want", tmp_path / "cache-want") == 0
-    with _server(wording) as srv:
+    with _server(wording).serving() as srv:
         got = _score(srv.base_url, corpus, tmp_path / "got", tmp_path / "cache-got")
         gens = [r for r in srv.requests if r.path == CHAT_PATH and r.kind == "generation"]
     err = capsys.readouterr().err
@@ -72,7 +71,7 @@ def test_score_with_default_endings_completes_on_a_server_that_refuses_n_in_any_
 def test_a_400_that_a_smaller_n_gets_too_is_the_requests_own_and_teaches_nothing(tmp_path, corpus, capsys):
     """A content filter's 400 is not an n limit: asked smaller down to n = 1, then the
     request's error, with nothing learned, and the server's other requests unharmed."""
-    with LoopbackServer(model="test-gen", refuse="Ines") as srv:
+    with InProcessServer(model="test-gen", refuse="Ines").serving() as srv:
         got = _score(srv.base_url, corpus, tmp_path / "out", tmp_path / "cache")
         refused = [r for r in srv.requests if r.path == CHAT_PATH and r.status == 400]
     err = capsys.readouterr().err
@@ -89,8 +88,8 @@ def test_bench_and_estimate_with_default_endings_complete_on_a_server_that_refus
     """H2: bench streams n in chunks of what the server takes (learned from its 400),
     with the figures of a server that takes them all; estimate completes too."""
     figures = {}
-    for name, srv in (("vllm", LoopbackServer(model="test-gen")), ("limited", _server(wording))):
-        with srv:
+    for name, srv in (("vllm", InProcessServer(model="test-gen")), ("limited", _server(wording))):
+        with srv.serving():
             got = main(["bench", "--base-url", srv.base_url, "--positions", "2", "--no-variants", "--no-progress",
                         "--save", str(tmp_path / f"{name}.json")])
             assert got == 0, capsys.readouterr().err
@@ -109,7 +108,7 @@ def test_bench_and_estimate_with_default_endings_complete_on_a_server_that_refus
 def test_bench_above_llamacpp_slots_streams_chunks(tmp_path, capsys):
     """H2 as measured: bench --endings 20 on a 4-slot llama.cpp server was 12 of 12
     requests refused, right after the tool said "n asked in chunks of 4"."""
-    with LoopbackServer(model="test-gen", dialect="llamacpp", slots=4) as srv:
+    with InProcessServer(model="test-gen", dialect="llamacpp", slots=4).serving() as srv:
         got = main(["bench", "--base-url", srv.base_url, "--positions", "2", "--endings", "20", "--no-variants",
                     "--no-progress", "--save", str(tmp_path / "b.json")])
         gens = [r for r in srv.requests if r.path == CHAT_PATH and r.kind == "generation"]

@@ -30,11 +30,6 @@ MODELS = ["test-gen", "test-judge"]
 OUTPUTS = ("positions.jsonl", "stories.csv", "groups.csv", "meta.jsonl")
 
 
-@pytest.fixture
-def trio(loopback_servers):
-    return loopback_servers(3)
-
-
 def cfg_for(urls, tmp_path, cache="cache", **kw):
     base = {"base_url": ",".join(urls) if isinstance(urls, list) else urls, "model": "test-gen",
             "judge_model": "test-judge", "cache": str(tmp_path / cache), "endings": N, "progress": False,

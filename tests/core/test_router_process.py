@@ -22,11 +22,6 @@ from tension.testing.openai_server import LoopbackServer
 CHAT = "/v1/chat/completions"
 
 
-@pytest.fixture
-def trio(loopback_servers):
-    return loopback_servers(3)
-
-
 def chat(url: str, key: str | None, text: str) -> dict:
     body = json.dumps({"model": "test-gen", "messages": [{"role": "user", "content": text}],
                        "max_tokens": 4}).encode()

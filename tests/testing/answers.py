@@ -20,6 +20,7 @@ fixed point the code under test is measured against.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import hashlib
 import json as _stdjson
@@ -68,8 +69,73 @@ ANSWER_KNOBS: dict[str, Any] = dict(
     max_model_len=MAX_MODEL_LEN, record=True, prefix_cache_blocks=2_000_000, serve_metrics=True,
     misbehave=None, serve_tokenize=True, serve_health=True, serve_usage=True, batching=False,
     template_quirk=None, dialect="vllm", slots=4, max_n=0, serve_props=True, owned_by=None, refuse=None,
-    stream_cut=0, misnumber=None, misnumber_paths=(CHAT_PATH, COMPLETIONS_PATH), answer_model=None,
+    n_refusal=None, stream_cut=0, misnumber=None, misnumber_paths=(CHAT_PATH, COMPLETIONS_PATH), answer_model=None,
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSettings:
+    """A test server's settings, one object for both doors: where LoopbackServer
+    listens, the answer knobs (`ANSWER_KNOBS`, the in-process door's too) and the
+    wire's own (LoopbackServer's only). What each does: the docstring of
+    tension.testing.openai_server. The server keeps them as plain attributes a test
+    may set at any time; `LoopbackServer.reset` restores these.
+
+        LoopbackServer(model="m", settings=ServerSettings(dialect="llamacpp"), delay=0.1)
+
+    takes the settings with `delay` replaced (keywords alone build them too)."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    delay: float = 0.0  # seconds added to every chat request
+    empty_rate: float = 0.0
+    yes_rate: float = 0.3
+    malformed_rate: float = 0.0
+    slow_seconds: float = 5.0  # the "slow" fault
+    retry_after: str | None = "0"  # the 429's Retry-After header (None: no header)
+    max_model_len: int = MAX_MODEL_LEN
+    record: bool = True
+    prefix_cache_blocks: int = 2_000_000
+    serve_metrics: bool = True  # False: /metrics answers 404, as a server without it
+    # > 0: at most this many chat requests are served at once, the rest wait (a GPU's
+    # batch); with `delay`, capacity is max_concurrent / delay requests/s
+    max_concurrent: int = 0
+    misbehave: str | None = None  # one of MISBEHAVIOURS
+    serve_tokenize: bool = True  # False: /tokenize is FastAPI's 404, as a server without it
+    serve_health: bool = True  # False: /health is FastAPI's 404, as a server without it
+    serve_usage: bool = True  # False: answers carry no `usage`, as some OpenAI-compatible servers send
+    batching: bool = False  # True: /detokenize, /v1/completions and templated /tokenize of messages (vLLM's)
+    template_quirk: str | None = None  # see render_template
+    api_key: str | None = None  # set: every request needs "Authorization: Bearer <api_key>"
+    echo_auth: bool = False  # the 401 body echoes the header it got
+    dialect: str = "vllm"  # "llamacpp": llama.cpp's server, as measured; "llamacpp_python"
+    slots: int = 4  # llama.cpp's sequences at once (its n limit, /props total_slots)
+    max_n: int = 0  # > 0: at most this many choices per answer, silently
+    serve_props: bool = True  # False: llama.cpp's /props is a 404 (its n limit only in its 400)
+    owned_by: str | None = None  # /v1/models owned_by, when not the dialect's (a proxy in front renames it)
+    refuse: str | None = None  # a chat request whose messages hold this text is a 400 (a content filter)
+    n_refusal: str | None = None  # with max_n: n above it is a 400 with this message
+    prefix: str = ""  # every path also served under it (a gateway's /api), set before start
+    stream_cut: int = 0  # > 0: a stream ends with [DONE] after this many words, unfinished
+    misnumber: str | None = None  # one of MISNUMBERINGS: the answers' choice indexes made wrong
+    misnumber_paths: tuple[str, ...] = (CHAT_PATH, COMPLETIONS_PATH)  # the paths misnumber applies to
+    answer_model: str | None = None  # set: answers name this model, not the one asked
+    stream_always: bool = False  # True: chat answers stream even when not asked (a proxy)
+    serve_completions: bool = True  # False: /v1/completions is a 404 even with batching
+    # (N, T): a hosted API's rate limit, N chat requests per window of T s, told in OpenAI's
+    # x-ratelimit-* headers on every chat answer; the N+1st in a window is a 429 without Retry-After
+    rate_limit: tuple[int, float] | None = None
+
+    @classmethod
+    def build(cls, door: str, base: ServerSettings | None, knobs: dict[str, Any]) -> ServerSettings:
+        """`base` (or the defaults) with `knobs` replaced; an unknown name is a
+        TypeError that names the door and every setting."""
+        unknown = sorted(set(knobs) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise TypeError(f"{door}: unknown setting(s) {unknown}; expected some of "
+                            f"{sorted(cls.__dataclass_fields__)}")
+        return dataclasses.replace(base or cls(), **knobs)
+
 
 # --------------------------------------------------------------------------- tokenizer
 
@@ -455,7 +521,7 @@ class AnswerModel:
     """The answers' state and makers, for a door to mix in (LoopbackServer,
     InProcessServer). The door sets the knobs as plain attributes (`models`, `model`,
     `empty_rate`, `yes_rate`, `malformed_rate`, `max_model_len`, `prefix_cache_blocks`,
-    `record`, `misbehave`, `dialect`, `slots`, `max_n`, `refuse`, `batching`,
+    `record`, `misbehave`, `dialect`, `slots`, `max_n`, `refuse`, `n_refusal`, `batching`,
     `template_quirk`, `misnumber`, `misnumber_paths`, `answer_model`; see LoopbackServer) and calls `_init_model_state` once."""
 
     models: tuple[str, ...]
@@ -884,9 +950,8 @@ class AnswerModel:
             contents = _llamacpp_constrained(body, contents)
         if python:
             contents = contents[:1]  # it drops `n` (exclude={"n", …}): always one choice
-        n_refusal = getattr(self, "n_refusal", None)  # the HTTP server's (a hosted API's wording of the limit)
-        if self.max_n > 0 and n_refusal and n > self.max_n:
-            raise _BadRequest(400, n_refusal.format(max_n=self.max_n, n=n), "invalid_request_error")
+        if self.max_n > 0 and self.n_refusal and n > self.max_n:  # a hosted API's wording of the limit
+            raise _BadRequest(400, self.n_refusal.format(max_n=self.max_n, n=n), "invalid_request_error")
         if self.max_n > 0:
             contents = contents[: self.max_n]
         if fault == "few_choices":

@@ -49,6 +49,7 @@ from .answers import (
     HTML_PAGE,
     AnswerModel,
     Recorded,
+    ServerSettings,
     _BadRequest,
     _error_payload,
     stream_events,
@@ -62,23 +63,31 @@ _numbers = itertools.count(1)  # each server its own root, so several can be ser
 
 class InProcessServer(AnswerModel):
     """See the module docstring. The knobs are LoopbackServer's that decide answers
-    (`ANSWER_KNOBS`, with its defaults; `models=` is another name for `model`).
-    `base_url` is this server's own root (``http://in-process-N:8000``): under
-    `serving` it is the root a client's default transport sends to it (a Client
-    given it as `transport=` ignores it)."""
+    (`ANSWER_KNOBS`, with its defaults) and `delay`, given as keywords or as a
+    `ServerSettings` (`settings`, the same object LoopbackServer takes; its wire
+    settings must be left at their defaults); `models=` is another name for `model`.
+    `base_url` is this server's own root (``http://in-process-N:8000``): the
+    transport passed as `transport=` ignores it; under `serving` it is the root a
+    client's default transport sends to it."""
 
-    def __init__(self, model: str | Sequence[str] = "test-model", *, models: Sequence[str] | None = None,
-                 delay: float = 0.0, **knobs: Any) -> None:
+    def __init__(self, model: str | Sequence[str] = "test-model", settings: ServerSettings | None = None, *,
+                 models: Sequence[str] | None = None, **knobs: Any) -> None:
         names = tuple(models) if models is not None else ((model,) if isinstance(model, str) else tuple(model))
         if not names:
             raise ValueError("InProcessServer needs at least one model name")
-        unknown = sorted(set(knobs) - set(ANSWER_KNOBS))
+        takes = {*ANSWER_KNOBS, "delay"}
+        unknown = sorted(set(knobs) - takes)
         if unknown:
-            raise TypeError(f"InProcessServer: unknown knob(s) {unknown}; expected some of {sorted(ANSWER_KNOBS)}")
+            raise TypeError(f"InProcessServer: unknown knob(s) {unknown}; expected some of {sorted(takes)}")
+        self.settings = ServerSettings.build("InProcessServer", settings, knobs)
+        wire = sorted(k for k, f in ServerSettings.__dataclass_fields__.items()
+                      if k not in takes and getattr(self.settings, k) != f.default)
+        if wire:
+            raise TypeError(f"InProcessServer: {wire} are settings of the wire (LoopbackServer's), not of the answers")
         self.models, self.model = names, names[0]
         self.base_url = f"http://in-process-{next(_numbers)}:8000"
-        self.delay = delay  # seconds each chat request takes, as LoopbackServer's (an interrupt test's pace)
-        vars(self).update({**ANSWER_KNOBS, **knobs})
+        # `delay`: seconds each chat request takes, as LoopbackServer's (an interrupt test's pace)
+        vars(self).update({k: getattr(self.settings, k) for k in sorted(takes)})
         self._init_model_state()
 
     def __enter__(self) -> InProcessServer:  # as LoopbackServer's `with`: nothing to start or stop

@@ -192,6 +192,7 @@ from .answers import (
     TRANSIENT_FAULTS,
     AnswerModel,
     Recorded,
+    ServerSettings,
     _BadRequest,
     _error_payload,
     _is_int,
@@ -236,6 +237,7 @@ __all__ = [
     "TRANSIENT_FAULTS",
     "LoopbackServer",
     "Recorded",
+    "ServerSettings",
     "classify",
     "count_tokens",
     "expected_endings",
@@ -262,88 +264,21 @@ class LoopbackServer(AnswerModel):
     `reset` makes a used server as new (the tests share one, tests/conftest.py).
     """
 
-    def __init__(
-        self,
-        model: str | Sequence[str] = "test-model",
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        delay: float = 0.0,
-        empty_rate: float = 0.0,
-        yes_rate: float = 0.3,
-        malformed_rate: float = 0.0,
-        slow_seconds: float = 5.0,
-        retry_after: str | None = "0",
-        max_model_len: int = MAX_MODEL_LEN,
-        record: bool = True,
-        prefix_cache_blocks: int = 2_000_000,
-        serve_metrics: bool = True,
-        max_concurrent: int = 0,
-        misbehave: str | None = None,
-        serve_tokenize: bool = True,
-        serve_health: bool = True,
-        serve_usage: bool = True,
-        batching: bool = False,
-        template_quirk: str | None = None,
-        api_key: str | None = None,
-        echo_auth: bool = False,
-        dialect: str = "vllm",
-        slots: int = 4,
-        max_n: int = 0,
-        serve_props: bool = True,
-        owned_by: str | None = None,
-        refuse: str | None = None,
-        n_refusal: str | None = None,
-        prefix: str = "",
-        stream_cut: int = 0,
-        misnumber: str | None = None,
-        misnumber_paths: tuple[str, ...] = (CHAT_PATH, COMPLETIONS_PATH),
-        answer_model: str | None = None,
-        stream_always: bool = False,
-        serve_completions: bool = True,
-        rate_limit: tuple[int, float] | None = None,
-    ) -> None:
+    def __init__(self, model: str | Sequence[str] = "test-model", settings: ServerSettings | None = None,
+                 **knobs: Any) -> None:
+        """`model`: the served name(s); `settings` (a `ServerSettings`, the defaults
+        without it) with any of its fields given as keywords replaced."""
         models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
         if not models:
             raise ValueError("LoopbackServer needs at least one model name")
-        self.host = host
-        self.port = port
+        self.settings = ServerSettings.build("LoopbackServer", settings, knobs)
+        self.host = self.settings.host
+        self.port = self.settings.port
         # The knobs, plain attributes a test may set at any time; `reset` restores them.
-        self._knobs: dict[str, Any] = dict(
-            models=models, model=models[0],
-            delay=delay, empty_rate=empty_rate, yes_rate=yes_rate, malformed_rate=malformed_rate,
-            slow_seconds=slow_seconds, retry_after=retry_after, max_model_len=max_model_len, record=record,
-            prefix_cache_blocks=prefix_cache_blocks,
-            serve_metrics=serve_metrics,  # False: /metrics answers 404, as a server without it
-            serve_tokenize=serve_tokenize,  # False: /tokenize is FastAPI's 404, as a server without it
-            serve_health=serve_health,  # False: /health is FastAPI's 404, as a server without it
-            serve_usage=serve_usage,  # False: answers carry no `usage`, as some OpenAI-compatible servers send
-            batching=batching,  # True: /detokenize, /v1/completions and templated /tokenize of messages (vLLM's)
-            template_quirk=template_quirk,  # see render_template
-            api_key=api_key,  # set: every request needs "Authorization: Bearer <api_key>"
-            echo_auth=echo_auth,  # the 401 body echoes the header it got
-            # > 0: at most this many chat requests are served at once, the rest wait (a
-            # GPU's batch); with `delay`, capacity is max_concurrent / delay requests/s
-            max_concurrent=max_concurrent,
-            misbehave=misbehave,
-            dialect=dialect,  # "llamacpp": llama.cpp's server, as measured (module docstring)
-            slots=slots,  # llama.cpp's sequences at once (its n limit, /props total_slots)
-            max_n=max_n,  # > 0: at most this many choices per answer, silently
-            serve_props=serve_props,  # False: llama.cpp's /props is a 404 (its n limit only in its 400)
-            owned_by=owned_by,  # /v1/models owned_by, when not the dialect's (a proxy in front renames it)
-            refuse=refuse,  # a chat request whose messages hold this text is a 400 (a content filter)
-            n_refusal=n_refusal,  # with max_n: n above it is a 400 with this message (module docstring)
-            prefix=prefix,  # every path also served under it (a gateway's /api), set before start
-            stream_cut=stream_cut,  # > 0: a stream ends with [DONE] after this many words, unfinished
-            misnumber=misnumber,  # one of MISNUMBERINGS: the answers' choice indexes made wrong
-            misnumber_paths=misnumber_paths,  # the paths misnumber applies to
-            answer_model=answer_model,  # set: answers name this model, not the one asked
-            stream_always=stream_always,  # True: chat answers stream even when not asked (a proxy)
-            serve_completions=serve_completions,  # False: /v1/completions is a 404 even with batching
-            # (N, T): a hosted API's rate limit, N chat requests per window of T s, told in OpenAI's
-            # x-ratelimit-* headers on every chat answer; the N+1st in a window is a 429 without Retry-After
-            rate_limit=rate_limit,
-        )
+        self._knobs: dict[str, Any] = {
+            "models": models, "model": models[0],
+            **{k: getattr(self.settings, k) for k in ServerSettings.__dataclass_fields__ if k not in ("host", "port")},
+        }
         self.models: tuple[str, ...]
         self.model: str
         vars(self).update(self._knobs)
@@ -462,7 +397,7 @@ class LoopbackServer(AnswerModel):
         if self.running and self._active:
             self.stop()
         for k in [k for k in vars(self) if not k.startswith("_") and k not in self._knobs
-                  and k not in ("host", "port", "responders")]:
+                  and k not in ("host", "port", "responders", "settings")]:
             delattr(self, k)
         vars(self).update(self._knobs)
         with self._lock:

@@ -9,23 +9,10 @@ import json
 import math
 import shutil
 
-import pytest
-from view_fixtures import ENDINGS, Viewer, cli, made_runs
+from view_fixtures import ENDINGS, Viewer, cli
 
 from tension.core.reports.figures import sharp_reversals
 from tension.kernels.curves import CurveSettings, smooth
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return made_runs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def viewer(runs):
-    v = Viewer(runs.a, runs.b, runs.fp, env=runs.env)
-    yield v
-    v.stop()
 
 
 def _close(a, b) -> bool:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from view_fixtures import ENDINGS, Viewer, chromium, cli, made_runs, wait
+from view_fixtures import ENDINGS, Viewer, cli, made_runs, wait
 
 pytestmark = pytest.mark.slow
 
@@ -24,11 +24,6 @@ def site(tmp_path_factory):
         yield runs, served
     finally:
         served.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    yield from chromium()
 
 
 def shot(browser, tmp_path: Path, name: str) -> Path:

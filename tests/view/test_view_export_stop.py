@@ -12,12 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from view_fixtures import BIN, made_runs
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return made_runs(tmp_path_factory)
+from view_fixtures import BIN
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -1,6 +1,5 @@
 """The view answers only the names it serves on (issue 36, S3: DNS rebinding), on
 every route, and sends the hardening headers with every answer."""
-# ruff: noqa: F811 (the fixtures `runs` and `viewer` are test_view_api's, taken as test arguments)
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-from test_view_api import runs, viewer  # noqa: F401 (r0, r1 score, r2 fair play)
 from view_fixtures import Viewer
 
 from tension.core.view.app import HEADERS, served_names

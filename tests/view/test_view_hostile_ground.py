@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 from hostile_runs import CASE_IDS, HOSTILE_GROUP, HOSTILE_ID, hostile_run
-from view_fixtures import BIN, Viewer, chromium, cli, wait
+from view_fixtures import BIN, Viewer, cli, wait
 
 from tension.core.reports.markdown import md_text
 
@@ -208,11 +208,6 @@ def test_report_md_holds_no_raw_html_and_its_tables_keep_their_columns(hr):
 
 
 # --- in the browser (slow): the pages draw, served and exported ---------------------
-
-@pytest.fixture(scope="module")
-def browser():
-    yield from chromium()  # as test_view_browser.py starts it
-
 
 def _draws_every_page(browser, base: str, corpus: dict) -> None:
     browser.get(base + "r0/index.html")

@@ -10,15 +10,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from view_fixtures import Viewer, made_runs
+from view_fixtures import Viewer
 
 from tension.core.view.named_files import MAX_BYTES
 from tension.core.view.score_run import ScoreRun, Stores
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return made_runs(tmp_path_factory)
 
 
 def _with(run: Path, tmp_path: Path, record_name: str, key: str, value: str) -> Path:

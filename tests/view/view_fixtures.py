@@ -46,9 +46,7 @@ _made: list[Runs] = []
 
 
 def made_runs(tmp_path_factory) -> Runs:
-    """The runs, made once per session (the test modules' `runs` fixtures share them).
-    Fixtures live here, not in a conftest.py: a second `conftest` module would
-    shadow tests/conftest.py for the modules that import from it."""
+    """The runs, made once per session (every `runs` fixture shares them)."""
     if not _made:
         _made.append(_make_runs(tmp_path_factory))
     return _made[0]
