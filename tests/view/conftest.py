@@ -5,12 +5,18 @@ browser tests), one of each for each test module that asks."""
 from __future__ import annotations
 
 import pytest
-from view_fixtures import Viewer, chromium, made_runs
+from hostile_runs import HostileRun, make_hostile_run
+from view_fixtures import Runs, Viewer, chromium, make_runs
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return made_runs(tmp_path_factory)
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory) -> Runs:
+    return make_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def hostile(tmp_path_factory) -> HostileRun:
+    return make_hostile_run(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

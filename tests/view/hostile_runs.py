@@ -35,16 +35,8 @@ class HostileRun:
         return [json.loads(x) for x in (self.run / "positions.jsonl").read_text().splitlines()]
 
 
-_made: list[HostileRun] = []
-
-
-def hostile_run(tmp_path_factory) -> HostileRun:
-    if not _made:
-        _made.append(_make(tmp_path_factory))
-    return _made[0]
-
-
-def _make(tmp_path_factory) -> HostileRun:
+def make_hostile_run(tmp_path_factory) -> HostileRun:
+    """The hostile run (conftest's session fixture `hostile` makes it once)."""
     r = HostileRun(tmp_path_factory.mktemp("hostile"))
     r.scored_in.mkdir()
     r.elsewhere.mkdir()

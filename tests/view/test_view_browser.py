@@ -11,14 +11,13 @@ import os
 from pathlib import Path
 
 import pytest
-from view_fixtures import ENDINGS, Viewer, cli, made_runs, wait
+from view_fixtures import ENDINGS, Viewer, cli, wait
 
 pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def site(runs):
     """The runs (shared with test_view_api.py) and a view process serving them."""
-    runs = made_runs(tmp_path_factory)
     served = Viewer(runs.a, runs.b, runs.fp, env=runs.env)
     try:
         yield runs, served

@@ -14,15 +14,15 @@ import socket
 import subprocess
 
 import pytest
-from hostile_runs import CASE_IDS, HOSTILE_GROUP, HOSTILE_ID, hostile_run
+from hostile_runs import CASE_IDS, HOSTILE_GROUP, HOSTILE_ID
 from view_fixtures import BIN, Viewer, cli, wait
 
 from tension.core.reports.markdown import md_text
 
 
 @pytest.fixture(scope="module")
-def hr(tmp_path_factory):
-    return hostile_run(tmp_path_factory)
+def hr(hostile):
+    return hostile
 
 
 @pytest.fixture(scope="module")

@@ -42,17 +42,8 @@ class Runs:
         return [json.loads(x) for x in (run / "positions.jsonl").read_text().splitlines()]
 
 
-_made: list[Runs] = []
-
-
-def made_runs(tmp_path_factory) -> Runs:
-    """The runs, made once per session (every `runs` fixture shares them)."""
-    if not _made:
-        _made.append(_make_runs(tmp_path_factory))
-    return _made[0]
-
-
-def _make_runs(tmp_path_factory) -> Runs:
+def make_runs(tmp_path_factory) -> Runs:
+    """The runs to view (conftest's session fixture `runs` makes them once)."""
     r = Runs(tmp_path_factory.mktemp("view-runs"))
     corpus = make_corpus(r.root / "corpus.jsonl", 3, seed=5)
     with LoopbackServer(model=["test-gen", "test-judge"]) as srv:
