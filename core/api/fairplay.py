@@ -8,17 +8,16 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tension.core.api.calls import Columns, PathLike, Records, blocking, given_input, run_cache
 from tension.core.api.results import FairPlayMetricsResult, FairPlayResult, Table, record_of
-from tension.core.api.settings import check_keywords, check_out_folder, embedded_fallback, load, named_server
-from tension.core.api.verbs import (
-    Columns,
-    PathLike,
-    Records,
-    blocking,
+from tension.core.api.settings import (
+    check_keywords,
+    check_out_folder,
     count_arg,
-    given_input,
+    embedded_fallback,
     kernel_settings,
-    run_cache,
+    load,
+    named_server,
 )
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 

@@ -11,14 +11,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
+from tension.core.api.calls import called_by_the_cli
 from tension.core.errors import ConfigError
 
 if TYPE_CHECKING:  # only to type: the embedded server's module is imported when a server is looked for
     from tension.core.serving.embedded import ServerState
 
-__all__ = ["check_keywords", "load", "embedded_fallback", "unnamed_server", "server_fallback", "check_out_folder"]
+__all__ = ["check_keywords", "load", "embedded_fallback", "unnamed_server", "server_fallback", "check_out_folder",
+           "count_arg", "kernel_settings"]
 
 S = TypeVar("S", bound=msgspec.Struct)
+K = TypeVar("K", bound=msgspec.Struct)
 
 
 def check_keywords(verb: str, structs: tuple[type[msgspec.Struct], ...], values: dict[str, Any]) -> None:
@@ -110,3 +113,25 @@ def unnamed_server(embedded_note: str = "") -> tuple[str | None, ServerState | N
     print(f"no server named (--base-url, {BASE_URL_ENV}, a running embedded server): using {DEFAULT_BASE_URL}",
           file=sys.stderr)
     return None, None
+
+
+def count_arg(verb: str, name: str, v: Any, hi: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (hi is not None and v > hi):
+        what = f"an integer in [0, {hi}]" if hi is not None else "an integer >= 0"
+        raise ConfigError(f"{verb}(): keyword `{name}`: expected {what}, got {v!r}")
+    return v
+
+
+def kernel_settings(verb: str, struct: type[K], values: dict[str, Any]) -> K:
+    """A kernel settings Struct from keywords; a value its checks refuse is a
+    ConfigError naming the keyword (``metrics(): keyword `window`: …``), or the
+    flag when the CLI called (``--window: …``)."""
+    from tension.core.config import build_settings
+
+    if called_by_the_cli():
+        return build_settings(struct, "--", **values)
+    try:
+        return struct(**values)
+    except ValueError as e:
+        field, _, rest = str(e).partition(": ")
+        raise ConfigError(f"{verb}(): keyword `{field}`: {rest}") from None

@@ -158,7 +158,7 @@ def _cache_of(args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from tension.core.api.verbs import by_the_cli
+    from tension.core.api.calls import by_the_cli
 
     stop = StopNote()  # a run that is stopped says here what it kept
     STOPPED.set(stop)

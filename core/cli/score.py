@@ -102,7 +102,7 @@ def cmd_bench(args) -> int:
     Sends every request (the cache is not used). Formulas: docs/cost.md."""
     from importlib.resources import files
 
-    from tension.core.api.verbs import blocking
+    from tension.core.api.calls import blocking
     from tension.core.pipelines.bench import BenchOptions, bench_async, format_bench, save_figures
 
     cfg = server_config(args)

@@ -185,7 +185,7 @@ def demo_is_cached(story: str, cache: str | None, url: str, model: str) -> bool:
     is left to send), found without a server: token counts, endings and verdicts are all
     cached after a first demo. Anything else (a count the cache lacks, which would need
     the server's /tokenize) is a no, at once: one attempt, no retries."""
-    from tension.core.api.verbs import blocking
+    from tension.core.api.calls import blocking
     from tension.core.config import load_config
     from tension.core.errors import TensionError
     from tension.core.pipelines.estimate import estimate_async
