@@ -22,9 +22,11 @@ from tension.testing.interrupt import cancel_midway
 SEED = 5
 
 
-def _score(server, corpus: Path, out: Path, cache: Path, *flags: str) -> int:
+def _score(server, corpus: Path, out: Path, cache: Path, *flags: str, report: bool = False) -> int:
+    """A score run; its report is drawn only where a test reads it (`report`)."""
     return main(["score", str(corpus), "--out", str(out), "--base-url", server.base_url, "--model", "test-gen",
-                 "--seed", str(SEED), "--no-progress", "--cache", str(cache), *flags])
+                 "--seed", str(SEED), "--no-progress", "--cache", str(cache), *(() if report else ("--no-report",)),
+                 *flags])
 
 
 def _positions(out: Path) -> list[dict]:
@@ -61,7 +63,7 @@ def test_adaptive_run_is_reproducible_and_saves_endings_where_the_judge_is_sure(
     server.yes_rate = 0.98  # no-rates near 0: most positions are known after a round or two
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=11)
     flags = ("--target-half-width", "0.1", "--save-texts")
-    assert _score(server, corpus, tmp_path / "a", tmp_path / "ca", *flags) == 0
+    assert _score(server, corpus, tmp_path / "a", tmp_path / "ca", *flags, report=True) == 0  # its report.md is read
     assert _score(server, corpus, tmp_path / "b", tmp_path / "cb", *flags) == 0
     for name in ("positions.jsonl", "stories.csv", "texts.jsonl"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name

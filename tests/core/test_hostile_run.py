@@ -68,10 +68,12 @@ def test_a_config_error_after_the_run_opened_is_exit_2_in_the_record_too(verb, s
 OUTPUT_FILES = ("positions.jsonl", "stories.csv", "groups.csv")
 
 
-def _score4(url: str, corpus: Path, out: Path, cache: Path, *flags: str) -> int:
-    """score with 4 endings (2 stories: about 260 verdicts, past the early stop's 200)."""
+def _score4(url: str, corpus: Path, out: Path, cache: Path, *flags: str, report: bool = False) -> int:
+    """score with 4 endings (2 stories: about 260 verdicts, past the early stop's 200);
+    the report is drawn only where a test's subject is the outputs' writing."""
     return main(["score", str(corpus), "--out", str(out), "--base-url", url, "--model", "test-gen",
-                 "--endings", "4", "--seed", "1", "--cache", str(cache), "--no-progress", *flags])
+                 "--endings", "4", "--seed", "1", "--cache", str(cache), "--no-progress",
+                 *(() if report else ("--no-report",)), *flags])
 
 
 def _same_outputs(a: Path, b: Path) -> None:
@@ -191,7 +193,7 @@ def test_the_cache_size_limit_says_raise_it_not_rerun(server, tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
     # 16 endings a position: records are stored compressed, and 3 would fit the limit
     args = _score_args(corpus, tmp_path / "out", tmp_path / "cache", server.base_url, "--model", "test-gen",
-                       endings=16)
+                       "--no-report", endings=16)
     assert main([*args, "--cache-max-gb", "0.0002"]) == 1
     err = capsys.readouterr().err
     assert "reached its limit of 200,000 bytes (--cache-max-gb)" in err
@@ -325,11 +327,11 @@ def test_a_full_disk_under_the_cache_is_said_with_the_free_space_and_the_run_res
 def test_a_full_disk_under_the_outputs_names_the_file_and_the_way_on(broken, tmpfs, tmp_path, capsys, leave):
     corpus, clean = broken
     disk = tmpfs(2 << 20)
-    out, cache = disk / "out", tmp_path / "cache"
+    out, cache = disk / "out", tmp_path / "cache"  # the report's figures are outputs the full disk must refuse
     with InProcessServer(model=["test-gen"]).serving() as ok:
         assert _score4(ok.base_url, corpus, tmp_path / "warm", cache) == 0  # the answers are cached
         filler = _fill(disk, leave)
-        rc = _score4(ok.base_url, corpus, out, cache)
+        rc = _score4(ok.base_url, corpus, out, cache, report=True)
         err = capsys.readouterr().err
         assert rc == 1, err
         line = next((x for x in err.splitlines() if x.startswith("error: cannot write ")), err)
@@ -343,7 +345,7 @@ def test_a_full_disk_under_the_outputs_names_the_file_and_the_way_on(broken, tmp
             assert f"error: cannot write {out / 'run.json'}: No space left on device" in err
         filler.unlink()
         ok.reset_records()
-        assert _score4(ok.base_url, corpus, out, cache) == 0, capsys.readouterr().err
+        assert _score4(ok.base_url, corpus, out, cache, report=True) == 0, capsys.readouterr().err
         assert ok.count(kind="generation") == ok.count(kind="judge") == 0  # nothing asked again
     _same_outputs(out, clean)
 
@@ -354,7 +356,7 @@ def test_a_file_size_limit_under_the_cache_is_said_like_a_full_disk(server, tmp_
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
     # 16 endings a position: records are stored compressed, and 3 would fit under the limit
     args = _score_args(corpus, tmp_path / "out", tmp_path / "cache", server.base_url, "--model", "test-gen",
-                       endings=16)
+                       "--no-report", endings=16)
     exe = str(Path(sys.executable).parent / "tension-run")
     limit = 200 * 1024  # `ulimit -f 200`
 
@@ -452,7 +454,7 @@ def test_a_read_only_cache_serves_a_fully_cached_rerun_stats_and_the_view(readon
 def test_an_export_with_endings_of_which_none_could_be_read_fails(server, tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
     out, cache = tmp_path / "out", tmp_path / "cache"
-    assert main(_score_args(corpus, out, cache, server.base_url, "--model", "test-gen")) == 0
+    assert main(_score_args(corpus, out, cache, server.base_url, "--model", "test-gen", "--no-report")) == 0
     assert main(["cache", "drop", "--cache", str(cache), "--run", str(out), "--role", "generation", "--yes"]) == 0
     capsys.readouterr()
     rc = main(["view", str(out), "--cache", str(cache), "--export", str(tmp_path / "e"), "--endings"])

@@ -33,6 +33,11 @@ from tension.testing.corpus import make_corpus
 ROOT = Path(__file__).resolve().parents[2]
 VALUES = ("-1", "0", "nan", "inf", "1e309", str(2**80))
 PARSE_ONLY = {"route", "serve", "demo"}  # an accepted value would start a server
+_REPORT = next(v for v in VERBS if v.name == "report")
+# The fields score's report reads again from the run (the report verb's settings and
+# own flags): a value of one of them is walked through the report; score's other
+# values skip drawing it (--no-report, half of each small run's time).
+REPORT_READS = frozenset({f for s in _REPORT.settings for f in s.__struct_fields__} | _REPORT.verb_only)
 # An exception's name on stderr: "error: OverflowError: …" is a crash told as a run failure.
 CRASH = re.compile(r"Traceback|\b[A-Z][A-Za-z]*(Error|Exception):")
 
@@ -122,10 +127,13 @@ class Verbs:
             return ["--base-url", self.server.base_url, "--model", "test-judge", "--cache", str(self.tmp / "cache")]
         return ["--base-url", self.server.base_url, "--model", "test-gen", "--cache", str(self.tmp / "cache")]
 
-    def argv(self, verb: str, out: Path) -> tuple[list[str], dict[str, str]]:
+    def argv(self, verb: str, out: Path, field: str = "") -> tuple[list[str], dict[str, str]]:
+        """`field`: the setting walked; score draws its report only if the report reads it."""
         srv = dict(zip(self.server_flags(verb)[::2], self.server_flags(verb)[1::2]))
         if verb == "score":
-            return ["score", str(self.corpus)], {"--out": str(out), **srv, "--endings": "2", "--no-progress": ""}
+            report = {} if field in REPORT_READS else {"--no-report": ""}
+            return ["score", str(self.corpus)], {"--out": str(out), **srv, "--endings": "2", "--no-progress": "",
+                                                 **report}
         if verb == "estimate":
             return ["estimate", str(self.corpus)], {**srv, "--endings": "2"}
         if verb == "bench":
@@ -191,7 +199,7 @@ def test_every_numeric_flag_takes_hostile_values_as_a_usage_error_or_a_clean_run
     for flag, (bounds, integer) in _bounds(spec).items():
         for i, text in enumerate(VALUES):
             out = tmp_path / f"out-{flag.strip('-')}-{i}"
-            positional, flags = verbs.argv(verb, out)
+            positional, flags = verbs.argv(verb, out, flag.lstrip("-").replace("-", "_"))
             argv = _flat(positional, flags, [flag, text])
             ok = _accepted(bounds, integer, text)
             if ok and verb in PARSE_ONLY:
@@ -223,7 +231,7 @@ def test_every_numeric_config_key_takes_hostile_values_as_a_usage_error_or_a_cle
             out = tmp_path / f"out-{field}-{i}"
             cfg = tmp_path / "cfg.toml"
             cfg.write_text(f"{field} = {toml[text]}\n")
-            positional, flags = verbs.argv(verb, out)
+            positional, flags = verbs.argv(verb, out, field)
             names = next((f.names for f in flag_specs(struct) if f.field == field), ())
             flags = {f: v for f, v in flags.items() if f not in names}  # a flag would win over the key
             argv = _flat(positional, flags, ["--config", str(cfg)])

@@ -27,7 +27,7 @@ N = 6  # endings per position: small, so the tests run in seconds
 
 def cfg_for(srv, tmp_path, **kw):
     base = {"base_url": srv.base_url, "model": "test-gen", "cache": str(tmp_path / "cache"), "endings": N,
-            "progress": False, "seed": 7}
+            "progress": False, "seed": 7, "report": False}  # no test here reads report.md or its figures
     base.update(kw)
     return base  # the API's keywords: tension.score(corpus, out=…, **cfg_for(…))
 
@@ -385,7 +385,7 @@ def test_cli_sigint_stops_cleanly_with_a_resume_hint(server, tmp_path):
     exe = str(Path(sys.executable).parent / "tension-run")
     args = [exe, "score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", server.base_url,
             "--model", "test-gen", "--endings", str(N), "--cache", str(tmp_path / "cache"), "--no-progress",
-            "--gen-concurrency", "2", "--judge-concurrency", "4"]
+            "--gen-concurrency", "2", "--judge-concurrency", "4", "--no-report"]
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while server.count(kind="judge") < 40 and time.time() < deadline:
