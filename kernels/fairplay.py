@@ -38,7 +38,10 @@ import math
 import msgspec
 import numba
 import numpy as np
-from scipy.stats import beta
+
+# betaincinv(a, b, q) is scipy.stats.beta.ppf(q, a, b) bit for bit (the same Boost inverse),
+# without importing scipy.stats (≈ 0.8 s of CPU at each start of the view and of fairplay)
+from scipy.special import betaincinv
 
 from tension.kernels.settings import FairPlaySettings
 
@@ -369,8 +372,8 @@ def clopper_pearson(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     n = np.asarray(n, dtype=np.float64)
     a = (1.0 - level) / 2.0
     with np.errstate(invalid="ignore", divide="ignore"):
-        lo = np.where(k > 0, beta.ppf(a, np.maximum(k, 1e-300), n - k + 1), 0.0)
-        hi = np.where(k < n, beta.ppf(1.0 - a, k + 1, np.maximum(n - k, 1e-300)), 1.0)
+        lo = np.where(k > 0, betaincinv(np.maximum(k, 1e-300), n - k + 1, a), 0.0)
+        hi = np.where(k < n, betaincinv(k + 1, np.maximum(n - k, 1e-300), 1.0 - a), 1.0)
     empty = n <= 0
     return np.where(empty, np.nan, lo), np.where(empty, np.nan, hi)
 
