@@ -14,12 +14,27 @@ cache_records, interrupt, real_env, …)."""
 from __future__ import annotations
 
 import contextlib
+import io
+import signal
+import subprocess
+import sys
 
 import pytest
 
 from tension.testing.inprocess import InProcessServer
 from tension.testing.openai_server import LoopbackServer
 from tension.testing.real_env import EMBEDDED_TEST_PORT, REAL_ENV
+
+
+def pytest_configure(config):
+    """The tests stop their children with SIGINT as a terminal's Ctrl-C would. A pytest started
+    in the background of a non-interactive shell (`cmd &` in a script, a CI runner's job) has
+    SIGINT ignored, and every child inherits that across exec, so a `score` or `route` would
+    not hear the Ctrl-C (tests/core/test_reliability_process.py
+    test_the_tests_children_hear_ctrl_c). Python's own handler is restored here, before the
+    xdist workers and every child start."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +87,43 @@ def loopback_servers(request):
             return new
 
         yield start
+
+
+@pytest.fixture
+def tension_run(capsys, monkeypatch):
+    """`tension_run(*args, env=None, input=None)`: the command `tension-run ARGS`, run in this
+    process by the CLI's `main()`, for a spec whose subject is what the command prints, writes
+    and exits with, not the process: no interpreter to start, no imports, no kernels loaded
+    from numba's cache (≈ 2 s of CPU a command). It returns what `subprocess.run` of the
+    console script would: a CompletedProcess with the exit status (argparse's usage errors
+    included), stdout and stderr. `env` holds the command's own variables over the test's
+    (None unsets one), put back after it; `input` is its standard input. A spec of the
+    process itself (a signal, a crash that must not be one, another user, the console
+    script, the view's server) runs the real one in a subprocess."""
+    from tension.core.cli import main
+
+    def run(*args: object, env: dict[str, str | None] | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess:
+        argv = [str(a) for a in args]
+        capsys.readouterr()  # the test's own output until now is not the command's
+        said = ""
+        with monkeypatch.context() as m:
+            m.setattr(sys, "argv", ["tension-run", *argv])  # the resume hints quote it
+            for name, value in (env or {}).items():
+                if value is None:
+                    m.delenv(name, raising=False)
+                else:
+                    m.setenv(name, value)
+            if input is not None:
+                m.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(input.encode())))
+            try:
+                status = main(argv)
+            except SystemExit as e:  # argparse's usage errors and --help
+                status, said = (e.code, "") if isinstance(e.code, int) or e.code is None else (1, f"{e.code}\n")
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["tension-run", *argv], status or 0, out, err + said)
+
+    return run
 
 
 @pytest.fixture(autouse=True)

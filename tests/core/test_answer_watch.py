@@ -1,16 +1,13 @@
 """Degenerate answers (issue 20; docs/reliability.md, "Degenerate answers"): the run
 says when the models are not doing the task. Every case runs the real CLI against
-the loopback server scripted to misbehave."""
+the loopback server scripted to misbehave, in this process (`tension_run`: what a run
+says and records is the subject, not the process)."""
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -20,19 +17,18 @@ from tension.testing.openai_server import LoopbackServer
 ENDINGS = "4"  # 2 stories x 4 endings: about 260 verdicts, past the early stop's 200
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    exe = str(Path(sys.executable).parent / "tension-run")
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
+@pytest.fixture
+def score(tension_run, tmp_path):
+    """`score(server, *flags, env=None)`: a run of 2 stories of 4 endings; its status and
+    output, its folder and its run record."""
+    def run(srv: LoopbackServer, *flags: str, env: dict[str, str | None] | None = None):
+        corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
+        out = tmp_path / "out"
+        r = tension_run("score", str(corpus), "--out", str(out), "--base-url", srv.base_url, "--model", "test-gen",
+                        "--endings", ENDINGS, "--cache", str(tmp_path / "cache"), "--no-progress", *flags, env=env)
+        return r, out, json.loads((out / "run.json").read_text())
 
-
-def _score(srv: LoopbackServer, tmp_path: Path, *flags: str, env: dict[str, str] | None = None):
-    corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
-    out = tmp_path / "out"
-    r = _cli("score", str(corpus), "--out", str(out), "--base-url", srv.base_url, "--model", "test-gen",
-             "--endings", ENDINGS, "--cache", str(tmp_path / "cache"), "--no-progress", *flags, env=env)
-    run = json.loads((out / "run.json").read_text())
-    return r, out, run
+    return run
 
 
 def _checks(run: dict) -> list[str]:
@@ -43,9 +39,9 @@ def _server(misbehave: str | None = None) -> LoopbackServer:
     return LoopbackServer(model=["test-gen"], misbehave=misbehave)
 
 
-def test_an_all_malformed_judge_stops_the_run_early_with_what_to_do(tmp_path):
+def test_an_all_malformed_judge_stops_the_run_early_with_what_to_do(tmp_path, score):
     with _server("random") as srv:
-        r, out, run = _score(srv, tmp_path)
+        r, out, run = score(srv)
     assert r.returncode == 1, r.stderr
     err = r.stderr
     assert "error: the judge is not answering Y or N: 200 of the first 200 verdicts (100%) are neither" in err
@@ -62,9 +58,9 @@ def test_an_all_malformed_judge_stops_the_run_early_with_what_to_do(tmp_path):
     assert _checks(run) == ["judge_malformed"]
 
 
-def test_keep_going_scores_on_and_warns_everywhere(tmp_path):
+def test_keep_going_scores_on_and_warns_everywhere(tmp_path, score):
     with _server("random") as srv:
-        r, out, run = _score(srv, tmp_path, "--keep-going")
+        r, out, run = score(srv, "--keep-going")
     assert r.returncode == 0, r.stderr
     assert run["status"] == "complete" and _checks(run) == ["judge_malformed"]
     w = run["warnings"][0]
@@ -78,9 +74,9 @@ def test_keep_going_scores_on_and_warns_everywhere(tmp_path):
     assert f"{w['total']} of {w['total']} (100%) judge answers" in report
 
 
-def test_think_prefixed_answers_name_reasoning_as_the_likely_cause(tmp_path):
+def test_think_prefixed_answers_name_reasoning_as_the_likely_cause(tmp_path, score):
     with _server("think") as srv:
-        r, _, run = _score(srv, tmp_path)
+        r, _, run = score(srv)
     assert r.returncode == 1
     assert "200 open with a reasoning trace" in r.stderr
     assert "Sample answers: '<think>\\nOkay, the user wants me to decide whether this'" in r.stderr
@@ -89,9 +85,9 @@ def test_think_prefixed_answers_name_reasoning_as_the_likely_cause(tmp_path):
     assert _checks(run) == ["judge_malformed", "endings_cut", "endings_reasoning", "endings_identical"]
 
 
-def test_a_judge_that_always_says_yes_is_warned_about(tmp_path):
+def test_a_judge_that_always_says_yes_is_warned_about(tmp_path, score):
     with _server("always_y") as srv:
-        r, out, run = _score(srv, tmp_path)
+        r, out, run = score(srv)
     assert r.returncode == 0, r.stderr
     assert _checks(run) == ["judge_one_letter"]
     assert re.search(r"warning: the judge answered Y to (\d+) of \1 \(100%\) endings — every no-rate is near 0 "
@@ -99,54 +95,54 @@ def test_a_judge_that_always_says_yes_is_warned_about(tmp_path):
     assert "the judge answered Y to" in (out / "report.md").read_text()
 
 
-def test_a_judge_that_says_yes_to_every_ending_of_one_story_is_named(tmp_path):
+def test_a_judge_that_says_yes_to_every_ending_of_one_story_is_named(tmp_path, score):
     with _server() as srv:
         # The judge says Y to everything about story-001 only (its text is in the prompt).
         story = json.loads(make_corpus(tmp_path / "probe.jsonl", 2, seed=3).read_text().splitlines()[1])
         probe = story["text"].split(".")[-3].strip()
         srv.respond(lambda msgs, n, seed: "Y" if "literary judge" in msgs[0]["content"] and any(
             probe in m["content"] for m in msgs) else None)
-        r, _, run = _score(srv, tmp_path)
+        r, _, run = score(srv)
     assert r.returncode == 0, r.stderr
     assert _checks(run) == ["judge_one_letter_story"]
     assert "every ending of 1 of 2 stories (story-001)" in r.stderr
 
 
-def test_identical_endings_are_warned_about(tmp_path):
+def test_identical_endings_are_warned_about(tmp_path, score):
     with _server("identical") as srv:
-        r, _, run = _score(srv, tmp_path)
+        r, _, run = score(srv)
     assert r.returncode == 0, r.stderr
     assert _checks(run) == ["endings_identical"]
     assert "positions had all their endings identical — the server did not honour the temperature or seed" \
         in r.stderr
 
 
-def test_a_healthy_run_has_no_warning(tmp_path):
+def test_a_healthy_run_has_no_warning(tmp_path, score):
     with _server() as srv:
-        r, out, run = _score(srv, tmp_path)
+        r, out, run = score(srv)
     assert r.returncode == 0, r.stderr
     assert "warning" not in r.stderr
     assert run["warnings"] == []
     assert "## Warnings" not in (out / "report.md").read_text()
 
 
-def test_the_early_stop_quotes_no_secret(tmp_path):
+def test_the_early_stop_quotes_no_secret(tmp_path, score):
     key = "sk-planted-secret-4242"
     with _server() as srv:
         srv.respond(lambda msgs, n, seed: f"Authorization: Bearer {key}" if "literary judge" in msgs[0]["content"]
                     else None)
-        r, out, run = _score(srv, tmp_path, env={"OPENAI_API_KEY": key})
+        r, out, run = score(srv, env={"OPENAI_API_KEY": key})
     assert r.returncode == 1 and "[redacted]" in r.stderr
     for text in (r.stdout, r.stderr, (out / "run.json").read_text()):
         assert key not in text
 
 
-def test_thresholds_are_settings(tmp_path):
+def test_thresholds_are_settings(tmp_path, score, tension_run):
     with _server("random") as srv:
         # A later decision: the early stop waits for 10,000 verdicts, so this run completes.
-        r, _, run = _score(srv, tmp_path, "--stop-after", "10000")
+        r, _, run = score(srv, "--stop-after", "10000")
     assert r.returncode == 0 and _checks(run) == ["judge_malformed"]
-    bad = _cli("score", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "o2"), "--base-url", "http://127.0.0.1:9",
+    bad = tension_run("score", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "o2"), "--base-url", "http://127.0.0.1:9",
                "--warn-cut-share", "1.5")
     assert bad.returncode == 2 and "warn-cut-share: expected a share in [0, 1], got 1.5" in bad.stderr
 
@@ -154,10 +150,10 @@ def test_thresholds_are_settings(tmp_path):
 # -- generate and fair play ----------------------------------------------------------
 
 
-def test_generate_warns_when_stories_are_mostly_the_prompt(tmp_path):
+def test_generate_warns_when_stories_are_mostly_the_prompt(tmp_path, tension_run):
     out = tmp_path / "s.jsonl"
     with _server("echo") as srv:
-        r = _cli("generate", "examples/ideas.jsonl", "--out", str(out), "--mode", "vanilla", "--base-url",
+        r = tension_run("generate", "examples/ideas.jsonl", "--out", str(out), "--mode", "vanilla", "--base-url",
                  srv.base_url, "--cache", str(tmp_path / "cache"), "--no-progress")
     assert r.returncode == 0, r.stderr
     assert "warning: 5 of 5 answers were mostly their prompt" in r.stderr
@@ -165,11 +161,11 @@ def test_generate_warns_when_stories_are_mostly_the_prompt(tmp_path):
     assert [w["check"] for w in record["warnings"]] == ["generate_prompt"]
 
 
-def test_generate_healthy_has_no_warning(tmp_path):
+def test_generate_healthy_has_no_warning(tmp_path, tension_run):
     out = tmp_path / "s.jsonl"
     with _server() as srv:
         srv.script("Write the story now.", lambda msgs, seed, i: write_story(random.Random(seed), 400))
-        r = _cli("generate", "examples/ideas.jsonl", "--out", str(out), "--mode", "vanilla", "--base-url",
+        r = tension_run("generate", "examples/ideas.jsonl", "--out", str(out), "--mode", "vanilla", "--base-url",
                  srv.base_url, "--cache", str(tmp_path / "cache"), "--no-progress")
     assert r.returncode == 0, r.stderr
     assert "warning" not in r.stderr
@@ -196,10 +192,10 @@ def _reader(msgs, n, seed):
 
 
 @pytest.fixture
-def whodunits(tmp_path):
+def whodunits(tmp_path, tension_run):
     path = tmp_path / "w.jsonl"
     with _server() as srv:
-        r = _cli("generate", "examples/whodunit_ideas.jsonl", "--out", str(path), "--mode", "whodunit",
+        r = tension_run("generate", "examples/whodunit_ideas.jsonl", "--out", str(path), "--mode", "whodunit",
                  "--paragraphs", "8", "--base-url", srv.base_url, "--cache", str(tmp_path / "cache"),
                  "--no-progress")
     assert r.returncode == 0, r.stderr
@@ -207,11 +203,11 @@ def whodunits(tmp_path):
 
 
 @pytest.mark.parametrize("misbehave", ["example", "echo", None])
-def test_fairplay_readers_that_do_not_read_are_warned_about(tmp_path, whodunits, misbehave):
+def test_fairplay_readers_that_do_not_read_are_warned_about(tmp_path, tension_run, whodunits, misbehave):
     with _server(misbehave if misbehave == "echo" else None) as srv:
         if misbehave != "echo":  # scripted answers come before the server's misbehaviour
             srv.respond(_example_copier if misbehave == "example" else _reader)
-        r = _cli("fairplay", str(whodunits), "--out", str(tmp_path / "fp"), "--readers", "gullible",
+        r = tension_run("fairplay", str(whodunits), "--out", str(tmp_path / "fp"), "--readers", "gullible",
                  "--base-url", srv.base_url, "--cache", str(tmp_path / "cache"), "--no-progress")
     record = json.loads((tmp_path / "fp" / "fairplay_run.json").read_text())
     checks = [w["check"] for w in record["warnings"]]

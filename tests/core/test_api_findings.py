@@ -124,6 +124,7 @@ def test_the_first_ctrl_c_under_asyncio_run_stops_the_blocking_call(server, tmp_
     finally:
         if p.poll() is None:
             p.kill()
+            p.communicate()  # reaped and its pipes closed, so nothing of it reaches the next test
     assert p.returncode == 130, (out, err)
     assert out.startswith("interrupted"), out
     record = json.loads((tmp_path / "out" / "run.json").read_text())

@@ -137,6 +137,7 @@ def test_a_client_killed_with_sigkill_leaves_no_router_running(pair, tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
+            p.communicate()  # reaped and its pipes closed, so nothing of it reaches the next test
         p.stderr.close()
 
 

@@ -255,6 +255,15 @@ def test_sigkill_at_random_moments_then_resume_gives_the_clean_bytes(server, tmp
 # --- 2. SIGTERM and SIGINT -----------------------------------------------------------
 
 
+def test_the_tests_children_hear_ctrl_c():
+    """The SIGINT cases below mean a terminal's Ctrl-C: a child of the tests must start with
+    SIGINT at its default even when pytest itself was started with it ignored (in the
+    background of a script: tests/conftest.py pytest_configure)."""
+    probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "True", r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_stops_cleanly_commits_completed_work_and_resumes(server, tmp_path, clean4, sig):
     corpus, clean = clean4

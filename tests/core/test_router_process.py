@@ -128,6 +128,7 @@ def test_route_verb_prints_one_url_that_serves_and_stops_on_ctrl_c(trio):
     finally:
         if p.poll() is None:
             p.kill()
+            p.communicate()  # reaped and its pipes closed, so nothing of it reaches the next test
     time.sleep(0.2)
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/readiness", timeout=2)
@@ -213,6 +214,7 @@ def test_route_verb_leaves_out_a_server_whose_health_needs_the_key_and_says_so_f
         finally:
             if p.poll() is None:
                 p.kill()
+                p.communicate()  # reaped and its pipes closed, so nothing of it reaches the next test
         assert err.startswith(f"warning: asked for 2 servers, vllm-router uses 1: {keyed.base_url} unhealthy (its "
                               "GET /health answers HTTP 401 without the API key"), err
         assert key not in err

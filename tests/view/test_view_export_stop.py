@@ -52,8 +52,13 @@ def _writing(out: Path):
 def writes_at(runs, tmp_path_factory) -> float:
     """The CPU seconds an export of the runs takes before it writes (≈ 1.5-1.8 s here on
     a quiet machine): the moments are fractions of it, as a fixed figure sat at the very
-    edge of the write on a quiet machine and missed it."""
-    out = tmp_path_factory.mktemp("measured") / "site"
+    edge of the write on a quiet machine and missed it. The lesser of two exports: the
+    first in a fresh checkout also compiles the kernels into their cache (2.7 s), which
+    the exports stopped below do not, and 0.75 of it fell after their write."""
+    return min(_measured_export(runs, tmp_path_factory.mktemp("measured") / "site") for _ in range(2))
+
+
+def _measured_export(runs, out: Path) -> float:
     argv = [str(BIN), "view", str(runs.a), str(runs.b), str(runs.fp), "--export", str(out), "--endings"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=runs.env)
     cpu = 0.0
