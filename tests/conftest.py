@@ -1,7 +1,8 @@
 """Shared fixtures: the loopback OpenAI-compatible server (one per session and
 pytest-xdist worker, reset for each test), more servers of a test's own
 (`loopback_servers`), the in-process door to the same answers (`inprocess_server`),
-a private cache/home per test, and the slow tests' embedded server.
+a private cache/home per test, a command of the CLI run in this process
+(`tension_run`), and the slow tests' embedded server.
 
 A test says which door it needs. Unmarked, `server` and `loopback_servers` are
 the wire (HTTP on loopback: the transport, retries, routing, real processes).

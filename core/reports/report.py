@@ -286,12 +286,13 @@ def _draw_figures(figs: Path, data: RunData, max_curves: int) -> list[tuple[str,
         bars_figure(figs / f"{name}.png", data.groups, bars.stats, bars.labels, bars.title, bars.ylabel, top=bars.top)
     shown = data.curves[:max_curves]
     names = unique_filenames([c.id for c in shown])
-    plot = CurvePlot(s)
-    try:
-        for c, name in zip(shown, names):
-            plot.draw(figs / "curves" / f"{name}.png", c.id, c.x, c.y)
-    finally:
-        plot.close()
+    if shown:  # the curves' frame is a figure drawn once, worth it only for a curve (--max-curves 0)
+        plot = CurvePlot(s)
+        try:
+            for c, name in zip(shown, names):
+                plot.draw(figs / "curves" / f"{name}.png", c.id, c.x, c.y)
+        finally:
+            plot.close()
     return [(c.id, f"figures/curves/{name}.png") for c, name in zip(shown, names)]
 
 
