@@ -15,13 +15,11 @@ cache_records, interrupt, real_env, …)."""
 from __future__ import annotations
 
 import contextlib
-import io
 import signal
-import subprocess
-import sys
 
 import pytest
 
+from tension.testing.cli import run_here
 from tension.testing.inprocess import InProcessServer
 from tension.testing.openai_server import LoopbackServer
 from tension.testing.real_env import EMBEDDED_TEST_PORT, REAL_ENV
@@ -91,40 +89,14 @@ def loopback_servers(request):
 
 
 @pytest.fixture
-def tension_run(capsys, monkeypatch):
-    """`tension_run(*args, env=None, input=None)`: the command `tension-run ARGS`, run in this
-    process by the CLI's `main()`, for a spec whose subject is what the command prints, writes
-    and exits with, not the process: no interpreter to start, no imports, no kernels loaded
-    from numba's cache (≈ 2 s of CPU a command). It returns what `subprocess.run` of the
-    console script would: a CompletedProcess with the exit status (argparse's usage errors
-    included), stdout and stderr. `env` holds the command's own variables over the test's
-    (None unsets one), put back after it; `input` is its standard input. A spec of the
-    process itself (a signal, a crash that must not be one, another user, the console
-    script, the view's server) runs the real one in a subprocess."""
-    from tension.core.cli import main
-
-    def run(*args: object, env: dict[str, str | None] | None = None,
-            input: str | None = None) -> subprocess.CompletedProcess:
-        argv = [str(a) for a in args]
-        capsys.readouterr()  # the test's own output until now is not the command's
-        said = ""
-        with monkeypatch.context() as m:
-            m.setattr(sys, "argv", ["tension-run", *argv])  # the resume hints quote it
-            for name, value in (env or {}).items():
-                if value is None:
-                    m.delenv(name, raising=False)
-                else:
-                    m.setenv(name, value)
-            if input is not None:
-                m.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(input.encode())))
-            try:
-                status = main(argv)
-            except SystemExit as e:  # argparse's usage errors and --help
-                status, said = (e.code, "") if isinstance(e.code, int) or e.code is None else (1, f"{e.code}\n")
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(["tension-run", *argv], status or 0, out, err + said)
-
-    return run
+def tension_run():
+    """`tension_run(*args, env=None, input=None, cwd=None)`: the command `tension-run ARGS`
+    run in this process (tension.testing.cli `run_here`), for a spec whose subject is
+    what the command prints, writes and exits with, not the process; it returns the
+    CompletedProcess `subprocess.run` of the console script would. A spec of the process
+    itself (a signal, a crash that must not be one, another user, the console script, the
+    view's server) runs the real one in a subprocess."""
+    return run_here
 
 
 @pytest.fixture(autouse=True)

@@ -24,6 +24,7 @@ def cmd_route(args) -> int:
     refused at once. The router's log is deleted when it stops cleanly."""
     from tension.core.config.settings import API_KEY_ENV, checked_key
     from tension.core.llm.vllm_router import ROUTE_RETRY, LocalRouter, RouterSettings, worker_models
+    from tension.core.signals import stops_raise
 
     urls = [u.strip() for arg in args.urls for u in arg.split(",") if u.strip()]
     # a worker that does not answer is asked again, then stops `route` with exit 1, as
@@ -33,9 +34,9 @@ def cmd_route(args) -> int:
     models = worker_models(urls, key, retry=retry, say=lambda line: print(line, file=sys.stderr, flush=True))
     urls = _healthy_to_the_router(urls, key)
     router = LocalRouter(urls, settings=RouterSettings(policy=args.policy), host=args.host, port=args.port)
-    # SIGTERM ends the router as Ctrl-C does (a service manager stops it that way)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    with router:
+    # SIGTERM ends the router as Ctrl-C does (a service manager stops it that way); the
+    # handlers before are put back after (a caller of main() keeps its own)
+    with stops_raise(signal.SIGINT, signal.SIGTERM), router:
         served = ", ".join(next(iter(models.values())))
         # the prints are inside the try: a Ctrl-C that lands as soon as the URL is
         # out (a script that read it) stops the router as cleanly as a later one

@@ -3,7 +3,13 @@ truncated (a partial copy, a full disk), scribbled over (a page of zeros), a byt
 flipped inside a value, or replaced by a foreign file; the real CLI run on them in
 subprocesses. Nothing may die of a signal ("Bus error") or print a traceback;
 the message names the cache and the way out; a later run asks again only for
-what was lost."""
+what was lost.
+
+Every command over a damaged cache is the console script in a subprocess (`cli`): a
+SIGBUS reading a damaged LMDB would kill the pytest worker, and "no signal" is what is
+asserted. The commands over sound caches run in this process (`tension_run`): the
+`cold` run that writes the cache, the runs on a recovered cache, and the verbs on a
+missing cache or a sound one."""
 
 from __future__ import annotations
 
@@ -28,8 +34,9 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300, env=dict(os.environ))
 
 
-def score(server, corpus: Path, cache: Path, out: Path) -> subprocess.CompletedProcess:
-    return cli("score", str(corpus), "--out", str(out), "--cache", str(cache), "--base-url", server.base_url,
+def score(server, corpus: Path, cache: Path, out: Path, run=cli) -> subprocess.CompletedProcess:
+    """`score` on `cache` by `run`: `cli` (a subprocess) or the test's `tension_run`."""
+    return run("score", str(corpus), "--out", str(out), "--cache", str(cache), "--base-url", server.base_url,
                "--model", "test-gen", "--endings", ENDINGS, "--seed", "3", "--no-progress", "--no-report")
 
 
@@ -40,10 +47,11 @@ def assert_clean_failure(r: subprocess.CompletedProcess, status: int) -> None:
 
 
 @pytest.fixture
-def cold(server, tmp_path):
-    """A corpus, the cache a first run wrote, and that run's outputs."""
+def cold(server, tmp_path, tension_run):
+    """A corpus, the cache a first run wrote, and that run's outputs (in process: the
+    cache is sound yet)."""
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=21)
-    r = score(server, corpus, tmp_path / "cache", tmp_path / "cold")
+    r = score(server, corpus, tmp_path / "cache", tmp_path / "cold", run=tension_run)
     assert r.returncode == 0, r.stderr
     server.reset_records()
     return corpus, tmp_path / "cache", (tmp_path / "cold" / "positions.jsonl").read_bytes()
@@ -85,7 +93,7 @@ def value_offsets(cache: Path, value: bytes) -> list[int]:
     return at
 
 
-def test_a_truncated_cache_is_refused_and_recovered(server, cold, tmp_path):
+def test_a_truncated_cache_is_refused_and_recovered(server, cold, tmp_path, tension_run):
     corpus, cache, cold_positions = cold
     bad = damaged_copy(cache, tmp_path / "truncated")
     with (bad / "data.mdb").open("r+b") as f:
@@ -108,7 +116,7 @@ def test_a_truncated_cache_is_refused_and_recovered(server, cold, tmp_path):
     with Store(new, readonly=True) as s:
         kept = {db: st["entries"] for db, st in s.stats().items()}
     assert 0 < sum(kept.values())
-    r = score(server, corpus, new, tmp_path / "again")
+    r = score(server, corpus, new, tmp_path / "again", run=tension_run)  # a recovered cache is sound
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "again" / "positions.jsonl").read_bytes() == cold_positions
     with Store(cache, readonly=True) as s:
@@ -117,7 +125,7 @@ def test_a_truncated_cache_is_refused_and_recovered(server, cold, tmp_path):
     assert server.count(kind="generation") == total["endings"] - kept["endings"]
 
 
-def test_a_page_of_zeros_stops_the_run_with_the_way_out(server, cold, tmp_path):
+def test_a_page_of_zeros_stops_the_run_with_the_way_out(server, cold, tmp_path, tension_run):
     corpus, cache, cold_positions = cold
     bad = damaged_copy(cache, tmp_path / "zeroed")
     _, value = endings_value(bad)
@@ -152,7 +160,7 @@ def test_a_page_of_zeros_stops_the_run_with_the_way_out(server, cold, tmp_path):
         lost = {db: whole.stats()[db]["entries"] - s.stats()[db]["entries"] for db in ("endings", "verdicts")}
     assert lost["endings"] > 0 and lost["verdicts"] == 0
     server.reset_records()
-    r = score(server, corpus, tmp_path / "recovered", tmp_path / "again")
+    r = score(server, corpus, tmp_path / "recovered", tmp_path / "again", run=tension_run)  # sound
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "again" / "positions.jsonl").read_bytes() == cold_positions
     assert server.count(kind="generation") == lost["endings"]  # seeded: the same endings, verdicts from the cache
@@ -198,17 +206,17 @@ def test_a_foreign_file_is_refused(tmp_path):
     assert "not an LMDB file" in r.stderr
 
 
-def test_looking_at_a_missing_cache_creates_none(tmp_path):
+def test_looking_at_a_missing_cache_creates_none(tmp_path, tension_run):
     for args in (("cache", "stats", "--cache", str(tmp_path / "none")), ("cache", "verify", str(tmp_path / "none")),
                  ("cache", "recover", str(tmp_path / "none"), str(tmp_path / "new"))):
-        r = cli(*args)
+        r = tension_run(*args)  # no cache to be damaged
         assert_clean_failure(r, 1)  # a missing input, as a missing corpus is (test_exit_statuses.py)
         assert f"{tmp_path / 'none'}: no cache here (no data.mdb in it)" in r.stderr
     assert not (tmp_path / "none").exists() and not (tmp_path / "new").exists()
 
 
-def test_recover_refuses_a_destination_that_holds_something(server, cold, tmp_path):
+def test_recover_refuses_a_destination_that_holds_something(server, cold, tmp_path, tension_run):
     _, cache, _ = cold
-    r = cli("cache", "recover", str(cache), str(cache))
+    r = tension_run("cache", "recover", str(cache), str(cache))  # a sound cache
     assert_clean_failure(r, 2)
     assert "is not an empty folder" in r.stderr

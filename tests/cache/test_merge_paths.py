@@ -1,7 +1,12 @@
 """`cache merge` on the paths the review of 2026-12-02 took (issue 36): two runs of one
 seeded command are the same answers whatever their token counts (M3), a hard-linked
 copy of DST is DST (M10), SIGTERM stops a merge as Ctrl-C does (M12), and the way on
-after a damaged source or a full disk is said for the merge, not for `score` (M7, M11)."""
+after a damaged source or a full disk is said for the merge, not for `score` (M7, M11).
+
+The commands run in this process (`main`, `tension_run`) except two specs of the process:
+the SIGTERM one (the signal, and its rerun, stay `python -m tension.core.cli`) and the
+full disk's merge, whose `ulimit -f` is a limit of its process (set in the pytest worker,
+it would hold every file the worker writes); its rerun with room again runs in process."""
 
 from __future__ import annotations
 
@@ -153,7 +158,7 @@ def test_a_damaged_source_is_said_with_the_merges_own_way_on(tmp_path, capsys):
     assert "--cache" not in err and "Traceback" not in err
 
 
-def test_a_full_disk_under_a_merge_is_said_with_the_merges_own_way_on(tmp_path):
+def test_a_full_disk_under_a_merge_is_said_with_the_merges_own_way_on(tmp_path, tension_run):
     src = many_verdicts(tmp_path / "src", 60_000)
     dst = tmp_path / "dst"
     limit = 512 * 1024  # `ulimit -f 512`: DST cannot hold them
@@ -166,7 +171,7 @@ def test_a_full_disk_under_a_merge_is_said_with_the_merges_own_way_on(tmp_path):
     assert r.returncode == 1, r.stderr
     assert f"cannot write to the cache at {dst}" in r.stderr and "(or give another DST)" in r.stderr
     assert "--cache" not in r.stderr and "Traceback" not in r.stderr
-    assert subprocess.run([*CLI, "cache", "merge", str(src), str(dst)], capture_output=True).returncode == 0
+    assert tension_run("cache", "merge", str(src), str(dst)).returncode == 0  # room again: the same command
 
 
 def _conflicting_runs(tmp_path: Path) -> tuple[Callable[[str, str, str], list[str]], LoopbackServer]:

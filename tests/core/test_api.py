@@ -1,6 +1,10 @@
 """The Python API (`import tension`, docs/python.md), used as a script and a
 notebook use it: against the loopback server, from inside a running event loop,
-awaited, and with bad keywords; its results typed, with to_pandas()."""
+awaited, and with bad keywords; its results typed, with to_pandas().
+
+The CLI runs whose bytes the API must match run in this process (the `tension_run`
+fixture). Two stay processes: `import tension` in a fresh interpreter (what it loads
+is the subject), and a user's script (`python -c`) stopped by Ctrl-C (a signal)."""
 
 from __future__ import annotations
 
@@ -24,13 +28,14 @@ def settings(server, cache: Path) -> dict:
             "progress": False, "report": False}
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    exe = str(Path(sys.executable).parent / "tension-run")
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def cli(tension_run):
+    """`cli(*args)`: the command `tension-run ARGS`, run in this process."""
+    return tension_run
 
 
 @pytest.fixture
-def cli_run(server, tmp_path):
+def cli_run(server, tmp_path, cli):
     """A corpus scored by the real CLI: (corpus, its --out folder)."""
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=28)
     r = cli("score", str(corpus), "--out", str(tmp_path / "cli"), "--base-url", server.base_url, "--model",
@@ -130,7 +135,7 @@ def test_bad_keywords_are_config_errors_naming_them(server, tmp_path, kwargs, ma
     assert server.count() == 0
 
 
-def test_bad_keywords_of_the_other_verbs(tmp_path):
+def test_bad_keywords_of_the_other_verbs(tmp_path, cli):
     with pytest.raises(ConfigError, match=r"metrics\(\): unknown keyword `windw`"):
         tension.metrics("x.jsonl", out=tmp_path, windw=3)
     # a bad value names the keyword given (A22), as the CLI names its flag

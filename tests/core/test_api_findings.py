@@ -1,7 +1,12 @@
 """The smaller findings of the API's new-user review (A2, A3, A15, A21), each on
 the path a user takes: paths as Path objects in every path keyword, a run that
 scored nothing saying so in its result, Ctrl-C under ``asyncio.run`` with the
-blocking call, and run.json's argv of an API run."""
+blocking call, and run.json's argv of an API run.
+
+A CLI run's argv is checked in this process (the `tension_run` fixture sets
+sys.argv as the console script would). Two stay processes: the argv of an API run
+pasted into a shell (`python -c` in a fresh interpreter, elsewhere: it must
+reproduce the run on its own), and a user's script stopped by Ctrl-C (a signal)."""
 
 from __future__ import annotations
 
@@ -77,15 +82,14 @@ def test_run_json_argv_of_an_api_run_is_a_call_that_reproduces_it(server, tmp_pa
         assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "again" / name).read_bytes(), name
 
 
-def test_run_json_argv_of_a_cli_run_is_the_command_line(server, tmp_path):
+def test_run_json_argv_of_a_cli_run_is_the_command_line(server, tmp_path, tension_run):
     """The CLI calls the API: its run.json argv stays the command typed (what
     "resume with the same command" repeats), not the API call it made."""
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
-    cmd = [str(Path(sys.executable).with_name("tension-run")), "score", str(corpus), "--out", str(tmp_path / "cli"),
-           "--base-url", server.base_url, "--model", "test-gen", "--endings", "3", "--no-progress", "--no-report",
-           "--cache", str(tmp_path / "cache")]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    p = tension_run("score", corpus, "--out", tmp_path / "cli", "--base-url", server.base_url, "--model", "test-gen",
+                    "--endings", "3", "--no-progress", "--no-report", "--cache", tmp_path / "cache")
     assert p.returncode == 0, p.stderr
+    cmd = p.args  # the command line as sys.argv held it: ["tension-run", "score", ...]
     assert json.loads((tmp_path / "cli" / "run.json").read_text())["argv"] == cmd
 
 

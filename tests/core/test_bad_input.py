@@ -13,6 +13,12 @@ Decisions this file pins down (what the code does, asserted):
 - control characters escaped inside a JSON string are kept and the story is
   scored; a raw (unescaped) control byte makes the line invalid JSON.
 Known bugs are `xfail(strict=True)` tests at the end of the file.
+
+Every run is the CLI's `main()` in this process (`tension_run`), against the
+in-process server: the subject is what a command says, writes and exits with. The
+two tests named `..._subprocess` ran the console script once; they keep their ids,
+and the console script's own exit path is held by the specs of the process
+(tests/core/test_reliability_process.py, tests/cache/test_damaged.py).
 """
 
 from __future__ import annotations
@@ -20,8 +26,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -75,26 +79,16 @@ def _base_args(server, tmp_path: Path, corpus: Path | str, *extra: str) -> list[
             "--no-progress", "--no-report", *extra]
 
 
-def _run(capsys, server, tmp_path, corpus, *extra: str) -> tuple[int, str, str]:
-    """The CLI in-process; argparse's usage errors (SystemExit) become their status."""
-    capsys.readouterr()
-    try:
-        rc = main(_base_args(server, tmp_path, corpus, *extra))
-    except SystemExit as e:
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
+def _run(tension_run, server, tmp_path, corpus, *extra: str) -> tuple[int, str, str]:
+    """`score` on `corpus` in process (the `tension_run` fixture): its status, stdout, stderr."""
+    r = tension_run(*_base_args(server, tmp_path, corpus, *extra))
+    return r.returncode, r.stdout, r.stderr
 
 
 def _scored_ids(tmp_path: Path) -> list[str]:
     p = tmp_path / "out" / "positions.jsonl"
     rows = [json.loads(x) for x in p.read_text().splitlines()]
     return [r["id"] for r in rows]
-
-
-def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    exe = str(Path(sys.executable).parent / "tension-run")
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
 
 
 # --- the kinds -----------------------------------------------------------------
@@ -304,13 +298,13 @@ KINDS: dict[str, Kind] = {
 
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.in_process
-def test_bad_input(kind, server, tmp_path, capsys):
+def test_bad_input(kind, server, tmp_path, tension_run):
     k = KINDS[kind]
     if kind == "cache path in a read-only folder" and os.geteuid() == 0:
         pytest.skip("root writes into read-only folders")
     corpus, extra = k.build(tmp_path)
     t0 = time.monotonic()
-    rc, out, err = _run(capsys, server, tmp_path, corpus, *extra)
+    rc, out, err = _run(tension_run, server, tmp_path, corpus, *extra)
     seconds = time.monotonic() - t0
     fmt = {"corpus": corpus, "tmp": tmp_path}
 
@@ -349,11 +343,11 @@ def test_bad_input(kind, server, tmp_path, capsys):
 
 
 @pytest.mark.in_process
-def test_skipped_stories_are_recorded_with_the_reason(server, tmp_path, capsys):
+def test_skipped_stories_are_recorded_with_the_reason(server, tmp_path, tension_run):
     """A story outside --min-words/--max-words is skipped with the reason (run.json)
     and does not fail the run."""
     corpus = _jsonl(tmp_path, {"id": "big", "text": BIG}, {"id": "tiny", "text": "Too short to score. " * 10})
-    rc, out, err = _run(capsys, server, tmp_path, corpus)
+    rc, out, err = _run(tension_run, server, tmp_path, corpus)
     assert rc == 0, err
     assert "2 stories (2 skipped by the word filter)" in out
     run = json.loads((tmp_path / "out" / "run.json").read_text())
@@ -365,9 +359,9 @@ def test_skipped_stories_are_recorded_with_the_reason(server, tmp_path, capsys):
 
 
 @pytest.mark.in_process
-def test_no_position_story_is_recorded_in_run_json(server, tmp_path, capsys):
+def test_no_position_story_is_recorded_in_run_json(server, tmp_path, tension_run):
     corpus = _jsonl(tmp_path, {"id": "nb", "text": NO_BOUNDARY})
-    rc, _, err = _run(capsys, server, tmp_path, corpus)
+    rc, _, err = _run(tension_run, server, tmp_path, corpus)
     assert rc == 0, err
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["stories_without_positions"] == {"nb": "1 sentence(s): no sentence boundary found"}
@@ -376,10 +370,12 @@ def test_no_position_story_is_recorded_in_run_json(server, tmp_path, capsys):
     assert any(line.startswith("nb,") for line in stories_csv)
 
 
-def test_many_bad_records_in_one_file_subprocess(server, tmp_path):
-    """All record-level kinds in one file, through the installed console script:
-    every bad line is reported with file:line field, the good stories are scored,
-    the summary counts the failures, exit status 1."""
+@pytest.mark.in_process
+def test_many_bad_records_in_one_file_subprocess(server, tmp_path, tension_run):
+    """All record-level kinds in one file, through the CLI (in process; the name is
+    the id from when it was the console script): every bad line is reported with
+    file:line field, the good stories are scored, the summary counts the failures,
+    exit status 1."""
     bad = [
         '{"id": "x1", "text": "unterminated',  # 2
         '["an", "array"]',  # 3
@@ -395,7 +391,7 @@ def test_many_bad_records_in_one_file_subprocess(server, tmp_path):
         json.dumps({"id": "x7", "text": None}),  # 13
     ]
     corpus = _jsonl(tmp_path, *bad)
-    r = _cli(*_base_args(server, tmp_path, corpus))
+    r = tension_run(*_base_args(server, tmp_path, corpus))
     assert r.returncode == 1, r.stderr
     want = [
         f"{corpus}:2: not valid JSON",
@@ -422,12 +418,13 @@ def test_many_bad_records_in_one_file_subprocess(server, tmp_path):
     assert len(run["stories"]["input_errors"]) == len(want)
 
 
-def test_bad_flag_subprocess_exits_2_without_traceback(server, tmp_path):
+@pytest.mark.in_process
+def test_bad_flag_subprocess_exits_2_without_traceback(server, tmp_path, tension_run):
     corpus = _jsonl(tmp_path)
-    r = _cli(*_base_args(server, tmp_path, corpus, "--window", "4"))
+    r = tension_run(*_base_args(server, tmp_path, corpus, "--window", "4"))
     assert r.returncode == 2
     assert r.stderr.strip() == "error: window: expected an odd integer >= 1, got 4"
-    r = _cli(*_base_args(server, tmp_path, corpus, "--temperature", "abc"))
+    r = tension_run(*_base_args(server, tmp_path, corpus, "--temperature", "abc"))
     assert r.returncode == 2
     assert "error: argument --temperature: invalid float value: 'abc'" in r.stderr
     assert not (tmp_path / "out").exists()
@@ -437,9 +434,9 @@ def test_bad_flag_subprocess_exits_2_without_traceback(server, tmp_path):
 
 
 @pytest.mark.in_process
-def test_bug_skipped_story_is_named_with_its_reason_on_the_console(server, tmp_path, capsys):
+def test_bug_skipped_story_is_named_with_its_reason_on_the_console(server, tmp_path, tension_run):
     corpus = _jsonl(tmp_path, {"id": "big", "text": BIG})
-    rc, out, err = _run(capsys, server, tmp_path, corpus)
+    rc, out, err = _run(tension_run, server, tmp_path, corpus)
     assert rc == 0
     assert f"{BIG_WORDS} words, more than --max-words 5000" in out + err
     assert "'big'" in out + err or "big:" in out + err
@@ -448,18 +445,18 @@ def test_bug_skipped_story_is_named_with_its_reason_on_the_console(server, tmp_p
 @pytest.mark.in_process
 @pytest.mark.parametrize("flag, value, named", [("--temperature", "inf", "temperature:"),
                                                 ("--late-threshold", "2", "late-threshold")])
-def test_bug_a_temperature_of_inf_or_a_late_threshold_above_one_is_rejected(server, tmp_path, capsys, flag, value,
-                                                                             named):
+def test_bug_a_temperature_of_inf_or_a_late_threshold_above_one_is_rejected(server, tmp_path, tension_run, flag,
+                                                                             value, named):
     corpus = _jsonl(tmp_path)
-    rc, out, err = _run(capsys, server, tmp_path, corpus, flag, value)
+    rc, out, err = _run(tension_run, server, tmp_path, corpus, flag, value)
     assert rc == 2, (out, err)
     assert named in err
 
 
 @pytest.mark.in_process
-def test_bug_bad_tokenizer_flag_is_a_usage_error(server, tmp_path, capsys):
+def test_bug_bad_tokenizer_flag_is_a_usage_error(server, tmp_path, tension_run):
     corpus = _jsonl(tmp_path)
-    rc, out, err = _run(capsys, server, tmp_path, corpus, "--tokenizer", str(tmp_path / "missing-tokenizer.json"))
+    rc, out, err = _run(tension_run, server, tmp_path, corpus, "--tokenizer", str(tmp_path / "missing-tokenizer.json"))
     assert "--tokenizer" in err
     assert rc == 2, (out, err)
     assert "rerun the same command" not in err

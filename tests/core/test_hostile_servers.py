@@ -3,11 +3,16 @@
 failures, a worker that answers HTTP 200 with an HTML page among good ones, 429
 storms, answers far beyond max_tokens, list URLs that name an endpoint, URL
 credentials beside an API key, a server that reports no usage. Every router here
-is the real `vllm-router` binary over loopback servers."""
+is the real `vllm-router` binary over loopback servers.
+
+The commands run in this process (`main`, or `route` through the `tension_run`
+fixture: each `route` here stops before it serves). One stays a process: the client
+killed with SIGKILL, whose router must die with it."""
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +28,6 @@ from tension.testing.openai_server import CHAT_PATH, LoopbackServer
 
 MODELS = ["test-gen", "test-judge"]
 EXE = str(Path(sys.executable).parent / "tension-run")
-ROUTE = [sys.executable, "-m", "tension.core.cli", "route"]
 
 
 def score_argv(corpus: Path, tmp_path: Path, urls: str, *more: str) -> list[str]:
@@ -35,6 +39,20 @@ def score_argv(corpus: Path, tmp_path: Path, urls: str, *more: str) -> list[str]
 @pytest.fixture
 def pair(loopback_servers):
     return loopback_servers(2)
+
+
+@pytest.fixture
+def route(tension_run):
+    """`route(*args)`: `tension-run route ARGS` in this process, for a `route` that stops
+    before it serves; it must leave this process's stop handlers as it found them (it
+    makes SIGTERM a Ctrl-C only while it serves: core/cli/route.py)."""
+    def run(*args: str):
+        before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        r = tension_run("route", *args)
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+        return r
+
+    return run
 
 
 @pytest.fixture
@@ -65,11 +83,10 @@ def test_score_over_servers_without_health_says_at_once_that_the_router_needs_it
             s.stop()
 
 
-def test_route_over_servers_without_health_says_at_once_that_the_router_needs_it():
+def test_route_over_servers_without_health_says_at_once_that_the_router_needs_it(route):
     servers = [LoopbackServer(model=MODELS, serve_health=False).start() for _ in range(2)]
     try:
-        r = subprocess.run([*ROUTE, *(s.base_url for s in servers), "--port", str(free_port())],
-                           capture_output=True, text=True, timeout=120)
+        r = route(*(s.base_url for s in servers), "--port", str(free_port()))
     finally:
         for s in servers:
             s.stop()
@@ -148,9 +165,8 @@ def test_a_clean_multi_server_run_leaves_no_router_log(pair, tmp_path, capsys, o
     assert list(own_tmp.iterdir()) == []
 
 
-def test_route_on_a_busy_port_prints_only_the_cause(pair):
-    r = subprocess.run([*ROUTE, pair[0].base_url, pair[1].base_url, "--port", str(pair[0].port)],
-                       capture_output=True, text=True, timeout=120)
+def test_route_on_a_busy_port_prints_only_the_cause(pair, route):
+    r = route(pair[0].base_url, pair[1].base_url, "--port", str(pair[0].port))
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr

@@ -1,36 +1,26 @@
 """Input files and paths on hostile ground (review 2026-12-01, 6c, 6e, 6g, 6h, 2e,
 2h, 11d; issue 25 finding 11): control characters in ids and groups, a JSON array
 for a corpus, an empty file, `~` in path settings, a cache given as its data.mdb,
-CJK ids in figures, and a hand-edited positions.jsonl."""
+CJK ids in figures, and a hand-edited positions.jsonl.
+
+Every command runs in this process (`tension_run`): the subject is what it says,
+writes and exits with. The CJK figures' warnings, which the console script would
+print on stderr, are recorded and told with its stderr."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
-from tension.core.cli import main
 from tension.core.errors import InputError
 from tension.core.inputs.corpus import read_corpus
 from tension.core.inputs.ideas import read_ideas
 from tension.core.reports.metrics import read_curves, read_run_positions
 from tension.testing.corpus import make_corpus, write_story
-
-BIN = Path(sys.executable).parent / "tension-run"
-
-
-def _call(capsys, argv: list[str]) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        rc = main(argv)
-    except SystemExit as e:
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def _score(server, tmp_path, corpus: Path, *extra: str) -> list[str]:
@@ -84,14 +74,14 @@ def test_a_control_character_in_any_id_or_group_is_refused_with_file_line_and_fi
 
 
 @pytest.mark.in_process
-def test_a_nul_in_an_id_never_reaches_stories_csv(server, tmp_path, capsys):
+def test_a_nul_in_an_id_never_reaches_stories_csv(server, tmp_path, tension_run):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
     lines = corpus.read_text().splitlines()
     rec = json.loads(lines[1])
     rec["id"] = "nul\x00id"
     corpus.write_text(lines[0] + "\n" + json.dumps(rec) + "\n")
-    rc, _, err = _call(capsys, _score(server, tmp_path, corpus))
-    assert rc == 1 and f"{corpus}:2 field `id`: holds a control character (U+0000 at character 4)" in err
+    r = tension_run(*_score(server, tmp_path, corpus))
+    assert r.returncode == 1 and f"{corpus}:2 field `id`: holds a control character (U+0000 at character 4)" in r.stderr
     for f in (tmp_path / "out").iterdir():
         if f.is_file():
             assert b"\x00" not in f.read_bytes(), f
@@ -102,16 +92,16 @@ def test_a_nul_in_an_id_never_reaches_stories_csv(server, tmp_path, capsys):
 
 @pytest.mark.parametrize("layout", ["pretty", "one line"])
 @pytest.mark.in_process
-def test_a_json_array_corpus_is_one_message_not_one_per_line(server, tmp_path, capsys, layout):
+def test_a_json_array_corpus_is_one_message_not_one_per_line(server, tmp_path, tension_run, layout):
     stories = [json.loads(x) for x in make_corpus(tmp_path / "src.jsonl", 3, seed=4).read_text().splitlines()]
     array = tmp_path / "array.json"
     array.write_text(json.dumps(stories, indent=2 if layout == "pretty" else None) + "\n")
-    rc, _, err = _call(capsys, _score(server, tmp_path, array))
-    assert rc == 1
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    r = tension_run(*_score(server, tmp_path, array))
+    assert r.returncode == 1
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: {array}:1: a JSON array; the corpus is JSON Lines, one object per line "
-                      "(convert with jq -c '.[]')"], err
-    assert "stories failed" not in err
+                      "(convert with jq -c '.[]')"], r.stderr
+    assert "stories failed" not in r.stderr
 
 
 def test_a_jsonl_file_with_an_array_line_still_names_that_line(tmp_path):
@@ -125,19 +115,19 @@ def test_a_jsonl_file_with_an_array_line_still_names_that_line(tmp_path):
 
 @pytest.mark.parametrize("content", [b"", b"\n  \n"])
 @pytest.mark.in_process
-def test_an_empty_corpus_says_so_once(server, tmp_path, capsys, content):
+def test_an_empty_corpus_says_so_once(server, tmp_path, tension_run, content):
     p = tmp_path / "empty.jsonl"
     p.write_bytes(content)
-    rc, _, err = _call(capsys, _score(server, tmp_path, p))
-    assert rc == 1 and f"error: {p}: no stories (the file is empty)" in err
-    assert "stories failed" not in err and "no story to score" not in err
+    r = tension_run(*_score(server, tmp_path, p))
+    assert r.returncode == 1 and f"error: {p}: no stories (the file is empty)" in r.stderr
+    assert "stories failed" not in r.stderr and "no story to score" not in r.stderr
 
 
 # --- 2h, 2e: `~` in path settings, a cache given as its data.mdb ------------------------
 
 
 @pytest.mark.in_process
-def test_tilde_in_a_config_files_cache_and_a_cache_flag_is_the_home_folder(server, tmp_path, capsys, monkeypatch):
+def test_tilde_in_a_config_files_cache_and_a_cache_flag_is_the_home_folder(server, tmp_path, tension_run, monkeypatch):
     home = Path(os.environ["HOME"])
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=5)
     cfg = tmp_path / "cfg.toml"
@@ -145,22 +135,21 @@ def test_tilde_in_a_config_files_cache_and_a_cache_flag_is_the_home_folder(serve
     monkeypatch.chdir(tmp_path)
     argv = ["score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", server.base_url, "--model",
             "test-gen", "--endings", "2", "--no-progress", "--config", str(cfg)]
-    rc, _, err = _call(capsys, argv)
-    assert rc == 0, err
+    r = tension_run(*argv)
+    assert r.returncode == 0, r.stderr
     assert (home / "tr-cache" / "data.mdb").is_file() and not (tmp_path / "~").exists()
     record = json.loads((tmp_path / "out" / "run.json").read_text())
     assert record["config"]["cache"] == str(home / "tr-cache")
     # the same from a flag given as --cache=~/… (no shell expands that)
-    rc, _, err = _call(capsys, ["score", str(corpus), "--out", str(tmp_path / "out2"), "--base-url",
-                                server.base_url, "--model", "test-gen", "--endings", "2", "--no-progress",
-                                "--cache=~/tr-cache2"])
-    assert rc == 0, err
+    r = tension_run("score", str(corpus), "--out", str(tmp_path / "out2"), "--base-url", server.base_url,
+                    "--model", "test-gen", "--endings", "2", "--no-progress", "--cache=~/tr-cache2")
+    assert r.returncode == 0, r.stderr
     assert (home / "tr-cache2" / "data.mdb").is_file() and not (tmp_path / "~").exists()
 
 
 @pytest.mark.parametrize("verb", ["score", "generate", "fairplay"])
 @pytest.mark.in_process
-def test_a_cache_given_as_its_data_mdb_file_says_give_the_folder(server, tmp_path, capsys, verb):
+def test_a_cache_given_as_its_data_mdb_file_says_give_the_folder(server, tmp_path, tension_run, verb):
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "data.mdb").write_bytes(b"\0" * 4096)
@@ -168,27 +157,37 @@ def test_a_cache_given_as_its_data_mdb_file_says_give_the_folder(server, tmp_pat
     argv = {"score": ["score", str(corpus), "--out", str(tmp_path / "out")],
             "generate": ["generate", str(corpus), "--out", str(tmp_path / "s.jsonl")],
             "fairplay": ["fairplay", str(corpus), "--out", str(tmp_path / "fp")]}[verb]
-    rc, _, err = _call(capsys, [*argv, "--base-url", server.base_url, "--cache", str(cache / "data.mdb")])
-    assert rc == 2 and f"give the folder that holds data.mdb ({cache})" in err, err
-    assert "Not a directory" not in err and not server.requests
+    r = tension_run(*argv, "--base-url", server.base_url, "--cache", str(cache / "data.mdb"))
+    assert r.returncode == 2 and f"give the folder that holds data.mdb ({cache})" in r.stderr, r.stderr
+    assert "Not a directory" not in r.stderr and not server.requests
 
 
 # --- 6e: CJK ids and groups in figures --------------------------------------------------
 
 
-def test_cjk_ids_and_groups_draw_without_glyph_warnings(server, tmp_path):
+# the categories Python's default warning filters do not show (a process started without -W)
+QUIET = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+
+@pytest.mark.in_process
+def test_cjk_ids_and_groups_draw_without_glyph_warnings(server, tmp_path, tension_run):
     import random
 
     rng = random.Random(8)
     corpus = tmp_path / "cjk.jsonl"
     corpus.write_text("".join(json.dumps({"id": sid, "group": "日本の物語", "text": write_story(rng, 600)}) + "\n"
                               for sid in ("日本-1", "物語-2")))
-    r = subprocess.run([str(BIN), "score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", server.base_url,
-                        "--model", "test-gen", "--endings", "2", "--cache", str(tmp_path / "cache"), "--no-progress"],
-                       capture_output=True, text=True, timeout=300, env=dict(os.environ))
-    assert r.returncode == 0, r.stderr
+    # In process a warning is not printed on stderr as the console script prints it (pytest
+    # takes it, as an error): every warning is recorded instead, to be told as stderr would.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = tension_run("score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", server.base_url,
+                        "--model", "test-gen", "--endings", "2", "--cache", str(tmp_path / "cache"), "--no-progress")
+    said = r.stderr + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught
+                              if not issubclass(w.category, QUIET))
+    assert r.returncode == 0, said
     assert list((tmp_path / "out" / "figures" / "curves").iterdir())  # the curves were drawn
-    assert "Glyph" not in r.stderr and "UserWarning" not in r.stderr, r.stderr
+    assert "Glyph" not in said and "UserWarning" not in said, said
 
 
 # --- 11d: metrics on a hand-edited positions.jsonl: one rule ----------------------------
@@ -199,7 +198,7 @@ EDITS = {"NaN": "NaN", "Infinity": "Infinity", "null": "null", '"0.5"': '"0.5"',
 
 
 @pytest.mark.parametrize("value", list(EDITS))
-def test_a_hand_edited_no_rate_drops_its_line_with_its_number_whatever_the_fault(tmp_path, capsys, value):
+def test_a_hand_edited_no_rate_drops_its_line_with_its_number_whatever_the_fault(tmp_path, tension_run, value):
     run = tmp_path / "run"
     run.mkdir()
     lines = [json.dumps({"id": sid, "group": "g", "k": k, "pct": k / 10, "no_rate": 0.5})
@@ -211,8 +210,8 @@ def test_a_hand_edited_no_rate_drops_its_line_with_its_number_whatever_the_fault
                                                           [f"{run / 'positions.jsonl'}:4"]), errors
     assert str(errors[0]).endswith("(line left out)")
     assert {c.id: len(c.x) for c in curves} == {"s1": 4, "s2": 5}  # the story is kept, without that line
-    rc, _, err = _call(capsys, ["metrics", str(run), "--out", str(tmp_path / "m")])
-    assert rc == 1 and f"{run / 'positions.jsonl'}:4" in err
+    r = tension_run("metrics", str(run), "--out", str(tmp_path / "m"))
+    assert r.returncode == 1 and f"{run / 'positions.jsonl'}:4" in r.stderr
     assert (tmp_path / "m" / "stories.csv").read_text().count("\n") == 3  # header, s1, s2
 
 

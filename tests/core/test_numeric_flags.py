@@ -168,15 +168,6 @@ class Verbs:
         raise AssertionError(f"no invocation of {verb}: add one")
 
 
-def _call(capsys, argv: list[str]) -> tuple[int, str]:
-    capsys.readouterr()
-    try:
-        rc = main(argv)
-    except SystemExit as e:  # argparse's usage errors
-        rc = e.code
-    return rc, capsys.readouterr().err
-
-
 def _accepted(bounds, integer: bool, text: str) -> bool:
     try:
         v = int(text) if integer else float(text)
@@ -192,7 +183,8 @@ def _flat(positional: list[str], flags: dict[str, str], extra: list[str]) -> lis
 
 @pytest.mark.parametrize("verb", sorted({v for v, _ in _numeric_flags()}))
 @pytest.mark.in_process
-def test_every_numeric_flag_takes_hostile_values_as_a_usage_error_or_a_clean_run(server, tmp_path, capsys, verb):
+def test_every_numeric_flag_takes_hostile_values_as_a_usage_error_or_a_clean_run(server, tmp_path, tension_run,
+                                                                                  verb):
     spec = next(v for v in VERBS if v.name == verb)
     verbs = Verbs(server, tmp_path)
     wrong = []
@@ -205,7 +197,8 @@ def test_every_numeric_flag_takes_hostile_values_as_a_usage_error_or_a_clean_run
             if ok and verb in PARSE_ONLY:
                 _subparser(verb).parse_args(argv[len(verb.split()):])
                 continue
-            rc, err = _call(capsys, argv)
+            r = tension_run(*argv)
+            rc, err = r.returncode, r.stderr
             if CRASH.search(err) or (not ok and (rc != 2 or flag.lstrip("-") not in err)) or (ok and rc not in (0, 1, 2)):
                 wrong.append(f"{verb} {flag} {text}: rc {rc}, accepted by the bounds: {ok}: {err.strip()[-300:]}")
             shutil.rmtree(out, ignore_errors=True)
@@ -217,8 +210,8 @@ CONFIG_VERBS = ["score", "estimate", "bench", "generate", "fairplay"]
 
 @pytest.mark.parametrize("verb", CONFIG_VERBS)
 @pytest.mark.in_process
-def test_every_numeric_config_key_takes_hostile_values_as_a_usage_error_or_a_clean_run(server, tmp_path, capsys,
-                                                                                       verb):
+def test_every_numeric_config_key_takes_hostile_values_as_a_usage_error_or_a_clean_run(server, tmp_path,
+                                                                                       tension_run, verb):
     """The same values as keys of a --config file: every numeric field of the verb's
     settings Struct, config-only fields included."""
     spec = next(v for v in VERBS if v.name == verb)
@@ -236,7 +229,8 @@ def test_every_numeric_config_key_takes_hostile_values_as_a_usage_error_or_a_cle
             flags = {f: v for f, v in flags.items() if f not in names}  # a flag would win over the key
             argv = _flat(positional, flags, ["--config", str(cfg)])
             ok = _accepted(bounds, integer, text) and not (integer and text in ("nan", "inf", "1e309"))
-            rc, err = _call(capsys, argv)
+            r = tension_run(*argv)
+            rc, err = r.returncode, r.stderr
             name = field.replace("_", "-")
             if CRASH.search(err) or (not ok and (rc != 2 or (name not in err and field not in err))) \
                     or (ok and rc not in (0, 1, 2)):

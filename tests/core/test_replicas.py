@@ -2,7 +2,8 @@
 `vllm-router` binary): three loopback servers stand in for three GPUs. Story and
 position affinity through the routing key, load spread, a killed and a hung
 worker with identical outputs, model checks, figures in run.json, the config
-forms and shards."""
+forms and shards. Every run is in this process (the API, or the CLI's `main`); the
+only processes are the routers, the real binary each routed run starts."""
 
 from __future__ import annotations
 
@@ -226,23 +227,31 @@ def test_story_affinity_load_spread_and_same_outputs_as_one_server(trio, tmp_pat
     assert outputs(tmp_path / "out2") == clean_outputs(corpus)
 
 
-def _kill_when(server, heads, target, done_at, hard=True):
-    """A thread that kills (or hangs) `server` once it has answered `done_at` of
-    `target`'s generation requests; the list it returns is non-empty after."""
-    killed: list[float] = []
+def _kill_mid_story(servers, heads, done_at, hard=True):
+    """A thread that kills (or hangs) the first of `servers` to have answered `done_at`
+    generation requests of one story; the list it returns holds (that server's index,
+    the story) after."""
+    killed: list[tuple[int, str]] = []
+
+    def answered(server) -> collections.Counter:
+        per_story: collections.Counter = collections.Counter()
+        for r in list(server.requests):
+            if r.path == CHAT_PATH and r.kind == "generation" and r.status == 200:
+                per_story[story_of(r.body["messages"][-1]["content"].split("STORY SO FAR:\n", 1)[1], heads)] += 1
+        return per_story
 
     def killer():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            done = sum(1 for r in server.requests if r.path == CHAT_PATH and r.kind == "generation"
-                       and r.status == 200 and heads[target] in r.body["messages"][-1]["content"])
-            if done >= done_at:
-                if hard:
-                    server.shutdown_hard()
-                else:
-                    server.delay = 3600  # hung: it accepts requests and never answers
-                killed.append(time.monotonic())
-                return
+            for i, server in enumerate(servers):
+                sid, done = max(answered(server).items(), key=lambda kv: kv[1], default=(None, 0))
+                if done >= done_at:
+                    if hard:
+                        server.shutdown_hard()
+                    else:
+                        server.delay = 3600  # hung: it accepts requests and never answers
+                    killed.append((i, sid))
+                    return
             time.sleep(0.005)
 
     th = threading.Thread(target=killer, daemon=True)
@@ -250,39 +259,26 @@ def _kill_when(server, heads, target, done_at, hard=True):
     return th, killed
 
 
-def _busiest(trio, heads):
-    """(server index, its first story) of a clean routed run's busiest server."""
-    first = collections.defaultdict(list)
-    stories, _, _ = who_served(trio, heads)
-    for sid in heads:
-        first[next(iter(stories[sid]))].append(sid)
-    owner = max(first, key=lambda i: len(first[i]))
-    for srv in trio:
-        srv.reset_records()
-    return owner, first[owner][0]
-
-
 def _failing_mid_run(trio, tmp_path, hard: bool):
-    """A six-story corpus, its story heads, the busiest server of a routed run and its
-    first story, and a thread that kills (`hard`) or hangs that server mid-story."""
+    """A six-story corpus, its story heads, and a thread that kills (`hard`) or hangs
+    mid-story the first server to be three generation answers into a story. Chosen
+    while the run goes: no routed run first to learn where the router sends each story
+    (that took a run and a router of its own, ≈ 2.5 s of CPU)."""
     corpus = make_corpus(tmp_path / "c.jsonl", 6, seed=3)
     heads = story_heads(corpus)
-    # where the router sends each story: a routed run into a throw-away cache
-    assert tension.score(corpus, out=tmp_path / "probe",
-                         **cfg_for(urls(trio), tmp_path, cache="probe-cache")).summary.status == "complete"
-    owner, target = _busiest(trio, heads)
     for srv in trio:
         srv.delay = 0.005  # so the run is still going when the kill lands
-    th, killed = _kill_when(trio[owner], heads, target, 3, hard=hard)
-    return corpus, heads, owner, target, th, killed
+    th, killed = _kill_mid_story(trio, heads, 3, hard=hard)
+    return corpus, heads, th, killed
 
 
 def test_killing_a_worker_mid_run_gives_the_clean_outputs_and_names_it(trio, tmp_path, clean_outputs):
-    corpus, heads, owner, target, th, killed = _failing_mid_run(trio, tmp_path, hard=True)
+    corpus, heads, th, killed = _failing_mid_run(trio, tmp_path, hard=True)
     s = tension.score(corpus, out=tmp_path / "out",
                       **cfg_for(urls(trio), tmp_path, gen_concurrency=4, judge_concurrency=16)).summary
     th.join()
     assert killed, "the run ended before the kill"
+    owner, target = killed[0]
     dead = trio[owner].base_url
     assert s.status == "complete", s.error
     assert outputs(tmp_path / "out") == clean_outputs(corpus)  # --seed: the retried requests sample the same
@@ -296,7 +292,7 @@ def test_killing_a_worker_mid_run_gives_the_clean_outputs_and_names_it(trio, tmp
 
 
 def test_a_hung_worker_is_left_behind_within_the_routers_request_timeout(trio, tmp_path, clean_outputs):
-    corpus, heads, owner, target, th, hung = _failing_mid_run(trio, tmp_path, hard=False)
+    corpus, heads, th, hung = _failing_mid_run(trio, tmp_path, hard=False)
     # the router gives up on a request after request_timeout_secs; a short one here
     t0 = time.monotonic()
     # the router leaves a server after half the client's --timeout (core/llm/router.py)
@@ -305,6 +301,7 @@ def test_a_hung_worker_is_left_behind_within_the_routers_request_timeout(trio, t
     wall = time.monotonic() - t0
     th.join()
     assert hung, "the run ended before the hang"
+    _, target = hung[0]
     assert s.status == "complete", s.error
     assert outputs(tmp_path / "out") == clean_outputs(corpus)
     assert wall < 60, wall  # bounded: one request timeout plus the rest of the work, not the client's 30 min

@@ -1,5 +1,10 @@
 """The vLLM router process (core/llm/vllm_router.py) and the `route` verb, with the
-real `vllm-router` binary in front of loopback servers."""
+real `vllm-router` binary in front of loopback servers.
+
+A `route` that serves is a process of its own, talked to over HTTP and stopped by
+Ctrl-C (SIGINT); a `route` that gives up before it starts the router (a dead
+server, every server's /health keyed) runs in this process (the `tension_run`
+fixture)."""
 
 from __future__ import annotations
 
@@ -134,10 +139,9 @@ def test_route_verb_prints_one_url_that_serves_and_stops_on_ctrl_c(trio):
         urllib.request.urlopen(url + "/readiness", timeout=2)
 
 
-def test_route_verb_gives_a_dead_server_up_with_exit_1_as_score_does():
+def test_route_verb_gives_a_dead_server_up_with_exit_1_as_score_does(tension_run):
     # a server that stays down is work that failed (exit 1), not a setting (docs/reliability.md, "Exit statuses")
-    r = subprocess.run([sys.executable, "-m", "tension.core.cli", "route", "http://127.0.0.1:9", "--retries", "2"],
-                       capture_output=True, text=True, timeout=60)
+    r = tension_run("route", "http://127.0.0.1:9", "--retries", "2")
     assert r.returncode == 1, r.stderr
     lines = r.stderr.splitlines()
     assert lines[0].startswith("warning: http://127.0.0.1:9 did not answer GET /v1/models (") and "asking again" in lines[0]
@@ -196,7 +200,7 @@ def test_every_server_whose_health_needs_the_key_is_a_clear_error_before_the_rou
     assert "every generation server's GET /health needs the API key" in err and "Traceback" not in err
 
 
-def test_route_verb_leaves_out_a_server_whose_health_needs_the_key_and_says_so_first(tmp_path):
+def test_route_verb_leaves_out_a_server_whose_health_needs_the_key_and_says_so_first(tmp_path, tension_run):
     """L4 through `route` (it starts the router itself, without `score`'s check): the
     keyed server is left out and said first; every server keyed is a setting (exit 2)."""
     key = "sk-health-4444"
@@ -218,7 +222,7 @@ def test_route_verb_leaves_out_a_server_whose_health_needs_the_key_and_says_so_f
         assert err.startswith(f"warning: asked for 2 servers, vllm-router uses 1: {keyed.base_url} unhealthy (its "
                               "GET /health answers HTTP 401 without the API key"), err
         assert key not in err
-        r = subprocess.run([sys.executable, "-m", "tension.core.cli", "route", keyed.base_url, keyed.base_url],
-                           capture_output=True, text=True, timeout=60, env=env)
+        # every server keyed: refused before the router starts, so in this process
+        r = tension_run("route", keyed.base_url, keyed.base_url, env={"OPENAI_API_KEY": key})
         assert r.returncode == 2, r.stderr
         assert r.stderr.startswith("error: every server's GET /health needs the API key") and "Traceback" not in r.stderr

@@ -1,12 +1,14 @@
 """`score` end to end against the loopback OpenAI-compatible server: numbers,
-prompts, rerun semantics, interruption and faults."""
+prompts, rerun semantics, interruption and faults.
+
+The runs are in this process (the API, `main`, `tension_run`), but the SIGINT test's:
+a signal sent to a process, and its resume, are the console script in a subprocess."""
 
 from __future__ import annotations
 
 import asyncio
 import csv
 import json
-import os
 import re
 import signal
 import subprocess
@@ -343,21 +345,16 @@ def test_positions_refused_for_the_context_are_skipped_not_the_run(server, tmp_p
     assert {"story-000", "story-001"} <= ids
 
 
-def _cli(*args, env=None, **kw):
-    exe = str(Path(sys.executable).parent / "tension-run")
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})}, **kw)
-
-
-def test_cli_score_outputs_exit_status_and_secret(server, tmp_path):
+@pytest.mark.in_process
+def test_cli_score_outputs_exit_status_and_secret(server, tmp_path, tension_run):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=11)
     with corpus.open("a") as f:
         f.write('{"id": "bad", "text": 5}\n')
         f.write(json.dumps({"id": "tiny", "text": "Too short to score. " * 10}) + "\n")
     cfgfile = tmp_path / "run.toml"
     cfgfile.write_text(f'endings = 3\nmodel = "test-gen"\nbase-url = "{server.base_url}"\n')
-    r = _cli("score", str(corpus), "--out", str(tmp_path / "out"), "--config", str(cfgfile), "--endings", str(N),
-             "--cache", str(tmp_path / "cache"), "--no-progress", env={"OPENAI_API_KEY": "sk-secret-123"})
+    r = tension_run("score", str(corpus), "--out", str(tmp_path / "out"), "--config", str(cfgfile), "--endings",
+                    str(N), "--cache", str(tmp_path / "cache"), "--no-progress", env={"OPENAI_API_KEY": "sk-secret-123"})
     assert r.returncode == 1, r.stderr  # one bad record
     assert f"{corpus}:3 field `text`: expected a string, got a number" in r.stderr
     assert "2 stories (1 skipped by the word filter)" in r.stdout
@@ -373,7 +370,7 @@ def test_cli_score_outputs_exit_status_and_secret(server, tmp_path):
     assert not any("sk-secret-123" in b for b in blobs)
     assert run["config"]["api_key"] == "(set)"
 
-    r = _cli("cache", "stats", "--cache", str(tmp_path / "cache"))
+    r = tension_run("cache", "stats", "--cache", str(tmp_path / "cache"))
     assert r.returncode == 0
     assert re.search(r"verdicts\s+\d+", r.stdout)
     assert re.search(r"positions\s+[1-9]\d*", r.stdout)  # the judged-position records

@@ -7,6 +7,11 @@ echoes reaches neither stderr, nor a run record, nor the cache; a server that do
 not answer is said at once, with until when it is retried; OPENAI_BASE_URL names
 the server when --base-url does not. Through the real CLI against the loopback
 server (tests/testing/openai_server.py answers as vLLM does).
+
+The commands run in this process (`main`, or the `tension_run` fixture), except the
+two whose subject is a line on the stderr of a process that is still running (the
+retries of a server that does not answer, a server lost mid-run): those read the
+pipe of a `score` subprocess while it works, then kill it or let it finish.
 """
 
 from __future__ import annotations
@@ -193,14 +198,13 @@ def test_the_default_server_is_said_when_nothing_names_one(tmp_path, capsys, mon
 # --- finding 8: reproducibility through faults ----------------------------------------
 
 
-def test_reruns_and_faults_name_the_seed_where_they_are_described():
+def test_reruns_and_faults_name_the_seed_where_they_are_described(tension_run):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     reruns = readme.split("- **Reruns are free**", 1)[1].split("\n- **", 1)[0]
     assert "--seed" in reruns and "byte-identical" in reruns
     reliability = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
     assert "--seed" in reliability.split("## Servers, models and keys", 1)[1]
-    score_help = subprocess.run([sys.executable, "-m", "tension.core.cli", "score", "--help"], cwd=ROOT,
-                                capture_output=True, text=True).stdout
+    score_help = tension_run("score", "--help").stdout  # words joined below: the wrap width does not matter
     seed_help = " ".join(score_help.split("\n  --seed SEED", 1)[1].split("\n  --", 1)[0].split())
     assert "byte-identical" in seed_help and "faults" in seed_help
 
@@ -217,17 +221,15 @@ def test_a_server_url_with_a_password_is_recorded_without_it():
         assert pub["base_url"].startswith("http://me:***@gpu:8000")
 
 
-def test_a_server_down_at_start_is_named_before_any_work(tmp_path):
+def test_a_server_down_at_start_is_named_before_any_work(tmp_path, tension_run):
     # Behind the vLLM router any request may go to any server, so each is checked
     # first (the router itself calls a dead worker healthy at start-up).
     corpus = make_corpus(tmp_path / "c.jsonl", 1)
     dead = _closed_port_url()
-    env = {**os.environ, "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
+    env = {"HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
     with LoopbackServer(model="test-gen") as srv:
-        r = subprocess.run([sys.executable, "-m", "tension.core.cli", "score", str(corpus), "--out",
-                            str(tmp_path / "out"), "--base-url", f"{srv.base_url},{dead}", "--model", "test-gen",
-                            "--endings", "2", "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=300)
+        r = tension_run("score", corpus, "--out", tmp_path / "out", "--base-url", f"{srv.base_url},{dead}",
+                        "--model", "test-gen", "--endings", "2", "--no-progress", env=env)
         assert srv.count(path=CHAT_PATH) == 0
     assert r.returncode != 0 and dead in r.stderr and "Traceback" not in r.stderr
 

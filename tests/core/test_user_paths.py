@@ -3,7 +3,11 @@ figures a reader can put on a slide; inputs and flags a new user tries first.
 
 Each test is named for the user's path it protects and failed on the code before
 the fix (reproduced from the outside first: the CLI, its messages, exit status
-and files)."""
+and files).
+
+The commands run in this process (`main`, `tension_run`: the subject is what they
+print, write and exit with), but one: `tension-run --help` is the installed console
+script's, in a subprocess."""
 
 from __future__ import annotations
 
@@ -34,11 +38,6 @@ def _score(server, tmp_path, corpus, *extra, out="out"):
         return main(args)
     except SystemExit as e:
         return e.code
-
-
-def _cli(*args, input=None, env=None):
-    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=300, input=input,
-                          env={**os.environ, **(env or {})})
 
 
 def _record(tmp_path, out="out"):
@@ -229,23 +228,23 @@ def test_rerunning_the_report_into_an_old_folder_leaves_no_stale_image(tmp_path)
 
 
 def test_tension_run_help_and_every_verbs_help_run():
-    r = _cli("--help")
+    r = subprocess.run([EXE, "--help"], capture_output=True, text=True, timeout=300)  # the installed script
     assert r.returncode == 0 and "score" in r.stdout and "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize("args", [["report", "RUN", "--resamples", "-5"], ["report", "RUN", "--max-curves", "-1"],
                                   ["compare", "RUN", "RUN", "--resamples", "-1"]])
-def test_negative_counts_are_usage_errors_before_any_work(tmp_path, args):
+def test_negative_counts_are_usage_errors_before_any_work(tmp_path, args, tension_run):
     run = _run_dir(tmp_path / "r", {"s1": "x"})
-    r = _cli(*[str(run) if a == "RUN" else a for a in args])
+    r = tension_run(*[str(run) if a == "RUN" else a for a in args])
     assert r.returncode == 2 and "expected an integer >= 0" in r.stderr and "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize("verb", ["report", "compare"])
-def test_a_corrupt_run_json_is_a_clear_error(tmp_path, verb):
+def test_a_corrupt_run_json_is_a_clear_error(tmp_path, verb, tension_run):
     run = _run_dir(tmp_path / "r", {"s1": "x"})
     (run / "run.json").write_text('{"status": "complete",\n  oops')
-    r = _cli(verb, str(run), *([str(run)] if verb == "compare" else []))
+    r = tension_run(verb, str(run), *([str(run)] if verb == "compare" else []))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert f"{run / 'run.json'}:2: not valid JSON" in r.stderr
 
@@ -254,9 +253,10 @@ def test_a_corrupt_run_json_is_a_clear_error(tmp_path, verb):
     ["score", "C", "--out", ""], ["metrics", "C", "--out", ""], ["generate", "C", "--out", "", "--mode", "vanilla"],
     ["fairplay-metrics", "C", "--out", ""], ["compare", "R", "R", "--out", ""], ["estimate", "C", "--json", ""],
     ["score", "", "--out", "o"]])
-def test_an_empty_out_or_path_is_rejected_before_anything_is_written(tmp_path, args):
+def test_an_empty_out_or_path_is_rejected_before_anything_is_written(tmp_path, args, tension_run, monkeypatch):
     args = [str(tmp_path / "c.jsonl") if a == "C" else str(tmp_path) if a == "R" else a for a in args]
-    r = subprocess.run([EXE, *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)  # where an empty path would be written
+    r = tension_run(*args)
     assert r.returncode == 2 and "expected a value, got ''" in r.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -281,10 +281,10 @@ def test_curves_with_a_byte_order_mark_and_a_null_group(tmp_path, capsys):
     assert (tmp_path / "m" / "stories.csv").read_text().splitlines()[1].startswith("s,all,3,")
 
 
-def test_a_binary_file_stops_after_a_few_errors_and_counts_the_rest(tmp_path):
+def test_a_binary_file_stops_after_a_few_errors_and_counts_the_rest(tmp_path, tension_run):
     data = random.Random(7).randbytes(100_000)
     (tmp_path / "bin.jsonl").write_bytes(data)
-    r = _cli("metrics", str(tmp_path / "bin.jsonl"), "--out", str(tmp_path / "m"))
+    r = tension_run("metrics", str(tmp_path / "bin.jsonl"), "--out", str(tmp_path / "m"))
     errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]
     assert r.returncode == 1 and 1 <= len(errors) <= 6, r.stderr
     n_lines = data.count(b"\n") + (not data.endswith(b"\n"))
@@ -292,27 +292,32 @@ def test_a_binary_file_stops_after_a_few_errors_and_counts_the_rest(tmp_path):
     assert 0 < unread < n_lines
 
 
-def test_dash_reads_the_corpus_and_the_curves_from_standard_input(server, tmp_path):
+@pytest.mark.in_process
+def test_dash_reads_the_corpus_and_the_curves_from_standard_input(server, tmp_path, tension_run):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=8)
-    r = _cli("score", "-", "--out", str(tmp_path / "out"), "--base-url", server.base_url, "--model", "test-gen",
-             "--endings", "3", "--cache", str(tmp_path / "cache"), "--no-progress", input=corpus.read_text())
+    r = tension_run("score", "-", "--out", str(tmp_path / "out"), "--base-url", server.base_url, "--model",
+                    "test-gen", "--endings", "3", "--cache", str(tmp_path / "cache"), "--no-progress",
+                    input=corpus.read_text())
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out" / "positions.jsonl").read_text()
-    r = _cli("metrics", "-", "--out", str(tmp_path / "m"), input='{"id": "s", "x": [0.5], "y": [1]}\n{"id": 1}\n')
+    r = tension_run("metrics", "-", "--out", str(tmp_path / "m"), input='{"id": "s", "x": [0.5], "y": [1]}\n{"id": 1}\n')
     assert r.returncode == 1 and "<stdin>:2 field `id`" in r.stderr
 
 
-def test_cache_stats_on_a_missing_path_creates_no_cache(tmp_path):
-    r = _cli("cache", "stats", "--cache", str(tmp_path / "typo"))
+def test_cache_stats_on_a_missing_path_creates_no_cache(tmp_path, tension_run):
+    r = tension_run("cache", "stats", "--cache", str(tmp_path / "typo"))
     assert r.returncode == 1 and "typo: no cache here" in r.stderr and not (tmp_path / "typo").exists()
 
 
-def test_outputs_respect_the_umask(server, tmp_path):
+@pytest.mark.in_process
+def test_outputs_respect_the_umask(server, tmp_path, tension_run):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=9)
-    r = subprocess.run(["sh", "-c", 'umask 022 && exec "$0" "$@"', EXE, "score", str(corpus), "--out",
-                        str(tmp_path / "out"), "--base-url", server.base_url, "--model", "test-gen", "--endings", "3",
-                        "--cache", str(tmp_path / "cache"), "--no-progress"], capture_output=True, text=True,
-                       timeout=300)
+    umask = os.umask(0o022)  # `umask 022` for the command, as `sh -c 'umask 022 && exec …'` set it; put back after
+    try:
+        r = tension_run("score", str(corpus), "--out", str(tmp_path / "out"), "--base-url", server.base_url,
+                        "--model", "test-gen", "--endings", "3", "--cache", str(tmp_path / "cache"), "--no-progress")
+    finally:
+        os.umask(umask)
     assert r.returncode == 0, r.stderr
     for name in ("positions.jsonl", "stories.csv", "groups.csv", "run.json", "report.md", "table6.csv"):
         assert (tmp_path / "out" / name).stat().st_mode & 0o777 == 0o644, name

@@ -1,12 +1,13 @@
 """The view tests' fixtures: the runs to view (made once per session, view_fixtures.py),
-a `tension-run view` process serving them and a Chromium driven by Selenium (the slow
-browser tests), one of each for each test module that asks."""
+the view serving them from a thread of this process (`viewer`, view_fixtures.ViewHere)
+and a Chromium driven by Selenium (the slow browser tests), one of each for each test
+module that asks."""
 
 from __future__ import annotations
 
 import pytest
 from hostile_runs import HostileRun, make_hostile_run
-from view_fixtures import Runs, Viewer, chromium, make_runs
+from view_fixtures import Runs, ViewHere, chromium, make_runs
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +22,7 @@ def hostile(tmp_path_factory) -> HostileRun:
 
 @pytest.fixture(scope="module")
 def viewer(runs):
-    v = Viewer(runs.a, runs.b, runs.fp, env=runs.env)
+    v = ViewHere(runs.a, runs.b, runs.fp)
     yield v
     v.stop()
 

@@ -1,9 +1,9 @@
-"""A score run on hostile ground, made once per session through the real CLI
-(review 2026-12-01, 9b, 9f, 6f, 9g): ids, a group and a text holding
-`<!--<script>` and other HTML, two ids that differ only in case, a judge that
-says Y to everything (so run.json holds warnings), and the corpus and cache
-given as paths relative to the folder `score` ran in, which the view is not
-started from."""
+"""A score run on hostile ground, made once per session by the CLI's `main()` in this
+process, in the folder `score` runs in (tension.testing.cli run_here; review 2026-12-01,
+9b, 9f, 6f, 9g): ids, a group and a text holding `<!--<script>` and other HTML, two
+ids that differ only in case, a judge that says Y to everything (so run.json holds
+warnings), and the corpus and cache given as paths relative to the folder `score`
+ran in, which the view is not started from."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import os
 import random
 from pathlib import Path
 
-from view_fixtures import cli
+from view_fixtures import private_home
 
+from tension.testing.cli import run_here
 from tension.testing.corpus import write_story
 from tension.testing.openai_server import LoopbackServer
 
@@ -29,6 +30,7 @@ class HostileRun:
         self.scored_in = root / "scored in"  # the folder `score` ran in; its paths are relative to it
         self.elsewhere = root / "elsewhere"  # where the view is started
         self.run = self.scored_in / "out dir"
+        self.home = private_home(root)  # over this process's environment (run_here, tension_run)
         self.env = {**os.environ, "HOME": str(root / "home"), "XDG_CACHE_HOME": str(root / "home" / ".cache")}
 
     def positions(self) -> list[dict]:
@@ -50,7 +52,8 @@ def make_hostile_run(tmp_path_factory) -> HostileRun:
     ]
     (r.scored_in / "hostile.jsonl").write_text("".join(json.dumps(s) + "\n" for s in stories))
     with LoopbackServer(model=["test-gen", "test-judge"], misbehave="always_y") as srv:
-        done = cli("score", "hostile.jsonl", "--out", "out dir", "--base-url", srv.base_url, "--model", "test-gen",
-                   "--endings", str(ENDINGS), "--cache", "cache", "--no-progress", env=r.env, cwd=r.scored_in)
+        done = run_here("score", "hostile.jsonl", "--out", "out dir", "--base-url", srv.base_url, "--model",
+                        "test-gen", "--endings", str(ENDINGS), "--cache", "cache", "--no-progress", env=r.home,
+                        cwd=r.scored_in)
         assert done.returncode == 0, done.stderr
     return r

@@ -1,6 +1,12 @@
-"""The view's JSON documents and pages over a real server process: the numbers are
-those of stories.csv and positions.jsonl, the endings and verdicts those the
-loopback server gave, and bad input gets a clear page, never a traceback."""
+"""The view's JSON documents and pages over HTTP: the numbers are those of stories.csv
+and positions.jsonl, the endings and verdicts those the loopback server gave, and bad
+input gets a clear page, never a traceback.
+
+All in this process: the view is served from a thread (view_fixtures.ViewHere, the
+server of a notebook's `result.view()`: the same runs, site and aiohttp app as
+`tension-run view`; what it logs is its stderr), and `view --export` and the refused
+folder run by the CLI's `main()` (`tension_run`). The subject is the documents, not
+the process: none of these is a spec of a signal or of the console script."""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import json
 import math
 import shutil
 
-from view_fixtures import ENDINGS, Viewer, cli
+from view_fixtures import ENDINGS, ViewHere
 
 from tension.core.reports.figures import sharp_reversals
 from tension.kernels.curves import CurveSettings, smooth
@@ -119,7 +125,7 @@ def test_an_unknown_story_gets_a_clear_page_and_json(viewer):
 def test_a_run_without_its_cache_shows_everything_but_the_endings(runs, tmp_path):
     moved = tmp_path / "run-a"
     shutil.copytree(runs.a, moved)
-    v = Viewer(moved, env=runs.env, extra=("--cache", str(tmp_path / "nowhere")))
+    v = ViewHere(moved, cache=tmp_path / "nowhere")
     try:
         status, corpus = v.json("api/r0/corpus.json")
         assert status == 200 and len(corpus["stories"]) == 3
@@ -140,7 +146,7 @@ def test_a_half_written_run_is_shown_from_its_partial_file(runs, tmp_path):
     (half / "positions.partial.jsonl").write_text("\n".join(lines[:20]) + "\n" + lines[20][:30] + "\n")
     record = json.loads((runs.a / "run.json").read_text())
     (half / "run.json").write_text(json.dumps({**record, "status": "interrupted"}))
-    v = Viewer(half, env=runs.env)
+    v = ViewHere(half)
     try:
         status, corpus = v.json("api/r0/corpus.json")
         assert status == 200
@@ -153,28 +159,28 @@ def test_a_half_written_run_is_shown_from_its_partial_file(runs, tmp_path):
         assert "Traceback" not in v.stop()
 
 
-def test_a_folder_that_is_no_run_is_an_error_naming_it(tmp_path, runs):
-    done = cli("view", str(tmp_path), "--port", "0", env=runs.env, timeout=60)
+def test_a_folder_that_is_no_run_is_an_error_naming_it(tmp_path, runs, tension_run):
+    done = tension_run("view", tmp_path, "--port", "0", env=runs.home)
     assert done.returncode == 1
     assert f"error: {tmp_path}: not a run folder" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_export_writes_the_pages_and_says_how_large_the_endings_are(runs, tmp_path):
+def test_export_writes_the_pages_and_says_how_large_the_endings_are(runs, tmp_path, tension_run):
     out = tmp_path / "site"
-    done = cli("view", str(runs.a), "--export", str(out), env=runs.env, timeout=120)
+    done = tension_run("view", runs.a, "--export", out, env=runs.home)
     assert done.returncode == 0, done.stderr
     assert "endings left out" in done.stdout
     assert (out / "index.html").is_file() and (out / "r0/story/story-000.html").is_file()
     assert not (out / "r0/endings").exists()
-    done = cli("view", str(runs.a), "--export", str(out), "--endings", env=runs.env, timeout=120)
+    done = tension_run("view", runs.a, "--export", out, "--endings", env=runs.home)
     assert done.returncode == 0, done.stderr
     files = list((out / "r0/endings").iterdir())
     size = sum(f.stat().st_size for f in files)
     assert f"and 3 endings files ({size / 1e6:.1f} MB)" in done.stdout
 
 
-def _endings_through_a_viewer(run, env, sid: str, k: int) -> dict:
-    v = Viewer(run, env=env)
+def _endings_through_a_viewer(run, sid: str, k: int) -> dict:
+    v = ViewHere(run)
     try:
         status, e = v.json(f"api/r0/endings/{sid}/{k}.json")
         assert status == 200
@@ -196,7 +202,7 @@ def test_the_view_finds_a_runs_endings_by_the_keys_positions_jsonl_names(runs, t
     (moved / "run.json").write_text(json.dumps(record))
     line = next(p for p in runs.positions(runs.a) if p["id"] == "story-001")
     assert line["endings_key"] and line["judged_key"]
-    e = _endings_through_a_viewer(moved, runs.env, "story-001", line["k"])
+    e = _endings_through_a_viewer(moved, "story-001", line["k"])
     assert e["cached"] is True and len(e["endings"]) == line["n_endings"]
     assert sum(x["verdict"] == "match" for x in e["endings"]) == line["n_match"]
 
@@ -204,7 +210,7 @@ def test_the_view_finds_a_runs_endings_by_the_keys_positions_jsonl_names(runs, t
     # requests, as before; with the changed settings those miss, and the page says so
     (moved / "positions.jsonl").write_text("".join(
         json.dumps({k: v for k, v in p.items() if not k.endswith("_key")}) + "\n" for p in runs.positions(runs.a)))
-    e = _endings_through_a_viewer(moved, runs.env, "story-001", line["k"])
+    e = _endings_through_a_viewer(moved, "story-001", line["k"])
     assert e["cached"] is False and "not in the cache" in e["message"]
 
 
@@ -215,6 +221,6 @@ def test_an_old_run_without_keys_is_read_by_rebuilding_its_requests(runs, tmp_pa
     (moved / "positions.jsonl").write_text("".join(
         json.dumps({k: v for k, v in p.items() if not k.endswith("_key")}) + "\n" for p in lines))
     line = lines[0]
-    e = _endings_through_a_viewer(moved, runs.env, line["id"], line["k"])
+    e = _endings_through_a_viewer(moved, line["id"], line["k"])
     assert e["cached"] is True and len(e["endings"]) == line["n_endings"]
     assert sum(x["verdict"] == "match" for x in e["endings"]) == line["n_match"]

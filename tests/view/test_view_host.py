@@ -1,5 +1,9 @@
 """The view answers only the names it serves on (issue 36, S3: DNS rebinding), on
-every route, and sends the hardening headers with every answer."""
+every route, and sends the hardening headers with every answer.
+
+The view is served from a thread of this process (view_fixtures.ViewHere: the server
+of a notebook's `result.view()`, the same aiohttp app and `Host` check as `tension-run
+view`, bound to the host given): the subject is its answers, not the process."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from view_fixtures import Viewer
+from view_fixtures import ViewHere
 
 from tension.core.view.app import HEADERS, served_names
 from tension.core.view.site import _PATHS
@@ -27,7 +31,7 @@ def test_the_routes_listed_are_every_route_the_view_serves():
     assert set(ROUTES) == {name for _, name in _PATHS}
 
 
-def _get(viewer: Viewer, path: str, host: str | None) -> tuple[int, dict[str, str], bytes]:
+def _get(viewer: ViewHere, path: str, host: str | None) -> tuple[int, dict[str, str], bytes]:
     req = urllib.request.Request(viewer.url + path, headers={"Host": host} if host else {})
     opener = urllib.request.build_opener(_NoRedirect)
     try:
@@ -72,7 +76,7 @@ def test_the_names_served_are_the_loopback_ones_and_the_host_given():
 
 
 def test_a_view_on_another_host_answers_that_name(runs):
-    v = Viewer(runs.a, env=runs.env, extra=("--host", "::1"))
+    v = ViewHere(runs.a, host="::1")
     try:
         port = v.url.rsplit(":", 1)[1].rstrip("/")
         assert _get(v, "index.html", f"[::1]:{port}")[0] == 200

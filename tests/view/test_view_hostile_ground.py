@@ -3,7 +3,15 @@ and 7): a run scored in one folder and viewed from another (9f), hostile ids,
 groups and texts (9b, 9g), case-only ids in the export (6f), run.json's warnings
 (the corpus page shows them as report.md does), `--host` (9d) and the export's
 endings script (9h). The browser tests (slow) draw the pages in Chromium, as
-test_view_browser.py does."""
+test_view_browser.py does.
+
+In this process: the hostile run (made by the CLI's `main()`, hostile_runs.py), the
+view served from a thread started in another folder (view_fixtures.ViewHere, the
+server of a notebook's `result.view()`: the same runs, site and aiohttp app as
+`tension-run view`), and `view --export` by `main()` in that folder (`tension_run`):
+their subject is the pages and files. A process still: `view --host`, whose subject is
+what the serving command prints (its URL line and the off-loopback warning); the slow
+browser tests' exports are left as they were (the console script; not the fast suite)."""
 
 from __future__ import annotations
 
@@ -15,7 +23,7 @@ import subprocess
 
 import pytest
 from hostile_runs import CASE_IDS, HOSTILE_GROUP, HOSTILE_ID
-from view_fixtures import BIN, Viewer, cli, wait
+from view_fixtures import BIN, ViewHere, cli, wait
 
 from tension.core.reports.markdown import md_text
 
@@ -28,7 +36,7 @@ def hr(hostile):
 @pytest.fixture(scope="module")
 def served(hr):
     # started from another folder than `score` ran in, with the run folder given absolute
-    v = Viewer(hr.run, env=hr.env, cwd=hr.elsewhere)
+    v = ViewHere(hr.run, env=hr.home, cwd=hr.elsewhere)
     yield v
     v.stop()
 
@@ -66,9 +74,10 @@ def test_the_served_view_from_another_folder_shows_texts_and_endings(hr, served)
     assert status == 200 and endings["cached"] and len(endings["endings"]) == 3, endings
 
 
-def test_the_export_from_another_folder_holds_texts_and_endings(hr, tmp_path):
+def test_the_export_from_another_folder_holds_texts_and_endings(hr, tmp_path, monkeypatch, tension_run):
     out = tmp_path / "site"
-    done = cli("view", str(hr.run), "--export", str(out), "--endings", env=hr.env, cwd=hr.elsewhere, timeout=120)
+    monkeypatch.chdir(hr.elsewhere)
+    done = tension_run("view", hr.run, "--export", out, "--endings", env=hr.home)
     assert done.returncode == 0, done.stderr
     corpus = _data((out / "r0/index.html").read_bytes())
     slug = _slug(corpus, HOSTILE_ID)
@@ -78,7 +87,7 @@ def test_the_export_from_another_folder_holds_texts_and_endings(hr, tmp_path):
     assert '"cached":true' in script and '"cached":false' not in script
 
 
-def test_an_older_run_json_with_relative_paths_is_read_against_the_run_folder(hr, tmp_path):
+def test_an_older_run_json_with_relative_paths_is_read_against_the_run_folder(hr, tmp_path, monkeypatch, tension_run):
     # a record written before issue 25: corpus and cache as typed, relative to where score ran
     old = tmp_path / "old run"
     shutil.copytree(hr.run, old)
@@ -89,7 +98,8 @@ def test_an_older_run_json_with_relative_paths_is_read_against_the_run_folder(hr
     shutil.copytree(hr.scored_in / "cache", tmp_path / "cache")
     (old / "run.json").write_text(json.dumps(record))
     out = tmp_path / "site"
-    done = cli("view", str(old), "--export", str(out), "--endings", env=hr.env, cwd=hr.elsewhere, timeout=120)
+    monkeypatch.chdir(hr.elsewhere)
+    done = tension_run("view", old, "--export", out, "--endings", env=hr.home)
     assert done.returncode == 0, done.stderr
     corpus = _data((out / "r0/index.html").read_bytes())
     story = _data((out / f"r0/story/{_slug(corpus, HOSTILE_ID)}.html").read_bytes())
@@ -104,9 +114,10 @@ def _inline_blocks(page: bytes) -> list[bytes]:
     return re.findall(rb"<script[^>]*>(.*?)</script>", page, re.S)
 
 
-def test_no_inline_json_of_any_page_holds_html_significant_characters(hr, tmp_path):
+def test_no_inline_json_of_any_page_holds_html_significant_characters(hr, tmp_path, monkeypatch, tension_run):
     out = tmp_path / "site"
-    done = cli("view", str(hr.run), "--export", str(out), "--endings", env=hr.env, cwd=hr.elsewhere, timeout=120)
+    monkeypatch.chdir(hr.elsewhere)
+    done = tension_run("view", hr.run, "--export", out, "--endings", env=hr.home)
     assert done.returncode == 0, done.stderr
     pages = sorted(out.rglob("*.html"))
     assert len(pages) >= 5  # index, corpus, three stories
@@ -139,9 +150,10 @@ def test_the_served_pages_hold_no_html_significant_characters_in_their_data(hr, 
 # --- 6f: ids that differ only in case get two files -------------------------------
 
 
-def test_case_only_ids_get_files_that_differ_on_a_case_blind_file_system(hr, tmp_path):
+def test_case_only_ids_get_files_that_differ_on_a_case_blind_file_system(hr, tmp_path, monkeypatch, tension_run):
     out = tmp_path / "site"
-    done = cli("view", str(hr.run), "--export", str(out), "--endings", env=hr.env, cwd=hr.elsewhere, timeout=120)
+    monkeypatch.chdir(hr.elsewhere)
+    done = tension_run("view", hr.run, "--export", out, "--endings", env=hr.home)
     assert done.returncode == 0, done.stderr
     for folder in ("story", "endings"):
         names = [p.name for p in (out / "r0" / folder).iterdir()]

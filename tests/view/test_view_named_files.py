@@ -1,6 +1,11 @@
 """The files a run record names (issue 36, S6): the view reads the corpus (and a
 fair-play run's stories file) only when it is a regular file of a bounded size, and
-keeps only the run's stories; a device, a FIFO or a huge file is a note, at once."""
+keeps only the run's stories; a device, a FIFO or a huge file is a note, at once.
+
+The view is served from a thread of this process (view_fixtures.ViewHere, the server
+of a notebook's `result.view()`: the same runs, site and aiohttp app as `tension-run
+view`): the subject is its notes. A view that blocked on one of these files would fail
+here too, by urllib's 30 s timeout and then `stop`'s 20 s one."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from view_fixtures import Viewer
+from view_fixtures import ViewHere
 
 from tension.core.view.named_files import MAX_BYTES
 from tension.core.view.score_run import ScoreRun, Stores
@@ -46,7 +51,7 @@ KINDS = ["device", "fifo", "link to a device", "too large"]
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_corpus_that_is_no_bounded_regular_file_is_a_note_not_a_hang(runs, tmp_path, kind):
     run = _with(runs.a, tmp_path, "run.json", "corpus", _named(kind, tmp_path))
-    v = Viewer(run, env=runs.env)
+    v = ViewHere(run)
     try:
         status, story = v.json("api/r0/story/story-000.json")  # urllib's timeout: 30 s
         assert status == 200 and story["sentences"] is None
@@ -61,7 +66,7 @@ def test_a_corpus_that_is_no_bounded_regular_file_is_a_note_not_a_hang(runs, tmp
 @pytest.mark.parametrize("kind", ["device", "fifo"])
 def test_a_fairplay_stories_file_that_is_no_regular_file_is_a_note_not_a_hang(runs, tmp_path, kind):
     run = _with(runs.fp, tmp_path, "fairplay_run.json", "stories_file", _named(kind, tmp_path))
-    v = Viewer(run, env=runs.env)
+    v = ViewHere(run)
     try:
         status, c = v.json("api/r0/continuations/w1/3.json")
         assert status == 200 and c["cached"] is False and "not a regular file" in c["message"], c
