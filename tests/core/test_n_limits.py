@@ -10,11 +10,13 @@ request was a 400; and `bench` did not chunk at all (H2 of
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from tension.core.cli import main
 from tension.core.llm.servers import N_PROBES
+from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
 from tension.testing.openai_server import CHAT_PATH
 
@@ -42,21 +44,33 @@ def _score(base_url: str, corpus, out, cache) -> int:
                  "--cache", str(cache), "--seed", "7", "--no-progress", "--save-texts"])
 
 
+@pytest.fixture(scope="module")
+def want(tmp_path_factory) -> tuple[Path, Path]:
+    """(corpus, run folder): the default 100 endings on a server that takes any n, the
+    bytes every wording's run must give; one run for the module (it is the same for each)."""
+    root = tmp_path_factory.mktemp("want")
+    corpus = make_corpus(root / "c.jsonl", 2, seed=3)  # the `corpus` fixture's stories
+    with pytest.MonkeyPatch.context() as m, InProcessServer(model="test-gen").serving() as srv:
+        m.setenv("HOME", str(root / "home"))  # a module fixture runs outside the test's own home
+        m.setenv("XDG_CACHE_HOME", str(root / "home" / ".cache"))
+        assert _score(srv.base_url, corpus, root / "want", root / "cache-want") == 0
+    return corpus, root / "want"
+
+
 @pytest.mark.parametrize("wording", list(WORDINGS))
 def test_score_with_default_endings_completes_on_a_server_that_refuses_n_in_any_wording(
-        tmp_path, corpus, capsys, wording):
+        tmp_path, want, capsys, wording):
     """The default 100 endings on a server taking 8 a request: the run completes, with
     the bytes a vLLM-flavoured server gives (chunks seeded seed + offset), the limit
     said once and in run.json, and the 400s bounded per server, not per request."""
-    with InProcessServer(model="test-gen").serving() as srv:
-        assert _score(srv.base_url, corpus, tmp_path / "want", tmp_path / "cache-want") == 0
+    corpus, wanted = want
     with _server(wording).serving() as srv:
         got = _score(srv.base_url, corpus, tmp_path / "got", tmp_path / "cache-got")
         gens = [r for r in srv.requests if r.path == CHAT_PATH and r.kind == "generation"]
     err = capsys.readouterr().err
     assert got == 0, err
     for f in ("positions.jsonl", "texts.jsonl"):
-        assert (tmp_path / "want" / f).read_bytes() == (tmp_path / "got" / f).read_bytes(), f
+        assert (wanted / f).read_bytes() == (tmp_path / "got" / f).read_bytes(), f
     learned = LEARNED[wording]
     assert err.count(f"answers at most {learned} choice(s) per request") == 1
     (server,) = json.loads((tmp_path / "got" / "run.json").read_text())["servers"]
