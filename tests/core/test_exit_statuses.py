@@ -165,19 +165,11 @@ VERBS = {
 CASES = [(kind, verb) for kind, verbs in VERBS.items() for verb in verbs]
 
 
-def _status(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as e:  # argparse's own usage errors
-        return int(e.code or 0)
-
-
 @pytest.mark.parametrize(("kind", "verb"), CASES, ids=[f"{k}-{v}" for k, v in CASES])
-def test_one_kind_of_error_has_one_exit_status_in_every_verb(kind, verb, ground, server, tmp_path, capsys):
+def test_one_kind_of_error_has_one_exit_status_in_every_verb(kind, verb, ground, server, tmp_path, tension_run):
     build, want = KINDS[kind]
     argv = build(verb, ground, tmp_path, server.base_url)
-    capsys.readouterr()
-    rc = _status(argv)
-    err = capsys.readouterr().err
+    done = tension_run(*argv)  # argparse's own usage errors are its status too
+    rc, err = done.returncode, done.stderr
     assert rc == want, f"{' '.join(argv)}: exit {rc}, want {want}\n{err}"
     assert "error" in err and "Traceback" not in err, err

@@ -133,14 +133,11 @@ def test_bad_counts_are_an_error_naming_the_line_and_field(tmp_path, capsys, cha
 
 @pytest.mark.parametrize("flag, value", [("--interval-resamples", "-1"), ("--interval-resamples", "100001"),
                                          ("--interval-seed", "-2"), ("--interval-seed", "x")])
-def test_bad_interval_flags_are_usage_errors(tmp_path, capsys, flag, value):
+def test_bad_interval_flags_are_usage_errors(tmp_path, tension_run, flag, value):
     curves = tmp_path / "c.jsonl"
     curves.write_text(json.dumps({"id": "a", "x": [0.5], "y": [0.5]}) + "\n")
-    try:
-        rc = main(["metrics", str(curves), "--out", str(tmp_path / "o"), flag, value])
-    except SystemExit as e:  # argparse's own refusal of a non-number
-        rc = e.code
-    assert rc == 2 and flag in capsys.readouterr().err
+    r = tension_run("metrics", str(curves), "--out", str(tmp_path / "o"), flag, value)
+    assert r.returncode == 2 and flag in r.stderr
     assert not (tmp_path / "o").exists()
 
 

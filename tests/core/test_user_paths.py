@@ -25,19 +25,16 @@ import pytest
 from tension.core.cli import main
 from tension.core.reports.metrics import Curve, compute
 from tension.core.reports.report import report
+from tension.testing.cli import run_here
 from tension.testing.corpus import make_corpus, write_story
 
 ROOT = Path(__file__).resolve().parents[2]
 EXE = str(Path(sys.executable).parent / "tension-run")
 
 
-def _score(server, tmp_path, corpus, *extra, out="out"):
-    args = ["score", str(corpus), "--out", str(tmp_path / out), "--base-url", server.base_url, "--model", "test-gen",
-            "--endings", "3", "--cache", str(tmp_path / "cache"), "--no-progress", *extra]
-    try:
-        return main(args)
-    except SystemExit as e:
-        return e.code
+def _score(server, tmp_path, corpus, *extra, out="out") -> subprocess.CompletedProcess:
+    return run_here("score", str(corpus), "--out", str(tmp_path / out), "--base-url", server.base_url, "--model",
+                    "test-gen", "--endings", "3", "--cache", str(tmp_path / "cache"), "--no-progress", *extra)
 
 
 def _record(tmp_path, out="out"):
@@ -65,7 +62,7 @@ def test_score_with_a_rejected_record_says_exit_1_in_report_md_and_run_json(serv
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
     with corpus.open("a") as f:
         f.write('{"id": 5, "text": "x"}\n')
-    assert _score(server, tmp_path, corpus) == 1
+    assert _score(server, tmp_path, corpus).returncode == 1
     rec = _record(tmp_path)
     assert rec["status"] == "complete" and rec["exit_status"] == 1
     md = (tmp_path / "out" / "report.md").read_text()
@@ -76,7 +73,7 @@ def test_score_with_a_rejected_record_says_exit_1_in_report_md_and_run_json(serv
 @pytest.mark.in_process
 def test_a_failed_story_keeps_its_row_with_the_reason_and_positions_are_counted_as_written(server, tmp_path):
     corpus, cfg = _with_huge_story(tmp_path, server)
-    assert _score(server, tmp_path, corpus, "--config", str(cfg)) == 1
+    assert _score(server, tmp_path, corpus, "--config", str(cfg)).returncode == 1
     rows = (tmp_path / "out" / "stories.csv").read_text().splitlines()
     huge = [r for r in rows if r.startswith("huge,")]
     assert len(huge) == 1 and ",0," in huge[0] and "failed: position" in huge[0] and "HTTP 400" in huge[0]
@@ -95,10 +92,10 @@ def test_a_failed_story_keeps_its_row_with_the_reason_and_positions_are_counted_
 @pytest.mark.in_process
 def test_the_cost_of_a_resumed_or_cached_rerun_counts_every_invocation(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=4)
-    assert _score(server, tmp_path, corpus, "--gpu-hour-usd", "3600") == 0
+    assert _score(server, tmp_path, corpus, "--gpu-hour-usd", "3600").returncode == 0
     first = _record(tmp_path)
     assert first["invocations"] == {"count": 1, "wall_seconds": first["wall_seconds"]}
-    assert _score(server, tmp_path, corpus, "--gpu-hour-usd", "3600") == 0  # from the cache
+    assert _score(server, tmp_path, corpus, "--gpu-hour-usd", "3600").returncode == 0  # from the cache
     second = _record(tmp_path)
     assert second["invocations"]["count"] == 2
     total = second["invocations"]["wall_seconds"]
@@ -109,7 +106,7 @@ def test_the_cost_of_a_resumed_or_cached_rerun_counts_every_invocation(server, t
 
 @pytest.mark.in_process
 def test_report_md_states_the_wall_time_of_run_json_and_says_unseeded(server, tmp_path):
-    assert _score(server, tmp_path, make_corpus(tmp_path / "c.jsonl", 1, seed=5)) == 0
+    assert _score(server, tmp_path, make_corpus(tmp_path / "c.jsonl", 1, seed=5)).returncode == 0
     md = (tmp_path / "out" / "report.md").read_text()
     wall = float(re.search(r"wall time ([0-9.]+) s", md).group(1))
     assert wall == round(_record(tmp_path)["wall_seconds"], 1)
@@ -120,12 +117,13 @@ def test_report_md_states_the_wall_time_of_run_json_and_says_unseeded(server, tm
 def test_every_story_skipped_exits_1_like_an_empty_corpus(server, tmp_path, capsys):
     tiny = tmp_path / "tiny.jsonl"
     tiny.write_text(json.dumps({"id": "t", "text": "Too short to score."}) + "\n")
-    assert _score(server, tmp_path, tiny, "--no-report") == 1
-    assert "no story to score (1 skipped by the word filter" in capsys.readouterr().err
+    r = _score(server, tmp_path, tiny, "--no-report")
+    assert r.returncode == 1
+    assert "no story to score (1 skipped by the word filter" in r.stderr
     assert _record(tmp_path)["exit_status"] == 1
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    assert _score(server, tmp_path, empty, "--no-report", out="out2") == 1
+    assert _score(server, tmp_path, empty, "--no-report", out="out2").returncode == 1
 
 
 def test_metrics_on_an_empty_file_exits_1(tmp_path, capsys):
@@ -268,7 +266,7 @@ def test_a_corpus_with_a_byte_order_mark_and_null_groups_is_scored(server, tmp_p
     rows[1]["group"] = None  # as fairplay writes a story without a group
     corpus = tmp_path / "bom.jsonl"
     corpus.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows).encode())
-    assert _score(server, tmp_path, corpus, "--no-report") == 0
+    assert _score(server, tmp_path, corpus, "--no-report").returncode == 0
     ids = {json.loads(x)["id"]: json.loads(x)["group"]
            for x in (tmp_path / "out" / "positions.jsonl").read_text().splitlines()}
     assert ids == {"story-000": "a", "story-001": "all"}
