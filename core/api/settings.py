@@ -28,7 +28,9 @@ def check_keywords(verb: str, structs: tuple[type[msgspec.Struct], ...], values:
     """A ConfigError naming the keyword for one no struct has, or whose value is not
     of its field's type. Bounds are the settings' own check (`check_declared`),
     whose message names the setting as well."""
-    fields = {f.name: f for s in structs for f in msgspec.structs.fields(s)}
+    from tension.core.config.settings import fields_of
+
+    fields = {f.name: f for s in structs for f in fields_of(s)}
     for name, value in values.items():
         if name not in fields:
             raise ConfigError(f"{verb}(): unknown keyword `{name}` (known: {', '.join(sorted(fields))})")

@@ -70,8 +70,9 @@ class _Version(argparse.Action):
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The CLI's parser. Given a command line that names a verb, only that verb gets its
-    flags, the others their line of the top-level help: every verb's flags took 12 ms
-    of each start (a test process that runs main() thousands of times paid it each time)."""
+    flags, help and epilog, the others their line of the top-level help: every verb's
+    flags took 12 ms of each start, and their help 2 ms more (a test process that runs
+    main() thousands of times paid it each time)."""
     named = _named_verb(argv)
     parser = argparse.ArgumentParser(
         prog="tension-run", description="Measure narrative tension in stories with the 100-Endings metric.",
@@ -88,12 +89,15 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                 nested[group[0]] = p.add_subparsers(dest=f"{group[0]}_command", metavar="SUBCOMMAND", required=True)
             where = nested[group[0]]
         doc = _docstring(verb.run)
-        p = where.add_parser(name, help=doc.split("\n\n")[0].replace("%", "%%"), description=doc,
+        line = doc.split("\n\n")[0].replace("%", "%%")
+        if named is not None and named != verb.name:  # never parsed: its name and line only
+            where.add_parser(name, help=line, add_help=False)
+            continue
+        p = where.add_parser(name, help=line, description=doc,
                              epilog=textwrap.fill(verb.epilog, 79) if verb.epilog else None,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         p.register("action", None, Once)  # every flag that takes a value takes it once
-        if named is None or named == verb.name:
-            verb.add_flags(p)
+        verb.add_flags(p)
         p.set_defaults(func=verb.run)
     return parser
 

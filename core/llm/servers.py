@@ -19,6 +19,7 @@ run.json `servers` is `Servers.record()`.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,10 +48,11 @@ __all__ = ["Servers", "Server", "NAsk", "server_key", "N_PROBES"]
 N_PROBES = 8
 
 
+@functools.lru_cache(maxsize=1024)
 def server_key(url: str) -> str:
     """The one key of a server (module docstring): scheme and host lower-cased,
     no credentials, the default port as given, the path kept without a trailing
-    ``/`` or ``/v1``."""
+    ``/`` or ``/v1``. Worked out once per URL: every request asks it, a few times."""
     parts = urlsplit(url.strip())
     host = parts.hostname or ""  # lower-cased by urlsplit
     if ":" in host:

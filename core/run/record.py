@@ -9,6 +9,7 @@ keys for the same facts in score, generate, fairplay, and in the files estimate
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -30,15 +31,23 @@ _DISTRIBUTIONS = ("tension-run", "numpy", "numba", "msgspec", "aiohttp", "lmdb",
 
 def versions() -> dict[str, str]:
     """Python's and the installed packages' versions, for the record."""
+    return dict(_versions())
+
+
+@functools.cache
+def _versions() -> tuple[tuple[str, str], ...]:
+    # Looked up once a process (≈ 10 ms: importlib.metadata reads sys.path's folders each
+    # time): the code a process runs is what it imported, even if a package is upgraded
+    # under a notebook later.
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {"python": platform.python_version()}
+    out = [("python", platform.python_version())]
     for dist in _DISTRIBUTIONS:
         try:
-            out[dist] = version(dist)
+            out.append((dist, version(dist)))
         except PackageNotFoundError:
             pass
-    return out
+    return tuple(out)
 
 
 class Http(msgspec.Struct, kw_only=True):

@@ -1,5 +1,6 @@
-"""docs/python.md's examples, every one run as written (a script of the installed
-package; a block with a top-level `await` as a notebook cell runs it) against the
+"""docs/python.md's examples, every one run as written (as a script, in this process
+with a namespace of its own: tension.testing.script; a block with a top-level `await`
+as a notebook cell runs it; README's example in an interpreter of its own) against the
 loopback server serving the README's model names, the doc's servers
 (`http://gpu-box:…`) replaced by its URL: docs that drift from the API fail here.
 The worked example's output is checked line by line."""
@@ -17,21 +18,13 @@ import pytest
 
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import LoopbackServer
+from tension.testing.script import run_python_here
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "python.md").read_text(encoding="utf-8")
 
 
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC, flags=re.S)
-
-# Runs a file of Python as a notebook cell would: a top-level `await` is allowed
-RUNNER = """
-import ast, asyncio, sys
-src = open(sys.argv[1], encoding="utf-8").read()
-result = eval(compile(src, sys.argv[1], "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT), {"__name__": "__main__"})
-if asyncio.iscoroutine(result):
-    asyncio.run(result)
-"""
 
 
 def doc_files(folder: Path) -> None:
@@ -63,10 +56,7 @@ def test_every_example_runs(readme_server, tmp_path, monkeypatch, index):
     if "pd." in code or "to_pandas" in code:
         pytest.importorskip("pandas")
     doc_files(tmp_path)
-    (tmp_path / "example.py").write_text(re.sub(r"http://gpu-box:800\d", readme_server.base_url, code),
-                                         encoding="utf-8")
-    r = subprocess.run([sys.executable, "-c", RUNNER, "example.py"], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=600)
+    r = run_python_here(re.sub(r"http://gpu-box:800\d", readme_server.base_url, code), tmp_path)
     assert r.returncode == 0, f"docs/python.md example {index + 1}:\n{code}\n{r.stderr}"
 
 
@@ -83,8 +73,7 @@ def readme_server():
 
 def test_the_worked_example_runs(readme_server, tmp_path):
     make_corpus(tmp_path / "stories.jsonl", 3, seed=28)
-    code = re.sub(r"http://gpu-box:800\d", readme_server.base_url, worked_example())
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    r = run_python_here(re.sub(r"http://gpu-box:800\d", readme_server.base_url, worked_example()), tmp_path)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("complete {")
@@ -112,6 +101,7 @@ def test_the_readmes_python_example_runs(readme_server, tmp_path):
     code = re.sub(r"http://gpu-box:800\d", readme_server.base_url, code)
     code = code.rstrip().rsplit("\n", 1)
     code = f"{code[0]}\nprint({code[1].split('#')[0].strip()}.shape)\n"  # the last expression, shown
+    # a script of its own, in an interpreter of its own: the first Python a README reader runs
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().startswith("(2, ")  # two stories, one row each

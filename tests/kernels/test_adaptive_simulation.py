@@ -90,23 +90,23 @@ def test_a_loose_target_saves_endings_and_biases_the_no_rate_upward(paired):
 
 def test_the_bench_runs_as_docs_cost_md_shows_it(tmp_path):
     """bench/precision.py at small sizes, in its simulation and loopback modes (the
-    server mode is the loopback mode's code on another URL)."""
+    server mode is the loopback mode's code on another URL); run as `python
+    bench/precision.py …` runs it, in this process (tension.testing.script)."""
     import json
-    import subprocess
-    import sys
     from pathlib import Path
+
+    from tension.testing.script import run_file_here
 
     bench = Path(__file__).resolve().parents[2] / "bench" / "precision.py"
     out = tmp_path / "b.json"
-    done = subprocess.run([sys.executable, str(bench), "--stories", "6", "--positions", "20", "--resamples", "20",
-                           "--targets", "0.04", "0.1", "--json", str(out)], capture_output=True, text=True,
-                          timeout=600)
+    done = run_file_here(bench, "--stories", "6", "--positions", "20", "--resamples", "20", "--targets", "0.04", "0.1",
+                         "--json", out, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "| target | endings used |" in done.stdout and "| 0.04 |" in done.stdout
     res = json.loads(out.read_text())["sim"]
     assert set(res) == {"0.04", "0.1"} and set(res["0.1"]) == set(precision.SHAPES)
-    done = subprocess.run([sys.executable, str(bench), "loopback", "--stories", "1", "--targets", "0.1",
-                           "--yes-rates", "0.05", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    done = run_file_here(bench, "loopback", "--stories", "1", "--targets", "0.1", "--yes-rates", "0.05", "--json", out,
+                         cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     row = json.loads(out.read_text())["loopback"]["0.05"]
     assert row["targets"]["0.1"]["endings"] < row["fixed_endings"]
