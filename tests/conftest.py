@@ -15,6 +15,7 @@ cache_records, interrupt, real_env, …)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 
 import pytest
@@ -34,6 +35,16 @@ def pytest_configure(config):
     xdist workers and every child start."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (the README's command): a worker more than the cores. A sixth of the suite's
+    time is spent waiting, not computing (time-outs that must pass, slow and one-slot servers,
+    signals sent at a moment): on 2 cores 3 workers took 269 s where 2 took 288 s and 4 took
+    276 s (bench/RESULTS.md). PYTEST_XDIST_AUTO_NUM_WORKERS, set, is the count as given."""
+    cores = yield
+    return cores if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") else cores + 1
 
 
 @pytest.fixture(scope="session")
