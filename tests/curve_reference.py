@@ -8,7 +8,8 @@ Conventions fixed by docs/metrics.md 1.4 that this file follows:
 
 * smoothing: ``ŷ[j] = mean(y[max(0, j-h) : min(m, j+h+1)])`` with ``h = w // 2``;
 * unit square: each axis rescaled by the curve's own min and max;
-* vertex angle at interior j: angle between ``P[j-1] - P[j]`` and ``P[j+1] - P[j]``;
+* vertex angle at interior j: angle between ``P[j-1] - P[j]`` and ``P[j+1] - P[j]``,
+  NaN where a leg has length 0;
 * reversal: ``(ŷ[j] - ŷ[j-1]) * (ŷ[j+1] - ŷ[j]) < 0`` where a difference with
   ``|d| <= 1e-12`` counts as zero;
 * ``IR_a = #{j : reversal and angle <= a} / m`` (angles within 1e-9 degrees of
@@ -85,9 +86,13 @@ def unit_square(x, ys) -> tuple[list[float], list[float]]:
 
 
 def angle_deg(p0, p1, p2) -> float:
-    """Angle at p1 between p0 - p1 and p2 - p1, in degrees (0 = hairpin)."""
+    """Angle at p1 between p0 - p1 and p2 - p1, in degrees (0 = hairpin); NaN when
+    either leg has length 0 (docs/metrics.md 1.4: a zero vector has no direction;
+    atan2(0, ±0) would say 0 or 180 by the sign of a zero)."""
     ux, uy = p0[0] - p1[0], p0[1] - p1[1]
     vx, vy = p2[0] - p1[0], p2[1] - p1[1]
+    if (ux == 0.0 and uy == 0.0) or (vx == 0.0 and vy == 0.0):
+        return NAN
     cross = ux * vy - uy * vx
     dot = ux * vx + uy * vy
     return math.degrees(math.atan2(abs(cross), dot))

@@ -716,6 +716,23 @@ def test_helpers_match_reference(case, window):
         assert_same(a, b, "angle", rel=0.0, abs_=tol)
 
 
+def test_a_vertex_with_a_leg_of_length_zero_has_no_angle_and_counts_in_no_ir():
+    """Two positions at one point of the unit square (x a rounding error apart, the same
+    ŷ; found by test_helpers_match_reference): that vertex's angle is NaN in the kernel
+    and the reference alike, where atan2 of signed zeros made the reference say 180°."""
+    x = [0.2122513435300341, 0.25, 0.3125, 0.34375, 0.375, 0.40625, 0.4375, 0.5, 0.625, 0.65625, 0.6875, 0.75,
+         0.875, 0.9899999999999999, 0.99]  # hypothesis's case: the last two X are both 1.0
+    y = [0.0] * 13 + [0.01, 0.01]
+    X, Y = curves.unit_square(np.asarray(x), np.asarray(y))
+    assert (X[-2], Y[-2]) == (X[-1], Y[-1]) == (1.0, 1.0)
+    ang = curves.vertex_angles(np.asarray(x), curves.smooth(np.asarray(y), 1))
+    rang = ref.vertex_angles(x, y)
+    assert np.isnan(ang[-2]) and math.isnan(rang[-2])
+    assert not np.isnan(ang[-3]) and ang[-3] == pytest.approx(rang[-3], abs=1e-9)
+    got, exp = run_both(x, y, window=1)
+    assert_stats(got, exp)
+
+
 def test_helpers_on_empty_and_short():
     assert len(curves.smooth([], 5)) == 0
     assert len(curves.reversals([])) == 0
