@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -32,9 +34,27 @@ def pytest_configure(config):
     SIGINT ignored, and every child inherits that across exec, so a `score` or `route` would
     not hear the Ctrl-C (tests/core/test_reliability_process.py
     test_the_tests_children_hear_ctrl_c). Python's own handler is restored here, before the
-    xdist workers and every child start."""
+    xdist workers and every child start.
+
+    In the xdist controller, which computes nothing itself, numba's cache of the kernels
+    is filled beside the workers' collection (tension.testing.warm), so that on a fresh
+    clone the workers load the kernels instead of each compiling them."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        config.stash[_WARM] = subprocess.Popen([sys.executable, "-m", "tension.testing.warm"],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+_WARM = pytest.StashKey[subprocess.Popen]()
+
+
+def pytest_unconfigure(config):
+    warm = config.stash.get(_WARM, None)
+    if warm is not None:  # a warm-up still running at the end is of no use
+        if warm.poll() is None:
+            warm.kill()
+        warm.wait()
 
 
 @pytest.hookimpl(wrapper=True)
