@@ -85,3 +85,14 @@ def _check_the_demo_and_its_rerun(r, argv: list[str], tmp_path: Path, env: dict,
     assert "requests sent 0 generation, 0 judge" in again.stdout
     assert "using the server already running" in again.stderr  # no second start
     assert "stopped the embedded server" not in again.stderr  # it did not start it, so it leaves it
+
+
+def test_the_tests_write_bytecode_as_the_readme_says():
+    """The README's test command installs with `--no-compile` and says the tests write the
+    bytecode of what they import (tests/conftest.py), even where PYTHONDONTWRITEBYTECODE is
+    set: here, and in every child a test starts."""
+    assert "--no-compile" in setup_commands()[1]
+    assert sys.dont_write_bytecode is False
+    child = subprocess.run([sys.executable, "-c", "import sys; print(sys.dont_write_bytecode)"],
+                           capture_output=True, text=True, timeout=60)
+    assert child.stdout.strip() == "False", child

@@ -5,6 +5,7 @@ incomplete and was not written, and never leaves a folder that looks whole."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +23,9 @@ def _cpu_seconds(pid: int) -> float:
 
 def _export_stopped(runs, out: Path, sig: int, when) -> subprocess.CompletedProcess | None:
     """`view A B FP --export OUT --endings` sent `sig` once `when(pid)` holds; None
-    when the export ended before that."""
+    when the export ended before that: the process exited, or had written the whole
+    export and said so and was only shutting down when the signal came (Python has put
+    the default handlers back by then, so the signal ends it as it would any program)."""
     argv = [str(BIN), "view", str(runs.a), str(runs.b), str(runs.fp), "--export", str(out), "--endings"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=runs.env)
     try:
@@ -37,6 +40,8 @@ def _export_stopped(runs, out: Path, sig: int, when) -> subprocess.CompletedProc
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    if proc.returncode in (0, -sig) and "in a browser (no server needed)" in stdout and (out / "index.html").exists():
+        return None
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
@@ -83,8 +88,15 @@ def test_an_export_stopped_at_any_moment_exits_130_and_leaves_no_folder_that_loo
                                                                                            sig, moment):
     out = tmp_path / "site"
     share = MOMENTS[moment]
-    when = _writing(out) if share is None else _after_cpu(share * writes_at)
-    done = _export_stopped(runs, out, sig, when)
+    # A moment measured in another process's CPU can fall after this export's end when the
+    # machine's speed moved between the two (a shared VM's CPU second is not a fixed amount
+    # of work): then the same moment, earlier, in a new export (at most two more).
+    for attempt in range(3):
+        when = _writing(out) if share is None else _after_cpu(share * writes_at * 0.7 ** attempt)
+        done = _export_stopped(runs, out, sig, when)
+        if done is not None or share is None:
+            break
+        shutil.rmtree(out, ignore_errors=True)
     if done is None:
         pytest.fail(f"the export ended before the {moment} moment: it cannot be stopped there")
     assert done.returncode == 130, (done.returncode, done.stderr)
