@@ -69,10 +69,12 @@ class _Version(argparse.Action):
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The CLI's parser. Given a command line that names a verb, only that verb gets its
-    flags, help and epilog, the others their line of the top-level help: every verb's
-    flags took 12 ms of each start, and their help 2 ms more (a test process that runs
-    main() thousands of times paid it each time)."""
+    """The CLI's parser. Given a command line that names a verb, only that verb is in it,
+    with its flags, help and epilog: every verb's flags took 12 ms of each start, and a
+    parser for each other verb's line of the top-level help 4 ms more (a test process that
+    runs main() thousands of times paid it each time). Nothing a named verb's command line
+    prints shows the other verbs; a line that names none gets them all (the top-level
+    help, argparse's "invalid choice")."""
     named = _named_verb(argv)
     parser = argparse.ArgumentParser(
         prog="tension-run", description="Measure narrative tension in stories with the 100-Endings metric.",
@@ -81,6 +83,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     nested = {}
     for verb in VERBS:
+        if named is not None and named != verb.name:
+            continue
         *group, name = verb.name.split()
         where = sub
         if group:
@@ -90,9 +94,6 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             where = nested[group[0]]
         doc = _docstring(verb.run)
         line = doc.split("\n\n")[0].replace("%", "%%")
-        if named is not None and named != verb.name:  # never parsed: its name and line only
-            where.add_parser(name, help=line, add_help=False)
-            continue
         p = where.add_parser(name, help=line, description=doc,
                              epilog=textwrap.fill(verb.epilog, 79) if verb.epilog else None,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
