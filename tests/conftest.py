@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -53,11 +54,39 @@ def pytest_configure(config):
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
-        config.stash[_WARM] = subprocess.Popen([sys.executable, "-m", "tension.testing.warm"],
-                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        warm = subprocess.Popen([sys.executable, "-m", "tension.testing.warm"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        config.stash[_WARM] = warm
+        os.environ[_WARM_PID] = str(warm.pid)  # the workers, started after this, wait for it (`_kernels_warm`)
 
 
 _WARM = pytest.StashKey[subprocess.Popen]()
+_WARM_PID = "TENSION_TEST_WARM_PID"
+_WARM_WAIT = 120.0  # seconds a worker waits at most; then it compiles what it needs, as without the warm-up
+
+
+def _running(pid: int) -> bool:
+    """The process lives and has not exited (an exited child of the controller stays a
+    zombie until the controller reaps it at the end: state Z)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _kernels_warm():
+    """A worker's first test waits for the controller's warm-up of numba's cache
+    (`pytest_configure`): on a fresh clone the workers finished collecting while it still
+    compiled, and each worker then compiled the same kernels again (the intervals' three,
+    measured with NUMBA_DEBUG_CACHE: once in the warm-up and once in each of 3 workers)."""
+    pid = os.environ.get(_WARM_PID)
+    if pid is not None and os.environ.get("PYTEST_XDIST_WORKER"):
+        deadline = time.monotonic() + _WARM_WAIT
+        while _running(int(pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def pytest_unconfigure(config):
