@@ -220,4 +220,3 @@ def test_recover_refuses_a_destination_that_holds_something(server, cold, tmp_pa
     r = tension_run("cache", "recover", str(cache), str(cache))  # a sound cache
     assert_clean_failure(r, 2)
     assert "is not an empty folder" in r.stderr
-
