@@ -122,11 +122,12 @@ class DataFile:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path) / DATA_FILE
         with self.path.open("rb") as f:
+            head = f.read(2 * 65536)  # the meta pages before the size, as `check` reads them
             self.size = os.fstat(f.fileno()).st_size
             if not self.size:
                 raise PageError(f"{self.path} is empty")
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        self.meta = read_meta(self._map[:2 * 65536], self.size)
+        self.meta = read_meta(head, self.size)
         self.pages = self.size // self.meta.psize
 
     def close(self) -> None:
