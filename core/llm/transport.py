@@ -190,10 +190,15 @@ class _Routed:
     def __init__(self, routes: dict[str, Transport], http: Transport):
         self.routes = routes
         self.http = http
+        self._chosen: dict[str, Transport] = {}  # URL → its transport: a run sends to a few URLs, many times
 
     def _for(self, url: str) -> Transport:
-        key = _key(url)
-        return next((t for k, t in self.routes.items() if key == k or key.startswith(k + "/")), self.http)
+        chosen = self._chosen.get(url)
+        if chosen is None:
+            key = _key(url)
+            chosen = self._chosen[url] = next(
+                (t for k, t in self.routes.items() if key == k or key.startswith(k + "/")), self.http)
+        return chosen
 
     async def open(self, headers: dict[str, str]) -> None:
         await self.http.open(headers)

@@ -23,12 +23,12 @@ import collections
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json as _stdjson
 import random
 import re
 import threading
 import time
-import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -159,11 +159,14 @@ _NON_ASCII_RE = re.compile(r"[^\x00-\x7f]")
 _CLASS_TABLE = bytes({"a": 119, " ": 32, ".": 112}[_char_class(chr(i))] for i in range(128)) + bytes(128)
 
 
+@functools.lru_cache(maxsize=8192)
 def count_tokens(text: str) -> int:
     """Number of tokens of `text` under the test tokenizer: len(`tokenize`(text)).
 
     Computed without building the token list (a word run counts once, every other
     non-space character once), several times faster than the regex on long prompts.
+    Remembered for the last texts counted: a test sends the same prompts again and
+    again (its runs share a corpus; every request carries the same system prompt).
     """
     if not text.isascii():
         chars = set(_NON_ASCII_RE.findall(text))
@@ -183,6 +186,22 @@ def _count_answer(text: str | None) -> int:  # answers come from a small set of 
 
 def _token_id(tok: str) -> int:
     return zlib.crc32(tok.encode()) % 50_000
+
+
+@functools.lru_cache(maxsize=1024)
+def _tokens_of(text: str) -> tuple[int, ...]:
+    """The test tokenizer's ids of `text` (`tokenize`, `_token_id`), remembered as
+    `count_tokens` is: a run asks for the same prefixes' tokens as the run before."""
+    return tuple(_token_id(t) for t in tokenize(text))
+
+
+# An answer's id: unique in the process, as vLLM's (a random uuid4 per answer cost more
+# than the rest of an answer on this machine's urandom; no test reads more than its prefix).
+_answer_ids = itertools.count(1)
+
+
+def _answer_id(prefix: str) -> str:
+    return f"{prefix}-{next(_answer_ids):032x}"
 
 
 # ------------------------------------------------------------------- message helpers
@@ -427,10 +446,18 @@ class Recorded:
     status: int
     fault: str | None
     t: float
+    # `kind`, found once: a test that waits for a count (`count(kind=…)` every few ms while
+    # a run goes on) classified every record again at each look
+    _kind: str | None = dataclasses.field(default="", repr=False, compare=False)
 
     @property
     def kind(self) -> str | None:
         """generation/judge/other for chat requests (see `classify`), None otherwise."""
+        if self._kind == "":
+            self._kind = self._classify()
+        return self._kind
+
+    def _classify(self) -> str | None:
         if self.path != CHAT_PATH:
             return None
         msgs = self.body.get("messages") if isinstance(self.body, dict) else None
@@ -817,7 +844,7 @@ class AnswerModel:
             for ch in choices:
                 ch["text"] = ""
         return self._claimed(COMPLETIONS_PATH, {
-                "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "id": _answer_id("cmpl"), "object": "text_completion", "created": int(time.time()),
                 "model": body.get("model") or self.model, "choices": choices,
                 "usage": {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
                           "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"],
@@ -834,29 +861,27 @@ class AnswerModel:
     def _tokenize_payload(self, body: dict) -> dict:
         if self.dialect == "llamacpp":  # reads `content` only, and no model
             content = body.get("content")
-            return {"tokens": [_token_id(t) for t in tokenize(content)] if isinstance(content, str) else []}
+            return {"tokens": list(_tokens_of(content)) if isinstance(content, str) else []}
         self._check_model(body)
         if "prompt" in body:
             prompt = body["prompt"]
             if not isinstance(prompt, str):
                 raise _BadRequest(400, f"prompt: expected a string, got {type(prompt).__name__}",
                                   "BadRequestError", "prompt")
-            toks = tokenize(prompt)
-            if self.batching:
-                return {"count": len(toks), "max_model_len": self.max_model_len, "tokens": self._token_ids(prompt)}
+            if self.batching:  # the count is the test tokenizer's, the ids the vocabulary's pieces
+                return {"count": count_tokens(prompt), "max_model_len": self.max_model_len,
+                        "tokens": self._token_ids(prompt)}
+            tokens = list(_tokens_of(prompt))
         elif "messages" in body:
             msgs = self._check_messages(body.get("messages"))
             if self.batching:  # the prompt the chat endpoint would build, as vLLM's /tokenize gives it
                 ids = self._token_ids(render_template(msgs, body.get("add_generation_prompt", True) is not False,
                                                       body.get("chat_template_kwargs"), self.template_quirk))
                 return {"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids}
-            toks = []
-            for m in msgs:
-                toks.extend(tokenize(_content_text(m.get("content"))))
+            tokens = [t for m in msgs for t in _tokens_of(_content_text(m.get("content")))]
         else:
             raise _BadRequest(400, "expected `prompt` or `messages`", "BadRequestError", "prompt")
-        return {"count": len(toks), "max_model_len": self.max_model_len,
-                "tokens": [_token_id(t) for t in toks]}
+        return {"count": len(tokens), "max_model_len": self.max_model_len, "tokens": tokens}
 
     @staticmethod
     def _check_messages(msgs: Any) -> list[dict]:
@@ -970,7 +995,7 @@ class AnswerModel:
         c["prompt_tokens"] += prompt_tokens
         c["generation_tokens"] += completion_tokens
         return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "id": _answer_id("chatcmpl"),
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model") or self.model,
