@@ -8,6 +8,7 @@ them, and nothing in core/, kernels/ or cache/ imports them."""
 from __future__ import annotations
 
 import ast
+import functools
 import tomllib
 from pathlib import Path
 
@@ -75,8 +76,14 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """`path`'s syntax tree, parsed once for the module's tests (they only read it)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(path: Path):
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tension."):
             yield node.lineno, node.module, [a.name for a in node.names]
@@ -134,7 +141,7 @@ def test_every_package_is_listed_in_pyproject():
 
 def _functions(folder: str):
     for path in sorted((ROOT / folder).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 yield path, node
 
@@ -149,7 +156,7 @@ def test_llm_holds_no_part_of_a_run():
         names = {a.arg for a in args}
         assert not names & run_parts, f"{path.relative_to(ROOT)}:{fn.lineno} {fn.name} takes {names & run_parts}"
     for path in sorted((ROOT / "core" / "llm").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
             assert name not in ("Scheduler", "Committer", "Progress", "Engine"), \
                 f"{path.relative_to(ROOT)}:{node.lineno} names {name}"
@@ -161,7 +168,7 @@ def test_a_runs_status_is_decided_in_one_place():
     core/errors.py is another thing.)"""
     for folder in ("core/run", "core/pipelines", "core/cli", "core/view"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for node in ast.walk(_tree(path)):
                 targets = (node.targets if isinstance(node, ast.Assign) else
                            [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else [])
                 for t in targets:
@@ -175,7 +182,7 @@ def test_no_call_site_hands_a_lambda_to_the_engine():
     the way to send."""
     asking = {"endings", "answer", "answers", "token_counts", "context_len", "one", "many", "chat", "chat_many"}
     for path in sorted((ROOT / "core").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in asking:
                 assert not any(isinstance(a, ast.Lambda) for a in [*node.args, *(k.value for k in node.keywords)]), \
                     f"{path.relative_to(ROOT)}:{node.lineno}"
@@ -192,7 +199,7 @@ def test_a_pipeline_has_no_blocking_twin_of_its_verb():
     without its `_async` nor any function that runs an event loop itself."""
     bad = []
     for path in sorted((ROOT / "core" / "pipelines").rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _tree(path)
         top = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
         exported = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
                          and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)), [])
