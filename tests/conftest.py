@@ -26,6 +26,7 @@ import pytest
 from tension.testing.cli import run_here
 from tension.testing.inprocess import InProcessServer
 from tension.testing.openai_server import LoopbackServer
+from tension.testing.procs import running
 from tension.testing.real_env import EMBEDDED_TEST_PORT, REAL_ENV
 
 # The suite writes bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE,
@@ -65,17 +66,6 @@ _WARM_PID = "TENSION_TEST_WARM_PID"
 _WARM_WAIT = 120.0  # seconds a worker waits at most; then it compiles what it needs, as without the warm-up
 
 
-def _running(pid: int) -> bool:
-    """The process lives and has not exited (an exited child of the controller stays a
-    zombie until the controller reaps it at the end: state Z)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _kernels_warm():
     """A worker's first test waits for the controller's warm-up of numba's cache
@@ -85,7 +75,7 @@ def _kernels_warm():
     pid = os.environ.get(_WARM_PID)
     if pid is not None and os.environ.get("PYTEST_XDIST_WORKER"):
         deadline = time.monotonic() + _WARM_WAIT
-        while _running(int(pid)) and time.monotonic() < deadline:
+        while running(int(pid)) and time.monotonic() < deadline:
             time.sleep(0.05)
 
 

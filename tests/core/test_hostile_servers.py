@@ -25,6 +25,7 @@ from tension.core.cli import main
 from tension.core.llm.vllm_router import free_port
 from tension.testing.corpus import make_corpus
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer
+from tension.testing.procs import children, running
 
 MODELS = ["test-gen", "test-judge"]
 EXE = str(Path(sys.executable).parent / "tension-run")
@@ -98,29 +99,8 @@ def test_route_over_servers_without_health_says_at_once_that_the_router_needs_it
 
 # --- the router's process: killed client, leftovers, start-up failure (8d, 11g, 11h) ---
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(d.name))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has exited; only its parent's reaping is left
-
-
 def _router_of(pid: int) -> int | None:
-    for child in _children(pid):
+    for child in children(pid):
         try:
             cmd = Path(f"/proc/{child}/cmdline").read_bytes()
         except OSError:
@@ -148,9 +128,9 @@ def test_a_client_killed_with_sigkill_leaves_no_router_running(pair, tmp_path):
         p.kill()
         p.wait()
         deadline = time.monotonic() + 30
-        while _alive(router) and time.monotonic() < deadline:
+        while running(router) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(router), "vllm-router outlived its SIGKILLed client"
+        assert not running(router), "vllm-router outlived its SIGKILLed client"
     finally:
         if p.poll() is None:
             p.kill()

@@ -446,8 +446,9 @@ class Recorded:
     status: int
     fault: str | None
     t: float
-    # `kind`, found once: a test that waits for a count (`count(kind=…)` every few ms while
-    # a run goes on) classified every record again at each look
+    # `kind`, found once ("": not yet; None is a kind, a request not for chat): a test that
+    # waits for a count (`count(kind=…)` every few ms while a run goes on) classified every
+    # record again at each look
     _kind: str | None = dataclasses.field(default="", repr=False, compare=False)
 
     @property

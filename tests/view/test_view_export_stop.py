@@ -4,7 +4,6 @@ incomplete and was not written, and never leaves a folder that looks whole."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -15,10 +14,7 @@ from pathlib import Path
 import pytest
 from view_fixtures import BIN
 
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from tension.testing.procs import cpu_seconds
 
 
 def _export_stopped(runs, out: Path, sig: int, when) -> subprocess.CompletedProcess | None:
@@ -46,7 +42,7 @@ def _export_stopped(runs, out: Path, sig: int, when) -> subprocess.CompletedProc
 
 
 def _after_cpu(seconds: float):
-    return lambda pid: _cpu_seconds(pid) >= seconds
+    return lambda pid: cpu_seconds(pid) >= seconds
 
 
 def _writing(out: Path):
@@ -68,7 +64,7 @@ def _measured_export(runs, out: Path) -> float:
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=runs.env)
     cpu = 0.0
     while proc.poll() is None and not _writing(out)(proc.pid):
-        cpu = _cpu_seconds(proc.pid)
+        cpu = cpu_seconds(proc.pid)
         time.sleep(0.002)
     assert proc.wait(timeout=120) == 0 and (out / "index.html").exists()
     return cpu
