@@ -88,10 +88,12 @@ def _check_the_demo_and_its_rerun(r, argv: list[str], tmp_path: Path, env: dict,
 
 
 def test_the_tests_write_bytecode_as_the_readme_says():
-    """The README's test command installs with `--no-compile` and says the tests write the
-    bytecode of what they import (tests/conftest.py), even where PYTHONDONTWRITEBYTECODE is
-    set: here, and in every child a test starts."""
-    assert "--no-compile" in setup_commands()[1]
+    """The README's test command has uv compile the packages' bytecode at the install (the
+    workers then load it instead of each compiling the same modules at once) and says the
+    tests write the bytecode of the project's own modules (tests/conftest.py), even where
+    PYTHONDONTWRITEBYTECODE is set: here, and in every child a test starts."""
+    cmd = setup_commands()[1]
+    assert "uv pip install" in cmd and "--compile-bytecode" in cmd
     assert sys.dont_write_bytecode is False
     child = subprocess.run([sys.executable, "-c", "import sys; print(sys.dont_write_bytecode)"],
                            capture_output=True, text=True, timeout=60)
