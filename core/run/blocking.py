@@ -43,15 +43,28 @@ def _run_on_worker(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
     here. Signal handlers can be installed on the main thread only, so the worker
     runs without the SIGTERM handler (``_run_here`` skips it there); a Ctrl-C that
     interrupts the wait here (KeyboardInterrupt: a notebook's interrupt) cancels the
-    work like Ctrl-C in the CLI, completed work committed, before it is re-raised."""
+    work like Ctrl-C in the CLI, completed work committed, before it is re-raised.
+
+    The work begins only once this thread's Ctrl-C handler is in place (`go`): begun
+    before it, the work could hold the interpreter long enough (its imports, its first
+    requests) for a Ctrl-C to reach the caller's handler instead, which under
+    ``asyncio.run`` only cancels its main task, blocked here, so the run went on to its
+    end and then raised KeyboardInterrupt, its record saying "complete"."""
     box: dict[str, Any] = {}
-    # an Event, not Thread.join: a join that a KeyboardInterrupt broke may not wait
+    # Events, not Thread.join: a join that a KeyboardInterrupt broke may not wait
     # again (CPython 3.11), and the interrupted work must be waited for
-    done = threading.Event()
+    go, stop, done = threading.Event(), threading.Event(), threading.Event()
+
+    def started(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        box.update(loop=loop, task=task)
+        if stop.is_set():  # a Ctrl-C came before the task existed: it stops at its first await
+            task.cancel()
 
     def work() -> None:
         try:
-            box["result"] = _run_here(make_coro, started=lambda loop, task: box.update(loop=loop, task=task))
+            go.wait()
+            if not stop.is_set():  # a Ctrl-C before the work began: it never begins
+                box["result"] = _run_here(make_coro, started=started)
         except BaseException as e:  # handed to the caller's thread, raised there
             box["error"] = e
         finally:
@@ -64,8 +77,11 @@ def _run_on_worker(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
         # ``asyncio.run`` the loop's own handler only cancels its main task, which is blocked in this
         # wait, so the first Ctrl-C was obeyed only once the run had ended
         with stops_raise(signal.SIGINT):
+            go.set()
             done.wait()
     except KeyboardInterrupt:
+        stop.set()
+        go.set()
         if "task" in box:
             with contextlib.suppress(RuntimeError):  # its loop closed meanwhile: nothing left to stop
                 box["loop"].call_soon_threadsafe(box["task"].cancel)

@@ -135,6 +135,46 @@ def test_the_first_ctrl_c_under_asyncio_run_stops_the_blocking_call(server, tmp_
     assert record["status"] == "interrupted"
 
 
+
+def test_a_ctrl_c_while_the_caller_comes_back_from_starting_the_work_stops_it(tmp_path):
+    """The first Ctrl-C under ``asyncio.run`` stops the blocking call even when it lands
+    before the caller's thread is back in the wait (a loaded machine: the work's thread
+    runs its imports and first requests meanwhile). The work used to begin at once, so
+    such a Ctrl-C reached asyncio's own handler, which only cancels the blocked main
+    task: the run went on to its end, then KeyboardInterrupt (the spec above failed so
+    on loaded machines, run.json "complete"). Here the caller's thread is held 0.5 s
+    after the start, and the work sends the Ctrl-C as it begins."""
+    script = tmp_path / "main.py"
+    script.write_text(textwrap.dedent("""
+        import asyncio, os, signal, threading, time
+        from tension.core.run.blocking import run_blocking
+
+        start = threading.Thread.start
+        def start_then_lag(self):  # the caller's thread back late from the start
+            start(self)
+            time.sleep(0.5)
+        threading.Thread.start = start_then_lag
+
+        async def work():
+            await asyncio.sleep(20)
+            print("work completed", flush=True)
+
+        def make():
+            os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C as the work begins
+            return work()
+
+        async def main():
+            run_blocking(make)
+
+        try:
+            asyncio.run(main())
+            print("returned")
+        except KeyboardInterrupt:
+            print("interrupted")
+    """))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert p.stdout.split() == ["interrupted"], (p.stdout, p.stderr)
+
 def test_out_on_the_cache_folder_is_refused_by_name(server, tmp_path):
     """N14 from the API: `out` equal to (or inside) the cache folder is a ConfigError
     naming both, before any work, as the CLI's --out."""
