@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -51,14 +52,17 @@ def pytest_configure(config):
 
     In the xdist controller, which computes nothing itself, numba's cache of the kernels
     is filled beside the workers' collection (tension.testing.warm), so that on a fresh
-    clone the workers load the kernels instead of each compiling them."""
+    clone the workers load the kernels instead of each compiling them; in a worker, what
+    needs the kernels waits for it (`_hold_until_warm`)."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
         warm = subprocess.Popen([sys.executable, "-m", "tension.testing.warm"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         config.stash[_WARM] = warm
-        os.environ[_WARM_PID] = str(warm.pid)  # the workers, started after this, wait for it (`_kernels_warm`)
+        os.environ[_WARM_PID] = str(warm.pid)  # the workers, started after this, wait for it
+    if hasattr(config, "workerinput") and os.environ.get(_WARM_PID):
+        _hold_until_warm(int(os.environ[_WARM_PID]))
 
 
 _WARM = pytest.StashKey[subprocess.Popen]()
@@ -66,17 +70,42 @@ _WARM_PID = "TENSION_TEST_WARM_PID"
 _WARM_WAIT = 120.0  # seconds a worker waits at most; then it compiles what it needs, as without the warm-up
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _kernels_warm():
-    """A worker's first test waits for the controller's warm-up of numba's cache
-    (`pytest_configure`): on a fresh clone the workers finished collecting while it still
-    compiled, and each worker then compiled the same kernels again (the intervals' three,
-    measured with NUMBA_DEBUG_CACHE: once in the warm-up and once in each of 3 workers)."""
-    pid = os.environ.get(_WARM_PID)
-    if pid is not None and os.environ.get("PYTEST_XDIST_WORKER"):
-        deadline = time.monotonic() + _WARM_WAIT
-        while running(int(pid)) and time.monotonic() < deadline:
-            time.sleep(0.05)
+def _hold_until_warm(pid: int) -> None:
+    """In a worker, the first kernel a test calls and the first child a test starts wait
+    for the controller's warm-up of numba's cache (`pytest_configure`); the tests before
+    them run meanwhile. On a fresh clone the warm-up ends after the workers have
+    collected: had they not waited, each would have compiled the same kernels again (the
+    intervals' three, measured with NUMBA_DEBUG_CACHE: once in the warm-up and once in
+    each of 3 workers), and a child started meanwhile (a `tension-run score`) would too.
+    Waiting at the first test instead left a core idle for ≈ 9 s of the start.
+
+    The two doors: numba's dispatcher asks `_compile_for_args` when a kernel meets
+    argument types it has not compiled in this process (before it reads the cache), and
+    every child of a test is a `subprocess.Popen`, asyncio's included. Both are put back
+    once the warm-up has ended."""
+    from numba.core.dispatcher import Dispatcher
+
+    compile_for_args, popen_init = Dispatcher._compile_for_args, subprocess.Popen.__init__
+    done = threading.Event()
+
+    def wait() -> None:
+        if not done.is_set():
+            deadline = time.monotonic() + _WARM_WAIT
+            while running(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            Dispatcher._compile_for_args, subprocess.Popen.__init__ = compile_for_args, popen_init
+            done.set()
+
+    def compiling(self, *args, **kwargs):
+        wait()
+        return compile_for_args(self, *args, **kwargs)
+
+    def starting(self, *args, **kwargs):
+        wait()
+        popen_init(self, *args, **kwargs)
+
+    Dispatcher._compile_for_args = compiling
+    subprocess.Popen.__init__ = starting
 
 
 def pytest_unconfigure(config):
