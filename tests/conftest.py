@@ -61,7 +61,12 @@ def pytest_configure(config):
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         config.stash[_WARM] = warm
         os.environ[_WARM_PID] = str(warm.pid)  # the workers, started after this, wait for it
-    if hasattr(config, "workerinput") and os.environ.get(_WARM_PID):
+
+
+def pytest_collection_finish(session):
+    """A worker's tests, once collected, wait for the warm-up where they need the kernels
+    (`_hold_until_warm`). Not before: xdist's own start asks `uname -p` in a child."""
+    if hasattr(session.config, "workerinput") and os.environ.get(_WARM_PID):
         _hold_until_warm(int(os.environ[_WARM_PID]))
 
 
