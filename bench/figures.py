@@ -9,11 +9,14 @@ run, interleaved so that the machine's load falls on both alike:
   so savefig laid it out in a draw of its own before the draw it wrote) against
   `bars_figure` now (a figure outside pyplot, laid out once, drawn once), the
   report's three bar figures of 4 groups; the PNGs' pixels compared;
+- a report's curves: a new frame per report (before) against the frame the process
+  keeps for its next report (`report_curves`, now), `--reports` reports of
+  `--report-curves` curves each, interleaved; the PNGs' pixels compared;
 - the import a process pays for `tension.core.reports.figures` (the view imports it
   for `sharp_reversals`): before, with pyplot, its backend and PIL at import, against
   now (matplotlib imported at the first figure), each in a fresh interpreter.
 
-    python bench/figures.py [--curves 30] [--reports 10] [--imports 5]
+    python bench/figures.py [--curves 30] [--reports 10] [--report-curves 3] [--imports 5]
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from tension.core.reports.figures import (
     curve_figure,
     draw_bars,
     pyplot,
+    report_curves,
 )
 from tension.core.reports.report import group_bars
 from tension.kernels.curves import CurveSettings
@@ -73,6 +77,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--curves", type=int, default=30)
     ap.add_argument("--reports", type=int, default=10, help="reports' bar figures (3 each) drawn each way")
+    ap.add_argument("--report-curves", type=int, default=3, help="curves of each report (a small run's report)")
     ap.add_argument("--imports", type=int, default=5, help="fresh interpreters each way")
     args = ap.parse_args()
     n = args.curves
@@ -117,6 +122,24 @@ def main() -> None:
         k = 3 * args.reports
         print(f"{k} group-bar figures: before {1000 * before / k:.0f} ms/figure; now {1000 * now / k:.0f} ms/figure "
               f"({before / now:.2f}x); the same pixels: {same}")
+
+        before = now = 0.0
+        settings = CurveSettings()
+        with report_curves(settings) as plot:  # the process's first report draws the frame; not timed
+            plot.draw(d / "warm-c.png", "warm", *curves[0])
+        for r in range(args.reports):
+            for way in ((0, 1) if r % 2 == 0 else (1, 0)):
+                c = time.process_time()
+                with (closing(CurvePlot(settings)) if way == 0 else report_curves(settings)) as plot:
+                    for i, (x, y) in enumerate(curves[: args.report_curves]):
+                        plot.draw(d / f"{('before', 'now')[way]}-c{i}.png", f"story-{i}", x, y)
+                spent = time.process_time() - c
+                before, now = (before + spent, now) if way == 0 else (before, now + spent)
+        same = all(np.array_equal(np.asarray(Image.open(d / f"before-c{i}.png")), np.asarray(Image.open(d / f"now-c{i}.png")))
+                   for i in range(min(args.report_curves, n)))
+        print(f"{args.reports} reports' curves ({args.report_curves} each): a new frame per report "
+              f"{1000 * before / args.reports:.0f} ms/report; the process's kept frame {1000 * now / args.reports:.0f} "
+              f"ms/report ({before / now:.2f}x); the same pixels: {same}")
 
     imp_before = imp_now = 0.0
     for r in range(args.imports):

@@ -9,12 +9,15 @@ notebook shows (`pyplot`), so that importing this module (the view does, for
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import sys
 import textwrap
+import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -29,8 +32,8 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["glyphs_quiet", "sharp_reversals", "curve_figure", "curve_plot", "CurvePlot", "bars_figure", "bars_plot",
-           "draw_bars", "BARS_SIZE", "shown", "new_figure", "save_png", "tight", "pyplot"]
+__all__ = ["glyphs_quiet", "sharp_reversals", "curve_figure", "curve_plot", "CurvePlot", "report_curves", "bars_figure",
+           "bars_plot", "draw_bars", "BARS_SIZE", "shown", "new_figure", "save_png", "tight", "pyplot"]
 
 SHARP_ANGLE = 60.0  # the triangles of the paper's Figure 3
 # zlib level of the PNGs: 1 writes them ~3x faster than the default 6, ~15% larger
@@ -229,6 +232,36 @@ class CurvePlot:
     def close(self) -> None:
         if self.shown:  # pyplot's figure; a file's has nothing to close
             pyplot().close(self.fig)
+
+
+# The curve frames a process keeps for its next report (`report_curves`): by settings,
+# each with the matplotlib style (rcParams) it was drawn in.
+_FRAMES_KEPT = 4
+_frames: OrderedDict[CurveSettings, tuple[CurvePlot, dict[str, Any]]] = OrderedDict()
+_frames_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def report_curves(settings: CurveSettings) -> Iterator[CurvePlot]:
+    """A CurvePlot for a report's curve files, kept for the process's next report of the
+    same settings: its frame (the figure, laid out and drawn, and the legends) is made
+    once a process instead of once a report, where it was most of a small report's
+    curve time (bench/figures.py). The plot is lent to one report at a time: a report
+    drawn while another draws (two runs in flight in a notebook) makes its own, and a
+    report that fails keeps nothing (what it left on the figure is never reused). A
+    style changed since (a notebook's rcParams) draws a new frame in it."""
+    import matplotlib
+
+    style: dict[str, Any] = {str(k): v for k, v in matplotlib.rcParams.items()}
+    with _frames_lock:
+        plot, drawn_in = _frames.pop(settings, (None, None))
+    if plot is None or drawn_in != style:
+        plot = CurvePlot(settings)
+    yield plot
+    with _frames_lock:
+        _frames[settings] = plot, style
+        while len(_frames) > _FRAMES_KEPT:
+            _frames.popitem(last=False)
 
 
 BARS_SIZE = (8.0, 4.5)  # inches, every group-bar figure alike: they sit side by side on a slide or page

@@ -277,7 +277,7 @@ def group_bars(s: CurveSettings) -> dict[str, Bars]:
 def _draw_figures(figs: Path, data: RunData, max_curves: int) -> list[tuple[str, str]]:
     """The group bars and the first `max_curves` curves into a fresh `figs`;
     returns (story id, path in the report) of each curve."""
-    from tension.core.reports.figures import CurvePlot, bars_figure
+    from tension.core.reports.figures import bars_figure, report_curves
 
     s = data.settings
     shutil.rmtree(figs, ignore_errors=True)
@@ -287,12 +287,9 @@ def _draw_figures(figs: Path, data: RunData, max_curves: int) -> list[tuple[str,
     shown = data.curves[:max_curves]
     names = unique_filenames([c.id for c in shown])
     if shown:  # the curves' frame is a figure drawn once, worth it only for a curve (--max-curves 0)
-        plot = CurvePlot(s)
-        try:
+        with report_curves(s) as plot:
             for c, name in zip(shown, names):
                 plot.draw(figs / "curves" / f"{name}.png", c.id, c.x, c.y)
-        finally:
-            plot.close()
     return [(c.id, f"figures/curves/{name}.png") for c, name in zip(shown, names)]
 
 

@@ -155,6 +155,41 @@ def test_one_reused_curve_frame_draws_each_story_as_a_fresh_figure_would(tmp_pat
     assert (empty != full).any()  # the empty story really has no curve of the one before
 
 
+def test_a_processs_reports_share_one_curve_frame_lent_to_one_report_at_a_time(tmp_path):
+    """`report_curves` keeps a report's curve frame for the process's next report of the
+    same settings; a second report's curves are still each what a fresh figure draws.
+    A report drawn while another holds the frame gets its own, other settings or a
+    changed matplotlib style get a new frame, and a report that fails keeps nothing."""
+    import matplotlib
+    import numpy as np
+    from PIL import Image
+
+    from tension.core.reports.figures import report_curves
+
+    rng = random.Random(5)
+    settings = CurveSettings(window=3)
+    with report_curves(settings) as first:
+        first.draw(tmp_path / "a.png", "story a", *random_curve(rng, 30))
+        with report_curves(settings) as beside:  # two runs in flight
+            assert beside is not first
+    x, y = random_curve(rng, 12)
+    with report_curves(settings) as second:
+        assert second is first or second is beside  # kept, not drawn again
+        second.draw(tmp_path / "again.png", "story b", x, y)
+    curve_figure(tmp_path / "alone.png", "story b", x, y, settings)
+    a, b = (np.asarray(Image.open(tmp_path / f"{k}.png")) for k in ("again", "alone"))
+    assert a.shape == b.shape and (a == b).all()
+
+    with report_curves(CurveSettings(window=5)) as other:
+        assert other is not second and other.settings.window == 5
+    with matplotlib.rc_context({"font.size": 14}), report_curves(settings) as restyled:
+        assert restyled is not second
+    with pytest.raises(OSError), report_curves(settings) as failing:
+        failing.draw(tmp_path / "no such folder" / "c.png", "story c", x, y)
+    with report_curves(settings) as after:
+        assert after is not failing
+
+
 def test_report_writes_tables_figures_and_markdown(tmp_path):
     run = random_run(tmp_path / "r", 1)
     (run / "run.json").write_text(json.dumps({"status": "complete", "corpus": "c.jsonl", "wall_seconds": 7200,
