@@ -1,18 +1,22 @@
 """Degenerate answers (issue 20; docs/reliability.md, "Degenerate answers"): the run
 says when the models are not doing the task. Every case runs the real CLI against
-the loopback server scripted to misbehave, in this process (`tension_run`: what a run
-says and records is the subject, not the process)."""
+the test server scripted to misbehave, in this process (`tension_run`: what a run
+says and records is the subject, not the process), through the server's in-process
+door (the same answers and misbehaviours, no socket: the answers are the subject,
+not the wire)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
+from collections.abc import Iterator
 
 import pytest
 
 from tension.testing.corpus import make_corpus, write_story
-from tension.testing.openai_server import LoopbackServer
+from tension.testing.inprocess import InProcessServer
 
 ENDINGS = "4"  # 2 stories x 4 endings: about 260 verdicts, past the early stop's 200
 
@@ -21,7 +25,7 @@ ENDINGS = "4"  # 2 stories x 4 endings: about 260 verdicts, past the early stop'
 def score(tension_run, tmp_path):
     """`score(server, *flags, env=None)`: a run of 2 stories of 4 endings; its status and
     output, its folder and its run record."""
-    def run(srv: LoopbackServer, *flags: str, env: dict[str, str | None] | None = None):
+    def run(srv: InProcessServer, *flags: str, env: dict[str, str | None] | None = None):
         corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
         out = tmp_path / "out"
         r = tension_run("score", str(corpus), "--out", str(out), "--base-url", srv.base_url, "--model", "test-gen",
@@ -35,8 +39,10 @@ def _checks(run: dict) -> list[str]:
     return [w["check"] for w in run["warnings"]]
 
 
-def _server(misbehave: str | None = None) -> LoopbackServer:
-    return LoopbackServer(model=["test-gen"], misbehave=misbehave)
+@contextlib.contextmanager
+def _server(misbehave: str | None = None) -> Iterator[InProcessServer]:
+    with InProcessServer(["test-gen"], misbehave=misbehave).serving() as srv:
+        yield srv
 
 
 def test_an_all_malformed_judge_stops_the_run_early_with_what_to_do(tmp_path, score):

@@ -1,8 +1,10 @@
 """docs/python.md's examples, every one run as written (as a script, in this process
 with a namespace of its own: tension.testing.script; a block with a top-level `await`
 as a notebook cell runs it; README's example in an interpreter of its own) against the
-loopback server serving the README's model names, the doc's servers
-(`http://gpu-box:…`) replaced by its URL: docs that drift from the API fail here.
+test server serving the README's model names, the doc's servers (`http://gpu-box:…`)
+replaced by its URL: docs that drift from the API fail here. The examples run in this
+process talk to the server's in-process door (the same answers, no socket: the API is
+their subject, not the wire); README's interpreter of its own, to the loopback server.
 The worked example's output is checked line by line."""
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tension.testing.corpus import make_corpus
+from tension.testing.inprocess import InProcessServer
 from tension.testing.openai_server import LoopbackServer
 from tension.testing.script import run_python_here
 
@@ -44,7 +47,7 @@ def test_the_doc_has_examples():
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_every_example_runs(readme_server, tmp_path, monkeypatch, index):
+def test_every_example_runs(docs_server, tmp_path, monkeypatch, index):
     code = BLOCKS[index]
     if code == worked_example():
         pytest.skip("the worked example: test_the_worked_example_runs runs it and checks its output")
@@ -56,7 +59,7 @@ def test_every_example_runs(readme_server, tmp_path, monkeypatch, index):
     if "pd." in code or "to_pandas" in code:
         pytest.importorskip("pandas")
     doc_files(tmp_path)
-    r = run_python_here(re.sub(r"http://gpu-box:800\d", readme_server.base_url, code), tmp_path)
+    r = run_python_here(re.sub(r"http://gpu-box:800\d", docs_server.base_url, code), tmp_path)
     assert r.returncode == 0, f"docs/python.md example {index + 1}:\n{code}\n{r.stderr}"
 
 
@@ -65,15 +68,24 @@ def worked_example() -> str:
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
 
 
+README_MODELS = ["Qwen/Qwen3-32B", "Qwen/Qwen3-8B"]
+
+
 @pytest.fixture(scope="module")
 def readme_server():
-    with LoopbackServer(model=["Qwen/Qwen3-32B", "Qwen/Qwen3-8B"]) as srv:
+    with LoopbackServer(model=README_MODELS) as srv:
         yield srv
 
 
-def test_the_worked_example_runs(readme_server, tmp_path):
+@pytest.fixture(scope="module")
+def docs_server():
+    with InProcessServer(README_MODELS).serving() as srv:
+        yield srv
+
+
+def test_the_worked_example_runs(docs_server, tmp_path):
     make_corpus(tmp_path / "stories.jsonl", 3, seed=28)
-    r = run_python_here(re.sub(r"http://gpu-box:800\d", readme_server.base_url, worked_example()), tmp_path)
+    r = run_python_here(re.sub(r"http://gpu-box:800\d", docs_server.base_url, worked_example()), tmp_path)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("complete {")

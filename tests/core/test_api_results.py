@@ -2,7 +2,8 @@
 the statistics the pipeline computed, in memory (not the CSVs re-read: the
 written files round to 10 digits, the tables do not), the files written the same
 bytes; a result displays as an escaped HTML table, `plot()` gives the report's
-figures, `view()` serves the run's view in the background until stopped."""
+figures, `view()` serves the run's view in the background until stopped. The results
+are the subject, not the wire: `server` is the test server's in-process door."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import tension
 from tension.core.api.results import read_table
 from tension.core.reports.metrics import compute, read_run_positions
 from tension.testing.corpus import make_corpus
+
+pytestmark = pytest.mark.in_process
 
 
 def settings(server, tmp_path: Path) -> dict:
@@ -160,7 +163,6 @@ def _the_file_holds(result, path: Path) -> None:
     assert result.header.status == result.status and result.header.exit_status == result.run["exit_status"]
 
 
-@pytest.mark.in_process
 def test_the_run_record_is_the_pipelines_not_the_file_re_read(server, tmp_path):
     """Issue 38: each verb returns the record its run computed (a typed header and
     the body) and equal to what the file holds, for a complete and a failed run."""
@@ -190,7 +192,6 @@ def test_the_run_record_is_the_pipelines_not_the_file_re_read(server, tmp_path):
     _the_file_holds(g, tmp_path / "stories.run.json")
 
 
-@pytest.mark.in_process
 def test_the_fairplay_record_is_the_pipelines_not_the_file_re_read(server, tmp_path):
     from fairplay_scripted import K, scripted, story_record, write_jsonl  # tests/
 

@@ -1,6 +1,9 @@
 """The judge's batched path (core/llm/batch.py, issue 19): a position's judge
 prompts as one /v1/completions request, on the loopback server with vLLM's extras
 (`batching=True`) and without them, through `tension-run score` as a user runs it.
+The requests are the subject, not the wire: the server is the test server's
+in-process door (tension.testing.inprocess, the same answers, faults and records),
+served for the CLI's clients in this process.
 
 What must hold: the same verdicts, outputs, cache keys and records as one chat
 request per ending; a server that cannot take it gets chat requests (`auto`) or a
@@ -10,7 +13,10 @@ request's. The same proof on the embedded vLLM server: tests/core/test_embedded_
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +24,8 @@ import pytest
 from tension.core.cli import main
 from tension.testing.cache_records import verdict_records
 from tension.testing.corpus import make_corpus
-from tension.testing.openai_server import CHAT_PATH, COMPLETIONS_PATH, LoopbackServer
+from tension.testing.inprocess import InProcessServer
+from tension.testing.openai_server import CHAT_PATH, COMPLETIONS_PATH
 
 SCORE_FILES = ("positions.jsonl", "stories.csv", "groups.csv", "texts.jsonl")
 
@@ -40,17 +47,32 @@ def _verdicts(path: Path) -> dict[bytes, tuple]:
     return {k: (r.text, r.finish_reason, r.model, r.first_logprobs) for k, r in verdict_records(path).items()}
 
 
-@pytest.fixture
-def pair(tmp_path):
-    """A run with one chat request per ending (the reference) on a plain server."""
-    with LoopbackServer(model=["test-gen", "test-judge"]) as plain:
-        assert _score(plain.base_url, tmp_path, "chat", "--judge-batch", "off") == 0
+@contextlib.contextmanager
+def _server(**knobs) -> Iterator[InProcessServer]:
+    """The test server (models test-gen and test-judge) with `knobs`, in process."""
+    with InProcessServer(["test-gen", "test-judge"], **knobs).serving() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def _chat_reference(tmp_path_factory):
+    """A run with one chat request per ending (the reference) on a plain server, once a module."""
+    d = tmp_path_factory.mktemp("chat-reference")
+    with _server() as plain:
+        assert _score(plain.base_url, d, "chat", "--judge-batch", "off") == 0
         assert plain.count(kind="judge") == 522
+    return d
+
+
+@pytest.fixture
+def pair(_chat_reference, tmp_path):
+    """The reference run (its corpus, outputs and cache) copied into the test's folder."""
+    shutil.copytree(_chat_reference, tmp_path, dirs_exist_ok=True)
     return tmp_path
 
 
 def test_batched_run_sends_one_request_per_position_and_writes_the_same_outputs(pair, capsys):
-    with LoopbackServer(model=["test-gen", "test-judge"], batching=True) as srv:
+    with _server(batching=True) as srv:
         assert _score(srv.base_url, pair, "batched") == 0
         # warm_judge: one prompt alone, then the other five together, per position (87)
         assert srv.count(path=COMPLETIONS_PATH) == 2 * 87
@@ -75,12 +97,12 @@ def test_batched_run_sends_one_request_per_position_and_writes_the_same_outputs(
 
 
 def test_the_cache_records_are_the_same_and_serve_either_path(pair):
-    with LoopbackServer(model=["test-gen", "test-judge"], batching=True) as srv:
+    with _server(batching=True) as srv:
         assert _score(srv.base_url, pair, "batched") == 0
     assert _verdicts(pair / "batched.lmdb") == _verdicts(pair / "chat.lmdb")
     # a cache written by batches answers a chat-path rerun (and the other way round): nothing is sent
     for cache, mode in ((pair / "batched.lmdb", "off"), (pair / "chat.lmdb", "on")):
-        with LoopbackServer(model=["test-gen", "test-judge"], batching=True) as srv:
+        with _server(batching=True) as srv:
             assert _score(srv.base_url, pair, f"rerun-{mode}", "--judge-batch", mode, cache=cache) == 0
             assert srv.count(path=CHAT_PATH) == srv.count(path=COMPLETIONS_PATH) == 0
         _same_outputs(pair / "chat", pair / f"rerun-{mode}")
@@ -89,7 +111,7 @@ def test_the_cache_records_are_the_same_and_serve_either_path(pair):
 def test_a_server_that_is_not_vllm_gets_chat_requests_without_a_probe(tmp_path, capsys):
     """Any OpenAI-compatible server (its /v1/models does not say owned_by vllm) is
     sent chat requests, as it expects, and is not asked for vLLM's endpoints."""
-    with LoopbackServer(model=["test-gen", "test-judge"]) as srv:
+    with _server() as srv:
         assert _score(srv.base_url, tmp_path, "auto") == 0
         assert srv.count(kind="judge") == 522
         assert {r.path for r in srv.requests} == {CHAT_PATH, "/tokenize", "/v1/models"}
@@ -99,7 +121,7 @@ def test_a_server_that_is_not_vllm_gets_chat_requests_without_a_probe(tmp_path, 
 
 
 def test_a_vllm_server_that_cannot_render_its_template_gets_chat_requests_and_says_so(tmp_path, capsys):
-    with LoopbackServer(model=["test-gen", "test-judge"], batching=True, serve_tokenize=False) as srv:
+    with _server(batching=True, serve_tokenize=False) as srv:
         assert _score(srv.base_url, tmp_path, "auto", "--tokenizer", "words") == 0
         judged = json.loads((tmp_path / "auto" / "run.json").read_text())["requests"]["judge"]
         assert srv.count(kind="judge") == judged > 500 and srv.count(path=COMPLETIONS_PATH) == 0
@@ -111,7 +133,7 @@ def test_a_vllm_server_that_cannot_render_its_template_gets_chat_requests_and_sa
 
 
 def test_judge_batch_on_refuses_a_server_that_cannot_take_it(tmp_path, capsys):
-    with LoopbackServer(model=["test-gen", "test-judge"]) as srv:
+    with _server() as srv:
         rc = _score(srv.base_url, tmp_path, "on", "--judge-batch", "on")
     err = capsys.readouterr().err
     assert rc == 2, err
@@ -122,7 +144,7 @@ def test_judge_batch_on_refuses_a_server_that_cannot_take_it(tmp_path, capsys):
 def test_a_template_that_edits_the_text_is_found_and_the_run_uses_chat(pair, capsys):
     """The check on the first prompt: a template that changes the user text (here it
     folds blank lines) makes prefix + text + suffix differ from the chat prompt."""
-    with LoopbackServer(model=["test-gen", "test-judge"], batching=True, template_quirk="newlines") as srv:
+    with _server(batching=True, template_quirk="newlines") as srv:
         assert _score(srv.base_url, pair, "quirk") == 0
         assert srv.count(path=COMPLETIONS_PATH) == 0 and srv.count(kind="judge") == 522
     assert "differs from the chat prompt at token" in capsys.readouterr().err
@@ -132,7 +154,7 @@ def test_a_template_that_edits_the_text_is_found_and_the_run_uses_chat(pair, cap
 
 @pytest.mark.parametrize("fault", ["503", "drop", "truncate", "few_choices", "empty_content"])
 def test_faults_on_the_batched_request_are_survived(pair, fault):
-    with LoopbackServer(model=["test-gen", "test-judge"], batching=True) as srv:
+    with _server(batching=True) as srv:
         srv.fail_next(fault, times=3, path=COMPLETIONS_PATH)
         assert _score(srv.base_url, pair, f"fault-{fault}") == 0
         assert srv.pending_faults(COMPLETIONS_PATH) == 0
@@ -148,7 +170,7 @@ def test_faults_on_the_batched_request_are_survived(pair, fault):
 def test_constrained_judges_give_the_same_verdicts_batched(tmp_path, constraint):
     out = {}
     for batching in (False, True):
-        with LoopbackServer(model=["test-gen", "test-judge"], batching=batching) as srv:
+        with _server(batching=batching) as srv:
             name = f"{constraint}-{batching}"
             assert _score(srv.base_url, tmp_path, name, "--judge-constraint", constraint) == 0
             assert srv.count(path=COMPLETIONS_PATH) == (174 if batching else 0)
@@ -169,7 +191,7 @@ def test_the_prompts_are_exactly_the_chat_prompts(tmp_path):
     rendered by its template, for the judge's template kwargs (enable_thinking off)."""
     from tension.testing.openai_server import parse_rendered, render_template
 
-    with LoopbackServer(model=["test-gen", "test-judge"], batching=True) as srv:
+    with _server(batching=True) as srv:
         assert _score(srv.base_url, tmp_path, "b") == 0
         bodies = [r.body for r in srv.requests if r.path == COMPLETIONS_PATH]
     assert bodies
@@ -184,7 +206,7 @@ def test_the_prompts_are_exactly_the_chat_prompts(tmp_path):
 def test_a_probe_that_fails_costs_the_batches_not_a_story(pair, capsys):
     """The template check's /tokenize failing for good (here: 503 past the probe's two
     tries) falls back to chat requests; every story is still scored."""
-    with LoopbackServer(model=["test-gen", "test-judge"], batching=True) as srv:
+    with _server(batching=True) as srv:
         srv.fail_next("503", times=2, path="/tokenize")  # the probe's first /tokenize, both tries
         assert _score(srv.base_url, pair, "probe", "--tokenizer", "words") == 0
         assert srv.count(path=COMPLETIONS_PATH) == 0 and srv.count(kind="judge") > 0

@@ -2,15 +2,20 @@
 docs/metrics.md 1.8, docs/reliability.md beside D11): `compare` marks the rows of IR,
 Retain and convergence and says why under its table when runs A and B used different
 endings (the general warning of D11 stays); `report` warns under its table when the
-groups of one run hold different numbers of endings a position."""
+groups of one run hold different numbers of endings a position. What the verbs write
+is the subject, not the wire: `server` is the test server's in-process door."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
 from tension.core.cli import main
 from tension.testing.corpus import make_corpus
+
+pytestmark = pytest.mark.in_process
 
 
 def _score(server, corpus: Path, out: Path, cache: Path, endings: int) -> None:

@@ -1,6 +1,6 @@
 """`tension-run subsample RUN_DIR` on the user's path (issue 37, docs/metrics.md 1.8):
-a finished score run on the loopback server, read back from its cache without a
-request; its k = n row is the run's own stories.csv and groups.csv; the recommended
+a finished score run on the test server (its in-process door: the run's cache is the
+subject, not the wire), read back from its cache without a request; its k = n row is the run's own stories.csv and groups.csv; the recommended
 k on simulated corpora; the kernel against a plain reference."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from tension.kernels.curves import CurveSettings, batch_stats
 from tension.kernels.intervals import story_seeds
 from tension.kernels.subsample import first_k_counts, subsample_stats
 from tension.testing.corpus import make_corpus
+from tension.testing.inprocess import InProcessServer
 from tension.testing.precision import simulated_verdicts
 
 
@@ -38,20 +39,26 @@ def _score(server, tmp: Path, *extra: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def _scored_once(_session_server, tmp_path_factory):
+def _module_server():
+    with InProcessServer(["test-gen", "test-judge"]).serving() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def _scored_once(_module_server, tmp_path_factory):
     """One run for the module (scoring is the slow part), in a home of its own."""
     tmp = tmp_path_factory.mktemp("subsample")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOME", str(tmp / "home"))
         mp.setenv("XDG_CACHE_HOME", str(tmp / "home" / ".cache"))
         mp.delenv("OPENAI_API_KEY", raising=False)
-        return _score(_session_server.reset(), tmp), tmp
+        return _score(_module_server, tmp), tmp
 
 
 @pytest.fixture
-def scored(_scored_once, server):
+def scored(_scored_once, _module_server):
     run, tmp = _scored_once
-    return run, server, tmp
+    return run, _module_server, tmp
 
 
 def test_subsample_of_a_finished_run_sends_no_request_and_its_full_row_is_the_runs_own(scored, capsys):
