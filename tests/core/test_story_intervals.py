@@ -1,5 +1,5 @@
 """Per-story intervals on the user's paths (issue 27, docs/metrics.md 1.6): `score` on
-the loopback server writes them into stories.csv and report.md; `metrics` recomputes
+the test server (its in-process door: the statistics are the subject, not the wire) writes them into stories.csv and report.md; `metrics` recomputes
 them from a run folder or from saved curves carrying their verdict counts; `compare`
 gives each pair of stories its difference with an interval; the settings are flags,
 config keys and Python keywords, seeded and reproducible."""
@@ -39,10 +39,10 @@ def score(server, tmp: Path, name: str, *extra: str, judge: str = "test-judge") 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    from tension.testing.openai_server import LoopbackServer
+    from tension.testing.inprocess import InProcessServer
 
     tmp = tmp_path_factory.mktemp("intervals")
-    with LoopbackServer(model=["test-gen", "test-judge"]) as srv:
+    with InProcessServer(["test-gen", "test-judge"]).serving() as srv:
         a = score(srv, tmp, "a")
         b = score(srv, tmp, "b", judge="test-gen")  # another judge: other verdicts on the same endings
         none = score(srv, tmp, "none", "--interval-resamples", "0")
