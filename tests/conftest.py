@@ -15,7 +15,9 @@ cache_records, interrupt, real_env, …)."""
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -61,6 +63,42 @@ def pytest_configure(config):
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         config.stash[_WARM] = warm
         os.environ[_WARM_PID] = str(warm.pid)  # the workers, started after this, wait for it
+        _rewrite_ahead(config)
+
+
+def _rewrite_ahead(config) -> None:
+    """In the xdist controller, before the workers start: pytest's rewritten bytecode of
+    the test modules to collect, written once. On a fresh clone the workers, collecting
+    at once, each rewrote the asserts of every module (≈ 3.6 s of CPU a worker; a worker
+    collected in 9–10 s of CPU on a fresh clone against 4.4 s on a warm one); the
+    controller does it beside the warm-up and the workers read it. pytest's own
+    functions do the work (the ones its import hook calls; private, so another pytest
+    without them leaves the rewriting to the workers, as before)."""
+    try:
+        from _pytest.assertion.rewrite import (
+            PYC_TAIL,
+            _read_pyc,
+            _rewrite_test,
+            _write_pyc,
+            assertstate_key,
+            get_cache_dir,
+        )
+    except ImportError:
+        return
+    state = config.stash.get(assertstate_key, None)
+    if state is None or sys.dont_write_bytecode or config.getoption("assertmode") != "rewrite":
+        return
+    patterns = config.getini("python_files")
+    for arg in config.args:
+        root = pathlib.Path(arg.split("::")[0])
+        for fn in sorted(root.rglob("*.py") if root.is_dir() else [root]):
+            if not any(fnmatch.fnmatch(fn.name, pattern) for pattern in patterns):
+                continue
+            pyc = get_cache_dir(fn) / (fn.name[:-3] + PYC_TAIL)
+            if _read_pyc(fn, pyc, state.trace) is None:
+                pyc.parent.mkdir(exist_ok=True)
+                source_hash, co = _rewrite_test(fn, config)
+                _write_pyc(state, co, source_hash, pyc)
 
 
 def pytest_collection_finish(session):
