@@ -25,7 +25,7 @@ import pytest
 import tension
 from tension.testing.cli import run_here
 from tension.testing.corpus import make_corpus
-from tension.testing.openai_server import LoopbackServer
+from tension.testing.inprocess import InProcessServer
 
 BIN = Path(sys.executable).parent / "tension-run"
 ENDINGS = 5
@@ -60,7 +60,8 @@ def make_runs(tmp_path_factory) -> Runs:
     """The runs to view (conftest's session fixture `runs` makes them once)."""
     r = Runs(tmp_path_factory.mktemp("view-runs"))
     corpus = make_corpus(r.root / "corpus.jsonl", 3, seed=5)
-    with LoopbackServer(model=["test-gen", "test-judge"]) as srv:
+    # the runs are the view's input, not the wire: the test server's in-process door
+    with InProcessServer(["test-gen", "test-judge"]).serving() as srv:
         for out, judge in ((r.a, "test-gen"), (r.b, "test-judge")):
             done = run_here("score", str(corpus), "--out", str(out), "--base-url", srv.base_url, "--model",
                             "test-gen", "--judge-model", judge, "--endings", str(ENDINGS), "--cache", str(r.cache),
