@@ -3,7 +3,7 @@
 Written before the architecture refactor (issue 14) against the code as it was,
 and kept after it: every verb's flags (option strings, destination, default,
 type), the keys of the three run-record files, and the output bytes of `score`,
-`generate`, `fairplay`, `metrics` and `fairplay-metrics` on the loopback server
+`generate`, `fairplay`, `metrics` and `fairplay-metrics` on the test server
 with fixed seeds. A deliberate change to any of them is made here, in the same
 commit, so the diff shows it.
 
@@ -168,7 +168,7 @@ def test_every_verbs_flags_are_as_snapshotted():
         assert extra == ADDED.get(verb, set()), f"{verb}: flags added without a snapshot entry: {extra}"
 
 
-# --- outputs and run records on the loopback server ------------------------------
+# --- outputs and run records on the test server (in process) --------------
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
@@ -250,6 +250,7 @@ def _fairplay_run(server, tmp_path: Path, whodunits: Path) -> Path:
     return out
 
 
+@pytest.mark.in_process  # the outputs are the subject, not the wire: the test server's in-process door
 def test_outputs_and_run_records_are_as_snapshotted(server, tmp_path):
     digests: dict[str, str] = {}
     records: dict[str, list[str]] = {}
