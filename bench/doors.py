@@ -18,7 +18,7 @@ import resource
 import tempfile
 from pathlib import Path
 
-from tension.core.cli import main
+from tension.core.cli import main as cli
 from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
 from tension.testing.openai_server import LoopbackServer
@@ -32,14 +32,14 @@ def cpu() -> float:
 def score(base_url: str, corpus: Path, out: Path, endings: int) -> None:
     """A score run as the judge-path specs run it: chat requests, no report."""
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        rc = main(["score", str(corpus), "--out", str(out), "--base-url", base_url, "--model", "test-gen",
+        rc = cli(["score", str(corpus), "--out", str(out), "--base-url", base_url, "--model", "test-gen",
                    "--judge-model", "test-judge", "--endings", str(endings), "--seed", "5", "--judge-batch", "off",
                    "--no-progress", "--no-report", "--cache", str(out.with_suffix(".lmdb"))])
     if rc != 0:
         raise SystemExit(f"score exited {rc} on {base_url}")
 
 
-def main_() -> None:
+def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--stories", type=int, default=3)
@@ -68,4 +68,4 @@ def main_() -> None:
 
 
 if __name__ == "__main__":
-    main_()
+    main()

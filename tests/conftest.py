@@ -91,14 +91,17 @@ def _rewrite_ahead(config) -> None:
     patterns = config.getini("python_files")
     for arg in config.args:
         root = pathlib.Path(arg.split("::")[0])
-        for fn in sorted(root.rglob("*.py") if root.is_dir() else [root]):
+        for fn in sorted(root.rglob("*.py") if root.is_dir() else [root] if root.is_file() else []):
             if not any(fnmatch.fnmatch(fn.name, pattern) for pattern in patterns):
                 continue
             pyc = get_cache_dir(fn) / (fn.name[:-3] + PYC_TAIL)
-            if _read_pyc(fn, pyc, state.trace) is None:
-                pyc.parent.mkdir(exist_ok=True)
-                source_hash, co = _rewrite_test(fn, config)
-                _write_pyc(state, co, source_hash, pyc)
+            try:
+                if _read_pyc(fn, pyc, state.trace) is None:
+                    pyc.parent.mkdir(exist_ok=True)
+                    source_hash, co = _rewrite_test(fn, config)
+                    _write_pyc(state, co, source_hash, pyc)
+            except (OSError, SyntaxError, ValueError):
+                continue  # the worker's own import says what is wrong with the module, as pytest reports it
 
 
 def pytest_collection_finish(session):
