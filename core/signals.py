@@ -11,16 +11,23 @@ asks `raise_if_stopped()` just before it: a stop said once is obeyed even then.
 
 Used by the blocking API (core/run/blocking.py: Ctrl-C while it waits on its
 worker), `cache merge` and `view --export` (SIGTERM as Ctrl-C: said, exit 130,
-where SIGTERM's default would end the process at once, silently, 143)."""
+where SIGTERM's default would end the process at once, silently, 143).
+
+A KeyboardInterrupt raised by a signal can also cut an object off half-built, whose
+finalizer then fails: Python prints "Exception ignored in …" and a traceback after the
+command has said it stopped (llvmlite's ObjectRef, interrupted while numba loaded a
+kernel from its cache: `AttributeError: … '_as_parameter_'`). The CLI's stop paths,
+which end the process, silence those (`quiet_finalizers`)."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
-__all__ = ["stops_raise", "raise_if_stopped"]
+__all__ = ["stops_raise", "raise_if_stopped", "quiet_finalizers"]
 
 _received: list[int] = []  # the stop signals received within the outermost open block
 _depth = 0  # blocks open (on the main thread: the only one that installs them)
@@ -57,3 +64,16 @@ def raise_if_stopped() -> None:
     own KeyboardInterrupt was lost on the way (see the module's docstring)."""
     if _depth and _received:
         raise KeyboardInterrupt
+
+
+def _ignore(unraisable: object) -> None:
+    return None
+
+
+def quiet_finalizers() -> None:
+    """From now on in this process, an exception raised where Python cannot raise it (a
+    finalizer, a weakref callback) is dropped, not printed with its traceback. Called
+    by a command that ends on the user's stop, before it lets go of the interrupted
+    frames: what an object the stop cut off half-built fails to release is not news
+    to the user, and the command has said what it kept (module docstring)."""
+    sys.unraisablehook = _ignore

@@ -199,6 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _interrupts():
         # Ctrl-C or SIGTERM: the run committed what completed before stopping, and
         # says what that was (core/errors.py StopNote); never "kept" for what was not.
+        from tension.core.signals import quiet_finalizers
+
+        quiet_finalizers()  # before the interrupted frames go (core/signals.py)
         shown = redact_argv(sys.argv)
         if stop.kept is None:
             said = "interrupted. Resume with the same command:"

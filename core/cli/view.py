@@ -9,7 +9,7 @@ import sys
 from tension.core.cli.flags import PORT, Number, Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from tension.core.errors import status_of
-from tension.core.signals import stops_raise
+from tension.core.signals import quiet_finalizers, stops_raise
 
 __all__ = ["VERBS", "cmd_view", "DEFAULT_PORT"]
 
@@ -34,6 +34,7 @@ def cmd_view(args) -> int:
     except BaseException as e:
         if status_of(e) != EXIT_INTERRUPTED:  # (KeyboardInterrupt, or asyncio's CancelledError)
             raise
+        quiet_finalizers()  # before the interrupted frames go (core/signals.py)
         if args.export is None:
             print("view stopped", file=sys.stderr)
             return EXIT_OK
