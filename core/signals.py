@@ -16,8 +16,9 @@ where SIGTERM's default would end the process at once, silently, 143).
 A KeyboardInterrupt raised by a signal can also cut an object off half-built, whose
 finalizer then fails: Python prints "Exception ignored in …" and a traceback after the
 command has said it stopped (llvmlite's ObjectRef, interrupted while numba loaded a
-kernel from its cache: `AttributeError: … '_as_parameter_'`). The CLI's stop paths,
-which end the process, silence those (`quiet_finalizers`)."""
+kernel from its cache: `AttributeError: … '_as_parameter_'`). The CLI's stop paths
+silence those (`quiet_finalizers`) where the CLI is the process's command (`as_command`),
+which ends with its verb."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-__all__ = ["stops_raise", "raise_if_stopped", "quiet_finalizers"]
+__all__ = ["stops_raise", "raise_if_stopped", "as_command", "quiet_finalizers"]
 
 _received: list[int] = []  # the stop signals received within the outermost open block
 _depth = 0  # blocks open (on the main thread: the only one that installs them)
@@ -66,14 +67,27 @@ def raise_if_stopped() -> None:
         raise KeyboardInterrupt
 
 
+_command = False  # this process is a command of the CLI (`as_command`)
+
+
 def _ignore(unraisable: object) -> None:
     return None
 
 
+def as_command() -> None:
+    """This process is a command of the CLI run from its command line (the console
+    script, `python -m tension.core.cli`), which ends when its verb does."""
+    global _command
+    _command = True
+
+
 def quiet_finalizers() -> None:
-    """From now on in this process, an exception raised where Python cannot raise it (a
-    finalizer, a weakref callback) is dropped, not printed with its traceback. Called
-    by a command that ends on the user's stop, before it lets go of the interrupted
-    frames: what an object the stop cut off half-built fails to release is not news
-    to the user, and the command has said what it kept (module docstring)."""
-    sys.unraisablehook = _ignore
+    """In a process that is a CLI command (`as_command`): from now on an exception
+    raised where Python cannot raise it (a finalizer, a weakref callback) is dropped,
+    not printed with its traceback. Called by a command that ends on the user's stop,
+    before it lets go of the interrupted frames: what an object the stop cut off
+    half-built fails to release is not news to the user, and the command has said what
+    it kept (module docstring). Where the CLI's `main([...])` is called from Python (a
+    notebook, the tests), nothing: that process goes on, with its own hook."""
+    if _command:
+        sys.unraisablehook = _ignore

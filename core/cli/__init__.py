@@ -175,6 +175,10 @@ def _cache_of(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the process's own command line: the console script, python -m
+        from tension.core.signals import as_command
+
+        as_command()
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
     args = parser.parse_args(argv)
