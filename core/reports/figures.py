@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import io
 import math
 import sys
 import textwrap
@@ -19,8 +21,9 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
+import msgspec
 import numpy as np
 
 from tension.kernels.curves import CurveSettings, reversals, smooth, vertex_angles
@@ -79,8 +82,8 @@ def tight(fig: Figure) -> None:
     TightLayoutEngine(rect=None).execute(fig)  # type: ignore[arg-type]
 
 
-def save_png(fig: Figure, path: str | Path) -> None:
-    """`fig` laid out tight and written to `path` as a PNG, drawn once."""
+def save_png(fig: Figure, path: str | Path | BinaryIO) -> None:
+    """`fig` laid out tight and written to `path` (a file name or a binary file) as a PNG, drawn once."""
     tight(fig)
     fig.savefig(path, format="png", pil_kwargs={"compress_level": PNG_COMPRESSION})
 
@@ -234,6 +237,16 @@ class CurvePlot:
             pyplot().close(self.fig)
 
 
+def _style() -> dict[str, Any]:
+    """matplotlib's style now (rcParams), to tell a figure drawn in another style. The
+    backend is left out: it is not the style of a file drawn by Agg, and reading it
+    before pyplot's import chooses one by importing pyplot (`pyplot`)."""
+    import matplotlib
+
+    params = matplotlib.rcParams
+    return {str(k): params[k] for k in params if k != "backend"}
+
+
 # The curve frames a process keeps for its next report (`report_curves`): by settings,
 # each with the matplotlib style (rcParams) it was drawn in.
 _FRAMES_KEPT = 4
@@ -250,9 +263,7 @@ def report_curves(settings: CurveSettings) -> Iterator[CurvePlot]:
     drawn while another draws (two runs in flight in a notebook) makes its own, and a
     report that fails keeps nothing (what it left on the figure is never reused). A
     style changed since (a notebook's rcParams) draws a new frame in it."""
-    import matplotlib
-
-    style: dict[str, Any] = {str(k): v for k, v in matplotlib.rcParams.items()}
+    style = _style()
     with _frames_lock:
         plot, drawn_in = _frames.pop(settings, (None, None))
     if plot is None or drawn_in != style:
@@ -271,13 +282,42 @@ _MIN_CHARS = 8  # narrower than this ("n = 123" must fit), the labels stand upri
 _UPRIGHT = 24  # characters of an upright label's name
 
 
+# The group-bar PNGs a process has drawn (`bars_figure`), by the digest of what each was
+# drawn from, with the style it was drawn in; the least recently written dropped first.
+_BARS_KEPT = 32  # ≈ 40 KB each
+_bars: OrderedDict[bytes, tuple[dict[str, Any], bytes]] = OrderedDict()
+_bars_lock = threading.Lock()
+
+
 @glyphs_quiet
 def bars_figure(path: str | Path, groups: dict[str, dict[str, GroupStat]], stats: Sequence[str],
                 labels: Sequence[str], title: str, ylabel: str, scale: float = 1.0, top: float | None = None) -> None:
-    """`bars_plot`'s figure saved to `path` (PNG), drawn outside pyplot and once."""
-    fig = new_figure(BARS_SIZE)
-    draw_bars(fig.subplots(), groups, stats, labels, title, ylabel, scale, top)
-    save_png(fig, path)
+    """`bars_plot`'s figure saved to `path` (PNG), drawn outside pyplot and once.
+
+    A figure the process has drawn before from the same numbers, labels and style is
+    written from the bytes drawn then: a report drawn again (the rerun of a finished
+    run, a resumed one, a notebook's second report of a run) spent most of its time on
+    its three bar figures (≈ 100 ms each, bench/figures.py). Every input of the
+    drawing is in the digest (each GroupStat whole, the statistics, labels, title,
+    axis label, scale and top) and the style is compared whole, so a figure whose
+    numbers or look would differ is drawn anew."""
+    key = hashlib.sha256(msgspec.msgpack.encode([groups, list(stats), list(labels), title, ylabel, scale, top])
+                         ).digest()
+    style = _style()
+    with _bars_lock:
+        drawn_in, png = _bars.get(key, (None, b""))
+    if drawn_in != style:
+        fig = new_figure(BARS_SIZE)
+        draw_bars(fig.subplots(), groups, stats, labels, title, ylabel, scale, top)
+        buf = io.BytesIO()
+        save_png(fig, buf)
+        png = buf.getvalue()
+        with _bars_lock:
+            _bars[key] = style, png
+            _bars.move_to_end(key)
+            while len(_bars) > _BARS_KEPT:
+                _bars.popitem(last=False)
+    Path(path).write_bytes(png)
 
 
 def bars_plot(groups: dict[str, dict[str, GroupStat]], stats: Sequence[str], labels: Sequence[str], title: str,

@@ -10,6 +10,7 @@ from contextlib import closing
 from pathlib import Path
 
 import curve_reference as ref
+import msgspec
 import numpy as np
 import pytest
 from scipy import stats as sps
@@ -188,6 +189,74 @@ def test_a_processs_reports_share_one_curve_frame_lent_to_one_report_at_a_time(t
         failing.draw(tmp_path / "no such folder" / "c.png", "story c", x, y)
     with report_curves(settings) as after:
         assert after is not failing
+
+
+def test_a_bar_figure_drawn_again_from_the_same_numbers_and_style_is_written_from_the_first_drawing(tmp_path,
+                                                                                                   monkeypatch):
+    """`bars_figure` keeps the PNGs a process drew, by what they were drawn from: the same
+    numbers, labels and style are written from the bytes drawn first, without a drawing;
+    a changed number, label or style is drawn anew."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from tension.core.reports.figures import bars_figure
+    from tension.kernels.groups import describe
+
+    drawn = []
+    draw = FigureCanvasAgg.draw
+    monkeypatch.setattr(FigureCanvasAgg, "draw", lambda canvas: drawn.append(1) or draw(canvas))
+    rng = np.random.default_rng(8)
+    groups = {st: {g: describe(rng.random(9), 50) for g in ("human", "model")} for st in ("nr", "late_nr")}
+    labels = ["NR", "Late NR"]
+
+    def bars(name: str, groups=groups, labels=labels) -> bytes:
+        bars_figure(tmp_path / f"{name}.png", groups, ["nr", "late_nr"], labels, "No-rate", "no-rate", top=1.0)
+        return (tmp_path / f"{name}.png").read_bytes()
+
+    first = bars("first")
+    assert len(drawn) == 1
+    assert bars("again") == first and len(drawn) == 1  # written, not drawn
+
+    moved = {**groups, "nr": {**groups["nr"], "model": msgspec.structs.replace(groups["nr"]["model"],
+                                                                                 boot_hi=groups["nr"]["model"].boot_hi
+                                                                                 + 0.05)}}
+    assert bars("moved", groups=moved) != first and len(drawn) == 2
+    assert bars("relabelled", labels=["NR", "Late"]) != first and len(drawn) == 3
+    with matplotlib.rc_context({"font.size": 14}):
+        assert bars("restyled") != first and len(drawn) == 4
+    assert bars("back") == first and len(drawn) == 5  # drawn again in the first style: the bytes kept before
+    with pytest.raises(OSError):
+        bars("no such folder/x")
+    assert len(drawn) == 5 and bars("after") == first
+
+
+_FILES_WITHOUT_PYPLOT = """
+import sys
+from pathlib import Path
+from tension.core.reports.figures import bars_figure, report_curves
+from tension.kernels.curves import CurveSettings
+from tension.kernels.groups import describe
+
+out = Path(sys.argv[1])
+groups = {"nr": {"human": describe([0.2, 0.4, 0.5], 20)}}
+bars_figure(out / "bars.png", groups, ["nr"], ["NR"], "No-rate", "no-rate", top=1.0)
+with report_curves(CurveSettings()) as plot:
+    plot.draw(out / "curve.png", "story", [0.2, 0.5, 0.9], [0.3, 0.8, 0.4])
+print("matplotlib.pyplot" in sys.modules, "matplotlib" in sys.modules)
+"""
+
+
+def test_a_reports_figure_files_are_drawn_without_pyplot(tmp_path):
+    """The files are drawn by Agg outside pyplot (figures.py): asking matplotlib's style
+    for the figures kept by style once read its backend, which imports pyplot to choose one."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FILES_WITHOUT_PYPLOT, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+    assert (tmp_path / "bars.png").stat().st_size > 0 and (tmp_path / "curve.png").stat().st_size > 0
 
 
 def test_report_writes_tables_figures_and_markdown(tmp_path):
