@@ -6,11 +6,15 @@ bands."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tension.core.reports.figures import glyphs_quiet, new_figure, save_png
+from tension.core.reports.figures import drawn_once, glyphs_quiet, new_figure
 from tension.kernels.fairplay import READERS, FairPlaySettings, PooledCurves
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["reading_curve_figure", "pooled_figure"]
 
@@ -34,9 +38,15 @@ def _line(ax, i, p, **kw):
 def reading_curve_figure(path: str | Path, story, p_true: np.ndarray, p_distractor: np.ndarray,
                          present: np.ndarray) -> None:
     """``p_true``/``p_distractor`` are (R, L) per reader in READERS order; a reader
-    with ``present[r]`` False is not drawn."""
+    with ``present[r]`` False is not drawn. Written from the process's earlier drawing
+    of the same story and curves (`drawn_once`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    drawn_once(path, ["reading curves", story, p_true, p_distractor, present],
+               lambda: _reading_curves(story, p_true, p_distractor, present))
+
+
+def _reading_curves(story, p_true: np.ndarray, p_distractor: np.ndarray, present: np.ndarray) -> Figure:
     K = len(story.suspects)
     i = np.arange(0, story.L + 1)
     fig = new_figure((8, 3.8))
@@ -60,15 +70,20 @@ def reading_curve_figure(path: str | Path, story, p_true: np.ndarray, p_distract
     ax.set_title(f"{story.id} ({story.group})", fontsize=10)
     ax.grid(alpha=0.3)
     _legend(ax, ncol=2)
-    save_png(fig, path)
+    return fig
 
 
 @glyphs_quiet
 def pooled_figure(path: str | Path, group: str, pc: PooledCurves, settings: FairPlaySettings) -> None:
     """Hit rate per reader over relative position, with the Clopper–Pearson band,
-    and the probability-weighted mean M(i)_{y*} dotted beside it."""
+    and the probability-weighted mean M(i)_{y*} dotted beside it. Written from the
+    process's earlier drawing of the same curves (`drawn_once`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    drawn_once(path, ["pooled", group, pc, settings], lambda: _pooled(group, pc, settings))
+
+
+def _pooled(group: str, pc: PooledCurves, settings: FairPlaySettings) -> Figure:
     x = (np.arange(settings.bins) + 1) / settings.bins
     fig = new_figure((8, 3.8))
     ax = fig.subplots()
@@ -88,4 +103,4 @@ def pooled_figure(path: str | Path, group: str, pc: PooledCurves, settings: Fair
     ax.set_title(f"pooled reading curves: {group} ({settings.confidence:.0%} Clopper–Pearson)", fontsize=10)
     ax.grid(alpha=0.3)
     _legend(ax)
-    save_png(fig, path)
+    return fig

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["glyphs_quiet", "sharp_reversals", "curve_figure", "curve_plot", "CurvePlot", "report_curves", "bars_figure",
-           "bars_plot", "draw_bars", "BARS_SIZE", "shown", "new_figure", "save_png", "tight", "pyplot"]
+           "bars_plot", "draw_bars", "BARS_SIZE", "shown", "new_figure", "save_png", "drawn_once", "tight", "pyplot"]
 
 SHARP_ANGLE = 60.0  # the triangles of the paper's Figure 3
 # zlib level of the PNGs: 1 writes them ~3x faster than the default 6, ~15% larger
@@ -282,42 +282,64 @@ _MIN_CHARS = 8  # narrower than this ("n = 123" must fit), the labels stand upri
 _UPRIGHT = 24  # characters of an upright label's name
 
 
-# The group-bar PNGs a process has drawn (`bars_figure`), by the digest of what each was
-# drawn from, with the style it was drawn in; the least recently written dropped first.
-_BARS_KEPT = 32  # ≈ 40 KB each
-_bars: OrderedDict[bytes, tuple[dict[str, Any], bytes]] = OrderedDict()
-_bars_lock = threading.Lock()
+# The PNGs a process has drawn (`drawn_once`), by the digest of what each was drawn from,
+# with the style it was drawn in; the least recently written dropped first.
+_KEPT = 32  # ≈ 40 KB each
+_kept: OrderedDict[bytes, tuple[dict[str, Any], bytes]] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
+def _encoded(obj: Any) -> Any:
+    """msgpack's form of what msgspec does not encode itself: an array as its type, shape and bytes."""
+    if isinstance(obj, np.ndarray):
+        return [obj.dtype.str, list(obj.shape), np.ascontiguousarray(obj).tobytes()]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise NotImplementedError(f"no key for a {type(obj).__name__}")
+
+
+def drawn_once(path: str | Path, inputs: Sequence[Any], draw: Callable[[], Figure]) -> None:
+    """The figure `draw` makes, written to `path` as a PNG (`save_png`), or, when the
+    process has drawn one from the same `inputs` in the same style, the bytes drawn
+    then. `inputs` must hold everything the drawing depends on (a name for the kind
+    of figure first, then every argument whole: numbers, labels, settings, arrays);
+    the style (rcParams) is compared whole, so a figure whose numbers or look would
+    differ is drawn anew. A report drawn again (the rerun of a finished run, a resumed
+    one, a notebook's second report of a run) spent most of its time on figures it
+    had drawn before (a group-bar figure ≈ 100 ms, bench/figures.py); inputs that
+    cannot be encoded are drawn each time."""
+    try:
+        key: bytes | None = hashlib.sha256(msgspec.msgpack.encode(list(inputs), enc_hook=_encoded)).digest()
+    except (TypeError, NotImplementedError):
+        key = None
+    style = _style()
+    with _kept_lock:
+        drawn_in, png = _kept.get(key, (None, b"")) if key is not None else (None, b"")
+    if drawn_in != style:
+        buf = io.BytesIO()
+        save_png(draw(), buf)
+        png = buf.getvalue()
+        if key is not None:
+            with _kept_lock:
+                _kept[key] = style, png
+                _kept.move_to_end(key)
+                while len(_kept) > _KEPT:
+                    _kept.popitem(last=False)
+    Path(path).write_bytes(png)
 
 
 @glyphs_quiet
 def bars_figure(path: str | Path, groups: dict[str, dict[str, GroupStat]], stats: Sequence[str],
                 labels: Sequence[str], title: str, ylabel: str, scale: float = 1.0, top: float | None = None) -> None:
-    """`bars_plot`'s figure saved to `path` (PNG), drawn outside pyplot and once.
+    """`bars_plot`'s figure saved to `path` (PNG), drawn outside pyplot and once, or
+    written from the process's earlier drawing of the same figure (`drawn_once`)."""
 
-    A figure the process has drawn before from the same numbers, labels and style is
-    written from the bytes drawn then: a report drawn again (the rerun of a finished
-    run, a resumed one, a notebook's second report of a run) spent most of its time on
-    its three bar figures (≈ 100 ms each, bench/figures.py). Every input of the
-    drawing is in the digest (each GroupStat whole, the statistics, labels, title,
-    axis label, scale and top) and the style is compared whole, so a figure whose
-    numbers or look would differ is drawn anew."""
-    key = hashlib.sha256(msgspec.msgpack.encode([groups, list(stats), list(labels), title, ylabel, scale, top])
-                         ).digest()
-    style = _style()
-    with _bars_lock:
-        drawn_in, png = _bars.get(key, (None, b""))
-    if drawn_in != style:
+    def draw() -> Figure:
         fig = new_figure(BARS_SIZE)
         draw_bars(fig.subplots(), groups, stats, labels, title, ylabel, scale, top)
-        buf = io.BytesIO()
-        save_png(fig, buf)
-        png = buf.getvalue()
-        with _bars_lock:
-            _bars[key] = style, png
-            _bars.move_to_end(key)
-            while len(_bars) > _BARS_KEPT:
-                _bars.popitem(last=False)
-    Path(path).write_bytes(png)
+        return fig
+
+    drawn_once(path, ["bars", groups, list(stats), list(labels), title, ylabel, scale, top], draw)
 
 
 def bars_plot(groups: dict[str, dict[str, GroupStat]], stats: Sequence[str], labels: Sequence[str], title: str,

@@ -230,6 +230,31 @@ def test_a_bar_figure_drawn_again_from_the_same_numbers_and_style_is_written_fro
     assert len(drawn) == 5 and bars("after") == first
 
 
+def test_a_figure_is_kept_by_every_array_and_struct_it_was_drawn_from(tmp_path):
+    """`drawn_once` keys a figure by its inputs whole: an array's values, type and shape,
+    a Struct's fields; inputs it cannot encode are drawn every time."""
+    from tension.core.reports.figures import drawn_once, new_figure
+
+    calls = []
+
+    def figure(*inputs):
+        def draw():
+            calls.append(inputs)
+            fig = new_figure((2, 2))
+            fig.subplots().plot([0, 1], [0, 1])
+            return fig
+        drawn_once(tmp_path / "f.png", ["test figure", *inputs], draw)
+        return len(calls)
+
+    a = np.array([[0.1, 0.5], [0.2, 0.9]])
+    assert figure(a, CurveSettings()) == 1 and figure(a.copy(), CurveSettings()) == 1
+    assert figure(a.T, CurveSettings()) == 2  # the same values in another order
+    assert figure(a.astype(np.float32), CurveSettings()) == 3
+    assert figure(a.reshape(4), CurveSettings()) == 4
+    assert figure(a, CurveSettings(window=3)) == 5
+    assert figure(object()) == 6 and figure(object()) == 7  # no key: drawn each time
+
+
 _FILES_WITHOUT_PYPLOT = """
 import sys
 from pathlib import Path
