@@ -18,9 +18,11 @@ import contextlib
 import fnmatch
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -58,6 +60,13 @@ def pytest_configure(config):
     needs the kernels waits for it (`_hold_until_warm`)."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if not hasattr(config, "workerinput") and "MPLCONFIGDIR" not in os.environ:
+        # matplotlib's font list, built once for the session's processes: each test's private
+        # home (`_private_home`) made every child that draws a figure build its own (≈ 0.25 s of
+        # CPU), where a user's home keeps it from the first figure on
+        mpl = tempfile.mkdtemp(prefix="tension-tests-matplotlib-")
+        os.environ["MPLCONFIGDIR"] = mpl
+        config.add_cleanup(lambda: shutil.rmtree(mpl, ignore_errors=True))
     if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
         warm = subprocess.Popen([sys.executable, "-m", "tension.testing.warm"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

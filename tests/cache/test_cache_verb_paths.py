@@ -5,7 +5,8 @@ takes it as PATH or as --cache (O2).
 
 Every command runs in this process (`tension_run`, the test's folder as the working
 folder where a path is relative): the subject is what the commands print, write and
-drop, not the process. The advice is run as its own words, `tension-run` and all."""
+drop, not the process, nor the wire: the runs' servers are in-process ones (the loopback
+server's answers, no socket). The advice is run as its own words, `tension-run` and all."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tension.cache.store import Store
 from tension.core.cli import main
 from tension.testing.cache_records import cache_with, key, verdict
 from tension.testing.corpus import make_corpus
-from tension.testing.openai_server import LoopbackServer
+from tension.testing.inprocess import InProcessServer
 
 
 def _score(run, url: str, corpus: Path, out: Path, cache: Path | None, *flags: str) -> subprocess.CompletedProcess:
@@ -54,7 +55,7 @@ def test_the_early_stops_cache_drop_advice_run_word_for_word_drops_the_judges_re
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
     out, cache = (Path("r/think"), Path("cache/think")) if relative else (tmp_path / "out", tmp_path / "cache")
     monkeypatch.chdir(tmp_path)  # every command runs in the test's folder, as the subprocesses did (cwd)
-    with LoopbackServer(model=["test-gen"]) as ok, LoopbackServer(model=["test-gen"], misbehave="think") as judge:
+    with InProcessServer("test-gen").serving() as ok, InProcessServer("test-gen", misbehave="think").serving() as judge:
         done = _score(tension_run, ok.base_url, corpus, out, cache, "--judge-base-url", judge.base_url)
         assert done.returncode == 1 and "the judge is not answering Y or N" in done.stderr, done.stderr
         drop = _advised_drop(done.stderr, "judge")
@@ -73,7 +74,7 @@ def test_the_early_stops_cache_drop_advice_run_word_for_word_drops_the_judges_re
 def test_cache_drop_run_without_cache_uses_the_cache_the_run_used(tmp_path, tension_run):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
     out, cache = tmp_path / "out", tmp_path / "cache"
-    with LoopbackServer(model=["test-gen"]) as ok, LoopbackServer(model=["test-gen"], misbehave="think") as judge:
+    with InProcessServer("test-gen").serving() as ok, InProcessServer("test-gen", misbehave="think").serving() as judge:
         done = _score(tension_run, ok.base_url, corpus, out, cache, "--judge-base-url", judge.base_url)
         assert done.returncode == 1, done.stderr
     env_home = tmp_path / "home"  # the default cache (which holds nothing of the run) is elsewhere
@@ -90,7 +91,7 @@ def test_cache_drop_run_without_cache_uses_the_cache_the_run_used(tmp_path, tens
 def test_the_empty_endings_advice_names_the_runs_cache(tmp_path, tension_run):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3)
     out, cache = tmp_path / "out", tmp_path / "cache"
-    with LoopbackServer(model=["test-gen"], misbehave="null_content") as bad:
+    with InProcessServer("test-gen", misbehave="null_content").serving() as bad:
         done = _score(tension_run, bad.base_url, corpus, out, cache)
     assert done.returncode == 1, done.stderr
     drop = _advised_drop(done.stderr, "generation")

@@ -1,7 +1,8 @@
 """`cache merge` (issue 28, several client machines): shards scored on caches of
 their own, merged, give a final run that sends nothing and writes a one-process
 run's bytes; conflicts and damaged records are reported, never silently chosen; a
-merge killed mid-way leaves the destination sound, and a rerun completes it."""
+merge killed mid-way leaves the destination sound, and a rerun completes it. The runs that
+fill the caches are in this process against in-process servers (the answers, not the wire)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tension.core.cli import main
 from tension.core.errors import CacheError
 from tension.testing.cache_records import cache_with, key, many_verdicts, score_argv, verdict
 from tension.testing.corpus import make_corpus
-from tension.testing.openai_server import LoopbackServer
+from tension.testing.inprocess import InProcessServer
 
 MODELS = ["test-gen", "test-judge"]
 COMPARED = ("positions.jsonl", "stories.csv", "groups.csv")
@@ -30,9 +31,9 @@ COMPARED = ("positions.jsonl", "stories.csv", "groups.csv")
 
 def test_shards_on_their_own_caches_merged_give_a_final_run_that_sends_nothing(tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 4, seed=3, words=(520, 560))
-    with LoopbackServer(model=MODELS) as one:
+    with InProcessServer(MODELS).serving() as one:
         assert main(score_argv(corpus, tmp_path / "one", tmp_path / "one.lmdb", one.base_url)) == 0
-    with LoopbackServer(model=MODELS) as srv:
+    with InProcessServer(MODELS).serving() as srv:
         for i in range(2):  # two "machines", each with its own local cache
             assert main(score_argv(corpus, tmp_path / f"out{i}", tmp_path / f"m{i}.lmdb", srv.base_url,
                                    "--shard", f"{i}/2")) == 0
@@ -191,7 +192,7 @@ def test_a_cache_on_a_network_file_system_is_refused_by_every_cache_verb(tmp_pat
 
 def test_score_refuses_a_cache_on_a_network_file_system_before_any_request(tmp_path, capsys, on_nfs):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
-    with LoopbackServer(model=MODELS) as srv:
+    with InProcessServer(MODELS).serving() as srv:
         assert main(score_argv(corpus, tmp_path / "out", tmp_path / "c.lmdb", srv.base_url)) == 2
         assert "is on a network file system (NFS)" in capsys.readouterr().err
         assert srv.requests == []
@@ -238,7 +239,7 @@ def test_the_api_refuses_a_cache_on_a_network_file_system_unless_the_process_ins
     from tension.core.errors import ConfigError
 
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
-    with LoopbackServer(model=MODELS) as srv:
+    with InProcessServer(MODELS).serving() as srv:
         kw = {"base_url": srv.base_url, "model": "test-gen", "judge_model": "test-judge", "endings": 2,
               "cache": str(tmp_path / "c.lmdb"), "progress": False, "report": False}
         with pytest.raises(ConfigError, match=r"is on a network file system \(NFS\)"):

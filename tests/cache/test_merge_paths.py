@@ -3,7 +3,8 @@ seeded command are the same answers whatever their token counts (M3), a hard-lin
 copy of DST is DST (M10), SIGTERM stops a merge as Ctrl-C does (M12), and the way on
 after a damaged source or a full disk is said for the merge, not for `score` (M7, M11).
 
-The commands run in this process (`main`, `tension_run`) except two specs of the process:
+The commands run in this process (`main`, `tension_run`; the runs against in-process
+servers: their answers are the subject, not the wire) except two specs of the process:
 the SIGTERM one (the signal, and its rerun, stay `python -m tension.core.cli`) and the
 full disk's merge, whose `ulimit -f` is a limit of its process (set in the pytest worker,
 it would hold every file the worker writes); its rerun with room again runs in process."""
@@ -39,7 +40,7 @@ from tension.testing.cache_records import (
     verdict,
 )
 from tension.testing.corpus import make_corpus
-from tension.testing.openai_server import LoopbackServer
+from tension.testing.inprocess import InProcessServer
 
 MODELS = ["test-gen", "test-judge"]
 CLI = [sys.executable, "-m", "tension.core.cli"]
@@ -56,7 +57,7 @@ def _usages(path: Path) -> dict[tuple[str, bytes], records.Usage]:
 
 def test_merge_of_two_identical_seeded_runs_reports_no_conflict(tmp_path, capsys):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=3, words=(520, 560))
-    with LoopbackServer(model=MODELS) as srv:  # one server: its prefix cache is cold, then warm
+    with InProcessServer(MODELS).serving() as srv:  # one server: its prefix cache is cold, then warm
         for name in ("m1", "m2"):
             assert main(score_argv(corpus, tmp_path / name, tmp_path / f"{name}.lmdb", srv.base_url)) == 0
     for out in ("positions.jsonl", "stories.csv"):
@@ -174,12 +175,12 @@ def test_a_full_disk_under_a_merge_is_said_with_the_merges_own_way_on(tmp_path, 
     assert tension_run("cache", "merge", str(src), str(dst)).returncode == 0  # room again: the same command
 
 
-def _conflicting_runs(tmp_path: Path) -> tuple[Callable[[str, str, str], list[str]], LoopbackServer]:
+def _conflicting_runs(tmp_path: Path) -> tuple[Callable[[str, str, str], list[str]], InProcessServer]:
     """Two runs of one command on servers that answer it otherwise (the second one's
     odd endings go on with a sentence more, its even ones are the first's): other
     endings under the same keys, a real conflict, and verdicts of both kinds (of an
     ending DST keeps, of one it does not). Runs "a" (a.lmdb) and "b" (b.lmdb); the
-    server of "a" is returned, stopped."""
+    server of "a" is returned, no longer served."""
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=5, words=(520, 560))
 
     def argv(name: str, cache: str, url: str) -> list[str]:
@@ -187,8 +188,8 @@ def _conflicting_runs(tmp_path: Path) -> tuple[Callable[[str, str, str], list[st
                 "--base-url", url, "--model", "test-gen", "--judge-model", "test-judge", "--endings", "4",
                 "--seed", "3", "--no-progress", "--no-report"]
 
-    srv = LoopbackServer(model=MODELS)
-    with srv, LoopbackServer(model=MODELS) as other:
+    srv = InProcessServer(MODELS)
+    with srv.serving(), InProcessServer(MODELS).serving() as other:
         other.respond(lambda msgs, n, seed: None if classify(msgs) != "generation" else
                       [e + (" Then the wind turned." if i % 2 else "")
                        for i, e in enumerate(expected_endings(msgs, n, seed))])
@@ -198,7 +199,7 @@ def _conflicting_runs(tmp_path: Path) -> tuple[Callable[[str, str, str], list[st
     return argv, srv
 
 
-def _merged_run_is_the_first_sources(tmp_path: Path, argv, srv: LoopbackServer, merged: str) -> None:
+def _merged_run_is_the_first_sources(tmp_path: Path, argv, srv: InProcessServer, merged: str) -> None:
     """A run on the merged cache sends nothing and gives run "a"'s numbers, byte for
     byte, never a mix of one source's endings with the other's verdicts."""
     sent = len(srv.requests)
@@ -213,7 +214,7 @@ def test_after_a_conflict_of_endings_the_losing_sources_verdicts_and_judged_reco
     records of its own endings (which DST does not keep) are not copied, and the
     report counts them."""
     argv, srv = _conflicting_runs(tmp_path)
-    with srv:
+    with srv.serving():
         capsys.readouterr()
         assert main(["cache", "merge", str(tmp_path / "a.lmdb"), str(tmp_path / "b.lmdb"),
                      str(tmp_path / "m.lmdb")]) == 1  # conflicts are reported, the exit says so
@@ -236,7 +237,7 @@ def test_a_cache_of_the_previous_format_is_still_read_and_merged(tmp_path, capsy
     link to their ending): merged as before, its losing verdicts copied since nothing
     tells their endings, never read; a run from it and from the merge sends nothing."""
     argv, srv = _conflicting_runs(tmp_path)
-    with srv:
+    with srv.serving():
         previous_form(tmp_path / "b.lmdb", tmp_path / "old.lmdb")
         capsys.readouterr()
         assert main(["cache", "merge", str(tmp_path / "a.lmdb"), str(tmp_path / "old.lmdb"),
