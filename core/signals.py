@@ -13,6 +13,13 @@ Used by the blocking API (core/run/blocking.py: Ctrl-C while it waits on its
 worker), `cache merge` and `view --export` (SIGTERM as Ctrl-C: said, exit 130,
 where SIGTERM's default would end the process at once, silently, 143).
 
+A library can also turn the KeyboardInterrupt into an error of its own (an extension
+module cut off in its initialisation: "ImportError: initialization failed"): within
+`stop_wins` (the CLI's verbs, and every `stops_raise` block) an error raised after a
+stop signal is the stop. The CLI, as the process's command, records Ctrl-C everywhere
+but where an asyncio loop runs on the main thread (`python_sigint`: the loop's own
+handler cancels its task at a Ctrl-C, which raises nothing a library could convert).
+
 A KeyboardInterrupt raised by a signal can also cut an object off half-built, whose
 finalizer then fails: Python prints "Exception ignored in …" and a traceback after the
 command has said it stopped (llvmlite's ObjectRef, interrupted while numba loaded a
@@ -28,15 +35,35 @@ import sys
 import threading
 from collections.abc import Iterator
 
-__all__ = ["stops_raise", "raise_if_stopped", "as_command", "quiet_finalizers"]
+__all__ = ["stops_raise", "stop_wins", "python_sigint", "raise_if_stopped", "as_command", "quiet_finalizers"]
 
 _received: list[int] = []  # the stop signals received within the outermost open block
 _depth = 0  # blocks open (on the main thread: the only one that installs them)
+_stops = 0  # stop signals received by this process's handlers, ever (`stop_wins`)
 
 
 def _stop(signum: int, frame: object) -> None:
+    global _stops
     _received.append(signum)
+    _stops += 1
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stop_wins() -> Iterator[None]:
+    """Within the block, an error raised after a stop signal reached this module's handler
+    is the stop: KeyboardInterrupt, the error its cause. A library may turn the
+    KeyboardInterrupt into an error of its own: an extension module whose initialisation
+    it cut raises "ImportError: initialization failed" (met at a Ctrl-C while `view
+    --export` imported scipy), and the user would get a traceback and exit 1 for the
+    stop they asked for. Only stops received within the block count."""
+    before = _stops
+    try:
+        yield
+    except Exception as e:
+        if _stops > before:
+            raise KeyboardInterrupt from e
+        raise
 
 
 @contextlib.contextmanager
@@ -53,11 +80,28 @@ def stops_raise(*signums: signal.Signals) -> Iterator[None]:
     before = {s: signal.signal(s, _stop) for s in signums}
     _depth += 1
     try:
-        yield
+        with stop_wins():
+            yield
     finally:
         _depth -= 1
         for s, handler in before.items():
             signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def python_sigint() -> Iterator[None]:
+    """Python's own Ctrl-C handler within the block, where the CLI's recording one is set
+    (`as_command`): asyncio's runner puts its graceful handler (the first Ctrl-C cancels
+    the main task, whose cleanup commits completed work) only over Python's own. Around
+    a loop that runs on the main thread; elsewhere, nothing."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not _stop:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, _stop)
 
 
 def raise_if_stopped() -> None:
@@ -79,6 +123,9 @@ def as_command() -> None:
     script, `python -m tension.core.cli`), which ends when its verb does."""
     global _command
     _command = True
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):  # not where the shell ignores it
+        signal.signal(signal.SIGINT, _stop)  # Ctrl-C as before, recorded for `stop_wins`
 
 
 def quiet_finalizers() -> None:

@@ -186,9 +186,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     stop = StopNote()  # a run that is stopped says here what it kept
     STOPPED.set(stop)
+    from tension.core.signals import stop_wins
+
     try:
         _check_out_folder(args)
-        with by_the_cli():  # the verbs' run records keep this command line as their argv
+        # the verbs' run records keep this command line as their argv; an error a library
+        # made of the user's stop is the stop (core/signals.py)
+        with by_the_cli(), stop_wins():
             return args.func(args)
     except TensionError as e:
         print_error(e)

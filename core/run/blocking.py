@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from tension.core.signals import stops_raise
+from tension.core.signals import python_sigint, stops_raise
 
 __all__ = ["run_blocking"]
 
@@ -115,5 +115,5 @@ def _run_here(make_coro: Callable[[], Coroutine[Any, Any, T]],
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
 
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with python_sigint(), asyncio.Runner(loop_factory=factory) as runner:  # its Ctrl-C handler, over Python's
         return runner.run(main())

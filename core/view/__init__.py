@@ -57,6 +57,7 @@ def view(dirs: list[str], *, host: str = "127.0.0.1", port: int = 8780, cache: s
     import asyncio
     import sys
 
+    from tension.core.signals import python_sigint
     from tension.core.view.app import is_loopback, serve
     from tension.core.view.export import export
     from tension.core.view.site import Site
@@ -79,8 +80,9 @@ def view(dirs: list[str], *, host: str = "127.0.0.1", port: int = 8780, cache: s
             print(f"warning: --host {host} serves the story texts, every ending and verdict, and the run folders' "
                   "paths to anyone who can reach this address, without authentication; the default 127.0.0.1 "
                   "serves this machine only", file=sys.stderr, flush=True)
-        asyncio.run(serve(Site(runs), host, port,
-                          lambda url: say(f"view: {url}  ({len(runs)} run(s); Ctrl-C stops it)")))
+        with python_sigint():  # asyncio's Ctrl-C handler, over Python's (core/signals.py)
+            asyncio.run(serve(Site(runs), host, port,
+                              lambda url: say(f"view: {url}  ({len(runs)} run(s); Ctrl-C stops it)")))
         return None
     finally:
         stores.close()

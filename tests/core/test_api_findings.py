@@ -82,6 +82,7 @@ def test_run_json_argv_of_an_api_run_is_a_call_that_reproduces_it(server, tmp_pa
         assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "again" / name).read_bytes(), name
 
 
+@pytest.mark.in_process
 def test_run_json_argv_of_a_cli_run_is_the_command_line(server, tmp_path, tension_run):
     """The CLI calls the API: its run.json argv stays the command typed (what
     "resume with the same command" repeats), not the API call it made."""
@@ -175,6 +176,7 @@ def test_a_ctrl_c_while_the_caller_comes_back_from_starting_the_work_stops_it(tm
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert p.stdout.split() == ["interrupted"], (p.stdout, p.stderr)
 
+@pytest.mark.in_process
 def test_out_on_the_cache_folder_is_refused_by_name(server, tmp_path):
     """N14 from the API: `out` equal to (or inside) the cache folder is a ConfigError
     naming both, before any work, as the CLI's --out."""
@@ -190,6 +192,7 @@ def test_out_on_the_cache_folder_is_refused_by_name(server, tmp_path):
         tension.fairplay(corpus, out=cache, base_url=server.base_url, reader_model="test-gen", cache=str(cache))
 
 
+@pytest.mark.in_process
 def test_out_a_file_is_refused_by_name_in_every_verb(server, tmp_path):
     """N15 from the API: `out` an existing file is a ConfigError naming it (not
     `File exists`), in metrics, compare and fairplay_metrics as in score."""

@@ -1,7 +1,8 @@
 """core/signals.py, the one owner of stop signals: Ctrl-C and SIGTERM raise
 KeyboardInterrupt within a block and are recorded, so a stop whose
 KeyboardInterrupt was swallowed on the way (importlib's lock callback, during a
-verb's imports) is still seen before a commit (`view --export`'s rename)."""
+verb's imports) is still seen before a commit (`view --export`'s rename), and an error
+a library made of a stop is the stop."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import time
 
 import pytest
 
-from tension.core.signals import raise_if_stopped, stops_raise
+from tension.core.signals import raise_if_stopped, stop_wins, stops_raise
 
 
 def _signal_self(sig: int) -> None:
@@ -93,3 +94,57 @@ def test_a_stop_that_cut_an_object_off_half_built_prints_no_traceback(quiet, com
         assert r.stderr == "interrupted: said once\n"
     else:  # the spec can fail: without it, Python prints the finalizer's traceback
         assert "Exception ignored" in r.stderr and "Traceback" in r.stderr and "_as_parameter_" in r.stderr
+
+
+def _interrupted_initialisation(sig: int) -> None:
+    """An extension module's initialisation cut by a stop: it raises an error of its own
+    (scipy's, met at a Ctrl-C while `view --export` imported it, CI 2026-12-06)."""
+    try:
+        _signal_self(sig)
+    except KeyboardInterrupt:
+        raise ImportError("initialization failed") from None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_error_a_library_made_of_a_stop_is_the_stop(sig):
+    with pytest.raises(KeyboardInterrupt) as stopped, stops_raise(signal.SIGINT, signal.SIGTERM):
+        _interrupted_initialisation(sig)
+    assert isinstance(stopped.value.__cause__, ImportError)  # the error kept, as the cause
+    with pytest.raises(ImportError), stops_raise(signal.SIGINT):  # no stop: the error is the error
+        raise ImportError("initialization failed")
+    with stops_raise(signal.SIGINT):
+        with pytest.raises(KeyboardInterrupt):
+            _signal_self(signal.SIGINT)
+        with pytest.raises(ValueError), stop_wins():  # a stop received before the block is not its own
+            raise ValueError("bad input")
+
+
+# A verb's import cut by the user's Ctrl-C, its error made by the library (the audit hook
+# stands for the extension module: its exception aborts the import).
+_CUT_IMPORT = """
+import os, signal, sys, time
+from tension.core.cli import main
+
+def hook(event, args):
+    if event == "import" and args[0] == "tension.core.reports.metrics":
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed") from None
+
+sys.addaudithook(hook)
+sys.argv = ["tension-run", *sys.argv[1:]]
+sys.exit(main())
+"""
+
+
+def test_a_verb_whose_import_a_stop_cut_says_interrupted_and_exits_130(tmp_path):
+    """Every verb run as a command: the stop recorded by the CLI's Ctrl-C handler wins over
+    the error a library made of it; before, a traceback ending in the ImportError, exit 1."""
+    curves = tmp_path / "positions.jsonl"
+    curves.write_text("")
+    r = subprocess.run([sys.executable, "-c", _CUT_IMPORT, "metrics", str(curves), "--out", str(tmp_path / "m")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.startswith("interrupted. Resume with the same command:") and "Traceback" not in r.stderr

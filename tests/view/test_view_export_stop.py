@@ -158,3 +158,34 @@ def test_a_stop_swallowed_during_the_imports_still_stops_the_export(runs, tmp_pa
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert f"export interrupted: the export into {out} is incomplete and was not written" in done.stderr
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+# A stop that a library turns into an error of its own: an extension module cut off in its
+# initialisation raises "ImportError: initialization failed" (CI 2026-12-06, an export stopped
+# "loading" while it imported scipy: a traceback and exit 1). The hook stands for the module.
+_CUT_IMPORT = """
+import os, signal, sys, time
+from tension.core.cli import main
+
+def hook(event, args):
+    if event == "import" and args[0] == "tension.core.view":
+        try:
+            os.kill(os.getpid(), signal.{sig})
+            time.sleep(5)
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed") from None
+
+sys.addaudithook(hook)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"], ids=["ctrl-c", "sigterm"])
+def test_a_stop_a_library_made_an_error_of_still_stops_the_export(runs, tmp_path, sig):
+    out = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-c", _CUT_IMPORT.format(sig=sig), "view", str(runs.a), "--export",
+                           str(out)], capture_output=True, text=True, env=runs.env, timeout=120)
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert f"export interrupted: the export into {out} is incomplete and was not written" in done.stderr
+    assert "Traceback" not in done.stderr and "initialization failed" not in done.stderr
+    assert [p.name for p in tmp_path.iterdir()] == []
