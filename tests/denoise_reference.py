@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import brentq
 
 LAMBDA_MAX = 1e8
 LAMBDA_MIN = 1e-6
@@ -53,5 +52,7 @@ def denoise(n, k) -> np.ndarray:
 
     if excess(math.log(LAMBDA_MAX)) <= 0:
         return np.clip(fit(y, w, LAMBDA_MAX * scale), 0.0, 1.0)
+    from scipy.optimize import brentq  # at use: not at every worker's collection
+
     root = brentq(excess, math.log(LAMBDA_MIN), math.log(LAMBDA_MAX), xtol=1e-13)
     return np.clip(fit(y, w, math.exp(root) * scale), 0.0, 1.0)

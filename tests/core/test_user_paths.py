@@ -19,7 +19,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import matplotlib.image
 import pytest
 
 from tension.core.cli import main
@@ -200,6 +199,8 @@ def _run_dir(d: Path, ids_groups: dict[str, str]) -> Path:
 
 
 def test_the_three_bar_charts_are_the_same_size(tmp_path):
+    import matplotlib.image  # at use: matplotlib and PIL ≈ 0.6 s of every worker's collection
+
     run = _run_dir(tmp_path / "r", {f"s{i}": REALISTIC[i % 4] for i in range(12)})
     report(run, n_resamples=100)
     shapes = {matplotlib.image.imread(run / "figures" / f).shape for f in ("nr.png", "ir.png", "retain.png")}
