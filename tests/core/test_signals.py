@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tension.core.signals import raise_if_stopped, stop_wins, stops_raise
+from tension.testing.interrupt import stop_cut_import
 
 
 def _signal_self(sig: int) -> None:
@@ -119,32 +120,13 @@ def test_an_error_a_library_made_of_a_stop_is_the_stop(sig):
             raise ValueError("bad input")
 
 
-# A verb's import cut by the user's Ctrl-C, its error made by the library (the audit hook
-# stands for the extension module: its exception aborts the import).
-_CUT_IMPORT = """
-import os, signal, sys, time
-from tension.core.cli import main
-
-def hook(event, args):
-    if event == "import" and args[0] == "tension.core.reports.metrics":
-        try:
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(5)
-        except KeyboardInterrupt:
-            raise ImportError("initialization failed") from None
-
-sys.addaudithook(hook)
-sys.argv = ["tension-run", *sys.argv[1:]]
-sys.exit(main())
-"""
-
-
 def test_a_verb_whose_import_a_stop_cut_says_interrupted_and_exits_130(tmp_path):
     """Every verb run as a command: the stop recorded by the CLI's Ctrl-C handler wins over
     the error a library made of it; before, a traceback ending in the ImportError, exit 1."""
     curves = tmp_path / "positions.jsonl"
     curves.write_text("")
-    r = subprocess.run([sys.executable, "-c", _CUT_IMPORT, "metrics", str(curves), "--out", str(tmp_path / "m")],
+    script = stop_cut_import("tension.core.reports.metrics", "SIGINT", as_command=True)
+    r = subprocess.run([sys.executable, "-c", script, "metrics", str(curves), "--out", str(tmp_path / "m")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 130, r.stderr
     assert r.stderr.startswith("interrupted. Resume with the same command:") and "Traceback" not in r.stderr

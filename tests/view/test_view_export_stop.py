@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from view_fixtures import BIN
 
+from tension.testing.interrupt import stop_cut_import
 from tension.testing.procs import cpu_seconds
 
 
@@ -167,27 +168,10 @@ def test_a_stop_swallowed_during_the_imports_still_stops_the_export(runs, tmp_pa
     assert "Exception ignored" in err  # the KeyboardInterrupt was swallowed, as importlib's callback does
 
 
-# A stop that a library turns into an error of its own: an extension module cut off in its
-# initialisation raises "ImportError: initialization failed" (CI 2026-12-06, an export stopped
-# "loading" while it imported scipy: a traceback and exit 1). The hook stands for the module.
-_CUT_IMPORT = """
-import os, signal, sys, time
-from tension.core.cli import main
-
-def hook(event, args):
-    if event == "import" and args[0] == "tension.core.view":
-        try:
-            os.kill(os.getpid(), signal.{sig})
-            time.sleep(5)
-        except KeyboardInterrupt:
-            raise ImportError("initialization failed") from None
-
-sys.addaudithook(hook)
-sys.exit(main(sys.argv[1:]))
-"""
-
-
+# A stop that a library turns into an error of its own (CI 2026-12-06, an export stopped "loading"
+# while it imported scipy: a traceback and exit 1), the export called as Python calls `main`: the
+# export's own stop block must see it (tension.testing.interrupt `stop_cut_import`).
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"], ids=["ctrl-c", "sigterm"])
 def test_a_stop_a_library_made_an_error_of_still_stops_the_export(runs, tmp_path, sig):
-    err = _export_stopped_by(_CUT_IMPORT.format(sig=sig), runs, tmp_path)
+    err = _export_stopped_by(stop_cut_import("tension.core.view", sig, as_command=False), runs, tmp_path)
     assert "Traceback" not in err and "initialization failed" not in err
