@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 
-__all__ = ["stops_raise", "stop_wins", "python_sigint", "raise_if_stopped", "as_command", "quiet_finalizers"]
+__all__ = ["stops_raise", "stop_wins", "python_sigint", "raise_if_stopped", "wait_stoppable", "wait_exit",
+           "as_command", "quiet_finalizers"]
 
 _received: list[int] = []  # the stop signals received within the outermost open block
 _depth = 0  # blocks open (on the main thread: the only one that installs them)
@@ -102,6 +104,35 @@ def python_sigint() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, _stop)
+
+
+# How long a stop signal may wait to be obeyed by a main thread asleep in `wait_stoppable`
+STOP_SLICE = 0.1
+
+
+def wait_stoppable(event: threading.Event) -> None:
+    """``event.wait()``, but on the main thread in slices of `STOP_SLICE`. A signal's
+    Python handler runs only when the main thread next runs Python code, and a thread
+    asleep in a lock's wait (or waitpid's) is woken only by a signal the kernel hands to
+    it after it fell asleep: one handled just before (the thread between its last check
+    and the sleep) or by another thread (POSIX lets the kernel pick any thread that does
+    not block it) leaves it asleep until the wait ends (python/cpython#85300). So a
+    Ctrl-C to a blocking API call under ``asyncio.run`` was obeyed only when the run had
+    ended, its record "complete" (a loaded machine: 1 in 30). Each slice's end runs the
+    handler."""
+    slice_ = STOP_SLICE if threading.current_thread() is threading.main_thread() else None
+    while not event.wait(slice_):
+        pass
+
+
+def wait_exit(proc: subprocess.Popen[bytes]) -> int:
+    """``proc.wait()``, its exit status, stoppable as `wait_stoppable`'s wait is."""
+    slice_ = STOP_SLICE if threading.current_thread() is threading.main_thread() else None
+    while True:
+        try:
+            return proc.wait(slice_)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def raise_if_stopped() -> None:

@@ -24,7 +24,7 @@ def cmd_route(args) -> int:
     refused at once. The router's log is deleted when it stops cleanly."""
     from tension.core.config.settings import API_KEY_ENV, checked_key
     from tension.core.llm.vllm_router import ROUTE_RETRY, LocalRouter, RouterSettings, worker_models
-    from tension.core.signals import stops_raise
+    from tension.core.signals import stops_raise, wait_exit
 
     urls = [u.strip() for arg in args.urls for u in arg.split(",") if u.strip()]
     # a worker that does not answer is asked again, then stops `route` with exit 1, as
@@ -46,7 +46,7 @@ def cmd_route(args) -> int:
             print(f"then: tension-run score CORPUS --out DIR --base-url {router.url}")
             print("Ctrl-C stops it", flush=True)
             assert router.proc is not None  # `with router` started it
-            code = router.proc.wait()
+            code = wait_exit(router.proc)  # its own session: the Ctrl-C reaches only this process
         except KeyboardInterrupt:
             print("stopped the router", file=sys.stderr)
             return EXIT_OK

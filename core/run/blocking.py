@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from tension.core.signals import python_sigint, stops_raise
+from tension.core.signals import python_sigint, stops_raise, wait_stoppable
 
 __all__ = ["run_blocking"]
 
@@ -78,14 +78,14 @@ def _run_on_worker(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
         # wait, so the first Ctrl-C was obeyed only once the run had ended
         with stops_raise(signal.SIGINT):
             go.set()
-            done.wait()
+            wait_stoppable(done)  # not done.wait(): it can sleep through the Ctrl-C (wait_stoppable)
     except KeyboardInterrupt:
         stop.set()
         go.set()
         if "task" in box:
             with contextlib.suppress(RuntimeError):  # its loop closed meanwhile: nothing left to stop
                 box["loop"].call_soon_threadsafe(box["task"].cancel)
-        done.wait()
+        wait_stoppable(done)
         raise
     if "error" in box:
         raise box["error"]

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -130,3 +131,41 @@ def test_a_verb_whose_import_a_stop_cut_says_interrupted_and_exits_130(tmp_path)
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 130, r.stderr
     assert r.stderr.startswith("interrupted. Resume with the same command:") and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("wait", ["event", "process"])
+def test_a_stop_another_thread_received_ends_the_main_threads_wait(wait):
+    """A stop signal the kernel handed to another thread (POSIX lets it pick any thread
+    that does not block the signal; here the main thread blocks it, so it must) runs its
+    Python handler only when the main thread next runs Python code: a main thread asleep
+    in ``Event.wait()`` or ``Popen.wait()`` slept on to the wait's end (the flake of
+    test_api_findings' first-Ctrl-C spec, the blocking call's record "complete").
+    `wait_stoppable` and `wait_exit` wake to run it; the wait here would last 30 s."""
+    script = textwrap.dedent(f"""
+        import os, signal, subprocess, threading, time
+        from tension.core.signals import stops_raise, wait_exit, wait_stoppable
+
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # a thread that takes signals
+        signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})  # threads started from here on inherit it
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.monotonic()
+        try:
+            with stops_raise(signal.SIGINT):
+                if {wait!r} == "event":
+                    event = threading.Event()
+                    end = threading.Timer(30, event.set)
+                    end.daemon = True
+                    end.start()
+                    wait_stoppable(event)
+                else:
+                    proc = subprocess.Popen(["sleep", "30"], stdout=subprocess.DEVNULL)
+                    try:
+                        wait_exit(proc)
+                    finally:
+                        proc.kill()
+            print("waited")
+        except KeyboardInterrupt:
+            print("interrupted", "late" if time.monotonic() - t0 > 20 else "in time")
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert p.stdout.split() == ["interrupted", "in", "time"], (p.stdout, p.stderr)
