@@ -5,7 +5,7 @@ For each checkout of this repository given with ``--checkout [LABEL=]PATH``
 
     --version      --help      score --help
 
-it runs, in a fresh child process each time and with this interpreter,
+(or those given with ``--command "ARGS"``, e.g. ``--command "view RUN --export DIR"``) it runs, in a fresh child process each time and with this interpreter,
 
     <sys.executable> <checkout>/bin/tension-run <command>
 
@@ -17,6 +17,8 @@ checkout runs with the same interpreter and packages, uninstalled.
   ``--runs`` timed runs (default 10). Within each run the commands and
   checkouts go round-robin, so noise on this shared machine falls on every
   checkout alike. The table shows the median, p20 and p80.
+- **CPU:** user + system seconds of that one child (``os.wait4``), the median: what
+  a machine busy with other work pays for the start.
 - **Peak RSS:** ``ru_maxrss`` of that one child, from ``os.wait4`` (the
   RUSAGE_CHILDREN maximum would only ever report the largest child so far);
   the median over the timed runs.
@@ -46,6 +48,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -91,7 +94,7 @@ def child_env() -> dict[str, str]:
 
 
 def run_once(root: Path, argv: tuple[str, ...]) -> dict:
-    """One timed child: wall seconds, peak RSS in MB, exit status."""
+    """One timed child: wall seconds, CPU seconds, peak RSS in MB, exit status."""
     cmd = [sys.executable, str(root / "bin" / "tension-run"), *argv]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -102,7 +105,7 @@ def run_once(root: Path, argv: tuple[str, ...]) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)
     # ru_maxrss is in KiB on Linux, bytes on macOS.
     rss_kib = usage.ru_maxrss / 1024 if sys.platform == "darwin" else usage.ru_maxrss
-    return {"wall": wall, "rss_mb": rss_kib / 1024, "exit": proc.returncode}
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": rss_kib / 1024, "exit": proc.returncode}
 
 
 def heavy_modules(root: Path, argv: tuple[str, ...]) -> list[str]:
@@ -111,10 +114,11 @@ def heavy_modules(root: Path, argv: tuple[str, ...]) -> list[str]:
     return out.stdout.rstrip("\n").rsplit("\n", 1)[-1].split()
 
 
-def measure(checkouts: list[tuple[str, Path]], runs: int, warmup: int) -> dict[tuple[str, str], list[dict]]:
+def measure(checkouts: list[tuple[str, Path]], commands: list[tuple[str, ...]], runs: int,
+            warmup: int) -> dict[tuple[str, str], list[dict]]:
     results: dict[tuple[str, str], list[dict]] = {}
     for i in range(warmup + runs):
-        for argv in COMMANDS:
+        for argv in commands:
             for label, root in checkouts:
                 r = run_once(root, argv)
                 if i >= warmup:
@@ -133,7 +137,7 @@ def summarise(runs: list[dict]) -> dict:
     walls = [r["wall"] for r in runs]
     exits = sorted({r["exit"] for r in runs})
     return {"median": statistics.median(walls), "p20": percentile(walls, 20), "p80": percentile(walls, 80),
-            "rss_mb": statistics.median(r["rss_mb"] for r in runs), "exit": "/".join(map(str, exits))}
+            "cpu": statistics.median(r["cpu"] for r in runs), "rss_mb": statistics.median(r["rss_mb"] for r in runs), "exit": "/".join(map(str, exits))}
 
 
 def loadavg() -> str:
@@ -162,13 +166,13 @@ def config(checkouts: list[tuple[str, Path]], args) -> dict:
 
 
 def table(rows: list[dict], ratio: bool) -> str:
-    head = ["command", "checkout", "median s", "p20", "p80", "peak RSS MB", "exit"]
+    head = ["command", "checkout", "median s", "p20", "p80", "CPU s", "peak RSS MB", "exit"]
     head += ["vs first"] if ratio else []
     head += ["heavy modules imported"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         cells = [f"`{r['command']}`", r["checkout"], f"{r['median']:.3f}", f"{r['p20']:.3f}", f"{r['p80']:.3f}",
-                 f"{r['rss_mb']:.1f}", r["exit"]]
+                 f"{r['cpu']:.3f}", f"{r['rss_mb']:.1f}", r["exit"]]
         cells += [f"{r['vs_first']:.2f}x"] if ratio else []
         cells += [", ".join(r["heavy"]) or "none"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -182,19 +186,23 @@ def main(argv: list[str] | None = None) -> int:
                          "default: the checkout of this script")
     ap.add_argument("--runs", type=int, default=10, help="timed runs per command and checkout (default 10)")
     ap.add_argument("--warmup", type=int, default=1, help="discarded runs first (default 1)")
+    ap.add_argument("--command", action="append", metavar="ARGS",
+                    help="a command line after tension-run to measure, as one string (repeatable; default: "
+                         + ", ".join(repr(" ".join(c)) for c in COMMANDS) + ")")
     ap.add_argument("--json", metavar="FILE", help="write the config and every run's figures here")
     args = ap.parse_args(argv)
     checkouts = args.checkout or [("here", HERE_CHECKOUT)]
+    commands = [tuple(shlex.split(c)) for c in args.command] if args.command else list(COMMANDS)
 
     cfg = config(checkouts, args)
     for key, value in cfg.items():
         print(f"{key}: {value}")
-    results = measure(checkouts, args.runs, args.warmup)
+    results = measure(checkouts, commands, args.runs, args.warmup)
     cfg["loadavg_end"] = loadavg()
     print(f"loadavg_end: {cfg['loadavg_end']}\n")
 
     rows = []
-    for argv_ in COMMANDS:
+    for argv_ in commands:
         command = " ".join(argv_)
         first = None
         for label, root in checkouts:

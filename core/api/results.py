@@ -213,11 +213,10 @@ class View(msgspec.Struct, kw_only=True):
 
 def serve_view(out: str, host: str, port: int) -> View:
     """`tension-run view OUT` from a background thread of this process."""
-    from tension.core.pipelines.fairplay.recall import FairPlayRecall
-    from tension.core.pipelines.score.recall import ScoreRecall
+    from tension.core.pipelines.recalls import fairplay_recall, score_recall
     from tension.core.view.background import start_view
 
-    server = start_view([out], host=host, port=port, score_recall=ScoreRecall, fairplay_recall=FairPlayRecall)
+    server = start_view([out], host=host, port=port, score_recall=score_recall, fairplay_recall=fairplay_recall)
     return View(url=server.url, server=server)
 
 

@@ -24,12 +24,11 @@ def cmd_view(args) -> int:
     # stops it before its last rename (core/view/export.py). The server runs until it is stopped.
     try:
         with stops_raise(signal.SIGINT, signal.SIGTERM) if args.export is not None else contextlib.nullcontext():
-            from tension.core.pipelines.fairplay.recall import FairPlayRecall
-            from tension.core.pipelines.score.recall import ScoreRecall
+            from tension.core.pipelines.recalls import fairplay_recall, score_recall
             from tension.core.view import view
 
             size = view(args.runs, host=args.host, port=args.port, cache=args.cache, export_dir=args.export,
-                        endings=args.endings, score_recall=ScoreRecall, fairplay_recall=FairPlayRecall,
+                        endings=args.endings, score_recall=score_recall, fairplay_recall=fairplay_recall,
                         say=lambda m: print(m, flush=True))
     except BaseException as e:
         if status_of(e) != EXIT_INTERRUPTED:  # (KeyboardInterrupt, or asyncio's CancelledError)
