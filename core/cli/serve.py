@@ -110,11 +110,13 @@ def _launch(servers, which: str) -> None:
     import os
     import subprocess
 
+    from tension.core.signals import wait_exit
+
     procs = [subprocess.Popen(cmd, env={**os.environ, **env}) for cmd, env in servers]
     print(f"launched pids {', '.join(str(p.pid) for p in procs)}; Ctrl-C stops {which}")
     try:
         for p in procs:
-            p.wait()
+            wait_exit(p)  # not p.wait(): it can sleep through a Ctrl-C sent to this process alone
     finally:
         for p in procs:
             p.terminate()
