@@ -20,6 +20,10 @@ stop signal is the stop. The CLI, as the process's command, records Ctrl-C every
 but where an asyncio loop runs on the main thread (`python_sigint`: the loop's own
 handler cancels its task at a Ctrl-C, which raises nothing a library could convert).
 
+A main thread that waits for another thread or a child process (the blocking API's
+worker, `route`'s router) waits in slices (`wait_stoppable`, `wait_exit`): asleep in a
+plain wait, it can sleep through a stop signal until the wait ends.
+
 A KeyboardInterrupt raised by a signal can also cut an object off half-built, whose
 finalizer then fails: Python prints "Exception ignored in …" and a traceback after the
 command has said it stopped (llvmlite's ObjectRef, interrupted while numba loaded a

@@ -1,7 +1,8 @@
 """The recall factories the view takes (core/view: `RecallFactory`, `CheckpointRecallFactory`):
 what a finished run cached, read back by the run's own pipeline. Each imports its pipeline
-only when a run of its kind is opened: the fair-play pipeline loads its kernels (numba,
-scipy.special: ≈ 0.9 s of a process's start), which a view of score runs never uses."""
+only when a run of its kind is opened: the fair-play pipeline loads its own kernels and
+scipy.special, which a view of score runs never uses (`view --export` of a score run:
+2.07 → 1.72 s of CPU with the view's server left out too, bench/RESULTS.md)."""
 
 from __future__ import annotations
 
