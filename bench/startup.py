@@ -5,7 +5,8 @@ For each checkout of this repository given with ``--checkout [LABEL=]PATH``
 
     --version      --help      score --help
 
-(or those given with ``--command "ARGS"``, e.g. ``--command "view RUN --export DIR"``) it runs, in a fresh child process each time and with this interpreter,
+(or those given with ``--command "ARGS"``, e.g. ``--command "view RUN --export DIR"``)
+it runs, in a fresh child process each time and with this interpreter,
 
     <sys.executable> <checkout>/bin/tension-run <command>
 
@@ -137,7 +138,8 @@ def summarise(runs: list[dict]) -> dict:
     walls = [r["wall"] for r in runs]
     exits = sorted({r["exit"] for r in runs})
     return {"median": statistics.median(walls), "p20": percentile(walls, 20), "p80": percentile(walls, 80),
-            "cpu": statistics.median(r["cpu"] for r in runs), "rss_mb": statistics.median(r["rss_mb"] for r in runs), "exit": "/".join(map(str, exits))}
+            "cpu": statistics.median(r["cpu"] for r in runs), "rss_mb": statistics.median(r["rss_mb"] for r in runs),
+            "exit": "/".join(map(str, exits))}
 
 
 def loadavg() -> str:

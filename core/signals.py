@@ -114,6 +114,11 @@ def python_sigint() -> Iterator[None]:
 STOP_SLICE = 0.1
 
 
+def _slice() -> float | None:
+    """The wait's slice: `STOP_SLICE` on the main thread, the only one whose handlers run; elsewhere none."""
+    return STOP_SLICE if threading.current_thread() is threading.main_thread() else None
+
+
 def wait_stoppable(event: threading.Event) -> None:
     """``event.wait()``, but on the main thread in slices of `STOP_SLICE`. A signal's
     Python handler runs only when the main thread next runs Python code, and a thread
@@ -124,14 +129,14 @@ def wait_stoppable(event: threading.Event) -> None:
     Ctrl-C to a blocking API call under ``asyncio.run`` was obeyed only when the run had
     ended, its record "complete" (a loaded machine: 1 in 30). Each slice's end runs the
     handler."""
-    slice_ = STOP_SLICE if threading.current_thread() is threading.main_thread() else None
+    slice_ = _slice()
     while not event.wait(slice_):
         pass
 
 
 def wait_exit(proc: subprocess.Popen[bytes]) -> int:
     """``proc.wait()``, its exit status, stoppable as `wait_stoppable`'s wait is."""
-    slice_ = STOP_SLICE if threading.current_thread() is threading.main_thread() else None
+    slice_ = _slice()
     while True:
         try:
             return proc.wait(slice_)
