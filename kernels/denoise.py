@@ -1,6 +1,7 @@
-"""The corrected second-order statistics (docs/metrics.md 1.8): Retain, convergence and
-the IRs of a story's curve de-noised by a binomial-aware penalised fit, beside the
-paper's values of the raw curve.
+"""A story's curve de-noised by a binomial-aware penalised fit (docs/metrics.md 1.8), and
+`corrected_stats`, the entry point of the comparable second-order statistics
+(docs/metrics.md 1.9: since issue 57 they are the turns of kernels/turns.py; the fit
+was the estimate of issue 37 and lost the study that chose them).
 
 The fit is a Whittaker smoother with a second-difference penalty: f minimises
 ``Σ w_j (y_j − f_j)² + λ Σ (f_j − 2 f_{j+1} + f_{j+2})²`` with ``w_j = n_j / (p̃_j (1 − p̃_j))``,
@@ -197,14 +198,25 @@ def denoise(x, n, k, offsets) -> tuple[np.ndarray, np.ndarray]:
 
 
 def corrected_stats(x, n, k, offsets, settings: CurveSettings = CurveSettings()) -> np.ndarray:
-    """Every statistic of every story's de-noised curve, stories × s in stories.csv's order
-    (mean NR, late NR, Retain, convergence, the IRs): the corrected values are Retain,
-    convergence and the IRs; NaN for a story `denoise` leaves undefined."""
+    """Every statistic of every story, stories × s in stories.csv's order (mean NR, late NR,
+    Retain, convergence, the IRs), with the second-order ones by the estimator the study
+    chose (docs/metrics.md 1.9, bench/second_order.py): the turns of kernels/turns.py at
+    height TURN_HEIGHT, each confirmed beyond TURN_Z standard errors of the story's own
+    verdicts. Mean and late NR are the paper's (the noise leaves their mean alone). NaN
+    for a story with a position without endings, a count outside [0, n] or a NaN pct.
+
+    `denoise` (the discrepancy-principle fit) is no longer part of it: the study found it
+    3–12× too low and unable to order groups across curve families; it stays for
+    `turn_stats_of_curves(denoise(…))`, one of the study's candidates."""
+    from tension.kernels.turns import turn_stats
+
     x, n, k, offsets = pack_counts(x, n, k, offsets)
-    y, _ = denoise(x, n, k, offsets)
-    bad = ~np.isfinite(y)
-    b = batch_stats(x, np.where(bad, 0.0, y), offsets, settings)
-    out = np.column_stack([b.mean_nr, b.late_nr, b.retain, b.convergence, b.ir])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.where(n > 0, 1.0 - k / np.maximum(n, 1), np.nan)
+    b = batch_stats(x, np.where(np.isfinite(y), y, 0.0), offsets, settings)
+    second = turn_stats(x, n, k, offsets, settings)
+    out = np.column_stack([b.mean_nr, b.late_nr, second])
+    bad = ~np.isfinite(y) | (k < 0) | (k > n)
     cum = np.concatenate([[0], np.cumsum(bad)])
     out[cum[offsets[1:]] - cum[offsets[:-1]] > 0] = np.nan
     return out

@@ -22,13 +22,15 @@ def cmd_metrics(args) -> int:
     print_errors(result.errors)
     print(format_group_table(result.groups))
     print(f"\n{len(result.curves)} stories -> {args.out}/stories.csv, {args.out}/groups.csv")
-    if result.intervals is not None:
-        from tension.core.reports.story_intervals import has_counts
+    from tension.core.reports.story_intervals import has_counts
 
-        without = sum(not has_counts(c) for c in result.curves)
-        if without:  # review I6: empty *_lo/*_hi cells, said once
-            print(f"intervals: none for {without} of {len(result.curves)} stories: their positions have no verdict "
-                  "counts (n_endings, n_match), which the intervals resample (docs/metrics.md 1.6)")
+    without = sum(not has_counts(c) for c in result.curves)
+    if without and result.intervals is not None:  # review I6: empty *_lo/*_hi cells, said once
+        print(f"intervals: none for {without} of {len(result.curves)} stories: their positions have no verdict "
+              "counts (n_endings, n_match), which the intervals resample (docs/metrics.md 1.6)")
+    if without:  # the empty *_comparable cells, said once too
+        print(f"comparable second-order statistics: none for {without} of {len(result.curves)} stories: they "
+              "need each position's verdict counts (n_endings, n_match) for its noise (docs/metrics.md 1.9)")
     if result.errors:
         print(f"{len(result.errors)} line(s) failed; see the errors above", file=sys.stderr)
     elif not result.curves:
@@ -55,7 +57,7 @@ def cmd_compare(args) -> int:
                 interval_resamples=args.interval_resamples, interval_seed=args.interval_seed)
     c = r.comparison
     print(f"{c.n_pairs} pairs by `{c.pair_by}` ({c.unpaired_a} stories only in A, {c.unpaired_b} only in B); "
-          f"B − A = {c.run_b} − {c.run_a}; ✓ = 95% bootstrap interval excludes 0\n")
+          f"B − A = {c.run_b} − {c.run_a}; ✓ = a finding (legend under the table)\n")
     for w in c.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(r.markdown)

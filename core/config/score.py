@@ -44,7 +44,8 @@ from tension.kernels.settings import (
 )
 
 __all__ = ["ScoreConfig", "load_config", "config_file_keys", "make_curve_settings", "read_config_file", "API_KEY_ENV",
-           "SERVERS", "ENDINGS", "JUDGING", "CORPUS", "CONCURRENCY", "OUTPUTS"]
+           "SERVERS", "ENDINGS", "JUDGING", "CORPUS", "CONCURRENCY", "OUTPUTS", "MOST_ENDINGS", "SEED_SCHEMES",
+           "RECORDED_BEFORE"]
 
 # flag groups of --help
 ENDINGS = "endings (paper 000, App. C.4)"
@@ -58,6 +59,18 @@ URLs = str | list[str | dict[str, Any]]
 _CURVE = CurveSettings()
 REFRESH = ("generation", "judge", "all")  # --refresh: the roles whose cached answers are asked again
 SHARE = Bounds(ge=0, le=1, noun="a share")
+# The most endings one generation request asks (--endings, --round-endings, --max-endings):
+# a position's seed leaves room for seed + i of every choice i below it in a signed
+# int32 (core/pipelines/score/requests.py `position_seed`)
+MOST_ENDINGS = 10_000
+ENDINGS_COUNT = Bounds(ge=1, le=MOST_ENDINGS)
+# --seed-scheme: "position", each position's request seeded from the run's seed and its
+# prefix; "run", every position's with the run's seed, as releases before 2026-12-07 did
+SEED_SCHEMES = ("position", "run")
+# Settings added after run records were first written, with the value a run.json
+# written without them was made with: such a run is read as it was made (its cache
+# keys for the view and `cache drop --run`, another run or the same for a folder).
+RECORDED_BEFORE = {"seed_scheme": "run"}
 
 
 class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
@@ -78,7 +91,7 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     api_key: ApiKey = None
     reasoning_off: ReasoningOff = True
     # ending generation (000, App. C.4)
-    endings: Annotated[int, flag("endings per position (n)", ENDINGS, bounds=Bounds(ge=1, le=10_000))] = 100
+    endings: Annotated[int, flag("endings per position (n)", ENDINGS, bounds=ENDINGS_COUNT)] = 100
     temperature: Annotated[float, flag("sampling temperature of the endings", ENDINGS, bounds=TEMPERATURE)] = 1.2
     top_p: Annotated[float, flag("nucleus sampling of the endings", ENDINGS, bounds=Bounds(gt=0, le=1))] = 0.95
     max_tokens: Annotated[int, flag("longest ending, in tokens", ENDINGS, bounds=TOKENS)] = 150
@@ -92,14 +105,21 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         bounds=Bounds(gt=0, lt=0.5))] = None
     round_endings: Annotated[int, flag("adaptive endings: endings per round, the first included (not given: "
                                        "--max-endings if that is smaller; ignored, and said, without a target)",
-                                       ENDINGS, bounds=Bounds(ge=1, le=10_000))] = 20
+                                       ENDINGS, bounds=ENDINGS_COUNT)] = 20
     max_endings: Annotated[int, flag("adaptive endings: most endings a position gets (the paper's n; "
                                      "ignored, and said, without a target)",
-                                     ENDINGS, bounds=Bounds(ge=1, le=10_000))] = 100
+                                     ENDINGS, bounds=ENDINGS_COUNT)] = 100
     seed: Annotated[int | None, flag(
-        "sampling seed sent with every generation request. Give it for reproducible runs: seeded, a run "
-        "through faults, retries, kills and resumes is byte-identical to a clean one; unseeded, vLLM samples "
-        "a retried request anew (default: none)", ENDINGS, bounds=Bounds(ge=0))] = None
+        "sampling seed of the generation requests (each position's is derived from it: --seed-scheme). Give "
+        "it for reproducible runs: seeded, a run through faults, retries, kills and resumes is byte-identical "
+        "to a clean one; unseeded, vLLM samples a retried request anew (default: none)", ENDINGS,
+        bounds=Bounds(ge=0))] = None
+    seed_scheme: Annotated[str, flag(
+        "position: each position's generation request is seeded from --seed and the story text it is asked "
+        "to continue, so neighbouring positions draw independent endings (docs/metrics.md 1.2-1.3); run: "
+        "every position's request is seeded with --seed itself, as releases before 2026-12-07 did, so their "
+        "ending i shared a random stream: give it to reuse the cached endings of a seeded run those releases "
+        "made (unseeded runs are the same either way)", ENDINGS, choices=SEED_SCHEMES)] = "position"
     # judging (000, App. C.5)
     judge_temperature: Annotated[float, flag("judge temperature", JUDGING, bounds=TEMPERATURE)] = 0.0
     judge_max_tokens: Annotated[int, flag("longest verdict, in tokens", JUDGING, bounds=TOKENS)] = 10
@@ -225,6 +245,7 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         self.expand_paths()
         check = self.check
         check(self.judge_batch in ("auto", "on", "off"), "judge_batch", "auto, on or off")
+        check(self.seed_scheme in SEED_SCHEMES, "seed_scheme", " or ".join(SEED_SCHEMES))
         check(self.refresh in (None, *REFRESH), "refresh", " or ".join(REFRESH))
         check(self.min_words <= self.max_words, "min_words", f"0 <= min-words <= max-words ({self.max_words})")
         check(self.pct_min <= self.pct_max, "pct_min", "0 <= pct-min <= pct-max <= 1")
@@ -236,7 +257,7 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
             # unseeded, every round would be the same request (the same cache key): the
             # rounds are told apart by their seeds (core/llm/choices.py `chunk`)
             check(self.seed is not None, "seed", "a seed with --target-half-width (each round is seeded "
-                  "seed + r * round-endings)")
+                  "with the position's seed + r * round-endings)")
         self.generation_replicas()  # each raises a ConfigError naming the bad entry
         self.shard_spec()
         self.judge_replicas()

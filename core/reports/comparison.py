@@ -18,6 +18,8 @@ import msgspec
 import numpy as np
 
 from tension.core.errors import ConfigError, InputError
+from tension.core.reports.comparable import SUFFIX as COMPARABLE
+from tension.core.reports.comparable import comparable_columns, finding_refusal, min_endings
 from tension.core.reports.metrics import stat_columns
 from tension.core.reports.report import RunData, fmt_stat, load_run, render_table
 from tension.core.reports.story_intervals import StoryDiff, paired_differences, stat_matrix
@@ -40,7 +42,9 @@ class ComparisonRow(msgspec.Struct, kw_only=True):
     hi: float
     t: float
     p: float
-    significant: bool  # the bootstrap interval excludes 0
+    significant: bool  # p < 0.05 and the bootstrap interval excludes 0
+    finding: bool = False  # significant, and a statistic the study lets compare at these endings
+    why_not: str | None = None  # why a significant difference is no finding (comparable.finding_refusal)
 
 
 class RunAbout(msgspec.Struct, kw_only=True):
@@ -51,6 +55,7 @@ class RunAbout(msgspec.Struct, kw_only=True):
     judge_model: str | None = None
     endings: str | None = None  # "4", or "adaptive W 0.1, rounds of 20, at most 100"
     seed: int | None = None
+    seed_scheme: str = "run"  # a run.json without it was made before per-position seeds (docs/changelog.md)
 
     def text(self) -> str:
         parts = [f"generation {self.generation_model or 'unknown'}, judge {self.judge_model or 'unknown'}",
@@ -67,18 +72,26 @@ def run_about(run: dict[str, Any]) -> RunAbout:
     endings = (f"adaptive W {w:g}, rounds of {cfg.get('round_endings')}, at most {cfg.get('max_endings')}"
                if isinstance(w, int | float) else None if cfg.get("endings") is None else str(cfg.get("endings")))
     seed = cfg.get("seed")
+    scheme = cfg.get("seed_scheme")
     return RunAbout(generation_model=models.get("generation") or cfg.get("model"),
                     judge_model=models.get("judge") or cfg.get("judge_model"), endings=endings,
-                    seed=seed if isinstance(seed, int) else None)
+                    seed=seed if isinstance(seed, int) else None,
+                    seed_scheme=scheme if isinstance(scheme, str) else "run")
 
 
 def second_order(stat: str) -> bool:
-    """Retain, convergence and the IRs: the statistics the noise of the endings moves
-    (docs/metrics.md 1.6, 1.8), so that their values depend on how many endings a run paid for."""
-    return stat in ("retain", "convergence") or stat.startswith("ir")
+    """Retain, convergence and the IRs, the paper's and the comparable ones: the statistics
+    the noise of the endings moves (docs/metrics.md 1.6, 1.8, 1.9), so that their values
+    depend on how many endings a run paid for."""
+    base = stat.removesuffix(COMPARABLE)
+    return base in ("retain", "convergence") or base.startswith("ir")
 
 
 SECOND_ORDER_MARK = "†"
+REFUSED_MARK = "‡"
+LEGEND = ("✓: a finding: p < 0.05 in the paired t-test and the paired bootstrap 95% interval excludes 0, for a "
+          "statistic the study lets compare at these runs' endings (docs/metrics.md 1.9); n.s.: not significant; "
+          f"no finding {REFUSED_MARK}: significant, but the statistic cannot support the comparison (why below).")
 
 
 def second_order_note(a: RunAbout, b: RunAbout) -> str | None:
@@ -88,8 +101,10 @@ def second_order_note(a: RunAbout, b: RunAbout) -> str | None:
         return None
     return (f"{SECOND_ORDER_MARK} a second-order statistic compared across different numbers of endings (A: "
             f"{a.endings}, B: {b.endings}): noise of the endings adds reversals and peaks, more or fewer with n, so "
-            "part of this difference is the endings' and not the stories' (docs/metrics.md 1.8); compare runs of "
-            "the same endings, or the corrected values `tension-run subsample` gives each run")
+            "part of this difference is the endings' and not the stories' (docs/metrics.md 1.8; the comparable "
+            "statistics allow for each story's noise, 1.9, but their bias still moves with n); compare runs of the "
+            "same endings, or each run's statistics from its first k endings, at a k both hold, which "
+            "`tension-run subsample` gives")
 
 
 def setup_warnings(a: RunAbout, b: RunAbout) -> list[str]:
@@ -102,6 +117,10 @@ def setup_warnings(a: RunAbout, b: RunAbout) -> list[str]:
     if a.seed != b.seed:
         out.append(f"A and B used different seeds (A: {a.seed}, B: {b.seed}): their endings are other draws, so a "
                    "difference of a story includes the sampling of endings (its interval holds it)")
+    elif a.seed is not None and a.seed_scheme != b.seed_scheme:
+        out.append(f"A and B used different seed schemes (A: {a.seed_scheme}, B: {b.seed_scheme}; docs/metrics.md "
+                   "1.2–1.3): their endings are other draws, so a difference of a story includes the sampling of "
+                   "endings (its interval holds it)")
     for role, x, y in (("generation", a.generation_model, b.generation_model),
                        ("judge", a.judge_model, b.judge_model)):
         if x != y:
@@ -191,17 +210,22 @@ def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "
     ia = np.array([ka[k] for k in shared], dtype=np.int64)
     ib = np.array([kb[k] for k in shared], dtype=np.int64)
     rows = []
-    for stat in stat_columns(a.settings):
+    names = stat_columns(a.settings)
+    endings_a, endings_b = min_endings(a.curves), min_endings(b.curves)
+    for stat in [*names, *comparable_columns(names)]:
         va, vb = a.values(stat)[ia], b.values(stat)[ib]
         ok = np.isfinite(va) & np.isfinite(vb)
         va, vb = va[ok], vb[ok]
         d = vb - va
         lo, hi = percentile_ci(d, n_resamples, seed)
         t, p = paired_t(vb, va) if len(d) >= 2 else (math.nan, math.nan)
+        significant = bool((lo > 0 or hi < 0) and p < 0.05)
+        why_not = finding_refusal(stat, endings_a, endings_b)
         rows.append(ComparisonRow(stat=stat, n_pairs=int(len(d)), mean_a=float(va.mean()) if len(d) else math.nan,
                                   mean_b=float(vb.mean()) if len(d) else math.nan,
                                   diff=float(d.mean()) if len(d) else math.nan, lo=lo, hi=hi, t=float(t),
-                                  p=float(p), significant=bool(lo > 0 or hi < 0)))
+                                  p=float(p), significant=significant, finding=significant and why_not is None,
+                                  why_not=why_not))
     names = stat_columns(s)
     about_a, about_b = run_about(a.run), run_about(b.run)
     stories = paired_differences([_key_text(k, pair_by) for k in shared], [a.curves[i] for i in ia],
@@ -255,28 +279,33 @@ def comparison_table(c: Comparison, fmt: str = "md") -> str:
     header = ["Statistic", "pairs", "A", "B", "B − A [95% CI]", "", "t", "p"]
     rows = []
     note = second_order_note(c.about_a, c.about_b) if c.about_a is not None and c.about_b is not None else None
+    refused = {r.stat: r.why_not for r in c.rows if r.significant and r.why_not}
     for r in c.rows:
+        mark = "✓" if r.finding else f"no finding {REFUSED_MARK}" if r.stat in refused else "n.s."
         cell = fmt_stat(r.stat, r.diff, signed=True)
         if not math.isnan(r.lo):
             cell += f" [{fmt_stat(r.stat, r.lo, signed=True)}, {fmt_stat(r.stat, r.hi, signed=True)}]"
         rows.append([f"{r.stat} {SECOND_ORDER_MARK}" if note and second_order(r.stat) else r.stat,
                      str(r.n_pairs), fmt_stat(r.stat, r.mean_a).rstrip("%"),
-                     fmt_stat(r.stat, r.mean_b).rstrip("%"), cell, "✓" if r.significant else "n.s.",
+                     fmt_stat(r.stat, r.mean_b).rstrip("%"), cell, mark,
                      "—" if math.isnan(r.t) else f"{r.t:.2f}",
                      "—" if math.isnan(r.p) else f"{r.p:.3g}"])
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["statistic", "n_pairs", "mean_a", "mean_b", "diff", "boot_lo", "boot_hi", "significant", "t", "p"])
+        w.writerow(["statistic", "n_pairs", "mean_a", "mean_b", "diff", "boot_lo", "boot_hi", "significant", "t", "p",
+                    "finding", "why_not"])
         for r in c.rows:
             w.writerow([r.stat, r.n_pairs,
                         *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.mean_a, r.mean_b, r.diff, r.lo, r.hi)),
-                        int(r.significant), *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.t, r.p))])
+                        int(r.significant), *(("" if math.isnan(v) else f"{v:.10g}") for v in (r.t, r.p)),
+                        int(r.finding), r.why_not or ""])
         return buf.getvalue()
     head = ""
     if c.about_a is not None and c.about_b is not None:
         head = (f"Run A: {c.run_a} ({c.about_a.text()})\n\nRun B: {c.run_b} ({c.about_b.text()})\n\n"
                 + "".join(f"**Warning:** {w}\n\n" for w in c.warnings))
-    return head + render_table(header, rows, "md") + (f"\n{note}\n" if note else "")
+    legend = (f"\n{LEGEND}\n" + "".join(f"\n{REFUSED_MARK} {stat}: {why}\n" for stat, why in refused.items()))
+    return head + render_table(header, rows, "md") + legend + (f"\n{note}\n" if note else "")
 
 

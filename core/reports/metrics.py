@@ -26,6 +26,15 @@ import numpy as np
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP, PositionLine
 from tension.core.inputs.jsonl import atomic_write, check_label, decode_line, iter_lines, read_records
+from tension.core.reports.comparable import (
+    SUFFIX,
+    comparable_columns,
+    comparable_floor,
+    comparable_intervals,
+    comparable_matrix,
+    is_comparable,
+    widened,
+)
 from tension.core.reports.rows import Cell, Rows, rows_csv
 from tension.core.reports.story_intervals import compute_intervals, interval_columns, stat_matrix
 from tension.kernels.bootstrap import N_RESAMPLES
@@ -257,6 +266,16 @@ def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings(), 
     matrix = stat_matrix(stats)[keep]
     groups = {name: group_stats(matrix[:, k], labels, n_resamples, seed)
               for k, name in enumerate(stat_columns(settings))}
+    # the comparable second-order statistics (docs/metrics.md 1.9) after the paper's, their
+    # intervals widened by the group's shift to its noise floor, as the study measured them
+    comparable = comparable_matrix(curves, settings, failed)[keep]
+    floor = comparable_floor(curves, settings, failed)[keep]
+    index: dict[str, list[int]] = {}
+    for i, g in enumerate(labels):
+        index.setdefault(g, []).append(i)
+    for k, name in enumerate(comparable_columns(stat_columns(settings))):
+        by_group = group_stats(comparable[:, k], labels, n_resamples, seed)
+        groups[name] = {g: widened(st, comparable[index[g], k], floor[index[g], k]) for g, st in by_group.items()}
     return stats, groups
 
 
@@ -273,8 +292,19 @@ def stories_rows(curves: Sequence[Curve], stats: BatchStats, settings: CurveSett
     """One row per story; a story in `failed` (id -> why) keeps its row, with
     undefined statistics and the reason in `nan_reasons`. After `nan_reasons` come the
     95% interval of each statistic (`<stat>_lo`, `<stat>_hi`; undefined without
-    `intervals`, for a story without verdict counts, and where the statistic is NaN)."""
+    `intervals`, for a story without verdict counts, and where the statistic is NaN),
+    then the comparable second-order statistics (docs/metrics.md 1.9) and their
+    intervals (undefined without `intervals` or counts)."""
     names = stat_columns(settings)
+    extra = comparable_columns(names)
+    comparable = comparable_matrix(curves, settings, failed or ())
+    if intervals is not None:
+        c_lo, c_hi = comparable_intervals(curves, comparable, settings, failed or ())
+    else:
+        c_lo = c_hi = np.full(comparable.shape, np.nan)
+    comparable_cells = [[None if v != v else v for v in row] + [None if v != v else v for pair in zip(a, b)
+                                                                for v in pair]
+                        for row, a, b in zip(comparable.tolist(), c_lo.tolist(), c_hi.tolist())]
     # as Python floats at once (a numpy scalar per cell cost a third of writing the file); NaN: v != v
     matrix = stat_matrix(stats).tolist()
     n_positions = stats.n_positions.tolist()
@@ -284,13 +314,16 @@ def stories_rows(curves: Sequence[Curve], stats: BatchStats, settings: CurveSett
     rows: list[tuple[Cell, ...]] = []
     for i, c in enumerate(curves):
         if failed and c.id in failed:
-            rows.append((c.id, c.group, 0, *(None for _ in names), f"failed: {failed[c.id]}", *unbounded))
+            rows.append((c.id, c.group, 0, *(None for _ in names), f"failed: {failed[c.id]}", *unbounded,
+                         *(None for _ in range(3 * len(extra)))))
             continue
         reasons = "; ".join(Reason(int(stats.reasons[i])).describe())
         bounds = unbounded if intervals is None else [
             None if v != v else v for pair in zip(lo[i], hi[i]) for v in pair]
-        rows.append((c.id, c.group, n_positions[i], *(None if v != v else v for v in matrix[i]), reasons, *bounds))
-    return Rows(columns=("id", "group", "n_positions", *names, "nan_reasons", *interval_columns(names)), rows=rows)
+        rows.append((c.id, c.group, n_positions[i], *(None if v != v else v for v in matrix[i]), reasons, *bounds,
+                     *comparable_cells[i]))
+    return Rows(columns=("id", "group", "n_positions", *names, "nan_reasons", *interval_columns(names), *extra,
+                         *interval_columns(extra)), rows=rows)
 
 
 def stories_csv(curves: Sequence[Curve], stats: BatchStats, settings: CurveSettings,
@@ -319,7 +352,18 @@ def groups_csv(groups: dict[str, dict[str, GroupStat]]) -> str:
 
 
 def format_group_table(groups: dict[str, dict[str, GroupStat]]) -> str:
-    """A terminal table: one row per group, mean ± 95% half-width per statistic."""
+    """Terminal tables: one row per group, mean ± 95% half-width per statistic; the
+    paper's statistics, then the comparable second-order ones (docs/metrics.md 1.9)."""
+    paper = {k: v for k, v in groups.items() if not is_comparable(k)}
+    comparable = {k.removesuffix(SUFFIX): v for k, v in groups.items() if is_comparable(k)}
+    out = _group_table(paper)
+    if comparable and out:
+        out += ("\n\ncomparable second-order statistics (turns beyond the endings' noise; docs/metrics.md 1.9):\n"
+                + _group_table(comparable))
+    return out
+
+
+def _group_table(groups: dict[str, dict[str, GroupStat]]) -> str:
     names = list(groups)
     if not names:
         return ""

@@ -25,6 +25,14 @@ import numpy as np
 from tension.core.errors import ConfigError, InputError, exit_status
 from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
 from tension.core.reports.answer_warnings import markdown_section
+from tension.core.reports.comparable import (
+    SUFFIX,
+    comparable_columns,
+    comparable_matrix,
+    finding_min_endings,
+    is_comparable,
+    min_endings,
+)
 from tension.core.reports.filenames import unique_filenames
 from tension.core.reports.markdown import md_alt, md_code, md_text
 from tension.core.reports.metrics import Curve, compute, read_run_positions, stat_columns
@@ -33,6 +41,7 @@ from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.curves import BatchStats, CurveSettings
 from tension.kernels.groups import GroupStat
 from tension.kernels.intervals import StoryIntervals
+from tension.kernels.turns import TURN_HEIGHT
 
 __all__ = ["RunData", "load_run", "table6", "table18", "report", "Bars", "group_bars"]
 
@@ -48,8 +57,13 @@ class RunData(msgspec.Struct, kw_only=True):
     run: dict[str, Any]
     meta: dict[str, dict[str, Any]]  # story id -> {"group", "words", "meta": {...}}
     intervals: StoryIntervals | None = None  # per story (docs/metrics.md 1.6); None when not asked for
+    comparable: np.ndarray | None = None  # stories × comparable statistics, once asked for (`values`)
 
     def values(self, stat: str) -> np.ndarray:
+        if is_comparable(stat):
+            if self.comparable is None:
+                self.comparable = comparable_matrix(self.curves, self.settings)
+            return self.comparable[:, comparable_columns(stat_columns(self.settings)).index(stat)]
         cols = stat_columns(self.settings)
         k = cols.index(stat)
         if k < 4:
@@ -123,6 +137,8 @@ def _columns(settings: CurveSettings) -> list[tuple[str, str]]:
 
 
 def fmt_stat(stat: str, v: float, signed: bool = False) -> str:
+    """A statistic's value as the tables print it (a comparable one as its paper's namesake)."""
+    stat = stat.removesuffix(SUFFIX)
     if math.isnan(v):
         return "—"
     sign = "+" if signed else ""
@@ -146,7 +162,18 @@ def table6(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fmt
 
 def table18(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fmt: str = "md") -> str:
     """001 Table 18 layout: every cell is `mean [bootstrap 95% interval]`."""
-    cols = _columns(settings)
+    return _interval_table(groups, _columns(settings), fmt)
+
+
+def comparable_table(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fmt: str = "md") -> str:
+    """The comparable second-order statistics (docs/metrics.md 1.9) of every group, each
+    cell `mean [bootstrap 95% interval]` as Table 18's."""
+    cols = [(name, name.removesuffix(SUFFIX).upper()) for name in comparable_columns(stat_columns(settings))
+            if name.startswith(("retain", "ir"))]
+    return _interval_table(groups, cols, fmt)
+
+
+def _interval_table(groups: dict[str, dict[str, GroupStat]], cols: list[tuple[str, str]], fmt: str) -> str:
     header = ["Corpus", "n"] + [label for _, label in cols]
     rows = []
     for g in groups["mean_nr"]:
@@ -159,6 +186,40 @@ def table18(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fm
             row.append(cell)
         rows.append(row)
     return render_table(header, rows, fmt)
+
+
+def comparable_lines(data: RunData) -> list[str]:
+    """report.md's section of the second-order statistics that can be compared, and what
+    a reader may conclude from them at this run's endings."""
+    fewest = min_endings(data.curves)
+    lines = ["## Second-order statistics that can be compared (docs/metrics.md 1.9)", "",
+             "Retain and the IRs above are the paper's, for reproducing its tables: binomial noise of the endings "
+             "and the curve's level move them more than the story does, so they cannot rank corpora. Below, the "
+             f"same statistics of the turns a rerun would see again (a rise and fall of at least {TURN_HEIGHT:g} "
+             "no-rate, beyond the endings' own noise), with bootstrap 95% intervals over stories.", "",
+             comparable_table(data.groups, data.settings)]
+    if fewest is None:
+        lines += ["**Warning:** the run's positions do not hold their verdict counts, so there is no comparable "
+                  "estimate.", ""]
+        return lines
+    shown = [name for name in comparable_columns(stat_columns(data.settings)) if name.startswith(("retain", "ir"))]
+    need = {name.removesuffix(SUFFIX): finding_min_endings(name) for name in shown}
+    ok = [name for name, n in need.items() if n is not None and n <= fewest]
+    short = [f"{name} (from {n})" for name, n in need.items() if n is not None and n > fewest]
+    never = [name for name, n in need.items() if n is None]
+    said = [f"Positions hold at least {fewest} endings."]
+    if ok:
+        said.append(f"Differences between groups of {', '.join(ok)} may be read as findings when their intervals "
+                    "do not overlap (docs/metrics.md 1.9 gives the false-positive rate and the coverage the study "
+                    "measured).")
+    if short:
+        said.append(f"**Not** yet those of {', '.join(short)} endings a position: below it the study found them "
+                    "biased or too often significant between groups of equal truth; read them as descriptions.")
+    if never:
+        said.append(f"{', '.join(never)}: a description only; the study found no number of endings at which its "
+                    "comparisons hold.")
+    lines += [" ".join(said), ""]
+    return lines
 
 
 def render_table(header: list[str], rows: list[list[str]], fmt: str) -> str:
@@ -199,6 +260,7 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
     lines += ["## Results (000, Table 6 layout)", "", table6(data.groups, s), *endings_warning(data),
               "## With 95% bootstrap intervals (001, Table 18 layout)", "",
               f"{n_resamples:,} resamples over stories, seed {seed}.", "", table18(data.groups, s),
+              *comparable_lines(data),
               *_story_lines(data, max_curves),
               "## Figures", "", "Bars: group means with 95% bootstrap intervals; a group of one story has no "
               "interval (marked n = 1).", "", "![Mean and late no-rate](figures/nr.png)", "",
@@ -316,8 +378,9 @@ def endings_warning(data: RunData) -> list[str]:
     shown = ", ".join(f"{md_text(g)} {v:.1f}" for g, v in by.items())
     return [f"**Warning:** the groups hold different numbers of endings a position ({shown}): IR, Retain and "
             "convergence move with the endings (docs/metrics.md 1.8), so their differences between these groups "
-            "are partly the endings'; mean and late NR do not. `tension-run subsample` gives the corrected "
-            "values, and each statistic from the first k endings of every position.", ""]
+            "are partly the endings'; mean and late NR do not. The comparable statistics below allow for each "
+            "story's own noise (docs/metrics.md 1.9); `tension-run subsample` gives each statistic from the first k "
+            "endings of every position.", ""]
 
 
 def _outcome_lines(data: RunData) -> list[str]:

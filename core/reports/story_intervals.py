@@ -25,8 +25,8 @@ from tension.kernels.intervals import (
     story_seeds,
 )
 
-__all__ = ["interval_columns", "has_counts", "compute_intervals", "stat_matrix", "StoryDiff", "paired_differences",
-           "PAIRED_SEED_B"]
+__all__ = ["interval_columns", "has_counts", "packed_counts", "compute_intervals", "stat_matrix", "StoryDiff",
+           "paired_differences", "PAIRED_SEED_B"]
 
 # Run B's resamples in `compare` use a stream of their own (the seed + this), independent
 # of run A's: the verdicts of two runs are different draws, nothing pairs them resample by resample.
@@ -49,7 +49,7 @@ def stat_matrix(stats: BatchStats) -> np.ndarray:
     return np.column_stack([stats.mean_nr, stats.late_nr, stats.retain, stats.convergence, stats.ir])
 
 
-def _packed_counts(curves: Sequence, skip: Collection[str] = ()) -> tuple[np.ndarray, ...]:
+def packed_counts(curves: Sequence, skip: Collection[str] = ()) -> tuple[np.ndarray, ...]:
     """x, n, k and offsets of the curves; a curve without counts, or whose id is in
     `skip`, is packed with no position (the kernel gives it NaN)."""
     used = [has_counts(c) and c.id not in skip for c in curves]
@@ -70,7 +70,7 @@ def compute_intervals(curves: Sequence, stats: BatchStats, settings: CurveSettin
     story (id in `failed`) or one without counts gets NaN."""
     if settings.interval_resamples == 0:
         return None
-    x, n, k, offsets = _packed_counts(curves, failed)
+    x, n, k, offsets = packed_counts(curves, failed)
     return story_intervals([c.id for c in curves], x, n, k, offsets, stat_matrix(stats), settings,
                            n_resamples=settings.interval_resamples, seed=settings.interval_seed)
 
@@ -90,7 +90,7 @@ class StoryDiff(msgspec.Struct, kw_only=True):
 
 
 def _resampled(curves: Sequence, settings: CurveSettings, seed: int) -> np.ndarray:
-    x, n, k, offsets = _packed_counts(curves)
+    x, n, k, offsets = packed_counts(curves)
     return resample_stats(x, n, k, offsets, story_seeds([c.id for c in curves], seed), settings,
                           settings.interval_resamples, Draw.EDGE)
 

@@ -310,7 +310,7 @@ def format_subsampling(s: Subsampling, stats: Sequence[str] | None = None) -> st
     if s.noise:
         out.append(f"\nsecond-order statistics and their noise (docs/metrics.md 1.8): the group mean at n = {s.n}, on "
                    f"curves resampled at n (noise floor), at the smallest k of the grid, and corrected (the "
-                   f"statistic of each story's de-noised curve)")
+                   f"comparable statistic of docs/metrics.md 1.9: turns beyond the endings' noise)")
         out.append(f"  {'statistic':<12} {'group':<16} {'at n':>9} {'floor':>9} {'floor − n':>10} {'at k':>14} "
                    f"{'corrected':>10}")
         for nr in s.noise:

@@ -1,7 +1,7 @@
 """The figure of `tension-run subsample`: each named statistic against k, one line per
 group (the first-k group mean, with the 95 % band of a rerun at k), the full-n mean as
 a dashed line and its 95 % interval shaded; for Retain, convergence and the IRs, the
-corrected value (docs/metrics.md 1.8) as a dash-dotted line."""
+corrected value (the comparable statistic, docs/metrics.md 1.8–1.9) as a dash-dotted line."""
 
 from __future__ import annotations
 

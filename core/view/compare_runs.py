@@ -29,7 +29,8 @@ def _summary(a: ScoreRun, b: ScoreRun) -> tuple[list[dict[str, Any]], dict[str, 
     for d in c.stories:
         cis.setdefault(d.key, {})[d.stat] = None if math.isnan(d.lo) else [d.lo, d.hi]
     return [{"stat": r.stat, "n_pairs": r.n_pairs, "mean_a": r.mean_a, "mean_b": r.mean_b, "diff": r.diff,
-             "lo": r.lo, "hi": r.hi, "t": r.t, "p": r.p, "significant": r.significant} for r in c.rows], cis, None
+             "lo": r.lo, "hi": r.hi, "t": r.t, "p": r.p, "significant": r.significant, "finding": r.finding,
+             "why_not": r.why_not} for r in c.rows], cis, None
 
 
 def comparison(a: ScoreRun, b: ScoreRun) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import tension
 from tension.core.cli import main
 from tension.core.config import load_config
 from tension.core.errors import ConfigError
+from tension.core.pipelines.score.requests import position_seed
 from tension.kernels.stopping import Z95
 from tension.testing.corpus import make_corpus
 from tension.testing.interrupt import cancel_midway
@@ -39,6 +40,12 @@ def _texts(out: Path) -> dict[tuple[str, int], list[str]]:
 
 def _gen_bodies(server) -> list[dict]:
     return [r.body for r in server.requests if r.kind == "generation"]
+
+
+def _offset(body: dict) -> int:
+    """A generation request's seed less its position's (docs/metrics.md 1.2-1.3): r·R for round r."""
+    prefix = body["messages"][-1]["content"].split("STORY SO FAR:\n", 1)[1]
+    return body["seed"] - position_seed(SEED, prefix)
 
 
 def _wilson_half_width(n: int, no: int) -> float:
@@ -96,8 +103,9 @@ def test_no_rate_near_one_half_goes_to_the_maximum(server, tmp_path):
     ps = _positions(tmp_path / "o")
     assert {p["n_endings"] for p in ps} == {100}  # rounds of 30, 30, 30, then the last 10
     assert res.run["adaptive"]["rounds"] == {"4": len(ps)}
-    assert sorted({(b["n"], b["seed"]) for b in _gen_bodies(server)}) == [(10, SEED + 90), (30, SEED), (30, SEED + 30),
-                                                                          (30, SEED + 60)]
+    bodies = _gen_bodies(server)
+    assert len({b["seed"] for b in bodies}) == len(bodies) == 4 * len(ps)  # each position its own seeds
+    assert sorted({(b["n"], _offset(b)) for b in bodies}) == [(10, 90), (30, 0), (30, 30), (30, 60)]
 
 
 @pytest.mark.in_process
@@ -111,10 +119,10 @@ def test_a_tighter_target_asks_only_for_the_missing_rounds(server, tmp_path):
     assert _score(server, corpus, tmp_path / "tight", cache, "--target-half-width", "0.05", "--save-texts") == 0
     tight = {(p["id"], p["k"]): p["n_endings"] for p in _positions(tmp_path / "tight")}
     assert all(tight[key] >= n for key, n in loose.items()) and sum(tight.values()) > sum(loose.values())
-    # exactly the rounds the first run did not draw: round r of a position is seed + 20 r
+    # exactly the rounds the first run did not draw: round r of a position is its seed + 20 r
     sent = _gen_bodies(server)
     assert len(sent) == sum((tight[key] - n) // 20 for key, n in loose.items())
-    assert all(b["n"] == 20 and b["seed"] >= SEED + 20 for b in sent)
+    assert all(b["n"] == 20 and _offset(b) >= 20 and _offset(b) % 20 == 0 for b in sent)
     a, b = _texts(tmp_path / "loose"), _texts(tmp_path / "tight")
     for key, endings in a.items():
         assert b[key][: len(endings)] == endings
@@ -129,7 +137,7 @@ def test_fixed_runs_send_todays_requests(server, tmp_path):
     # the adaptive flags without a target change nothing
     assert _score(server, corpus, tmp_path / "b", tmp_path / "cb", "--endings", "8", "--round-endings", "3",
                   "--max-endings", "50") == 0
-    assert _gen_bodies(server) == plain and all(b["n"] == 8 and b["seed"] == SEED for b in plain)
+    assert _gen_bodies(server) == plain and all(b["n"] == 8 and _offset(b) == 0 for b in plain)
     assert (tmp_path / "a" / "positions.jsonl").read_bytes() == (tmp_path / "b" / "positions.jsonl").read_bytes()
     assert "adaptive" not in json.loads((tmp_path / "a" / "run.json").read_text())
 

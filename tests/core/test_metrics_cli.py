@@ -26,12 +26,16 @@ SMALL = [
 # s2: flat: no peak (NaN), no reversal (IR 0).
 # s3: one position: only the mean is defined.
 # The curves carry no verdict counts, so the interval columns (issue 27, appended
-# after nan_reasons) are empty.
-NO_INTERVALS = "," * 14
+# after nan_reasons) are empty, and so are the comparable statistics and their
+# intervals (issue 57, appended after them: they need each position's counts).
+NO_INTERVALS = "," * 14 + "," * 15
 STORIES_CSV = f"""\
 id,group,n_positions,mean_nr,late_nr,retain,convergence,ir30,ir60,ir120,nan_reasons,\
 mean_nr_lo,mean_nr_hi,late_nr_lo,late_nr_hi,retain_lo,retain_hi,convergence_lo,convergence_hi,\
-ir30_lo,ir30_hi,ir60_lo,ir60_hi,ir120_lo,ir120_hi
+ir30_lo,ir30_hi,ir60_lo,ir60_hi,ir120_lo,ir120_hi,\
+retain_comparable,convergence_comparable,ir30_comparable,ir60_comparable,ir120_comparable,\
+retain_comparable_lo,retain_comparable_hi,convergence_comparable_lo,convergence_comparable_hi,\
+ir30_comparable_lo,ir30_comparable_hi,ir60_comparable_lo,ir60_comparable_hi,ir120_comparable_lo,ir120_comparable_hi
 s1,A,5,0.54,0.4,50,-50,0,0.4,0.6,{NO_INTERVALS}
 s2,A,3,0.5,0.5,,,0,0,0,no peak (retain/convergence undefined){NO_INTERVALS}
 s3,B,1,0.7,,,,,,,fewer than 3 positions (no inflection rate); no late position (late NR undefined); no peak \
@@ -51,6 +55,11 @@ A,convergence,-50,,,,,1,1
 A,ir30,0,0,0,0,0,2,0
 A,ir60,0.2,0.2828427125,0.392,0,0.4,2,0
 A,ir120,0.3,0.4242640687,0.588,0,0.6,2,0
+A,retain_comparable,,,,,,0,2
+A,convergence_comparable,,,,,,0,2
+A,ir30_comparable,,,,,,0,2
+A,ir60_comparable,,,,,,0,2
+A,ir120_comparable,,,,,,0,2
 B,mean_nr,0.7,,,,,1,0
 B,late_nr,,,,,,0,1
 B,retain,,,,,,0,1
@@ -58,6 +67,11 @@ B,convergence,,,,,,0,1
 B,ir30,,,,,,0,1
 B,ir60,,,,,,0,1
 B,ir120,,,,,,0,1
+B,retain_comparable,,,,,,0,1
+B,convergence_comparable,,,,,,0,1
+B,ir30_comparable,,,,,,0,1
+B,ir60_comparable,,,,,,0,1
+B,ir120_comparable,,,,,,0,1
 """
 
 

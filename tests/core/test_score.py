@@ -86,11 +86,23 @@ def ref_judge_messages(anchor: str, continuation: str, ending: str) -> list[dict
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+def ref_position_seed(seed: int | None, prefix: str) -> int | None:
+    """The seed of a position's generation request, as docs/metrics.md 1.2-1.3 states it:
+    BLAKE2b's first 8 bytes of "{seed}\\0{prefix}", big-endian, modulo 2**31 - 10,000."""
+    if seed is None:
+        return None
+    import hashlib
+    digest = hashlib.blake2b(f"{seed}\0{prefix}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % (2**31 - 10_000)
+
+
 def ref_no_rates(text: str, n: int, seed, yes_rate=0.3, empty_rate=0.0) -> list[tuple[int, float, float, int]]:
     s = ref_sentences(text)
     out = []
     for k, pct in ref_positions(text):
-        endings = expected_endings(ref_generation_messages(" ".join(s[:k])), n, seed, empty_rate=empty_rate)
+        prefix = " ".join(s[:k])
+        endings = expected_endings(ref_generation_messages(prefix), n, ref_position_seed(seed, prefix),
+                                   empty_rate=empty_rate)
         words = " ".join(s[k:]).split()
         cont = " ".join(s[k:]) if len(words) <= 2000 else " ".join(words[:2000])
         yes = sum(expected_verdict(ref_judge_messages(s[k - 1], cont, e), yes_rate=yes_rate) == "Y"
@@ -145,7 +157,8 @@ def test_judge_prompts_hold_anchor_and_truncated_continuation(server, tmp_path):
     assert len(judge) == 2 * len(positions)
     seen = {json.dumps(r.body["messages"]) for r in judge}
     for k, _ in positions:
-        endings = expected_endings(ref_generation_messages(" ".join(sents[:k])), 2, 7)
+        prefix = " ".join(sents[:k])
+        endings = expected_endings(ref_generation_messages(prefix), 2, ref_position_seed(7, prefix))
         cont_words = " ".join(sents[k:]).split()
         assert len(cont_words) > 2000  # so truncation is exercised
         cont = " ".join(cont_words[:2000])
@@ -260,7 +273,9 @@ def test_short_answers_are_completed(server, tmp_path):
     gen = [r.body for r in server.requests if r.path == "/v1/chat/completions" and r.kind == "generation"]
     followups = [b for b in gen if b["n"] < N]
     assert len(followups) == 3 and all(b["n"] == N - N // 2 for b in followups)
-    assert all(b["seed"] == 7 + N // 2 for b in followups)  # the seed moves on: no repeated samples
+    first = {json.dumps(b["messages"]): b["seed"] for b in gen if b["n"] == N}
+    # the seed moves on from the position's own: no repeated samples
+    assert all(b["seed"] == first[json.dumps(b["messages"])] + N // 2 for b in followups)
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["http"]["followups"] == 3
 

@@ -53,7 +53,11 @@ def test_score_writes_an_interval_beside_every_statistic(run):
     _, a, _, _ = run
     header = (a / "stories.csv").read_text().splitlines()[0].split(",")
     assert header[:len(OLD_HEADER)] == OLD_HEADER  # the columns before keep their order
-    assert header[len(OLD_HEADER):] == [f"{s}_{e}" for s in STATS for e in ("lo", "hi")]
+    intervals = [f"{s}_{e}" for s in STATS for e in ("lo", "hi")]
+    assert header[len(OLD_HEADER):len(OLD_HEADER) + len(intervals)] == intervals
+    comparable = [f"{s}_comparable" for s in STATS[2:]]  # issue 57's, appended after them
+    assert header[len(OLD_HEADER) + len(intervals):] == comparable + [f"{s}_{e}" for s in comparable
+                                                                       for e in ("lo", "hi")]
     positions = [json.loads(line) for line in (a / "positions.jsonl").read_text().splitlines()]
     for r in rows(a / "stories.csv"):
         for s in STATS:

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from tension.core.config import ScoreConfig
-from tension.core.config.score import CHECKS, CONCURRENCY, OUTPUTS, SERVERS
+from tension.core.config.score import CHECKS, CONCURRENCY, OUTPUTS, RECORDED_BEFORE, SERVERS
 from tension.core.run.record import Invocations, earlier_record
 
 __all__ = ["earlier_run", "other_run"]
@@ -47,12 +47,24 @@ def other_run(doc: dict[str, Any], cfg: ScoreConfig, corpus_path: str | Path) ->
     if "corpus" in doc and _corpus(doc["corpus"]) != _corpus(corpus_path):
         return f"another corpus ({doc['corpus']})"
     # as JSON reads it back (tuples are lists there)
-    then, now = doc.get("config") or {}, msgspec.json.decode(msgspec.json.encode(cfg.public()))
+    then, now = _as_made(doc.get("config") or {}), _as_made(msgspec.json.decode(msgspec.json.encode(cfg.public())))
     changed = [f"{k.replace('_', '-')} {then[k]!r} → {now.get(k)!r}" for k in WHAT_FIELDS
                if k in then and then[k] != now.get(k)]
     if changed:
         return "other settings (" + ", ".join(changed[:3]) + (", …" if len(changed) > 3 else "") + ")"
     return None
+
+
+def _as_made(config: dict[str, Any]) -> dict[str, Any]:
+    """A run's recorded settings with those it predates as it was made with them
+    (RECORDED_BEFORE), and without the seed scheme when it is unseeded (no request
+    of an unseeded run depends on it)."""
+    if not config:
+        return config
+    out = {**RECORDED_BEFORE, **config}
+    if out.get("seed") is None:
+        out.pop("seed_scheme", None)
+    return out
 
 
 def earlier_run(record_path: Path, cfg: ScoreConfig, corpus_path: str | Path) -> tuple[Invocations, str | None]:

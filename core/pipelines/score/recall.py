@@ -20,6 +20,7 @@ import msgspec
 
 from tension.cache.store import Store
 from tension.core.config import ScoreConfig, load_config
+from tension.core.config.score import RECORDED_BEFORE
 from tension.core.errors import InputError
 from tension.core.formats import PositionLine
 from tension.core.inputs.corpus import read_corpus
@@ -89,10 +90,13 @@ class ScoreRecall:
 
 def _config(saved: dict[str, Any]) -> ScoreConfig:
     """The run's settings from its run.json; keys this version does not know (a
-    run by another version) are left out rather than refused."""
+    run by another version) are left out rather than refused, and settings it did
+    not know have the value it was made with (RECORDED_BEFORE: a seeded run recorded
+    without `seed_scheme` seeded every position with its seed)."""
     known = set(ScoreConfig.__struct_fields__)
     # as a fallback, not as flags: the record holds every setting, given by the user or not
-    return load_config(None, {}, fallback={k: v for k, v in saved.items() if k in known and v is not None})
+    return load_config(None, {}, fallback={k: v for k, v in {**RECORDED_BEFORE, **saved}.items()
+                                           if k in known and v is not None})
 
 
 class RunKeys(msgspec.Struct, kw_only=True):

@@ -4,14 +4,22 @@
 requests (one per ending) from the settings and the resolved model ids; every
 byte of them is part of a cache key, so `estimate` (which looks the keys up) and
 `bench` (which sends them) build theirs here too, without a run.
+
+Seeds (docs/metrics.md 1.2–1.3): a seeded run's position gets its own seed,
+`position_seed(--seed, prefix)` of the story text its prompt continues, so no two
+positions of a story share the random stream of their endings (choice i of a
+request is sampled with seed + i: core/llm/choices.py); --seed-scheme run seeds
+every position with --seed itself, as releases before 2026-12-07 did.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 
 from tension.cache.keys import request_key
 from tension.core.config import ScoreConfig
+from tension.core.config.score import MOST_ENDINGS
 from tension.core.inputs.segment import continuation_text, prefix_text
 from tension.core.llm.choices import chunk
 from tension.core.llm.client import Client
@@ -21,7 +29,23 @@ from tension.core.llm.router import Router
 from tension.core.prompts import score as prompts
 from tension.core.run.lifecycle import warn
 
-__all__ = ["ScoreRequests", "score_routers", "resolve_models", "server_needs"]
+__all__ = ["ScoreRequests", "score_routers", "resolve_models", "server_needs", "position_seed", "SEED_SPAN"]
+
+# Position seeds lie in [0, SEED_SPAN): seed + i of every choice i < MOST_ENDINGS (the
+# largest --endings or --max-endings) is then at most 2**31 − 2, which every server
+# takes (llama.cpp a uint32, others an int32 or int64).
+SEED_SPAN = 2**31 - MOST_ENDINGS
+
+
+def position_seed(seed: int, prefix: str) -> int:
+    """The seed of the generation request of the position whose prompt continues
+    `prefix` (the story's sentences s[0:k], joined as the prompt holds them), in a run
+    seeded `seed`: the first 8 bytes of BLAKE2b of "{seed}\x00{prefix}" (UTF-8), big-
+    endian, modulo SEED_SPAN. A function of the request's own text, so the same on
+    every platform and in every process, the same when a story is renamed, and
+    another stream at every position of a story."""
+    data = f"{seed}\x00{prefix}".encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") % SEED_SPAN
 
 
 class ScoreRequests:
@@ -33,12 +57,22 @@ class ScoreRequests:
         self.judge_model = judge_model
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
 
-    def generation(self, messages: list[dict[str, str]], n: int | None = None) -> ChatRequest:
+    def generation(self, prefix: str, n: int | None = None) -> ChatRequest:
+        """The generation request of n endings (default --endings) of `prefix`, seeded
+        as --seed-scheme says (module docstring)."""
         c = self.cfg
         n = c.endings if n is None else n
-        return ChatRequest(model=self.gen_model, messages=messages, n=n, temperature=c.temperature,
-                           top_p=c.top_p, max_tokens=c.max_tokens, seed=c.seed,
-                           chat_template_kwargs=self.template_kwargs)
+        return ChatRequest(model=self.gen_model, messages=prompts.ending_messages(prefix), n=n,
+                           temperature=c.temperature, top_p=c.top_p, max_tokens=c.max_tokens,
+                           seed=self.seed_of(prefix), chat_template_kwargs=self.template_kwargs)
+
+    def seed_of(self, prefix: str) -> int | None:
+        """The seed of the generation request that continues `prefix`: None unseeded;
+        --seed itself with --seed-scheme run; else `position_seed`."""
+        c = self.cfg
+        if c.seed is None or c.seed_scheme == "run":
+            return c.seed
+        return position_seed(c.seed, prefix)
 
     def judge(self, messages: list[dict[str, str]]) -> ChatRequest:
         c = self.cfg
@@ -59,14 +93,15 @@ class ScoreRequests:
 
     def endings(self, sentences: Sequence[str], k: int) -> ChatRequest:
         """The generation request of the position: n endings of the prefix s[0:k]."""
-        return self.generation(prompts.ending_messages(prefix_text(sentences, k)))
+        return self.generation(prefix_text(sentences, k))
 
     def endings_round(self, sentences: Sequence[str], k: int, r: int) -> ChatRequest:
-        """Adaptive endings' round r (0-based) of the position: choices r·R … of one seeded
-        request for --max-endings, asked alone (core/llm/choices.py `chunk`), so its
-        endings are those a fixed run of M endings holds there, and its cache key its own."""
+        """Adaptive endings' round r (0-based) of the position: choices r·R … of the
+        position's one seeded request for --max-endings, asked alone (core/llm/choices.py
+        `chunk`: seed + r·R), so its endings are those a fixed run of M endings holds
+        there, and its cache key its own."""
         c = self.cfg
-        whole = self.generation(prompts.ending_messages(prefix_text(sentences, k)), n=c.max_endings)
+        whole = self.generation(prefix_text(sentences, k), n=c.max_endings)
         start = r * c.round_endings
         return chunk(whole, start, min(c.round_endings, c.max_endings - start))
 

@@ -231,7 +231,11 @@
       el("tr", {}, ["statistic", "pairs", "A", "B", "B − A", "95% interval", "", "t", "p"].map((h) => el("th", {}, h))),
       D.summary.map((r) => el("tr", {}, el("td", {}, r.stat), el("td", {}, r.n_pairs), el("td", {}, fmt(r.mean_a)),
         el("td", {}, fmt(r.mean_b)), el("td", {}, fmt(r.diff)), el("td", {}, `[${fmt(r.lo)}, ${fmt(r.hi)}]`),
-        el("td", {}, r.significant ? "✓" : "n.s."), el("td", {}, fmt(r.t, 2)), el("td", {}, fmt(r.p, 3))))));
+        r.finding ? el("td", {}, "✓") : r.significant ? el("td", {title: r.why_not}, "no finding ‡") : el("td", {}, "n.s."),
+        el("td", {}, fmt(r.t, 2)), el("td", {}, fmt(r.p, 3))))),
+      el("p", {class: "legend"}, "✓: a finding: p < 0.05 and the interval excludes 0, for a statistic that can support "
+        + "it; no finding ‡: significant, but the statistic cannot support it at these runs' endings (hover for why; "
+        + "docs/metrics.md 1.9)"));
     const detail = el("div", {id: "pair"});
     const rows = D.stories.map((s) => ({s, sort: {id: s.id, group: s.group, ...s.diff}}));
     main.append(el("h2", {}, "per story (click a story for its positions)"), detail,
