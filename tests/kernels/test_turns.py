@@ -164,3 +164,18 @@ def test_the_reports_estimate_is_the_studys_chosen_candidate():
         named = CANDIDATES["turns, z = 0.75, reach + 0.75 se"][1](x, n, k, off, S)
         assert np.array_equal(named, CANDIDATES[CHOSEN][1](x, n, k, off, S), equal_nan=True)
         assert np.array_equal(named, corrected_stats(x, n, k, off)[:, 2:], equal_nan=True)
+
+
+def test_the_bench_prints_the_studys_table(capsys):
+    import runpy
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "second_order.py"
+    mod = runpy.run_path(str(bench))
+    assert mod["main"](["--families", "stairs", "--stories", "40", "--reps", "5", "--positions", "60"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| statistic | candidate | m | n | bias (median; range) |")
+    assert "| ir60 | paper, raw | 60 | 100 |" in out and "| retain | chosen: corrected_stats | 60 | 20 |" in out
+    with pytest.raises(SystemExit):
+        mod["main"](["--families", "nope"])
+    assert "none of 'nope' is a family" in capsys.readouterr().err

@@ -40,7 +40,7 @@ from tension.kernels.denoise import corrected_stats, denoise
 from tension.kernels.turns import FLOOR_DRAWS, turn_stats, turn_stats_of_curves
 
 __all__ = ["FAMILIES", "CONFIGS", "CANDIDATES", "CHOSEN", "Bank", "Row", "bank", "study", "format_rows", "GROUP", "NS",
-           "write_simulated_run",
+           "write_simulated_run", "story_interval_coverage",
            "MS"]
 
 GROUP = 30
@@ -428,3 +428,34 @@ def write_simulated_run(d, config: tuple[str, int, float], stories: int, n: int,
                                       "no_rate": 1.0 - int(matches[j]) / n}) + "\n")
             meta.write(json.dumps({"id": sid, "group": family, "words": 700, "meta": {}}) + "\n")
     return d
+
+
+def story_interval_coverage(m: int, n: int, stories: int, resamples: int, seed: int) -> dict[str, float]:
+    """The share of stories whose stories.csv interval of each comparable statistic
+    (core/reports/comparable.py `comparable_intervals`) holds the story's noise-free value:
+    `stories` stories of every config at m positions and n endings."""
+    from tension.core.reports.comparable import comparable_intervals
+    from tension.core.reports.metrics import Curve
+
+    settings = CurveSettings(interval_resamples=resamples)
+    rng = np.random.default_rng([seed, m, n])
+    x = np.linspace(0.1, 0.99, m)
+    hits: list[list[bool]] = [[] for _ in range(5)]
+    for family, k_features, level in CONFIGS:
+        curves, truths = [], []
+        for i in range(stories):
+            f = np.clip(FAMILIES[family](m, k_features, level, rng), 0.005, 0.995)
+            k = n - rng.binomial(n, f)
+            curves.append(Curve(id=f"{family} {k_features} {level} {i}", x=x.tolist(), y=(1 - k / n).tolist(),
+                                n_endings=[n] * m, n_match=k.tolist()))
+            truths.append(turn_stats_of_curves(x, f, [0, m])[0])
+        off = np.arange(len(curves) + 1, dtype=np.int64) * m
+        est = turn_stats(np.tile(x, len(curves)), np.full(m * len(curves), n),
+                         np.concatenate([c.n_match for c in curves]), off)
+        lo, hi = comparable_intervals(curves, est, settings)
+        t = np.array(truths)
+        for j in range(5):
+            ok = np.isfinite(t[:, j]) & np.isfinite(lo[:, j])
+            hits[j] += list(((lo[:, j] <= t[:, j] + 1e-12) & (t[:, j] <= hi[:, j] + 1e-12))[ok])
+    names = ("retain", "convergence", "ir30", "ir60", "ir120")
+    return {name: float(np.mean(h)) if h else float("nan") for name, h in zip(names, hits)}
