@@ -187,9 +187,14 @@ class _Result(msgspec.Struct, kw_only=True):
         """The status, where it wrote, why it failed; then the result's table."""
         summary = getattr(self, "summary", None)
         error = getattr(summary, "error", None)
+        errors = getattr(self, "errors", [])
+        listed = "".join(f"<br>{html.escape(e)}" for e in errors[:10])
+        if len(errors) > 10:
+            listed += f"<br>… and {len(errors) - 10} more (`errors`)"
         head = (f"<p><b>{html.escape(type(self).__name__)}</b>: {html.escape(self.status)} "
                 f"(exit status {self.exit_status})" + (f", {html.escape(self.out)}" if self.out else "")
-                + (f"<br>{html.escape(str(error))}" if error else "") + "</p>")
+                + (f"<br>{html.escape(str(error))}" if error else "")
+                + (f"<br>{len(errors)} records or stories failed:{listed}" if errors else "") + "</p>")
         table = self._shown()
         return head + (html_table(table) if table is not None else "")
 
@@ -277,6 +282,10 @@ class ScoreResult(_Statistics, kw_only=True):
     run: dict[str, Any] | None
     header: RunHeader | None
     summary: RunSummary
+    # what is missing from the result, as the CLI prints it: each bad corpus record
+    # (file, line, field) and each story that failed; the run can be "complete" (every
+    # story it could read was worked on) and its exit status 1 because of them
+    errors: list[str] = []
 
     def _computed(self) -> ComputedMetrics | None:
         return self.summary.computed

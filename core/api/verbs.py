@@ -78,7 +78,9 @@ async def _score(cfg: ScoreConfig, corpus: PathLike | Records, out: PathLike, co
     return ScoreResult(status=s.status, exit_status=s.exit_status, out=s.out,
                        stories=Table.of(folder / "stories.csv", c.stories()) if c is not None else None,
                        groups=Table.of(folder / "groups.csv", c.group_rows()) if c is not None else None,
-                       run=record, header=header, summary=s)
+                       run=record, header=header, summary=s,
+                       errors=[*s.input_errors, *(f"story {f.id!r} failed at {f.stage}: {f.error}"
+                                                  for f in s.failures)])
 
 
 def score(corpus: PathLike | Records, *, out: PathLike, config: PathLike | None = None, columns: Columns = None,

@@ -1,6 +1,7 @@
 """Reading a corpus: JSON Lines (`id`, `text`, optional `group`, any other fields
-kept as metadata), a CSV or Parquet file with those columns (core/inputs/tabular.py),
-or a folder of `.txt` files (id = file stem)."""
+kept as metadata), a CSV, TSV or Parquet file with those columns, or rows in memory
+written as JSON Lines (core/inputs/tabular.py: one contract for every form, the same
+checks, errors and skip-and-go-on), or a folder of `.txt` files (id = file stem)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
 from tension.core.inputs.jsonl import FileError, check_label, read_records, string_field
 from tension.core.inputs.segment import word_count
-from tension.core.inputs.tabular import is_tabular, read_tabular
+from tension.core.inputs.tabular import guess_columns, is_tabular, missing_columns, read_tabular
 
 __all__ = ["Story", "Skipped", "Corpus", "read_corpus", "DEFAULT_GROUP"]
 
@@ -45,8 +46,8 @@ def read_corpus(path: str | os.PathLike, min_words: int = 500, max_words: int = 
     p = Path(path)
     if p.is_dir():
         records, errors = _read_folder(p)
-    elif is_tabular(p):  # .csv, .parquet: a row a record, the header's names the fields
-        records, errors = read_tabular(p, _story, empty="stories")
+    elif is_tabular(p):  # .csv, .tsv, .parquet: a row a record, the header's names the fields
+        records, errors = read_tabular(p, _story, id_of=lambda s: s.id, required=REQUIRED, empty="stories")
     else:
         records, errors = read_records(p, _story, empty="stories", what="the corpus")
     stories: list[Story] = []
@@ -62,7 +63,13 @@ def read_corpus(path: str | os.PathLike, min_words: int = 500, max_words: int = 
     return Corpus(path=str(p), stories=stories, skipped=skipped, errors=errors)
 
 
+REQUIRED = ("id", "text")  # a story's fields that every record must have
+
+
 def _story(path: str, lineno: int, obj: dict[str, Any]) -> Story:
+    absent = [f for f in REQUIRED if f not in obj]
+    if absent and guess_columns(absent, list(obj)):  # a field named otherwise (`ID`, `story_id`): say the names
+        raise InputError(path, lineno, absent[0], missing_columns(absent, list(obj), "record"))
     sid = string_field(path, lineno, obj, "id")
     text = string_field(path, lineno, obj, "text")
     group = string_field(path, lineno, obj, "group", required=False)

@@ -9,6 +9,7 @@ import operator
 import os
 import re
 import secrets
+import shlex
 import sys
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
@@ -19,8 +20,8 @@ import msgspec
 
 from tension.core.errors import InputError
 
-__all__ = ["STDIN", "MAX_NOT_TEXT", "FileError", "iter_lines", "is_text", "decode_line", "read_records",
-           "display_name", "string_field", "check_label", "json_type", "atomic_write"]
+__all__ = ["STDIN", "MAX_NOT_TEXT", "FileError", "UniqueIds", "iter_lines", "is_text", "not_utf8", "decode_line",
+           "read_records", "display_name", "string_field", "check_label", "json_type", "atomic_write"]
 
 T = TypeVar("T")
 
@@ -99,14 +100,55 @@ def is_text(raw: bytes) -> bool:
     return True
 
 
+def not_utf8(path: str, raw: bytes, start: int, where: str = "") -> str:
+    """What an InputError says of `raw` (a line of `path`), whose byte `start` is
+    not UTF-8: the byte, where it is (`where`, else its column), and the way out:
+    a line that reads as Windows-1252 (cp1252, what Excel and older Windows tools
+    save "CSV" and text in) gets the iconv command that converts the file."""
+    msg = f"not valid UTF-8 (byte 0x{raw[start]:02x} at {where or f'column {start + 1}'})"
+    shown = display_name(path)
+    if shown == "<stdin>":
+        src, dst = "FILE", "FILE.utf8"
+    else:
+        p = Path(shown)
+        src, dst = shlex.quote(shown), shlex.quote(str(p.with_name(f"{p.stem}.utf8{p.suffix}")))
+    try:
+        char = raw[start:start + 1].decode("cp1252")
+        raw.decode("cp1252")
+    except UnicodeDecodeError:
+        return msg + f"; the file is read as UTF-8: convert it (iconv -f ITS-ENCODING -t UTF-8 {src} > {dst})"
+    return (msg + f"; the file reads as Windows-1252 (cp1252, as Excel and older Windows tools save text; the byte is "
+                  f"{char!r} there): "
+                  f"convert it to UTF-8 and read the new file: iconv -f CP1252 -t UTF-8 {src} > {dst}")
+
+
+class UniqueIds:
+    """The ids of one file's records so far, in every reader of records (JSON Lines,
+    CSV, TSV, Parquet; rows in memory are read as JSON Lines): ids that look the
+    same in every table are one id, equal after Unicode normalisation (café
+    composed or decomposed) and trimming ("a" and "a ")."""
+
+    def __init__(self) -> None:
+        self.seen: dict[Any, tuple[int, Any]] = {}  # the id, normalised -> (its first line, the id as written)
+
+    def add(self, path: str, lineno: int, key: Any) -> None:
+        """Keep `key` (the id of the record at `lineno`); an InputError if an earlier record has it."""
+        norm = unicodedata.normalize("NFC", key).strip() if isinstance(key, str) else key
+        if norm in self.seen:
+            first, written = self.seen[norm]
+            same = "" if written == key else (f" as {written!r}: the same id after Unicode normalisation (NFC) "
+                                              "and trimming")
+            raise InputError(path, lineno, "id", f"duplicate id {key!r} (first on line {first}{same})")
+        self.seen[norm] = (lineno, key)
+
+
 def decode_line(path: str | os.PathLike, lineno: int, raw: bytes, type: type[T],
                 decoder: msgspec.json.Decoder | None = None) -> T:
     """Decode one line into ``type``; every failure becomes an InputError."""
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(str(path), lineno, None,
-                         f"not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})") from e
+        raise InputError(str(path), lineno, None, not_utf8(str(path), raw, e.start)) from e
     try:
         if decoder is not None:
             return decoder.decode(raw)
@@ -147,7 +189,7 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
     path = display_name(path)
     items: list[T] = []
     errors: list[InputError] = []
-    seen: dict[str, tuple[int, str]] = {}  # the id, normalised -> (its first line, the id as written)
+    ids = UniqueIds()
     not_text = 0
     for lineno, raw in lines:
         if lineno == 1 and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -167,19 +209,10 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
                                              f"binary file?); stopped reading: {rest} more lines not read"))
                     break
             item = parse(path, lineno, decode(path, lineno, raw))
-            key = id_of(item)
-            # ids that look the same in every table are one id: equal after Unicode
-            # normalisation (café composed or decomposed) and trimming ("a" and "a ")
-            norm = unicodedata.normalize("NFC", key).strip() if isinstance(key, str) else key
-            if norm in seen:
-                first, written = seen[norm]
-                same = "" if written == key else (f" as {written!r}: the same id after Unicode normalisation (NFC) "
-                                                  "and trimming")
-                raise InputError(path, lineno, "id", f"duplicate id {key!r} (first on line {first}{same})")
+            ids.add(path, lineno, id_of(item))
         except InputError as e:
             errors.append(e)
             continue
-        seen[norm] = (lineno, key)
         items.append(item)
     if empty and not items and not errors:
         errors.append(FileError(path, 0, None, f"no {empty} (the file is empty)"))

@@ -18,6 +18,13 @@ to other scripts (README, "Languages"):
 - Thai and Lao write no terminal mark: a space between two of their letters ends
   a sentence (their spaces mark sentence and clause ends, not words).
 
+A story read as another language than English (`languages.detect_language`: Russian,
+German, French, Spanish, or a script without Latin letters) also gets that language's
+rules (`languages.py`): its abbreviations and initials end no sentence (`z. B.`, `M.`,
+`Sr.`, `т. е.`), `…` ends one as `...` does, and in Russian, Spanish and French a
+sentence ends before a dialogue dash that opens the next turn, not before a narrator's
+tag in lower case. A story read as English gets the rules above and nothing more.
+
 Scripts written without spaces get a word count that means something
 (`word_count`): a word per 2 Han or kana characters, per 4 Thai, Lao, Khmer or
 Myanmar characters; text in other scripts counts whitespace words, as the paper.
@@ -31,6 +38,8 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 
 import msgspec
+
+from tension.core.inputs.languages import DASHES, ENGLISH, FRENCH, GERMAN, RUSSIAN, SPANISH, Language, detect_language
 
 __all__ = ["SENTENCE_BOUNDARY", "MIN_SENT_WORDS", "CHARS_PER_WORD", "split_sentences", "word_count",
            "boundary_warning", "Candidate", "candidates", "prefix_text", "story_text", "continuation_text"]
@@ -58,6 +67,10 @@ _IDEOGRAPHIC = re.compile(r"[\u3002\uff01\uff1f\uff0e\uff61]+[\u300d\u300f\uff09
 _THAI = r"\u0e00-\u0e7f\u0e80-\u0eff"
 _THAI_SPACE = re.compile(rf"(?<=[{_THAI}])\s+(?=[{_THAI}])")
 _BOUNDARY = re.compile("|".join(f"(?:{p.pattern})" for p in (_SPACED, _IDEOGRAPHIC, _THAI_SPACE)))
+# The same with the Unicode ellipsis among the spaced marks, for the languages that take it.
+_SPACED_MARK_ELLIPSIS = _SPACED_MARK.replace("[.!?", "[.!?\u2026", 1)
+_BOUNDARY_ELLIPSIS = re.compile("|".join(
+    f"(?:{p})" for p in (_SPACED_MARK_ELLIPSIS + _CLOSE + r"*\s+(?=\S)", _IDEOGRAPHIC.pattern, _THAI_SPACE.pattern)))
 # A sentence may open with these (the paper's “ " ( [, then other languages' quotes and marks).
 _OPENING = frozenset("\u201c\"([\u00bf\u00a1\u00ab\u2039\u201e\u201a\u300c\u300e\uff08\u3014\u3010\u300a\u3008\uff62")
 _CLOSING = frozenset("\u300d\u300f\uff09\u3015\u3011\u3009\u300b\uff63\u201d\u2019\"')]\u00bb\u203a")
@@ -86,9 +99,41 @@ def _starts_sentence(c: str) -> bool:
     return cat in ("Lu", "Lt") or (cat == "Lo" and c > "\u00ff")
 
 
-def _boundary_ends(text: str) -> Iterator[tuple[int, int]]:
-    """(end of the sentence, start of the next) for each boundary of `text`."""
-    for m in _BOUNDARY.finditer(text):
+# Punctuation that may come before an abbreviation's first letter: `(z. B.`, `«M.`.
+_LEADING = "([{\"'\u201c\u201e\u2018\u201a\u00ab\u2039\u00bf\u00a1" + "".join(DASHES)
+
+
+def _abbreviation_ends(text: str, i: int, nxt: int, lang: Language) -> bool:
+    """Whether the dot at `text[i]`, followed by whitespace and `text[nxt]`, closes one of
+    `lang`'s abbreviations (`z.` and `B.` of `z. B.`), an initial (`А.` of `А. С. Пушкин`)
+    or a German ordinal before a month (`3.` of `3. Oktober`): then it ends no sentence."""
+    if text[i] != "." or not text[i + 1].isspace():
+        return False  # a closing mark after the dot: a sentence's end, as the paper's rule
+    before = text[max(0, i - 40):i + 1].split()
+    last = before[-1].lstrip(_LEADING)
+    after = text[nxt:nxt + 40].split(maxsplit=1)
+    following = after[0].rstrip(",;:!?)\u201d\u2019\u00bb\"'") if after else ""
+    forms = [last, last + " " + following]
+    if len(before) > 1:
+        forms.append(before[-2].lstrip(_LEADING) + " " + last)
+    if any(f in lang.abbreviations for f in forms):
+        return True
+    if lang.initials and len(last) == 2 and last[0].isupper():
+        return True
+    return bool(lang.months) and last[:-1].isdigit() and len(last) <= 3 and following.rstrip(".") in lang.months
+
+
+def _after_dash(text: str, j: int) -> str:
+    """The first character after the dash at `text[j]` and the spaces after it."""
+    j += 1
+    while j < len(text) and text[j] in " \u00a0\u202f\u2009":
+        j += 1
+    return text[j:j + 1]
+
+
+def _boundary_ends(text: str, lang: Language = ENGLISH) -> Iterator[tuple[int, int]]:
+    """(end of the sentence, start of the next) for each boundary of `text` read as `lang`."""
+    for m in (_BOUNDARY_ELLIPSIS if lang.ellipsis else _BOUNDARY).finditer(text):
         nxt = m.end()
         c = text[nxt]
         mark = text[m.start()]
@@ -98,17 +143,25 @@ def _boundary_ends(text: str) -> Iterator[tuple[int, int]]:
                 continue
             if c in _CLOSING:  # the closing marks end the text: no sentence after them
                 continue
-        elif not text[m.start()].isspace() and not _starts_sentence(c):
-            continue
+        elif not mark.isspace():
+            if lang.dash_dialogue and c in DASHES:
+                # a dash that opens the next turn (`— Дома`), not a narrator's tag (`— спросила она`)
+                if not _starts_sentence(_after_dash(text, nxt) or "a"):
+                    continue
+            elif not _starts_sentence(c):
+                continue
+            if lang is not ENGLISH and _abbreviation_ends(text, m.start(), nxt, lang):
+                continue
         # The sentence ends after the mark and its closing marks; the whitespace is dropped.
         yield m.start() + len(m.group().rstrip()), nxt
 
 
-def split_sentences(text: str) -> list[str]:
-    """Sentences keep their punctuation; the whitespace between them is dropped."""
+def split_sentences(text: str, language: Language | None = None) -> list[str]:
+    """Sentences keep their punctuation; the whitespace between them is dropped. The
+    text is read as `language`, by default the one `detect_language` tells from it."""
     out: list[str] = []
     start = 0
-    for end, nxt in _boundary_ends(text):
+    for end, nxt in _boundary_ends(text, language or detect_language(text)):
         piece = text[start:end].strip()
         if piece:
             out.append(piece)
@@ -133,35 +186,86 @@ def word_count(text: str) -> int:
 
 
 # A terminal mark that looks like a sentence end: a spaced mark before whitespace (or the end),
-# or an ideographic one.
-_MARKS = re.compile(_SPACED_MARK + _CLOSE + r"*(?:\s|$)|[\u3002\uff01\uff1f\uff0e\uff61]+")
+# or an ideographic one with the closing marks after it (as `_boundary_ends` ends a sentence).
+_MARKS = re.compile(_SPACED_MARK + _CLOSE + r"*(?:\s|$)|" + _IDEOGRAPHIC.pattern.split(r"\s*")[0])
+_MARKS_ELLIPSIS = re.compile(_SPACED_MARK_ELLIPSIS + _CLOSE + r"*(?:\s|$)|" + _IDEOGRAPHIC.pattern.split(r"\s*")[0])
 # Fewer boundaries than this share of the marks, once a story has at least MARKS_FOR_WARNING
 # of them, means the splitter is not reading its script (or its sentences begin in lower case).
 MARKS_FOR_WARNING = 10
 BOUNDARY_SHARE_FOR_WARNING = 0.5
+# This many boundaries after another language's abbreviation (`z. B.` in a story read as
+# English) mean the story's language was not recognised.
+DOUBTFUL_FOR_WARNING = 3
+# (without those English writes too: `Dr.`, `St.`, `M.`, `Mlle.` …)
+_SHARED_WITH_ENGLISH = frozenset({"Dr.", "Prof.", "St.", "M.", "MM.", "Mme.", "Mmes.", "Mlle.", "Mlles.", "D.", "Me.",
+                                  "Pr.", "Fr.", "Ste.", "ca.", "Ca.",
+                                  "cf.", "Cf.", "av.", "Av.", "Ing."})
+_OTHERS_ABBREVIATIONS = tuple((lang, Language(code=lang.code, name=lang.name,
+                                              abbreviations=lang.abbreviations - _SHARED_WITH_ENGLISH))
+                              for lang in (GERMAN, FRENCH, SPANISH, RUSSIAN))
 
 
-def boundary_warning(text: str) -> str | None:
-    """A sentence for the user when a story's terminal marks and its boundaries disagree
-    (many marks, few boundaries: its sentences begin with what the splitter does not take
-    for a sentence start), else None."""
-    ends = {end for end, _ in _boundary_ends(text)}
+def _ends_nothing_by_rule(text: str, m: re.Match[str], lang: Language) -> bool:
+    """Whether the mark `m` rightly ends no sentence under `lang`'s rules: a Japanese quotation
+    going on (「…？」と), a narrator's tag after a dialogue dash (`? — спросила`), an abbreviation."""
+    mark = text[m.start()]
+    rest = text[m.end():].lstrip()
+    if mark in _IDEOGRAPHIC_MARKS:
+        return m.group()[-1:] in _CLOSING and rest[:1] == "\u3068"
+    if lang is ENGLISH or not rest:
+        return False
+    nxt = len(text) - len(rest)
+    if lang.dash_dialogue and rest[0] in DASHES:
+        return not _starts_sentence(_after_dash(text, nxt) or "a")
+    return _abbreviation_ends(text, m.start(), nxt, lang)
+
+
+def _caseless(text: str) -> bool:
+    """Whether most of the letters of `text` are of a script without case (Han, kana, Hebrew …)."""
+    letters = [c for c in text[:20000] if c.isalpha()]
+    return sum(not c.isupper() and not c.islower() for c in letters) * 2 > len(letters)
+
+
+def boundary_warning(text: str, language: Language | None = None) -> str | None:
+    """A sentence for the user when a story's boundaries are doubtful, else None: its
+    terminal marks and its boundaries disagree (many marks, few boundaries: its sentences
+    begin with what the splitter does not take for a sentence start), or many boundaries
+    follow another language's abbreviations (its language was not recognised)."""
+    lang = language or detect_language(text)
+    bounds = list(_boundary_ends(text, lang))
+    ends = {end for end, _ in bounds}
     followers: Counter[str] = Counter()
     marks = 0
-    for m in _MARKS.finditer(text.rstrip()):  # the story's last mark ends no boundary
-        marks += 1
+    for m in (_MARKS_ELLIPSIS if lang.ellipsis else _MARKS).finditer(text.rstrip()):  # the last mark ends none
         end = m.start() + len(m.group().rstrip())
         if end not in ends:
+            if _ends_nothing_by_rule(text, m, lang):
+                continue
             rest = text[m.end():].lstrip()
             followers[rest[:1]] += 1
+        marks += 1
     boundaries = marks - sum(followers.values())
-    if marks < MARKS_FOR_WARNING or boundaries >= BOUNDARY_SHARE_FOR_WARNING * marks:
-        return None
-    c, n = followers.most_common(1)[0]
-    return (f"{marks} sentence-ending marks but {boundaries} sentence boundaries ({n} of the marks are "
-            f"followed by {c!r}): a sentence ends only before an uppercase letter, a letter of a script "
-            "without case or an opening mark, so its sentences may be merged and positions missing "
-            "(README, \"Languages\")")
+    if marks >= MARKS_FOR_WARNING and boundaries < BOUNDARY_SHARE_FOR_WARNING * marks:
+        c, n = followers.most_common(1)[0]
+        starts = ("a letter or an opening mark" if _caseless(text) else
+                  "an uppercase letter, a letter of a script without case or an opening mark")
+        return (f"{marks} sentence-ending marks but {boundaries} sentence boundaries ({n} of the marks are "
+                f"followed by {c!r}): a sentence ends only before {starts}, so its sentences may be merged and "
+                "positions missing (README, \"Languages\")")
+    doubtful: Counter[str] = Counter()
+    for end, nxt in bounds:
+        if text[end - 1] != "." or not text[end:end + 1].isspace():
+            continue
+        for other, forms in _OTHERS_ABBREVIATIONS:
+            if other is not lang and _abbreviation_ends(text, end - 1, nxt, forms):
+                doubtful[text[:end].split()[-1]] += 1
+                break
+    if sum(doubtful.values()) >= DOUBTFUL_FOR_WARNING:
+        shown = ", ".join(f"{w!r} \u00d7{n}" for w, n in doubtful.most_common(3))
+        return (f"{sum(doubtful.values())} of its {len(bounds)} sentence boundaries follow an abbreviation of "
+                f"another language ({shown}) and the story was read as {lang.name}: its sentences may be cut "
+                "and positions fall mid-sentence (README, \"Languages\")")
+    return None
 
 
 class Candidate(msgspec.Struct, frozen=True):

@@ -1,7 +1,17 @@
-"""Records from where the data is, besides JSON Lines: a CSV or a Parquet file
+"""Records from where the data is, besides JSON Lines: a CSV, TSV or Parquet file
 (one row a record, the header's names the fields; the CLI reads them as it reads
 a .jsonl corpus), and rows in memory, as a notebook holds them (a pandas
 DataFrame, a ``datasets.Dataset``, any iterable of mappings).
+
+One contract for every form, JSON Lines' (core/inputs/jsonl.py `read_records`): a
+bad record is an InputError naming the file, the line (where a CSV row begins; a
+Parquet row's number, from 1) and the field, the other records are read, and a
+record whose id an earlier one has is refused (`UniqueIds`). A delimited file's
+delimiter is read off its header (``,`` ``;`` tab ``|``: the one that splits it
+into the most columns; a tie is the suffix's, tab for .tsv), its cells may be of
+any length, and a cell that is not UTF-8 is its row's error with the way out
+(`not_utf8`). A required column missing from the header is one error that lists
+the header's names (`missing_columns`).
 
 Rows in memory are written as JSON Lines (`write_rows`, row N on line N) and read
 by the verb's own reader: the same checks and the same errors (line = row number,
@@ -11,89 +21,225 @@ file. Their columns are the JSON Lines fields, or renamed by `columns`
 
 from __future__ import annotations
 
+import bisect
+import codecs
 import csv
 import io
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
 from tension.core.errors import ConfigError, InputError
-from tension.core.inputs.jsonl import FileError, atomic_write
+from tension.core.inputs.jsonl import FileError, UniqueIds, atomic_write, not_utf8
 
-__all__ = ["TABULAR", "is_tabular", "read_tabular", "is_rows", "rows_of", "write_rows"]
+__all__ = ["TABULAR", "DELIMITERS", "is_tabular", "read_tabular", "missing_columns", "guess_columns", "is_rows",
+           "rows_of", "write_rows"]
 
 T = TypeVar("T")
-TABULAR = (".csv", ".parquet")
+TABULAR = (".csv", ".tsv", ".parquet")
+DELIMITERS = (",", "\t", ";", "|")  # what a delimited file's header is tried with, the default first
 PARQUET_NEEDS = ("reading a Parquet file needs pyarrow, which tension-run does not depend on: "
                  "pip install 'tension-run[parquet]' (or pip install pyarrow), or give the corpus as .jsonl or .csv")
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")  # a byte that is not UTF-8, as surrogateescape keeps it
 
 
 def is_tabular(path: str | os.PathLike) -> bool:
     return Path(path).suffix.lower() in TABULAR
 
 
+class _Row(msgspec.Struct):
+    line: int  # where it begins (a CSV row's quoted text may span lines); a Parquet row's number
+    cells: dict[str, Any] | None  # None: the row's `error` says why it cannot be read
+    error: InputError | None = None
+
+
 def read_tabular(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *,
+                 id_of: Callable[[T], Any] | None = None, required: Sequence[str] = (),
                  empty: str = "records") -> tuple[list[T], list[InputError]]:
-    """Every record `parse` makes of the rows of a CSV or Parquet file, and an error
-    per bad row (its line in a CSV file; its row number, from 1, in Parquet)."""
+    """Every record `parse` makes of the rows of a CSV, TSV or Parquet file, and an
+    error per bad row; `id_of` (when given) names each record's id, which no
+    earlier record may have; a `required` column missing from the header is one
+    error for the file."""
     p = Path(path)
     name = str(p)
     try:
-        rows = _parquet_rows(p) if p.suffix.lower() == ".parquet" else _csv_rows(p)
+        header, rows = _parquet_rows(p) if p.suffix.lower() == ".parquet" else _csv_rows(p)
     except InputError as e:
         return [], [e]
+    if header is not None and (missing := [c for c in required if c not in header]):
+        line = 0 if p.suffix.lower() == ".parquet" else 1
+        return [], [FileError(name, line, None, missing_columns(missing, header, "header"))]
     items: list[T] = []
     errors: list[InputError] = []
-    for lineno, row in rows:
+    ids = UniqueIds()
+    for row in rows:
         try:
-            items.append(parse(name, lineno, row))
+            if row.error is not None:
+                raise row.error
+            item = parse(name, row.line, row.cells)
+            if id_of is not None:
+                ids.add(name, row.line, id_of(item))
         except InputError as e:
             errors.append(e)
+            continue
+        items.append(item)
     if not items and not errors:
         errors.append(FileError(name, 0, None, f"no {empty} (the file has no rows)"))
     return items, errors
 
 
-def _csv_rows(p: Path) -> list[tuple[int, dict[str, Any]]]:
+def missing_columns(missing: Sequence[str], names: Sequence[str], where: str) -> str:
+    """What a table (`where`: "header", or "record") lacking the `missing` fields
+    says: its names, the name that differs only in case, and the way out (the
+    `columns` mapping, where `guess_columns` finds every column)."""
+    have = ", ".join(f"`{n}`" for n in names) or "none"
+    say = " and ".join(f"`{m}`" for m in missing)
+    if where == "header":
+        msg = f"no column {say} (the header's columns: {have})"
+    else:
+        msg = f"no field {say} (the record's fields: {have})"
+    cased = [f"`{n}` is `{m}` in another case" for m in missing for n in names if n.casefold() == m]
+    if cased:
+        msg += f"; names are case-sensitive: {', '.join(cased)}"
+    guess = guess_columns(missing, names)
+    mapping = "{" + ", ".join(f"{f!r}: {c!r}" for f, c in guess.items()) + "}"
+    if where == "header":
+        msg += f"; name the columns {say} in the header (line 1)"
+        if len(guess) == len(missing):  # a mapping that reads the file as it is
+            msg += (f", or read the file into a DataFrame and give it with columns={mapping} (Python: "
+                    "tension.score(frame, columns=…))")
+        return msg
+    return msg + f"; rows in memory (a DataFrame, a Dataset) are renamed by columns={mapping}"
+
+
+def guess_columns(fields: Sequence[str], names: Sequence[str]) -> dict[str, str]:
+    """The column that likely holds each field: its name in another case, else
+    (for `id` and `text`) the one column named like it (``story_id``, ``body``)."""
+    like = {"id": lambda n: n.endswith("id"),
+            "text": lambda n: "text" in n or n in ("body", "story", "content")}
+    out = {}
+    for f in fields:
+        cands = [n for n in names if n.casefold() == f]
+        if not cands and f in like:
+            cands = [n for n in names if like[f](n.casefold())]
+        if len(cands) == 1:
+            out[f] = cands[0]
+    return out
+
+
+def _delimiter(first_line: str, suffix: str) -> str:
+    """The delimiter a header line is written with: the one of DELIMITERS that
+    splits it into the most cells; on a tie the suffix's (tab for .tsv)."""
+    default = "\t" if suffix == ".tsv" else ","
+    counts = {d: len(next(csv.reader([first_line], delimiter=d), [])) for d in DELIMITERS}
+    most = max(counts.values())
+    return default if counts[default] == most else next(d for d in DELIMITERS if counts[d] == most)
+
+
+def _text_of(p: Path) -> tuple[str, bytes]:
+    """A delimited file's text (a byte that is not UTF-8 kept as a surrogate, for its
+    row's error) and its bytes, a UTF-8 byte order mark dropped."""
     try:
-        text = p.read_bytes().decode("utf-8-sig")
+        data = p.read_bytes()
     except OSError as e:
         raise InputError(str(p), 0, None, f"cannot open: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise InputError(str(p), 0, None, f"not valid UTF-8 (byte offset {e.start})") from e
-    reader = csv.reader(io.StringIO(text, newline=""))
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise FileError(str(p), 0, None, f"UTF-16 (its byte-order mark says so); the corpus is read as UTF-8: "
+                                         f"convert it (iconv -f UTF-16 -t UTF-8 {p} > {p.with_suffix('')}.utf8"
+                                         f"{p.suffix})")
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    return data.decode("utf-8", errors="surrogateescape"), data
+
+
+def _bad_bytes(data: bytes) -> tuple[list[int], list[tuple[bytes, int]]]:
+    """The lines (1-based) that hold a byte that is not UTF-8, with each line and its first such byte."""
+    lines: list[int] = []
+    where: list[tuple[bytes, int]] = []
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            lines.append(n)
+            where.append((raw, e.start))
+    return lines, where
+
+
+def _csv_rows(p: Path) -> tuple[list[str] | None, list[_Row]]:
+    """The header of a CSV or TSV file and its rows, each with the line it begins on
+    (its cells by column, every one text: an id "007" stays "007"; an empty cell is
+    a missing value) or with the error that makes it unreadable."""
+    name = str(p)
+    text, data = _text_of(p)
+    if not text.strip():
+        return None, []
+    delimiter = _delimiter(text.split("\n", 1)[0].rstrip("\r"), p.suffix.lower())
+    bad_lines, bad_where = _bad_bytes(data) if _NOT_UTF8.search(text) else ([], [])
+    old = csv.field_size_limit()
+    csv.field_size_limit(max(old, len(text) + 1))  # a cell as long as the file: a long story is the word filter's
     try:
-        header = next(reader, None)
-        if header is None:
-            return []
-        out = []
-        for cells in reader:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+        try:
+            header = [c.strip() for c in next(reader, [])]
+        except csv.Error as e:
+            raise FileError(name, 1, None, f"the header (line 1) is not CSV: {e}") from e
+        rows: list[_Row] = []
+        while True:
+            start = reader.line_num + 1
+            try:
+                cells = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:
+                rows.append(_Row(start, None, InputError(name, start, None, f"not CSV: {e}")))
+                continue
             if not any(cells):
                 continue  # a blank line, as in JSON Lines
-            if len(cells) != len(header):
-                raise InputError(str(p), reader.line_num, None, f"{len(cells)} cells where the header has "
-                                                                f"{len(header)} columns")
-            # every cell is text (an id "007" stays "007"); an empty one is a missing value
-            out.append((reader.line_num, {k: v for k, v in zip(header, cells) if v != ""}))
-        return out
-    except csv.Error as e:
-        raise InputError(str(p), reader.line_num, None, f"not CSV: {e}") from e
+            rows.append(_csv_row(name, header, delimiter, start, reader.line_num, cells, bad_lines, bad_where))
+        return header, rows
+    finally:
+        csv.field_size_limit(old)
 
 
-def _parquet_rows(p: Path) -> list[tuple[int, dict[str, Any]]]:
+def _csv_row(name: str, header: list[str], delimiter: str, start: int, end: int, cells: list[str],
+             bad_lines: list[int], bad_where: list[tuple[bytes, int]]) -> _Row:
+    for i, cell in enumerate(cells):
+        if _NOT_UTF8.search(cell):
+            k = bisect.bisect_left(bad_lines, start)
+            raw, at = bad_where[k] if k < len(bad_lines) else (b"?", 0)
+            line = bad_lines[k] if k < len(bad_lines) else start
+            where = f"column {at + 1}" if line == start else f"line {line}, column {at + 1}"
+            field = header[i] if i < len(header) else None
+            return _Row(start, None, InputError(name, start, field, not_utf8(name, raw, at, where)))
+    columns = ", ".join(header)
+    shown = "tab" if delimiter == "\t" else repr(delimiter)
+    if len(cells) < len(header):
+        missing = header[len(cells)]
+        return _Row(start, None, InputError(name, start, missing, f"missing: the row has {len(cells)} cells where the "
+                                                                  f"header has {len(header)} columns ({columns})"))
+    if len(cells) > len(header):
+        return _Row(start, None, InputError(name, start, None, f"{len(cells)} cells where the header has "
+                                                               f"{len(header)} columns ({columns}); a cell that holds "
+                                                               f"the delimiter ({shown}) must be quoted (\"…\")"))
+    return _Row(start, {k: v for k, v in zip(header, cells) if v != ""})
+
+
+def _parquet_rows(p: Path) -> tuple[list[str] | None, list[_Row]]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise InputError(str(p), 0, None, PARQUET_NEEDS) from None
     try:
-        rows = pq.read_table(p).to_pylist()
+        table = pq.read_table(p)
     except OSError as e:
         raise InputError(str(p), 0, None, f"cannot read as Parquet: {e}") from e
-    return [(i, {k: v for k, v in r.items() if v is not None}) for i, r in enumerate(rows, 1)]
+    rows = [_Row(i, {k: v for k, v in r.items() if v is not None}) for i, r in enumerate(table.to_pylist(), 1)]
+    return [str(c) for c in table.column_names], rows
 
 
 # -- rows in memory ---------------------------------------------------------------------

@@ -7,7 +7,6 @@ The sample texts are written for this test (short, two to six sentences each).""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -19,6 +18,7 @@ from tension.core.inputs.segment import (
     split_sentences,
     word_count,
 )
+from tension.testing.corpus import SHARED_DATA, shared_texts
 
 # (script, text, its sentences exactly, word_count of the text)
 SCRIPTS = [
@@ -99,22 +99,14 @@ def _paper_split(text: str) -> list[str]:
     return out + ([text[start:].strip()] if text[start:].strip() else [])
 
 
-DATA = Path("/work/shared/data")
-
-
-@pytest.mark.skipif(not DATA.is_dir(), reason="the shared story data (../shared/data) is not on this machine")
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="the shared story data (../shared/data) is not on this machine")
 def test_english_stories_split_and_count_exactly_as_the_papers_rule():
     n = 0
-    for f in sorted(DATA.glob("*.jsonl")):
-        for line in f.read_text(encoding="utf-8").splitlines():
-            text = json.loads(line).get("text")
-            if not isinstance(text, str) or not text:
-                continue
-            n += 1
-            sents = split_sentences(text)
-            assert sents == _paper_split(text), (f.name, n)
-            assert word_count(text) == len(text.split())
-            assert all(word_count(s) == len(s.split()) for s in sents)
+    for name, n, text in shared_texts():
+        sents = split_sentences(text)
+        assert sents == _paper_split(text), (name, n)
+        assert word_count(text) == len(text.split())
+        assert all(word_count(s) == len(s.split()) for s in sents)
     assert n > 500
 
 

@@ -9,7 +9,12 @@ import json
 import random
 from pathlib import Path
 
-__all__ = ["WORDS", "EMBEDDED_STORY", "make_corpus", "write_story", "write_unique_corpus"]
+__all__ = ["WORDS", "EMBEDDED_STORY", "SHARED_DATA", "make_corpus", "write_story", "write_unique_corpus",
+           "shared_texts"]
+
+# The real stories of the workplace (never copied into the repo): tests that read them
+# skip where they are absent, as on a fresh CI machine.
+SHARED_DATA = Path("/work/shared/data")
 
 WORDS = ("the old keeper watched a grey boat drift past the harbour wall while rain fell on "
           "lanterns and nets and somebody called her name from the ferry road across the water "
@@ -83,3 +88,15 @@ EMBEDDED_STORY = (
     "Instead the baker took off his apron, combed his hair with his fingers, and walked across the road for the first time in fifty years. "
     "That afternoon, for the first time anyone could remember, the clocks in the empty house began to tick again."
 )
+
+
+def shared_texts():
+    """(file name, its story's number from 1, text) of every story with a text in SHARED_DATA."""
+    n = 0
+    for f in sorted(SHARED_DATA.glob("*.jsonl")):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            text = json.loads(line).get("text")
+            if isinstance(text, str) and text:
+                n += 1
+                yield f.name, n, text
+
