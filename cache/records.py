@@ -65,6 +65,10 @@ class Endings(msgspec.Struct, tag="endings", kw_only=True, omit_defaults=True, g
     usage: Usage
     created: float  # unix time the record was completed
     seconds: float = 0.0  # wall time spent on the request(s)
+    # the model the request asked for (`cache drop --model` matches it; a server may answer
+    # under another name: an alias, vLLM's --served-model-name, a proxy). "": written before
+    # issue 58, when only `model` was kept
+    asked: str = ""
 
 
 class Verdict(msgspec.Struct, tag="verdict", kw_only=True, omit_defaults=True, gc=False):
@@ -82,6 +86,7 @@ class Verdict(msgspec.Struct, tag="verdict", kw_only=True, omit_defaults=True, g
     # written before format 3. Stored as "of" (the codec's dictionary does not hold the
     # name: a compressed verdict takes ≈ 15 bytes more, 27 → 43, where "of_ending" took 23)
     of_ending: bytes = msgspec.field(default=b"", name="of")
+    asked: str = ""  # the model the request asked for, as Endings' ("": written before issue 58)
 
 
 class JudgedPosition(msgspec.Struct, tag="judged", kw_only=True, omit_defaults=True, gc=False):
@@ -96,6 +101,7 @@ class JudgedPosition(msgspec.Struct, tag="judged", kw_only=True, omit_defaults=T
     judged: int  # verdicts it stands for (non-empty endings)
     created: float
     of_endings: bytes = msgspec.field(default=b"", name="of")  # the endings it judged (`endings_link`; format 3)
+    asked: str = ""  # the judge model its requests asked for ("": written before issue 58, names none)
 
 
 class TokenCount(msgspec.Struct, tag="tokens", kw_only=True, omit_defaults=True, gc=False):

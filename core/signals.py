@@ -29,11 +29,20 @@ finalizer then fails: Python prints "Exception ignored in …" and a traceback a
 command has said it stopped (llvmlite's ObjectRef, interrupted while numba loaded a
 kernel from its cache: `AttributeError: … '_as_parameter_'`). The CLI's stop paths
 silence those (`quiet_finalizers`) where the CLI is the process's command (`as_command`),
-which ends with its verb."""
+which ends with its verb.
+
+The command's stops from its first line (issue 58, G3, G4): Ctrl-C and SIGTERM alike end
+every verb with "interrupted …" and exit 130. Before `main()` runs, the command is still
+importing (≈ 0.1 s; the package `tension` is the API, and is imported before any module of
+the CLI): `command_starts`, the first statement of `tension/__init__.py` (and of
+bin/tension-run), puts a handler there that says so and exits 130 at once, nothing having
+been done yet; `main()` then puts the recording one (`as_command`). Only what the
+interpreter does before that first statement still ends on SIGTERM's default (143)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -41,7 +50,7 @@ import threading
 from collections.abc import Iterator
 
 __all__ = ["stops_raise", "stop_wins", "python_sigint", "raise_if_stopped", "wait_stoppable", "wait_exit",
-           "as_command", "quiet_finalizers"]
+           "as_command", "command_starts", "held", "quiet_finalizers"]
 
 _received: list[int] = []  # the stop signals received within the outermost open block
 _depth = 0  # blocks open (on the main thread: the only one that installs them)
@@ -100,14 +109,20 @@ def python_sigint() -> Iterator[None]:
     (`as_command`): asyncio's runner puts its graceful handler (the first Ctrl-C cancels
     the main task, whose cleanup commits completed work) only over Python's own. Around
     a loop that runs on the main thread; elsewhere, nothing."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not _stop:
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    own_int = signal.getsignal(signal.SIGINT) is _stop
+    own_term = signal.getsignal(signal.SIGTERM) is _stop
+    if own_int:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, _stop)
+        if own_int:
+            signal.signal(signal.SIGINT, _stop)
+        if own_term:  # a loop that had its own SIGTERM handler put the default (143) back when it removed it
+            signal.signal(signal.SIGTERM, _stop)
 
 
 # How long a stop signal may wait to be obeyed by a main thread asleep in `wait_stoppable`
@@ -163,9 +178,85 @@ def as_command() -> None:
     script, `python -m tension.core.cli`), which ends when its verb does."""
     global _command
     _command = True
-    if (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):  # not where the shell ignores it
-        signal.signal(signal.SIGINT, _stop)  # Ctrl-C as before, recorded for `stop_wins`
+    if threading.current_thread() is not threading.main_thread():
+        return
+    # Ctrl-C as before, recorded for `stop_wins`; SIGTERM as Ctrl-C, in every verb (said, exit 130, where
+    # its default ends the process at once, silently, 143). Not where the shell ignores either.
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _starting):
+        signal.signal(signal.SIGINT, _stop)
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, _starting):
+        signal.signal(signal.SIGTERM, _stop)
+
+
+def _is_the_command() -> bool:
+    """This process runs the `tension-run` command: its console script or bin/tension-run,
+    or ``python -m tension.core.cli`` (whose ``sys.argv[0]`` is "-m" while it imports)."""
+    if sys.argv and os.path.basename(sys.argv[0]) == "tension-run":
+        return True
+    orig = getattr(sys, "orig_argv", [])
+    return "-m" in orig[:-1] and orig[orig.index("-m") + 1] == "tension.core.cli"
+
+
+def _starting(signum: int, frame: object) -> None:
+    """A stop while the command imports, before `main()` runs: nothing has been done, so it
+    is said and the process exits 130 at once (an exception here would be a traceback, or
+    lost in an import's callback). Written with os.write: the handler may run in the middle
+    of a print."""
+    import shlex
+
+    from tension.core.redact import redact_argv
+
+    argv = list(sys.argv)
+    if argv and argv[0] == "-m":  # python -m, still importing
+        argv[0] = "python -m tension.core.cli"
+    shown = redact_argv(argv)
+    said = ("interrupted (while starting; nothing was done). Resume with the same command:\n  "
+            + " ".join(a if i == 0 and a.startswith("python -m") else shlex.quote(a) for i, a in enumerate(shown))
+            + ("\n(its secrets are shown as ***: give them again)" if shown != argv else "") + "\n")
+    try:
+        os.write(2, said.encode("utf-8", "replace"))
+    finally:
+        os._exit(130)
+
+
+def command_starts() -> None:
+    """Where this process is the `tension-run` command (`_is_the_command`), Ctrl-C and
+    SIGTERM from now until `main()` runs (`as_command`) say "interrupted" and exit 130
+    (module docstring). The first statement of the package `tension`, before it imports
+    the API; elsewhere (a notebook, a script importing tension), nothing."""
+    if threading.current_thread() is not threading.main_thread() or not _is_the_command():
+        return
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell ignores it
+        signal.signal(signal.SIGINT, _starting)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _starting)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Within the block, Ctrl-C and SIGTERM wait: received, the first is sent again at the
+    block's end, once the block has done all it does, to the handler that was there before
+    (the command's: recorded, KeyboardInterrupt). Around
+    the renames that put a verb's outputs in place together (`tension.core.inputs.jsonl`
+    `replace_together`): a stop between two of them would leave a set half old, half new.
+    Off the main thread, nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+
+    def wait(signum: int, frame: object) -> None:
+        got.append(signum)
+
+    before = {s: signal.signal(s, wait) for s in (signal.SIGINT, signal.SIGTERM)
+              if signal.getsignal(s) not in (signal.SIG_IGN, None)}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        if got:  # sent again, to the handler it was meant for: recorded, KeyboardInterrupt (or the default's end)
+            signal.raise_signal(got[0])
 
 
 def quiet_finalizers() -> None:

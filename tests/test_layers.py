@@ -24,10 +24,12 @@ ALLOWED = {
     "cache": {"core.errors"},
     "core.errors": set(),
     "core.redact": set(),  # the one redactor of server text: whatever prints or stores it may use it
-    "core.signals": set(),  # the one owner of stop signals (Ctrl-C, SIGTERM): whatever stops part-way uses it
+    # the one owner of stop signals (Ctrl-C, SIGTERM): whatever stops part-way uses it; redact: the resume
+    # line of a stop while the command starts
+    "core.signals": {"core.redact"},
     "core.formats": {"core.errors"},
     "core.config": {"core.errors", "core.redact", "kernels", "core.llm"},
-    "core.inputs": {"core.errors", "core.formats", "core.config", "core.prompts", "kernels"},
+    "core.inputs": {"core.errors", "core.formats", "core.config", "core.prompts", "core.signals", "kernels"},
     "core.prompts": {"core.errors"},
     "core.llm": {"core.errors", "core.redact", "cache"},
     "core.run": {"core.errors", "core.redact", "core.signals", "cache", "core.llm", "core.inputs"},
@@ -47,7 +49,8 @@ ALLOWED = {
                  "core.inputs", "core.run", "core.view", "cache", "kernels"},
     "core.cli": {"core.errors", "core.redact", "core.signals", "core.config", "core.pipelines", "core.reports", "core.serving",
                  "core.inputs", "core.view", "cache", "kernels", "core.llm", "core.api"},  # llm: `route` starts the router
-    "core.tension": {"core.api", "core.errors"},  # the package `tension` itself: the API's facade
+    # the package `tension` itself: the API's facade; signals: the command's handler, its first statement
+    "core.tension": {"core.api", "core.errors", "core.signals"},
 }
 
 

@@ -175,20 +175,18 @@ def _cache_of(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if argv is None:  # the process's own command line: the console script, python -m
-        from tension.core.signals import as_command
-
-        as_command()
-    argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
-    from tension.core.api.calls import by_the_cli
+    from tension.core.signals import as_command, stop_wins
 
     stop = StopNote()  # a run that is stopped says here what it kept
     STOPPED.set(stop)
-    from tension.core.signals import stop_wins
-
     try:
+        if argv is None:  # the process's own command line: the console script, python -m
+            as_command()  # Ctrl-C and SIGTERM from here on: the "interrupted" below, exit 130
+        argv = sys.argv[1:] if argv is None else argv
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+        from tension.core.api.calls import by_the_cli
+
         _check_out_folder(args)
         # the verbs' run records keep this command line as their argv; an error a library
         # made of the user's stop is the stop (core/signals.py)

@@ -114,7 +114,8 @@ def cmd_cache_recover(args) -> int:
 
 def cmd_cache_drop(args) -> int:
     """Forget cached answers, so the next run asks for them again: those of a model
-    (--model, as the server named it), of a role (--role), of a run folder (--run:
+    (--model: the requests that asked for it, whatever name the server answered
+    under), of a role (--role), of a run folder (--run:
     the records its positions were scored from), or of all the filters given.
 
     The cache is PATH (or --cache PATH); with --run DIR and neither, the one DIR's
@@ -145,25 +146,48 @@ def cmd_cache_drop(args) -> int:
             if run.note:
                 print(f"note: {run.note}", file=sys.stderr)
         chosen: dict[str, list[bytes]] = {}
+        by_answer = 0  # records written before issue 58, matched by the model that answered
+        unnamed: list[bytes] = []  # judged-position records written before issue 58 (they name no model)
         for db in dbs:
             if run is not None and db not in run.keys:
                 continue  # token counts are not a run's own
             wanted = run.keys[db] if run is not None else None
-            chosen[db] = [key for key, rec in store.keys(db)
-                          if (wanted is None or key in wanted) and _model_matches(db, rec, args.model)]
+            chosen[db] = []
+            for key, rec in store.keys(db):
+                if wanted is not None and key not in wanted:
+                    continue
+                match = _model_matches(rec, args.model)
+                if match is None:
+                    unnamed.append(key)
+                elif match:
+                    chosen[db].append(key)
+                    by_answer += args.model is not None and not getattr(rec, "asked", "x")  # (token counts: none)
+        if unnamed and chosen.get("verdicts"):
+            # an index of verdicts that names no model: it goes with the verdicts dropped (else a
+            # rerun would read their answers from it); without one it is rebuilt with no request
+            chosen["positions"] += unnamed
         total = sum(len(k) for k in chosen.values())
         which = ", ".join(f"{k} {v}" for k, v in (("model", args.model), ("role", args.role), ("run", args.run)) if v)
         print(f"cache {path}: {total} records match ({which})" + (":" if total else ""))
         for db, keys in chosen.items():
             if keys:
                 print(f"  {len(keys):>8} {WHAT[db]}")
+        if by_answer:
+            print(f"note: {by_answer} of them were written before records named the model asked for: they are "
+                  f"matched by the model that answered ({args.model})")
+        if unnamed and chosen.get("verdicts"):
+            print(f"note: {len(unnamed)} of the judged-position records name no model (written before records "
+                  "named it): they go with the verdicts dropped, and a run rebuilds those it needs from the "
+                  "verdicts kept, with no request")
         if not total:
             return EXIT_OK
         if not args.yes:
             print("nothing dropped (a dry run): add --yes to drop them")
             return EXIT_OK
-        gone = store.delete_many((db, key) for db, keys in chosen.items() for key in keys)
-    print(f"dropped {sum(gone.values())} records from {path}; the next run asks again for those it needs")
+        gone = sum(store.delete_many((db, key) for db, keys in chosen.items() for key in keys).values())
+    print(f"dropped {gone} records from {path}; the next run asks again for those it needs"
+          + (f" ({total - gone} of the {total} were gone already: another process dropped them)"
+             if gone < total else ""))
     return EXIT_OK
 
 
@@ -282,11 +306,20 @@ def _check_local(path: Path) -> None:
     check_local(path)
 
 
-def _model_matches(db: str, rec, model: str | None) -> bool:
-    """Whether a record is the model's; a judged-position record names no model and
-    goes with any judge model's verdicts (it is only their index)."""
-    if model is None or db == "positions":
+def _model_matches(rec, model: str | None) -> bool | None:
+    """Whether a record answers a request that asked for `model` (its `asked`; a
+    server may answer under another name, which is `model` of the record). A record
+    written before records named it: the model that answered (token counts name the
+    model asked for); None for a judged-position record that names no model."""
+    from tension.cache.records import JudgedPosition
+
+    if model is None:
         return True
+    asked = getattr(rec, "asked", "")
+    if asked:
+        return asked == model
+    if isinstance(rec, JudgedPosition):
+        return None
     return getattr(rec, "model", None) == model
 
 
@@ -351,7 +384,8 @@ def _drop_flags(p) -> None:
                    help="LMDB cache folder (default: the one --run DIR's run.json names, else "
                         "~/.cache/tension-run/llm.lmdb); --cache PATH says the same")
     p.add_argument("--cache", metavar="PATH", help="LMDB cache folder (the same as PATH)")
-    p.add_argument("--model", metavar="MODEL", help="the records of this model (as the server named it)")
+    p.add_argument("--model", metavar="MODEL", help="the records of the requests that asked for this model (a server "
+                        "answering under another name does not change them)")
     p.add_argument("--role", choices=tuple(ROLE_DBS),
                    help="the records of this role: generation (endings), judge (verdicts), tokenize (token counts)")
     p.add_argument("--run", metavar="DIR", help="the records a score run folder's positions were scored from "

@@ -40,7 +40,7 @@ def cmd_subsample(args) -> int:
 
     import msgspec
 
-    from tension.core.inputs.jsonl import atomic_write
+    from tension.core.inputs.jsonl import write_together
     from tension.core.pipelines.estimate import Throughput, check_throughput, throughput_from_bench
     from tension.core.pipelines.subsample import run_subsample
     from tension.core.reports.subsampling import format_subsampling
@@ -75,13 +75,18 @@ def cmd_subsample(args) -> int:
             text += "; GPU-hours: give --gen-tok-s and --judge-req-s (or --bench FILE)"
     print(text)
     if args.out:
+        import io
+
         from tension.core.reports.subsampling_figure import subsampling_figure
 
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write(out / "subsample.txt", text + "\n")
-        atomic_write(out / "subsample.json", msgspec.json.format(msgspec.json.encode(r), indent=1) + b"\n")
-        subsampling_figure(out / "subsample.png", r.result)
+        png = io.BytesIO()
+        subsampling_figure(png, r.result)
+        # the three files together or not at all: a stop while the figure is drawn left the .json and
+        # .txt without the .png, in a folder that looked done (issue 58, G6)
+        write_together({out / "subsample.txt": text + "\n",
+                        out / "subsample.json": msgspec.json.format(msgspec.json.encode(r), indent=1) + b"\n",
+                        out / "subsample.png": png.getvalue()})
         print(f"written: {out}/subsample.txt, {out}/subsample.json, {out}/subsample.png")
     return EXIT_FAILED if r.left_out else EXIT_OK
 

@@ -21,7 +21,8 @@ import msgspec
 from tension.core.errors import InputError
 
 __all__ = ["STDIN", "MAX_NOT_TEXT", "FileError", "UniqueIds", "iter_lines", "is_text", "not_utf8", "decode_line",
-           "read_records", "display_name", "string_field", "check_label", "json_type", "atomic_write"]
+           "read_records", "display_name", "string_field", "check_label", "json_type", "atomic_write",
+           "write_together"]
 
 T = TypeVar("T")
 
@@ -254,6 +255,40 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Iterable[bytes]) -
     gets (0666 less the umask), as `open` would give it: a temporary file's private
     0600 would hide results from a group."""
     p = Path(path)
+    tmp = _written_aside(p, data)
+    try:
+        os.replace(tmp, p)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename is None:
+            raise _named(e, p) from e
+        raise
+
+
+def write_together(files: dict[Path, str | bytes]) -> None:
+    """Write several files as one output: each whole under a temporary name first, then
+    all renamed into place while stop signals wait (core/signals.py `held`). A verb
+    stopped or failed while it writes leaves the set that was there before (or none),
+    never some files new and some old or missing (issue 58, G6: subsample.json and .txt
+    without the .png, in a folder that looked done)."""
+    from tension.core.signals import held
+
+    aside: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            aside.append((_written_aside(Path(path), data), Path(path)))
+        with held():
+            while aside:
+                os.replace(*aside[0])
+                aside.pop(0)
+    except BaseException:
+        for tmp, _ in aside:  # what was not renamed (a failed write names its file: `_written_aside`)
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _written_aside(p: Path, data: str | bytes | Iterable[bytes]) -> Path:
+    """`data` written whole and synced to a hidden temporary file beside `p`; its path."""
     p.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(data, str):
         data = data.encode("utf-8")
@@ -267,13 +302,14 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Iterable[bytes]) -
                 f.writelines(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, p)
     except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        tmp.unlink(missing_ok=True)
         if isinstance(e, OSError) and e.filename is None:
-            # a failed write names no file (a full disk): name the one being written
-            raise OSError(e.errno, e.strerror, str(p)) from e
+            raise _named(e, p) from e
         raise
+    return tmp
+
+
+def _named(e: OSError, p: Path) -> OSError:
+    """A failed write names no file (a full disk): the error, naming the one being written."""
+    return OSError(e.errno, e.strerror, str(p))

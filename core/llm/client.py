@@ -317,7 +317,8 @@ class Client:
         return StreamResult(texts=[t for r in done for t in r.texts], model=done[-1].model,
                             usage=_summed(r.usage for r in done), ttft=done[0].ttft,
                             seconds=time.perf_counter() - t0, events=sum(r.events for r in done),
-                            finish_reasons=[f for r in done for f in r.finish_reasons])
+                            finish_reasons=[f for r in done for f in r.finish_reasons],
+                            plain=any(r.plain for r in done))
 
     async def get_text(self, base_url: str, path: str, timeout: float = 10.0) -> str | None:
         """GET a text endpoint of the server root (e.g. ``/metrics``) once, without
@@ -440,11 +441,15 @@ def _whole_stream(name: str, request: ChatRequest, res: StreamResult) -> None:
     of ../shared/reviews/external-servers-2026-12-02.md: a server that drops `n`, or
     cuts a stream off, gave "0.2 tokens per ending" with exit 0)."""
     cut = sum(1 for t, f in zip(res.texts, res.finish_reasons) if t and f is None)
-    if cut:
+    if cut and not res.plain:  # (a plain answer is whole: a choice without a reason is the server's way)
         raise ServerError(f"{name}: the server ended the stream before {cut} of {request.n} choice(s) finished (no "
                           "finish_reason): a cut answer is no figure (llama-cpp-python cuts a stream as soon as "
                           "another request waits, unless its interrupt_requests setting is off; or use --no-stream)")
     given = sum(1 for f in res.finish_reasons if f is not None)
+    if given < request.n and res.plain:
+        raise ServerError(f"{name}: a request for {request.n} choices brought {given}, in a plain answer (the server "
+                          "ignores `stream`: no time to first token); the server does not honour n, so no figure is "
+                          "taken from it (try --no-stream, which asks for what is missing)")
     if given < request.n:
         raise ServerError(f"{name}: a streamed request for {request.n} choices brought {given}; the server does "
                           "not honour n when streaming, so no figure is taken from it (try --no-stream, which asks "

@@ -39,6 +39,7 @@ class StreamResult(msgspec.Struct, kw_only=True):
     seconds: float  # sending to the last event
     events: int  # content events received (≈ tokens when the server sent no usage)
     finish_reasons: list[str | None] = []  # per choice; None: the stream ended before it finished
+    plain: bool = False  # answered with a plain JSON body, not streamed (a server ignoring `stream`): no ttft
 
 
 class ShortAnswerError(RetryBudgetError):

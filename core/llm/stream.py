@@ -9,6 +9,10 @@ Usage: vLLM sends one usage event at the end (``stream_options.include_usage``);
 llama.cpp sends one per choice, each counting that choice, so their completion
 tokens are summed (a non-streamed llama.cpp answer counts one choice only:
 core/llm/traits.py `usage`).
+
+A server that ignores `stream` answers with the plain JSON body (no event at all,
+issue 58 S5): its choices and usage are the answer, and the result says `plain`
+(bench: time to first token not measured), instead of "0 choices".
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from tension.cache.records import Usage
 from tension.core.errors import ServerError
 from tension.core.llm.answer_checks import misnumbered
 from tension.core.llm.failures import error_message, status_error
-from tension.core.llm.protocol import ChatChunk, ChatRequest
+from tension.core.llm.protocol import ChatChunk, ChatRequest, ChatResponse
 from tension.core.llm.results import StreamResult
 from tension.core.llm.transport import StreamStatus, Transport, TransportError
 from tension.core.redact import redact_secrets
@@ -40,11 +44,16 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
     ttft = None
     events = 0
     ended: list[int] = []  # the index of every finish event, in order (one per choice, each once)
+    other: list[bytes] = []  # lines that are no event: a plain body, if no event comes
+    data = False
     t0 = time.perf_counter()
     try:
         async for line in transport.lines(url, enc.encode(req), None):
             if not line.startswith(b"data:"):
+                if not data:
+                    other.append(line)
                 continue  # blank separators, comments, event names
+            data = True
             payload = line[5:].strip()
             if payload == b"[DONE]":
                 break
@@ -67,6 +76,13 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
         raise ServerError(f"{url}: {e}") from e
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise ServerError(f"{url}: malformed event in the stream: {e}") from e
+    if not data and (plain := _plain(b"".join(other))) is not None:
+        texts = [redact_secrets(c.message.content or "") for c in sorted(plain.choices, key=lambda c: c.index)]
+        return StreamResult(texts=texts, model=plain.model or model,
+                            usage=plain.usage.usage() if plain.usage is not None else Usage(requests=1), ttft=None,
+                            seconds=time.perf_counter() - t0, events=0,
+                            finish_reasons=[c.finish_reason for c in sorted(plain.choices, key=lambda c: c.index)],
+                            plain=True)
     named = ended + sorted(set(parts) - set(ended))  # the choices finished, then those cut off
     if (why := misnumbered(named, request.n)) is not None:
         # an index twice or out of range, or one missing between others: texts put together under
@@ -82,3 +98,16 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
     texts = [redact_secrets("".join(parts.get(i, []))) for i in range(request.n)]
     return StreamResult(texts=texts, model=model, usage=usage, ttft=ttft, seconds=time.perf_counter() - t0,
                         events=events, finish_reasons=[finished.get(i) for i in range(request.n)])
+
+
+_plain_dec = msgspec.json.Decoder(ChatResponse)
+
+
+def _plain(body: bytes) -> ChatResponse | None:
+    """The plain chat answer `body` holds, if it is one (a server that ignores `stream`)."""
+    if not body.strip():
+        return None
+    try:
+        return _plain_dec.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None

@@ -152,6 +152,7 @@ class _Bench:
                 return None
             results[lane].append(res)
             by_url[url].append(res)
+            fig.plain += res.plain
             return res
 
         async def judge_position(item: tuple[Position, StreamResult]) -> None:

@@ -14,9 +14,13 @@ from tension.core.inputs.jsonl import atomic_write
 from tension.core.run.record import RunHeader
 
 __all__ = ["Percentiles", "ServerFigures", "RoleTokens", "RunFigures", "BenchFigures", "percentiles", "format_bench",
-           "save_figures", "load_figures", "FIGURES_VERSION"]
+           "save_figures", "load_figures", "implausible", "FIGURES_VERSION"]
 
 FIGURES_VERSION = 1
+# Throughputs no server reaches (issue 58 S7): an H200 serving an 8B model does ≈ 10⁴ output
+# tok/s and 10²–10³ judge req/s; a figure 100× over those is a server's usage or clock gone wrong
+MAX_GEN_TOK_S = 1_000_000.0
+MAX_JUDGE_REQ_S = 100_000.0
 
 
 class Percentiles(msgspec.Struct, kw_only=True):
@@ -59,6 +63,7 @@ class RunFigures(msgspec.Struct, kw_only=True):
     judge_requests: int = 0
     failed: int = 0
     errors: list[str] = []
+    plain: int = 0  # streamed requests answered with a plain JSON body (the server ignores `stream`): no ttft
     generation_seconds: float = 0.0
     judge_seconds: float = 0.0
     generation_output_tokens: int = 0
@@ -175,6 +180,11 @@ def format_bench(f: BenchFigures) -> str:
                           else "no /metrics" for r in f.runs]))
         lines.append(f"    ({url}: Δ vllm:prefix_cache_hits / Δ vllm:prefix_cache_queries)")
     lines += _over_ideal_rows(f, row)
+    plain = sum(r.plain for r in f.runs)
+    if plain:
+        lines.append(f"note: {plain} streamed requests were answered with a plain JSON body (the server ignores "
+                     "`stream`): time to first token was not measured for them (–); their choices and usage are "
+                     "the figures (or use --no-stream, which asks as score does)")
     lines.append(row("failed requests", [str(r.failed) for r in f.runs]))
     for r in f.runs:
         for e in r.errors:
@@ -185,7 +195,31 @@ def format_bench(f: BenchFigures) -> str:
         lines.append(f"cost at ${f.gpu_hour_usd:g}/GPU-hour: ${f.usd_per_story:.4f} per story, "
                      f"${f.usd_per_100_stories:.2f} per 100 stories "
                      "(= seconds per story / 3600 × price; one GPU serving both models)")
+    lines += [f"warning: {w}" for w in implausible(f)]
     return "\n".join(lines)
+
+
+def implausible(f: BenchFigures) -> list[str]:
+    """The figures no model or server can produce, each said with what it means (issue
+    58 S7: a stub's fixed usage gave 0.05 tokens an ending, and `estimate` took it)."""
+    out = []
+    e = f.mean_ending_tokens
+    if e is not None and e < 1:
+        out.append(f"mean tokens per ending {e:.3g}: an ending is at least 1 token, so the servers' usage does not "
+                   "count the endings (a fixed or missing usage?); GPU-hours estimated from it are too low")
+    elif e is not None and e > f.max_tokens:
+        out.append(f"mean tokens per ending {e:,.1f} is over max_tokens {f.max_tokens}: no ending is that long, so "
+                   "the servers' usage counts more than the endings")
+    if f.gen_tok_s is not None and f.gen_tok_s > MAX_GEN_TOK_S:
+        out.append(f"generation output tok/s {f.gen_tok_s:,.0f} is over {MAX_GEN_TOK_S:,.0f}, which no server "
+                   "reaches: the servers' usage is wrong")
+    if f.judge_req_s is not None and f.judge_req_s > MAX_JUDGE_REQ_S:
+        out.append(f"judge req/s {f.judge_req_s:,.0f} is over {MAX_JUDGE_REQ_S:,.0f}, which no server reaches")
+    over = sorted({lane for r in f.runs for lane, rate in r.cached_token_rate.items() if rate is not None and rate > 1})
+    if over:
+        out.append(f"the servers report more cached prompt tokens than prompt tokens ({' and '.join(over)}: "
+                   "cached_tokens share over 100%): their usage is wrong, and so are the shares above")
+    return out
 
 
 def _over_ideal_rows(f: BenchFigures, row: Callable[[str, list[str]], str]) -> list[str]:

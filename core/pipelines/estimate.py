@@ -65,6 +65,7 @@ class Throughput(msgspec.Struct, kw_only=True):
     gpu_hour_usd: float | None = None
     ending_tokens: float | None = None  # E; None: max_tokens (an upper bound)
     source: str = "flags"  # "flags" or the bench file they came from
+    warnings: list[str] = []  # figures no model or server can produce (bench_figures.py `implausible`)
 
 
 def endings_gpu_hours(endings: float, ending_tokens: float, thr: Throughput) -> float | None:
@@ -219,6 +220,9 @@ def _estimate(cfg: ScoreConfig, corpus: Corpus, corpus_path: str, finder: Positi
     """The counts and token totals of the positions found (and, asked for, the
     prefix-cache model's prediction over them)."""
     E = float(thr.ending_tokens if thr.ending_tokens is not None else cfg.max_tokens)
+    if thr.source == "flags" and thr.ending_tokens is not None and not 1 <= E <= cfg.max_tokens:
+        thr.warnings.append(f"--ending-tokens {E:g}: an ending is at least 1 token and at most max_tokens "
+                            f"({cfg.max_tokens}); the figures below that use E are off by as much")
     modelled = cache_model is not None and cache_model.wanted
     tally = Tally(cfg, const, E, keep=modelled)
     for si in sorted(by_story):
@@ -358,7 +362,7 @@ def _tokens_cost(est: Estimate, cfg: ScoreConfig) -> TokensCost | None:
 
 def throughput_from_bench(path: str | Path, gpu_hour_usd: float | None) -> Throughput:
     """The figures `tension-run bench --save FILE` wrote."""
-    from tension.core.pipelines.bench_figures import load_figures
+    from tension.core.pipelines.bench_figures import implausible, load_figures
 
     fig = load_figures(path)
     if fig.failed:  # a figure from answers that failed, or were cut short, is not the server's (H3)
@@ -367,7 +371,8 @@ def throughput_from_bench(path: str | Path, gpu_hour_usd: float | None) -> Throu
                           "(its errors say why: try --no-stream)")
     return Throughput(gen_tok_s=fig.gen_tok_s, judge_req_s=fig.judge_req_s,
                       gpu_hour_usd=gpu_hour_usd if gpu_hour_usd is not None else fig.gpu_hour_usd,
-                      ending_tokens=fig.mean_ending_tokens, source=str(path))
+                      ending_tokens=fig.mean_ending_tokens, source=str(path),
+                      warnings=[f"--bench {path}: {w}" for w in implausible(fig)])
 
 
 def check_throughput(thr: Throughput) -> None:

@@ -34,9 +34,11 @@ class PrecisionCost(msgspec.Struct, kw_only=True):
 def pilot_subsample(pilot: str | Path, required: bool) -> SubsampleResult | str:
     """The pilot's subsampling, or why it cannot be had (a ConfigError when `required`:
     --pilot without --target-half-width has nothing else to give)."""
+    from tension.core.pipelines.score.recall import run_record
     from tension.core.pipelines.subsample import run_subsample
 
     try:
+        run_record(Path(pilot), "--pilot")  # a folder that is no run is said as the flag it was given to (E31)
         return run_subsample(pilot)
     except TensionError as e:
         if required:

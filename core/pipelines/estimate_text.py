@@ -38,10 +38,13 @@ def format_estimate(e: Estimate) -> str:
         row("prompt tokens, judge: sent", f"{pt['judge'].sent:,}"),
         row("                  computed with prefix cache", f"{pt['judge'].computed:,}"),
         *_prefix_rows(e, row),
-        row("tokens per ending assumed (E)", f"{e.ending_tokens:g}"),
-        row("output tokens ≤ generation / judge",
-            f"{e.output_tokens_max['generation']:,} / {e.output_tokens_max['judge']:,}"),
+        row("tokens per ending assumed (E)", f"{e.ending_tokens:g} ({_e_source(e)})"),
+        row("output tokens, bound: generation / judge",
+            f"≤ {e.output_tokens_max['generation']:,} / ≤ {e.output_tokens_max['judge']:,} "
+            "(every ending at max_tokens, every verdict at judge_max_tokens)"),
     ]
+    if e.throughput is not None:
+        lines += [f"warning: {w}" for w in e.throughput.warnings]
     if e.cache_checked:
         lines += [
             row("cache: generation requests found", f"{e.generation_cached:,} of {e.generation_requests:,}"),
@@ -70,9 +73,11 @@ def format_estimate(e: Estimate) -> str:
         def price(p: float | None, what: str) -> str:
             return f"${p:g} per million {what}" if p is not None else f"{what} not priced"
 
-        lines.append(row("tokens to send: prompt / generated (≤)", f"{tc.input_tokens:,} / {tc.output_tokens:,}"))
-        lines.append(row(f"cost at {price(tc.input_usd_per_mtok, 'prompt tokens')}, "
-                         f"{price(tc.output_usd_per_mtok, 'generated tokens')}", f"${tc.usd:,.2f}"))
+        lines.append(row("tokens to send: prompt / generated (at E)", f"{tc.input_tokens:,} / {tc.output_tokens:,} "
+                         f"(endings at E = {e.ending_tokens:g} tokens, verdicts at judge_max_tokens)"))
+        lines.append(row("cost of the tokens to send", f"${tc.usd:,.2f} (at "
+                         f"{price(tc.input_usd_per_mtok, 'prompt tokens')}, "
+                         f"{price(tc.output_usd_per_mtok, 'generated tokens')})"))
     if e.adaptive is not None:
         from tension.core.pipelines.estimate_adaptive import adaptive_lines
 
@@ -85,6 +90,14 @@ def format_estimate(e: Estimate) -> str:
         lines.append(f"endings by the question: not available ({e.precision_note})")
     lines.append(f"({e.seconds:.1f} s)")
     return "\n".join(lines)
+
+
+def _e_source(e: Estimate) -> str:
+    """Where E came from: the bench file, the flag, or max_tokens (a bound)."""
+    thr = e.throughput
+    if thr is None or thr.ending_tokens is None:
+        return "max_tokens: a bound; --ending-tokens or --bench FILE gives a measured one"
+    return "measured by `tension-run bench`, " + thr.source if thr.source != "flags" else "--ending-tokens"
 
 
 def _prefix_rows(e: Estimate, row: Callable[[str, str], str]) -> list[str]:

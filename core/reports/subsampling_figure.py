@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -17,7 +18,7 @@ __all__ = ["subsampling_figure"]
 
 
 @glyphs_quiet
-def subsampling_figure(path: str | Path, s: Subsampling, stats: Sequence[str] | None = None) -> None:
+def subsampling_figure(path: str | Path | BinaryIO, s: Subsampling, stats: Sequence[str] | None = None) -> None:
     stats = list(stats or s.recommendation.stats)
     fig = new_figure(BARS_SIZE)
     axes = fig.subplots(1, len(stats), squeeze=False)

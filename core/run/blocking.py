@@ -106,6 +106,7 @@ def _run_here(make_coro: Callable[[], Coroutine[Any, Any, T]],
         assert task is not None
         if started is not None:
             started(loop, task)  # the worker's caller may cancel it (_run_on_worker)
+        before = signal.getsignal(signal.SIGTERM)
         try:
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (uvloop: ValueError), no signals
@@ -113,7 +114,9 @@ def _run_here(make_coro: Callable[[], Coroutine[Any, Any, T]],
         try:
             return await make_coro()
         finally:
-            loop.remove_signal_handler(signal.SIGTERM)
+            loop.remove_signal_handler(signal.SIGTERM)  # which puts SIGTERM's default (143) back
+            if before is not None:
+                signal.signal(signal.SIGTERM, before)  # the command's (core/signals.py): exit 130 to the end
 
     with python_sigint(), asyncio.Runner(loop_factory=factory) as runner:  # its Ctrl-C handler, over Python's
         return runner.run(main())

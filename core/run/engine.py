@@ -127,7 +127,8 @@ class _Chunks:
                           seconds=rec.seconds)
 
     def keep(self, start: int, piece: ChatResult) -> None:
-        self.engine._keep("endings", chunk_key(self.request, start, len(piece.texts)), endings_record(piece),
+        self.engine._keep("endings", chunk_key(self.request, start, len(piece.texts)),
+                          endings_record(piece, self.request.model),
                           replace=self.since is not None, chunk=True)
         self.fresh = (self.fresh[0] + 1, self.fresh[1] + len(piece.texts))
         self.texts += len(piece.texts)
@@ -259,7 +260,7 @@ class Engine:
         """The one text answering `request` (a reader's answer, a verdict)."""
         return await self._one("verdicts", records.Verdict, verdict_record, server, request, key, role)
 
-    async def _one(self, db: str, kind: type[A], make: Callable[[ChatResult], A], server: str,
+    async def _one(self, db: str, kind: type[A], make: Callable[[ChatResult, str], A], server: str,
                    request: ChatRequest, key: str, role: str | None) -> A:
         ck = chat_key(request)
         rec = typed(self.store.get(db, ck), kind)
@@ -276,7 +277,7 @@ class Engine:
                 res = await self._chat(server, key, request)
             finally:
                 PARTS.reset(token)
-            rec = make(res)
+            rec = make(res, request.model)
             got = len(rec.texts) if isinstance(rec, records.Endings) else 1
             self.progress.answered(max(0, got - (parts.texts if parts is not None else 0)))  # pieces: counted
             if parts is not None and parts.cached.requests:
@@ -324,7 +325,7 @@ class Engine:
                 self.counts.sent(role or server, len(part))
                 await self._send_many(server, key, part, keep)
         if group is not None:
-            judged = out.record()
+            judged = out.record(next((r.model for r in requests if r is not None), ""))
             judged.of_endings = link
             self._keep("positions", group, judged, replace=since is not None)
         return out
@@ -340,7 +341,7 @@ class Engine:
 
             async def one(item: tuple[int, ChatRequest]) -> None:
                 try:
-                    keep(*item, verdict_record(await self._chat(server, key, item[1])))
+                    keep(*item, verdict_record(await self._chat(server, key, item[1]), item[1].model))
                 except StatusError as e:  # this request refused: the caller's to handle (a position
                     refused.append(e)     # over the context is skipped), not the whole run's
 
@@ -355,7 +356,7 @@ class Engine:
         self.progress.fresh(batch.usage)
         self.counts.spend(batch.usage, batch.followups)
         for (i, request), res in zip(asked, batch.results):
-            rec = verdict_record(res)
+            rec = verdict_record(res, request.model)
             self.counts.usage_all.add(rec.usage)
             keep(i, request, rec)
 

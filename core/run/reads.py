@@ -57,15 +57,17 @@ def typed(rec: records.Record | None, kind: type[R]) -> R | None:
     return rec if isinstance(rec, kind) else None
 
 
-def endings_record(res: ChatResult) -> records.Endings:
+def endings_record(res: ChatResult, asked: str) -> records.Endings:
+    """The record of `res`, the answer to a request that asked for model `asked`."""
     return records.Endings(texts=res.texts, finish_reasons=res.finish_reasons, model=res.model,
-                           usage=res.usage, created=time.time(), seconds=res.seconds)
+                           usage=res.usage, created=time.time(), seconds=res.seconds, asked=asked)
 
 
-def verdict_record(res: ChatResult) -> records.Verdict:
+def verdict_record(res: ChatResult, asked: str) -> records.Verdict:
+    """The record of `res`, the answer to a request that asked for model `asked`."""
     return records.Verdict(text=res.texts[0], finish_reason=res.finish_reasons[0], model=res.model,
                            usage=res.usage, created=time.time(), seconds=res.seconds,
-                           first_logprobs=res.first_logprobs[0] if res.first_logprobs else None)
+                           first_logprobs=res.first_logprobs[0] if res.first_logprobs else None, asked=asked)
 
 
 class Answers(msgspec.Struct, kw_only=True):
@@ -82,10 +84,11 @@ class Answers(msgspec.Struct, kw_only=True):
     def found(self) -> int:
         return sum(t is not None for t in self.texts)
 
-    def record(self) -> records.JudgedPosition:
+    def record(self, asked: str = "") -> records.JudgedPosition:
+        """The group record of these answers, to requests that asked for model `asked`."""
         logprobs = self.first_logprobs if any(lp is not None for lp in self.first_logprobs) else []
         return records.JudgedPosition(texts=self.texts, first_logprobs=logprobs, usage=self.usage,
-                                      judged=self.found, created=time.time())
+                                      judged=self.found, created=time.time(), asked=asked)
 
 
 class CacheReads:

@@ -70,6 +70,7 @@ ANSWER_KNOBS: dict[str, Any] = dict(
     misbehave=None, serve_tokenize=True, serve_health=True, serve_usage=True, batching=False,
     template_quirk=None, dialect="vllm", slots=4, max_n=0, serve_props=True, owned_by=None, refuse=None,
     n_refusal=None, stream_cut=0, misnumber=None, misnumber_paths=(CHAT_PATH, COMPLETIONS_PATH), answer_model=None,
+    fixed_usage=None,
 )
 
 
@@ -120,6 +121,10 @@ class ServerSettings:
     misnumber: str | None = None  # one of MISNUMBERINGS: the answers' choice indexes made wrong
     misnumber_paths: tuple[str, ...] = (CHAT_PATH, COMPLETIONS_PATH)  # the paths misnumber applies to
     answer_model: str | None = None  # set: answers name this model, not the one asked
+    # set (prompt, completion, cached): every answer's `usage` says these, whatever it held (a
+    # stub server's fixed usage; cached over prompt: a server that counts its cache wrong)
+    fixed_usage: tuple[int, int, int] | None = None
+    stream_ignored: bool = False  # True: a chat request asking "stream": true gets the plain JSON body
     stream_always: bool = False  # True: chat answers stream even when not asked (a proxy)
     serve_completions: bool = True  # False: /v1/completions is a 404 even with batching
     # (N, T): a hosted API's rate limit, N chat requests per window of T s, told in OpenAI's
@@ -550,7 +555,7 @@ class AnswerModel:
     InProcessServer). The door sets the knobs as plain attributes (`models`, `model`,
     `empty_rate`, `yes_rate`, `malformed_rate`, `max_model_len`, `prefix_cache_blocks`,
     `record`, `misbehave`, `dialect`, `slots`, `max_n`, `refuse`, `n_refusal`, `batching`,
-    `template_quirk`, `misnumber`, `misnumber_paths`, `answer_model`; see LoopbackServer) and calls `_init_model_state` once."""
+    `template_quirk`, `misnumber`, `misnumber_paths`, `answer_model`, `fixed_usage`; see LoopbackServer) and calls `_init_model_state` once."""
 
     models: tuple[str, ...]
     model: str
@@ -902,11 +907,16 @@ class AnswerModel:
     def _claimed(self, path: str, payload: dict) -> dict:
         """What the answer to `path` claims beyond its texts, as a proxy in front may
         change it: its choices' indexes (`misnumber` on `misnumber_paths`) and the
-        model it names (`answer_model`)."""
+        model it names (`answer_model`), and its usage (`fixed_usage`)."""
         if self.misnumber and path in self.misnumber_paths:
             payload = {**payload, "choices": renumbered(self.misnumber, payload["choices"])}
         if self.answer_model:
             payload = {**payload, "model": self.answer_model}
+        if self.fixed_usage is not None and "usage" in payload:
+            prompt, completion, cached = self.fixed_usage
+            payload = {**payload, "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                            "total_tokens": prompt + completion,
+                                            "prompt_tokens_details": {"cached_tokens": cached}}}
         return payload
 
     def _chat_payload(self, body: dict, fault: str | None = None) -> dict:

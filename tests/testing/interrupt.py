@@ -1,12 +1,15 @@
 """Interrupted runs for the specs: a pipeline's coroutine cancelled midway, in process
-(`cancel_midway`); a CLI process whose import a stop cut (`stop_cut_import`)."""
+(`cancel_midway`); a CLI process whose import a stop cut (`stop_cut_import`); a CLI
+process that stops itself at a named moment of its own (`stopped_at`)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
-__all__ = ["cancel_midway", "stop_cut_import"]
+__all__ = ["cancel_midway", "stop_cut_import", "stopped_at", "COMMAND_STARTED"]
 
 
 def cancel_midway(run: Callable[[], Awaitable[object]], until: Callable[[], bool]) -> None:
@@ -49,3 +52,57 @@ def hook(event, args):
 sys.addaudithook(hook)
 {run}
 """
+
+
+# `stopped_at`'s moment "the first import once `main()` has put the command's handlers in place"
+COMMAND_STARTED = "<main>"
+
+_SITECUSTOMIZE = """
+import fnmatch, os, signal, sys, time
+
+SIG, EVENT, WHAT = signal.{sig}, {event!r}, {what!r}
+fired = []
+
+
+def command_started():
+    h = signal.getsignal(signal.SIGINT)  # the CLI's recording Ctrl-C handler: main() has begun
+    return getattr(h, "__module__", None) == "tension.core.signals" and getattr(h, "__name__", None) == "_stop"
+
+
+def hook(event, args):
+    if fired or event != EVENT:
+        return
+    if EVENT == "import":
+        if not (args[0] == WHAT or (WHAT == {started!r} and command_started())):
+            return
+    elif not (isinstance(args[0], (str, bytes, os.PathLike))
+              and fnmatch.fnmatch(os.path.basename(os.fsdecode(args[0])), WHAT)):
+        return
+    fired.append(1)
+    sys.stderr.write("stopping at " + EVENT + " " + repr(args[0]) + chr(10))
+    os.kill(os.getpid(), SIG)
+    time.sleep(10)  # the handler runs here: it exits, or raises in the middle of this event
+
+
+sys.addaudithook(hook)
+"""
+
+
+def stopped_at(folder: Path, sig: str, *, imports: str | None = None, opens: str | None = None,
+               renames: str | None = None, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a process (`env`, else this one's) that sends itself `sig`
+    ("SIGINT", "SIGTERM") at one moment of its own, once: when it first imports the module
+    `imports` (`COMMAND_STARTED`: the first import once the CLI's `main()` has put the
+    command's handlers in place, the verb starting), or opens a file whose name matches the
+    pattern `opens`, or renames one whose name matches `renames`. No timing: the moment is
+    an event of the process itself (an audit hook of a sitecustomize.py written into
+    `folder`, first on PYTHONPATH), whatever the machine's load. The process says
+    "stopping at …" on stderr when it does."""
+    (event, what), = [(e, w) for e, w in (("import", imports), ("open", opens), ("os.rename", renames))
+                      if w is not None]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_SITECUSTOMIZE.format(sig=sig, event=event, what=what,
+                                                                  started=COMMAND_STARTED))
+    base = dict(os.environ if env is None else env)
+    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), base.get("PYTHONPATH")) if p)
+    return base

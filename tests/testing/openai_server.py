@@ -95,9 +95,12 @@ answer), each choice's text in place but its ``index`` wrong, as a proxy may sen
 ==================== ==========================================================
 
 ``answer_model`` names that model in every answer in place of the one asked (a
-proxy substituting models; an answer rule too). On the wire only:
-``stream_always=True`` answers every chat request as server-sent events, asked or
-not (a proxy that forces streaming); ``serve_completions=False`` makes
+proxy substituting models; an answer rule too); ``fixed_usage=(prompt, completion,
+cached)`` puts that ``usage`` in every answer (a stub server's fixed usage; cached
+over prompt, a server that counts its cache wrong; an answer rule too). On the wire
+only: ``stream_always=True`` answers every chat request as server-sent events, asked or
+not (a proxy that forces streaming); ``stream_ignored=True`` answers a chat request
+asking ``"stream": true`` with the plain JSON body (a server that ignores ``stream``); ``serve_completions=False`` makes
 ``/v1/completions`` FastAPI's 404 even with ``batching`` (a server that renders its
 template but lacks the batched path).
 
@@ -659,7 +662,7 @@ class LoopbackServer(AnswerModel):
             if status == 200 and not self.serve_usage and isinstance(payload, dict):
                 payload = {k: v for k, v in payload.items() if k != "usage"}
             if chat and make is None and status == 200 and fault is None and (
-                    body.get("stream") is True or self.stream_always):
+                    (body.get("stream") is True and not self.stream_ignored) or self.stream_always):
                 return await self._stream(request, body, payload)
             if fault == "nonjson":
                 status = 200

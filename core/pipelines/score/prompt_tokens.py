@@ -30,6 +30,7 @@ from tension.core.llm.router import Router
 from tension.core.pipelines.ideal import Tally
 from tension.core.pipelines.over_ideal import NO_COUNTERS, NOT_VLLM, NOTHING_SENT, SHARED, over_ideal, per
 from tension.core.pipelines.score.positions import Position
+from tension.core.run.lifecycle import warn
 
 __all__ = ["PromptTokens", "ServerReadings"]
 
@@ -72,6 +73,7 @@ class PromptTokens:
         self.cfg = cfg
         self.by_story: dict[int, list[Position]] = {}
         self.usage = {"generation": Usage(), "judge": Usage()}
+        self.said_over = False  # the servers' cached tokens over their prompt tokens, said once (issue 58 M11)
         self.endings = 0  # endings generated
         self.judged = 0  # endings judged
         self.endings_of: dict[tuple[int, int], int] = {}  # (story, k) -> endings (adaptive: they differ)
@@ -96,8 +98,17 @@ class PromptTokens:
                 tally.story(sentences[si], words[si], ps,
                             [self.endings_of[(si, p.k)] for p in ps] if self.cfg.adaptive else None)
             ideal = {role: t.computed for role, t in tally.totals().items()}
-        usage = {role: {"prompt": u.prompt_tokens, "cached": u.cached_tokens,
-                        "computed": u.prompt_tokens - u.cached_tokens} for role, u in self.usage.items()}
+        usage: dict[str, dict[str, Any]] = {
+            role: {"prompt": u.prompt_tokens, "cached": u.cached_tokens,
+                   "computed": max(0, u.prompt_tokens - u.cached_tokens)} for role, u in self.usage.items()}
+        for role, u in self.usage.items():
+            if u.cached_tokens > u.prompt_tokens:  # a server that counts its cache wrong: no negative figure
+                note = (f"the {role} servers reported {u.cached_tokens:,} cached prompt tokens of "
+                        f"{u.prompt_tokens:,} prompt tokens: computed taken as 0 (their usage is wrong)")
+                usage[role]["note"] = note
+                if not self.said_over:
+                    self.said_over = True
+                    warn(note + "; run.json prompt_tokens.usage says it")
         server = _server(gen, judge)
         units = {"generation": positions, "judge": self.judged}
 
