@@ -6,6 +6,7 @@
     settings.py  keyword arguments as settings (unknown or mistyped: ConfigError),
                  the server used when none is named
     results.py   the typed results, with to_pandas() (the optional extra `pandas`)
+    notebook.py  the origin of the notebook this kernel runs for (a view() it may frame)
 
 ``import tension`` re-exports them (core/tension/__init__.py)."""
 

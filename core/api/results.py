@@ -201,10 +201,14 @@ class _Result(msgspec.Struct, kw_only=True):
 
 class View(msgspec.Struct, kw_only=True):
     """A run's view served from this process (``result.view()``): its address
-    (``url``); ``stop()`` ends it. In a notebook it shows as an inline frame."""
+    (``url``); ``stop()`` ends it. In a notebook it shows as an inline frame when
+    the notebook's origin is known (``frame_origins``: the origins allowed to frame
+    it, under the per-view token in ``url``), else as a link and why (``unframed``)."""
 
     url: str
     server: BackgroundView
+    frame_origins: tuple[str, ...] = ()
+    unframed: str = ""
 
     def stop(self) -> None:
         """Stop serving (idempotent)."""
@@ -212,17 +216,26 @@ class View(msgspec.Struct, kw_only=True):
 
     def _repr_html_(self) -> str:
         u = html.escape(self.url, quote=True)
-        return (f'<p>view: <a href="{u}" target="_blank">{u}</a> (stop() ends it)</p>'
+        link = f'view: <a href="{u}" target="_blank">{u}</a> (stop() ends it)'
+        if not self.frame_origins:
+            return f"<p>{link}</p><p>Not shown here: {html.escape(self.unframed)}.</p>"
+        return (f"<p>{link}</p>"
                 f'<iframe src="{u}" width="100%" height="600" style="border:1px solid #ccc"></iframe>')
 
 
-def serve_view(out: str, host: str, port: int) -> View:
-    """`tension-run view OUT` from a background thread of this process."""
+def serve_view(out: str, host: str, port: int, origin: str | None = None) -> View:
+    """`tension-run view OUT` from a background thread of this process, framed by
+    `origin` (default: the Jupyter server that started this kernel, if any)."""
+    from tension.core.api.notebook import notebook_origins
     from tension.core.pipelines.recalls import fairplay_recall, score_recall
+    from tension.core.view.app import frame_origin
     from tension.core.view.background import start_view
 
-    server = start_view([out], host=host, port=port, score_recall=score_recall, fairplay_recall=fairplay_recall)
-    return View(url=server.url, server=server)
+    origins, why = ((frame_origin(origin),), "") if origin is not None else notebook_origins()
+    server = start_view([out], host=host, port=port, score_recall=score_recall, fairplay_recall=fairplay_recall,
+                        frame_origins=origins)
+    return View(url=server.embed_url or server.url, server=server, frame_origins=server.frame_origins,
+                unframed=why)
 
 
 def plot_computed(computed: ComputedMetrics | None, story: str | None, bars: str | None) -> Figure:
@@ -290,10 +303,14 @@ class ScoreResult(_Statistics, kw_only=True):
     def _computed(self) -> ComputedMetrics | None:
         return self.summary.computed
 
-    def view(self, *, host: str = "127.0.0.1", port: int = 0) -> View:
+    def view(self, *, host: str = "127.0.0.1", port: int = 0, origin: str | None = None) -> View:
         """Serve the run's view (``tension-run view OUT``) from a background
-        thread; returns its address (an inline frame in a notebook), ``stop()`` ends it."""
-        return serve_view(self.out, host, port)
+        thread; returns its address (in a notebook an inline frame), ``stop()``
+        ends it. Only `origin` (the notebook page's address, e.g.
+        ``"http://localhost:8888"``; default: that of the Jupyter server that
+        started this kernel) may frame it, under a per-view token in its url;
+        with neither, it shows as a link, and says why."""
+        return serve_view(self.out, host, port, origin)
 
 
 class MetricsResult(_Statistics, kw_only=True):
@@ -380,9 +397,9 @@ class FairPlayResult(_Result, kw_only=True):
     def _shown(self) -> Table | None:
         return self.metrics.stories if self.metrics is not None else None
 
-    def view(self, *, host: str = "127.0.0.1", port: int = 0) -> View:
+    def view(self, *, host: str = "127.0.0.1", port: int = 0, origin: str | None = None) -> View:
         """Serve the run's view from a background thread, as ScoreResult.view."""
-        return serve_view(self.out, host, port)
+        return serve_view(self.out, host, port, origin)
 
 
 class GenerateResult(_Result, kw_only=True):

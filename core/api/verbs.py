@@ -298,11 +298,11 @@ def compare(run_a: PathLike, run_b: PathLike, *, pair_by: str = "id", out: PathL
         if c.n_pairs > _SHOWN_PAIRS:
             md += f"\nFirst {_SHOWN_PAIRS} of {c.n_pairs} pairs; all are in compare_stories.csv (--out).\n"
     if out is not None:
-        from tension.core.inputs.jsonl import atomic_write
+        from tension.core.inputs.jsonl import write_together
 
-        atomic_write(f"{out}/compare.md", md)
-        atomic_write(f"{out}/compare.csv", table)
-        atomic_write(f"{out}/compare_stories.csv", story_table(c, "csv"))
+        o = Path(out)  # the three together: stopped while they are written, the folder keeps its earlier set
+        write_together({o / "compare.md": md, o / "compare.csv": table,
+                        o / "compare_stories.csv": story_table(c, "csv")})
     code = EXIT_FAILED if c.n_pairs == 0 else EXIT_OK
     return CompareResult(status="complete" if code == EXIT_OK else "failed", exit_status=code,
                          out=str(out) if out is not None else "", comparison=c, markdown=md, csv=table)

@@ -4,12 +4,14 @@ field, and writing output files atomically."""
 from __future__ import annotations
 
 import codecs
+import contextlib
 import functools
 import operator
 import os
 import re
 import secrets
 import shlex
+import shutil
 import sys
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
@@ -22,7 +24,7 @@ from tension.core.errors import InputError
 
 __all__ = ["STDIN", "MAX_NOT_TEXT", "FileError", "UniqueIds", "iter_lines", "is_text", "not_utf8", "decode_line",
            "read_records", "display_name", "string_field", "check_label", "json_type", "atomic_write",
-           "write_together"]
+           "write_together", "folder_aside"]
 
 T = TypeVar("T")
 
@@ -265,26 +267,82 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Iterable[bytes]) -
         raise
 
 
-def write_together(files: dict[Path, str | bytes]) -> None:
+def write_together(files: dict[Path, str | bytes], *, drawn: dict[Path, Path] | None = None) -> None:
     """Write several files as one output: each whole under a temporary name first, then
     all renamed into place while stop signals wait (core/signals.py `held`). A verb
     stopped or failed while it writes leaves the set that was there before (or none),
     never some files new and some old or missing (issue 58, G6: subsample.json and .txt
-    without the .png, in a folder that looked done)."""
+    without the .png, in a folder that looked done).
+
+    `drawn`: outputs the verb has already written under hidden names (its figures, drawn
+    into a `folder_aside`), by the place each goes to; they are put in place with the
+    files. A file replaces the one there; a folder replaces the folder there whole (the
+    earlier one is removed once everything is in place)."""
     from tension.core.signals import held
 
     aside: list[tuple[Path, Path]] = []
+    earlier: list[Path] = []  # folders replaced whole, moved aside under hidden names until the end
     try:
         for path, data in files.items():
             aside.append((_written_aside(Path(path), data), Path(path)))
+        for place, tmp in (drawn or {}).items():
+            Path(place).parent.mkdir(parents=True, exist_ok=True)
+            aside.append((Path(tmp), Path(place)))
         with held():
             while aside:
-                os.replace(*aside[0])
+                tmp, place = aside[0]
+                if tmp.is_dir() and place.is_dir():
+                    gone = place.parent / f".{place.name}.{secrets.token_hex(6)}.old"
+                    os.replace(place, gone)
+                    try:
+                        os.replace(tmp, place)
+                    except BaseException:
+                        os.replace(gone, place)
+                        raise
+                    earlier.append(gone)
+                else:
+                    os.replace(tmp, place)
                 aside.pop(0)
     except BaseException:
         for tmp, _ in aside:  # what was not renamed (a failed write names its file: `_written_aside`)
-            tmp.unlink(missing_ok=True)
+            _remove(tmp)
         raise
+    finally:
+        for gone in earlier:
+            shutil.rmtree(gone, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def folder_aside(place: Path) -> Iterator[Path]:
+    """A new hidden folder beside `place` (a folder, or a file's parent) in which a verb
+    draws outputs before `write_together(drawn=…)` puts them in place; on leaving, it is
+    removed with whatever of it was not moved (a verb stopped while it draws leaves
+    nothing). An OSError within names the output (`place`, or the file in it), not the
+    hidden folder. Made as `mkdir` makes any folder (0777 less the umask): moved into place,
+    it is the output folder."""
+    place = Path(place)
+    place.parent.mkdir(parents=True, exist_ok=True)
+    tmp = place.parent / f".{place.name}.{secrets.token_hex(6)}.tmp"
+    tmp.mkdir()
+    try:
+        yield tmp
+    except OSError as e:  # a failed drawing names the output, never the hidden folder (a full disk: no file)
+        if e.filename is None:
+            raise _named(e, place) from e
+        where = Path(os.fsdecode(e.filename)) if isinstance(e.filename, (str, bytes, os.PathLike)) else None
+        if where is None or not where.is_relative_to(tmp):
+            raise
+        raise _named(e, place / where.relative_to(tmp)) from e
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove(p: Path) -> None:
+    """A file or a folder tree, gone (nothing if it is not there)."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
 
 
 def _written_aside(p: Path, data: str | bytes | Iterable[bytes]) -> Path:

@@ -24,7 +24,7 @@ import numpy as np
 
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP
-from tension.core.inputs.jsonl import atomic_write
+from tension.core.inputs.jsonl import folder_aside, write_together
 from tension.core.inputs.readers import (
     NOT_SURE,
     SOURCES,
@@ -312,20 +312,26 @@ def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | 
         "curves.csv": curves_csv(pooled, settings, c.readers),
         "distributions.jsonl": distributions_jsonl(stories),
     }
-    for name, data in files.items():
-        atomic_write(out / name, data)
-    plots = _plots(stories, c, pooled, out, max_plots, progress, settings)
-    summary = FairPlaySummary(stories=len(stories), errors=[str(e) for e in errors], out=out, warnings=warnings,
-                              plots=plots, files=list(files), story_rows=story_table, group_rows=group_table)
-    atomic_write(out / "fairplay.json", msgspec.json.format(msgspec.json.encode({
-        "readers": str(readers), "from": source, "actual_csv": None if actual_csv is None else str(actual_csv),
-        "settings": settings, "stories": len(stories), "errors": summary.errors, "warnings": warnings,
-        "notes": [INTEL_NOTE, "S and C average hits over each reader's recorded paragraphs, FP the differences "
-                              "hit_M - hit_M0 over the paragraphs both readers have (METRICS 2.3); a tie for the "
-                              f"maximum is {'split among the tied suspects' if settings.ties == 'split' else 'a miss'}"
-                              "; *_pw columns are the probability-weighted versions (mean M(i)_{y*})"],
-        "n_resamples": n_resamples, "seed": seed,
-    })))
+    with folder_aside(out / "plots") as drawn:  # the figures first, into drawn/plots/…, put in place with the files
+        plots = _plots(stories, c, pooled, drawn, max_plots, progress, settings)
+        summary = FairPlaySummary(stories=len(stories), errors=[str(e) for e in errors], out=out,
+                                  warnings=warnings, plots=plots, files=list(files), story_rows=story_table,
+                                  group_rows=group_table)
+        files["fairplay.json"] = msgspec.json.format(msgspec.json.encode({
+            "readers": str(readers), "from": source,
+            "actual_csv": None if actual_csv is None else str(actual_csv),
+            "settings": settings, "stories": len(stories), "errors": summary.errors, "warnings": warnings,
+            "notes": [INTEL_NOTE, "S and C average hits over each reader's recorded paragraphs, FP the differences "
+                                  "hit_M - hit_M0 over the paragraphs both readers have (METRICS 2.3); a tie for "
+                                  "the maximum is "
+                                  f"{'split among the tied suspects' if settings.ties == 'split' else 'a miss'}"
+                                  "; *_pw columns are the probability-weighted versions (mean M(i)_{y*})"],
+            "n_resamples": n_resamples, "seed": seed,
+        }))
+        # every file and figure appears together, or none (issue 58, item 5): a figure is put beside the
+        # plots of earlier runs (other stories' stay), not in a fresh folder
+        write_together({out / name: data for name, data in files.items()},
+                       drawn={out / f.relative_to(drawn): f for f in sorted(drawn.rglob("*")) if f.is_file()})
     return summary
 
 

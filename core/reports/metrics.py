@@ -25,7 +25,7 @@ import numpy as np
 
 from tension.core.errors import InputError
 from tension.core.formats import DEFAULT_GROUP, PositionLine
-from tension.core.inputs.jsonl import atomic_write, check_label, decode_line, iter_lines, read_records
+from tension.core.inputs.jsonl import check_label, decode_line, iter_lines, read_records, write_together
 from tension.core.reports.comparable import (
     SUFFIX,
     comparable_columns,
@@ -96,9 +96,9 @@ class MetricsResult(msgspec.Struct, kw_only=True):
         return self.group_table
 
     def write(self, out: Path) -> None:
-        """stories.csv and groups.csv into the folder `out`."""
-        atomic_write(out / "stories.csv", rows_csv(self.stories()))
-        atomic_write(out / "groups.csv", rows_csv(self.group_rows()))
+        """stories.csv and groups.csv into the folder `out`, together (`write_together`:
+        stopped while they are written, the folder keeps the pair it had, or none)."""
+        write_together({out / "stories.csv": rows_csv(self.stories()), out / "groups.csv": rows_csv(self.group_rows())})
 
 
 _curve_decoder = msgspec.json.Decoder(Curve)

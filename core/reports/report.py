@@ -15,7 +15,6 @@ import json
 import math
 import os
 import shlex
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import msgspec
 import numpy as np
 
 from tension.core.errors import ConfigError, InputError, exit_status
-from tension.core.inputs.jsonl import atomic_write, decode_line, iter_lines
+from tension.core.inputs.jsonl import decode_line, folder_aside, iter_lines, write_together
 from tension.core.reports.answer_warnings import markdown_section
 from tension.core.reports.comparable import (
     SUFFIX,
@@ -249,9 +248,23 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
     data = load_run(run_dir, settings, n_resamples=n_resamples, seed=seed)
     d = Path(run_dir)
     s = data.settings
-    atomic_write(d / "table6.csv", table6(data.groups, s, "csv"))
-    atomic_write(d / "table18.csv", table18(data.groups, s, "csv"))
-    curve_files = _draw_figures(d / "figures", data, max_curves)
+    # Its outputs together (issue 58, item 5): the figures are drawn first into a hidden folder, then it,
+    # the tables and report.md are put in place at once (`write_together`): a report stopped while it draws
+    # or writes leaves the run's earlier report, tables and figures as they were (or none of them)
+    with folder_aside(d / "figures") as drawn:
+        curve_files = _draw_figures(drawn, data, max_curves)
+        md = _report_md(d, data, curve_files, max_curves, gpu_hour_usd, n_resamples, seed, usd_per_mtok)
+        write_together({d / "table6.csv": table6(data.groups, s, "csv"),
+                        d / "table18.csv": table18(data.groups, s, "csv"), d / "report.md": md},
+                       drawn={d / "figures": drawn})
+    return d / "report.md"
+
+
+def _report_md(d: Path, data: RunData, curve_files: list[tuple[str, str]], max_curves: int,
+               gpu_hour_usd: float | None, n_resamples: int, seed: int,
+               usd_per_mtok: tuple[float | None, float | None]) -> str:
+    """report.md's text (`report`), its curves' files drawn."""
+    s = data.settings
 
     lines = [f"# tension-run report: {md_code(d.name)}", ""]
     if data.run:
@@ -275,8 +288,7 @@ def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: fl
         lines += _run_lines(data, gpu_hour_usd, usd_per_mtok)
     lines += ["Files: `positions.jsonl`, `stories.csv`, `groups.csv`, `table6.csv`, `table18.csv`, `run.json`. "
               f"Rebuild with {md_code('tension-run report ' + shlex.quote(str(d)))}.", ""]
-    atomic_write(d / "report.md", "\n".join(lines))
-    return d / "report.md"
+    return "\n".join(lines)
 
 
 def _story_lines(data: RunData, max_stories: int) -> list[str]:
@@ -337,13 +349,12 @@ def group_bars(s: CurveSettings) -> dict[str, Bars]:
 
 
 def _draw_figures(figs: Path, data: RunData, max_curves: int) -> list[tuple[str, str]]:
-    """The group bars and the first `max_curves` curves into a fresh `figs`;
+    """The group bars and the first `max_curves` curves into the new, empty folder `figs`;
     returns (story id, path in the report) of each curve."""
     from tension.core.reports.figures import bars_figure, report_curves
 
     s = data.settings
-    shutil.rmtree(figs, ignore_errors=True)
-    (figs / "curves").mkdir(parents=True)
+    (figs / "curves").mkdir(parents=True, exist_ok=True)
     for name, bars in group_bars(s).items():
         bars_figure(figs / f"{name}.png", data.groups, bars.stats, bars.labels, bars.title, bars.ylabel, top=bars.top)
     shown = data.curves[:max_curves]

@@ -8,20 +8,37 @@ could otherwise rebind its own domain name to 127.0.0.1 and read every story,
 ending and verdict through the browser (DNS rebinding). Every answer carries the
 usual hardening headers: no content sniffing, no referrer, no framing, and a
 content security policy under which only the view's own script and style sheet
-run (the pages need nothing else)."""
+run (the pages need nothing else).
+
+One exception to "no framing": the view a notebook's `result.view()` serves is
+given a `Framing`, a random token and the notebook's origins. A request whose
+path starts with /TOKEN/ is answered as the same path without it, and may be
+framed by those origins alone (`frame-ancestors` names them); every other
+request, and every request without the token, is answered as before: framed by
+nothing. The pages' links are relative, so a page framed under /TOKEN/ links
+to pages under it. The token keeps the exception to the URL the notebook shows;
+the origins keep it to the notebook (another site given the URL still cannot
+frame it)."""
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import ipaddress
+import re
+import secrets
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NamedTuple
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from tension.core.errors import ConfigError
 from tension.core.view.site import Site
 
-__all__ = ["make_app", "serve", "url", "is_loopback", "served_names", "HEADERS"]
+__all__ = ["make_app", "serve", "url", "is_loopback", "served_names", "HEADERS", "Framing", "framing",
+           "framed_headers", "frame_origin"]
 
 HEADERS = {
     "Cache-Control": "no-cache",
@@ -35,6 +52,54 @@ HEADERS = {
     "Cross-Origin-Resource-Policy": "same-origin",
 }
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+_HOST_NAME = re.compile(r"^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class Framing(NamedTuple):
+    """Who may frame the view: requests under /`token`/ may be framed by `origins`
+    (each `scheme://host[:port]`, as `frame_origin` writes it) and by nothing else."""
+
+    token: str
+    origins: tuple[str, ...]
+
+
+def framing(origins: Sequence[str]) -> Framing:
+    """A new per-view token (random, 192 bits) for `origins` (checked by `frame_origin`)."""
+    checked = tuple(dict.fromkeys(frame_origin(o) for o in origins))
+    if not checked:
+        raise ConfigError("the view's framing: no origin given")
+    return Framing(secrets.token_urlsafe(24), checked)
+
+
+def frame_origin(origin: str) -> str:
+    """`origin` (a notebook's address: `http://localhost:8888`, a path is dropped) as
+    the one CSP source it is, `scheme://host[:port]`, written from its checked parts;
+    ConfigError for anything that is not one web origin (another scheme, a wildcard,
+    a user name, a list)."""
+    text = origin.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as e:
+        raise ConfigError(f"view(origin=…): expected a web origin like 'http://localhost:8888', got {origin!r} "
+                          f"({e})") from e
+    host = (parts.hostname or "").rstrip(".")
+    ok_host = "%" not in host and (_is_address(host) or bool(_HOST_NAME.match(host)))
+    if parts.scheme not in ("http", "https") or not ok_host or parts.username is not None:
+        raise ConfigError(f"view(origin=…): expected a web origin like 'http://localhost:8888' (http or https, "
+                          f"a host, a port), got {origin!r}")
+    name = f"[{host}]" if ":" in host else host
+    default = {"http": 80, "https": 443}[parts.scheme]
+    return f"{parts.scheme}://{name}" + (f":{port}" if port is not None and port != default else "")
+
+
+def framed_headers(origins: Sequence[str]) -> dict[str, str]:
+    """HEADERS for an answer that `origins` alone may frame: `frame-ancestors` names
+    them, and X-Frame-Options (which cannot name an origin) is left out; a browser
+    that reads `frame-ancestors` ignores X-Frame-Options when both are sent."""
+    csp = HEADERS["Content-Security-Policy"].replace("frame-ancestors 'none'", "frame-ancestors " + " ".join(origins))
+    return {**{k: v for k, v in HEADERS.items() if k != "X-Frame-Options"}, "Content-Security-Policy": csp}
+
 _WILDCARD = frozenset({"0.0.0.0", "::", ""})
 
 
@@ -69,9 +134,13 @@ def _is_address(name: str) -> bool:
     return True
 
 
-def make_app(site: Site, host: str = "127.0.0.1") -> web.Application:
+def make_app(site: Site, host: str = "127.0.0.1", frame: Framing | None = None) -> web.Application:
+    """The view's app; with `frame`, what is asked under /TOKEN/ may be framed by its
+    origins (the module's docstring)."""
     names = served_names(host)
     any_address = _name(host) in _WILDCARD
+    token = frame.token.encode() if frame is not None else b""
+    framed = framed_headers(frame.origins) if frame is not None else HEADERS
 
     async def handle(request: web.Request) -> web.StreamResponse:
         given = request.headers.get("Host")
@@ -80,11 +149,19 @@ def make_app(site: Site, host: str = "127.0.0.1") -> web.Application:
             if name not in names and not (any_address and _is_address(name)):
                 return web.Response(status=421, text=f"this view answers only for {', '.join(sorted(names))} "
                                     f"(Host: {given!r} is none of them)\n", headers=HEADERS)
-        if request.path == "/":
-            raise web.HTTPFound("/index.html", headers=HEADERS)
-        doc = await site.get(request.path)
+        path, root, headers = request.path, "/", HEADERS
+        if token:
+            first, slash, rest = path[1:].partition("/")
+            if hmac.compare_digest(first.encode(), token):
+                root, headers = f"/{first}/", framed
+                if not slash:  # /TOKEN: its pages' relative links need the slash
+                    raise web.HTTPFound(root + "index.html", headers=headers)
+                path = "/" + rest
+        if path == "/":
+            raise web.HTTPFound(root + "index.html", headers=headers)
+        doc = await site.get(path)
         return web.Response(status=doc.status, body=doc.body, content_type=doc.content_type,
-                            charset="utf-8", headers=HEADERS)
+                            charset="utf-8", headers=headers)
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", handle)
@@ -106,10 +183,11 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: it may resolve to any interface
 
 
-async def serve(site: Site, host: str, port: int, ready: Callable[[str], Awaitable[None] | None]) -> None:
+async def serve(site: Site, host: str, port: int, ready: Callable[[str], Awaitable[None] | None],
+                frame: Framing | None = None) -> None:
     """Serve until cancelled; `ready(url)` is called once the socket listens (port 0:
-    a free port, named in the url)."""
-    runner = web.AppRunner(make_app(site, host), access_log=None)
+    a free port, named in the url). `frame`: the notebook's exception to "no framing"."""
+    runner = web.AppRunner(make_app(site, host, frame), access_log=None)
     await runner.setup()
     try:
         tcp = web.TCPSite(runner, host, port)

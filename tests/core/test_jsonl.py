@@ -59,3 +59,38 @@ def test_a_typed_decoder_and_another_id(tmp_path):
 def test_an_unreadable_file_raises(tmp_path):
     with pytest.raises(InputError, match="cannot open"):
         read_records(tmp_path / "missing.jsonl", _parse)
+
+
+def test_write_together_puts_a_drawn_folder_in_place_whole_and_files_beside_it(tmp_path):
+    """A folder drawn aside replaces the folder there whole (an earlier image does not stay);
+    a drawn file joins the folder it goes to; nothing hidden is left."""
+    from tension.core.inputs.jsonl import folder_aside, write_together
+
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "old.png").write_bytes(b"old")
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "other.png").write_bytes(b"other")
+    with folder_aside(tmp_path / "figures") as figs, folder_aside(tmp_path / "plots") as plots:
+        (figs / "new.png").write_bytes(b"new")
+        (plots / "plots" / "stories").mkdir(parents=True)
+        (plots / "plots" / "stories" / "s.png").write_bytes(b"s")
+        write_together({tmp_path / "report.md": "done\n"},
+                       drawn={tmp_path / "figures": figs, tmp_path / "plots" / "stories" / "s.png":
+                              plots / "plots" / "stories" / "s.png"})
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "figures", "figures/new.png", "plots", "plots/other.png", "plots/stories", "plots/stories/s.png",
+        "report.md"]
+
+
+def test_a_failed_drawing_names_the_output_not_its_hidden_folder(tmp_path):
+    import errno
+
+    from tension.core.inputs.jsonl import folder_aside
+
+    with pytest.raises(OSError) as full, folder_aside(tmp_path / "figures"):
+        raise OSError(errno.ENOSPC, "No space left on device")  # a full disk names no file
+    assert full.value.filename == str(tmp_path / "figures")
+    with pytest.raises(OSError) as missing, folder_aside(tmp_path / "figures") as figs:
+        (figs / "curves" / "a.png").write_bytes(b"")
+    assert missing.value.filename == str(tmp_path / "figures" / "curves" / "a.png")
+    assert list(tmp_path.iterdir()) == []  # the hidden folder is gone

@@ -187,3 +187,132 @@ def test_subsample_stopped_over_an_earlier_output_leaves_the_earlier_set_whole(s
     r = _subsample_stopped(scored, tmp_path, out, sig, "writing")
     _assert_interrupted(r, "writing")
     assert _digests(out) == before
+
+
+# -- metrics, compare, report, fairplay-metrics: their outputs together (item 5) ----------------------------
+
+EXAMPLES = ROOT / "examples"
+FEW, MANY = ("flat with dips", 2, 0.85), ("flat with dips", 4, 0.85)
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory) -> Path:
+    """Two small score runs of the same four stories (positions.jsonl, meta.jsonl), for compare."""
+    from tension.testing.second_order import write_simulated_run
+
+    tmp = tmp_path_factory.mktemp("runs")
+    write_simulated_run(tmp / "a", FEW, 4, 10, m=20, seed=1)
+    write_simulated_run(tmp / "b", MANY, 4, 10, m=20, seed=2)
+    return tmp
+
+
+# Per verb: its command ({out}: the folder it writes; report writes into the run it reads), the outputs it
+# writes together, the options of an earlier output over which it is stopped (other bytes), and the
+# moments: as it draws its figures (loading their font), as it writes its last file under its hidden name
+# (the others are written aside by then), as it renames the first into place.
+TOGETHER = {
+    "metrics": {
+        "argv": ["metrics", str(EXAMPLES / "sample_curves.jsonl"), "--out", "{out}"],
+        "outputs": ["groups.csv", "stories.csv"],
+        "earlier": {"--window": "3"},
+        "moments": {"writing": {"opens": ".groups.csv.*.tmp"}, "renaming": {"renames": ".stories.csv.*.tmp"}},
+    },
+    "compare": {
+        "argv": ["compare", "{runs}/a", "{runs}/b", "--out", "{out}", "--resamples", "200", "--interval-resamples",
+                 "100"],
+        "outputs": ["compare.csv", "compare.md", "compare_stories.csv"],
+        "earlier": {"--seed": "1"},
+        "moments": {"writing": {"opens": ".compare_stories.csv.*.tmp"}, "renaming": {"renames": ".compare.md.*.tmp"}},
+    },
+    "report": {
+        "argv": ["report", "{out}", "--max-curves", "2", "--resamples", "200", "--interval-resamples", "100"],
+        "inputs": ["meta.jsonl", "positions.jsonl"],
+        "outputs": ["figures", "report.md", "table18.csv", "table6.csv"],
+        "earlier": {"--max-curves": "1", "--seed": "1"},
+        "moments": {"drawing": {"opens": "*.ttf"}, "writing": {"opens": ".report.md.*.tmp"},
+                    "renaming": {"renames": ".table6.csv.*.tmp"}},
+    },
+    "fairplay-metrics": {
+        "argv": ["fairplay-metrics", str(EXAMPLES / "fairplay_readers.jsonl"), "--out", "{out}", "--max-plots", "2",
+                 "--resamples", "200", "--no-progress"],
+        "outputs": ["curves.csv", "distributions.jsonl", "fairplay.json", "groups.csv", "groups.md", "plots",
+                    "steps.jsonl", "stories.csv"],
+        "earlier": {"--max-plots": "1", "--seed": "1"},
+        "moments": {"drawing": {"opens": "*.ttf"}, "writing": {"opens": ".fairplay.json.*.tmp"},
+                    "renaming": {"renames": ".stories.csv.*.tmp"}},
+    },
+}
+TOGETHER_CASES = [(verb, moment) for verb, spec in TOGETHER.items() for moment in spec["moments"]]
+
+
+def _together_out(verb: str, tmp: Path) -> Path:
+    """The folder `verb` writes: a fresh one, or for report a fresh run it reads and writes into."""
+    if verb != "report":
+        return tmp / "out"
+    from tension.testing.second_order import write_simulated_run
+
+    return write_simulated_run(tmp / "run", FEW, 3, 10, m=20, seed=3)
+
+
+def _together_argv(verb: str, out: Path, runs: Path, earlier: bool = False) -> list[str]:
+    """`verb`'s command line; `earlier`: with the earlier output's values of its options."""
+    spec = TOGETHER[verb]
+    argv = [a.format(out=out, runs=runs) for a in spec["argv"]]
+    for flag, value in (spec["earlier"].items() if earlier else ()):
+        argv = argv[:argv.index(flag) + 1] + [value] + argv[argv.index(flag) + 2:] if flag in argv \
+            else [*argv, flag, value]
+    return argv
+
+
+def _tree_digests(out: Path) -> dict[str, str]:
+    """Every file under `out` (its figures' folders too), by its path there: its sha256."""
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*")) if p.is_file()} if out.exists() else {}
+
+
+def _listed(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir()) if out.exists() else []
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=SIGNAL_IDS)
+@pytest.mark.parametrize(("verb", "moment"), TOGETHER_CASES, ids=[f"{v}-{m}" for v, m in TOGETHER_CASES])
+def test_a_verb_stopped_while_it_draws_or_writes_exits_130_and_writes_its_outputs_together_or_none(
+        verb, moment, sig, two_runs, tmp_path):
+    """metrics (stories.csv, groups.csv), compare --out (its three files), report (its tables, figures/
+    and report.md, the file that makes a run folder look reported) and fairplay-metrics (its seven files
+    and plots/): stopped before the renames, none of its outputs is there (no hidden temporary file or
+    folder either); stopped at the first rename, every one is, the stop obeyed once they are."""
+    spec = TOGETHER[verb]
+    out = _together_out(verb, tmp_path)
+    env = stopped_at(tmp_path / "hook", sig, **spec["moments"][moment], env=_home_env(tmp_path))
+    r = _run([sys.executable, str(BIN), *_together_argv(verb, out, two_runs)], env, tmp_path)
+    _assert_interrupted(r, moment)
+    inputs = spec.get("inputs", [])
+    if moment == "renaming":
+        assert _listed(out) == sorted(inputs + spec["outputs"])
+    else:
+        assert _listed(out) == inputs
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=SIGNAL_IDS)
+@pytest.mark.parametrize(("verb", "moment"), [c for c in TOGETHER_CASES if c[1] != "renaming"],
+                         ids=[f"{v}-{m}" for v, m in TOGETHER_CASES if m != "renaming"])
+def test_a_verb_stopped_over_its_earlier_outputs_leaves_them_whole(verb, moment, sig, two_runs, tmp_path):
+    """The earlier output (other arguments, other bytes) stays byte for byte, report's figures/ and
+    fairplay-metrics' plots/ with it: a report stopped while it draws keeps the earlier figures its
+    report.md shows."""
+    out = _together_out(verb, tmp_path)
+    first = _run([sys.executable, str(BIN), *_together_argv(verb, out, two_runs, earlier=True)],
+                 _home_env(tmp_path), tmp_path)
+    assert first.returncode == 0, first.stderr
+    before = _tree_digests(out)
+    assert sorted({name.split("/")[0] for name in before}) == sorted(TOGETHER[verb].get("inputs", [])
+                                                                    + TOGETHER[verb]["outputs"])
+    env = stopped_at(tmp_path / "hook", sig, **TOGETHER[verb]["moments"][moment], env=_home_env(tmp_path))
+    r = _run([sys.executable, str(BIN), *_together_argv(verb, out, two_runs)], env, tmp_path)
+    _assert_interrupted(r, moment)
+    assert _tree_digests(out) == before
+    assert not [p for p in out.rglob(".*")]  # no hidden temporary file or folder left
+    done = _run([sys.executable, str(BIN), *_together_argv(verb, out, two_runs)], _home_env(tmp_path), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert _tree_digests(out) != before  # the stopped command's outputs differ: what stayed is the earlier set

@@ -120,10 +120,12 @@ class ViewHere(_Pages):
     the same Site and aiohttp app, on a free port. What differs is only the CLI's printing
     (its notes and `view: URL` line): a spec of those, or of the process, takes `Viewer`.
     `env` (its own variables over this process's; None unsets one) and `cwd` (the folder
-    it runs in) hold for its whole life, put back by `stop`."""
+    it runs in) hold for its whole life, put back by `stop`. `frame_origins`: the
+    notebook's origins that may frame it under its token (`embed_url`)."""
 
     def __init__(self, *dirs: Path, cache: Path | None = None, host: str = "127.0.0.1",
-                 env: dict[str, str | None] | None = None, cwd: Path | None = None):
+                 env: dict[str, str | None] | None = None, cwd: Path | None = None,
+                 frame_origins: tuple[str, ...] = ()):
         from tension.core.pipelines.fairplay.recall import FairPlayRecall
         from tension.core.pipelines.score.recall import ScoreRecall
         from tension.core.view.background import start_view
@@ -146,11 +148,13 @@ class ViewHere(_Pages):
                 self._patched.chdir(cwd)
             self.server = start_view([str(d) for d in dirs], host=host, port=0,
                                      cache=None if cache is None else str(cache),
-                                     score_recall=ScoreRecall, fairplay_recall=FairPlayRecall)
+                                     score_recall=ScoreRecall, fairplay_recall=FairPlayRecall,
+                                     frame_origins=frame_origins)
         except BaseException:
             self._put_back()
             raise
         self.url = self.server.url
+        self.embed_url = self.server.embed_url
 
     def stop(self) -> str:
         """Stop serving; what it said on stderr. A handler stuck past 20 s fails here
