@@ -29,6 +29,21 @@ _ON_THIS_MACHINE = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::", 
 ASK = "pass the address the notebook's page is open at: view(origin='http://localhost:8888')"
 
 
+def _runtime_dir(env: Mapping[str, str]) -> str:
+    """Jupyter's runtime folder, as jupyter_core tells it (a kernel's environment has it:
+    ipykernel needs jupyter_client, which needs jupyter_core); without it, as jupyter_core
+    would on Linux: JUPYTER_RUNTIME_DIR, else the data folder's runtime/."""
+    if env.get("JUPYTER_RUNTIME_DIR"):
+        return env["JUPYTER_RUNTIME_DIR"]
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+    except ImportError:
+        data = env.get("JUPYTER_DATA_DIR") or os.path.join(
+            env.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "jupyter")
+        return os.path.join(data, "runtime")
+    return jupyter_runtime_dir()
+
+
 def notebook_origins(environ: Mapping[str, str] | None = None, runtime_dir: str | None = None,
                      parent: int | None = None) -> tuple[tuple[str, ...], str]:
     """The origins of the Jupyter server that started this kernel, and ""; or ``()``
@@ -41,11 +56,7 @@ def notebook_origins(environ: Mapping[str, str] | None = None, runtime_dir: str 
     given = env.get("JPY_PARENT_PID", "").strip()
     pids = list(dict.fromkeys([p for p in (given, str(os.getppid() if parent is None else parent)) if p.isdigit()]))
     if runtime_dir is None:
-        try:
-            from jupyter_core.paths import jupyter_runtime_dir
-        except ImportError:
-            return (), f"jupyter_core is not installed, so Jupyter's runtime folder is unknown; {ASK}"
-        runtime_dir = jupyter_runtime_dir()
+        runtime_dir = _runtime_dir(env)
     for name in (f"{kind}-{pid}.json" for pid in pids for kind in ("jpserver", "nbserver")):
         try:
             info = json.loads((Path(runtime_dir) / name).read_text(encoding="utf-8"))
