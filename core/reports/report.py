@@ -167,8 +167,9 @@ def table18(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fm
 def comparable_table(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fmt: str = "md") -> str:
     """The comparable second-order statistics (docs/metrics.md 1.9) of every group, each
     cell `mean [bootstrap 95% interval]` as Table 18's."""
-    cols = [(name, name.removesuffix(SUFFIX).upper()) for name in comparable_columns(stat_columns(settings))
-            if name.startswith(("retain", "ir"))]
+    label = dict(_columns(settings))  # Table 6's names: Retain, IR30, …
+    cols = [(name, label[name.removesuffix(SUFFIX)]) for name in comparable_columns(stat_columns(settings))
+            if name.removesuffix(SUFFIX) in label]
     return _interval_table(groups, cols, fmt)
 
 
@@ -195,7 +196,8 @@ def comparable_lines(data: RunData) -> list[str]:
              "Retain and the IRs above are the paper's, for reproducing its tables: binomial noise of the endings "
              "and the curve's level move them more than the story does, so they cannot rank corpora. Below, the "
              f"same statistics of the turns a rerun would see again (a rise and fall of at least {TURN_HEIGHT:g} "
-             "no-rate, beyond the endings' own noise), with bootstrap 95% intervals over stories.", "",
+             "no-rate, beyond the endings' own noise), with bootstrap 95% intervals over stories widened by what "
+             "one more layer of that noise moves them.", "",
              comparable_table(data.groups, data.settings)]
     if fewest is None:
         lines += ["**Warning:** the run's positions do not hold their verdict counts, so there is no comparable "
