@@ -47,6 +47,12 @@ Run from the repository root::
     python bench/client.py
     python bench/client.py --requests 5000 --repeats 1 --json out.json
     python bench/client.py --contenders tension,aiohttp
+    python bench/client.py --before /tmp/head    # a checkout of the code before a change, with its .venv
+
+With ``--before CHECKOUT`` each tension contender (``tension``, ``tension-nocache``,
+``score``, ``score-chat``) also runs from that checkout (its own ``bench/client.py``,
+under its ``.venv``'s Python), labelled ``@before`` and interleaved with the others
+against the same stub: a change's before and after, side by side in one run.
 
 The stub alone: ``python -m tension.testing.stub_server --port 8123``; one child
 against it (for a profiler): ``python bench/client.py --child tension --port 8123``.
@@ -156,6 +162,7 @@ async def contender_tension(base: str, warm, timed, conc: int, cache: bool) -> t
     from tension.core.llm.protocol import ChatRequest
     from tension.core.llm.replicas import Replica
     from tension.core.llm.router import Router
+    from tension.core.llm.ticket import NO_TICKET
     from tension.core.run.engine import Engine
     from tension.core.run.progress import Progress
     from tension.core.run.scheduler import Scheduler
@@ -187,7 +194,8 @@ async def contender_tension(base: str, warm, timed, conc: int, cache: bool) -> t
                     async with Scheduler(router.lanes()) as s:
 
                         async def one(req):
-                            ph.latencies.append((await s.request("judge", router.chat, "", req)).seconds)
+                            async with s.slot("judge"):
+                                ph.latencies.append((await router.chat(NO_TICKET, req)).seconds)
 
                         await s.map(one, reqs)
                 ph.done = len(ph.latencies)
@@ -366,8 +374,14 @@ def readiness(base: str) -> None:
         raise SystemExit(f"readiness check: expected content 'Y', got {content!r}")
 
 
+BEFORE = "@before"
+
+
 def run_child(args, name: str, port: int, cpu: int | None) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--port", str(port),
+    python, script = sys.executable, Path(__file__).resolve()
+    if name.endswith(BEFORE):  # the same contender, from the checkout before the change
+        python, script = str(Path(args.before) / ".venv" / "bin" / "python"), Path(args.before) / "bench" / "client.py"
+    cmd = [python, str(script), "--child", name.removesuffix(BEFORE), "--port", str(port),
            "--requests", str(args.requests), "--concurrency", str(args.concurrency),
            "--warmup", str(args.warmup), "--seed", str(args.seed),
            "--score-stories", str(args.score_stories)]
@@ -375,10 +389,10 @@ def run_child(args, name: str, port: int, cpu: int | None) -> dict:
         cmd += ["--cpu", str(cpu)]
     if args.no_uvloop:
         cmd.append("--no-uvloop")
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=3600)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=script.parent.parent, timeout=3600)
     if r.returncode != 0 or not r.stdout.strip():
         return {"name": name, "failed": f"exit {r.returncode}: {r.stderr.strip()[-2000:]}"}
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return {**json.loads(r.stdout.strip().splitlines()[-1]), "name": name}
 
 
 def main(argv=None) -> int:
@@ -395,6 +409,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-pin", action="store_true", help="do not pin the stub and the clients to cores")
     ap.add_argument("--no-uvloop", action="store_true", help="plain asyncio loops everywhere")
     ap.add_argument("--json", metavar="PATH", help="also write config + results as JSON to PATH")
+    ap.add_argument("--before", metavar="CHECKOUT",
+                    help="also run the tension contenders from this checkout (with its .venv), labelled @before")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--cpu", type=int, default=None, help=argparse.SUPPRESS)
@@ -407,6 +423,10 @@ def main(argv=None) -> int:
         ap.error(f"--contenders: unknown {unknown}; known: {', '.join(ORDER)}")
     if args.requests < 1 or args.concurrency < 1 or args.repeats < 1 or args.warmup < 0:
         ap.error("--requests, --concurrency and --repeats must be >= 1, --warmup >= 0")
+    if args.before:
+        if not (Path(args.before) / ".venv" / "bin" / "python").is_file():
+            ap.error(f"--before {args.before}: no .venv/bin/python there (a checkout with its own venv)")
+        names += [n + BEFORE for n in names if n.startswith(("tension", "score"))]
 
     import msgspec
 
@@ -480,7 +500,7 @@ def main(argv=None) -> int:
                          "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
                          "cpu_us_per_req": med("cpu_us_per_req"),
                          "runs": [r["req_per_s"] for r in rs], "errors": sum(r["errors"] for r in rs)}
-        if name in ("score", "score-chat"):
+        if name.removesuffix(BEFORE) in ("score", "score-chat"):
             summary[name].update(judgments_per_s=med("judgments_per_s"), cpu_us_per_judgment=med("cpu_us_per_judgment"),
                                  cpu_us_per_judgment_run=med("cpu_us_per_judgment_run"),
                                  report_cpu_seconds=med("report_cpu_seconds"))
@@ -499,7 +519,8 @@ def main(argv=None) -> int:
         vc = f"{s['req_per_s'] / ref_c:.2f}x" if ref_c else "-"
         vb = f"{s['req_per_s'] / ref_b:.1f}x" if ref_b else "-"
         cc = f"{cpu_c / s['cpu_us_per_req']:.2f}x" if cpu_c else "-"
-        print(f"{LABELS[name]:<40} | {s['req_per_s']:>7,.0f} | {s['best_req_per_s']:>6,.0f} | {p50:>6} | "
+        label = LABELS[name.removesuffix(BEFORE)] + (" @before" if name.endswith(BEFORE) else "")
+        print(f"{label:<40} | {s['req_per_s']:>7,.0f} | {s['best_req_per_s']:>6,.0f} | {p50:>6} | "
               f"{p99:>6} | {vc:>14} | {vb:>13} | {s['cpu_us_per_req']:>10,.0f} | {cc:>10}")
     print("-" * len(head))
     print(f"req/s: median of {args.repeats} interleaved runs of {args.requests:,} timed requests each "

@@ -34,17 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tension.core.reports import figures
-from tension.core.reports.figures import (
-    BARS_SIZE,
-    PNG_COMPRESSION,
-    CurvePlot,
-    bars_figure,
-    curve_figure,
-    draw_bars,
-    pyplot,
-    report_curves,
-)
+from tension.core.reports import figure_cache
+from tension.core.reports.figure_cache import bars_figure, report_curves
+from tension.core.reports.figures import BARS_SIZE, PNG_COMPRESSION, CurvePlot, curve_figure, draw_bars, pyplot
 from tension.core.reports.report import group_bars
 from tension.kernels.curves import CurveSettings
 from tension.kernels.groups import describe
@@ -116,7 +108,7 @@ def main() -> None:
                     if way == 0:
                         bars_before(d / f"before-{name}.png", groups, b)
                     else:  # drawn, not written from an earlier drawing (the row below times that)
-                        figures._kept.clear()
+                        figure_cache._kept.clear()
                         bars_figure(d / f"now-{name}.png", groups, b.stats, b.labels, b.title, b.ylabel, top=b.top)
                 spent = time.process_time() - c
                 before, now = (before + spent, now) if way == 0 else (before, now + spent)
@@ -135,16 +127,16 @@ def main() -> None:
         before = now = 0.0
         for r in range(args.reports):
             for way in ((0, 1) if r % 2 == 0 else (1, 0)):
-                kept = figures._kept.copy()
+                kept = figure_cache._kept.copy()
                 c = time.process_time()
                 for name, b in bars.items():
                     if way == 0:
-                        figures._kept.clear()
+                        figure_cache._kept.clear()
                     bars_figure(d / f"{('anew', 'kept')[way]}-{name}.png", groups, b.stats, b.labels, b.title,
                                 b.ylabel, top=b.top)
                 spent = time.process_time() - c
-                figures._kept.clear()
-                figures._kept.update(kept)
+                figure_cache._kept.clear()
+                figure_cache._kept.update(kept)
                 before, now = (before + spent, now) if way == 0 else (before, now + spent)
         same = all((d / f"anew-{k}.png").read_bytes() == (d / f"kept-{k}.png").read_bytes() for k in bars)
         print(f"{k} group-bar figures drawn again from the same numbers: drawn anew {1000 * before / k:.0f} ms/figure; "

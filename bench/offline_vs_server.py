@@ -95,7 +95,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from tension.core.config import load_config
-    from tension.core.pipelines.bench import BenchOptions, bench_async, format_bench, save_figures
+    from tension.core.pipelines.bench import BenchOptions, format_bench, run_bench, save_figures
     from tension.core.prompts import score as prompts
     from tension.core.serving import embedded
     from tension.core.serving.profiles import EMBEDDED_SCORE_SETTINGS
@@ -122,9 +122,9 @@ def main() -> int:
         cfg = load_config(None, {**settings, "base_url": st.url, "model": st.model})
         # Plain requests first (as score sends them), then streamed (as bench measures
         # TTFT); with --variants also the warm-up-off and shuffled runs, streamed.
-        plain = asyncio.run(bench_async(cfg, corpus, BenchOptions(positions=args.positions, seed=args.seed,
+        plain = asyncio.run(run_bench(cfg, corpus, BenchOptions(positions=args.positions, seed=args.seed,
                                                                   variants=False, stream=False)))
-        fig = asyncio.run(bench_async(cfg, corpus, BenchOptions(positions=args.positions, seed=args.seed,
+        fig = asyncio.run(run_bench(cfg, corpus, BenchOptions(positions=args.positions, seed=args.seed,
                                                                 variants=args.variants)))
     finally:
         embedded.stop()

@@ -81,6 +81,9 @@ class MergeReport(msgspec.Struct, kw_only=True):
     sources: list[SourceCounts] = []
     conflicts: list[Conflict] = []
     damaged: list[DamagedSource] = []
+    # of the damaged source records, those whose key DST holds no good record of after the merge (another
+    # source's or DST's own copy stands in for the others): what a run from DST asks again for
+    lost: int = 0
     finished: float = 0.0
 
     def total(self, what: str) -> dict[str, int]:
@@ -144,6 +147,7 @@ def merge(sources: Sequence[str | os.PathLike], dst: str | os.PathLike,
                             _write(out, batch, counts, report, copied_from, progress, losing)
                             batch, size = [], 0
                     _write(out, batch, counts, report, copied_from, progress, losing)
+        report.lost = _still_missing(out, report.damaged)
         report.finished = time.time()
         kept = msgspec.structs.replace(report, conflicts=report.conflicts[:_KEPT], damaged=report.damaged[:_KEPT])
         out.put_meta("last_merge", msgspec.json.encode(kept))
@@ -154,6 +158,14 @@ def last_merge(store: Store) -> MergeReport | None:
     """The report of the last merge into this cache (`cache stats`)."""
     v = store.get_meta("last_merge")
     return msgspec.json.decode(v, type=MergeReport) if v else None
+
+
+def _still_missing(out: Store, damaged: list[DamagedSource]) -> int:
+    """How many keys of the damaged source records DST holds no good record of."""
+    keys: dict[str, set[bytes]] = {}
+    for d in damaged:
+        keys.setdefault(d.database, set()).add(bytes.fromhex(d.key))
+    return sum(rec is None for db, ks in keys.items() for rec in out.get_many(db, sorted(ks)))
 
 
 def _record(db: str, value: bytes) -> records.Record | str:

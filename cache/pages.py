@@ -16,7 +16,9 @@ upper u16; an overflow page keeps its page count where lower/upper are), then
 u16 offsets of its nodes. A node is lo u16, hi u16, flags u16, key size u16, the
 key, then the data: a leaf's data size is lo | hi << 16, a branch's child page is
 lo | hi << 16 | flags << 32. A big value (node flag 1) is a u64 page number of
-an overflow run whose data starts after that page's header.
+an overflow run whose data starts after that page's header. The meta page holds
+two databases' roots: the free-page database (the pages a transaction freed, by
+transaction id) and the main one (the named databases).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -53,6 +55,7 @@ class Meta(msgspec.Struct, frozen=True):
     last_page: int
     txnid: int
     main_root: int
+    free_root: int = _NO_PAGE  # the root of LMDB's free-page database
 
     @property
     def needed_bytes(self) -> int:
@@ -69,12 +72,14 @@ def _read_meta(page: bytes) -> Meta:
     if version != _DATA_VERSION:
         raise PageError(f"LMDB data format {version}, not {_DATA_VERSION}")
     free_off = _HEADER + _META_HEAD.size
-    psize = _DB.unpack_from(page, free_off)[0]
+    free = _DB.unpack_from(page, free_off)
+    psize = free[0]
     main = _DB.unpack_from(page, free_off + _DB.size)
     last_page, txnid = struct.unpack_from("<QQ", page, free_off + 2 * _DB.size)
     if psize < 512 or psize & (psize - 1):
         raise PageError(f"page size {psize} is not a power of two ≥ 512")
-    return Meta(psize=psize, map_size=map_size, last_page=last_page, txnid=txnid, main_root=main[7])
+    return Meta(psize=psize, map_size=map_size, last_page=last_page, txnid=txnid, main_root=main[7],
+                free_root=free[7])
 
 
 def read_meta(data: bytes | bytes, size: int) -> Meta:
@@ -220,18 +225,44 @@ class DataFile:
                 out[key] = _DB.unpack_from(value, 0)[7]
         return out
 
-    def leaves(self) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) of every leaf page in the file, whether a tree still reaches
-        it or not (a page under a damaged branch, an older copy of a page): for
-        carving records out of a file whose trees are broken. Pages that do not
-        parse are passed over in silence."""
-        for pgno in range(2, min(self.meta.last_page + 1, self.pages)):
+    def free_pages(self, on_error) -> set[int]:
+        """The pages LMDB keeps as free, to be reused: older copies of pages a
+        transaction changed (copy-on-write) and the pages of deleted records, whose
+        bytes stay until a later transaction writes over them. LMDB's free database
+        holds, per transaction, the list of pages it freed (an IDL: a u64 count, then
+        that many u64 page numbers). In a sound file every page is either reached
+        from the current meta page or listed here. A page of the list that cannot
+        be read is reported as `walk` reports it."""
+        out: set[int] = set()
+        for _, _, value in self.walk(self.meta.free_root, on_error):
+            if len(value) < 8:
+                on_error(self.meta.free_root, b"", "a free-page list shorter than its count")
+                continue
+            (n,) = struct.unpack_from("<Q", value, 0)
+            if len(value) < 8 * (n + 1):
+                on_error(self.meta.free_root, b"", f"a free-page list of {n} pages in {len(value)} bytes")
+                continue
+            out.update(struct.unpack_from(f"<{n}Q", value, 8))
+        return out
+
+    @property
+    def page_numbers(self) -> range:
+        """The pages after the meta pages that the file holds, up to the last one in use."""
+        return range(2, min(self.meta.last_page + 1, self.pages))
+
+    def leaves(self, pgnos: Iterable[int] | None = None) -> Iterator[tuple[int, bytes, bytes]]:
+        """(page number, key, value) of every leaf page in the file (or among the
+        pages `pgnos`), whether a tree still reaches it or not (a page under a
+        damaged branch, an older copy of a page, a page LMDB freed): for carving
+        records out of a file whose trees are broken. Pages that do not parse are
+        passed over in silence."""
+        for pgno in self.page_numbers if pgnos is None else pgnos:
             try:
                 flags, page = self.page(pgno)
                 if flags & (_BRANCH | _LEAF | _OVERFLOW | _META) != _LEAF:
                     continue
                 for key, nflags, value in self._leaf(page, [b""]):
                     if not nflags & _SUBDATA:
-                        yield key, value
+                        yield pgno, key, value
             except PageError:
                 continue

@@ -21,7 +21,9 @@ import lmdb
 
 from tension.core.errors import CacheError
 
-__all__ = ["Env", "acquire", "release", "open_paths"]
+from .failures import cannot_write
+
+__all__ = ["Env", "acquire", "release", "open_paths", "open_env"]
 
 
 class Env:
@@ -81,3 +83,47 @@ def open_paths() -> list[Path]:
     """The cache folders this process has open (tests: nothing is left open)."""
     with _lock:
         return sorted(_open)
+
+
+def open_env(path: Path, dbs: tuple[str, ...], meta_name: bytes, map_size: int, readonly: bool) -> Env:
+    """The environment at `path` and its databases' handles, opened for the first
+    store of this process that uses it."""
+    env, unlocked = _open_lmdb(path, len(dbs) + 1, map_size, readonly)
+    try:
+        handles = {name: _open_db(env, name, readonly) for name in dbs}
+        try:
+            meta = env.open_db(meta_name, create=not readonly)
+        except lmdb.NotFoundError:  # read-only, and no writer has committed yet
+            raise CacheError(f"the cache at {path} holds no databases yet (another process may be creating "
+                             "it: try again once it has written)") from None
+    except BaseException:
+        env.close()
+        raise
+    return Env(env, handles, meta, readonly=readonly, unlocked=unlocked)
+
+
+def _open_lmdb(path: Path, max_dbs: int, map_size: int, readonly: bool) -> tuple[lmdb.Environment, bool]:
+    """The LMDB environment, and whether it was opened without its lock file."""
+    try:
+        return lmdb.open(str(path), map_size=map_size, max_dbs=max_dbs, readonly=readonly, subdir=True,
+                         create=not readonly, mode=0o600), False
+    except lmdb.Error as e:
+        if not (readonly and cannot_write(e)):
+            raise
+    # LMDB writes its lock file even to read, which a cache on a read-only mount
+    # or one this user may only read does not allow. Without the lock a reader
+    # is not protected from a writer in another process; nobody can write such
+    # a cache anyway, so this is only the fallback.
+    return lmdb.open(str(path), map_size=map_size, max_dbs=max_dbs, readonly=True, subdir=True, create=False,
+                     lock=False), True
+
+
+def _open_db(env: lmdb.Environment, name: str, readonly: bool) -> Any:
+    """A database's handle; None for one a read-only open finds missing (a cache
+    written before that database existed), which then reads as empty."""
+    try:
+        return env.open_db(name.encode(), create=not readonly)
+    except lmdb.NotFoundError:
+        if readonly:
+            return None
+        raise

@@ -29,8 +29,9 @@ from tension.core.errors import CacheError
 from . import mounts, pages, records, shared
 from .failures import DAMAGE, cannot_write, damaged, replace_damaged, write_failure
 from .paths import cache_root
+from .run_counts import RunCounts
 
-__all__ = ["DBS", "FORMAT_VERSION", "Store", "RunCounts", "default_path", "damaged", "write_failure",
+__all__ = ["DBS", "FORMAT_VERSION", "Store", "default_path", "damaged", "write_failure",
            "cannot_write", "open_for_run"]
 
 # "positions" (added later, no format change): one record per judged position, so a
@@ -58,16 +59,6 @@ def default_path() -> Path:
     return cache_root() / "llm.lmdb"
 
 
-class RunCounts(msgspec.Struct, kw_only=True):
-    """Hits and misses of one run, per database."""
-
-    hits: dict[str, int] = {}
-    misses: dict[str, int] = {}
-    writes: dict[str, int] = {}
-    damaged: dict[str, int] = {}  # records whose checksum failed: counted as misses too, and asked again
-    finished: float = 0.0
-
-
 class Store:
     """An open cache. ``with Store(path) as s: …`` or ``open()``/``close()``."""
 
@@ -78,11 +69,10 @@ class Store:
         self.max_bytes = max_bytes  # the map never grows past this (None: only the disk limits it)
         if max_bytes is not None:
             map_size = min(map_size, max_bytes)
-        self.counts = RunCounts(hits=dict.fromkeys(DBS, 0), misses=dict.fromkeys(DBS, 0),
-                                writes=dict.fromkeys(DBS, 0), damaged=dict.fromkeys(DBS, 0))
+        self.counts = RunCounts.zero(DBS)  # this run's book (cache/run_counts.py): the store counts its reads
         self.env: lmdb.Environment | None = None
         self._shared: shared.Env | None = None
-        self.unlocked = False  # opened read-only without LMDB's lock file (`_open_env`)
+        self.unlocked = False  # opened read-only without LMDB's lock file (cache/shared.py `open_env`)
         self._format = FORMAT_VERSION  # the cache's, once read (`_check_format`)
         mounts.check_local(self.path)  # every verb opening a cache comes here: none on a network file system
         try:
@@ -91,7 +81,8 @@ class Store:
                 self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
             # One environment per folder per process (cache/shared.py): several runs
             # of one process share it, each with its own counts.
-            self._shared = shared.acquire(self.path, readonly, lambda: self._open_shared(map_size))
+            self._shared = shared.acquire(self.path, readonly, lambda: shared.open_env(self.path, DBS, _META,
+                                                                                      map_size, readonly))
             self.env, self._dbs, self._meta = self._shared.env, self._shared.dbs, self._shared.meta
             self.unlocked = self._shared.unlocked
             # Reads may run on one thread while a writer thread commits. Growing the map
@@ -107,46 +98,6 @@ class Store:
                 raise damaged(self.path, f"LMDB says {e}") from e
             if isinstance(e, (OSError, lmdb.Error)):
                 raise CacheError(f"cannot open the cache at {self.path}: {e}") from e
-            raise
-
-    def _open_shared(self, map_size: int) -> shared.Env:
-        """The environment and its handles, opened for the first store of this process."""
-        env = self._open_env(map_size)
-        try:
-            dbs = {name: self._open_db(env, name) for name in DBS}
-            try:
-                meta = env.open_db(_META, create=not self.readonly)
-            except lmdb.NotFoundError:  # read-only, and no writer has committed yet
-                raise CacheError(f"the cache at {self.path} holds no databases yet (another process may be creating "
-                                 "it: try again once it has written)") from None
-        except BaseException:
-            env.close()
-            raise
-        return shared.Env(env, dbs, meta, readonly=self.readonly, unlocked=self.unlocked)
-
-    def _open_env(self, map_size: int) -> lmdb.Environment:
-        try:
-            return lmdb.open(str(self.path), map_size=map_size, max_dbs=len(DBS) + 1, readonly=self.readonly,
-                             subdir=True, create=not self.readonly, mode=0o600)
-        except lmdb.Error as e:
-            if not (self.readonly and cannot_write(e)):
-                raise
-        # LMDB writes its lock file even to read, which a cache on a read-only mount
-        # or one this user may only read does not allow. Without the lock a reader
-        # is not protected from a writer in another process; nobody can write such
-        # a cache anyway, so this is only the fallback.
-        self.unlocked = True
-        return lmdb.open(str(self.path), map_size=map_size, max_dbs=len(DBS) + 1, readonly=True, subdir=True,
-                         create=False, lock=False)
-
-    def _open_db(self, env: lmdb.Environment, name: str):
-        """A database's handle; None for one a read-only open finds missing (a cache
-        written before that database existed), which then reads as empty."""
-        try:
-            return env.open_db(name.encode(), create=not self.readonly)
-        except lmdb.NotFoundError:
-            if self.readonly:
-                return None
             raise
 
     @property
@@ -231,12 +182,6 @@ class Store:
         self.counts.misses[db] += len(out) - hits
         self.counts.damaged[db] += bad
         return out
-
-    def not_taken(self, db: str, n: int = 1) -> None:
-        """`n` records read from `db` were not taken (written before a --refresh run):
-        they count as misses, not hits."""
-        self.counts.hits[db] -= n
-        self.counts.misses[db] += n
 
     # -- writes -------------------------------------------------------------
 

@@ -7,12 +7,18 @@ these commands is to work on exactly such files. A record is good when its
 checksum matches (or, written before checksums, when it decodes; compressed or
 not) and it is the kind of record its database holds; `recover` writes every
 record it keeps compressed. `recover` also carves the leaf pages that no
-database reaches any more (under a damaged branch page, or older copies): records
-are written once and never changed, so any good copy of one is the record.
+database reaches any more (under a damaged branch page): records are written once
+and never changed, so any good copy of one is the record. A page LMDB freed (an
+older copy of a changed page, or the page of records `cache drop` deleted) holds
+records the cache no longer has: only the good older copy of a record damaged where
+the database reaches it, or of one in the key range of a damaged page, is taken
+from it; a deleted record never comes back (issue 58: `recover` after a drop brought
+every dropped record back, and `verify` counted them as found on a sound cache).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -21,12 +27,13 @@ import msgspec
 from . import pages, records
 from .store import DBS, Store
 
-__all__ = ["BadRecord", "PageProblem", "DatabaseReport", "Report", "verify", "recover", "RECORD_TYPES"]
+__all__ = ["BadRecord", "PageProblem", "DatabaseReport", "Report", "verify", "recover", "RECORD_TYPES", "FREE_LIST"]
 
 RECORD_TYPES: dict[str, type] = {"endings": records.Endings, "verdicts": records.Verdict,
                                  "tokens": records.TokenCount, "positions": records.JudgedPosition}
 _DB_OF_TYPE = {t: db for db, t in RECORD_TYPES.items()}
 _BATCH = 1000  # records per write transaction of `recover`
+FREE_LIST = "(free pages)"  # the database of a damaged page of LMDB's free-page list (it holds no record)
 
 
 class BadRecord(msgspec.Struct):
@@ -57,6 +64,11 @@ class Report(msgspec.Struct, kw_only=True):
     bad: list[BadRecord] = []
     pages: list[PageProblem] = []
     unreached: int = 0  # good records found only in pages no database reaches
+    bad_recovered: int = 0  # of the bad records, those with a good older copy among them (recover keeps it)
+    free_unread: bool = False  # LMDB's free-page list could not be read: the carving took every page's records
+    # of `unreached`, those taken from pages LMDB had freed for being in the key range of a damaged page: older
+    # copies of what it held, or records deleted before (a `cache drop`), which nothing tells apart
+    from_freed: int = 0
     written: dict[str, int] = {}  # `recover`: records written into the new cache, per database
 
     @property
@@ -103,21 +115,64 @@ def _read(path: Path, keep: bool) -> tuple[Report, dict[str, dict[bytes, records
             return lambda pgno, after, why: report.pages.append(PageProblem(db, pgno, after.hex(), why))
 
         roots = f.databases(on_error("(main)"))
+        main_damaged = bool(report.pages)
+        gaps: dict[str, list[tuple[bytes, bytes | None]]] = {db: [] for db in DBS}  # key ranges damaged pages held
         for db in DBS:
             root = roots.get(db.encode())
             if root is None:
+                if main_damaged:  # (its root may be on the damaged page: every key is in doubt)
+                    gaps[db].append((b"", None))
                 continue
-            for key, _, value in f.walk(root, on_error(db)):
+            for key, value in _walk(f, root, on_error(db), gaps[db]):
                 _take(report, found, db, key, value, keep)
-        for key, value in f.leaves():
+        before = len(report.pages)
+        free = f.free_pages(on_error(FREE_LIST))
+        report.free_unread = len(report.pages) > before
+        if report.free_unread:
+            free = set()  # which pages are free is unknown: every page's records are taken, as before
+        bad: dict[str, set[bytes]] = {db: set() for db in DBS}
+        for b in report.bad:
+            bad[b.database].add(bytes.fromhex(b.key))
+        # the pages in use first: a record found there is the one the cache held, not an older copy of it
+        in_use = (pgno for pgno in f.page_numbers if pgno not in free)
+        for pgno, key, value in itertools.chain(f.leaves(in_use), f.leaves(sorted(free))):
             rec = _good(value)
             if rec is None:
                 continue
             rec_db = _DB_OF_TYPE.get(type(rec))
-            if rec_db is not None and key not in found[rec_db]:  # (a bad record's good older copy counts)
-                found[rec_db][key] = rec
-                report.unreached += 1
+            if rec_db is None or key in found[rec_db]:
+                continue
+            if pgno in free and key not in bad[rec_db]:
+                if not _in_gap(key, gaps[rec_db]):
+                    continue  # a record LMDB let go: deleted, or an older copy of one the database holds
+                report.from_freed += 1
+            found[rec_db][key] = rec
+            report.unreached += 1
+            report.bad_recovered += key in bad[rec_db]
     return report, found
+
+
+def _walk(f: pages.DataFile, root: int, on_error, gaps: list[tuple[bytes, bytes | None]]):
+    """(key, value) of every leaf node under `root` (`DataFile.walk`); the key range
+    each run of damaged pages held (between the keys read either side of it) is
+    appended to `gaps`."""
+    gap: list[bytes] = []  # the key read before an open gap
+
+    def on_page_error(pgno: int, after: bytes, why: str) -> None:
+        on_error(pgno, after, why)
+        if not gap:
+            gap.append(after)
+
+    for key, _, value in f.walk(root, on_page_error):
+        if gap:
+            gaps.append((gap.pop(), key))
+        yield key, value
+    if gap:
+        gaps.append((gap.pop(), None))
+
+
+def _in_gap(key: bytes, gaps: list[tuple[bytes, bytes | None]]) -> bool:
+    return any(low < key and (high is None or key < high) for low, high in gaps)
 
 
 def _take(report: Report, found: dict, db: str, key: bytes, value, keep: bool) -> None:

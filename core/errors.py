@@ -8,7 +8,9 @@
     │   └── CacheDamagedError   its file is truncated, foreign or has bad pages
     │                           (also a ConfigError: exit 2, a rerun cannot cure it)
     └── ServerError         an LLM server could not give a usable answer
-        ├── StatusError     the server refused this one request (e.g. a prompt over the context)
+        ├── StatusError     the server refused this one request
+        │   ├── ContextLengthError  HTTP 400: the prompt does not fit the server's context
+        │   └── NLimitError         HTTP 400 naming `n`: the server takes fewer choices a request
         ├── RefusedError    401/403 (the key), 404 (no such model, no such endpoint), 405
         └── RetryBudgetError  retries ran out (count or total time)
 
@@ -46,6 +48,8 @@ __all__ = [
     "CacheDamagedError",
     "ServerError",
     "StatusError",
+    "ContextLengthError",
+    "NLimitError",
     "RefusedError",
     "RetryBudgetError",
     "EXIT_OK",
@@ -112,6 +116,20 @@ class StatusError(ServerError):
         self.url = url
         self.body = body
         super().__init__(f"HTTP {status} from {url}: {body[:300]}")
+
+
+class ContextLengthError(StatusError):
+    """HTTP 400: the prompt (with its max_tokens) does not fit the server's context
+    (llama.cpp's exceed_context_size_error, vLLM's "maximum context length"); the
+    classifier is core/llm/failures.py `status_error`. A score position is skipped
+    as one known too long before sending; a generated story fails with the
+    --max-tokens that would fit."""
+
+
+class NLimitError(StatusError):
+    """HTTP 400 whose message names `n`: the server takes fewer choices a request
+    than were asked (core/llm/choices.py `NAsk` reads the bound, core/llm/traits.py
+    `n_limit`, and asks in chunks). Raised to a caller only when even chunks fail."""
 
 
 class RefusedError(ServerError, ConfigError):

@@ -33,7 +33,9 @@ ALLOWED = {
     "core.prompts": {"core.errors"},
     "core.llm": {"core.errors", "core.redact", "cache"},
     "core.run": {"core.errors", "core.redact", "core.signals", "cache", "core.llm", "core.inputs"},
-    "core.reports": {"core.errors", "core.formats", "core.inputs", "kernels"},
+    # run: a run folder's run.json read back as the run record the run wrote (core/run/record.py RunRecord);
+    # cache: its header's usage (cache/records.py Usage)
+    "core.reports": {"core.errors", "core.formats", "core.inputs", "core.run", "cache", "kernels"},
     "core.serving": {"core.errors", "core.redact", "cache"},  # redact: the install log names pip's index URLs
     # redact: bench prints and saves its servers' URLs (issue 25: a URL's password reached stdout)
     "core.pipelines": {"core.errors", "core.redact", "core.formats", "core.config", "core.inputs", "core.prompts",
@@ -196,8 +198,9 @@ LOOP_RUNNERS = {"run_blocking", "run", "run_until_complete"}  # run.blocking's, 
 
 def test_a_pipeline_has_no_blocking_twin_of_its_verb():
     """Issue 38: one public door per verb. A pipeline's verb is its coroutine
-    (`score_async`, `estimate_async`, …), which the API awaits (``tension.score``,
-    ``tension.score_async``) and the CLI runs through the API; no public name of
+    (`run_score`, `run_estimate`, …: never the API's name, issue 59), which the API
+    awaits (``tension.score``, ``tension.score_async``) and the CLI runs through
+    the API; no public name of
     core/pipelines is a blocking twin beside it, neither named as a coroutine
     without its `_async` nor any function that runs an event loop itself."""
     bad = []

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tension.core.api.calls import Columns, PathLike, Records, blocking, given_input, run_cache
-from tension.core.api.results import FairPlayMetricsResult, FairPlayResult, Table, record_of
+from tension.core.api.results import FairPlayMetricsResult, FairPlayResult, record_of
 from tension.core.api.settings import (
     check_keywords,
     check_out_folder,
@@ -19,6 +19,7 @@ from tension.core.api.settings import (
     load,
     named_server,
 )
+from tension.core.api.tables import Table
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 
 if TYPE_CHECKING:  # only to type: `import tension` loads none of these
@@ -123,7 +124,7 @@ def fairplay_settings(config: PathLike | None, settings: dict[str, Any], max_plo
 
 async def _fairplay(cfg: FairPlayConfig, stories: PathLike | Records, out: PathLike, options: dict[str, Any],
                     columns: Columns = None) -> FairPlayResult:
-    from tension.core.pipelines.fairplay import fairplay_async as run
+    from tension.core.pipelines.fairplay import run_fairplay as run
 
     check_out_folder(out, run_cache(cfg.cache))
     s = await run(cfg, given_input("fairplay", "stories", stories, columns, Path(out) / "stories_given.jsonl"), out,

@@ -23,7 +23,6 @@ from tension.core.api.results import (
     GenerateResult,
     MetricsResult,
     ScoreResult,
-    Table,
     record_of,
 )
 from tension.core.api.settings import (
@@ -36,6 +35,7 @@ from tension.core.api.settings import (
     named_server,
     server_fallback,
 )
+from tension.core.api.tables import Table
 from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 
 if TYPE_CHECKING:  # only to type: `tension-run --help` and `import tension` load none of these
@@ -67,7 +67,7 @@ def score_settings(verb: str, config: PathLike | None, settings: dict[str, Any])
 
 async def _score(cfg: ScoreConfig, corpus: PathLike | Records, out: PathLike, columns: Columns,
                  call: dict[str, Any]) -> ScoreResult:
-    from tension.core.pipelines.score import score_async as run
+    from tension.core.pipelines.score import run_score as run
 
     check_out_folder(out, run_cache(cfg.cache))
     path = given_input("score", "corpus", corpus, columns, Path(out) / CORPUS_COPY)
@@ -138,8 +138,8 @@ async def _estimate(cfg: ScoreConfig, corpus: PathLike | Records, thr: Throughpu
 
 async def _estimate_of(cfg: ScoreConfig, corpus: PathLike, thr: Throughput, json: PathLike | None,
                        model: CacheModelOptions | None, pilot: PathLike | None) -> EstimateResult:
-    from tension.core.pipelines.estimate import estimate_async as run
     from tension.core.pipelines.estimate import format_estimate
+    from tension.core.pipelines.estimate import run_estimate as run
     from tension.core.pipelines.estimate_adaptive import adaptive_cost, read_pilot
     from tension.core.pipelines.estimate_precision import pilot_subsample, precision_cost
 
@@ -330,7 +330,7 @@ def generate_settings(config: PathLike | None, settings: dict[str, Any]) -> Gene
 
 async def _generate(cfg: GenerateConfig, ideas: PathLike | Records, out: PathLike, columns: Columns,
                     call: dict[str, Any]) -> GenerateResult:
-    from tension.core.pipelines.generate import generate_async as run
+    from tension.core.pipelines.generate import run_generate as run
 
     o = Path(out)
     path = given_input("generate", "ideas", ideas, columns, o.with_name(o.stem + ".ideas.jsonl"))

@@ -14,6 +14,7 @@ usage or configuration (a damaged cache among them); 130 interrupted.
     serve.py      serve, demo                   cache.py      cache stats, verify, recover, drop, merge
     view.py       view                          route.py      route
     precision.py  subsample                     network_fs.py --cache-on-network-fs, of every verb opening a cache
+    audit.py      audit sample, label, export, import, report
 
 Building the parser imports no numba, numpy, scipy or aiohttp: a verb imports
 its library modules when it runs.
@@ -28,7 +29,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from tension.core.cli import cache, fairplay, generate, precision, reports, route, score, serve, view
+from tension.core.cli import audit, cache, fairplay, generate, precision, reports, route, score, serve, view
 from tension.core.cli.flags import Once, Verb
 from tension.core.cli.messages import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, print_error
 from tension.core.cli.network_fs import OPENS_CACHE, network_fs_flag
@@ -39,9 +40,9 @@ __all__ = ["main", "build_parser", "VERBS", "EXIT_OK", "EXIT_FAILED", "EXIT_USAG
 
 VERBS: list[Verb] = [network_fs_flag(v) if v.name in OPENS_CACHE else v
                      for v in (*score.VERBS, *generate.VERBS, *fairplay.VERBS, *reports.VERBS, *serve.VERBS,
-                               *route.VERBS, *cache.VERBS, *view.VERBS, *precision.VERBS)]
+                               *route.VERBS, *cache.VERBS, *view.VERBS, *precision.VERBS, *audit.VERBS)]
 # the help of the verbs that group others ("cache stats")
-GROUPS = {"cache": "inspect, verify, recover, drop and merge records of the LMDB cache"}
+GROUPS = {"cache": "inspect, verify, recover, drop and merge records of the LMDB cache", "audit": audit.GROUP_HELP}
 
 EPILOG = """\
 Each command's --help lists its flags with their defaults (the papers' settings).

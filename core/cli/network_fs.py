@@ -16,7 +16,8 @@ __all__ = ["OPENS_CACHE", "NETWORK_FS_DEST", "network_fs_flag"]
 
 # The verbs that open a cache, each of which takes --cache-on-network-fs.
 OPENS_CACHE = frozenset({"score", "estimate", "bench", "demo", "generate", "fairplay", "view", "subsample",
-                         "cache stats", "cache verify", "cache recover", "cache drop", "cache merge"})
+                         "cache stats", "cache verify", "cache recover", "cache drop", "cache merge",
+                         "audit sample", "audit label"})
 NETWORK_FS_DEST = "cache_on_network_fs"
 
 

@@ -16,7 +16,6 @@ from tension.core.cli.flags import (
 )
 from tension.core.cli.messages import (
     EXIT_FAILED,
-    EXIT_OK,
     print_answer_warnings,
     print_errors,
     print_replica_events,
@@ -24,7 +23,7 @@ from tension.core.cli.messages import (
 )
 from tension.core.config.score import CONCURRENCY, CORPUS, ENDINGS, JUDGING, SERVERS, ScoreConfig
 
-__all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench", "server_config"]
+__all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench"]
 
 CORPUS_HELP = ("JSON Lines, one object per line (id, text, group?, …), a .csv or .parquet file with those columns, "
                "or a folder of .txt files")
@@ -100,29 +99,15 @@ def cmd_bench(args) -> int:
     """Throughput, latency and prefix-cache hit rate of the configured servers on a fixed, seeded workload.
 
     Sends every request (the cache is not used). Formulas: docs/cost.md."""
-    from importlib.resources import files
+    from tension.core.api.bench import bench
 
-    from tension.core.api.calls import blocking
-    from tension.core.pipelines.bench import BenchOptions, bench_async, format_bench, save_figures
-
-    cfg = server_config(args)
-    corpus = args.corpus or str(files("tension.core").joinpath("data/demo_story.jsonl"))
-    opts = BenchOptions(positions=args.positions, seed=args.bench_seed, gpu_hour_usd=args.gpu_hour_usd,
-                        variants=not args.no_variants, stream=not args.no_stream)
-    fig = blocking(lambda: bench_async(cfg, corpus, opts))
-    print(format_bench(fig))
-    if args.save:
-        save_figures(args.save, fig)
-        print(f"written: {args.save} (use it with `tension-run estimate CORPUS --bench {args.save}`)")
-    return EXIT_FAILED if fig.failed else EXIT_OK
-
-
-def server_config(args) -> ScoreConfig:
-    """bench's settings as score reads them: defaults < --config < flags, with the running
-    embedded server as the default when no server is named."""
-    from tension.core.api.verbs import score_settings
-
-    return score_settings("bench", args.config, given(args, ScoreConfig))
+    r = bench(args.corpus, config=args.config, positions=args.positions, bench_seed=args.bench_seed,
+              variants=not args.no_variants, stream=not args.no_stream, save=args.save or None,
+              **given(args, ScoreConfig))
+    print(r.text)
+    if r.saved:
+        print(f"written: {r.saved} (use it with `tension-run estimate CORPUS --bench {r.saved}`)")
+    return r.exit_status
 
 
 def _score_flags(p) -> None:

@@ -190,13 +190,13 @@ def demo_is_cached(story: str, cache: str | None, url: str, model: str) -> bool:
     from tension.core.api.calls import blocking
     from tension.core.config import load_config
     from tension.core.errors import TensionError
-    from tension.core.pipelines.estimate import estimate_async
+    from tension.core.pipelines.estimate import run_estimate
     from tension.core.serving.profiles import DEMO_SCORE_SETTINGS
 
     cfg = load_config(None, {"cache": cache, "progress": False, "retries": 1, "retry_seconds": 0.0, "timeout": 5.0},
                       fallback={**DEMO_SCORE_SETTINGS, "base_url": url, "model": model})
     try:
-        est = blocking(lambda: estimate_async(cfg, story))
+        est = blocking(lambda: run_estimate(cfg, story))
     except TensionError:
         return False
     return (est.positions > 0 and not est.stories_failed and est.generation_to_send == 0

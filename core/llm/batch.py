@@ -51,7 +51,8 @@ import msgspec
 from tension.cache.records import Usage
 from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, StatusError
 from tension.core.llm.answer_checks import misnumbered
-from tension.core.llm.client import EMPTY_ANSWER_RETRIES, ChatResult, Client, ShortAnswerError
+from tension.core.llm.choices import EMPTY_ANSWER_RETRIES, answer_text
+from tension.core.llm.client import ChatResult, Client, ShortAnswerError
 from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.protocol import (
     ChatRequest,
@@ -65,7 +66,9 @@ from tension.core.llm.protocol import (
     TokenizeRequest,
     usage_of,
 )
-from tension.core.redact import redact, redact_secrets
+from tension.core.llm.servers import Server
+from tension.core.llm.ticket import NO_TICKET, Ticket
+from tension.core.redact import redact_secrets
 
 __all__ = ["Template", "Batch", "Batcher", "MODES", "SENTINEL"]
 
@@ -82,7 +85,7 @@ T = TypeVar("T")
 
 class Unbatchable(Exception):
     """Why a role's requests cannot travel as one completion request (`server`: the
-    one that cannot, when it is not the one asked first)."""
+    one that cannot, by name, when it is not the one asked first)."""
 
     def __init__(self, why: str, server: str | None = None):
         super().__init__(why)
@@ -159,8 +162,8 @@ class Batcher:
         return {"mode": self.mode, "batched": self.batches > 0, "why_not": self.why_not,
                 "requests": self.batches, "prompts": self.prompts}
 
-    async def template(self, url: str, requests: Sequence[ChatRequest]) -> Template | None:
-        """The template for `requests`, or None: send them as chat requests. `url`
+    async def template(self, front: Server, requests: Sequence[ChatRequest]) -> Template | None:
+        """The template for `requests`, or None: send them as chat requests. `front`
         is the role's server, or a router the run started: then every server behind
         it is checked (module docstring, 2), each rendering on itself (a router need
         not pass /detokenize on)."""
@@ -174,28 +177,29 @@ class Batcher:
             if self.why_not is not None:
                 return None
             if (t := self._templates.get(key)) is None:
-                servers = self.client.server(url).workers or [url]
-                url = servers[0]
+                servers = [self.client.server(w) for w in front.workers] or [front]
+                lead = servers[0]
                 try:
                     for server in servers if self.mode == "auto" else ():
                         if not await self._says_vllm(server, first.model):
                             # any other OpenAI-compatible server (its /v1/models owned_by): chat
                             # requests, as it expects, without probing it for vLLM's endpoints
-                            self.why_not = f"the server {redact(server)} does not say it is vLLM (/v1/models owned_by)"
-                            if server != url and self.notice is not None:  # mixed servers: the one named
+                            self.why_not = f"the server {server.name} does not say it is vLLM (/v1/models owned_by)"
+                            if server is not lead and self.notice is not None:  # mixed servers: the one named
                                 self.notice(f"{self.role}: one chat request per prompt, since {self.why_not}, "
-                                            f"unlike {redact(url)} ({self.flag} auto)")
+                                            f"unlike {lead.name} ({self.flag} auto)")
                             return None
-                    t = await self._render(url, first)
+                    t = await self._render(lead, first)
                     for server in servers[1:]:  # behind the router, any worker may get a batch
                         try:
                             other = await self._render(server, first)
                         except Unbatchable as e:
-                            raise Unbatchable(str(e), server) from None
+                            raise Unbatchable(str(e), server.name) from None
                         if other != t:
-                            raise Unbatchable(f"its chat template renders differently from {redact(url)}'s", server)
+                            raise Unbatchable(f"its chat template renders differently from {lead.name}'s",
+                                              server.name)
                 except Unbatchable as e:
-                    where = redact(e.server or url)
+                    where = e.server or lead.name
                     if self.mode == "on":
                         raise ConfigError(f"{self.flag} on: the {self.role} server {where} cannot take batched "
                                           f"prompts: {e}; use {self.flag} auto or off") from None
@@ -207,31 +211,31 @@ class Batcher:
                 self._templates[key] = t
         return t
 
-    async def _says_vllm(self, url: str, model: str) -> bool:
+    async def _says_vllm(self, server: Server, model: str) -> bool:
         await self.client.check_gate()  # the run's check lists every server's models
-        if self.client.server(url).models is None:
+        if server.models is None:
             try:
-                await self.client.models(url, retry=_PROBE)
+                await self.client.models(server, retry=_PROBE)
             except (RefusedError, StatusError, RetryBudgetError):
                 return False
-        return self.client.server(url).is_vllm()
+        return server.is_vllm()
 
-    async def _render(self, url: str, request: ChatRequest) -> Template:
+    async def _render(self, server: Server, request: ChatRequest) -> Template:
         model, system = request.model, request.messages[0]["content"]
         kwargs = request.chat_template_kwargs
         try:
-            ids = await self._post(url, "/tokenize", TemplateRequest(
+            ids = await self._post(server, "/tokenize", TemplateRequest(
                 model=model, messages=[{"role": "system", "content": system}, {"role": "user", "content": SENTINEL}],
                 chat_template_kwargs=kwargs), _TOKENS, model)
-            text = (await self._post(url, "/detokenize", DetokenizeRequest(model=model, tokens=ids.tokens),
+            text = (await self._post(server, "/detokenize", DetokenizeRequest(model=model, tokens=ids.tokens),
                                      _TEXT, model)).prompt
             if text.count(SENTINEL) != 1:
                 raise Unbatchable(f"its rendered chat template holds the user message {text.count(SENTINEL)} times")
             prefix, suffix = text.split(SENTINEL)
             template = Template(system=system, prefix=prefix, suffix=suffix)
-            chat_ids = (await self._post(url, "/tokenize", TemplateRequest(
+            chat_ids = (await self._post(server, "/tokenize", TemplateRequest(
                 model=model, messages=request.messages, chat_template_kwargs=kwargs), _TOKENS, model)).tokens
-            text_ids = (await self._post(url, "/tokenize", TokenizeRequest(
+            text_ids = (await self._post(server, "/tokenize", TokenizeRequest(
                 model=model, prompt=template.prompt(request)), _TOKENS, model)).tokens
         except (RefusedError, StatusError, RetryBudgetError) as e:
             # a probe that fails (even a passing fault) costs the run its batches, never a story
@@ -243,12 +247,12 @@ class Batcher:
                               f"{at} of {len(chat_ids)}")
         return template
 
-    async def _post(self, url: str, path: str, body: msgspec.Struct, decoder: msgspec.json.Decoder[T],
+    async def _post(self, server: Server, path: str, body: msgspec.Struct, decoder: msgspec.json.Decoder[T],
                     model: str) -> T:
-        return await self.client.post(url, path, body, decoder, model=model, retry=_PROBE)
+        return await self.client.post(server, path, body, decoder, model=model, retry=_PROBE)
 
-    async def complete(self, url: str, template: Template, requests: Sequence[ChatRequest],
-                       key: str = "") -> Batch:
+    async def complete(self, server: Server, template: Template, requests: Sequence[ChatRequest],
+                       ticket: Ticket = NO_TICKET) -> Batch:
         """One answer per request, from /v1/completions: as `Client.chat` would give
         them (never short; a prompt whose answer is empty asked again, a bounded
         number of times, as the chat path does)."""
@@ -261,11 +265,11 @@ class Batcher:
         attempts = self.client.retry.attempts
         for _ in range(attempts + 1):
             try:
-                got, usage, model = await self._send(url, template, [requests[i] for i in todo], key)
+                got, usage, model = await self._send(server, template, [requests[i] for i in todo], ticket)
             except _Fallback as e:
                 spent.add(e.usage)
                 self._give_up(e.why)
-                followups += await self._by_chat(url, requests, todo, out, spent, key)
+                followups += await self._by_chat(server, requests, todo, out, spent, ticket)
                 break
             spent.add(usage)
             share = _split(usage, len(todo))
@@ -276,7 +280,7 @@ class Batcher:
                     again.append(i)
                     continue
                 lp = choice.first_token_logprobs() if requests[i].logprobs else None
-                text = self.client.answer_text(url, choice.text, requests[i].max_tokens)
+                text = answer_text(server, choice.text, requests[i].max_tokens)
                 out[i] = ChatResult(texts=[text], finish_reasons=[choice.finish_reason],
                                     model=model, usage=u, seconds=0.0,
                                     first_logprobs=[lp] if requests[i].logprobs else [])
@@ -285,8 +289,8 @@ class Batcher:
             followups += 1
             todo = again
         else:
-            raise ShortAnswerError(f"{url}/v1/completions: {len(todo)} of {len(requests)} prompts unanswered after "
-                                   f"{attempts} follow-up requests", spent, followups)
+            raise ShortAnswerError(f"{server.name}/v1/completions: {len(todo)} of {len(requests)} prompts "
+                                   f"unanswered after {attempts} follow-up requests", spent, followups)
         seconds = time.perf_counter() - t0
         results = [res for res in out if res is not None]
         for res in results:
@@ -303,12 +307,12 @@ class Batcher:
             if self.notice is not None:
                 self.notice(f"{self.role}: one chat request per prompt from now on, since {why} ({self.flag} auto)")
 
-    async def _by_chat(self, url: str, requests: Sequence[ChatRequest], todo: list[int],
-                       out: list[ChatResult | None], spent: Usage, key: str) -> int:
+    async def _by_chat(self, server: Server, requests: Sequence[ChatRequest], todo: list[int],
+                       out: list[ChatResult | None], spent: Usage, ticket: Ticket) -> int:
         """The prompts `todo` of a batch whose answer could not be used, as chat
         requests (each checked as every chat answer is); their follow-ups."""
         async with asyncio.TaskGroup() as tg:
-            tasks = [tg.create_task(self.client.chat(url, requests[i], None, key)) for i in todo]
+            tasks = [tg.create_task(self.client.chat(server, requests[i], ticket)) for i in todo]
         followups = 0
         for i, task in zip(todo, tasks):
             res = out[i] = task.result()
@@ -316,24 +320,24 @@ class Batcher:
             followups += res.followups
         return followups
 
-    async def _lacking(self, url: str, body: CompletionRequest) -> str:
-        """Which server has no /v1/completions, after a 404 from `url`: behind the
+    async def _lacking(self, server: Server, body: CompletionRequest) -> str:
+        """Which server has no /v1/completions, after a 404 from `server`: behind the
         router, each worker asked with the request made small (its first prompt,
         one token), so the message names the worker, not the router's port."""
         small = msgspec.structs.replace(body, prompt=body.prompt[:1], max_tokens=1)
         lacking = []
-        for worker in self.client.server(url).workers or [url]:
+        for worker in [self.client.server(w) for w in server.workers] or [server]:
             try:
                 await self.client.post(worker, "/v1/completions", small, _ANSWER, model=body.model, retry=_PROBE)
             except RefusedError as e:
                 if e.missing == "endpoint":
-                    lacking.append(redact(worker))
+                    lacking.append(worker.name)
             except (StatusError, RetryBudgetError):
                 pass
-        who = ", ".join(lacking) or self.client.server(url).name
+        who = ", ".join(lacking) or server.name
         return f"the {self.role} server {who} has no /v1/completions (HTTP 404)"
 
-    async def _send(self, url: str, template: Template, requests: list[ChatRequest], key: str
+    async def _send(self, server: Server, template: Template, requests: list[ChatRequest], ticket: Ticket
                     ) -> tuple[list[CompletionChoice | None], Usage, str]:
         """One completion request; its choice per prompt (None where missing), usage
         and model. An answer that cannot be used raises `_Fallback`."""
@@ -343,17 +347,16 @@ class Batcher:
                                  seed=r.seed, structured_outputs=r.structured_outputs,
                                  logprobs=(r.top_logprobs or 1) if r.logprobs else None, add_special_tokens=False)
         try:
-            data = await self.client.post(url, "/v1/completions", body, _ANSWER, model=r.model, key=key)
+            data = await self.client.post(server, "/v1/completions", body, _ANSWER, model=r.model, ticket=ticket)
         except RefusedError as e:
             if e.missing != "endpoint":
                 raise
             # one worker behind the router lacks it (a vLLM server mixed with another): the
             # rest of the run by chat, never a stopped run naming the router's private port
-            raise _Fallback(await self._lacking(url, body), Usage()) from None
+            raise _Fallback(await self._lacking(server, body), Usage()) from None
         self.batches += 1
         self.prompts += len(requests)
         usage = usage_of(data.usage, len(requests))
-        server = self.client.server(url)
         name = server.name
         if (why := misnumbered([ch.index for ch in data.choices], len(requests))) is not None:
             raise _Fallback(f"{name} numbered the choices of a batched answer wrongly ({why}; expected one per "

@@ -20,9 +20,10 @@ limit no longer binds and is dropped. Waiting here is outside the time-out.
 
 Who waits goes by the work item it serves, not by arrival (H1 of
 ../shared/reviews/external-servers-2026-12-02.md): a request carries its item's
-place (`ORDER`, set by the scheduler's feed for each item it starts: a score
-position, an idea), and room goes to the item started earliest, arrival breaking
-ties. First come first served, a 4-slot server given 33 positions' chunks of 4
+place (its `Ticket`, core/llm/ticket.py: the scheduler's feed numbers the items it
+starts, a score position, an idea), and room goes to the item started earliest,
+arrival breaking ties (core/llm/slots.py, the rule the run's lanes share).
+First come first served, a 4-slot server given 33 positions' chunks of 4
 advanced them all in lockstep, and none completed for 40 minutes; by place, the
 positions complete one after another and their results are written as they do.
 Room freed is handed on at the loop's next turn, not at once: the request that
@@ -33,19 +34,13 @@ the earlier one was about to ask for again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import heapq
-import itertools
-import sys
-from contextvars import ContextVar
 
 import msgspec
 
-__all__ = ["Capacity", "CapacityStats", "ORDER"]
+from tension.core.llm.slots import Slots
+from tension.core.llm.ticket import LAST
 
-# The place of the work item a request serves (lower: started earlier, served first);
-# requests of no item come after every item's, in arrival order.
-ORDER: ContextVar[int] = ContextVar("tension_capacity_order", default=sys.maxsize)
+__all__ = ["Capacity", "CapacityStats"]
 
 
 class CapacityStats(msgspec.Struct, kw_only=True):
@@ -59,69 +54,38 @@ class CapacityStats(msgspec.Struct, kw_only=True):
 
 
 class Capacity:
-    """A weighted semaphore whose limit moves (module docstring)."""
+    """Weighted slots whose limit moves (module docstring)."""
 
     def __init__(self, ceiling: int | None):
         self.ceiling = ceiling
-        self.limit: float | None = float(ceiling) if ceiling else None
-        self.in_flight = 0
+        self.slots = Slots(float(ceiling) if ceiling else None, defer=True)
         self.epoch = 0  # how many times the limit was lowered
         self.stats = CapacityStats(limit=ceiling, ceiling=ceiling)
-        # a heap of (the item's place, arrival, weight, future): the earliest item first
-        self._waiters: list[tuple[int, int, int, asyncio.Future[None]]] = []
-        self._arrivals = itertools.count()
-        self._wake_due = False
 
-    def _room(self, weight: int) -> bool:
-        return self.limit is None or self.in_flight + weight <= max(1, int(self.limit))
+    @property
+    def limit(self) -> float | None:
+        return self.slots.queue.limit
+
+    @property
+    def in_flight(self) -> int:
+        return self.slots.queue.held
 
     def weigh(self, n: int) -> int:
         """A request of `n` choices holds this many units (a request above the limit, all of it)."""
-        return max(1, min(n, int(self.limit))) if self.limit is not None else max(1, n)
+        return self.slots.queue.weigh(n)
 
-    async def acquire(self, weight: int) -> None:
-        if not self._waiters and self._room(weight):
-            self._take(weight)
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (ORDER.get(), next(self._arrivals), weight, fut)
-        heapq.heappush(self._waiters, entry)
-        t0 = asyncio.get_running_loop().time()
+    async def acquire(self, weight: int, place: int = LAST) -> None:
+        """Wait for `weight` units; `place`: the request's item's (module docstring)."""
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
         try:
-            await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():
-                self.release(weight)
-            else:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(entry)
-                    heapq.heapify(self._waiters)
-                self._wake_soon()
-            raise
+            await self.slots.acquire(weight, place)
         finally:
-            self.stats.wait_seconds += asyncio.get_running_loop().time() - t0
-
-    def _take(self, weight: int) -> None:
-        self.in_flight += weight
+            self.stats.wait_seconds += loop.time() - t0
         self.stats.peak_in_flight = max(self.stats.peak_in_flight, self.in_flight)
 
     def release(self, weight: int) -> None:
-        self.in_flight -= weight
-        self._wake_soon()
-
-    def _wake_soon(self) -> None:
-        """Hand freed room on at the loop's next turn (module docstring)."""
-        if not self._wake_due and self._waiters:
-            self._wake_due = True
-            asyncio.get_running_loop().call_soon(self._wake)
-
-    def _wake(self) -> None:
-        self._wake_due = False
-        while self._waiters and (self._room(self._waiters[0][2]) or self.in_flight == 0):
-            _order, _arrival, weight, fut = heapq.heappop(self._waiters)
-            if not fut.done():
-                self._take(weight)
-                fut.set_result(None)
+        self.slots.release(weight)
 
     def overloaded(self, epoch: int) -> bool:
         """A time-out or 503 of a request sent at `epoch` (`self.epoch` when it was
@@ -130,22 +94,24 @@ class Capacity:
         True when the limit was lowered."""
         if epoch != self.epoch:
             return False
-        now = self.in_flight if self.limit is None else min(self.limit, self.in_flight)
-        self.limit = max(1.0, now / 2)
+        q = self.slots.queue
+        now = q.held if q.limit is None else min(q.limit, q.held)
+        q.limit = max(1.0, now / 2)
         self.epoch += 1
         self.stats.lowered += 1
-        self.stats.limit = int(self.limit)
+        self.stats.limit = int(q.limit)
         return True
 
     def answered(self) -> None:
         """An answer: additive increase, up to the ceiling; without one, the limit
         is dropped once it is well above what is in flight (it no longer binds)."""
-        if self.limit is None:
+        q = self.slots.queue
+        if q.limit is None:
             return
-        self.limit += 1 / max(1.0, self.limit)
+        q.limit += 1 / max(1.0, q.limit)
         if self.ceiling is not None:
-            self.limit = min(self.limit, float(self.ceiling))
-        elif self.limit > 2 * max(1, self.in_flight) + 8 and not self._waiters:
-            self.limit = None
-        self.stats.limit = None if self.limit is None else int(self.limit)
-        self._wake_soon()
+            q.limit = min(q.limit, float(self.ceiling))
+        elif q.limit > 2 * max(1, q.held) + 8 and not len(q):
+            q.limit = None
+        self.stats.limit = None if q.limit is None else int(q.limit)
+        self.slots.release(0)  # room may have grown: hand it on

@@ -19,8 +19,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from tension.core.errors import RefusedError, ServerError, StatusError
+from tension.core.errors import ContextLengthError, NLimitError, RefusedError, ServerError, StatusError
 from tension.core.llm.protocol import ErrorBody
+from tension.core.llm.traits import is_context_error, names_n
 from tension.core.redact import redact
 
 __all__ = ["RetryPolicy", "KEY_ADVICE", "status_error", "error_message", "parse_retry_after",
@@ -56,6 +57,10 @@ def status_error(status: int, url: str, message: str, model: str | None, named: 
         if status == 404 and model and model in message:
             return RefusedError(status, where, message, "model", f"the server does not serve the model {model!r}")
         return RefusedError(status, where, message, "endpoint", f"the server has no {urlsplit(url).path}")
+    if status == 400 and is_context_error(message):
+        return ContextLengthError(status, where, message)
+    if status == 400 and names_n(message):
+        return NLimitError(status, where, message)
     return StatusError(status, where, message)
 
 
@@ -105,11 +110,24 @@ class Retryable(Exception):
         self.streamed = streamed
 
 
+class Outage(msgspec.Struct, kw_only=True):
+    """What was said of one server's failed attempts (its `Server` record's
+    `outage`, core/llm/servers.py): kept with the server, not by a second key."""
+
+    told_at: float | None = None  # when its last notice was given (time.monotonic)
+    quiet: int = 0  # retries since that notice, not told
+    down: bool = False  # told, and no answer since
+    # When the wait a retry to it takes ends (Retry-After): answers to other requests
+    # before then do not make it "answering again" (`Outages.answered`).
+    waiting_until: float = 0.0
+
+
 class Outages:
     """Retries told through `notice` (None: silent), at most one line per server
     per `interval` seconds, with the retries not told since: with 512 requests in
     flight to a dead server, or a 429 storm, one line, not hundreds. After a
-    notice, the server's next answer is told once ("answers again")."""
+    notice, the server's next answer is told once ("answers again"). What was said
+    of a server is its own `Outage`; this is how it is said."""
 
     # what happened, by the kind of a failed attempt (`Retryable`)
     VERBS = {"unreachable": "did not answer", "refused": "refused", "failed": "failed on",
@@ -118,25 +136,22 @@ class Outages:
     def __init__(self, notice: Callable[[str], None] | None, interval: float = 30.0):
         self.notice = notice
         self.interval = interval
-        self._told: dict[str, float] = {}  # server key -> when its last notice was given
-        self._quiet: dict[str, int] = {}  # server key -> retries since that notice, not told
-        self._down: set[str] = set()  # told, and no answer since
 
-    def retrying(self, root: str, name: str, method: str, url: str, kind: str, why: str, attempt: int,
+    def retrying(self, state: Outage, name: str, method: str, url: str, kind: str, why: str, attempt: int,
                  policy: RetryPolicy, start: float) -> None:
-        """Attempt `attempt` (0-based) of a request begun at `start` to the server
-        `root` (its `server_key`) failed (`kind`, `why`) and will be retried: say so,
-        and until when the budget lasts. `name` is how the server is named (a router
-        the run started is named by the servers behind it)."""
+        """Attempt `attempt` (0-based) of a request begun at `start` to a server
+        (its `Outage` record, `state`) failed (`kind`, `why`) and will be retried: say
+        so, and until when the budget lasts. `name` is how the server is named (a
+        router the run started is named by the servers behind it)."""
         if self.notice is None:
             return
         now = time.monotonic()
-        if now - self._told.get(root, -self.interval) < self.interval:
-            self._quiet[root] = self._quiet.get(root, 0) + 1
+        if state.told_at is not None and now - state.told_at < self.interval:
+            state.quiet += 1
             return
-        quiet, self._quiet[root] = self._quiet.get(root, 0), 0
-        self._told[root] = now
-        self._down.add(root)
+        quiet, state.quiet = state.quiet, 0
+        state.told_at = now
+        state.down = True
         left = policy.attempts - attempt - 1
         waits = sum(min(policy.backoff_cap, policy.backoff * 2 ** i) for i in range(attempt, policy.attempts - 1))
         seconds = max(0.0, min(policy.total_seconds - (now - start), waits))
@@ -147,12 +162,12 @@ class Outages:
                     f"attempts, {policy.total_seconds:g} s), then giving up{also} (one such line per server "
                     f"every {self.interval:g} s at most)")
 
-    def answered(self, root: str, name: str, waiting_until: float = 0.0) -> None:
-        """A request to the server `root` (named `name`) got an answer: an outage
-        told is over, once the wait a retry of it takes has passed (`waiting_until`,
-        its `Server` record's: answers to other requests meanwhile do not end it,
+    def answered(self, state: Outage, name: str) -> None:
+        """A request to a server (its `Outage`, `state`; named `name`) got an answer:
+        an outage told is over, once the wait a retry of it takes has passed
+        (`waiting_until`: answers to other requests meanwhile do not end it,
         Retry-After)."""
-        if root in self._down and time.monotonic() >= waiting_until:
-            self._down.discard(root)
-            if self.notice:
-                self.notice(f"{name}: answering again (after {time.monotonic() - self._told[root]:.0f} s)")
+        if state.down and time.monotonic() >= state.waiting_until:
+            state.down = False
+            if self.notice and state.told_at is not None:
+                self.notice(f"{name}: answering again (after {time.monotonic() - state.told_at:.0f} s)")

@@ -29,8 +29,9 @@ from collections.abc import Sequence
 import msgspec
 
 from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, ServerError, StatusError
-from tension.core.llm.client import Client, RetryPolicy, normalize_base_url
+from tension.core.llm.client import Client, RetryPolicy
 from tension.core.llm.failures import KEY_ADVICE
+from tension.core.llm.server_keys import base_root, server_key
 
 __all__ = ["Need", "check_servers", "listing_refused"]
 
@@ -54,19 +55,20 @@ async def check_servers(client: Client, needs: Sequence[Need], requests: dict[st
     """Check every need (module docstring); raise ConfigError (a model or an endpoint
     missing, a key refused) or ServerError (no server of a role answers).
     ``requests`` counts the /v1/models requests sent ("models")."""
-    listed: dict[str, list[str]] = {}  # a server root shared by roles is asked once
+    listed: dict[str, list[str]] = {}  # by `server_key`: a server shared by roles is asked once
     for need in needs:
         answered = []
-        for url in map(normalize_base_url, need.urls):
-            if url not in listed and (known := client.server(url).models) is not None:
-                listed[url] = list(known)  # this run asked already (Router.resolve_model)
-            if url not in listed:
+        for url in map(base_root, need.urls):
+            key = server_key(url)
+            if key not in listed and (known := client.server(url).models) is not None:
+                listed[key] = list(known)  # this run asked already (Router.resolve_model)
+            if key not in listed:
                 ids = await _models(client, need, url, requests)
                 if ids is None:
                     continue
-                listed[url] = ids
+                listed[key] = ids
             answered.append(url)
-            _check_models(need, url, listed[url])
+            _check_models(need, url, listed[key])
         if not answered:
             raise ServerError(f"no {need.role} server ({need.flag}) answered GET /v1/models: "
                               + ", ".join(need.urls))
@@ -78,7 +80,7 @@ async def _models(client: Client, need: Need, url: str, requests: dict[str, int]
         requests["models"] = requests.get("models", 0) + 1
     several = len(need.urls) > 1
     try:
-        return await client.models(url, retry=REPLICA_RETRY if several else None)
+        return await client.models(client.server(url), retry=REPLICA_RETRY if several else None)
     except RetryBudgetError as e:
         if several:
             return None

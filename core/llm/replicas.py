@@ -13,7 +13,8 @@ from typing import Any
 import msgspec
 
 from tension.core.errors import ConfigError
-from tension.core.llm.client import normalize_base_url
+from tension.core.llm.server_keys import base_root, server_key
+from tension.core.redact import redact
 
 __all__ = ["Replica", "parse_replicas", "in_shard"]
 
@@ -54,9 +55,9 @@ def parse_replicas(value: Any, field: str) -> list[Replica]:
             raise ConfigError(f"{where}: expected an http(s) URL, got {rep.url!r}")
         if not (math.isfinite(rep.weight) and rep.weight > 0):
             raise ConfigError(f"{where}: weight: expected a number > 0, got {rep.weight!r}")
-        rep = Replica(url=normalize_base_url(rep.url), weight=float(rep.weight))
-        if any(r.url == rep.url for r in out):
-            raise ConfigError(f"{where}: {rep.url} is listed twice")
+        rep = Replica(url=base_root(rep.url), weight=float(rep.weight))
+        if any(server_key(r.url) == server_key(rep.url) for r in out):  # one server, however spelled
+            raise ConfigError(f"{where}: {redact(rep.url)} is listed twice (as {redact(twin(out, rep).url)})")
         out.append(rep)
     if not out:
         raise ConfigError(f"{name}: expected at least one URL")
@@ -66,6 +67,11 @@ def parse_replicas(value: Any, field: str) -> list[Replica]:
                           "hashing weighs servers equally (list servers of equal capacity, or route unequal ones "
                           "with `tension-run route --policy power_of_two`, which gives up story affinity)")
     return out
+
+
+def twin(listed: list[Replica], rep: Replica) -> Replica:
+    """The replica of `listed` that is the server `rep` is."""
+    return next(r for r in listed if server_key(r.url) == server_key(rep.url))
 
 
 def _unit(key: str, url: str) -> float:

@@ -1,7 +1,7 @@
 """The server of one role (generation or judge) as a run sees it.
 
 With one server, requests go straight to it. With several (`--base-url A,B,C`),
-the run starts the vLLM project's router in front of them (`routing`, below, and
+the run starts the vLLM project's router in front of them (core/llm/routing.py `routing`, and
 core/llm/vllm_router.py) and sends every request there. Each request carries a
 routing key (`X-Session-ID`, core/llm/client.py): the story for generation and
 /tokenize, the story and position for the judge. The router sends a new key to
@@ -12,8 +12,12 @@ worker, health checks); the client's own retries come on top.
 
     gen, judge = Router("generation", replicas, client, limit=64), Router("judge", ...)
     await gen.resolve_model("--model"); ...
-    async with routing(gen, judge):                       # starts vllm-router if needed
-        result = await gen.chat("story-017", request)
+    async with routing(gen, judge):      # core/llm/routing.py: starts vllm-router if needed
+        result = await gen.chat(Ticket(key="story-017"), request)
+
+A router resolves the `Server` it sends to once (`server`: the one server, or the
+vLLM router the run started) and hands it down with the request's `Ticket`
+(core/llm/ticket.py).
 
 A router only sends. Concurrency is the run's (core/run/engine.py holds every
 request in its role's Scheduler lane: ``lanes()``, ``limit`` requests in flight
@@ -24,9 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -41,21 +44,16 @@ from tension.core.llm.preflight import listing_refused
 from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_delta, prefix_cache_hit_rate
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import Replica
-from tension.core.llm.unreadable import Unreadable
-from tension.core.llm.vllm_router import HEALTH_NEEDS_KEY, LocalRouter, RouterSettings, health_status
+from tension.core.llm.servers import Server
+from tension.core.llm.ticket import Piece, Ticket
+from tension.core.llm.vllm_router import LocalRouter, RouterSettings
 from tension.core.redact import redact
 
-__all__ = ["Router", "ReplicaStats", "routing", "ITEM_KEY", "WATCH_SECONDS"]
+__all__ = ["Router", "ReplicaStats", "WATCH_SECONDS", "PROBE_TIMEOUT"]
 
 PROBE_TIMEOUT = 10.0  # a start-up check or a /metrics reading may take this long
 WATCH_SECONDS = 2.0  # how often the router's /metrics is read during a run
 _BREAKER = {0: "closed", 1: "open", 2: "half-open"}
-
-# The routing key of the work item a task is doing (a story being written or read),
-# for pipelines whose requests are sent from deep inside the item: set once at the
-# top of the item's task (each Scheduler job is a task, with a context of its own)
-# and used by `Router.chat` when the caller gives no key.
-ITEM_KEY: contextvars.ContextVar[str] = contextvars.ContextVar("routing_key", default="")
 
 
 class ReplicaStats(msgspec.Struct, kw_only=True):
@@ -108,6 +106,7 @@ class Router:
         self.batcher = Batcher(client, batch, role)
         self.model: str | None = None
         self.url = self.workers[0]  # the router's, once `routing` started it
+        self.server: Server = client.server(self.url)  # where its requests go: resolved once per `url`
         self.local: LocalRouter | None = None
         # what is printed and stored of a URL goes without its password (core/redact.py)
         self._stats = {u: ReplicaStats(url=redact(u), role=role) for u in self.workers}
@@ -127,6 +126,14 @@ class Router:
     @property
     def urls(self) -> list[str]:
         return list(self.workers)
+
+    def servers(self) -> list[Server]:
+        """The records of the role's servers (behind the vLLM router, if one is started)."""
+        return [self.client.server(u) for u in self.workers]
+
+    def same_servers(self, other: Router) -> bool:
+        """Whether `other` sends to the same servers (their records: one server, however spelled)."""
+        return set(map(id, self.servers())) == set(map(id, other.servers()))
 
     def lanes(self) -> dict[str, int]:
         """The Scheduler lane of the role's chat requests: `limit` per server."""
@@ -157,14 +164,15 @@ class Router:
         if not given:
             for u in listed:  # the judge on the generation servers takes the generation model as given
                 self.client.server(u).defaulted(model, flag, self.role)
-        self.client.server(self.url).model_named_by_path(model, flag)
+        self.server.model_named_by_path(model, flag)
         self.model = model
         return model
 
     async def _models(self, url: str, flag: str) -> list[str]:
         try:
             async with asyncio.timeout(PROBE_TIMEOUT if not self.single else None):
-                ids = await self.client.models(url, retry=RetryPolicy(attempts=1) if not self.single else None)
+                ids = await self.client.models(self.client.server(url),
+                                               retry=RetryPolicy(attempts=1) if not self.single else None)
         except RefusedError as e:  # the key, or a list item that is not a server's root
             item = flag.replace("-model", "-base-url") + (f"[{self.workers.index(url)}]" if not self.single else "")
             raise listing_refused(self.role, url, item, e) from None
@@ -179,22 +187,34 @@ class Router:
     # A router sends; which lane a request waits in is the run's engine's concern
     # (core/run/engine.py), so nothing here knows the scheduler.
 
-    async def chat(self, key: str, request: ChatRequest) -> ChatResult:
-        """`request` on the role's server (or router, routed by `key`, default the
-        task's ITEM_KEY)."""
-        res = await self.client.chat(self.url, request, None, key or ITEM_KEY.get())  # None: its retry policy
+    def point_at(self, url: str) -> None:
+        """Send to `url` from now on (the vLLM router `routing` started, or none)."""
+        self.url, self.server = url, self.client.server(url)
+
+    async def chat(self, ticket: Ticket, request: ChatRequest) -> ChatResult:
+        """`request` on the role's server (or router, routed by the ticket's key)."""
+        res = await self.client.chat(self.server, request, ticket)  # its retry policy
         self._tally(res.usage)
         return res
+
+    async def pieces(self, ticket: Ticket, request: ChatRequest) -> AsyncGenerator[Piece | ChatResult, None]:
+        """`chat`, each piece of an answer that takes several requests handed up as
+        it comes (core/llm/choices.py), then the whole answer."""
+        async with contextlib.aclosing(self.client.pieces(self.server, request, ticket)) as gen:
+            async for got in gen:
+                if isinstance(got, ChatResult):
+                    self._tally(got.usage)
+                yield got
 
     async def batch_template(self, requests: Sequence[ChatRequest]) -> Template | None:
         """The chat template that lets `requests` travel as one completion request
         (core/llm/batch.py), or None: send them as chat requests. Rendered on a
         server itself: a router need not pass /detokenize on."""
-        return await self.batcher.template(self.url, requests)
+        return await self.batcher.template(self.server, requests)
 
-    async def complete(self, key: str, template: Template, requests: Sequence[ChatRequest]) -> Batch:
+    async def complete(self, ticket: Ticket, template: Template, requests: Sequence[ChatRequest]) -> Batch:
         """`requests` as one batched completion request, an answer each."""
-        batch = await self.batcher.complete(self.url, template, requests, key or ITEM_KEY.get())
+        batch = await self.batcher.complete(self.server, template, requests, ticket)
         self._tally(batch.usage)
         return batch
 
@@ -207,13 +227,13 @@ class Router:
             s.prompt_tokens = (s.prompt_tokens or 0) + usage.prompt_tokens
             s.cached_tokens = (s.cached_tokens or 0) + usage.cached_tokens
 
-    async def tokenize(self, key: str, model: str, text: str) -> int:
-        """/tokenize on `key`'s server (the router sends it where the key's chat requests go)."""
-        return await self.client.tokenize(self.url, model, text, None, key)
+    async def tokenize(self, ticket: Ticket, model: str, text: str) -> int:
+        """/tokenize on the ticket's server (the router sends it where the key's chat requests go)."""
+        return await self.client.tokenize(self.server, model, text, None, ticket)
 
     def max_model_len(self) -> int | None:
         """The context length the server said (all serve one model; core/llm/servers.py `Server.context_len`)."""
-        return self.client.server(self.url).context_len
+        return self.server.context_len
 
     # -- figures ------------------------------------------------------------------
 
@@ -252,7 +272,7 @@ class Router:
             s.requests, s.failures = (int(now[k].get(url, 0) - start.get(k, {}).get(url, 0))
                                       for k in ("requests", "failures"))
             s.circuit_breaker = _BREAKER.get(int(breaker.get(url, 0)))
-            if s.taken_out is not None:  # told when it was taken out; the router no longer asks it
+            if self.client.server(url).taken_out is not None:  # told when it was; the router no longer asks it
                 continue
             up = health.get(url, 1.0) == 1 and s.circuit_breaker != "open"
             if up != s.up and self.on_change:
@@ -263,9 +283,10 @@ class Router:
 
     def take_out(self, url: str, why: str) -> None:
         """The run took `url` out of the router (it answers unreadably), or started the
-        router without it (the router would mark it unhealthy: `routing`)."""
-        s = self._stats[url]
-        s.up, s.taken_out = False, why
+        router without it (the router would mark it unhealthy: `routing`): kept on
+        its `Server` record, so every role that uses it sees it."""
+        self.client.server(url).taken_out = why
+        self._stats[url].up = False
 
     def prefix_cache_tokens(self) -> dict[str, tuple[float, float] | None]:
         """Per server, (Δ hits, Δ queries) of its prefix cache, in tokens, between the
@@ -278,6 +299,7 @@ class Router:
         out = []
         for url, s in self._stats.items():
             s.router = self.local.url if self.local else None
+            s.taken_out = self.client.server(url).taken_out
             if s.completion_tokens is not None:
                 s.output_tokens_per_s = round(s.completion_tokens / wall, 3)
             rate = prefix_cache_hit_rate(self._start.get(url), self._end.get(url))
@@ -296,99 +318,3 @@ def _router_counters(text: str) -> dict[str, dict[str, float]]:
     on, and requests that failed there (its circuit breaker's failure outcomes)."""
     return {"requests": by_label(text, "vllm_router_processed_requests_total", "worker"),
             "failures": by_label(text, "vllm_router_cb_outcomes_total", "worker", where={"outcome": "failure"})}
-
-
-@contextlib.asynccontextmanager
-async def routing(*routers: Router) -> AsyncIterator[None]:
-    """The vLLM router in front of each role with several servers, for the length
-    of the block: one router for roles on the same servers (a judge on the
-    generation servers shares their router, and their prefix caches)."""
-    started: dict[tuple[str, ...], LocalRouter] = {}
-    groups: dict[tuple[str, ...], list[Router]] = {}
-    left_out: dict[tuple[str, ...], dict[str, str]] = {}
-    try:
-        for r in routers:
-            if r.single:
-                continue
-            key = tuple(r.workers)
-            if key not in started:
-                left_out[key] = out = await _unhealthy_to_the_router(r)
-                local = LocalRouter([w for w in r.workers if w not in out], settings=r.settings)
-                await asyncio.to_thread(local.check_workers)
-                local.spawn()  # on the loop's thread, which outlives the router (LocalRouter.spawn)
-                started[key] = local
-                await asyncio.to_thread(local.wait_ready)
-            r.local = started[key]
-            r.url = r.local.url
-            groups.setdefault(key, []).append(r)
-        for key, group in groups.items():
-            _watch_workers(started[key], group)
-            _tell_left_out(started[key], group, left_out[key])
-        yield
-    finally:
-        for local in started.values():
-            for r in routers:
-                r.client.server(local.url).behind_router(None, None)
-            await asyncio.to_thread(local.stop)
-
-
-async def _unhealthy_to_the_router(r: Router) -> dict[str, str]:
-    """The servers of `r` that vllm-router would mark unhealthy although the run's
-    own checks pass them, each with why: a GET /health that needs the API key (the
-    run sends it, the router's health checks do not; L4 of
-    ../shared/reviews/external-servers-2026-12-02.md: LiteLLM's /health answers 500
-    without one, and the run went on silently on the other server). None of them
-    left is an error: the router would have no server."""
-    if not r.client.has_key:
-        return {}
-    out = {}
-    for url in r.workers:
-        status = await asyncio.to_thread(health_status, url, PROBE_TIMEOUT)
-        if status is None or status in (404, 405):  # healthy, down (the router waits), or no /health at all
-            continue
-        if await r.client.get_text(url, "/health", timeout=PROBE_TIMEOUT) is not None:
-            out[url] = HEALTH_NEEDS_KEY.format(status=status)
-    if len(out) == len(r.workers):
-        raise ConfigError(f"every {r.role} server's GET /health needs the API key ({', '.join(map(redact, out))}), "
-                          "and vllm-router's health checks send none: it would mark them all unhealthy. Let /health "
-                          "answer without a key, or give one server alone (no router)")
-    return out
-
-
-def _tell_left_out(local: LocalRouter, group: list[Router], out: dict[str, str]) -> None:
-    """Servers the router was started without (`_unhealthy_to_the_router`): said at
-    the start, and kept in each role's figures (run.json `replicas[].taken_out`)."""
-    if not out:
-        return
-    roles = " and ".join(r.role for r in group)
-    for r in group:
-        for url, why in out.items():
-            r.take_out(url, why)
-    asked = len(group[0].workers)
-    why = "; ".join(f"{redact(url)} unhealthy ({why})" for url, why in out.items())
-    message = (f"asked for {asked} {roles} servers, vllm-router uses {len(local.workers)}: {why}; let its /health "
-               "answer without a key, or leave it out of the base URLs")
-    tell = group[0].on_change or group[0].client.outages.notice
-    if tell is not None:
-        tell(message)
-
-
-def _watch_workers(local: LocalRouter, group: list[Router]) -> None:
-    """How the run's messages name `local` (by the servers behind it, not its
-    private port), and the check that takes out a worker sending unreadable
-    answers (core/llm/unreadable.py), told once for the roles it serves."""
-    client = group[0].client
-    roles = " and ".join(r.role for r in group)
-    front = client.server(local.url)
-    front.adopt([client.server(w) for w in local.workers])
-
-    def out(worker: str, why: str, left: list[str]) -> None:
-        for r in group:
-            r.take_out(worker, why)
-        tell = group[0].on_change or client.outages.notice
-        if tell is not None:
-            tell(f"{roles} server {redact(worker)} sent an unreadable answer ({why}): taken out of vllm-router; "
-                 f"the run goes on with {', '.join(map(redact, left))}")
-
-    front.behind_router(f"the {roles} servers (via vllm-router over {', '.join(map(redact, local.workers))})",
-                        Unreadable(local, client.transport, out).check, list(local.workers))

@@ -1,10 +1,10 @@
 """What a run knows of each server it sends to: one key, one record.
 
-`server_key(url)` is how a run names a server, the only key anything learned
-about a server is kept under: the base URL with its scheme and host lower-cased,
-its credentials dropped and its path kept (a hosted gateway's
-``https://host/api/v1`` is the server ``https://host/api``; its ``/v1`` and a
-trailing ``/`` dropped). A `Server` holds everything the run knows or learns about
+`server_key(url)` (core/llm/server_keys.py, a leaf) is how a run names a
+server, the only key anything learned about a server is kept under: the base URL
+with its scheme and host lower-cased, its credentials dropped and its path kept
+(a hosted gateway's ``https://host/api/v1`` is the server ``https://host/api``;
+its ``/v1`` and a trailing ``/`` dropped). A `Server` holds everything the run knows or learns about
 that server: its traits (core/llm/traits.py, learned from what it says and does),
 its capacity (core/llm/capacity.py), its model listing, its context length, how
 messages name it, the check of a router's workers when an answer through it is
@@ -19,15 +19,13 @@ run.json `servers` is `Servers.record()`.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import msgspec
 
-from tension.core.errors import StatusError
 from tension.core.llm.capacity import Capacity
+from tension.core.llm.failures import Outage
 from tension.core.llm.protocol import (
     ChatRequest,
     ContentTokenizeRequest,
@@ -37,59 +35,44 @@ from tension.core.llm.protocol import (
     TokenizeRequest,
 )
 from tension.core.llm.ratelimit import Pacer, RateLimit
-from tension.core.llm.traits import COUNT_PATH, KIND_NAMES, ServerTraits, grammar_of, is_context_error, learn, n_limit
+from tension.core.llm.server_keys import base_root, server_key
+from tension.core.llm.traits import COUNT_PATH, KIND_NAMES, ServerTraits, grammar_of, learn
 from tension.core.llm.unreadable import Suspect
 from tension.core.redact import redact
 
-__all__ = ["Servers", "Server", "NAsk", "server_key", "N_PROBES"]
-
-# How many 400s to requests of n > 1 a server may answer before its n limit is found by asking
-# smaller (`NAsk`): a handful per server, not per request; past it a 400 is the request's error.
-N_PROBES = 8
-
-
-@functools.lru_cache(maxsize=1024)
-def server_key(url: str) -> str:
-    """The one key of a server (module docstring): scheme and host lower-cased,
-    no credentials, the default port as given, the path kept without a trailing
-    ``/`` or ``/v1``. Worked out once per URL: every request asks it, a few times."""
-    parts = urlsplit(url.strip())
-    host = parts.hostname or ""  # lower-cased by urlsplit
-    if ":" in host:
-        host = f"[{host}]"  # an IPv6 literal
-    path = parts.path.rstrip("/")
-    if path.endswith("/v1"):
-        path = path[: -len("/v1")]
-    return f"{parts.scheme.lower()}://{host}" + (f":{parts.port}" if parts.port else "") + path
-
+__all__ = ["Servers", "Server", "server_key", "base_root"]
 
 class Server:
     """Everything a run knows of one server (module docstring)."""
 
-    def __init__(self, key: str, notice: Callable[[str], None] | None):
+    def __init__(self, key: str, notice: Callable[[str], None] | None, root: str | None = None):
         self.key = key
+        # Where its requests go: the base URL as first given, credentials kept (they are
+        # sent), without a trailing ``/`` or ``/v1`` (vLLM's /tokenize lives at the root).
+        self.root = root if root is not None else key
         self.notice = notice
         self.traits = ServerTraits(url=redact(key))
         self.models: dict[str, str | None] | None = None  # model id -> owned_by, from /v1/models (None: not asked)
         self._context_said = False  # its context length is one the run may size prompts by (below)
         # How messages name it: its URL, or for a router the run started, the servers behind it
-        # (core/llm/router.py `routing`), with the check of those workers (core/llm/unreadable.py).
+        # (core/llm/routing.py `routing`), with the check of those workers (core/llm/unreadable.py).
         self.router_name: str | None = None
         self.suspect: Suspect | None = None
         self.workers: list[str] = []  # a router the run started: the URLs of the servers behind it
+        self.taken_out: str | None = None  # why the run took it out of that router (core/llm/router.py)
         # What a run chose and answers claimed (core/llm/answer_checks.py): the model used because
         # none was given (`defaulted`); model asked -> the model its answers named (`answered_by`).
         self.default_model: str | None = None
         self.answered_as: dict[str, str] = {}
-        # When the wait a retry to it takes ends (Retry-After): answers to other requests before
-        # then do not make it "answering again" (core/llm/failures.py `Outages.answered`).
-        self.waiting_until = 0.0
+        # What was said of its failed attempts, and when a retry's wait ends (core/llm/failures.py)
+        self.outage = Outage()
         # Its rate limit as its x-ratelimit-* headers tell it (core/llm/ratelimit.py): requests
         # to it wait for the window's reset instead of being refused with a 429.
         self.pacer = Pacer()
         self._capacity: Capacity | None = None
         self._told: set[str] = set()  # what was said of it once: "kind", "unsure", "overlong"
-        self.n_search: tuple[NAsk, asyncio.Event] | None = None  # the request looking for its n limit (`NAsk`)
+        # the request looking for its n limit, and its end (core/llm/choices.py `NAsk`)
+        self.n_search: tuple[object, asyncio.Event] | None = None
         self.n_probes = 0  # 400s to n > 1 spent looking for it
         self.in_record = False  # listed, counted or chatted with: an item of run.json `servers`
 
@@ -253,10 +236,16 @@ class Server:
             return request
         return msgspec.structs.replace(request, structured_outputs=None, **form)
 
+    @property
+    def holds_constraint(self) -> bool:
+        """Whether a constrained answer (choice, JSON) is known to hold on it: a vLLM or
+        llama.cpp server says so by its kind; a proxy or a hosted API may ignore it."""
+        return self.traits.kind != "other"
+
     def constrained(self) -> None:
         """A constrained request (choice, JSON) goes to it while it is neither vLLM
         nor llama.cpp (a proxy, a hosted API): said once that it may not hold."""
-        if self.traits.kind == "other":
+        if not self.holds_constraint:
             self._say_once("unsure", f"{self.name} {self._verb('is', 'are')} neither vLLM nor llama.cpp (its "
                            "/v1/models does not say owned_by "
                            "vllm or llamacpp): the answer constraint goes as vLLM's structured_outputs, which such a "
@@ -327,75 +316,6 @@ class Server:
             self.notice(text)
 
 
-class NAsk:
-    """How many choices one request asks its server for at a time, while the
-    server's `n` limit is learned from its refusals (issue 35).
-
-    A 400 to a request of n > 1 is an `n` limit when it names a number below the n
-    asked (llama.cpp's "Field 'n': Value must be between 1 <= value <= 4, but got 8",
-    OpenAI's "Expected a value <= 8, but got 20", any other wording): learned at
-    once. A 400 that names none (not the context: that is the position's) is asked
-    again with half the n, down to 1, by that one request while the server's other
-    requests wait for the outcome: when a smaller n is answered, that is the limit;
-    when even n = 1 is refused, the 400 was the request's own and is raised,
-    nothing learned. At most N_PROBES such 400s per server; past them a 400 is the
-    request's error. `close` ends what this request led, however it ended."""
-
-    def __init__(self, server: Server):
-        self.server = server
-        self.refused: int | None = None  # the smallest n of this request refused without a number
-        self._all_missing = True
-
-    async def size(self, missing: int) -> int:
-        """How many to ask now, of the `missing` choices (after a search another request leads)."""
-        s = self.server
-        while s.n_search is not None and s.n_search[0] is not self and missing > 1:
-            await s.n_search[1].wait()
-        limits = [x for x in (s.traits.max_n, self.refused and self.refused // 2) if x]
-        self._all_missing = not limits or missing <= min(limits)  # the last chunk: it says nothing of the limit
-        return min([missing, *limits])
-
-    def refused_with(self, ask: int, e: StatusError) -> bool:
-        """Whether the 400 `e` to a request of `ask` choices means: ask fewer (class docstring)."""
-        s = self.server
-        if e.status != 400 or ask <= 1 or is_context_error(e.body):
-            return False
-        limit = n_limit(e.body, ask)
-        if limit is not None:
-            s.learned_n(limit, "HTTP 400")
-            return True
-        if s.traits.max_n is not None and ask > s.traits.max_n:
-            return True  # sent before the limit was learned: ask that now
-        if s.n_search is not None and s.n_search[0] is not self:
-            return True  # sent before another request began the search: wait for it
-        if s.n_probes >= N_PROBES:
-            return False
-        s.n_probes += 1
-        if s.n_search is None:
-            s.n_search = (self, asyncio.Event())
-        self.refused = ask
-        return True
-
-    def answered(self, ask: int, seeded: bool = True) -> None:
-        """A request of `ask` choices was answered: below what this request was
-        refused, that is the server's limit."""
-        if self.refused is not None and ask < self.refused and not self._all_missing:
-            self.server.learned_n(ask, "HTTP 400 to a larger n", seeded)
-            self.refused = None
-            self.close()
-
-    def gave_up(self) -> None:
-        """Even n = 1 was refused (or the 400 is another): not an n limit."""
-        self.refused = None
-        self.close()
-
-    def close(self) -> None:
-        s = self.server
-        if s.n_search is not None and s.n_search[0] is self:
-            s.n_search[1].set()
-            s.n_search = None
-
-
 class Servers:
     """The run's `Server` records, by `server_key`."""
 
@@ -407,7 +327,7 @@ class Servers:
         """The record of the server at `url` (any URL of it: credentials, case, /v1)."""
         key = server_key(url)
         if key not in self._by_key:
-            self._by_key[key] = Server(key, self.notice)
+            self._by_key[key] = Server(key, self.notice, base_root(url))
         return self._by_key[key]
 
     def record(self) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ import msgspec
 
 from tension.core.llm.protocol import ModelCard, Props
 
-__all__ = ["ServerTraits", "learn", "n_limit", "is_context_error", "grammar_of", "KIND_NAMES", "COUNT_PATH"]
+__all__ = ["ServerTraits", "learn", "n_limit", "names_n", "is_context_error", "grammar_of", "KIND_NAMES", "COUNT_PATH"]
 
 Kind = Literal["vllm", "llamacpp", "llamacpp_python", "other"]
 # What each kind is, in messages (`Server.what`).
@@ -87,11 +87,17 @@ def learn(url: str, models: list[ModelCard], props: Props | None, counts: bool =
     return t
 
 
+def names_n(message: str) -> bool:
+    """Whether a 400's message names the field `n` (and is not about the context):
+    an n limit (core/llm/failures.py `status_error` types it `NLimitError`)."""
+    return bool(_NAMES_N.search(message)) and not is_context_error(message)
+
+
 def n_limit(message: str, asked: int | None = None) -> int | None:
     """The most `n` a server's 400 says it takes, in any wording that names `n` and
     a bound (below `asked`, the n refused, when given); None when the message is
     another, or names no number (core/llm/servers.py `NAsk` then asks smaller)."""
-    if not _NAMES_N.search(message) or is_context_error(message):
+    if not names_n(message):
         return None
     found = [int(x) for x in _MOST.findall(message)]
     if asked is not None:

@@ -29,6 +29,7 @@ import aiohttp
 import msgspec
 
 from tension.core.llm.ratelimit import RateLimit, read_rate_limit
+from tension.core.llm.server_keys import server_key
 from tension.core.redact import redact
 
 __all__ = ["Reply", "Transport", "TransportError", "StreamStatus", "AiohttpTransport", "KEEPALIVE_SECONDS",
@@ -150,10 +151,7 @@ _in_process_lock = threading.Lock()
 
 
 def _key(url: str) -> str:
-    """A URL's server key (core/llm/servers.py `server_key`, the one way to name a
-    server; imported here, since servers.py imports this module through unreadable.py)."""
-    from tension.core.llm.servers import server_key
-
+    """A URL's server key (core/llm/server_keys.py, the one way to name a server)."""
     return server_key(url)
 
 

@@ -141,7 +141,7 @@ class LocalRouter:
 
     def start(self) -> LocalRouter:
         """Check the workers, start the router and wait until it is ready (the
-        three steps of `routing`, core/llm/router.py, which waits off the loop)."""
+        three steps of `routing`, core/llm/routing.py, which waits off the loop)."""
         self.check_workers()
         self.spawn()
         self.wait_ready()

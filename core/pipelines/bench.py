@@ -67,7 +67,7 @@ from tension.core.run.lifecycle import open_run, open_store
 from tension.core.run.progress import Progress
 from tension.core.run.scheduler import Scheduler
 
-__all__ = ["BenchOptions", "Percentiles", "ServerFigures", "RunFigures", "BenchFigures", "bench_async",
+__all__ = ["BenchOptions", "Percentiles", "ServerFigures", "RunFigures", "BenchFigures", "run_bench",
            "format_bench", "save_figures", "load_figures"]
 
 MAX_ERRORS = 10  # error messages kept per run (vLLM's bench prints the first 10)
@@ -144,7 +144,8 @@ class _Bench:
 
         async def send(lane: str, url: str, req: ChatRequest) -> StreamResult | None:
             try:
-                res = await sched.request(lane, self._call, url, _tagged(req, f"bench {self.nonce} run {run_no}"))
+                async with sched.slot(lane):
+                    res = await self._call(url, _tagged(req, f"bench {self.nonce} run {run_no}"))
             except TensionError as e:
                 fig.failed += 1
                 if len(fig.errors) < MAX_ERRORS:
@@ -214,11 +215,12 @@ class _Bench:
 
     async def _call(self, url: str, req: ChatRequest) -> StreamResult:
         """One request, streamed (timed to the first token) or plain, as score sends it."""
+        server = self.client.server(url)
         if self.opts.stream:
-            return await self.client.chat_stream(url, req)
-        r = await self.client.chat(url, req)
+            return await self.client.chat_stream(server, req)
+        r = await self.client.chat(server, req)
         usage = r.usage
-        if self.client.server(url).traits.usage == "one choice" and usage.requests:
+        if server.traits.usage == "one choice" and usage.requests:
             # llama.cpp's usage counts one choice of each request (L1 of
             # ../shared/reviews/external-servers-2026-12-02.md: 4× low in chunks of
             # 4): each request's count stands for each of its choices
@@ -262,7 +264,7 @@ def _server_figures(roles: list[str], answers: list[StreamResult], before: dict[
     return sf
 
 
-async def bench_async(cfg: ScoreConfig, corpus_path: str | Path, opts: BenchOptions = BenchOptions()) -> BenchFigures:
+async def run_bench(cfg: ScoreConfig, corpus_path: str | Path, opts: BenchOptions = BenchOptions()) -> BenchFigures:
     """Run the workload against the servers of `cfg`; see the module docstring."""
     if opts.positions < 1:
         raise ConfigError(f"--positions: expected an integer >= 1, got {opts.positions}")

@@ -50,7 +50,7 @@ from tension.core.run.progress import Progress
 from tension.core.run.reads import CacheReads
 from tension.core.run.record import RunHeader
 
-__all__ = ["Throughput", "TokenTotals", "Estimate", "estimate_async", "format_estimate",
+__all__ = ["Throughput", "TokenTotals", "Estimate", "run_estimate", "format_estimate",
            "COST_FORMULA", "CacheModelOptions", "endings_gpu_hours", "TokensCost"]
 
 COST_FORMULA = ("GPU-hours = (generation requests to send × n × E / gen_tok_s + "
@@ -173,7 +173,7 @@ class _Estimating:
         return {}
 
 
-async def estimate_async(cfg: ScoreConfig, corpus_path: str | Path, throughput: Throughput | None = None,
+async def run_estimate(cfg: ScoreConfig, corpus_path: str | Path, throughput: Throughput | None = None,
                          cache_model: CacheModelOptions | None = None) -> Estimate:
     """Counts, tokens, cache coverage and (given a throughput) GPU-hours and money
     of scoring `corpus_path` with `cfg`. Sends no chat request; with
@@ -255,7 +255,7 @@ async def _count_positions(run: Run, finder: PositionFinder, corpus: Corpus, by_
     async with run.serving(finder.router, lanes=lanes, route=False) as sched:
         const.update(constants(await finder.token_counts(template_pieces(), "")))
 
-        async def one(si: int) -> None:
+        async def one(si: int, _place: int) -> None:
             try:
                 by_story[si] = await finder.positions(si, corpus.stories[si])
             except StatusError as e:  # the server refused to count this story: it alone is left out

@@ -30,26 +30,27 @@ import msgspec
 
 from tension.core.config.generate import MODES, GenerateConfig
 from tension.core.config.settings import refresh_roles
-from tension.core.errors import ConfigError, InputError, RunStatus, StatusError
+from tension.core.errors import ConfigError, ContextLengthError, InputError, RunStatus, StatusError
 from tension.core.formats import Generator
 from tension.core.inputs.ideas import Idea, Reference, ReferencePrompt, read_ideas, reference_pool
 from tension.core.inputs.jsonl import atomic_write
 from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
-from tension.core.llm.router import ITEM_KEY, Router
-from tension.core.llm.traits import is_context_error
+from tension.core.llm.router import Router
+from tension.core.llm.ticket import Ticket
 from tension.core.pipelines.answer_checks import StoryChecks
 from tension.core.prompts import generate as gp
 from tension.core.prompts.fill import story_join
 from tension.core.reports.answer_warnings import AnswerWarning
-from tension.core.run.lifecycle import Run, open_run, out_lock
+from tension.core.run.lifecycle import Run, open_run
+from tension.core.run.out_folder import out_lock
 from tension.core.run.progress import Progress
 from tension.core.run.record import Failure, RunRecord
 
 __all__ = [
     "MODES", "GenerateConfig", "Idea", "Reference", "StorySettings", "GeneratedStory", "Generator",
-    "Whodunit", "Failure", "GenerateSummary", "read_ideas", "reference_pool", "generate_async",
+    "Whodunit", "Failure", "GenerateSummary", "read_ideas", "reference_pool", "run_generate",
 ]
 
 # --- records --------------------------------------------------------------------
@@ -158,15 +159,15 @@ class StoryWriter:
         self.failed: list[Failure] = []
         self.checks = StoryChecks()
 
-    async def chat(self, messages: list[dict[str, str]], seed: int) -> str:
+    async def chat(self, messages: list[dict[str, str]], seed: int, ticket: Ticket) -> str:
         """One answer: from the cache, else from the server (then committed)."""
         req = ChatRequest(model=self.model, messages=messages, n=1, temperature=self.temperature,
                           max_tokens=self.max_tokens, min_p=self.min_p, seed=seed,
                           chat_template_kwargs=self.template_kwargs)
         try:
-            rec = await self.run.llm.endings("generation", req)  # routed by the idea (ITEM_KEY)
-        except StatusError as e:
-            if is_context_error(e.body) and (fit := self.fitting_max_tokens()) is not None:
+            rec = await self.run.llm.endings("generation", req, ticket=ticket)  # routed by the idea
+        except ContextLengthError as e:
+            if (fit := self.fitting_max_tokens()) is not None:
                 raise ConfigError(self.too_long(fit)) from e
             raise
         self.checks.answer(messages, rec.texts[0])
@@ -184,17 +185,17 @@ class StoryWriter:
         """M3 of ../shared/reviews/external-servers-2026-12-02.md: the default 4,000
         tokens exceed the context of docs/servers.md's own llama-server (4,096 per
         slot), and every idea failed with "no idea could be generated"."""
-        srv = self.run.client.server(self.router.url)
+        srv = self.router.server
         given = "" if self.cfg.max_tokens is not None else " (the default)"
         return (f"--max-tokens {self.max_tokens}{given} and the prompt do not fit {srv.name}'s context of "
                 f"{srv.context_len} tokens per sequence: pass --max-tokens {fit} (half of it) or less, or serve the "
                 "model with a larger context (llama-server: -c is shared by its -np slots) (docs/servers.md)")
 
-    async def one(self, job: tuple[int, Idea]) -> None:
+    async def one(self, job: tuple[int, Idea], place: int) -> None:
         index, idea = job
-        ITEM_KEY.set(idea.id)  # the story's requests share a prefix: one server (core/llm/router.py)
+        ticket = Ticket(key=idea.id, place=place)  # the story's requests share a prefix: one server
         try:
-            rec = await (self.whodunit(idea) if self.cfg.whodunit else self.story(idea))
+            rec = await (self.whodunit(idea, ticket) if self.cfg.whodunit else self.story(idea, ticket))
         except (StatusError, _GaveUp) as e:
             # This idea's request was refused, or its story stayed too short: it
             # fails, the others go on.
@@ -209,26 +210,26 @@ class StoryWriter:
         if not self.cfg.whodunit:
             self.run.progress.unit_done()
 
-    async def story(self, idea: Idea) -> GeneratedStory:
+    async def story(self, idea: Idea, ticket: Ticket) -> GeneratedStory:
         cfg = self.cfg
         seed = story_seed(cfg.seed, idea.id)
         ref = warmup = beats = None
         if cfg.mode == "full":  # Step 0
             chosen = choose_reference(self.pool, cfg.seed, idea.id)
             ref = chosen.reference
-            warmup = await self.chat([_user(chosen.prompt)], seed)
+            warmup = await self.chat([_user(chosen.prompt)], seed, ticket)
         if cfg.mode in ("beats", "full"):  # Step 1
             constraint = gp.BEATS_CONSTRAINT.format(n=cfg.beats) if cfg.beats else ""
             if warmup is None:
                 prompt = gp.ADAPT_FROM_SCRATCH.format(idea=idea.idea, beats_constraint=constraint)
             else:
                 prompt = gp.ADAPT_WITH_WARMUP.format(warmup=warmup, idea=idea.idea, beats_constraint=constraint)
-            beats = await self.chat([_user(prompt)], seed)
+            beats = await self.chat([_user(prompt)], seed, ticket)
             write = gp.WRITE_WITH_BEATS.format(beats=beats)
         else:
             write = gp.WRITE_VANILLA.format(idea=idea.idea)
         messages = ([{"role": "system", "content": cfg.system}] if cfg.system else []) + [_user(write)]
-        text, short = await self.until_long_enough(messages, seed, cfg.min_chars, "story")  # Step 2
+        text, short = await self.until_long_enough(messages, seed, cfg.min_chars, "story", ticket)  # Step 2
         settings = StorySettings(temperature=self.temperature, max_tokens=self.max_tokens, min_p=self.min_p,
                                  seed=seed, beats=cfg.beats, system=cfg.system, reasoning_off=cfg.reasoning_off,
                                  min_chars=cfg.min_chars, max_attempts=cfg.attempts)
@@ -237,20 +238,20 @@ class StoryWriter:
                               warmup=warmup, beats=beats, attempts=len(short) + 1, short_attempts=short,
                               settings=settings, idea_group=idea.group)
 
-    async def until_long_enough(self, messages: list[dict[str, str]], seed: int, min_chars: int, what: str
-                                ) -> tuple[str, list[int]]:
+    async def until_long_enough(self, messages: list[dict[str, str]], seed: int, min_chars: int, what: str,
+                                ticket: Ticket) -> tuple[str, list[int]]:
         """The first answer of at least `min_chars` characters (stripped), asking
         with seed, seed + 1, … up to `attempts` times; and the discarded lengths."""
         short: list[int] = []
         for attempt in range(self.cfg.attempts):
-            text = (await self.chat(messages, seed + attempt)).strip()
+            text = (await self.chat(messages, seed + attempt, ticket)).strip()
             if len(text) >= max(min_chars, 1):
                 return text, short
             short.append(len(text))
         raise _GaveUp(f"{self.cfg.attempts} attempt(s), every {what} shorter than {max(min_chars, 1)} "
                       f"characters (lengths {short}); raise --attempts or check the model")
 
-    async def whodunit(self, idea: Idea) -> Whodunit:
+    async def whodunit(self, idea: Idea, ticket: Ticket) -> Whodunit:
         L = self.cfg.paragraphs
         seed = story_seed(self.cfg.seed, idea.id)
         self.run.progress.item_started(L)
@@ -260,7 +261,7 @@ class StoryWriter:
             prompt = gp.render_whodunit(template, i=i, L=L, suspects=idea.suspects, culprit=idea.culprit,
                                         distractor=idea.distractor, story=story_join(segments))
             messages = [{"role": "system", "content": gp.WHODUNIT_SYSTEM}, _user(prompt)]
-            text, _ = await self.until_long_enough(messages, seed, 1, f"paragraph {i}")
+            text, _ = await self.until_long_enough(messages, seed, 1, f"paragraph {i}", ticket)
             segments.append(text)
             self.run.progress.unit_done()
         gen = Generator(model=self.model, system=gp.WHODUNIT_SYSTEM, paragraph_prompt=gp.WHODUNIT_PARAGRAPH,
@@ -308,7 +309,7 @@ def _user(content: str) -> dict[str, str]:
 
 # --- entry points ---------------------------------------------------------------
 
-async def generate_async(cfg: GenerateConfig, ideas_path: str | os.PathLike[str],
+async def run_generate(cfg: GenerateConfig, ideas_path: str | os.PathLike[str],
                          out_path: str | os.PathLike[str]) -> GenerateSummary:
     """Generate a story per idea; see the module docstring. Problems that stop the
     run before it starts raise TensionError; a failure during the run ends it with

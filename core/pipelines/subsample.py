@@ -171,7 +171,7 @@ def run_subsample(run_dir: str | Path, *, cache: str | Path | None = None, setti
                   seed: int = 0, shift_tolerance: float = subsampling.SHIFT_TOLERANCE,
                   width_tolerance: float = subsampling.WIDTH_TOLERANCE,
                   throughput: Throughput | None = None) -> SubsampleResult:
-    from tension.core.reports.report import settings_from_run
+    from tension.core.reports.run_folder import settings_from_run
 
     v, left_out, record = read_verdicts(run_dir, cache)
     if not v.ids:

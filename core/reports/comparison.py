@@ -21,15 +21,17 @@ from tension.core.errors import ConfigError, InputError
 from tension.core.reports.comparable import SUFFIX as COMPARABLE
 from tension.core.reports.comparable import comparable_columns, finding_refusal, min_endings
 from tension.core.reports.metrics import stat_columns
-from tension.core.reports.report import RunData, fmt_stat, load_run, render_table
+from tension.core.reports.run_folder import RunData, load_run
 from tension.core.reports.story_intervals import StoryDiff, paired_differences, stat_matrix
+from tension.core.reports.tables import fmt_stat, render_table
+from tension.core.run.record import RunRecord
 from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
 from tension.kernels.curves import CurveSettings
 from tension.kernels.settings import check_interval_resamples
 
 __all__ = ["compare", "second_order", "second_order_note", "SECOND_ORDER_MARK",
-           "Comparison", "ComparisonRow", "RunAbout", "run_about", "setup_warnings", "comparison_table",
-           "story_table"]
+           "Comparison", "ComparisonRow", "RunAbout", "run_about", "record_about", "setup_warnings",
+           "comparison_table", "story_table"]
 
 
 class ComparisonRow(msgspec.Struct, kw_only=True):
@@ -77,6 +79,11 @@ def run_about(run: dict[str, Any]) -> RunAbout:
                     judge_model=models.get("judge") or cfg.get("judge_model"), endings=endings,
                     seed=seed if isinstance(seed, int) else None,
                     seed_scheme=scheme if isinstance(scheme, str) else "run")
+
+
+def record_about(record: RunRecord | None) -> RunAbout:
+    """`run_about` of a run's typed record (None: its folder has none)."""
+    return run_about({} if record is None else {"config": record.header.config, "models": record.header.models})
 
 
 def second_order(stat: str) -> bool:
@@ -227,7 +234,7 @@ def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "
                                   p=float(p), significant=significant, finding=significant and why_not is None,
                                   why_not=why_not))
     names = stat_columns(s)
-    about_a, about_b = run_about(a.run), run_about(b.run)
+    about_a, about_b = record_about(a.record), record_about(b.record)
     stories = paired_differences([_key_text(k, pair_by) for k in shared], [a.curves[i] for i in ia],
                                  stat_matrix(a.stats)[ia], [b.curves[i] for i in ib], stat_matrix(b.stats)[ib],
                                  names, s)

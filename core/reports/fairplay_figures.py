@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tension.core.reports.figures import drawn_once, glyphs_quiet, new_figure
+from tension.core.reports.figure_cache import drawn_once
+from tension.core.reports.figures import glyphs_quiet, new_figure
 from tension.kernels.fairplay import READERS, FairPlaySettings, PooledCurves
 
 if TYPE_CHECKING:

@@ -42,24 +42,10 @@ from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stat
 from tension.kernels.groups import GroupStat, group_stats
 from tension.kernels.intervals import StoryIntervals
 
-__all__ = [
-    "DEFAULT_GROUP",
-    "Curve",
-    "MetricsResult",
-    "read_curves",
-    "read_run_positions",
-    "read_positions_file",
-    "compute",
-    "metrics",
-    "stat_columns",
-    "stories_csv",
-    "groups_csv",
-    "Rows",
-    "rows_csv",
-    "stories_rows",
-    "groups_rows",
-    "format_group_table",
-]
+__all__ = ["DEFAULT_GROUP", "Curve", "MetricsResult", "read_curves", "read_run_positions", "read_positions_file",
+           "compute", "metrics", "stat_columns", "stories_csv", "groups_csv", "Rows", "rows_csv", "stories_rows",
+           "groups_rows", "format_group_table"]
+
 
 class Curve(msgspec.Struct, kw_only=True):
     id: str
@@ -82,11 +68,15 @@ class MetricsResult(msgspec.Struct, kw_only=True):
     failed: dict[str, str] = {}  # story id -> why it failed (a score run's): its row kept, undefined
     story_table: Rows | None = None  # stories.csv's rows, once built (`stories`)
     group_table: Rows | None = None  # groups.csv's rows, once built (`group_rows`)
+    comparable: np.ndarray | None = None  # `comparable_matrix` with `failed`: the caller's, or once by `stories`
 
     def stories(self) -> Rows:
         """stories.csv's rows, as computed (built once: the file and the API's table share them)."""
         if self.story_table is None:
-            self.story_table = stories_rows(self.curves, self.stats, self.settings, self.failed, self.intervals)
+            if self.comparable is None:
+                self.comparable = comparable_matrix(self.curves, self.settings, self.failed)
+            self.story_table = stories_rows(self.curves, self.stats, self.settings, self.failed, self.intervals,
+                                            comparable=self.comparable)
         return self.story_table
 
     def group_rows(self) -> Rows:
@@ -249,12 +239,13 @@ def _fmt_angle(a: float) -> str:
 
 
 def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings(), *,
-            n_resamples: int = N_RESAMPLES, seed: int = 0,
-            failed: Collection[str] = ()) -> tuple[BatchStats, dict[str, dict[str, GroupStat]]]:
+            n_resamples: int = N_RESAMPLES, seed: int = 0, failed: Collection[str] = (),
+            comparable: np.ndarray | None = None) -> tuple[BatchStats, dict[str, dict[str, GroupStat]]]:
     """Kernels over all curves at once, then group summaries per statistic
     (with a seeded percentile bootstrap of `n_resamples`; 0 skips it). The
     stories whose ids are in `failed` get their (empty) row of statistics but
-    are left out of the groups: a failed story is no story with NaN statistics."""
+    are left out of the groups: a failed story is no story with NaN statistics.
+    `comparable`: the curves' `comparable_matrix` (with `failed`), when the caller has it."""
     lengths = np.fromiter((len(c.x) for c in curves), dtype=np.int64, count=len(curves))
     offsets = np.zeros(len(curves) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -268,7 +259,7 @@ def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings(), 
               for k, name in enumerate(stat_columns(settings))}
     # the comparable second-order statistics (docs/metrics.md 1.9) after the paper's, their
     # intervals widened by the group's shift to its noise floor, as the study measured them
-    comparable = comparable_matrix(curves, settings, failed)[keep]
+    comparable = (comparable_matrix(curves, settings, failed) if comparable is None else comparable)[keep]
     floor = comparable_floor(curves, settings, failed)[keep]
     index: dict[str, list[int]] = {}
     for i, g in enumerate(labels):
@@ -288,16 +279,17 @@ def _stat(v: float) -> float | None:
 
 
 def stories_rows(curves: Sequence[Curve], stats: BatchStats, settings: CurveSettings,
-                 failed: Mapping[str, str] | None = None, intervals: StoryIntervals | None = None) -> Rows:
+                 failed: Mapping[str, str] | None = None, intervals: StoryIntervals | None = None, *,
+                 comparable: np.ndarray | None = None) -> Rows:
     """One row per story; a story in `failed` (id -> why) keeps its row, with
     undefined statistics and the reason in `nan_reasons`. After `nan_reasons` come the
     95% interval of each statistic (`<stat>_lo`, `<stat>_hi`; undefined without
     `intervals`, for a story without verdict counts, and where the statistic is NaN),
     then the comparable second-order statistics (docs/metrics.md 1.9) and their
-    intervals (undefined without `intervals` or counts)."""
+    intervals (undefined without `intervals` or counts; `comparable`: their matrix, if the caller has it)."""
     names = stat_columns(settings)
     extra = comparable_columns(names)
-    comparable = comparable_matrix(curves, settings, failed or ())
+    comparable = comparable_matrix(curves, settings, failed or ()) if comparable is None else comparable
     if intervals is not None:
         c_lo, c_hi = comparable_intervals(curves, comparable, settings, failed or ())
     else:
@@ -387,9 +379,10 @@ def metrics(curves_path: str | os.PathLike, out_dir: str | os.PathLike,
             settings: CurveSettings = CurveSettings()) -> MetricsResult:
     """Read curves, compute story and group statistics, write stories.csv and groups.csv."""
     curves, errors = read_curves(curves_path)
-    stats, groups = compute(curves, settings)
+    comparable = comparable_matrix(curves, settings)
+    stats, groups = compute(curves, settings, comparable=comparable)
     intervals = compute_intervals(curves, stats, settings)
     result = MetricsResult(curves=curves, stats=stats, settings=settings, groups=groups, errors=errors,
-                           intervals=intervals)
+                           intervals=intervals, comparable=comparable)
     result.write(Path(out_dir))
     return result

@@ -1,17 +1,18 @@
-"""Reports of a run: the paper's tables (000, Table 6; 001, Tables 18–19), figures,
-``report.md``, and its numbers formatted for tables (`fmt_stat`, `render_table`, shared with
-core/reports/comparison.py, the paired comparisons of `tension-run compare`).
+"""``report.md`` of a score run, with its tables and figures: the paper's tables
+(000, Table 6; 001, Table 18; core/reports/tables.py), the comparable statistics,
+the stories with their intervals, the group bars and curves (core/reports/figures.py),
+and what the run record says of the run (its outcome, models, settings, requests,
+tokens, cost and versions).
 
-Everything here is recomputed from ``positions.jsonl`` (plus ``meta.jsonl`` for
-pairing fields and ``run.json`` for settings and usage), so a report can be
-rebuilt, or built with other curve settings, without any LLM.
+The run folder is read back by core/reports/run_folder.py (`load_run`): everything is
+recomputed from ``positions.jsonl`` (plus ``meta.jsonl`` and ``run.json``), so a
+report can be rebuilt, or built with other curve settings, without any LLM; the run
+that just wrote its record hands it over (`report(..., record=)`) rather than have it
+read again.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import os
 import shlex
@@ -19,173 +20,24 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import numpy as np
 
-from tension.core.errors import ConfigError, InputError, exit_status
-from tension.core.inputs.jsonl import decode_line, folder_aside, iter_lines, write_together
+from tension.cache.records import Usage
+from tension.core.errors import ConfigError
+from tension.core.inputs.jsonl import folder_aside, write_together
 from tension.core.reports.answer_warnings import markdown_section
-from tension.core.reports.comparable import (
-    SUFFIX,
-    comparable_columns,
-    comparable_matrix,
-    finding_min_endings,
-    is_comparable,
-    min_endings,
-)
+from tension.core.reports.comparable import SUFFIX, comparable_columns, finding_min_endings, min_endings
 from tension.core.reports.filenames import unique_filenames
 from tension.core.reports.markdown import md_alt, md_code, md_text
-from tension.core.reports.metrics import Curve, compute, read_run_positions, stat_columns
-from tension.core.reports.story_intervals import compute_intervals, stat_matrix
+from tension.core.reports.metrics import stat_columns
+from tension.core.reports.run_folder import RunData, load_run
+from tension.core.reports.story_intervals import stat_matrix
+from tension.core.reports.tables import comparable_table, fmt_stat, render_table, table6, table18, table_columns
+from tension.core.run.record import RunRecord
 from tension.kernels.bootstrap import N_RESAMPLES
-from tension.kernels.curves import BatchStats, CurveSettings
-from tension.kernels.groups import GroupStat
-from tension.kernels.intervals import StoryIntervals
+from tension.kernels.curves import CurveSettings
 from tension.kernels.turns import TURN_HEIGHT
 
-__all__ = ["RunData", "load_run", "table6", "table18", "report", "Bars", "group_bars"]
-
-_TABLE_STATS = [("mean_nr", "Mean NR"), ("late_nr", "Late NR"), ("retain", "Retain")]
-
-
-class RunData(msgspec.Struct, kw_only=True):
-    dir: str
-    curves: list[Curve]
-    stats: BatchStats
-    groups: dict[str, dict[str, GroupStat]]
-    settings: CurveSettings
-    run: dict[str, Any]
-    meta: dict[str, dict[str, Any]]  # story id -> {"group", "words", "meta": {...}}
-    intervals: StoryIntervals | None = None  # per story (docs/metrics.md 1.6); None when not asked for
-    comparable: np.ndarray | None = None  # stories × comparable statistics, once asked for (`values`)
-
-    def values(self, stat: str) -> np.ndarray:
-        if is_comparable(stat):
-            if self.comparable is None:
-                self.comparable = comparable_matrix(self.curves, self.settings)
-            return self.comparable[:, comparable_columns(stat_columns(self.settings)).index(stat)]
-        cols = stat_columns(self.settings)
-        k = cols.index(stat)
-        if k < 4:
-            return [self.stats.mean_nr, self.stats.late_nr, self.stats.retain, self.stats.convergence][k]
-        return self.stats.ir[:, k - 4]
-
-
-class _MetaLine(msgspec.Struct):
-    """A line of meta.jsonl, as score writes it."""
-
-    id: str
-    group: str | None = None
-    words: int = 0
-    meta: dict[str, Any] = {}
-
-
-def _read_record(path: Path) -> dict[str, Any]:
-    """run.json as a dict; a damaged one is an InputError naming it, line and column."""
-    raw = path.read_bytes()
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise InputError(str(path), 0, None, f"not valid UTF-8 (byte offset {e.start}); rerun the score "
-                         "command to write it again, or move it away to report without it") from e
-    except json.JSONDecodeError as e:
-        raise InputError(str(path), e.lineno, None, f"not valid JSON ({e.msg} at column {e.colno}); rerun the "
-                         "score command to write it again, or move it away to report without it") from e
-    if not isinstance(doc, dict):
-        raise InputError(str(path), 1, None, "expected a JSON object (a run record)")
-    return doc
-
-
-def settings_from_run(run: dict[str, Any]) -> CurveSettings:
-    c = run.get("config", {})
-    d = CurveSettings()
-    return CurveSettings(window=c.get("window", d.window), thresholds=tuple(c.get("thresholds", d.thresholds)),
-                         late_threshold=c.get("late_threshold", d.late_threshold),
-                         retention_window=c.get("retention_window", d.retention_window),
-                         interval_resamples=c.get("interval_resamples", d.interval_resamples),
-                         interval_seed=c.get("interval_seed", d.interval_seed))
-
-
-def load_run(run_dir: str | os.PathLike, settings: CurveSettings | None = None,
-             n_resamples: int = N_RESAMPLES, seed: int = 0, intervals: bool = True) -> RunData:
-    d = Path(run_dir)
-    if not (d / "positions.jsonl").is_file():
-        raise InputError(str(d), 0, None, "not a score run: no positions.jsonl in this folder")
-    run = _read_record(d / "run.json") if (d / "run.json").is_file() else {}
-    settings = settings or settings_from_run(run)
-    curves, errors = read_run_positions(d)
-    if errors:
-        raise errors[0]
-    meta: dict[str, dict[str, Any]] = {}
-    if (d / "meta.jsonl").is_file():
-        path = str(d / "meta.jsonl")
-        for lineno, raw in iter_lines(path):
-            m = decode_line(path, lineno, raw, _MetaLine)
-            meta[m.id] = msgspec.to_builtins(m)
-    stats, groups = compute(curves, settings, n_resamples=n_resamples, seed=seed)
-    iv = compute_intervals(curves, stats, settings) if intervals else None
-    return RunData(dir=str(d), curves=curves, stats=stats, groups=groups, settings=settings, run=run, meta=meta,
-                   intervals=iv)
-
-
-# --- tables --------------------------------------------------------------------
-
-
-def _columns(settings: CurveSettings) -> list[tuple[str, str]]:
-    irs = [(c, c.upper()) for c in stat_columns(settings)[4:]]
-    return _TABLE_STATS + irs
-
-
-def fmt_stat(stat: str, v: float, signed: bool = False) -> str:
-    """A statistic's value as the tables print it (a comparable one as its paper's namesake)."""
-    stat = stat.removesuffix(SUFFIX)
-    if math.isnan(v):
-        return "—"
-    sign = "+" if signed else ""
-    return f"{v:{sign}.1f}%" if stat == "retain" and not signed else (
-        f"{v:{sign}.1f}" if stat in ("retain", "convergence") else f"{v:{sign}.3f}")
-
-
-def _n(groups, g) -> int:
-    s = groups["mean_nr"][g]
-    return s.n + s.n_nan
-
-
-def table6(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fmt: str = "md") -> str:
-    """000 Table 6: `Corpus, n, Mean NR, Late NR, Retain, IR30, IR60, IR120`."""
-    cols = _columns(settings)
-    header = ["Corpus", "n"] + [label for _, label in cols]
-    rows = [[g, str(_n(groups, g))] + [fmt_stat(stat, groups[stat][g].mean) for stat, _ in cols]
-            for g in groups["mean_nr"]]
-    return render_table(header, rows, fmt)
-
-
-def table18(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fmt: str = "md") -> str:
-    """001 Table 18 layout: every cell is `mean [bootstrap 95% interval]`."""
-    return _interval_table(groups, _columns(settings), fmt)
-
-
-def comparable_table(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fmt: str = "md") -> str:
-    """The comparable second-order statistics (docs/metrics.md 1.9) of every group, each
-    cell `mean [bootstrap 95% interval]` as Table 18's."""
-    label = dict(_columns(settings))  # Table 6's names: Retain, IR30, …
-    cols = [(name, label[name.removesuffix(SUFFIX)]) for name in comparable_columns(stat_columns(settings))
-            if name.removesuffix(SUFFIX) in label]
-    return _interval_table(groups, cols, fmt)
-
-
-def _interval_table(groups: dict[str, dict[str, GroupStat]], cols: list[tuple[str, str]], fmt: str) -> str:
-    header = ["Corpus", "n"] + [label for _, label in cols]
-    rows = []
-    for g in groups["mean_nr"]:
-        row = [g, str(_n(groups, g))]
-        for stat, _ in cols:
-            s = groups[stat][g]
-            cell = fmt_stat(stat, s.mean)
-            if not math.isnan(s.boot_lo):
-                cell += f" [{fmt_stat(stat, s.boot_lo).rstrip('%')}, {fmt_stat(stat, s.boot_hi).rstrip('%')}]"
-            row.append(cell)
-        rows.append(row)
-    return render_table(header, rows, fmt)
+__all__ = ["report", "Bars", "group_bars"]
 
 
 def comparable_lines(data: RunData) -> list[str]:
@@ -223,31 +75,19 @@ def comparable_lines(data: RunData) -> list[str]:
     return lines
 
 
-def render_table(header: list[str], rows: list[list[str]], fmt: str) -> str:
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(header)
-        w.writerows(rows)
-        return buf.getvalue()
-    lines = ["| " + " | ".join(map(md_text, header)) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
-    lines += ["| " + " | ".join(map(md_text, r)) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
-
-
 # --- report.md -------------------------------------------------------------------
 
 
 def report(run_dir: str | os.PathLike, *, max_curves: int = 50, gpu_hour_usd: float | None = None,
            settings: CurveSettings | None = None, n_resamples: int = N_RESAMPLES, seed: int = 0,
-           usd_per_mtok: tuple[float | None, float | None] = (None, None)) -> Path:
+           usd_per_mtok: tuple[float | None, float | None] = (None, None), record: RunRecord | None = None) -> Path:
     """Write tables, figures and ``report.md`` into the run folder; returns its path.
     The report owns ``figures/``: it is drawn anew whole, so no image of an earlier
-    report (another story set, other ids) stays behind."""
+    report (another story set, other ids) stays behind. `record`: the run record as
+    the run that wrote it holds it (``Run.written``), else its run.json is read."""
     if max_curves < 0 or n_resamples < 0:
         raise ConfigError(f"--max-curves and --resamples: expected >= 0, got {max_curves} and {n_resamples}")
-    data = load_run(run_dir, settings, n_resamples=n_resamples, seed=seed)
+    data = load_run(run_dir, settings, n_resamples=n_resamples, seed=seed, record=record)
     d = Path(run_dir)
     s = data.settings
     # Its outputs together (issue 58, item 5): the figures are drawn first into a hidden folder, then it,
@@ -269,9 +109,9 @@ def _report_md(d: Path, data: RunData, curve_files: list[tuple[str, str]], max_c
     s = data.settings
 
     lines = [f"# tension-run report: {md_code(d.name)}", ""]
-    if data.run:
-        lines += _outcome_lines(data)
-    lines += markdown_section(data.run)  # degenerate answers, first: they qualify every number below
+    if data.record is not None:
+        lines += _outcome_lines(data, data.record)
+        lines += markdown_section(data.record.body)  # degenerate answers, first: they qualify every number below
     lines += ["## Results (000, Table 6 layout)", "", table6(data.groups, s), *endings_warning(data),
               "## With 95% bootstrap intervals (001, Table 18 layout)", "",
               f"{n_resamples:,} resamples over stories, seed {seed}.", "", table18(data.groups, s),
@@ -286,11 +126,25 @@ def _report_md(d: Path, data: RunData, curve_files: list[tuple[str, str]], max_c
                   + (f" First {max_curves} of {len(data.curves)} stories." if len(data.curves) > max_curves else ""),
                   ""]
         lines += [f"![{md_alt(sid)}]({path})" for sid, path in curve_files] + [""]
-    if data.run:
-        lines += _run_lines(data, gpu_hour_usd, usd_per_mtok)
+    lines += _audit_lines(d)
+    if data.record is not None:
+        lines += _run_lines(data, data.record, gpu_hour_usd, usd_per_mtok)
     lines += ["Files: `positions.jsonl`, `stories.csv`, `groups.csv`, `table6.csv`, `table18.csv`, `run.json`. "
               f"Rebuild with {md_code('tension-run report ' + shlex.quote(str(d)))}.", ""]
     return "\n".join(lines)
+
+
+def _audit_lines(d: Path) -> list[str]:
+    """The audit of the run's judge by people (issue 60; docs/metrics.md 1.10), when a
+    sample was drawn (`tension-run audit sample`): agreement, κ, and the group
+    statistics corrected for the judge's errors beside the uncorrected ones."""
+    from tension.core.inputs.labels import sample_path
+
+    if not sample_path(d).is_file():
+        return []
+    from tension.core.reports.audit_report import audit_markdown, audit_report
+
+    return [audit_markdown(audit_report(d)), ""]
 
 
 def _story_lines(data: RunData, max_stories: int) -> list[str]:
@@ -312,7 +166,7 @@ def _story_lines(data: RunData, max_stories: int) -> list[str]:
 
 def story_table(data: RunData, max_stories: int) -> str:
     """One row per story (the first `max_stories`): `value [lo, hi]` per statistic."""
-    cols = _columns(data.settings)
+    cols = table_columns(data.settings)
     names = stat_columns(data.settings)
     matrix = stat_matrix(data.stats)
     rows = []
@@ -353,7 +207,7 @@ def group_bars(s: CurveSettings) -> dict[str, Bars]:
 def _draw_figures(figs: Path, data: RunData, max_curves: int) -> list[tuple[str, str]]:
     """The group bars and the first `max_curves` curves into the new, empty folder `figs`;
     returns (story id, path in the report) of each curve."""
-    from tension.core.reports.figures import bars_figure, report_curves
+    from tension.core.reports.figure_cache import bars_figure, report_curves
 
     s = data.settings
     (figs / "curves").mkdir(parents=True, exist_ok=True)
@@ -396,27 +250,25 @@ def endings_warning(data: RunData) -> list[str]:
             "endings of every position.", ""]
 
 
-def _outcome_lines(data: RunData) -> list[str]:
+def _outcome_lines(data: RunData, record: RunRecord) -> list[str]:
     """What happened, as run.json and the exit status tell it: the status, the
     stories scored, and every bad record, failed story and skipped story with its reason."""
-    run = data.run
-    st = run.get("stories", {})
+    h, body = record.header, record.body
+    st = body.get("stories", {})
     errors, failed, skipped = st.get("input_errors", []), st.get("failed", []), st.get("skipped", [])
     kept = st.get("kept", len(data.curves))
-    code = run.get("exit_status")
-    if code is None:  # a record written before the exit status was recorded
-        code = exit_status(run.get("status", "complete"), kept - len(failed), len(errors) + len(failed))
+    code = h.exit_status  # an earlier version's record without it: as run_folder.record_of_doc reads it
     what = {0: "everything asked for was produced", 130: "interrupted"}.get(code, "something asked for is missing")
-    inv = run.get("invocations", {})
-    lines = [f"Status **{run.get('status')}**, exit status {code} ({what}). Corpus {md_code(_corpus_shown(run))}: "
+    inv = body.get("invocations", {})
+    lines = [f"Status **{h.status}**, exit status {code} ({what}). Corpus {md_code(_corpus_shown(body))}: "
              f"{kept - len(failed)} stories scored, {len(failed)} failed, {len(skipped)} skipped by the word filter, "
              f"{len(errors)} bad input record(s); {sum(len(c.x) for c in data.curves)} positions in "
-             f"`positions.jsonl`; wall time {run.get('wall_seconds', 0):.1f} s"
+             f"`positions.jsonl`; wall time {h.wall_seconds:.1f} s"
              + (f" ({inv['wall_seconds']:.1f} s over {inv['count']} invocations into this folder)"
                 if inv.get("count", 1) > 1 else "") + ".", ""]
-    if run.get("error"):
-        lines += [f"The run stopped: {md_text(run['error'])}", ""]
-    if (a := run.get("adaptive")) and a.get("endings_fixed"):
+    if h.error:
+        lines += [f"The run stopped: {md_text(h.error)}", ""]
+    if (a := body.get("adaptive")) and a.get("endings_fixed"):
         rounds = ", ".join(f"{r}: {n}" for r, n in a.get("rounds", {}).items())
         lines += [f"Adaptive endings (docs/metrics.md 1.7): {a['endings_used']:,} endings over {a['positions']:,} "
                   f"positions, {a['share_of_fixed']:.0%} of the {a['endings_fixed']:,} of --max-endings "
@@ -430,21 +282,21 @@ def _outcome_lines(data: RunData) -> list[str]:
     return lines
 
 
-def _tokens(usage: dict, cached: bool) -> str:
+def _tokens(usage: Usage, cached: bool) -> str:
     """Tokens used; "unknown" when answers were counted but not one token: the
     server sends no `usage`, and 0 would be a false count."""
-    if usage.get("requests", 0) > 0 and not (usage.get("prompt_tokens") or usage.get("completion_tokens")):
+    if usage.requests > 0 and not (usage.prompt_tokens or usage.completion_tokens):
         return "unknown: the server reported no token usage"
-    prefix = f" ({usage.get('cached_tokens', 0):,} served from the server's prefix cache)" if cached else ""
-    return f"{usage.get('prompt_tokens', 0):,} prompt{prefix}, {usage.get('completion_tokens', 0):,} completion"
+    prefix = f" ({usage.cached_tokens:,} served from the server's prefix cache)" if cached else ""
+    return f"{usage.prompt_tokens:,} prompt{prefix}, {usage.completion_tokens:,} completion"
 
 
-def _tokens_cost(usage: dict, per_m_in: float | None, per_m_out: float | None) -> str:
+def _tokens_cost(usage: Usage, per_m_in: float | None, per_m_out: float | None) -> str:
     """The run's bill where tokens are priced (a hosted API): this run's prompt tokens
     as the server counted them (a provider's discount for its prefix cache is not
     taken off) and its completion tokens."""
-    inp, out = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
-    if usage.get("requests", 0) > 0 and not (inp or out):
+    inp, out = usage.prompt_tokens, usage.completion_tokens
+    if usage.requests > 0 and not (inp or out):
         return "- cost by tokens: unknown (the server reported no token usage)"
     usd = (inp * (per_m_in or 0.0) + out * (per_m_out or 0.0)) / 1e6
 
@@ -455,17 +307,16 @@ def _tokens_cost(usage: dict, per_m_in: float | None, per_m_out: float | None) -
             f"${usd:,.2f} (this run's tokens, as the server counted them)")
 
 
-def _corpus_shown(run: dict[str, Any]) -> str:
+def _corpus_shown(body: dict[str, Any]) -> str:
     """The corpus as the user typed it (run.json `corpus_given`), else as recorded."""
-    return str(run.get("corpus_given") or run.get("corpus"))
+    return str(body.get("corpus_given") or body.get("corpus"))
 
 
-def _run_lines(data: RunData, gpu_hour_usd: float | None,
+def _run_lines(data: RunData, record: RunRecord, gpu_hour_usd: float | None,
                usd_per_mtok: tuple[float | None, float | None] = (None, None)) -> list[str]:
     """The run's models, settings, requests, tokens, cost and versions."""
-    run, s = data.run, data.settings
-    cfg = run.get("config", {})
-    models = run.get("models", {})
+    h, s = record.header, data.settings
+    cfg, models = h.config, h.models
     seed = cfg.get("seed")
     lines = ["## Run", "", f"- generation model `{models.get('generation')}` at `{cfg.get('base_url')}`; "
              f"judge model `{models.get('judge')}` at `{cfg.get('judge_base_url') or cfg.get('base_url')}`",
@@ -475,21 +326,18 @@ def _run_lines(data: RunData, gpu_hour_usd: float | None,
              + f"; judge temperature {cfg.get('judge_temperature')}, max tokens {cfg.get('judge_max_tokens')}",
              f"- curve settings: window {s.window}, thresholds {', '.join(f'{a:g}°' for a in s.thresholds)}, "
              f"late ≥ {s.late_threshold}, retention window {s.retention_window}"]
-    req = run.get("requests", {})
-    hits = run.get("cache", {}).get("hits", {})
-    u_now, u_all = run.get("usage_this_run", {}), run.get("usage_all_answers", {})
+    req, u_now, u_all = h.requests, h.usage_this_run, h.usage_all_answers
     lines += [f"- requests sent: {req.get('generation', 0)} generation, {req.get('judge', 0)} judge, "
-              f"{req.get('tokenize', 0)} tokenize ({run.get('http', {}).get('retries', 0)} retries); cache hits: "
-              + ", ".join(f"{v} {k}" for k, v in hits.items()),
+              f"{req.get('tokenize', 0)} tokenize ({h.http.retries} retries); cache hits: "
+              + ", ".join(f"{v} {k}" for k, v in h.cache.hits.items()),
               "- tokens this run: " + _tokens(u_now, cached=True),
               "- tokens of all answers (as if nothing were cached): " + _tokens(u_all, cached=False)]
     if gpu_hour_usd is not None:
-        inv = run.get("invocations", {"count": 1, "wall_seconds": run.get("wall_seconds", 0)})
+        inv = record.body.get("invocations", {"count": 1, "wall_seconds": h.wall_seconds})
         hours = inv["wall_seconds"] / 3600
         lines.append(f"- cost: {hours:.3f} h of wall time × ${gpu_hour_usd:g}/GPU-hour = ${hours * gpu_hour_usd:.2f} "
                      f"per GPU serving this run (its {inv['count']} invocation(s) into this folder: the first "
                      "and every resume or rerun)")
     if usd_per_mtok != (None, None):
         lines.append(_tokens_cost(u_now, *usd_per_mtok))
-    v = run.get("versions", {})
-    return lines + ["- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()), ""]
+    return lines + ["- versions: " + ", ".join(f"{k} {val}" for k, val in h.versions.items()), ""]

@@ -21,13 +21,17 @@ group of answers stored as one record (a position's n verdicts), "tokens" token
 counts and context lengths. The names are historical and part of the cache
 format.
 
-An answer that takes several requests (`n` asked in chunks: a llama.cpp server's
-slots, a hosted API's n limit, follow-ups to short answers) is kept piece by piece
-as the pieces come (`_Chunks`, core/llm/choices.py `PARTS`), each under the key of
-its own request (core/run/reads.py `chunk_key`), and whole once all are there (the
-key it always had): a stop keeps every chunk that came back, and the rerun asks for
-the missing ones only (H1 of ../shared/reviews/external-servers-2026-12-02.md).
-An answer that takes one request is kept whole only, as before.
+Every request goes down with its `Ticket` (core/llm/ticket.py): the routing key
+and the work item's place the pipeline gives (`ticket=`), and for an endings
+request the shelf of its pieces. An answer that takes several requests (`n` asked
+in chunks: a llama.cpp server's slots, a hosted API's n limit, follow-ups to short
+answers) comes back piece by piece (`Router.pieces`), each kept as it comes under
+the key of its own request (core/run/reads.py `chunk_key`), and whole once all are
+there (the key it always had): a stop keeps every chunk that came back, and the
+rerun reads them from the shelf (core/run/reads.py `Shelf`, a read-only view of the cache) and asks
+for the missing ones only (H1 of ../shared/reviews/external-servers-2026-12-02.md).
+An answer that takes one request is kept whole only, as before. Nothing below the
+engine calls back into it: the shelf only reads, and the pieces are return values.
 
 `CacheReads` (core/run/reads.py) is the read-only half: what the cache holds for requests, without
 sending or counting anything beyond the store's own hits and misses; `estimate`
@@ -48,15 +52,18 @@ from tension.cache import records
 from tension.cache.records import Usage
 from tension.cache.store import Store
 from tension.core.errors import StatusError, TensionError
-from tension.core.llm.choices import PARTS
-from tension.core.llm.client import ChatResult, ShortAnswerError
+from tension.core.llm.client import ChatResult
 from tension.core.llm.protocol import ChatRequest
-from tension.core.llm.router import Router, routing
+from tension.core.llm.router import Router
+from tension.core.llm.routing import routing
+from tension.core.llm.ticket import NO_TICKET, Piece, Ticket
 from tension.core.run.commit import Committer, Kept
+from tension.core.run.counts import Counts, ShortCounted
 from tension.core.run.progress import Progress
 from tension.core.run.reads import (
     Answers,
     CacheReads,
+    Shelf,
     chat_key,
     chunk_key,
     context_key,
@@ -67,72 +74,17 @@ from tension.core.run.reads import (
 )
 from tension.core.run.scheduler import Scheduler
 
-__all__ = ["Counts", "Engine"]
+__all__ = ["Engine"]
 
 A = TypeVar("A", records.Endings, records.Verdict)  # a chat answer's record
 
 
-class Counts(msgspec.Struct, kw_only=True):
-    """Every count of a run's LLM work but the store's hits and misses."""
+class _Pieces(msgspec.Struct):
+    """What the pieces of one endings answer came to, as they came (`Engine._pieces`)."""
 
-    requests: dict[str, int]  # LLM requests sent, per role (a batch counts its prompts)
-    usage_sent: Usage = msgspec.field(default_factory=Usage)  # what this run's requests used
-    usage_all: Usage = msgspec.field(default_factory=Usage)  # what every answer used, cached or not
-    followups: int = 0  # requests sent to complete short answers
-
-    def sent(self, role: str, n: int = 1) -> None:
-        self.requests[role] = self.requests.get(role, 0) + n
-
-    def spend(self, usage: Usage, followups: int) -> None:
-        """What requests used, answered or not (this run's usage)."""
-        self.usage_sent.add(usage)
-        self.followups += followups
-
-
-class _ShortCounted:
-    """Around a send: a request that stays short still spent what it used (a class,
-    not a generator: it wraps every request the run sends)."""
-
-    def __init__(self, counts: Counts):
-        self.counts = counts
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, ShortAnswerError):
-            self.counts.spend(exc.spent, exc.followups)
-
-
-class _Chunks:
-    """The pieces of one endings request, each kept as it comes and read back on a
-    rerun (core/llm/choices.py `Parts`)."""
-
-    def __init__(self, engine: Engine, request: ChatRequest, since: float | None):
-        self.engine = engine
-        self.request = request
-        self.since = since  # `--refresh`: pieces kept before it are asked again
-        self.cached = Usage()  # what the pieces read back used (the whole answer's usage holds it)
-        self.fresh = (0, 0)  # (pieces, texts) kept by this request: its whole record settles them
-        self.texts = 0  # texts of the pieces, read back or fresh (counted as they come)
-
-    def kept(self, start: int, count: int) -> ChatResult | None:
-        rec = self.engine.reads.endings_at(chunk_key(self.request, start, count))
-        if rec is None or len(rec.texts) != count or (self.since is not None and rec.created < self.since):
-            return None
-        self.engine._cached(rec.usage)
-        self.cached.add(rec.usage)
-        self.texts += count
-        return ChatResult(texts=rec.texts, finish_reasons=rec.finish_reasons, model=rec.model, usage=rec.usage,
-                          seconds=rec.seconds)
-
-    def keep(self, start: int, piece: ChatResult) -> None:
-        self.engine._keep("endings", chunk_key(self.request, start, len(piece.texts)),
-                          endings_record(piece, self.request.model),
-                          replace=self.since is not None, chunk=True)
-        self.fresh = (self.fresh[0] + 1, self.fresh[1] + len(piece.texts))
-        self.texts += len(piece.texts)
-        self.engine.progress.answered(len(piece.texts))  # the bar moves before the position is done
+    cached: Usage = msgspec.field(default_factory=Usage)  # what the pieces read back used
+    fresh: tuple[int, int] = (0, 0)  # (pieces, texts) kept by this request: its whole record settles them
+    texts: int = 0  # texts of the pieces, read back or fresh (counted as they come)
 
 
 class Engine:
@@ -155,7 +107,7 @@ class Engine:
         self._sched: Scheduler | None = None
         self._committer: Committer | None = None
         self.kept = Kept()  # what the run's commits made durable (a stop says it)
-        self._short = _ShortCounted(self.counts)
+        self._short = ShortCounted(self.counts)
 
     # -- the run's sending part -------------------------------------------------
 
@@ -241,55 +193,92 @@ class Engine:
 
     # -- chat answers ----------------------------------------------------------------
 
-    async def _chat(self, server: str, key: str, request: ChatRequest) -> ChatResult:
+    async def _chat(self, server: str, ticket: Ticket, request: ChatRequest) -> ChatResult:
         router = self.routers[server]
         with self._short:
-            res = await self.sched.request(router.role, router.chat, key, request)
+            async with self.sched.slot(router.role, place=ticket.place):
+                res = await router.chat(ticket, request)
         self._fresh(res)
         return res
 
-    async def endings(self, server: str, request: ChatRequest, *, key: str = "",
+    async def _pieces(self, server: str, ticket: Ticket, request: ChatRequest, since: float | None
+                      ) -> tuple[ChatResult, _Pieces]:
+        """An endings answer, each piece of it kept as it comes (module docstring)."""
+        router = self.routers[server]
+        ticket = msgspec.structs.replace(ticket, shelf=Shelf(self.reads, request, since))
+        got = _Pieces()
+        whole: ChatResult | None = None
+        with self._short:
+            async with self.sched.slot(router.role, place=ticket.place), \
+                    contextlib.aclosing(router.pieces(ticket, request)) as stream:
+                async for item in stream:
+                    if isinstance(item, Piece):
+                        self._piece(request, item, got, since)
+                    else:
+                        whole = item
+        assert whole is not None  # the last thing `pieces` gives
+        self._fresh(whole)
+        return whole, got
+
+    def _piece(self, request: ChatRequest, piece: Piece, got: _Pieces, since: float | None) -> None:
+        n = len(piece.result.texts)
+        got.texts += n
+        if piece.kept:  # read back from the shelf
+            self._cached(piece.result.usage)
+            got.cached.add(piece.result.usage)
+            return
+        self._keep("endings", chunk_key(request, piece.start, n), endings_record(piece.result, request.model),
+                   replace=since is not None, chunk=True)
+        got.fresh = (got.fresh[0] + 1, got.fresh[1] + n)
+        self.progress.answered(n)  # the bar moves before the position is done
+
+    async def endings(self, server: str, request: ChatRequest, *, ticket: Ticket = NO_TICKET,
                       role: str | None = None) -> records.Endings:
         """The n texts answering `request`, from the cache or from the `server`
-        role's router (routed by `key`); sent requests are counted under `role`
-        (default `server`)."""
-        return await self._one("endings", records.Endings, endings_record, server, request, key, role)
-
-    async def answer(self, server: str, request: ChatRequest, *, key: str = "",
-                     role: str | None = None) -> records.Verdict:
-        """The one text answering `request` (a reader's answer, a verdict)."""
-        return await self._one("verdicts", records.Verdict, verdict_record, server, request, key, role)
-
-    async def _one(self, db: str, kind: type[A], make: Callable[[ChatResult, str], A], server: str,
-                   request: ChatRequest, key: str, role: str | None) -> A:
+        role's router (routed and placed by `ticket`); sent requests are counted
+        under `role` (default `server`)."""
         ck = chat_key(request)
-        rec = typed(self.store.get(db, ck), kind)
-        since = self._refreshing(role or server)
-        stale = rec is not None and since is not None and rec.created < since
-        if stale:
-            self.store.not_taken(db)
-        if rec is None or stale:
-            self.counts.sent(role or server)
-            # an endings answer may take several requests: each piece is kept as it comes
-            parts = _Chunks(self, request, since) if db == "endings" else None
-            token = PARTS.set(parts)  # for this request alone (core/llm/choices.py)
-            try:
-                res = await self._chat(server, key, request)
-            finally:
-                PARTS.reset(token)
-            rec = make(res, request.model)
-            got = len(rec.texts) if isinstance(rec, records.Endings) else 1
-            self.progress.answered(max(0, got - (parts.texts if parts is not None else 0)))  # pieces: counted
-            if parts is not None and parts.cached.requests:
-                rec.usage = Usage()  # the whole answer's: its pieces read back included
-                for used in (res.usage, parts.cached):
-                    rec.usage.add(used)
-            self._keep(db, ck, rec, replace=stale, settles=parts.fresh if parts is not None else (0, 0))
-        else:
-            self._cached(rec.usage)
+        rec, stale, since = self._cached_record("endings", ck, records.Endings, role or server)
+        if rec is not None and not stale:
+            return rec
+        self.counts.sent(role or server)
+        # an endings answer may take several requests: each piece is kept as it comes
+        res, got = await self._pieces(server, ticket, request, since)
+        rec = endings_record(res, request.model)
+        self.progress.answered(max(0, len(rec.texts) - got.texts))  # pieces: counted as they came
+        if got.cached.requests:
+            rec.usage = Usage()  # the whole answer's: its pieces read back included
+            for used in (res.usage, got.cached):
+                rec.usage.add(used)
+        self._keep("endings", ck, rec, replace=stale, settles=got.fresh)
         return rec
 
-    async def answers(self, server: str, requests: Sequence[ChatRequest | None], *, key: str = "",
+    async def answer(self, server: str, request: ChatRequest, *, ticket: Ticket = NO_TICKET,
+                     role: str | None = None) -> records.Verdict:
+        """The one text answering `request` (a reader's answer, a verdict)."""
+        ck = chat_key(request)
+        rec, stale, _since = self._cached_record("verdicts", ck, records.Verdict, role or server)
+        if rec is not None and not stale:
+            return rec
+        self.counts.sent(role or server)
+        fresh = verdict_record(await self._chat(server, ticket, request), request.model)
+        self.progress.answered()
+        self._keep("verdicts", ck, fresh, replace=stale)
+        return fresh
+
+    def _cached_record(self, db: str, ck: bytes, kind: type[A], role: str) -> tuple[A | None, bool, float | None]:
+        """The record the cache holds for `ck` (counted as a hit when it is used),
+        whether it is stale (`--refresh`), and the time before which `role`'s records are."""
+        rec = typed(self.store.get(db, ck), kind)
+        since = self._refreshing(role)
+        stale = rec is not None and since is not None and rec.created < since
+        if stale:
+            self.store.counts.not_taken(db)
+        elif rec is not None:
+            self._cached(rec.usage)
+        return rec, stale, since
+
+    async def answers(self, server: str, requests: Sequence[ChatRequest | None], *, ticket: Ticket = NO_TICKET,
                       group: bytes | None = None, warm_first: bool = False, role: str | None = None,
                       links: Sequence[bytes] = (), link: bytes = b"") -> Answers:
         """The answer to each request (a slot without one stays None), read as
@@ -305,7 +294,7 @@ class Engine:
         out = self.reads.answers(requests, group, since)
         if out.group:
             # The record stands for its answers: count them as the cache hits they replace.
-            self.store.counts.hits["verdicts"] += out.found
+            self.store.counts.stood_for("verdicts", out.found)
             self._cached(out.usage, out.found)
             return out
         todo = [(i, r) for i, r in enumerate(requests) if r is not None and out.texts[i] is None]
@@ -323,14 +312,14 @@ class Engine:
         for part in ([todo[:1], todo[1:]] if warm_first else [todo]):
             if part:
                 self.counts.sent(role or server, len(part))
-                await self._send_many(server, key, part, keep)
+                await self._send_many(server, ticket, part, keep)
         if group is not None:
             judged = out.record(next((r.model for r in requests if r is not None), ""))
             judged.of_endings = link
             self._keep("positions", group, judged, replace=since is not None)
         return out
 
-    async def _send_many(self, server: str, key: str, asked: list[tuple[int, ChatRequest]],
+    async def _send_many(self, server: str, ticket: Ticket, asked: list[tuple[int, ChatRequest]],
                          keep: Callable[[int, ChatRequest, records.Verdict], None]) -> None:
         """Fresh answers to `asked` (slot, request), each handed to `keep`: from one
         batched request holding a lane slot per prompt, or one chat request each."""
@@ -340,8 +329,9 @@ class Engine:
             refused: list[StatusError] = []
 
             async def one(item: tuple[int, ChatRequest]) -> None:
+                i, request = item
                 try:
-                    keep(*item, verdict_record(await self._chat(server, key, item[1]), item[1].model))
+                    keep(i, request, verdict_record(await self._chat(server, ticket, request), request.model))
                 except StatusError as e:  # this request refused: the caller's to handle (a position
                     refused.append(e)     # over the context is skipped), not the whole run's
 
@@ -351,8 +341,8 @@ class Engine:
             return
         requests = [r for _, r in asked]
         with self._short:
-            batch = await self.sched.request_weighted(router.role, len(requests), router.complete, key, template,
-                                                      requests)
+            async with self.sched.slot(router.role, weight=len(requests), place=ticket.place):
+                batch = await router.complete(ticket, template, requests)
         self.progress.fresh(batch.usage)
         self.counts.spend(batch.usage, batch.followups)
         for (i, request), res in zip(asked, batch.results):
@@ -362,7 +352,8 @@ class Engine:
 
     # -- token counts ---------------------------------------------------------------
 
-    async def token_counts(self, server: str, model: str, texts: Sequence[str], *, key: str = "") -> list[int]:
+    async def token_counts(self, server: str, model: str, texts: Sequence[str], *,
+                           ticket: Ticket = NO_TICKET) -> list[int]:
         """Token counts of `texts` by `model`'s tokenizer: cached, or from the
         `server` role's /tokenize (its "tokenize" lane), then kept."""
         counts = self.reads.token_counts(model, texts)
@@ -370,7 +361,8 @@ class Engine:
 
         async def one(i: int) -> None:
             self.counts.sent("tokenize")
-            n = await self.sched.request("tokenize", router.tokenize, key, model, texts[i])
+            async with self.sched.slot("tokenize", place=ticket.place):
+                n = await router.tokenize(ticket, model, texts[i])
             counts[i] = n
             self._keep("tokens", tokens_key(model, texts[i]), records.TokenCount(count=n, model=model,
                                                                                   created=time.time()))
@@ -378,7 +370,8 @@ class Engine:
         await self.sched.map(one, [i for i, c in enumerate(counts) if c is None])
         return [c if c is not None else 0 for c in counts]
 
-    async def context_len(self, server: str, model: str, *, key: str = "", ask: bool = True) -> int | None:
+    async def context_len(self, server: str, model: str, *, ticket: Ticket = NO_TICKET,
+                          ask: bool = True) -> int | None:
         """`model`'s context length: cached, else (with `ask`) what the `server`
         role's /tokenize reports, then kept; None when unknown."""
         known = self.reads.context_len(model)
@@ -387,7 +380,8 @@ class Engine:
         router = self.routers[server]
         if router.max_model_len() is None:
             self.counts.sent("tokenize")
-            await self.sched.request("tokenize", router.tokenize, key, model, "")
+            async with self.sched.slot("tokenize", place=ticket.place):
+                await router.tokenize(ticket, model, "")
         learned = router.max_model_len()
         if learned is not None:
             self._keep("tokens", context_key(model), records.TokenCount(count=learned, model=model,

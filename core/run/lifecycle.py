@@ -1,7 +1,8 @@
-"""The life of one pipeline run: the output lock, the store, the client, the
-engine of its LLM work (core/run/engine.py), the progress bar, the status and
-the run record, opened and closed in one place for every pipeline (score,
-generate, fairplay, estimate, bench).
+"""The life of one pipeline run: the store, the client, the engine of its LLM
+work (core/run/engine.py), the progress bar, the status and the run record,
+opened and closed in one place for every pipeline (score, generate, fairplay,
+estimate, bench), inside the output lock its pipeline holds
+(core/run/out_folder.py).
 
     with out_lock(out, out / LOCK_NAME, "score", "folder"):
         async with open_run(cfg, "score", progress=..., partial=out / "positions.partial.jsonl",
@@ -19,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import os
 import signal
 import sys
 import threading
@@ -53,10 +52,8 @@ from tension.core.run.progress import Progress
 from tension.core.run.record import CacheFigures, Http, RunHeader, RunRecord, versions, write_record
 from tension.core.run.scheduler import Scheduler
 
-__all__ = ["INVOCATION", "LOCK_NAME", "Run", "RunSettings", "Pipeline", "open_run", "out_lock", "prepare_out_dir",
-           "open_store", "warn"]
+__all__ = ["INVOCATION", "Run", "RunSettings", "Pipeline", "open_run", "open_store", "warn"]
 
-LOCK_NAME = ".tension-run.lock"
 # What a run's output lines are, by verb (one, several): a stop says how many it kept.
 UNITS = {"score": ("position", "positions"), "generate": ("story", "stories"),
          "fairplay": ("reader value", "reader values")}
@@ -342,61 +339,6 @@ def open_run(settings: RunSettings, command: str, *, progress: Progress, partial
                store=store if store is not None else open_store(settings.cache, settings.cache_max_gb),
                client=client_for(settings, transport), progress=progress, partial=partial,
                record_path=record_path, roles=roles, last_run=last_run, refresh=refresh)
-
-
-@contextlib.contextmanager
-def out_lock(out: Path, lock_file: Path, verb: str, what: str) -> Iterator[None]:
-    """Hold `lock_file` for the output `out` of a `verb` run, or fail at once if
-    another run holds it: a second run writing the same partial file and outputs
-    would interleave them. The lock dies with its process (even SIGKILL). A run of
-    this same process holding it (another thread, another task) is named as such:
-    the lock file's pid would be this process's own."""
-    key = os.path.realpath(lock_file)
-    with _held_lock:
-        if key in _held:
-            raise TensionError(f"--out {out} is in use by another call in this process (a {_held[key]} run still "
-                               f"going: another thread or task); wait for it to finish or choose another {what} "
-                               "(several runs may share one --cache)")
-        _held[key] = verb
-    try:
-        with _flock(out, lock_file, verb, what):
-            yield
-    finally:
-        with _held_lock:
-            del _held[key]
-
-
-_held: dict[str, str] = {}  # the lock files this process's runs hold, and their verbs
-_held_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _flock(out: Path, lock_file: Path, verb: str, what: str) -> Iterator[None]:
-    f = lock_file.open("a+")
-    try:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "?"
-            raise TensionError(f"--out {out} is in use by another tension-run {verb} (pid {holder}); wait for it "
-                               f"to finish or choose another {what} (several runs may share one --cache)") from None
-        f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))
-        f.flush()
-        yield
-    finally:
-        f.close()
-
-
-def prepare_out_dir(out_dir: str | os.PathLike) -> Path:
-    """The --out folder, made if missing; a file in its place is a usage error."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out}: exists and is not a folder")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
 
 
 def open_store(cache: str | None, max_gb: float | None) -> Store:

@@ -20,8 +20,9 @@ from tension.core.errors import TensionError
 from tension.core.llm.choices import chunk
 from tension.core.llm.client import ChatResult
 from tension.core.llm.protocol import ChatRequest
+from tension.core.llm.ticket import NO_TICKET, Ticket
 
-__all__ = ["Answers", "CacheReads", "Asks", "NotCached", "CacheReplay", "chat_key", "chunk_key", "tokens_key",
+__all__ = ["Answers", "CacheReads", "Shelf", "Asks", "NotCached", "CacheReplay", "chat_key", "chunk_key", "tokens_key",
            "context_key", "typed", "endings_record", "verdict_record"]
 
 R = TypeVar("R", bound=records.Record)
@@ -113,7 +114,7 @@ class CacheReads:
         at `since` or later, when given)."""
         judged = self.group_at(key)
         if judged is not None and since is not None and judged.created < since:
-            self.store.not_taken("positions")
+            self.store.counts.not_taken("positions")
             return None
         if judged is None:
             return None
@@ -136,7 +137,7 @@ class CacheReads:
         out = Answers(texts=[None] * len(requests), first_logprobs=[None] * len(requests), usage=Usage())
         stale = [rec for rec in recs if rec is not None and since is not None and rec.created < since]
         if stale:
-            self.store.not_taken("verdicts", len(stale))
+            self.store.counts.not_taken("verdicts", len(stale))
         for i, rec in zip(asked, recs):
             if rec is not None and (since is None or rec.created >= since):
                 out.texts[i], out.first_logprobs[i] = rec.text, rec.first_logprobs
@@ -152,14 +153,32 @@ class CacheReads:
         return rec.count if rec is not None else None
 
 
+class Shelf:
+    """The pieces of one endings request the cache holds (core/llm/ticket.py
+    `Shelf`, what the engine puts on the request's ticket): a read of the store,
+    nothing else; `--refresh`: pieces kept before `since` are asked again."""
+
+    def __init__(self, reads: CacheReads, request: ChatRequest, since: float | None):
+        self.reads = reads
+        self.request = request
+        self.since = since
+
+    def kept(self, start: int, count: int) -> ChatResult | None:
+        rec = self.reads.endings_at(chunk_key(self.request, start, count))
+        if rec is None or len(rec.texts) != count or (self.since is not None and rec.created < self.since):
+            return None
+        return ChatResult(texts=rec.texts, finish_reasons=rec.finish_reasons, model=rec.model, usage=rec.usage,
+                          seconds=rec.seconds)
+
+
 class Asks(Protocol):
     """What a pipeline asks of an engine, whichever answers it (`Engine` sends;
     `CacheReplay` reads the cache only)."""
 
-    async def endings(self, server: str, request: ChatRequest, *, key: str = "",
+    async def endings(self, server: str, request: ChatRequest, *, ticket: Ticket = NO_TICKET,
                       role: str | None = None) -> records.Endings: ...
 
-    async def answer(self, server: str, request: ChatRequest, *, key: str = "",
+    async def answer(self, server: str, request: ChatRequest, *, ticket: Ticket = NO_TICKET,
                      role: str | None = None) -> records.Verdict: ...
 
 
@@ -174,14 +193,14 @@ class CacheReplay:
     def __init__(self, store: Store):
         self.reads = CacheReads(store)
 
-    async def endings(self, server: str, request: ChatRequest, *, key: str = "",
+    async def endings(self, server: str, request: ChatRequest, *, ticket: Ticket = NO_TICKET,
                       role: str | None = None) -> records.Endings:
         rec = self.reads.endings(request)
         if rec is None:
             raise NotCached(f"a {role or server} request is not in the cache")
         return rec
 
-    async def answer(self, server: str, request: ChatRequest, *, key: str = "",
+    async def answer(self, server: str, request: ChatRequest, *, ticket: Ticket = NO_TICKET,
                      role: str | None = None) -> records.Verdict:
         (rec,) = self.reads.verdicts([request])
         if rec is None:

@@ -5,20 +5,26 @@ leaving the block joins every task; a failed task cancels its siblings and the
 error comes out of the block; Ctrl-C cancels everything, and the ``finally``
 blocks of the pipeline flush what completed (trio's rules, via TaskGroup).
 
-Requests run in *lanes* (generation, judge, tokenize), each a semaphore bounding
-the requests in flight to its endpoint (a batch of k prompts holds k slots). Time spent waiting for a lane is recorded
-apart from the time the request took, as vLLM's benchmarks do, so a run can tell
-"the server is slow" from "we queue too much".
+Requests run in *lanes* (generation, judge, tokenize), each weighted slots
+bounding the requests in flight to its endpoint (a batch of k prompts holds k
+slots): the engine holds a slot while it calls the router itself,
 
-Each item `feed` starts has its place (core/llm/capacity.py `ORDER`): a server
-with few slots serves the item started earliest first, so items complete one
-after another, not all together at the end.
+    async with sched.slot("judge", weight=len(prompts), place=ticket.place):
+        batch = await router.complete(ticket, template, prompts)
+
+Time spent waiting for a lane is recorded apart from the time the request took,
+as vLLM's benchmarks do, so a run can tell "the server is slow" from "we queue
+too much".
+
+Each item `feed` starts gets its place, handed to the item's function: its
+requests carry it (core/llm/ticket.py), and a lane, like a server with few slots,
+serves the item started earliest first (core/llm/slots.py, the one rule), so
+items complete one after another, not all together at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import itertools
 import time
@@ -28,7 +34,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from tension.core.llm.capacity import ORDER
+from tension.core.llm.slots import Slots
+from tension.core.llm.ticket import LAST
 
 __all__ = ["LaneStats", "Scheduler"]
 
@@ -47,46 +54,12 @@ class LaneStats(msgspec.Struct, kw_only=True):
 
 
 class _Lane:
-    """A semaphore whose holders take `weight` slots: a batched request of k prompts
-    (core/llm/batch.py) counts as the k requests it carries. Waiters are served in
-    order, so a large batch is not overtaken for ever by small ones; a weight above
-    the limit takes the whole lane."""
+    """A lane's slots (core/llm/slots.py: by the item's place, then arrival; a
+    weight above the limit takes the whole lane) and its figures."""
 
     def __init__(self, limit: int):
-        self.limit = limit
-        self.free = limit
-        self.waiters: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
+        self.slots = Slots(limit)
         self.stats = LaneStats(limit=limit)
-
-    async def acquire(self, weight: int) -> int:
-        weight = min(weight, self.limit)
-        if not self.waiters and self.free >= weight:
-            self.free -= weight
-            return weight
-        fut = asyncio.get_running_loop().create_future()
-        self.waiters.append((weight, fut))
-        try:
-            await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():  # granted as it was cancelled: give it back
-                self.release(weight)
-            else:
-                with contextlib.suppress(ValueError):  # `_wake` may have dropped it already
-                    self.waiters.remove((weight, fut))
-                self._wake()
-            raise
-        return weight
-
-    def release(self, weight: int) -> None:
-        self.free += weight
-        self._wake()
-
-    def _wake(self) -> None:
-        while self.waiters and self.free >= self.waiters[0][0]:
-            weight, fut = self.waiters.popleft()
-            if not fut.done():
-                self.free -= weight
-                fut.set_result(None)
 
 
 class Scheduler:
@@ -149,26 +122,24 @@ class Scheduler:
         self._services.append(task)
         return task
 
-    async def request(self, lane: str, fn: Callable[..., Awaitable[R]], *args: Any) -> R:
-        """Run one request in a lane: wait for a slot, then call ``fn(*args)``."""
-        return await self.request_weighted(lane, 1, fn, *args)
-
-    async def request_weighted(self, lane: str, weight: int, fn: Callable[..., Awaitable[R]], *args: Any) -> R:
-        """Run a request that carries `weight` requests (a batch): it holds that many
-        slots of the lane (at most all of them) while it runs."""
+    @contextlib.asynccontextmanager
+    async def slot(self, lane: str, weight: int = 1, place: int = LAST) -> AsyncIterator[None]:
+        """Hold `weight` slots of `lane` (at most all of them) for the block: a request
+        that carries `weight` requests (a batch). `place`: its item's (module docstring)."""
         ln = self._lanes[lane]
         st = ln.stats
         t0 = time.perf_counter()
-        held = await ln.acquire(weight)
+        held = ln.slots.queue.weigh(weight)
+        await ln.slots.acquire(held, place)
         t1 = time.perf_counter()
         st.queue_seconds += t1 - t0
         st.started += weight  # requests carried; in flight: slots held (never above the limit)
         st.in_flight += held
         st.peak_in_flight = max(st.peak_in_flight, st.in_flight)
         try:
-            return await fn(*args)
+            yield
         finally:
-            ln.release(held)
+            ln.slots.release(held)
             st.in_flight -= held
             st.finished += weight
             st.busy_seconds += time.perf_counter() - t1
@@ -178,16 +149,17 @@ class Scheduler:
         tasks = [self.spawn(fn(it)) for it in items]
         return [await t for t in tasks]
 
-    async def feed(self, jobs: AsyncIterator[T] | Iterable[T], fn: Callable[[T], Awaitable[None]],
+    async def feed(self, jobs: AsyncIterator[T] | Iterable[T], fn: Callable[[T, int], Awaitable[None]],
                    max_open: int) -> None:
-        """Start ``fn(job)`` for each job in order, never more than ``max_open`` at
-        once (backpressure: the source is not read further while all are busy)."""
+        """Start ``fn(job, place)`` for each job in order, never more than ``max_open``
+        at once (backpressure: the source is not read further while all are busy);
+        `place` numbers the jobs in order: its requests go before a later job's
+        (module docstring)."""
         gate = asyncio.Semaphore(max_open)
 
         async def run(job: T, place: int) -> None:
-            ORDER.set(place)  # its requests before a later item's (module docstring); its task's own context
             try:
-                await fn(job)
+                await fn(job, place)
             finally:
                 gate.release()
 

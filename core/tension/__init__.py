@@ -6,7 +6,8 @@ each with an ``*_async`` twin; their keyword arguments are the settings' field n
 (a --config file's keys), their defaults the CLI's, their results typed
 (``to_pandas()`` with the extra ``pandas``); errors are tension.core.errors'
 (TensionError and below). The subpackages: tension.core, tension.kernels,
-tension.cache (the CLI and the layers under it).
+tension.cache (the CLI and the layers under it). The audit of a run's judge by people:
+audit_sample, audit_export, audit_import, audit, audit_section (core/api/audit.py).
 
 This folder is the package ``tension`` itself (pyproject's package-dir); what it
 exports lives in tension.core.api."""
@@ -19,6 +20,9 @@ _command_starts()
 
 from tension.core import api  # noqa: E402
 from tension.core.api import *  # noqa: E402, F403 (its __all__: the verbs, their async twins, the result types)
+from tension.core.api import audit as _audit  # noqa: E402
+from tension.core.api.audit import audit, audit_export, audit_import, audit_sample, audit_section  # noqa: E402, F401
 from tension.core.errors import ConfigError, InputError, ServerError, TensionError  # noqa: E402
 
-__all__ = api.__all__ + ["TensionError", "ConfigError", "InputError", "ServerError"]
+__all__ = api.__all__ + ["TensionError", "ConfigError", "InputError", "ServerError"] + [
+    n for n in _audit.__all__ if n != "ImportResult"]  # the judge's audit by people (issue 60)

@@ -18,7 +18,12 @@ request, and every request without the token, is answered as before: framed by
 nothing. The pages' links are relative, so a page framed under /TOKEN/ links
 to pages under it. The token keeps the exception to the URL the notebook shows;
 the origins keep it to the notebook (another site given the URL still cannot
-frame it)."""
+frame it).
+
+The view writes one thing, an audit's labels (core/view/labelling.py), by POST: each write
+must carry the view's write token (`Site.token`, new each start, held by the labelling page,
+which another site's page cannot read) and pass the Host check, from no other origin, with
+a small JSON body."""
 
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from tension.core.errors import ConfigError
+from tension.core.view.labelling import MAX_BODY
 from tension.core.view.site import Site
 
 __all__ = ["make_app", "serve", "url", "is_loopback", "served_names", "HEADERS", "Framing", "framing",
@@ -142,29 +148,67 @@ def make_app(site: Site, host: str = "127.0.0.1", frame: Framing | None = None) 
     token = frame.token.encode() if frame is not None else b""
     framed = framed_headers(frame.origins) if frame is not None else HEADERS
 
-    async def handle(request: web.Request) -> web.StreamResponse:
+    def misdirected(request: web.Request) -> web.Response | None:
         given = request.headers.get("Host")
         if given is not None:
             name = _host_name(given)
             if name not in names and not (any_address and _is_address(name)):
                 return web.Response(status=421, text=f"this view answers only for {', '.join(sorted(names))} "
                                     f"(Host: {given!r} is none of them)\n", headers=HEADERS)
-        path, root, headers = request.path, "/", HEADERS
+        return None
+
+    def placed(path: str) -> tuple[str, str, dict[str, str], bool]:
+        """(path without the notebook's token, the root, the headers, whether it was /TOKEN alone)."""
         if token:
             first, slash, rest = path[1:].partition("/")
             if hmac.compare_digest(first.encode(), token):
-                root, headers = f"/{first}/", framed
-                if not slash:  # /TOKEN: its pages' relative links need the slash
-                    raise web.HTTPFound(root + "index.html", headers=headers)
-                path = "/" + rest
+                return "/" + rest, f"/{first}/", framed, not slash
+        return path, "/", HEADERS, False
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if (refused := misdirected(request)) is not None:
+            return refused
+        path, root, headers, bare = placed(request.path)
+        if bare:  # /TOKEN: its pages' relative links need the slash
+            raise web.HTTPFound(root + "index.html", headers=headers)
         if path == "/":
             raise web.HTTPFound(root + "index.html", headers=headers)
         doc = await site.get(path)
         return web.Response(status=doc.status, body=doc.body, content_type=doc.content_type,
                             charset="utf-8", headers=headers)
 
-    app = web.Application()
+    async def write(request: web.Request) -> web.StreamResponse:
+        """A write (labels, core/view/labelling.py): the Host check as every request, then the
+        view's write token in X-Tension-Token, a same-origin Origin when the browser sends one,
+        a JSON body of at most MAX_BODY bytes; else refused, before the body is read."""
+        if (refused := misdirected(request)) is not None:
+            return refused
+        path, _, headers, _ = placed(request.path)
+
+        def refuse(status: int, why: str) -> web.Response:
+            return web.json_response({"error": why}, status=status, headers=headers)
+
+        if not hmac.compare_digest(request.headers.get("X-Tension-Token", "").encode(), site.token.encode()):
+            return refuse(403, "a write needs this view's token (X-Tension-Token), which its labelling page holds")
+        origin = request.headers.get("Origin")
+        if origin is not None:  # a browser's write says where its page came from ("null": nowhere)
+            came = _host_name(urlsplit(origin).netloc)
+            if came not in names and not (any_address and _is_address(came)):
+                return refuse(403, f"a write from another origin ({origin!r}) is refused")
+        if request.content_type != "application/json":
+            return refuse(415, f"expected application/json, got {request.content_type!r}")
+        if request.content_length is None or request.content_length > MAX_BODY:
+            return refuse(413, f"a write is at most {MAX_BODY} bytes, with its Content-Length")
+        body = await request.content.read(MAX_BODY + 1)
+        if len(body) > MAX_BODY:
+            return refuse(413, f"a write is at most {MAX_BODY} bytes")
+        doc = await site.post(path, body)
+        return web.Response(status=doc.status, body=doc.body, content_type=doc.content_type, charset="utf-8",
+                            headers=headers)
+
+    app = web.Application(client_max_size=MAX_BODY)
     app.router.add_get("/{tail:.*}", handle)
+    app.router.add_post("/{tail:.*}", write)
     return app
 
 

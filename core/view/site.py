@@ -8,6 +8,8 @@ static export alike (so both show the same bytes):
     api/rI/corpus.json, api/rI/story/SLUG.json, api/rI/endings/SLUG/K.json,
     api/rI/fairplay.json, api/rI/continuations/SLUG/P.json, api/compare/rI-rJ.json
     static/view.js, static/view.css
+    rI/audit.html, api/rI/audit/NAME/state.json, api/rI/audit/item/N.json, POST api/rI/audit/label
+                                     the labelling page of a run's audit (labelling.py; served only)
 
 A page is an HTML shell holding its data as inline JSON and the one script that
 draws it: one request paints it, and it works from a file:// folder. Endings are
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import html
 import re
+import secrets
 from importlib.resources import files
 from typing import Any
 
@@ -27,11 +30,12 @@ import msgspec
 from tension.core.errors import InputError, TensionError
 from tension.core.view.compare_runs import comparison
 from tension.core.view.fairplay_run import FairPlayRun
+from tension.core.view.labelling import BadRequest, Labelling, label_page
 from tension.core.view.score_run import NotFound, ScoreRun
 
 __all__ = ["Site", "Document", "STATIC", "inline_json"]
 
-STATIC = ("view.js", "view.css")
+STATIC = ("view.js", "view.css", "label.js", "label.css")
 _json = msgspec.json.Encoder()
 _PATHS = [
     (re.compile(r"^index\.html$"), "runs"),
@@ -45,7 +49,11 @@ _PATHS = [
     (re.compile(r"^api/r(\d+)/continuations/([^/]+)/(\d+)\.json$"), "api_continuations"),
     (re.compile(r"^api/compare/r(\d+)-r(\d+)\.json$"), "api_compare"),
     (re.compile(r"^static/([a-z]+\.(?:js|css))$"), "static"),
+    (re.compile(r"^r(\d+)/audit\.html$"), "audit"),
+    (re.compile(r"^api/r(\d+)/audit/item/(\d+)\.json$"), "api_audit_item"),
+    (re.compile(r"^api/r(\d+)/audit/([^/]+)/state\.json$"), "api_audit_state"),
 ]
+_POSTS = [(re.compile(r"^api/r(\d+)/audit/label$"), "post_label")]
 
 
 class Document(msgspec.Struct):
@@ -80,6 +88,10 @@ class Site:
         self.runs = runs
         self.mode = mode
         self.with_endings = with_endings
+        # the per-view write token (192 bits, new each start): the labelling page holds it, and
+        # every write must carry it (core/view/app.py); a page of another site cannot read it
+        self.token = secrets.token_urlsafe(24)
+        self._labelling: dict[int, Labelling] = {}
 
     # -- dispatch ---------------------------------------------------------------------
 
@@ -99,6 +111,22 @@ class Site:
             return self.error(path, 404, str(e))
         except TensionError as e:
             return self.error(path, 500, str(e))
+
+    async def post(self, path: str, body: bytes) -> Document:
+        """A write (the view's only ones: labels); the app has checked the Host, the token and
+        the size. JSON answers, errors included."""
+        path = path.lstrip("/")
+        for pattern, name in _POSTS:
+            if m := pattern.match(path):
+                try:
+                    return await getattr(self, "_" + name)(*m.groups(), body)
+                except BadRequest as e:
+                    return _json_doc({"error": str(e)}, 400)
+                except (NotFound, InputError) as e:
+                    return _json_doc({"error": str(e)}, 404)
+                except TensionError as e:
+                    return _json_doc({"error": str(e)}, 500)
+        return _json_doc({"error": f"nothing to write at {path!r}"}, 404)
 
     def error(self, path: str, status: int, message: str) -> Document:
         if path.endswith(".json"):
@@ -133,7 +161,8 @@ class Site:
     async def _runs(self) -> Document:
         runs: list[dict[str, Any]] = [
             {"i": i, "kind": r.kind, "dir": str(r.dir), "stories": len(r.stories if r.kind == "fairplay" else r.curves),
-             "unscored": 0 if r.kind == "fairplay" else len(r.unscored()), "notes": r.notes}
+             "unscored": 0 if r.kind == "fairplay" else len(r.unscored()), "notes": r.notes,
+             "audit": self.mode == "server" and r.kind == "score" and Labelling.available(r.dir)}
             for i, r in enumerate(self.runs)]
         score = [r["i"] for r in runs if r["kind"] == "score"]
         pairs = [[a, b] for a in score for b in score if a < b]
@@ -174,6 +203,32 @@ class Site:
 
     async def _api_compare(self, i: str, j: str) -> Document:
         return _json_doc(comparison(self.run(i, "score"), self.run(j, "score")))
+
+    # -- the audit's labelling page (labelling.py) -------------------------------------------
+
+    def labelling(self, i: str) -> Labelling:
+        if self.mode != "server":
+            raise NotFound("the labelling page is served by a running view only (tension-run audit label RUN_DIR)")
+        r = self.run(i, "score")
+        if int(i) not in self._labelling:
+            if not Labelling.available(r.dir):
+                raise NotFound(f"run r{i} ({r.dir}) has no audit sample: draw one with `tension-run audit sample "
+                               f"{r.dir}`")
+            self._labelling[int(i)] = Labelling(r.dir)
+        return self._labelling[int(i)]
+
+    async def _audit(self, i: str) -> Document:
+        data = {**self.labelling(i).page(), "run": int(i), "token": self.token, "root": "../", "mode": self.mode}
+        return Document(200, "text/html", label_page(f"label: {self.run(i).dir.name}", data, inline_json(data), 1))
+
+    async def _api_audit_state(self, i: str, name: str) -> Document:
+        return _json_doc(self.labelling(i).state(name))
+
+    async def _api_audit_item(self, i: str, n: str) -> Document:
+        return _json_doc(self.labelling(i).item(int(n)))
+
+    async def _post_label(self, i: str, body: bytes) -> Document:
+        return _json_doc(self.labelling(i).write(body))
 
     async def _static(self, name: str) -> Document:
         if name not in STATIC:

@@ -14,7 +14,8 @@ from tension.cache import codec, pages, records
 from tension.cache import store as store_mod
 from tension.cache.keys import request_key
 from tension.cache.records import Endings, TokenCount, Usage, Verdict
-from tension.cache.store import DBS, FORMAT_VERSION, RunCounts, Store, default_path
+from tension.cache.run_counts import RunCounts
+from tension.cache.store import DBS, FORMAT_VERSION, Store, default_path
 from tension.cache.verify import verify
 from tension.core.errors import CacheDamagedError, CacheError, TensionError
 

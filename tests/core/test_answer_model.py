@@ -15,7 +15,8 @@ import tension
 from tension.core.llm.transport import AiohttpTransport, Reply
 from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
-from tension.testing.openai_server import CHAT_PATH, LoopbackServer, ServerSettings
+from tension.testing.openai_server import CHAT_PATH, LoopbackServer
+from tension.testing.settings import AnswerSettings, WireSettings
 
 GEN = [{"role": "system", "content": "You are a fiction writer."},
        {"role": "user", "content": "STORY SO FAR:\nThe ferry did not come back."}]
@@ -123,34 +124,40 @@ def test_a_score_run_through_either_door_writes_the_same_outputs(tmp_path, serve
         assert inproc.count(CHAT_PATH, kind=kind) == server.count(CHAT_PATH, kind=kind)
 
 
-def test_the_in_process_door_takes_the_http_servers_answer_knobs_with_its_defaults():
+def test_the_in_process_door_takes_the_http_servers_answer_settings_with_its_defaults():
+    """Both doors take one AnswerSettings, with the same defaults, as the same plain
+    attributes; the wire's settings are LoopbackServer's alone, and no name is both."""
     import dataclasses
 
-    from tension.testing.answers import ANSWER_KNOBS
-
-    defaults = {f.name: f.default for f in dataclasses.fields(ServerSettings)}  # LoopbackServer's settings
-    assert {k: defaults[k] for k in ANSWER_KNOBS} == ANSWER_KNOBS
-    with pytest.raises(TypeError, match="api_key"):
+    assert not AnswerSettings.names() & WireSettings.names()
+    inproc, http = InProcessServer(["gen"]), LoopbackServer(["gen"])
+    assert inproc.settings == http.settings == AnswerSettings()
+    for f in dataclasses.fields(AnswerSettings):
+        assert getattr(inproc, f.name) == getattr(http, f.name) == f.default, f.name
+    assert http.wire == WireSettings() and not any(hasattr(inproc, k) for k in WireSettings.names())
+    with pytest.raises(TypeError, match=r"\['api_key'\] are settings of the wire"):
         InProcessServer(["gen"], api_key="k")  # a knob of the wire, not of the answers
 
 
 def test_one_settings_object_makes_either_door_and_keywords_make_it_too():
-    """The test server's options are one ServerSettings: keywords build it (the call
-    sites' way), a settings object with keywords over it, and the in-process door
-    takes the same object; a name that is no setting is said with the settings."""
-    settings = ServerSettings(dialect="llamacpp", slots=2, delay=0.01, api_key="k")
-    over = LoopbackServer("test-gen", settings, slots=3)
+    """The test server's options are an AnswerSettings (what either door answers) and a
+    WireSettings (LoopbackServer's own): keywords build them (the call sites' way), each
+    keyword to its record, a record with keywords over it, and the in-process door takes
+    the same AnswerSettings; a name that is no setting is said with the settings."""
+    settings, wire = AnswerSettings(dialect="llamacpp", slots=2, delay=0.01), WireSettings(api_key="k")
+    over = LoopbackServer("test-gen", settings, wire, slots=3, echo_auth=True)
     assert over.settings == dataclasses_replace(settings, slots=3) and (over.dialect, over.slots) == ("llamacpp", 3)
-    assert LoopbackServer(model="test-gen", dialect="llamacpp", slots=2).settings == ServerSettings(
-        dialect="llamacpp", slots=2)
+    assert over.wire == WireSettings(api_key="k", echo_auth=True) and (over.api_key, over.echo_auth) == ("k", True)
+    made = LoopbackServer(model="test-gen", dialect="llamacpp", slots=2, api_key="k")
+    assert made.settings == AnswerSettings(dialect="llamacpp", slots=2) and made.wire == WireSettings(api_key="k")
     with pytest.raises(TypeError, match=r"unknown setting\(s\) \['slot'\]; expected some of .*'slots'"):
         LoopbackServer(model="test-gen", slot=2)
-    with pytest.raises(TypeError, match=r"\['api_key'\] are settings of the wire"):
-        InProcessServer(["test-gen"], settings)
+    with pytest.raises(TypeError, match=r"expected AnswerSettings, got WireSettings"):
+        InProcessServer(["test-gen"], wire)  # type: ignore[arg-type]
     answers = dict(dialect="llamacpp", slots=2, delay=0.01)
-    inproc = InProcessServer(["test-gen"], ServerSettings(**answers))
+    inproc = InProcessServer(["test-gen"], AnswerSettings(**answers))
     assert (inproc.dialect, inproc.slots, inproc.delay) == ("llamacpp", 2, 0.01)
-    with LoopbackServer("test-gen", ServerSettings(**answers)) as srv:
+    with LoopbackServer("test-gen", AnswerSettings(**answers)) as srv:
         srv.slots = 4
         srv.reset()  # the settings it was made with, again
         assert srv.slots == 2 and srv.settings == inproc.settings
@@ -169,7 +176,7 @@ def test_both_doors_stream_alike(traits):
     async def stream(base_url: str, transport) -> tuple:
         async with Client(transport=transport) as c:
             try:
-                r = await c.chat_stream(base_url, req)
+                r = await c.chat_stream(c.server(base_url), req)
             except Exception as e:  # a cut stream is a ServerError; its message is compared
                 return (type(e).__name__, str(e).replace(base_url, "URL"))
             return (r.texts, r.finish_reasons, r.usage, r.events, r.model)

@@ -111,7 +111,7 @@ def test_to_pandas_gives_the_tables(server, tmp_path):
 
 
 def test_to_pandas_without_pandas_names_the_extra(tmp_path, monkeypatch):
-    from tension.core.api.results import Table
+    from tension.core.api.tables import Table
 
     monkeypatch.setitem(sys.modules, "pandas", None)  # as if not installed
     t = Table(path="x.csv", columns=("id",), rows=(("a",),))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import tension
-from tension.core.api.results import read_table
+from tension.core.api.tables import read_table
 from tension.core.reports.metrics import compute, read_run_positions
 from tension.testing.corpus import make_corpus
 

@@ -148,10 +148,10 @@ def test_stream_matches_the_plain_answer_and_reports_errors(server):
 
     async def go():
         async with Client() as c:
-            plain = await c.chat(server.base_url, req)
-            streamed = await c.chat_stream(server.base_url, req)
+            plain = await c.chat(c.server(server.base_url), req)
+            streamed = await c.chat_stream(c.server(server.base_url), req)
             with pytest.raises(RefusedError) as e:  # every request to it would be refused alike
-                await c.chat_stream(server.base_url, msgspec.structs.replace(req, model="nope"))
+                await c.chat_stream(c.server(server.base_url), msgspec.structs.replace(req, model="nope"))
             assert e.value.status == 404 and e.value.missing == "model"
             assert await c.get_text(server.base_url, "/nowhere") is None
             return plain, streamed
@@ -177,10 +177,10 @@ def test_bench_positions_flag_is_checked(server, tmp_path, capsys):
     assert e.value.code == 2 and "--positions" in capsys.readouterr().err
     # and the pipeline itself, for whatever else hands it the options (the unit on purpose)
     from tension.core.config import load_config
-    from tension.core.pipelines.bench import BenchOptions, bench_async
+    from tension.core.pipelines.bench import BenchOptions, run_bench
 
     with pytest.raises(ConfigError, match="--positions"):
-        asyncio.run(bench_async(load_config(None, _cfg(server, tmp_path)), corpus, BenchOptions(positions=0)))
+        asyncio.run(run_bench(load_config(None, _cfg(server, tmp_path)), corpus, BenchOptions(positions=0)))
 
 
 def test_bench_over_replicas_gives_each_its_share_and_its_figures(server, tmp_path):
@@ -226,3 +226,19 @@ def test_sigterm_stops_bench_cleanly(server, tmp_path):
         lambda: server.count(path=CHAT_PATH) >= 1)
     assert code == 130, err
     assert "interrupted" in err and "Traceback" not in err
+
+
+def test_the_api_bench_is_the_command_lines_verb(server, tmp_path):
+    """`tension.bench` (issue 59: bench's door in the API, which the CLI's verb calls):
+    settings as keywords, the figures it saves, the text the command prints."""
+    import tension
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 1)
+    saved = tmp_path / "b.json"
+    r = tension.bench(corpus, positions=2, variants=False, stream=False, save=saved, **_cfg(server, tmp_path))
+    assert isinstance(r, tension.BenchResult) and r.exit_status == 0 and r.saved == str(saved)
+    assert r.figures.runs[0].failed == 0 and r.figures.gen_tok_s > 0
+    assert load_figures(saved).runs[0].generation_requests == r.figures.runs[0].generation_requests == 2
+    assert "generation output tok/s" in r.text
+    with pytest.raises(ConfigError, match="nope"):  # a keyword that is no setting, named
+        tension.bench(corpus, positions=1, nope=1, **_cfg(server, tmp_path))

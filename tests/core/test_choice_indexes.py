@@ -125,7 +125,7 @@ def _stream(srv: LoopbackServer, n: int) -> list[str]:
             req = ChatRequest(model="test-gen", n=n, seed=3, max_tokens=64, temperature=1.0,
                               messages=[{"role": "system", "content": "You are a fiction writer."},
                                         {"role": "user", "content": "Continue: the ferry left."}])
-            return (await client.chat_stream(srv.base_url, req)).texts
+            return (await client.chat_stream(client.server(srv.base_url), req)).texts
 
     return asyncio.run(go())
 

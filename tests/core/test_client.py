@@ -10,9 +10,10 @@ from aiohttp import web
 
 from tension.core.errors import ConfigError, RefusedError, RetryBudgetError, ServerError, StatusError, TensionError
 from tension.core.llm import client as client_mod
-from tension.core.llm.client import ChatResult, Client, ShortAnswerError, Timeouts, normalize_base_url
+from tension.core.llm.client import ChatResult, Client, ShortAnswerError, Timeouts
 from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.protocol import ChatRequest
+from tension.core.llm.servers import base_root
 
 # tests/conftest.py puts tests/ on sys.path
 from tension.testing.openai_server import CHAT_PATH, LoopbackServer, count_tokens, expected_endings
@@ -51,7 +52,7 @@ def chat_once(srv, req):
 
     async def go():
         async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, req), c
+            return await c.chat(c.server(srv.base_url), req), c
 
     return run(go())
 
@@ -78,8 +79,9 @@ def test_all_is_exported():
         ("http://h:8000/api/v1", "http://h:8000/api"),
     ],
 )
-def test_normalize_base_url(url, root):
-    assert normalize_base_url(url) == root
+def test_a_server_root_drops_v1_and_a_trailing_slash(url, root):
+    assert base_root(url) == root
+    assert Client().server(url).root == root  # where the client sends its requests
 
 
 def test_config_objects_defaults():
@@ -95,7 +97,7 @@ def test_config_objects_defaults():
 def test_chat_returns_n_choices(srv):
     async def go():
         async with Client(retry=FAST) as c:
-            res = await c.chat(srv.base_url, gen_request(n=5, seed=11))
+            res = await c.chat(c.server(srv.base_url), gen_request(n=5, seed=11))
             return res, c
 
     res, c = run(go())
@@ -116,7 +118,7 @@ def test_chat_returns_n_choices(srv):
 def test_unseeded_request_sends_no_seed(srv):
     async def go():
         async with Client(retry=FAST) as c:
-            return await c.chat(srv.base_url, gen_request(n=2, seed=None))
+            return await c.chat(c.server(srv.base_url), gen_request(n=2, seed=None))
 
     res = run(go())
     assert res.texts == expected_endings(GEN_MESSAGES, 2, None)
@@ -217,7 +219,7 @@ def test_429_honours_retry_after(srv):
     async def go():
         async with Client(retry=RetryPolicy(attempts=3, backoff=0.01, backoff_cap=5.0)) as c:
             t0 = time.monotonic()
-            res = await c.chat(srv.base_url, gen_request(n=1))
+            res = await c.chat(c.server(srv.base_url), gen_request(n=1))
             return res, c, time.monotonic() - t0
 
     res, c, elapsed = run(go())
@@ -238,7 +240,7 @@ def test_retry_after_beyond_the_time_budget_gives_up_at_once(srv):
                                             total_seconds=5.0)) as c:
             t0 = time.monotonic()
             with pytest.raises(RetryBudgetError) as ei:
-                await c.chat(srv.base_url, gen_request(n=1))
+                await c.chat(c.server(srv.base_url), gen_request(n=1))
             return ei.value, c, time.monotonic() - t0
 
     err, c, elapsed = run(go())
@@ -252,7 +254,7 @@ def test_bad_request_is_not_retried(srv):
     async def go():
         async with Client(retry=FAST) as c:
             with pytest.raises(StatusError) as ei:
-                await c.chat(srv.base_url, gen_request(n=0))
+                await c.chat(c.server(srv.base_url), gen_request(n=0))
             return ei.value, c
 
     err, c = run(go())
@@ -269,7 +271,7 @@ def test_unknown_model_is_not_retried(srv):
     async def go():
         async with Client(retry=FAST) as c:
             with pytest.raises(RefusedError) as ei:
-                await c.chat(srv.base_url, ChatRequest(model="nope", messages=GEN_MESSAGES, n=1))
+                await c.chat(c.server(srv.base_url), ChatRequest(model="nope", messages=GEN_MESSAGES, n=1))
             return ei.value
 
     err = run(go())
@@ -283,7 +285,7 @@ def test_tokenize_tells_a_missing_model_from_a_missing_endpoint():
     async def go(srv, model):
         async with Client(retry=FAST) as c:
             with pytest.raises(RefusedError) as ei:
-                await c.tokenize(srv.base_url, model, "Some text.")
+                await c.tokenize(c.server(srv.base_url), model, "Some text.")
             return ei.value
 
     with LoopbackServer(model="m") as srv:
@@ -302,7 +304,7 @@ def test_a_key_the_server_echoes_is_redacted_from_the_error():
     async def go(srv):
         async with Client(retry=FAST, api_key=key) as c:
             with pytest.raises(RefusedError) as ei:
-                await c.models(srv.base_url)
+                await c.models(c.server(srv.base_url))
             return ei.value
 
     with LoopbackServer(model="m", api_key="sk-the-right-one", echo_auth=True) as srv:
@@ -317,7 +319,7 @@ def test_an_unreachable_server_is_told_once_at_once_with_its_deadline():
 
     async def go(url):
         async with Client(retry=RetryPolicy(attempts=3, backoff=0.01, backoff_cap=0.02), notice=told.append) as c:
-            reqs = [c.chat(url, gen_request()) for _ in range(5)]
+            reqs = [c.chat(c.server(url), gen_request()) for _ in range(5)]
             return await asyncio.gather(*reqs, return_exceptions=True)
 
     with LoopbackServer(model="m") as srv:
@@ -334,7 +336,7 @@ def test_retry_budget_by_attempts(srv):
     async def go():
         async with Client(retry=RetryPolicy(attempts=3, backoff=0.01)) as c:
             with pytest.raises(RetryBudgetError) as ei:
-                await c.chat(srv.base_url, gen_request(n=1))
+                await c.chat(c.server(srv.base_url), gen_request(n=1))
             return ei.value, c
 
     err, c = run(go())
@@ -352,7 +354,7 @@ def test_retry_budget_by_total_seconds_zero(srv):
     async def go():
         async with Client(retry=RetryPolicy(attempts=10, backoff=0.01, total_seconds=0.0)) as c:
             with pytest.raises(RetryBudgetError) as ei:
-                await c.chat(srv.base_url, gen_request(n=1))
+                await c.chat(c.server(srv.base_url), gen_request(n=1))
             return ei.value
 
     err = run(go())
@@ -368,7 +370,7 @@ def test_retry_budget_by_total_seconds_stops_before_attempts(srv):
         async with Client(retry=policy, seed=0) as c:
             t0 = time.monotonic()
             with pytest.raises(RetryBudgetError) as ei:
-                await c.chat(srv.base_url, gen_request(n=1))
+                await c.chat(c.server(srv.base_url), gen_request(n=1))
             return ei.value, time.monotonic() - t0
 
     err, elapsed = run(go())
@@ -386,7 +388,7 @@ def test_slow_answer_times_out_and_is_retried(srv):
     async def go():
         async with Client(timeouts=Timeouts(request=0.3), retry=FAST) as c:
             t0 = time.monotonic()
-            res = await c.chat(srv.base_url, gen_request(n=2, seed=3))
+            res = await c.chat(c.server(srv.base_url), gen_request(n=2, seed=3))
             return res, c, time.monotonic() - t0
 
     res, c, elapsed = run(go())
@@ -403,10 +405,10 @@ def test_slow_answer_times_out_and_is_retried(srv):
 def test_trailing_v1_in_base_url(srv):
     async def go():
         async with Client(retry=FAST) as c:
-            a = await c.chat(srv.base_url + "/v1", gen_request(n=1, seed=2))
-            b = await c.chat(srv.base_url + "/v1/", gen_request(n=1, seed=2))
-            m = await c.models(srv.base_url + "/v1")
-            t = await c.tokenize(srv.base_url + "/v1", MODEL, "Hi, you.")
+            a = await c.chat(c.server(srv.base_url + "/v1"), gen_request(n=1, seed=2))
+            b = await c.chat(c.server(srv.base_url + "/v1/"), gen_request(n=1, seed=2))
+            m = await c.models(c.server(srv.base_url + "/v1"))
+            t = await c.tokenize(c.server(srv.base_url + "/v1"), MODEL, "Hi, you.")
             return a, b, m, t
 
     a, b, m, t = run(go())
@@ -419,7 +421,7 @@ def test_trailing_v1_in_base_url(srv):
 def test_models(srv):
     async def go():
         async with Client() as c:
-            return await c.models(srv.base_url)
+            return await c.models(c.server(srv.base_url))
 
     assert run(go()) == [MODEL]
 
@@ -432,7 +434,7 @@ def test_models(srv):
 def test_tokenize_counts_match_the_server_tokenizer(srv, text):
     async def go():
         async with Client(retry=FAST) as c:
-            return await c.tokenize(srv.base_url, MODEL, text)
+            return await c.tokenize(c.server(srv.base_url), MODEL, text)
 
     assert run(go()) == count_tokens(text)
     (rec,) = [r for r in srv.requests if r.path == "/tokenize"]
@@ -487,7 +489,7 @@ def test_authorization_header_and_repr_hide_the_key():
             r0 = repr(c)
             async with c:
                 r1 = repr(c)
-                models = await c.models(tiny.base_url)
+                models = await c.models(c.server(tiny.base_url))
             r2 = repr(c)
             return tiny, models, (r0, r1, r2)
 
@@ -505,7 +507,7 @@ def test_no_authorization_header_without_a_key():
     async def go():
         async with TinyServer() as tiny:
             async with Client() as c:
-                await c.models(tiny.base_url)
+                await c.models(c.server(tiny.base_url))
             return tiny
 
     tiny = run(go())
@@ -518,7 +520,7 @@ def test_tokenize_without_endpoint_names_the_tokenizer_flag():
         async with TinyServer() as tiny:
             async with Client(retry=FAST) as c:
                 with pytest.raises(ServerError) as ei:
-                    await c.tokenize(tiny.base_url, "tiny", "some text")
+                    await c.tokenize(c.server(tiny.base_url), "tiny", "some text")
                 return ei.value, tiny, c
 
     err, tiny, c = run(go())
@@ -538,11 +540,11 @@ def test_using_the_client_after_close_raises(srv):
     async def go():
         c = Client(retry=FAST)
         async with c:
-            await c.models(srv.base_url)
+            await c.models(c.server(srv.base_url))
         with pytest.raises(RuntimeError):
-            await c.chat(srv.base_url, gen_request(n=1))
+            await c.chat(c.server(srv.base_url), gen_request(n=1))
         with pytest.raises(RuntimeError):
-            await c.models(srv.base_url)
+            await c.models(c.server(srv.base_url))
         with pytest.raises(RuntimeError, match="closed"):
             async with c:
                 pass
@@ -558,7 +560,7 @@ def test_using_the_client_before_opening_raises(srv):
     async def go():
         c = Client()
         with pytest.raises(RuntimeError, match="async with"):
-            await c.models(srv.base_url)
+            await c.models(c.server(srv.base_url))
 
     run(go())
     assert srv.count() == 0
@@ -570,7 +572,7 @@ def test_short_answers_that_never_complete_exhaust_the_followup_budget(srv):
     async def go():
         async with Client(retry=RetryPolicy(attempts=2, backoff=0.01)) as c:
             with pytest.raises(RetryBudgetError) as ei:
-                await c.chat(srv.base_url, gen_request(n=1, seed=4))
+                await c.chat(c.server(srv.base_url), gen_request(n=1, seed=4))
             return ei.value, c
 
     err, c = run(go())
@@ -587,7 +589,7 @@ def test_followup_counter_matches_followups_sent_when_giving_up(srv):
     async def go():
         async with Client(retry=RetryPolicy(attempts=2, backoff=0.01)) as c:
             with pytest.raises(ShortAnswerError) as ei:
-                await c.chat(srv.base_url, gen_request(n=1, seed=4))
+                await c.chat(c.server(srv.base_url), gen_request(n=1, seed=4))
             return ei.value
 
     err = run(go())
@@ -602,7 +604,7 @@ def test_entering_an_open_client_again_raises(srv):
         async with c:
             with pytest.raises(RuntimeError):
                 await c.__aenter__()
-            assert (await c.models(srv.base_url)) == [MODEL]  # still open, on its first session
+            assert (await c.models(c.server(srv.base_url))) == [MODEL]  # still open, on its first session
 
     run(go())
 
@@ -610,7 +612,7 @@ def test_entering_an_open_client_again_raises(srv):
 def test_zero_attempts_is_a_clear_error(srv):
     async def go():
         async with Client(retry=RetryPolicy(attempts=0)) as c:
-            await c.models(srv.base_url)
+            await c.models(c.server(srv.base_url))
 
     with pytest.raises((ValueError, TensionError)):
         run(go())

@@ -99,9 +99,9 @@ def test_batched_judge_prompts_are_token_for_token_the_chat_prompts(vllm_server,
             template = await batcher.template(vllm_server.url, asked)
             same = 0
             for r in asked:  # the chat endpoint's prompt, and the batched path's text, tokenized
-                chat = await client.post(vllm_server.url, "/tokenize", TemplateRequest(
+                chat = await client.post(client.server(vllm_server.url), "/tokenize", TemplateRequest(
                     model=r.model, messages=r.messages, chat_template_kwargs=r.chat_template_kwargs), ids, model=r.model)
-                text = await client.post(vllm_server.url, "/tokenize", TokenizeRequest(
+                text = await client.post(client.server(vllm_server.url), "/tokenize", TokenizeRequest(
                     model=r.model, prompt=template.prompt(r)), ids, model=r.model)
                 same += chat.tokens == text.tokens
             return same, len(asked)

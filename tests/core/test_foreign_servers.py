@@ -211,7 +211,7 @@ def test_a_503_lowers_what_a_server_is_sent(tmp_path, capsys):
         async with Client(notice=lambda m: print(m, file=__import__("sys").stderr)) as c:
             req = ChatRequest(model="test-gen", messages=[{"role": "user", "content": "hi"}], n=1)
             srv.fail_next("503", times=1)
-            await asyncio.gather(*(c.chat(srv.base_url, req) for _ in range(16)))
+            await asyncio.gather(*(c.chat(c.server(srv.base_url), req) for _ in range(16)))
             return c.servers.record()
 
     with LoopbackServer(model="test-gen", delay=0.05) as srv:

@@ -238,7 +238,7 @@ def test_a_429_storm_prints_one_notice_per_server_per_interval_worded_as_a_refus
 
 @pytest.mark.parametrize("batching", [False, True], ids=["chat", "batched"])
 def test_answers_far_beyond_max_tokens_are_kept_cut_and_said_once(tmp_path, capsys, batching):
-    from tension.core.llm.client import CHARS_MARGIN, CHARS_PER_TOKEN
+    from tension.core.llm.choices import CHARS_MARGIN, CHARS_PER_TOKEN
     from tension.testing.cache_records import verdict_records
     from tension.testing.openai_server import classify
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tension.core.cli import main
-from tension.core.llm.servers import N_PROBES
+from tension.core.llm.choices import N_PROBES
 from tension.testing.corpus import make_corpus
 from tension.testing.inprocess import InProcessServer
 from tension.testing.openai_server import CHAT_PATH

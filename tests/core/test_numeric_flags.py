@@ -32,7 +32,7 @@ from tension.testing.corpus import make_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 VALUES = ("-1", "0", "nan", "inf", "1e309", str(2**80))
-PARSE_ONLY = {"route", "serve", "demo"}  # an accepted value would start a server
+PARSE_ONLY = {"route", "serve", "demo", "audit label"}  # an accepted value would start a server
 _REPORT = next(v for v in VERBS if v.name == "report")
 # The fields score's report reads again from the run (the report verb's settings and
 # own flags): a value of one of them is walked through the report; score's other
@@ -165,6 +165,10 @@ class Verbs:
             return ["subsample", str(self.run_dir())], {"--cache": str(self.tmp / "cache"), "--draws": "2", "--ks": "1,2"}
         if verb == "route":
             return ["route", self.server.base_url], {}
+        if verb in ("audit sample", "audit label"):  # the audit of a run's judge (issue 60)
+            return [*verb.split(), str(self.run_dir())], {"--cache": str(self.tmp / "cache")}
+        if verb == "audit report":
+            return ["audit", "report", str(self.run_dir())], {}
         raise AssertionError(f"no invocation of {verb}: add one")
 
 

@@ -17,7 +17,9 @@ import pytest
 from tension.core.cli import main
 from tension.core.reports.comparison import compare, comparison_table
 from tension.core.reports.figures import curve_figure
-from tension.core.reports.report import load_run, report, table6, table18
+from tension.core.reports.report import report
+from tension.core.reports.run_folder import load_run
+from tension.core.reports.tables import table6, table18
 from tension.kernels.bootstrap import percentile_ci, resample_means
 from tension.kernels.curves import CurveSettings
 
@@ -166,7 +168,7 @@ def test_a_processs_reports_share_one_curve_frame_lent_to_one_report_at_a_time(t
     import numpy as np
     from PIL import Image
 
-    from tension.core.reports.figures import report_curves
+    from tension.core.reports.figure_cache import report_curves
 
     rng = random.Random(5)
     settings = CurveSettings(window=3)
@@ -200,7 +202,7 @@ def test_a_bar_figure_drawn_again_from_the_same_numbers_and_style_is_written_fro
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from tension.core.reports.figures import bars_figure
+    from tension.core.reports.figure_cache import bars_figure
     from tension.kernels.groups import describe
 
     drawn = []
@@ -234,7 +236,8 @@ def test_a_bar_figure_drawn_again_from_the_same_numbers_and_style_is_written_fro
 def test_a_figure_is_kept_by_every_array_and_struct_it_was_drawn_from(tmp_path):
     """`drawn_once` keys a figure by its inputs whole: an array's values, type and shape,
     a Struct's fields; inputs it cannot encode are drawn every time."""
-    from tension.core.reports.figures import drawn_once, new_figure
+    from tension.core.reports.figure_cache import drawn_once
+    from tension.core.reports.figures import new_figure
 
     calls = []
 
@@ -259,7 +262,7 @@ def test_a_figure_is_kept_by_every_array_and_struct_it_was_drawn_from(tmp_path):
 _FILES_WITHOUT_PYPLOT = """
 import sys
 from pathlib import Path
-from tension.core.reports.figures import bars_figure, report_curves
+from tension.core.reports.figure_cache import bars_figure, report_curves
 from tension.kernels.curves import CurveSettings
 from tension.kernels.groups import describe
 

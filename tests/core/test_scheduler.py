@@ -10,6 +10,13 @@ from tension.core.run import scheduler as scheduler_mod
 from tension.core.run.scheduler import LaneStats, Scheduler
 
 
+async def held(s: Scheduler, lane: str, *call):
+    """A request as the engine makes one: a slot of `lane` held while it runs
+    (an int first: the slots it takes, a batch's weight)."""
+    weight, (fn, *args) = (call[0], call[1:]) if isinstance(call[0], int) else (1, call)
+    async with s.slot(lane, weight):
+        return await fn(*args)
+
 def run(coro):
     return asyncio.run(coro)
 
@@ -41,7 +48,7 @@ def test_lane_limit_respected_and_reached():
 
     async def go():
         async with Scheduler({"gen": 3, "judge": 50}) as s:
-            tasks = [s.spawn(s.request("gen", work, i)) for i in range(20)]
+            tasks = [s.spawn(held(s, "gen", work, i)) for i in range(20)]
         return s, [t.result() for t in tasks]
 
     s, results = run(go())
@@ -65,8 +72,8 @@ def test_queue_time_is_apart_from_busy_time():
 
     async def go():
         async with Scheduler({"one": 1}) as s:
-            s.spawn(s.request("one", work))
-            s.spawn(s.request("one", work))
+            s.spawn(held(s, "one", work))
+            s.spawn(held(s, "one", work))
         return s.lane_stats["one"]
 
     st = run(go())
@@ -82,7 +89,7 @@ def test_lane_counts_failed_requests_as_finished():
     async def go():
         async with Scheduler({"gen": 2}) as s:
             with pytest.raises(KeyError):
-                await s.request("gen", boom)
+                await held(s, "gen", boom)
         return s.lane_stats["gen"]
 
     st = run(go())
@@ -93,7 +100,7 @@ def test_unknown_lane_is_an_error():
     async def go():
         async with Scheduler({"gen": 1}) as s:
             with pytest.raises(KeyError):
-                await s.request("nope", asyncio.sleep, 0)
+                await held(s, "nope", 1, asyncio.sleep, 0)
 
     run(go())
 
@@ -149,8 +156,9 @@ def test_feed_bounds_open_jobs_and_keeps_start_order(source):
     peak = 0
     pulled: list[tuple[int, int]] = []  # (job pulled from the source, jobs started by then)
 
-    async def job(i):
+    async def job(i, place):
         nonlocal open_now, peak
+        assert place == i  # the feed numbers its jobs in order
         started.append(i)
         open_now += 1
         peak = max(peak, open_now)
@@ -180,7 +188,7 @@ def test_feed_bounds_open_jobs_and_keeps_start_order(source):
 
 
 def test_feed_job_failure_surfaces_in_exception_group():
-    async def job(i):
+    async def job(i, _place):
         if i == 2:
             raise ValueError("job 2")
         await asyncio.sleep(0.01)
@@ -385,8 +393,8 @@ def test_a_weighted_request_holds_its_weight_of_the_lane():
 
     async def go():
         async with Scheduler({"judge": 10}) as s:
-            tasks = [s.spawn(s.request_weighted("judge", 6, work, 6)) for _ in range(3)]
-            tasks += [s.spawn(s.request("judge", work, 1)) for _ in range(20)]
+            tasks = [s.spawn(held(s, "judge", 6, work, 6)) for _ in range(3)]
+            tasks += [s.spawn(held(s, "judge", work, 1)) for _ in range(20)]
         return s, [t.result() for t in tasks]
 
     s, results = run(go())
@@ -405,12 +413,12 @@ def test_waiters_are_served_in_order_so_a_large_batch_is_not_starved():
 
     async def go():
         async with Scheduler({"judge": 4}) as s:
-            s.spawn(s.request_weighted("judge", 3, work, "first"))
+            s.spawn(held(s, "judge", 3, work, "first"))
             await asyncio.sleep(0)
-            s.spawn(s.request_weighted("judge", 4, work, "big"))  # waits for all 4 slots
+            s.spawn(held(s, "judge", 4, work, "big"))  # waits for all 4 slots
             await asyncio.sleep(0)
             for i in range(3):  # would fit beside "first", but "big" asked before them
-                s.spawn(s.request("judge", work, f"small{i}"))
+                s.spawn(held(s, "judge", work, f"small{i}"))
 
     run(go())
     assert order[:2] == ["first", "big"]
@@ -419,11 +427,11 @@ def test_waiters_are_served_in_order_so_a_large_batch_is_not_starved():
 def test_a_weight_above_the_limit_takes_the_whole_lane_and_cancelling_a_waiter_frees_nothing_twice():
     async def go():
         async with Scheduler({"judge": 4}) as s:
-            await s.request_weighted("judge", 100, asyncio.sleep, 0)  # clamped: it runs alone
+            await held(s, "judge", 100, asyncio.sleep, 0)  # clamped: it runs alone
             gate = asyncio.Event()
-            holder = s.spawn(s.request_weighted("judge", 4, gate.wait))
+            holder = s.spawn(held(s, "judge", 4, gate.wait))
             await asyncio.sleep(0)
-            waiter = s.spawn(s.request_weighted("judge", 2, asyncio.sleep, 0))
+            waiter = s.spawn(held(s, "judge", 2, asyncio.sleep, 0))
             await asyncio.sleep(0)
             waiter.cancel()
             gate.set()
@@ -435,7 +443,7 @@ def test_a_weight_above_the_limit_takes_the_whole_lane_and_cancelling_a_waiter_f
                 started.append(i)
                 await asyncio.sleep(0.01)
 
-            await asyncio.gather(*(s.request("judge", one, i) for i in range(4)))
+            await asyncio.gather(*(held(s, "judge", one, i) for i in range(4)))
             assert sorted(started) == [0, 1, 2, 3]
         return s
 

@@ -160,9 +160,9 @@ def test_a_retry_after_past_the_cap_says_the_wait_taken_and_what_was_asked():
         async with Client(retry=policy, notice=told.append) as client:
             srv.fail_next("429", times=1)
             # the 429 first; meanwhile another request is answered at once
-            first = asyncio.create_task(client.chat(srv.base_url, req))
+            first = asyncio.create_task(client.chat(client.server(srv.base_url), req))
             await asyncio.sleep(0.3)
-            await client.chat(srv.base_url, msgspec_replace(req))
+            await client.chat(client.server(srv.base_url), msgspec_replace(req))
             await first
 
     with LoopbackServer(model=MODELS, retry_after="999999") as srv:

@@ -87,13 +87,12 @@ def test_what_is_known_of_a_server_is_reached_only_through_its_key_and_record():
     keyers, reaches = [], []
     for name, tree in _modules():
         for node in ast.walk(tree):
-            # normalize_base_url is the URL requests are sent to (credentials kept), not a key
             if isinstance(node, ast.FunctionDef) and ("root" in node.name or "normalize" in node.name) and (
-                    "url" in node.name or "server" in node.name) and node.name != "normalize_base_url":
+                    "url" in node.name or "server" in node.name):
                 keyers.append(f"{name}:{node.lineno} def {node.name}")
             # core/view/app.py reads web origins (the notebook that may frame the view), not servers
             if isinstance(node, ast.Attribute) and node.attr in ("hostname", "netloc") and name not in (
-                    "core/llm/servers.py", "core/pipelines/score/watch.py", "core/view/app.py"):
+                    "core/llm/server_keys.py", "core/pipelines/score/watch.py", "core/view/app.py"):
                 keyers.append(f"{name}:{node.lineno} .{node.attr}")
             if name == "core/llm/client.py" or not isinstance(node, ast.Attribute) or not _is_client(node.value):
                 continue

@@ -46,6 +46,11 @@ ARGV = {
     "cache merge": ["cache", "merge", "{tmp}/cache", "{out}"],
     "view": ["view", "{tmp}/run", "--export", "{out}"],
     "subsample": ["subsample", "{tmp}/run", "--out", "{out}"],
+    "audit sample": ["audit", "sample", "{tmp}/run"],
+    "audit label": ["audit", "label", "{tmp}/run", "--port", "0"],
+    "audit export": ["audit", "export", "{tmp}/run", "--out", "{out}/sample.csv"],
+    "audit import": ["audit", "import", "{tmp}/run", "{tmp}/labels.csv"],
+    "audit report": ["audit", "report", "{tmp}/run"],
 }
 
 

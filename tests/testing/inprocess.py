@@ -41,19 +41,13 @@ import msgspec
 
 from tension.core.llm.transport import Reply, StreamStatus, TransportError, served_in_process
 
-from .answers import (
-    _FAULT_STATUS,
-    ANSWER_KNOBS,
-    CHAT_PATH,
-    COMPLETIONS_PATH,
-    HTML_PAGE,
-    AnswerModel,
-    Recorded,
-    ServerSettings,
-    _BadRequest,
-    _error_payload,
-    stream_events,
-)
+from .answers import AnswerModel
+from .faults import FAULT_STATUS
+from .records import Recorded
+from .rules import HTML_PAGE
+from .settings import CHAT_PATH, COMPLETIONS_PATH, AnswerSettings, route
+from .streaming import stream_events
+from .validation import BadRequest, error_payload
 
 __all__ = ["InProcessServer"]
 
@@ -62,32 +56,25 @@ _numbers = itertools.count(1)  # each server its own root, so several can be ser
 
 
 class InProcessServer(AnswerModel):
-    """See the module docstring. The knobs are LoopbackServer's that decide answers
-    (`ANSWER_KNOBS`, with its defaults) and `delay`, given as keywords or as a
-    `ServerSettings` (`settings`, the same object LoopbackServer takes; its wire
-    settings must be left at their defaults); `models=` is another name for `model`.
-    `base_url` is this server's own root (``http://in-process-N:8000``): the
+    """See the module docstring. Its settings are an `AnswerSettings` (`settings`,
+    the record LoopbackServer takes too), with any of its fields given as keywords
+    replaced; the wire's (`WireSettings`: a port, a key, a rate limit…) it has not, and
+    a keyword naming one is a TypeError that says so. `models=` is another name for
+    `model`. `base_url` is this server's own root (``http://in-process-N:8000``): the
     transport passed as `transport=` ignores it; under `serving` it is the root a
     client's default transport sends to it."""
 
-    def __init__(self, model: str | Sequence[str] = "test-model", settings: ServerSettings | None = None, *,
+    def __init__(self, model: str | Sequence[str] = "test-model", settings: AnswerSettings | None = None, *,
                  models: Sequence[str] | None = None, **knobs: Any) -> None:
         names = tuple(models) if models is not None else ((model,) if isinstance(model, str) else tuple(model))
         if not names:
             raise ValueError("InProcessServer needs at least one model name")
-        takes = {*ANSWER_KNOBS, "delay"}
-        unknown = sorted(set(knobs) - takes)
-        if unknown:
-            raise TypeError(f"InProcessServer: unknown knob(s) {unknown}; expected some of {sorted(takes)}")
-        self.settings = ServerSettings.build("InProcessServer", settings, knobs)
-        wire = sorted(k for k, f in ServerSettings.__dataclass_fields__.items()
-                      if k not in takes and getattr(self.settings, k) != f.default)
-        if wire:
-            raise TypeError(f"InProcessServer: {wire} are settings of the wire (LoopbackServer's), not of the answers")
+        (answers,) = route("InProcessServer", knobs, (AnswerSettings,))
+        self.settings = AnswerSettings.replaced("InProcessServer", settings, answers)
         self.models, self.model = names, names[0]
         self.base_url = f"http://in-process-{next(_numbers)}:8000"
-        # `delay`: seconds each chat request takes, as LoopbackServer's (an interrupt test's pace)
-        vars(self).update({k: getattr(self.settings, k) for k in sorted(takes)})
+        # plain attributes, as LoopbackServer's (`delay`: seconds each chat request takes, an interrupt test's pace)
+        vars(self).update(self.settings.values())
         self._init_model_state()
 
     def __enter__(self) -> InProcessServer:  # as LoopbackServer's `with`: nothing to start or stop
@@ -136,10 +123,10 @@ class InProcessServer(AnswerModel):
         try:
             # a transport yields to the loop on every request, as a socket would
             await asyncio.sleep(self.delay if path in (CHAT_PATH, COMPLETIONS_PATH) else 0)
-            if fault in _FAULT_STATUS:
-                status, etype = _FAULT_STATUS[fault]
+            if fault in FAULT_STATUS:
+                status, etype = FAULT_STATUS[fault]
                 return Reply(status=status, body=msgspec.json.encode(
-                    _error_payload(status, f"injected fault {fault}", etype)),
+                    error_payload(status, f"injected fault {fault}", etype)),
                     retry_after=str(self.retry_after) if fault == "429" and self.retry_after is not None else None
                 ), fault, doc
             if fault in ("drop", "truncate"):
@@ -181,11 +168,11 @@ class InProcessServer(AnswerModel):
         if self.misbehave == "html200":
             return 200, HTML_PAGE.encode()
         if not isinstance(doc, dict):
-            return 400, enc(_error_payload(400, "the body is not a JSON object", "BadRequestError"))
+            return 400, enc(error_payload(400, "the body is not a JSON object", "BadRequestError"))
         try:
             payload = make(doc)
-        except _BadRequest as e:
-            return e.status, enc(_error_payload(e.status, e.message, e.etype, e.param))
+        except BadRequest as e:
+            return e.status, enc(error_payload(e.status, e.message, e.etype, e.param))
         if not self.serve_usage:
             payload = {k: v for k, v in payload.items() if k != "usage"}
         return 200, enc(payload)

@@ -98,7 +98,7 @@ answer), each choice's text in place but its ``index`` wrong, as a proxy may sen
 proxy substituting models; an answer rule too); ``fixed_usage=(prompt, completion,
 cached)`` puts that ``usage`` in every answer (a stub server's fixed usage; cached
 over prompt, a server that counts its cache wrong; an answer rule too). On the wire
-only: ``stream_always=True`` answers every chat request as server-sent events, asked or
+only (`WireSettings`, which the in-process door has not): ``stream_always=True`` answers every chat request as server-sent events, asked or
 not (a proxy that forces streaming); ``stream_ignored=True`` answers a chat request
 asking ``"stream": true`` with the plain JSON body (a server that ignores ``stream``); ``serve_completions=False`` makes
 ``/v1/completions`` FastAPI's 404 even with ``batching`` (a server that renders its
@@ -168,7 +168,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json as _stdjson
-import random
 import signal
 import sys
 import threading
@@ -178,37 +177,30 @@ from typing import Any
 
 from aiohttp import web
 
-# the answers' rules, shared with the in-process transport (tests/testing/answers.py)
-from .answers import (
-    _FAULT_STATUS,
-    BLOCK_SIZE,
+# the answers' rules, shared with the in-process transport (tests/testing/answers.py and its parts)
+from .answers import AnswerModel
+from .faults import FAULT_STATUS
+from .info import BLOCK_SIZE, PREFIX_CHARS
+from .messages import classify, parse_rendered, render_template
+from .records import Recorded
+from .rules import HTML_PAGE, expected_endings, expected_verdict, judge_blocks
+from .settings import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     COUNT_PATH,
     FAULT_KINDS,
-    HTML_PAGE,
     KINDS,
     MAX_MODEL_LEN,
     MISBEHAVIOURS,
     MISNUMBERINGS,
-    PREFIX_CHARS,
     TRANSIENT_FAULTS,
-    AnswerModel,
-    Recorded,
-    ServerSettings,
-    _BadRequest,
-    _error_payload,
-    _is_int,
-    classify,
-    count_tokens,
-    expected_endings,
-    expected_verdict,
-    judge_blocks,
-    parse_rendered,
-    render_template,
-    stream_events,
-    tokenize,
+    AnswerSettings,
+    WireSettings,
+    route,
 )
+from .streaming import stream_events
+from .tokens import count_tokens, tokenize
+from .validation import BadRequest, error_payload, is_int
 
 try:  # msgspec is a dependency of the project, but the server does not insist on it
     import msgspec
@@ -239,8 +231,9 @@ __all__ = [
     "PREFIX_CHARS",
     "TRANSIENT_FAULTS",
     "LoopbackServer",
+    "AnswerSettings",
     "Recorded",
-    "ServerSettings",
+    "WireSettings",
     "classify",
     "count_tokens",
     "expected_endings",
@@ -257,30 +250,36 @@ __all__ = [
 class LoopbackServer(AnswerModel):
     """An aiohttp OpenAI-compatible server on 127.0.0.1 in a background thread.
 
-    `model` is one served model name or several. Answer knobs (`empty_rate`,
-    `yes_rate`, `malformed_rate`), timing knobs (`delay`: seconds added to every chat
-    request; `slow_seconds`: the "slow" fault) and `retry_after` (the 429 header value;
-    None omits it) are plain attributes, settable at any time from any thread.
-    `max_concurrent` > 0 serves at most that many chat requests at once (set it
-    before start): a replica's capacity, for the scale-out tests and bench.
-    `misbehave` (one of `MISBEHAVIOURS`, or None) makes the model not do the task.
-    `reset` makes a used server as new (the tests share one, tests/conftest.py).
+    `model` is one served model name or several. Its settings are two records
+    (tests/testing/settings.py): `settings`, an `AnswerSettings` (what either door
+    answers: `empty_rate`, `yes_rate`, `dialect`, `delay`, `slow_seconds`,
+    `retry_after`, …), and `wire`, a `WireSettings` (this server's own: `port`,
+    `max_concurrent`, `api_key`, `prefix`, `rate_limit`, …); keywords name their
+    fields. Every one is also a plain attribute, settable at any time from any
+    thread (`max_concurrent` and `prefix` before start). `max_concurrent` > 0 serves
+    at most that many chat requests at once: a replica's capacity, for the scale-out
+    tests and bench. `misbehave` (one of `MISBEHAVIOURS`, or None) makes the model
+    not do the task. `reset` makes a used server as new (the tests share one,
+    tests/conftest.py).
     """
 
-    def __init__(self, model: str | Sequence[str] = "test-model", settings: ServerSettings | None = None,
-                 **knobs: Any) -> None:
-        """`model`: the served name(s); `settings` (a `ServerSettings`, the defaults
-        without it) with any of its fields given as keywords replaced."""
+    def __init__(self, model: str | Sequence[str] = "test-model", settings: AnswerSettings | None = None,
+                 wire: WireSettings | None = None, **knobs: Any) -> None:
+        """`model`: the served name(s); `settings` (an `AnswerSettings`, what either door
+        answers) and `wire` (a `WireSettings`, this server's own), the defaults without
+        them, with any of their fields given as keywords replaced, each in its record."""
         models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
         if not models:
             raise ValueError("LoopbackServer needs at least one model name")
-        self.settings = ServerSettings.build("LoopbackServer", settings, knobs)
-        self.host = self.settings.host
-        self.port = self.settings.port
+        answers, own = route("LoopbackServer", knobs, (AnswerSettings, WireSettings))
+        self.settings = AnswerSettings.replaced("LoopbackServer", settings, answers)
+        self.wire = WireSettings.replaced("LoopbackServer", wire, own)
+        self.host = self.wire.host
+        self.port = self.wire.port
         # The knobs, plain attributes a test may set at any time; `reset` restores them.
         self._knobs: dict[str, Any] = {
-            "models": models, "model": models[0],
-            **{k: getattr(self.settings, k) for k in ServerSettings.__dataclass_fields__ if k not in ("host", "port")},
+            "models": models, "model": models[0], **self.settings.values(),
+            **{k: v for k, v in self.wire.values().items() if k not in ("host", "port")},
         }
         self.models: tuple[str, ...]
         self.model: str
@@ -342,12 +341,10 @@ class LoopbackServer(AnswerModel):
             finally:
                 self._drain_and_close(loop)
 
-        self._blocks = set()
+        self._init_counters()  # an empty prefix cache, counters at 0
         self._capacity = None  # a new loop: a new semaphore
         self._slot_free = None
         self._slots_used = self._peak_slots = 0
-        for k in self._counters:
-            self._counters[k] = 0
         self._thread = threading.Thread(target=run, name=f"LoopbackServer:{self.port}", daemon=True)
         self._thread.start()
         ready.wait()
@@ -400,22 +397,18 @@ class LoopbackServer(AnswerModel):
         if self.running and self._active:
             self.stop()
         for k in [k for k in vars(self) if not k.startswith("_") and k not in self._knobs
-                  and k not in ("host", "port", "responders", "settings")]:
+                  and k not in ("host", "port", "responders", "settings", "wire")]:
             delattr(self, k)
         vars(self).update(self._knobs)
         with self._lock:
-            self._records.clear()
-            self._queued.clear()
-            self._rates, self._rate_path, self._rng = [], CHAT_PATH, random.Random(0)
+            self._init_records()
+            self._init_faults()
+            self._init_vocabulary()
             self._rate_window, self._rate_refused = None, 0
             self.responders.clear()
-            self._vocab.clear()
-            self._pieces.clear()
         if self.running:  # idle: nothing in the server's loop uses these now
-            self._blocks = set()
+            self._init_counters()
             self._capacity = None
-            for k in self._counters:
-                self._counters[k] = 0
         else:
             self.start()  # a fresh prefix cache, semaphore and counters
         return self
@@ -542,7 +535,7 @@ class LoopbackServer(AnswerModel):
             return await handler(request)
         self._add_record(Recorded(request.path, request.method, None, 401, None, time.monotonic()))
         if self.echo_auth:
-            return self._json(_error_payload(401, f"invalid credentials in header Authorization: {got}",
+            return self._json(error_payload(401, f"invalid credentials in header Authorization: {got}",
                                              "AuthenticationError"), status=401)
         return self._json({"error": "Unauthorized"}, status=401)
 
@@ -572,7 +565,7 @@ class LoopbackServer(AnswerModel):
         if used > limit:
             self._rate_refused += 1
             self._add_record(Recorded(path, request.method, None, 429, None, now))
-            resp = self._json(_error_payload(429, "Rate limit reached for requests", "RateLimitError"), 429)
+            resp = self._json(error_payload(429, "Rate limit reached for requests", "RateLimitError"), 429)
         else:
             resp = await handler(request)
         if not resp.prepared:  # a stream has sent its headers already
@@ -621,7 +614,7 @@ class LoopbackServer(AnswerModel):
             body, ok = await self._read_json(request)
             if chat and self.dialect == "llamacpp" and isinstance(body, dict) and make is None:
                 n = body.get("n", 1)
-                await self._slots_held(n if _is_int(n) and n >= 1 else 1)
+                await self._slots_held(n if is_int(n) and n >= 1 else 1)
             elif chat and self.max_concurrent > 0:
                 if self._capacity is None:  # made in the server's own loop
                     self._capacity = asyncio.Semaphore(self.max_concurrent)
@@ -630,9 +623,9 @@ class LoopbackServer(AnswerModel):
                         await asyncio.sleep(self.delay)
             elif chat and self.delay > 0:
                 await asyncio.sleep(self.delay)
-            if fault in _FAULT_STATUS:
-                status, etype = _FAULT_STATUS[fault]
-                resp = self._json(_error_payload(status, f"injected fault {fault}", etype), status)
+            if fault in FAULT_STATUS:
+                status, etype = FAULT_STATUS[fault]
+                resp = self._json(error_payload(status, f"injected fault {fault}", etype), status)
                 if fault == "429" and self.retry_after is not None:
                     resp.headers["Retry-After"] = str(self.retry_after)
                 return resp
@@ -644,7 +637,7 @@ class LoopbackServer(AnswerModel):
 
             if not ok or not isinstance(body, dict):
                 status = 400
-                payload = _error_payload(400, "the body is not a JSON object", "BadRequestError")
+                payload = error_payload(400, "the body is not a JSON object", "BadRequestError")
             else:
                 try:
                     if make is not None:
@@ -652,9 +645,9 @@ class LoopbackServer(AnswerModel):
                     else:
                         payload = self._chat_payload(body, fault) if chat else self._tokenize_payload(body)
                     status = 200
-                except _BadRequest as e:
+                except BadRequest as e:
                     status = e.status
-                    payload = _error_payload(e.status, e.message, e.etype, e.param)
+                    payload = error_payload(e.status, e.message, e.etype, e.param)
 
             if self.misbehave == "html200":
                 status = 200

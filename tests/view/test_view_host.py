@@ -23,6 +23,10 @@ ROUTES = {
     "api_story": "api/r0/story/story-000.json", "api_endings": "api/r0/endings/story-000/1.json",
     "api_continuations": "api/r2/continuations/w1/3.json", "api_compare": "api/compare/r0-r1.json",
     "static": "static/view.js",
+    # the audit's labelling page (issue 60): these runs have no audit sample, so each is a 404, refused first
+    # for a foreign Host as every route is (tests/view/test_audit_view.py has a run with one)
+    "audit": "r0/audit.html", "api_audit_state": "api/r0/audit/ann/state.json",
+    "api_audit_item": "api/r0/audit/item/0.json",
 }
 PATHS = ["", *ROUTES.values(), "no/such/page.html", "api/r9/corpus.json"]  # the root's redirect, and not-founds
 

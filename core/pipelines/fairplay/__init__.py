@@ -32,10 +32,11 @@ from tension.core.formats import Generator
 from tension.core.inputs.jsonl import atomic_write
 from tension.core.inputs.readers import reader_schedule
 from tension.core.inputs.whodunits import WhodunitStory, read_stories, segment_text
-from tension.core.llm.router import ITEM_KEY
+from tension.core.llm.ticket import Ticket
 from tension.core.pipelines.fairplay.readers import Job, Readers, Value
 from tension.core.reports.answer_warnings import AnswerWarning
-from tension.core.run.lifecycle import LOCK_NAME, Run, open_run, out_lock, prepare_out_dir
+from tension.core.run.lifecycle import Run, open_run
+from tension.core.run.out_folder import LOCK_NAME, out_lock, prepare_out_dir
 from tension.core.run.progress import Progress
 from tension.core.run.record import RunRecord
 
@@ -44,7 +45,7 @@ if TYPE_CHECKING:  # the metrics are imported when they run
 
 __all__ = ["READERS", "FairPlayConfig", "Generator", "WhodunitStory", "ReaderFailure", "FairPlayRun",
            "load_fairplay_config", "read_stories", "segment_text", "reader_schedule", "run_readers",
-           "fairplay_async"]
+           "run_fairplay"]
 
 
 class ReaderFailure(msgspec.Struct, kw_only=True):
@@ -110,11 +111,11 @@ class ReaderRun:
     def fail(self, job: Job, error: str) -> None:
         self.failures[job.story].append(ReaderFailure(reader=job.reader, paragraph=job.paragraph, error=error))
 
-    async def run_job(self, job: Job) -> None:
-        ITEM_KEY.set(self.stories[job.story].id)  # a story's prompts share its text: one server
+    async def run_job(self, job: Job, place: int) -> None:
+        ticket = Ticket(key=self.stories[job.story].id, place=place)  # a story's prompts share its text: one server
         try:
             ask = self.readers.know_it_all if job.reader == "know_it_all" else self.readers.prompted_reader
-            value = await ask(job)
+            value = await ask(job, ticket)
         except StatusError as e:
             # This request was refused (e.g. a prompt over the context): this value
             # fails, the rest go on.
@@ -132,7 +133,7 @@ class ReaderRun:
         for si, st in enumerate(self.stories):
             if si in todo:
                 try:
-                    await self.readers.extract_suspects(si)
+                    await self.readers.extract_suspects(si, Ticket(key=st.id))
                 except (InputError, StatusError) as e:
                     self.failures[si].append(ReaderFailure(reader="suspects", paragraph=None, error=str(e)))
                     continue
@@ -209,7 +210,7 @@ class ReaderRun:
 # --------------------------------------------------------------------------- entry points
 
 
-async def fairplay_async(cfg: FairPlayConfig, stories_path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
+async def run_fairplay(cfg: FairPlayConfig, stories_path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
                          metrics_options: dict[str, Any] | None = None) -> FairPlayRun:
     """Run the readers over a stories file and write DIR/readers.jsonl, then the
     metrics (reports/fairplay_metrics.py). Problems before the start raise

@@ -22,6 +22,7 @@ from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import parse_replicas
 from tension.core.llm.router import Router
+from tension.core.llm.ticket import NO_TICKET, Ticket
 from tension.core.pipelines.answer_checks import ReaderChecks
 from tension.core.prompts import readers as rp
 from tension.core.prompts.answers import Culprit, match_suspect, parse_culprit, parse_distribution, parse_suspect_list
@@ -130,16 +131,18 @@ class Readers:
 
     # -- one cached chat request ----------------------------------------------
 
-    async def chat(self, role: str, server: str, req: ChatRequest, db: str) -> list[str]:
-        """The answer texts of `req`, sent to the `server` role's router: from the
-        cache, or asked and committed. Requests are counted under `role`."""
+    async def chat(self, role: str, server: str, req: ChatRequest, db: str, ticket: Ticket = NO_TICKET
+                   ) -> list[str]:
+        """The answer texts of `req`, sent to the `server` role's router (routed by the
+        story: its `ticket`): from the cache, or asked and committed. Requests are
+        counted under `role`."""
         if db == "endings":
-            return (await self.llm.endings(server, req, role=role)).texts  # routed by the story (ITEM_KEY)
-        return [(await self.llm.answer(server, req, role=role)).text]
+            return (await self.llm.endings(server, req, ticket=ticket, role=role)).texts
+        return [(await self.llm.answer(server, req, ticket=ticket, role=role)).text]
 
     async def ask_parsed(self, role: str, server: str, model: str, messages: list[dict[str, str]],
                          temperature: float, max_tokens: int, parse: Callable[[str], P],
-                         schema: dict[str, Any] | None = None) -> P:
+                         schema: dict[str, Any] | None = None, ticket: Ticket = NO_TICKET) -> P:
         """Ask until `parse(answer)` has no error: the first try at `temperature`,
         each re-ask at least `retry_temperature` with the next seed. Returns the
         last parse result (with its error when every try failed)."""
@@ -155,7 +158,7 @@ class Readers:
                               chat_template_kwargs=self.template_kwargs,
                               structured_outputs={"json": schema} if schema and cfg.reader_constraint == "json"
                               else None)
-            (text,) = await self.chat(role, server, req, "verdicts")
+            (text,) = await self.chat(role, server, req, "verdicts", ticket)
             result = parse(text)
             self.checks.answer(role, result.error is None)
             if result.error is None:
@@ -165,7 +168,7 @@ class Readers:
 
     # -- suspects -------------------------------------------------------------
 
-    async def extract_suspects(self, si: int) -> None:
+    async def extract_suspects(self, si: int, ticket: Ticket = NO_TICKET) -> None:
         st = self.stories[si]
         cfg = self.cfg
         words = rp.story_join(st.segments).split()
@@ -179,7 +182,7 @@ class Readers:
                                               "maxItems": cfg.max_suspects}}}
         res = await self.ask_parsed("reader", "judge", self.judge_model,
                                     rp.extract_messages(text, cfg.max_suspects), cfg.judge_temperature,
-                                    cfg.reader_max_tokens, parse, schema)
+                                    cfg.reader_max_tokens, parse, schema, ticket)
         if res.error is not None:
             raise InputError(self.path, st.line, "suspects", f"missing, and the extraction failed: {res.error}")
         names: list[str] = []
@@ -197,7 +200,7 @@ class Readers:
 
     # -- readers --------------------------------------------------------------
 
-    async def prompted_reader(self, job: Job) -> Value:
+    async def prompted_reader(self, job: Job, ticket: Ticket = NO_TICKET) -> Value:
         st = self.stories[job.story]
         cfg = self.cfg
         prefix = st.segments[: job.paragraph]
@@ -209,7 +212,7 @@ class Readers:
         res = await self.ask_parsed("reader", "reader", self.reader_model, messages,
                                     cfg.reader_temperature, cfg.reader_max_tokens,
                                     lambda text: parse_distribution(text, st.suspects),
-                                    distribution_schema(st.suspects))
+                                    distribution_schema(st.suspects), ticket)
         if res.error is not None or res.probs is None:
             return Value(None, f"unusable answer after {cfg.parse_retries + 1} tries: {res.error}")
         self.checks.value(job.reader, messages, res.probs)
@@ -228,7 +231,7 @@ class Readers:
         earlier = [o for o in self.stories[:si] if same(o)]
         return [rp.story_join(o.segments) for o in earlier[-n:]]
 
-    async def know_it_all(self, job: Job) -> Value:
+    async def know_it_all(self, job: Job, ticket: Ticket = NO_TICKET) -> Value:
         """K continuations from after paragraph `job.paragraph` to L, each named a
         culprit by the judge; the relative frequencies over the suspects."""
         st = self.stories[job.story]
@@ -236,11 +239,11 @@ class Readers:
         c = job.paragraph
         if c >= st.L:
             # Nothing is left to write: the judge names the culprit of the story itself.
-            return self.frequencies(st, [await self.continuation_culprit(st, list(st.segments), 0)], 1)
-        first = await self.continue_paragraph(st, list(st.segments[:c]), None, cfg.k)
+            return self.frequencies(st, [await self.continuation_culprit(st, list(st.segments), 0, ticket)], 1)
+        first = await self.continue_paragraph(st, list(st.segments[:c]), None, cfg.k, ticket)
         assert self.run is not None  # a replay asks no know-it-all
         verdicts = await self.run.sched.map(
-            lambda k: self.continuation_culprit(st, list(st.segments[:c]) + [first[k]], k), range(cfg.k))
+            lambda k: self.continuation_culprit(st, list(st.segments[:c]) + [first[k]], k, ticket), range(cfg.k))
         return self.frequencies(st, verdicts, cfg.k)
 
     @staticmethod
@@ -261,19 +264,20 @@ class Readers:
                                f"({nobody} name nobody, {unusable} unusable judge answers)")
         return Value([x / named for x in counts], None)
 
-    async def continuation_culprit(self, st: WhodunitStory, paragraphs: list[str], k: int) -> Culprit:
+    async def continuation_culprit(self, st: WhodunitStory, paragraphs: list[str], k: int,
+                                   ticket: Ticket = NO_TICKET) -> Culprit:
         """Write continuation k to the end, then ask the judge whom it reveals."""
         cfg = self.cfg
         while len(paragraphs) < st.L:
-            (text,) = await self.continue_paragraph(st, paragraphs, k, 1)
+            (text,) = await self.continue_paragraph(st, paragraphs, k, 1, ticket)
             paragraphs.append(text)
         return await self.ask_parsed("judge", "judge", self.judge_model,
                                      rp.culprit_messages(paragraphs, st.suspects), cfg.judge_temperature,
                                      cfg.judge_max_tokens, lambda text: parse_culprit(text, st.suspects),
-                                     culprit_schema(st.suspects))
+                                     culprit_schema(st.suspects), ticket)
 
-    async def continue_paragraph(self, st: WhodunitStory, paragraphs: list[str], k: int | None, n: int
-                                 ) -> list[str]:
+    async def continue_paragraph(self, st: WhodunitStory, paragraphs: list[str], k: int | None, n: int,
+                                 ticket: Ticket = NO_TICKET) -> list[str]:
         """Paragraph len(paragraphs)+1 by the story's generator. Continuation k
         samples with seed + k throughout; the first paragraph of all K is one
         request with n = K and seed (vLLM samples its choice k with seed + k)."""
@@ -292,4 +296,4 @@ class Readers:
                           max_tokens=self.cfg.generator_max_tokens or g.max_tokens,
                           seed=self.cfg.seed + (k or 0) if self.cfg.seeds else None,
                           chat_template_kwargs=self.template_kwargs)
-        return [t.strip() for t in await self.chat("generation", "generation", req, "endings")]
+        return [t.strip() for t in await self.chat("generation", "generation", req, "endings", ticket)]

@@ -3,8 +3,9 @@
 The client side is `score`'s: positions opened in the feed's order
 (`score/feed.py`: a story's positions in ascending k, `spread` stories at once),
 at most `max_open` at a time; a lane per role holding `gen_concurrency` and
-`judge_concurrency` requests in flight, first come first served, a batch of k
-judge prompts holding k slots (`run/scheduler.py`); per position the generation
+`judge_concurrency` requests in flight, served by the position's place in the
+feed, then arrival, a batch of k judge prompts holding k slots (`run/scheduler.py`,
+by the one rule of `llm/slots.py`); per position the generation
 request, then (once it answers) the warm-up judge prompt, then the other judge
 prompts as one batched request (`score/judge.py`, `llm/batch.py`). The server
 side is `engine.Engine`, one per server; the generation and judge roles may share
@@ -13,12 +14,12 @@ one (the embedded server) or not (the paper's two engines on one H200).
 
 from __future__ import annotations
 
-import collections
 import time
 from collections.abc import Callable, Iterable, Iterator
 
 import msgspec
 
+from tension.core.llm.slots import SlotQueue
 from tension.core.pipelines.prefix.engine import Clock, Engine, EngineSpec, Group, RoleTotals
 
 __all__ = ["PositionWork", "Schedule", "Prediction", "simulate"]
@@ -57,26 +58,22 @@ class Prediction(msgspec.Struct, kw_only=True):
 
 
 class _Lane:
-    """`run/scheduler._Lane`'s rule: waiters in order, a weight above the limit takes the whole lane."""
+    """A run lane as the engine's are (core/llm/slots.py `SlotQueue`: by place, then
+    arrival; a weight above the limit takes the whole lane), its waiters callbacks."""
 
     def __init__(self, limit: int):
-        self.limit = limit
-        self.free = limit
-        self.waiters: collections.deque[tuple[int, Callable[[], None]]] = collections.deque()
+        self.queue: SlotQueue[Callable[[], None]] = SlotQueue(limit)
 
-    def acquire(self, weight: int, then: Callable[[int], None]) -> None:
-        weight = min(weight, self.limit)
-        if not self.waiters and self.free >= weight:
-            self.free -= weight
-            then(weight)
+    def acquire(self, weight: int, place: int, then: Callable[[int], None]) -> None:
+        held = self.queue.weigh(weight)
+        if self.queue.take(held):
+            then(held)
         else:
-            self.waiters.append((weight, lambda: then(weight)))
+            self.queue.wait(held, place, lambda: then(held))
 
     def release(self, weight: int) -> None:
-        self.free += weight
-        while self.waiters and self.free >= self.waiters[0][0]:
-            w, fn = self.waiters.popleft()
-            self.free -= w
+        self.queue.release(weight)
+        for fn, _weight in self.queue.ready():
             fn()
 
 
@@ -93,13 +90,13 @@ def simulate(work: Iterable[PositionWork], sched: Schedule, generation: EngineSp
     it: Iterator[PositionWork] = iter(work)
     state = {"open": 0, "positions": 0, "exhausted": False}
 
-    def send(lane: str, engine: Engine, group: Group, then: Callable[[], None]) -> None:
+    def send(lane: str, engine: Engine, group: Group, place: int, then: Callable[[], None]) -> None:
         def go(held: int) -> None:
             def done() -> None:
                 lanes[lane].release(held)
                 then()
             engine.submit(group, done)
-        lanes[lane].acquire(group.k if lane == "judge" else 1, go)
+        lanes[lane].acquire(group.k if lane == "judge" else 1, place, go)
 
     def open_more() -> None:
         while not state["exhausted"] and state["open"] < sched.max_open:
@@ -108,27 +105,27 @@ def simulate(work: Iterable[PositionWork], sched: Schedule, generation: EngineSp
                 state["exhausted"] = True
                 return
             state["open"] += 1
+            start(pw, state["positions"])  # its place: the feed numbers positions as it opens them
             state["positions"] += 1
-            start(pw)
 
     def close() -> None:
         state["open"] -= 1
         open_more()
 
-    def start(pw: PositionWork) -> None:
+    def start(pw: PositionWork, place: int) -> None:
         def batch() -> None:
             if pw.batch is None:
                 close()
             else:
-                send("judge", judge_engine, pw.batch, close)
+                send("judge", judge_engine, pw.batch, place, close)
 
         def judged() -> None:
             if pw.warm is None:
                 batch()
             else:
-                send("judge", judge_engine, pw.warm, batch)
+                send("judge", judge_engine, pw.warm, place, batch)
 
-        send("generation", gen_engine, pw.generation, judged)
+        send("generation", gen_engine, pw.generation, place, judged)
 
     open_more()
     clock.run()

@@ -26,15 +26,14 @@ from typing import Any
 import msgspec
 
 from tension.core.config import ScoreConfig
-from tension.core.errors import RunStatus, StatusError, TensionError
+from tension.core.errors import ContextLengthError, RunStatus, StatusError, TensionError
 from tension.core.inputs.corpus import Corpus, Skipped, read_corpus
 from tension.core.inputs.jsonl import FileError
 from tension.core.llm.replicas import in_shard
-from tension.core.llm.traits import is_context_error
 from tension.core.pipelines.ideal import constants, template_pieces
 from tension.core.pipelines.score.feed import PositionFeed, max_open
 from tension.core.pipelines.score.folder import earlier_run
-from tension.core.pipelines.score.judge import Judge
+from tension.core.pipelines.score.judge import Judge, position_tickets
 from tension.core.pipelines.score.outputs import (
     PositionResult,
     TextsSpool,
@@ -50,13 +49,14 @@ from tension.core.pipelines.score.watch import AnswerWatch
 from tension.core.redact import redact_argv
 from tension.core.reports.answer_warnings import AnswerWarning
 from tension.core.reports.metrics import MetricsResult
-from tension.core.run.lifecycle import INVOCATION, LOCK_NAME, Run, open_run, out_lock, prepare_out_dir, warn
+from tension.core.run.lifecycle import INVOCATION, Run, open_run, warn
+from tension.core.run.out_folder import LOCK_NAME, out_lock, prepare_out_dir
 from tension.core.run.progress import Pace, Progress, duration
 from tension.core.run.reads import chat_key
 from tension.core.run.record import Failure, Invocations, RunRecord
 
 __all__ = ["NO_POSITIONS", "NO_STORIES", "Position", "PositionResult", "Failure", "RunSummary", "Scoring",
-           "score_async"]
+           "run_score"]
 
 NO_POSITIONS = "no position to score"  # opens the error of a corpus that yields none (no result at all)
 NO_STORIES = "no story to score"  # opens the error of a run left no story (the word filter, --shard)
@@ -107,7 +107,7 @@ class Scoring:
         self.finder = PositionFinder(cfg, run.llm, self.gen_router, count)
         self.judge = Judge(cfg, run.llm)
         self.watch = AnswerWatch(cfg, out_folder(run))
-        self.watch.judge_kind = lambda: run.client.server(self.judge_router.url).traits.kind
+        self.watch.judge_holds_constraint = lambda: self.judge_router.server.holds_constraint
         self.results: dict[tuple[int, int], PositionResult] = {}  # (story index, k) ->
         self.texts = TextsSpool(out_folder(run))  # with --save-texts: (story index, k) -> endings and verdicts
         self.failed: dict[int, Failure] = {}  # story index ->
@@ -176,35 +176,36 @@ class Scoring:
         return (f"{NO_POSITIONS} in any of the {len(self.corpus.stories)} stories ({'; '.join(why)}): "
                 + "; or ".join(hints) + "; nothing was produced")
 
-    async def position(self, pos: Position) -> None:
+    async def position(self, pos: Position, place: int) -> None:
         if pos.story in self.failed:
             return
         run = self.run
         story = self.corpus.stories[pos.story]
         sents = self.finder.sentences[pos.story]
         keys: tuple[str, str] | None = None
+        tickets = position_tickets(story.id, pos.k, place)
         try:
             if self.cfg.adaptive:
                 # rounds until the stopping rule holds; several records: no one key names them
-                drawn = await draw(self.cfg, self.llm, self.judge, self.reqs, story.id, sents, pos.k)
+                drawn = await draw(self.cfg, self.llm, self.judge, self.reqs, tickets, sents, pos.k)
                 rec, answers, judge_usage = drawn.endings, drawn.answers, drawn.judge_usage
                 self.adaptive.add((pos.story, pos.k), len(rec.texts))
             else:
                 request = self.reqs.endings(sents, pos.k)
-                rec = await self.llm.endings("generation", request, key=story.id)
+                rec = await self.llm.endings("generation", request, ticket=tickets[0])
                 # A position's judge prompts share a prefix: one server for all of them.
                 endings_key = chat_key(request)
-                ask, answers, judge_usage = await self.judge.verdicts(self.reqs, f"{story.id}\x00{pos.k}", sents,
-                                                                      pos.k, rec.texts, endings_key)
+                ask, answers, judge_usage = await self.judge.verdicts(self.reqs, tickets[1], sents, pos.k, rec.texts,
+                                                                      endings_key)
                 keys = endings_key.hex(), ask.group.hex()
+        except ContextLengthError:
+            # A prompt the server's context cannot hold (a judge prompt, or a count
+            # by words that under-counted): this position is skipped, as those known
+            # to be too long before sending are, and the story goes on.
+            self.finder.too_long[story.id] = self.finder.too_long.get(story.id, 0) + 1
+            run.progress.unit_done()
+            return
         except StatusError as e:
-            if e.status == 400 and is_context_error(e.body):
-                # A prompt the server's context cannot hold (a judge prompt, or a count
-                # by words that under-counted): this position is skipped, as those known
-                # to be too long before sending are, and the story goes on.
-                self.finder.too_long[story.id] = self.finder.too_long.get(story.id, 0) + 1
-                run.progress.unit_done()
-                return
             # The request itself was refused otherwise: this story fails, the others go on.
             self.failed.setdefault(pos.story, Failure(id=story.id, stage=f"position {pos.k}", error=str(e)))
             run.progress.unit_done()
@@ -280,11 +281,11 @@ def out_folder(run: Run) -> Path:
 
 # -- entry points ---------------------------------------------------------------------
 
-async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Path) -> RunSummary:
+async def run_score(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Path) -> RunSummary:
     """Score a corpus; see the module docstring. Raises TensionError for problems
     that stop the run before it starts; problems during the run end it with
     status "failed" (or "interrupted" on cancellation), everything completed kept.
-    Its one caller is the API (``tension.score``, ``score_async``), and the CLI
+    Its one caller is the API (``tension.score``, ``run_score``), and the CLI
     through it; a test's in-process server is reached by its base URL
     (core/llm/transport.py `served_in_process`)."""
     count = local_counter(cfg)  # a bad --tokenizer is a usage error, found before any work
@@ -314,11 +315,12 @@ async def score_async(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | 
                     scoring.write_outputs(out)
                     run.freeze_wall()  # report.md and run.json state the same wall time
                     if cfg.report:
-                        run.write_record()  # the report reads it
+                        run.write_record()
                         from tension.core.reports.report import report
                         run.claims.append(out / "report.md")  # says "complete": gone if the run is stopped
                         report(out, gpu_hour_usd=cfg.gpu_hour_usd,
-                               usd_per_mtok=(cfg.input_usd_per_mtok, cfg.output_usd_per_mtok))
+                               usd_per_mtok=(cfg.input_usd_per_mtok, cfg.output_usd_per_mtok),
+                               record=run.written)  # the record just written, not read back
     return _summary(scoring, run, out)
 
 

@@ -44,8 +44,8 @@ class PositionFeed:
         self.failed = failed
         self.spread = spread  # stories worked on at once: one per generation server
 
-    async def run(self, sched: Scheduler, position: Callable[[Position], Awaitable[None]], limit: int) -> None:
-        """Feed every position to `position`, at most `limit` open at once."""
+    async def run(self, sched: Scheduler, position: Callable[[Position, int], Awaitable[None]], limit: int) -> None:
+        """Feed every position to `position` with its place, at most `limit` open at once."""
         await sched.feed(self.stream(), position, limit)
 
     async def stream(self) -> AsyncIterator[Position]:

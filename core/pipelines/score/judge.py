@@ -16,13 +16,22 @@ from collections.abc import Sequence
 
 from tension.cache.records import Usage
 from tension.core.config import ScoreConfig
+from tension.core.llm.ticket import Ticket
 from tension.core.pipelines.score.lookup import JudgeAsk, judge_ask
 from tension.core.pipelines.score.requests import ScoreRequests
 from tension.core.prompts import score as prompts
 from tension.core.run.engine import Engine
 from tension.core.run.reads import Answers
 
-__all__ = ["Judge", "counted"]
+__all__ = ["Judge", "counted", "position_tickets"]
+
+
+def position_tickets(story_id: str, k: int, place: int) -> tuple[Ticket, Ticket]:
+    """A position's tickets, generation's and the judge's (core/llm/ticket.py): its
+    generation request goes where the story's do (they share its prefix), its judge
+    prompts where the position's do (they share the position's), both at the
+    position's place in the feed."""
+    return Ticket(key=story_id, place=place), Ticket(key=f"{story_id}\x00{k}", place=place)
 
 
 def counted(constraint: str, answers: Answers) -> list[str | None]:
@@ -38,14 +47,14 @@ class Judge:
         self.cfg = cfg
         self.llm = llm
 
-    async def verdicts(self, reqs: ScoreRequests, affinity: str, sentences: Sequence[str], k: int,
+    async def verdicts(self, reqs: ScoreRequests, ticket: Ticket, sentences: Sequence[str], k: int,
                        endings: list[str], endings_key: bytes) -> tuple[JudgeAsk, list[str | None], Usage]:
         """The position's judge requests, the verdict per ending (None for an
-        empty ending, not sent) and what its judge prompts used. `affinity` keeps a position's judge requests on
+        empty ending, not sent) and what its judge prompts used. The `ticket`'s key keeps a position's judge requests on
         one server: they share a prefix. With warm_judge one goes first and fills
         the server's prefix cache, then the rest find it there. `endings_key` is the
         key of the endings' record: the verdicts written carry their link to it."""
         ask = judge_ask(reqs, sentences, k, endings, endings_key)
-        answers = await self.llm.answers("judge", ask.requests, key=affinity, group=ask.group,
+        answers = await self.llm.answers("judge", ask.requests, ticket=ticket, group=ask.group,
                                          warm_first=self.cfg.warm_judge, links=ask.links, link=ask.link)
         return ask, counted(self.cfg.judge_constraint, answers), answers.usage

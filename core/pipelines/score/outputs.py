@@ -20,6 +20,7 @@ from tension.core.inputs.corpus import Story
 from tension.core.inputs.jsonl import atomic_write
 from tension.core.pipelines.score.positions import Position
 from tension.core.prompts import score as prompts
+from tension.core.reports.comparable import comparable_matrix
 from tension.core.reports.metrics import Curve, MetricsResult, compute
 from tension.core.reports.story_intervals import compute_intervals
 from tension.core.run.record import Failure
@@ -99,10 +100,11 @@ def write_outputs(out: Path, cfg: ScoreConfig, stories: list[Story], results: di
     settings = cfg.curve_settings()
     curves = _curves(stories, results, failed)
     why = {stories[si].id: f"{f.stage}: {f.error}" for si, f in failed.items()}
-    stats, groups = compute(curves, settings, failed=why)
+    comparable = comparable_matrix(curves, settings, why)  # once: the groups and stories.csv both read it
+    stats, groups = compute(curves, settings, failed=why, comparable=comparable)
     intervals = compute_intervals(curves, stats, settings, failed=why)
     computed = MetricsResult(curves=curves, stats=stats, settings=settings, groups=groups, errors=[],
-                             intervals=intervals, failed=why)
+                             intervals=intervals, failed=why, comparable=comparable)
     computed.write(out)  # stories.csv and groups.csv
     atomic_write(out / "meta.jsonl", b"".join(
         _line_encoder.encode({"id": st.id, "group": st.group, "words": st.words, "meta": st.meta}) + b"\n"

@@ -27,6 +27,7 @@ from tension.core.inputs.segment import (
     word_count,
 )
 from tension.core.llm.router import Router
+from tension.core.llm.ticket import Ticket
 from tension.core.prompts import score as prompts
 from tension.core.run.engine import Engine
 from tension.core.run.lifecycle import warn
@@ -145,11 +146,11 @@ class PositionFinder:
         # Not in the cache (an older cache, or one filled with --max-model-len): ask
         # the server, whose /tokenize reports it, rather than guess; a local counter
         # asks no server.
-        self.context_len = await self.llm.context_len("generation", self.model, key=affinity,
+        self.context_len = await self.llm.context_len("generation", self.model, ticket=Ticket(key=affinity),
                                                       ask=self.count is None)
 
     async def token_counts(self, texts: list[str], affinity: str) -> list[int]:
         """Token counts, counted here, or from the cache or `affinity`'s generation server."""
         if self.count is not None:
             return self.count(texts)
-        return await self.llm.token_counts("generation", self.model, texts, key=affinity)
+        return await self.llm.token_counts("generation", self.model, texts, ticket=Ticket(key=affinity))

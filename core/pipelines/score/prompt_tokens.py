@@ -43,21 +43,20 @@ class ServerReadings:
     def __init__(self, routers: Sequence[Router]):
         self.routers: list[Router] = []
         for r in routers:  # a server both roles use is read once (by the first role's router)
-            if not any(set(r.workers) == set(o.workers) for o in self.routers):
+            if not any(r.same_servers(o) for o in self.routers):
                 self.routers.append(r)
         self.started = False
         self.asked = False  # start() was called: the run sent a request
 
     def is_read(self, r: Router) -> bool:
         """Whether `r`'s servers were read (they say they are vLLM), once the run has sent."""
-        return any(set(r.workers) == set(o.workers) for o in self.routers)
+        return any(r.same_servers(o) for o in self.routers)
 
     async def start(self) -> None:
         self.asked = True
         # only servers that say they are vLLM (/v1/models owned_by, listed by the pre-flight
         # check): another OpenAI-compatible server is not probed for endpoints it may lack
-        self.routers = [r for r in self.routers
-                        if all(r.client.server(u).is_vllm() for u in r.workers)]
+        self.routers = [r for r in self.routers if all(s.is_vllm() for s in r.servers())]
         await self.read("start")
         self.started = bool(self.routers)
 

@@ -16,6 +16,7 @@ import msgspec
 
 from tension.cache.records import Endings, Usage
 from tension.core.config import ScoreConfig
+from tension.core.llm.ticket import Ticket
 from tension.core.pipelines.score.judge import Judge
 from tension.core.pipelines.score.lookup import no_count
 from tension.core.pipelines.score.requests import ScoreRequests
@@ -35,7 +36,7 @@ class Drawn(msgspec.Struct, kw_only=True):
     rounds: int
 
 
-async def draw(cfg: ScoreConfig, llm: Engine, judge: Judge, reqs: ScoreRequests, story_id: str,
+async def draw(cfg: ScoreConfig, llm: Engine, judge: Judge, reqs: ScoreRequests, tickets: tuple[Ticket, Ticket],
                sentences: Sequence[str], k: int) -> Drawn:
     """The position's rounds until the rule stops them (a round is judged before the next is asked)."""
     texts: list[str] = []
@@ -48,8 +49,8 @@ async def draw(cfg: ScoreConfig, llm: Engine, judge: Judge, reqs: ScoreRequests,
     assert cfg.target_half_width is not None
     for r, end in enumerate(ends):
         request = reqs.endings_round(sentences, k, r)
-        rec = await llm.endings("generation", request, key=story_id)
-        _ask, got, usage = await judge.verdicts(reqs, f"{story_id}\x00{k}", sentences, k, rec.texts, chat_key(request))
+        rec = await llm.endings("generation", request, ticket=tickets[0])
+        _ask, got, usage = await judge.verdicts(reqs, tickets[1], sentences, k, rec.texts, chat_key(request))
         texts += rec.texts
         reasons += rec.finish_reasons
         answers += got

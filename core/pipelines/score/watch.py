@@ -84,8 +84,9 @@ class AnswerWatch:
         self.letters: dict[str, list[int]] = {}  # story id -> [Y, N, verdicts]
         self.endings = self.empty_endings = self.cut = self.ending_traces = 0
         self.positions = self.identical = 0  # positions with n >= 2; of them, all n endings the same
-        # what the judge server is (its traits' kind: "vllm", "llamacpp", "other"), once known
-        self.judge_kind: Callable[[], str | None] = lambda: None
+        # whether the judge server is known to hold a constrained answer (core/llm/servers.py
+        # `Server.holds_constraint`: vLLM, llama.cpp), asked when the early stop is said
+        self.judge_holds_constraint: Callable[[], bool] = lambda: True
 
     def position(self, story: str, rec: Endings, answers: list[str | None], judge_model: str) -> None:
         """One judged position; raises DegenerateAnswers for the early stop."""
@@ -153,7 +154,7 @@ class AnswerWatch:
             causes[0] += f"; {self.traces} of these answers open with <think>, so this is the likely one"
         else:
             causes.append("a server that does not run the model asked for (answers of random text)")
-        if constraint == "choice" and self.judge_kind() == "other":
+        if constraint == "choice" and not self.judge_holds_constraint():
             causes.insert(0, "the judge server is neither vLLM nor llama.cpp, so --judge-constraint choice went as "
                              "vLLM's structured_outputs, which such a server may ignore (said at the start): rerun "
                              "with --judge-constraint logprobs instead, which reads Y or N from the first token's "

@@ -98,6 +98,7 @@
     main.append(el("h1", {}, "tension-run view"),
       el("ul", {}, D.runs.map((r) => el("li", {}, el("a", {href: `r${r.i}/index.html`}, r.dir),
         ` — ${r.kind} run, ${r.stories} stories`, r.unscored ? ` (and ${r.unscored} without positions)` : "",
+        r.audit ? [" — ", el("a", {href: `r${r.i}/audit.html`, class: "audit"}, "label its judge's verdicts")] : "",
         notes(r.notes)))));
     if (D.pairs.length) main.append(el("h2", {}, "compare"), el("ul", {}, D.pairs.map(([a, b]) =>
       el("li", {}, el("a", {href: `compare/r${a}-r${b}.html`}, `${D.runs[a].dir} → ${D.runs[b].dir}`)))));

@@ -1,0 +1,107 @@
+"""The audit of a score run's judge by people (issue 60; docs/metrics.md 1.10), as functions:
+the one door the CLI's `audit` verbs and a script share.
+
+    audit_sample(run, size=100, shared=None, seed=0)   draw the sample (once) into RUN/audit/sample.json
+    audit_export(run, out, annotator=None)             the sample as CSV for a spreadsheet
+    audit_import(run, path, annotator=None)            labels from such a CSV, into RUN/audit/labels.jsonl
+    audit(run)                                         the audit: agreement, κ, sensitivity, specificity,
+                                                       people's agreement, corrected group statistics;
+                                                       writes RUN/audit.md and RUN/audit.csv
+    audit_section(run)                                 the markdown section report.md holds (None: no sample)
+
+People label in the view's labelling page (`tension-run audit label RUN`, docs/view.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from tension.core.api.calls import PathLike
+
+if TYPE_CHECKING:
+    from tension.core.inputs.labels import Sample
+    from tension.core.reports.audit_report import AuditReport
+
+__all__ = ["audit", "audit_sample", "audit_export", "audit_import", "audit_section", "ImportResult"]
+
+
+class ImportResult(msgspec.Struct, kw_only=True):
+    """What `audit_import` did: labels appended (new, or changed since the same person's
+    last), rows already there as they are (skipped), rows left blank, and the bad rows'
+    errors (file:line column: …), which were not imported."""
+
+    added: int
+    unchanged: int
+    blank: int
+    errors: list[str]
+    labels_file: str
+
+
+def audit_sample(run: PathLike, *, size: int = 100, shared: int | None = None, seed: int = 0,
+                 cache: PathLike | None = None, redraw: bool = False) -> Sample:
+    """Draw the audit sample of a finished score run (half among the judge's no, half among
+    its yes; `shared` of them, default a fifth, shown to every annotator) into
+    RUN/audit/sample.json, once: a sample already there is returned as it is (`redraw`
+    draws anew while nobody has labelled it). Reads the run's cache; sends nothing."""
+    from tension.core.pipelines.audit_sample import draw_sample
+
+    return draw_sample(run, size=size, shared=shared, seed=seed, cache=cache, redraw=redraw)
+
+
+def audit_export(run: PathLike, out: PathLike, *, annotator: str | None = None) -> Path:
+    """Write the run's audit sample as CSV to `out` (the judge's answers left out; columns
+    `annotator` and `label` to fill in; with `annotator`, that person's labels so far)."""
+    from tension.core.inputs.jsonl import atomic_write
+    from tension.core.inputs.labels import check_annotator, read_labels, read_sample, sample_csv
+
+    sample = read_sample(run)
+    who = check_annotator("--annotator", 0, annotator) if annotator is not None else None
+    labels, _ = read_labels(run, [it.key for it in sample.items])
+    atomic_write(out, sample_csv(sample, who, labels))
+    return Path(out)
+
+
+def audit_import(run: PathLike, path: PathLike, *, annotator: str | None = None) -> ImportResult:
+    """Read labels from a CSV (columns `key`, `label`, `annotator`; `annotator` may be given
+    here for the whole file) and append the good rows to RUN/audit/labels.jsonl: a row the
+    same person already gave the same label is skipped, so a file imported twice adds
+    nothing. Bad rows are returned as errors and not imported; nothing else is lost."""
+    from tension.core.inputs.labels import append_labels, labels_path, latest, read_label_csv, read_labels, read_sample
+
+    sample = read_sample(run)
+    keys = [it.key for it in sample.items]
+    got = read_label_csv(path, keys, annotator)
+    have = latest(read_labels(run, keys)[0])
+    new = [lab for lab in got.labels if (old := have.get(lab.key, {}).get(lab.annotator)) is None
+           or old.label != lab.label]
+    append_labels(run, new)
+    return ImportResult(added=len(new), unchanged=len(got.labels) - len(new), blank=got.blank,
+                        errors=[str(e) for e in got.errors], labels_file=str(labels_path(run)))
+
+
+def audit(run: PathLike, *, resamples: int = 2000, seed: int = 0, write: bool = True) -> AuditReport:
+    """The audit of the run's judge from its sample and labels (docs/metrics.md 1.10); with
+    `write`, RUN/audit.md and RUN/audit.csv, together."""
+    from tension.core.inputs.jsonl import write_together
+    from tension.core.reports.audit_report import audit_markdown, audit_report, audit_rows
+    from tension.core.reports.rows import rows_csv
+
+    report = audit_report(run, n_resamples=resamples, seed=seed)
+    if write:
+        d = Path(run)
+        write_together({d / "audit.md": "# Audit of the judge\n\n" + audit_markdown(report),
+                        d / "audit.csv": rows_csv(audit_rows(report))})
+    return report
+
+
+def audit_section(run: PathLike) -> str | None:
+    """The audit's section of report.md (markdown), or None when the run has no audit sample."""
+    from tension.core.inputs.labels import sample_path
+    from tension.core.reports.audit_report import audit_markdown, audit_report
+
+    if not sample_path(run).is_file():
+        return None
+    return audit_markdown(audit_report(run))

@@ -1,0 +1,408 @@
+"""The judge against people (issue 60; docs/metrics.md 1.10): pure functions on a
+confusion table and on the labelled items of an audit, no file and no LLM.
+
+The event of interest is the no-rate's: an ending that does **not** match what
+happens. A table's cells are named by two letters, the judge's answer first and
+the people's second (`ny`: the judge said no, people said it matches):
+
+    sensitivity  = nn / (nn + yn)   of the endings people say do not match, the share the judge calls no
+    specificity  = yy / (ny + yy)   of the endings people say match, the share the judge calls a match
+    J (Youden)   = sensitivity + specificity − 1
+
+The corrected prevalence (Rogan–Gladen): p_true = (p_obs + spec − 1) / J, clipped to
+[0, 1]; undefined (said, never computed) when J ≤ 0: a judge no better than a coin
+carries nothing to correct with.
+
+An audit's sample is drawn stratified by the judge's answer (core/pipelines/audit_sample.py:
+within each answer every verdict of the run has the same chance), so each answer's
+labelled items stand for that answer's share of the run. With `a` the run's share of
+judge-no verdicts, q1 the share people call no among labelled judge-no items and q0
+among judge-yes items, the run's table in proportions is
+    nn = a·q1, ny = a·(1 − q1), yn = (1 − a)·q0, yy = (1 − a)·(1 − q0),
+which is the table of the labelled items weighted by N_answer / n_answer (an unweighted
+table would count the rarer answer as often as the common one). An item labelled by
+several people counts once: its `person_no` is the share of its decisive labels
+(matches / does-not-match; can't-tell is left out) that say it does not match.
+
+The judge's agreement, κ, sensitivity and specificity get a seeded percentile bootstrap
+over the labelled items within each judge answer. A corrected group mean gets the delta
+method over the group's stories and the audit's two shares q1, q0 (their variances at
+Agresti–Coull's smoothed shares): the study in bench/judge_audit.py chose it over a joint
+bootstrap, the sample's table unweighted, the audit taken as exact and predictive values
+carried to the group (docs/metrics.md 1.10 has the figures).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import msgspec
+import numpy as np
+
+__all__ = ["LABELS", "MATCHES", "NO_MATCH", "CANT_TELL", "Confusion", "agreement", "kappa", "sensitivity",
+           "specificity", "youden", "rogan_gladen", "Corrected", "Interval", "JudgeAgreement", "judge_agreement",
+           "table_of", "PeopleAgreement", "people_agreement", "CorrectedMean", "corrected_mean", "WARN_KAPPA",
+           "WARN_YOUDEN", "agreement_warnings", "N_RESAMPLES", "LEVEL"]
+
+MATCHES, NO_MATCH, CANT_TELL = LABELS = ("matches", "does-not-match", "cant-tell")
+N_RESAMPLES = 2000
+Z95 = 1.959963984540054
+LEVEL = 0.95
+# Below these the corrected numbers cannot mean what the paper's do (docs/metrics.md 1.10):
+# the correction divides by J, so its variance grows as 1/J²: at J = 0.5 a no-rate's
+# interval is already twice as wide as uncorrected, and as J → 0 it has no bound. κ < 0.4
+# is "fair" agreement or worse on the usual reading (Landis & Koch 1977): the judge and
+# people then disagree on what a match is, which no constant error rate describes.
+WARN_YOUDEN = 0.5
+WARN_KAPPA = 0.4
+
+
+class Confusion(msgspec.Struct, frozen=True):
+    """Judge × people, in counts or weights (the judge's answer first: `ny` is judge no,
+    people yes). No is the no-rate's event: the ending does not match."""
+
+    nn: float
+    ny: float
+    yn: float
+    yy: float
+
+    @property
+    def total(self) -> float:
+        return self.nn + self.ny + self.yn + self.yy
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else math.nan
+
+
+def agreement(t: Confusion) -> float:
+    """The share of items on which judge and people agree (NaN for an empty table)."""
+    return _ratio(t.nn + t.yy, t.total)
+
+
+def kappa(t: Confusion) -> float:
+    """Cohen's κ = (p_o − p_e) / (1 − p_e), with p_e from the margins; NaN when the
+    table is empty or chance agreement is 1 (both sides all one answer: κ is undefined)."""
+    n = t.total
+    if not n > 0:
+        return math.nan
+    po = (t.nn + t.yy) / n
+    pe = ((t.nn + t.ny) * (t.nn + t.yn) + (t.yn + t.yy) * (t.ny + t.yy)) / (n * n)
+    return _ratio(po - pe, 1.0 - pe) if pe < 1.0 else math.nan
+
+
+def sensitivity(t: Confusion) -> float:
+    """P(judge no | people no); NaN when people called nothing no."""
+    return _ratio(t.nn, t.nn + t.yn)
+
+
+def specificity(t: Confusion) -> float:
+    """P(judge yes | people yes); NaN when people called nothing a match."""
+    return _ratio(t.yy, t.ny + t.yy)
+
+
+def youden(sens: float, spec: float) -> float:
+    """J = sens + spec − 1: 1 for a perfect judge, 0 for one no better than chance."""
+    return sens + spec - 1.0
+
+
+class Corrected(msgspec.Struct, frozen=True, kw_only=True):
+    """A prevalence corrected for the judge's errors: `value` in [0, 1] (`raw` before
+    clipping, `clipped` when they differ), or NaN with `undefined` saying why."""
+
+    value: float
+    raw: float
+    clipped: bool = False
+    undefined: str | None = None
+
+
+def rogan_gladen(p_obs: float, sens: float, spec: float) -> Corrected:
+    """Rogan–Gladen: p_true = (p_obs + spec − 1) / (sens + spec − 1), clipped to [0, 1].
+    Undefined when an input is NaN or sens + spec ≤ 1 (said, not computed)."""
+    if not all(math.isfinite(v) for v in (p_obs, sens, spec)):
+        return Corrected(value=math.nan, raw=math.nan, undefined="an input is undefined (no labels of one kind)")
+    j = youden(sens, spec)
+    if j <= 0:
+        return Corrected(value=math.nan, raw=math.nan,
+                         undefined=f"sensitivity + specificity = {sens + spec:.3f} ≤ 1: the judge is no better "
+                                   "than chance against people, so its errors cannot be corrected for")
+    raw = (p_obs + spec - 1.0) / j
+    value = min(1.0, max(0.0, raw))
+    return Corrected(value=value, raw=raw, clipped=value != raw)
+
+
+# -- an audit's labelled items -----------------------------------------------------------
+
+
+def table_of(judge_no: Sequence[bool] | np.ndarray, person_no: Sequence[float] | np.ndarray,
+             population: tuple[float, float] | None = None) -> Confusion:
+    """The run's table from labelled items: `judge_no` per item, `person_no` the share of
+    its decisive labels saying no (1, 0, or between for people who disagree). `population`
+    = (judge-no verdicts, judge-yes verdicts) of the run: each answer's items are weighted
+    to its share (module docstring); None: the items as they are, unweighted."""
+    j = np.asarray(judge_no, dtype=bool)
+    f = np.asarray(person_no, dtype=np.float64)
+    if j.shape != f.shape:
+        raise ValueError(f"{j.size} judge answers but {f.size} labels")
+    n1, n0 = int(j.sum()), int((~j).sum())
+    s1, s0 = float(f[j].sum()), float(f[~j].sum())
+    w1 = w0 = 1.0
+    if population is not None:
+        w1 = population[0] / n1 if n1 else 0.0
+        w0 = population[1] / n0 if n0 else 0.0
+    return Confusion(nn=w1 * s1, ny=w1 * (n1 - s1), yn=w0 * s0, yy=w0 * (n0 - s0))
+
+
+class Interval(msgspec.Struct, frozen=True):
+    """A value with its 95 % interval (NaN where undefined)."""
+
+    value: float
+    lo: float
+    hi: float
+
+
+class JudgeAgreement(msgspec.Struct, frozen=True, kw_only=True):
+    """The judge against people on some labelled items, weighted to the run."""
+
+    items: int  # labelled items (with a decisive label)
+    judge_no_items: int
+    judge_yes_items: int
+    table: Confusion  # weighted to the run (proportions when `population` was given)
+    agreement: Interval
+    kappa: Interval
+    sensitivity: Interval
+    specificity: Interval
+    youden: Interval
+    undefined_resamples: int = 0  # resamples with an undefined κ (all one answer on a side)
+
+
+def _stats(q1: np.ndarray, q0: np.ndarray, a: float) -> dict[str, np.ndarray]:
+    """Agreement, κ, sensitivity, specificity and J for (arrays of) q1, q0 at judge-no share a."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        nn, ny, yn, yy = a * q1, a * (1 - q1), (1 - a) * q0, (1 - a) * (1 - q0)
+        po = nn + yy
+        pe = (nn + ny) * (nn + yn) + (yn + yy) * (ny + yy)
+        kap = np.where(pe < 1.0, (po - pe) / (1.0 - pe), np.nan)
+        sens = nn / (nn + yn)
+        spec = yy / (ny + yy)
+    return {"agreement": po, "kappa": kap, "sensitivity": sens, "specificity": spec, "youden": sens + spec - 1.0}
+
+
+def _percentiles(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    ok = values[np.isfinite(values)]
+    if ok.size == 0:
+        return math.nan, math.nan
+    tail = 100.0 * (1.0 - level) / 2.0
+    lo, hi = np.percentile(ok, [tail, 100.0 - tail])
+    return float(lo), float(hi)
+
+
+def _resampled_means(values: np.ndarray, rng: np.random.Generator, n_resamples: int) -> np.ndarray:
+    """The mean of each of `n_resamples` resamples (with replacement) of `values`; NaN when empty."""
+    if values.size == 0:
+        return np.full(n_resamples, np.nan)
+    idx = rng.integers(0, values.size, size=(n_resamples, values.size))
+    return values[idx].mean(axis=1)
+
+
+def judge_agreement(judge_no: Sequence[bool] | np.ndarray, person_no: Sequence[float] | np.ndarray,
+                    population: tuple[float, float] | None = None, *, n_resamples: int = N_RESAMPLES,
+                    seed: int = 0) -> JudgeAgreement:
+    """Agreement, κ, sensitivity, specificity and J of the judge against people, each with
+    a percentile-bootstrap 95 % interval (items resampled within each judge answer, seeded).
+    `population`: the run's (judge-no, judge-yes) verdict counts the sample was drawn from."""
+    j = np.asarray(judge_no, dtype=bool)
+    f = np.asarray(person_no, dtype=np.float64)
+    if j.shape != f.shape:
+        raise ValueError(f"{j.size} judge answers but {f.size} labels")
+    keep = np.isfinite(f)  # an item without a decisive label carries nothing
+    j, f = j[keep], f[keep]
+    f1, f0 = f[j], f[~j]
+    n1, n0 = f1.size, f0.size
+    a = (population[0] / (population[0] + population[1]) if population is not None and sum(population) > 0
+         else (n1 / (n1 + n0) if n1 + n0 else math.nan))
+    q1 = float(f1.mean()) if n1 else math.nan
+    q0 = float(f0.mean()) if n0 else math.nan
+    point = {k: float(v) for k, v in _stats(np.array(q1), np.array(q0), a).items()}
+    rng = np.random.default_rng(seed)
+    q1b, q0b = _resampled_means(f1, rng, n_resamples), _resampled_means(f0, rng, n_resamples)
+    boot = _stats(q1b, q0b, a)
+    iv = {k: Interval(point[k], *_percentiles(boot[k])) if math.isfinite(point[k])
+          else Interval(math.nan, math.nan, math.nan) for k in point}
+    table = table_of(j, f, population)
+    if population is not None and table.total > 0:  # proportions: the run's table
+        s = table.total
+        table = Confusion(table.nn / s, table.ny / s, table.yn / s, table.yy / s)
+    return JudgeAgreement(items=int(n1 + n0), judge_no_items=int(n1), judge_yes_items=int(n0), table=table,
+                          agreement=iv["agreement"], kappa=iv["kappa"], sensitivity=iv["sensitivity"],
+                          specificity=iv["specificity"], youden=iv["youden"],
+                          undefined_resamples=int((~np.isfinite(boot["kappa"])).sum()) if math.isfinite(q1 + q0)
+                          else 0)
+
+
+# -- people against people -------------------------------------------------------------------
+
+
+class PeopleAgreement(msgspec.Struct, frozen=True, kw_only=True):
+    """Two annotators on the items both labelled decisively."""
+
+    a: str
+    b: str
+    items: int  # items both labelled decisively
+    cant_tell: int  # items both labelled, one or both saying can't tell
+    table: Confusion  # a's answer first
+    agreement: Interval
+    kappa: Interval
+
+
+def people_agreement(labels: Mapping[str, Mapping[str, str]], *, n_resamples: int = N_RESAMPLES,
+                     seed: int = 0) -> list[PeopleAgreement]:
+    """Raw agreement and Cohen's κ (bootstrap 95 % over items, seeded) for every pair of
+    annotators who labelled items in common. `labels`: item key -> annotator -> label."""
+    names = sorted({who for by in labels.values() for who in by})
+    out = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pairs, cant = [], 0
+            for by in labels.values():
+                if a in by and b in by:
+                    if CANT_TELL in (by[a], by[b]):
+                        cant += 1
+                    else:
+                        pairs.append((by[a] == NO_MATCH, by[b] == NO_MATCH))
+            if not pairs and not cant:
+                continue
+            x = np.array([p[0] for p in pairs], dtype=bool)
+            y = np.array([p[1] for p in pairs], dtype=bool)
+            t = Confusion(nn=float((x & y).sum()), ny=float((x & ~y).sum()), yn=float((~x & y).sum()),
+                          yy=float((~x & ~y).sum()))
+            rng = np.random.default_rng(seed)
+            ag, ka = [], []
+            if x.size:
+                idx = rng.integers(0, x.size, size=(n_resamples, x.size))
+                xb, yb = x[idx], y[idx]
+                nn, ny = (xb & yb).mean(1), (xb & ~yb).mean(1)
+                yn, yy = (~xb & yb).mean(1), (~xb & ~yb).mean(1)
+                po = nn + yy
+                pe = (nn + ny) * (nn + yn) + (yn + yy) * (ny + yy)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    kb = np.where(pe < 1.0, (po - pe) / (1.0 - pe), np.nan)
+                ag, ka = [po], [kb]
+            out.append(PeopleAgreement(
+                a=a, b=b, items=int(x.size), cant_tell=cant, table=t,
+                agreement=Interval(agreement(t), *(_percentiles(ag[0]) if ag else (math.nan, math.nan))),
+                kappa=Interval(kappa(t), *(_percentiles(ka[0]) if ka else (math.nan, math.nan)))))
+    return out
+
+
+# -- a group statistic corrected for the judge's errors ----------------------------------------
+
+
+class CorrectedMean(msgspec.Struct, frozen=True, kw_only=True):
+    """A group's mean of a no-rate statistic, as the run has it and corrected."""
+
+    n: int  # stories with a value
+    observed: Interval  # the mean and its bootstrap interval over stories
+    corrected: Interval  # Rogan–Gladen on the mean; interval over stories and the audit's items
+    clipped: bool = False
+    undefined: str | None = None
+    undefined_resamples: int = 0  # resamples where J ≤ 0 (their correction has no value)
+
+
+def _q_variance(f: np.ndarray) -> float:
+    """The variance of q (the mean of `f`, each in [0, 1]) at Agresti–Coull's (x + 2) / (n + 4):
+    never 0 at q = 0 or 1, where a plain binomial variance would say the audit knows q exactly."""
+    q = (float(f.sum()) + 2.0) / (f.size + 4.0)
+    return q * (1.0 - q) / (f.size + 4.0)
+
+
+def _delta(values: np.ndarray, f1: np.ndarray, f0: np.ndarray, a: float, raw: float, j: float) -> tuple[float, float]:
+    """The delta-method 95 % interval of the Rogan–Gladen correction `raw` of the mean of
+    `values` (docs/metrics.md 1.10): the mean's variance over stories, and q1's and q0's
+    (Agresti–Coull), through the derivatives of (m + spec − 1) / J."""
+    q1, q0 = float(f1.mean()), float(f0.mean())
+    p = a * q1 + (1 - a) * q0
+    ab = a * (1 - a)
+    d_sens = (ab * q0 / p**2, -ab * q1 / p**2)
+    d_spec = (ab * (1 - q0) / (1 - p) ** 2, -ab * (1 - q1) / (1 - p) ** 2)
+    grad = [((1 - raw) * d_spec[k] - raw * d_sens[k]) / j for k in range(2)]
+    var = (values.var(ddof=1) / values.size / j**2 if values.size >= 2 else math.nan) \
+        + grad[0] ** 2 * _q_variance(f1) + grad[1] ** 2 * _q_variance(f0)
+    half = Z95 * math.sqrt(var)
+    return max(0.0, raw - half), min(1.0, raw + half)
+
+
+def corrected_mean(values: Sequence[float] | np.ndarray, judge_no: Sequence[bool] | np.ndarray,
+                   person_no: Sequence[float] | np.ndarray, population: tuple[float, float], *,
+                   method: str = "delta", n_resamples: int = N_RESAMPLES, seed: int = 0) -> CorrectedMean:
+    """A group's mean of story values that are means of no-rates (mean NR, late NR),
+    corrected with the audit's sensitivity and specificity (Rogan–Gladen on the mean: the
+    correction is affine, so the mean of corrected no-rates is the corrected mean, before
+    clipping). `observed` is the mean with its percentile bootstrap over stories (seeded).
+
+    The corrected interval carries the run's sampling and the audit's: `method="delta"`
+    (the study's choice, bench/judge_audit.py) is the delta method with the mean's variance
+    over stories and q1's and q0's at Agresti–Coull's smoothed shares; `"bootstrap"`
+    resamples the stories and the audit's items (within each judge answer) together, and
+    a resample where J ≤ 0 has no value: more than 2.5 % of those and the interval is
+    undefined, and said so."""
+    if method not in ("delta", "bootstrap"):
+        raise ValueError(f"method: expected 'delta' or 'bootstrap', got {method!r}")
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    j = np.asarray(judge_no, dtype=bool)
+    f = np.asarray(person_no, dtype=np.float64)
+    keep = np.isfinite(f)
+    f1, f0 = f[keep & j], f[keep & ~j]
+    a = population[0] / (population[0] + population[1]) if sum(population) > 0 else math.nan
+    rng = np.random.default_rng(seed)
+    mean = float(v.mean()) if v.size else math.nan
+    means = _resampled_means(v, rng, n_resamples) if v.size >= 2 else np.full(n_resamples, np.nan)
+    observed = Interval(mean, *_percentiles(means))
+    q1 = float(f1.mean()) if f1.size else math.nan
+    q0 = float(f0.mean()) if f0.size else math.nan
+    s = _stats(np.array(q1), np.array(q0), a)
+    point = rogan_gladen(mean, float(s["sensitivity"]), float(s["specificity"]))
+    if point.undefined is not None:
+        return CorrectedMean(n=int(v.size), observed=observed, corrected=Interval(math.nan, math.nan, math.nan),
+                             undefined=point.undefined)
+    if method == "delta":
+        lo, hi = _delta(v, f1, f0, a, point.raw, float(s["youden"]))
+        return CorrectedMean(n=int(v.size), observed=observed, corrected=Interval(point.value, lo, hi),
+                             clipped=point.clipped)
+    b = _stats(_resampled_means(f1, rng, n_resamples), _resampled_means(f0, rng, n_resamples), a)
+    jb = b["youden"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        raw = np.where(jb > 0, (means + b["specificity"] - 1.0) / jb, np.nan)
+    bad = int((~(jb > 0)).sum())
+    if bad > n_resamples * (1.0 - LEVEL) / 2.0:
+        why = (f"in {bad} of {n_resamples} resamples of the audit the judge is no better than chance "
+               "(sensitivity + specificity ≤ 1): the interval has no bound; label more items")
+        return CorrectedMean(n=int(v.size), observed=observed, corrected=Interval(point.value, math.nan, math.nan),
+                             clipped=point.clipped, undefined=why, undefined_resamples=bad)
+    lo, hi = _percentiles(np.clip(raw, 0.0, 1.0))
+    return CorrectedMean(n=int(v.size), observed=observed, corrected=Interval(point.value, lo, hi),
+                         clipped=point.clipped, undefined_resamples=bad)
+
+
+def agreement_warnings(j: JudgeAgreement) -> list[str]:
+    """The plain warnings when agreement is too low for the numbers to mean what the paper
+    says (the thresholds WARN_KAPPA and WARN_YOUDEN, docs/metrics.md 1.10)."""
+    out = []
+    if j.items == 0:
+        return ["no item has a decisive label yet: nothing is known of the judge's errors"]
+    if j.judge_no_items == 0 or j.judge_yes_items == 0:
+        out.append("the labelled items hold only one of the judge's answers: its sensitivity and specificity "
+                   "cannot both be measured")
+    if math.isfinite(j.kappa.value) and j.kappa.value < WARN_KAPPA:
+        out.append(f"κ = {j.kappa.value:.2f} < {WARN_KAPPA}: the judge and people agree little beyond chance; the "
+                   "no-rates do not measure what people would call 'did not see it coming'")
+    if math.isfinite(j.youden.value) and j.youden.value < WARN_YOUDEN:
+        out.append(f"sensitivity + specificity − 1 = {j.youden.value:.2f} < {WARN_YOUDEN}: the run's own share of a "
+                   f"corrected no-rate's interval is {1 / max(j.youden.value, 1e-9):.0f}× as wide as the uncorrected "
+                   "interval, before the audit's share, and without bound as it nears 0")
+    elif math.isfinite(j.youden.lo) and j.youden.lo <= 0:
+        out.append("the interval of sensitivity + specificity − 1 reaches 0: the audit cannot rule out a judge no "
+                   "better than chance; label more items")
+    return out
