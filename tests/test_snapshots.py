@@ -74,6 +74,9 @@ ADDED = {
 # issue 57: each position's generation request has a seed of its own; --seed-scheme run keeps the old one
 for _verb in ("score", "estimate", "bench"):
     ADDED[_verb] = ADDED[_verb] | {"--seed-scheme"}
+# issue 61 (H1): a server's own switches in the requests' body (transformers serve's generation_config)
+for _verb in ("score", "estimate", "bench"):
+    ADDED[_verb] = ADDED[_verb] | {"--extra-body", "--judge-extra-body"}
 # issue 28: every verb that opens a cache may insist on one on a network file system
 # issue 35: a hosted API bills tokens: estimate prices what is to send, score's and report's cost line the run's
 for _verb in ("score", "estimate", "report"):

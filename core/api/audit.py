@@ -6,7 +6,7 @@ the one door the CLI's `audit` verbs and a script share.
     audit_import(run, path, annotator=None)            labels from such a CSV, into RUN/audit/labels.jsonl
     audit(run)                                         the audit: agreement, κ, sensitivity, specificity,
                                                        people's agreement, corrected group statistics;
-                                                       writes RUN/audit.md and RUN/audit.csv
+                                                       writes RUN/audit.md, RUN/audit.csv, RUN/audit.png
     audit_section(run)                                 the markdown section report.md holds (None: no sample)
 
 People label in the view's labelling page (`tension-run audit label RUN`, docs/view.md).
@@ -84,16 +84,14 @@ def audit_import(run: PathLike, path: PathLike, *, annotator: str | None = None)
 
 def audit(run: PathLike, *, resamples: int = 2000, seed: int = 0, write: bool = True) -> AuditReport:
     """The audit of the run's judge from its sample and labels (docs/metrics.md 1.10); with
-    `write`, RUN/audit.md and RUN/audit.csv, together."""
-    from tension.core.inputs.jsonl import write_together
-    from tension.core.reports.audit_report import audit_markdown, audit_report, audit_rows
-    from tension.core.reports.rows import rows_csv
+    `write`, RUN/audit.md, RUN/audit.csv and its figure RUN/audit.png, together."""
+    from tension.core.reports.audit_report import audit_report
 
     report = audit_report(run, n_resamples=resamples, seed=seed)
     if write:
-        d = Path(run)
-        write_together({d / "audit.md": "# Audit of the judge\n\n" + audit_markdown(report),
-                        d / "audit.csv": rows_csv(audit_rows(report))})
+        from tension.core.reports.audit_figure import write_audit
+
+        report = write_audit(run, report)
     return report
 
 

@@ -11,9 +11,12 @@ usage or configuration (a damaged cache among them); 130 interrupted.
     messages.py   what several verbs print; the exit statuses
     score.py      score, estimate, bench        generate.py   generate
     fairplay.py   fairplay, fairplay-metrics    reports.py    metrics, report, compare
-    serve.py      serve, demo                   cache.py      cache stats, verify, recover, drop, merge
-    view.py       view                          route.py      route
-    precision.py  subsample                     network_fs.py --cache-on-network-fs, of every verb opening a cache
+    serve.py      serve, demo                   view.py       view
+    route.py      route                         precision.py  subsample
+    cache.py      cache stats; the five cache verbs (VERBS)
+    cache_damage.py  cache verify, recover      cache_drop.py cache drop
+    cache_merge.py   cache merge                cache_given.py the cache folder every cache verb is given
+    network_fs.py --cache-on-network-fs, of every verb opening a cache
     audit.py      audit sample, label, export, import, report
 
 Building the parser imports no numba, numpy, scipy or aiohttp: a verb imports

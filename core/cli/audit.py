@@ -5,7 +5,8 @@
     audit export RUN_DIR    the sample as CSV, for a spreadsheet or an annotation tool
     audit import RUN_DIR F  labels back from such a CSV
     audit report RUN_DIR    agreement, κ, sensitivity, specificity, people's agreement, and the group
-                            statistics corrected for the judge's errors; writes audit.md and audit.csv
+                            statistics corrected for the judge's errors; writes audit.md, audit.csv
+                            and their figure audit.png
 """
 
 from __future__ import annotations
@@ -119,10 +120,12 @@ def cmd_audit_import(args) -> int:
 def cmd_audit_report(args) -> int:
     """The audit of a run's judge: its agreement with people, and the statistics corrected for its errors.
 
-    Agreement of judge and people, Cohen's κ, the judge's sensitivity and specificity (95% bootstrap
-    intervals), people's agreement on shared items, all by story
+    Agreement of judge and people, Cohen's κ (95% bootstrap intervals), the judge's sensitivity and
+    specificity (95% Wilson intervals), people's agreement on shared items, all by story
     group and part; then mean and late NR per group corrected for the judge's errors beside the uncorrected
-    values, and a warning when agreement is too low. Writes RUN_DIR/audit.md and RUN_DIR/audit.csv."""
+    values, and a warning when agreement is too low. Writes RUN_DIR/audit.md, RUN_DIR/audit.csv and their
+    figure RUN_DIR/audit.png (the corrected statistics beside the uncorrected, sensitivity and specificity
+    by part and group), together."""
     from tension.core.api.audit import audit
     from tension.core.reports.audit_report import audit_text
 
@@ -132,7 +135,7 @@ def cmd_audit_report(args) -> int:
         print(f"warning: {w}", file=sys.stderr)
     for e in r.errors:
         print(f"error: {e}", file=sys.stderr)
-    print(f"written: {args.run}/audit.md, {args.run}/audit.csv")
+    print(f"written: {args.run}/audit.md, {args.run}/audit.csv, {args.run}/{r.figure}")
     return EXIT_FAILED if r.errors else EXIT_OK
 
 

@@ -42,12 +42,29 @@ def cmd_view(args) -> int:
               "is left as it was: an export is written whole or not at all); run the same command again",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    if size is not None and size.positions and not size.positions_read:
-        # asked for the endings, and not one could be read: the export is not what was asked
-        print(f"error: none of the {size.positions} positions' endings could be read ({size.unread}); the export "
-              "holds the pages without them", file=sys.stderr)
+    if size is not None and size.positions_read < size.positions:
+        # asked for the endings, and some (or all) could not be read: the export is not all that was asked
+        print(f"error: {_unread(size)}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
+
+
+SHOWN_STORIES = 5  # the stories an export names whose positions' endings it could not read; the rest counted
+
+
+def _unread(size) -> str:
+    """What an export with endings could not read: how many positions, in which stories, the first reason."""
+    if not size.positions_read:
+        return (f"none of the {size.positions} positions' endings could be read ({size.unread}); the export holds "
+                "the pages without them")
+    lost = size.positions - size.positions_read
+    stories = [f"{sid!r} ({n})" for sid, n in list(size.unread_stories.items())[:SHOWN_STORIES]]
+    if len(size.unread_stories) > SHOWN_STORIES:
+        stories.append(f"and {len(size.unread_stories) - SHOWN_STORIES} more")
+    n = len(size.unread_stories)
+    return (f"{lost} of {size.positions} positions' endings could not be read, in {n} "
+            f"stor{'y' if n == 1 else 'ies'}: {', '.join(stories)} ({size.unread}); the export holds the other "
+            f"{size.positions_read} positions' endings; each of these says why at its point")
 
 
 def _view_flags(p) -> None:

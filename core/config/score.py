@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from tension.core.config.settings import (
     API_KEY_ENV,
     CONCURRENCY,
+    EXTRA_BODY_HELP,
     OUTPUTS,
     SERVERS,
     TEMPERATURE,
@@ -27,6 +28,7 @@ from tension.core.config.settings import (
     Timeout,
     build_settings,
     config_file_keys,
+    extra_body,
     flag,
     load_settings,
     read_config_file,
@@ -95,6 +97,8 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     temperature: Annotated[float, flag("sampling temperature of the endings", ENDINGS, bounds=TEMPERATURE)] = 1.2
     top_p: Annotated[float, flag("nucleus sampling of the endings", ENDINGS, bounds=Bounds(gt=0, le=1))] = 0.95
     max_tokens: Annotated[int, flag("longest ending, in tokens", ENDINGS, bounds=TOKENS)] = 150
+    extra_body: Annotated[str | None, flag(EXTRA_BODY_HELP.format(what="generation"), ENDINGS,
+                                           metavar="JSON")] = None
     # adaptive endings (docs/metrics.md 1.7): on with --target-half-width
     target_half_width: Annotated[float | None, flag(
         "adaptive endings: draw a position's endings in rounds of --round-endings until the 95% (Wilson) "
@@ -123,6 +127,8 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     # judging (000, App. C.5)
     judge_temperature: Annotated[float, flag("judge temperature", JUDGING, bounds=TEMPERATURE)] = 0.0
     judge_max_tokens: Annotated[int, flag("longest verdict, in tokens", JUDGING, bounds=TOKENS)] = 10
+    judge_extra_body: Annotated[str | None, flag(EXTRA_BODY_HELP.format(what="judge"), JUDGING,
+                                                 metavar="JSON")] = None
     judge_constraint: Annotated[str, flag(
         "none: free answers, as in the paper; choice: the judge may only answer Y or N (vLLM structured "
         "outputs); logprobs: Y or N by the first token's Y-vs-N probability (for weak judges)", JUDGING,
@@ -251,6 +257,8 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
         check(self.pct_min <= self.pct_max, "pct_min", "0 <= pct-min <= pct-max <= 1")
         check(self.judge_constraint in ("none", "choice", "logprobs"), "judge_constraint",
               "'none', 'choice' or 'logprobs'")
+        extra_body(self.extra_body, f"{self.flag_prefix}extra-body")  # a ConfigError naming it, before any request
+        extra_body(self.judge_extra_body, f"{self.flag_prefix}judge-extra-body")
         if self.target_half_width is not None:
             check(self.round_endings <= self.max_endings, "round_endings",
                   f"at most --max-endings ({self.max_endings})")

@@ -21,7 +21,8 @@ from tension.kernels.settings import Bounds, check_bounds
 
 __all__ = ["API_KEY_ENV", "BASE_URL_ENV", "DEFAULT_BASE_URL", "env_base_url", "Settings", "flag", "public",
            "load_settings", "read_config_file", "config_file_keys", "build_settings", "SERVERS", "CONCURRENCY",
-           "OUTPUTS", "fields_of", "ApiKey", "ReasoningOff", "Timeout", "Retries", "RetrySeconds", "CachePath",
+           "OUTPUTS", "fields_of", "ApiKey", "ReasoningOff",
+           "EXTRA_BODY_HELP", "extra_body", "Timeout", "Retries", "RetrySeconds", "CachePath",
            "CacheMaxGB", "Progress", "Bounds", "TEMPERATURE", "TOKENS", "cache_file_given", "checked_key"]
 
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -62,6 +63,33 @@ OUTPUTS = "storage and outputs"
 # The fields those verbs share, as types: one help text for each on every verb.
 ApiKey = Annotated[str | None, flag(f"API key; the {API_KEY_ENV} environment variable wins")]
 ReasoningOff = Annotated[bool, flag("send chat_template_kwargs {enable_thinking: false}", SERVERS)]
+EXTRA_BODY_HELP = ("a JSON object of fields added to the body of every {what} request: a server's own switch "
+                   "the tool does not set, e.g. transformers serve's '{{\"generation_config\": \"{{\\\"do_sample\\\": "
+                   "true}}\"}}' (docs/servers.md); part of the cache keys (default: none)")
+# Fields the tool sets itself: an extra body naming one would send it twice (the flag that sets it instead).
+OWN_BODY_FIELDS = {"model": "--model", "messages": "the prompts", "n": "--endings", "temperature": "--temperature",
+                   "top_p": "--top-p", "min_p": "--min-p", "max_tokens": "--max-tokens", "seed": "--seed",
+                   "chat_template_kwargs": "--reasoning-off", "structured_outputs": "--judge-constraint",
+                   "logprobs": "--judge-constraint logprobs", "top_logprobs": "--judge-constraint logprobs",
+                   "stream": "bench --no-stream", "stream_options": "bench", "prompt": "the prompts"}
+
+
+def extra_body(text: str | None, field: str) -> dict[str, Any] | None:
+    """The object `text` (a `--extra-body` value) holds, or None; a ConfigError names
+    `field` for text that is no JSON object or that sets a field the tool sets."""
+    if text is None or not text.strip():
+        return None
+    try:
+        value = msgspec.json.decode(text.encode())
+    except msgspec.DecodeError as e:
+        raise ConfigError(f"{field}: expected a JSON object, e.g. '{{\"key\": true}}'; got {text!r} ({e})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{field}: expected a JSON object, e.g. '{{\"key\": true}}'; got {text!r}")
+    own = sorted(set(value) & set(OWN_BODY_FIELDS))
+    if own:
+        raise ConfigError(f"{field}: {', '.join(own)} is set by the tool itself; use "
+                          + ", ".join(OWN_BODY_FIELDS[k] for k in own) + " instead")
+    return value
 Timeout = Annotated[float, flag("seconds allowed for one request", CONCURRENCY, bounds=Bounds(gt=0))]
 Retries = Annotated[int, flag("attempts per request, the first included (429, 5xx, dropped connections)",
                               CONCURRENCY, bounds=Bounds(ge=1))]

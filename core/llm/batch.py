@@ -345,7 +345,8 @@ class Batcher:
         body = CompletionRequest(model=r.model, prompt=[template.prompt(q) for q in requests], n=1,
                                  temperature=r.temperature, top_p=r.top_p, min_p=r.min_p, max_tokens=r.max_tokens,
                                  seed=r.seed, structured_outputs=r.structured_outputs,
-                                 logprobs=(r.top_logprobs or 1) if r.logprobs else None, add_special_tokens=False)
+                                 logprobs=(r.top_logprobs or 1) if r.logprobs else None, add_special_tokens=False,
+                                 extra_body=r.extra_body)
         try:
             data = await self.client.post(server, "/v1/completions", body, _ANSWER, model=r.model, ticket=ticket)
         except RefusedError as e:

@@ -42,11 +42,12 @@ import msgspec
 from tension.cache.records import Usage
 from tension.core.errors import ContextLengthError, NLimitError, StatusError
 from tension.core.llm.failures import RetryPolicy
-from tension.core.llm.protocol import ChatRequest, ChatResponse, routing_headers, usage_of
+from tension.core.llm.protocol import ChatRequest, ChatResponse, body_bytes, routing_headers, usage_of
+from tension.core.llm.refusals import dropped_logprobs, field_refusal, refused_fields
 from tension.core.llm.results import ChatResult, ShortAnswerError
 from tension.core.llm.sending import Attempt, Sender
 from tension.core.llm.servers import Server
-from tension.core.llm.ticket import Piece, Ticket
+from tension.core.llm.ticket import Piece, Shelf, Ticket
 from tension.core.llm.traits import n_limit
 from tension.core.redact import redact_secrets
 
@@ -101,6 +102,7 @@ async def pieces(sender: Sender, server: Server, request: ChatRequest, ticket: T
 async def _gather(sender: Sender, server: Server, request: ChatRequest, ticket: Ticket, retry: RetryPolicy | None,
                   asks: NAsk) -> AsyncGenerator[Piece | ChatResult, None]:
     server.in_record = True
+    server.recall(request.model, request.n, request.seed is not None)  # what an earlier run learned of it
     headers = routing_headers(ticket.key)
     url = server.root + "/v1/chat/completions"
     t0 = time.perf_counter()
@@ -119,7 +121,8 @@ async def _gather(sender: Sender, server: Server, request: ChatRequest, ticket: 
         asked = True
         ask = await asks.size(request.n - len(texts))
         req = request if ask == request.n and not texts else chunk(request, len(texts), ask)
-        if shelf is not None and req is not request and (piece := shelf.kept(len(texts), ask)) is not None:
+        if shelf is not None and (piece := _shelved(shelf, server, request, len(texts), ask,
+                                                    whole=req is request)) is not None:
             yield Piece(start=len(texts), result=piece, kept=True)  # kept by an earlier run: not asked again
             texts += piece.texts
             reasons += piece.finish_reasons
@@ -128,15 +131,20 @@ async def _gather(sender: Sender, server: Server, request: ChatRequest, ticket: 
             continue
         sent = time.perf_counter()
         try:
-            data = await sender.call(Attempt(method="POST", url=url, body=_ENC.encode(server.wire_form(req)),
+            data = await sender.call(Attempt(method="POST", url=url, body=body_bytes(_ENC, server.wire_form(req)),
                                              decoder=_CHAT, server=server, model=req.model, headers=headers,
                                              weight=ask, place=ticket.place, retry=retry))
         except StatusError as e:
+            if fields := refused_fields(e, req):  # a field it never takes: the run's settings must change
+                asks.gave_up()
+                raise field_refusal(server, fields, e) from None
             if not asks.refused_with(ask, e):
                 asks.gave_up()
                 raise
             continue  # nothing answered, nothing spent: ask fewer
         asks.answered(ask, request.seed is not None)
+        if (dropped := dropped_logprobs(server, request, data)) is not None:
+            raise dropped  # its every verdict would read as empty
         if (data.choices and empty_retries < EMPTY_ANSWER_RETRIES
                 and all(not (c.message.content or "").strip() for c in data.choices)):
             # Every choice empty: a glitch far more often than a real answer
@@ -164,6 +172,7 @@ async def _gather(sender: Sender, server: Server, request: ChatRequest, ticket: 
         if len(texts) >= request.n:
             break
         if got and len(got) < ask:
+            server.gave(request.model, len(got))  # the count its pieces are kept under (`_shelved`)
             # The same short count twice in a row is the server's limit, not a glitch.
             if short == len(got):
                 server.learned_n(len(got), "short answers", request.seed is not None)
@@ -177,6 +186,21 @@ async def _gather(sender: Sender, server: Server, request: ChatRequest, ticket: 
     yield ChatResult(texts=texts, finish_reasons=reasons, model=model, usage=usage,
                      seconds=time.perf_counter() - t0, followups=followups,
                      first_logprobs=logprobs if request.logprobs else [])
+
+
+def _shelved(shelf: Shelf, server: Server, request: ChatRequest, start: int, ask: int,
+             whole: bool) -> ChatResult | None:
+    """The piece of `request` the shelf holds from `start` on: of the `ask` choices asked
+    now (not when that is the whole request: the engine looked it up), else of a count
+    the server gives (`Server.given`: its limit, its short answers' counts, an earlier
+    run's too). A piece is found by what it is, whatever count this run asks first: a
+    resume asks its first request whole until it knows the server's limit, while the
+    piece an earlier run kept is under the count the server returned (M1 of
+    ../shared/reviews/external-servers-2026-12-07.md)."""
+    for count in ([] if whole else [ask]) + [c for c in server.given(request.model) if c < ask]:
+        if (piece := shelf.kept(start, count)) is not None:
+            return piece
+    return None
 
 
 class NAsk:

@@ -53,6 +53,7 @@ from tension.core.llm.protocol import (
     ModelList,
     Props,
     TokenizeResponse,
+    body_bytes,
     routing_headers,
 )
 from tension.core.llm.results import ChatResult, ShortAnswerError, StreamResult, Timeouts
@@ -232,9 +233,12 @@ class Client:
         """All `request.n` choices, never returned short: from chunks the server takes
         and follow-ups for missing ones, with the seeds moved on as one request's
         choices have them (core/llm/choices.py)."""
+        self._check_open()
+        await self.check_gate()
         whole = None
-        async for got in self.pieces(server, request, ticket, retry):
-            whole = got
+        async with aclosing(pieces(self._sender, server, request, ticket, retry)) as gen:
+            async for got in gen:  # the pieces, if any (a ticket with a shelf), then the whole answer
+                whole = got
         assert isinstance(whole, ChatResult)  # the last thing `pieces` gives
         return whole
 
@@ -253,7 +257,7 @@ class Client:
         """POST `body` to `path` of the server root with the client's retries, after
         the gate; the answer decoded. For endpoints spoken elsewhere (core/llm/batch.py)."""
         await self.check_gate()
-        return await self._call(Attempt(method="POST", url=server.root + path, body=self._enc.encode(body),
+        return await self._call(Attempt(method="POST", url=server.root + path, body=body_bytes(self._enc, body),
                                         decoder=decoder, server=server, model=model,
                                         headers=routing_headers(ticket.key), retry=retry))
 

@@ -12,7 +12,8 @@ from tension.cache.records import Usage
 from tension.core.llm.answer_checks import misnumbered
 
 __all__ = [
-    "ChatRequest", "ChatResponse", "ChatChunk", "ChunkChoice", "Delta", "Choice", "ChoiceMessage", "WireUsage",
+    "body_bytes", "ChatRequest", "ChatResponse", "ChatChunk", "ChunkChoice", "Delta", "Choice", "ChoiceMessage",
+    "WireUsage",
     "TokenizeRequest", "TokenizeResponse", "ContentTokenizeRequest", "CountTokenizeRequest", "ModelList", "ModelCard",
     "ModelMeta",
     "Props", "ErrorBody", "routing_headers", "salted",
@@ -45,6 +46,10 @@ class ChatRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     # by score, so its request bytes and cache keys are unchanged.
     stream: bool | None = None
     stream_options: dict[str, Any] | None = None
+    # Fields of the user's own for the body's top level (`--extra-body`: a server's own
+    # switch, e.g. transformers serve's generation_config), merged in on the wire
+    # (`body_bytes`); part of the cache key, since they may change the answer.
+    extra_body: dict[str, Any] | None = None
 
     def key_fields(self) -> dict[str, Any]:
         """Everything that decides the answer: the cache key hashes exactly this."""
@@ -215,6 +220,7 @@ class CompletionRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     # vLLM's default is True; the templated prompt already holds the special tokens, so
     # the batch sends False (a default here would be left out of the body: omit_defaults)
     add_special_tokens: bool = True
+    extra_body: dict[str, Any] | None = None  # as ChatRequest's: merged in on the wire (`body_bytes`)
 
 
 class CompletionLogprobs(msgspec.Struct):
@@ -298,3 +304,14 @@ def salted(headers: dict[str, str] | None, attempt: int) -> dict[str, str] | Non
     if not headers or "X-Session-ID" not in headers:
         return headers
     return {**headers, "X-Session-ID": f"{headers['X-Session-ID']}~retry{attempt + 1}"}
+
+
+def body_bytes(enc: msgspec.json.Encoder, body: msgspec.Struct) -> bytes:
+    """`body` as sent: its fields, and its `extra_body` (if it has one) merged in at the
+    top level, as the OpenAI client's `extra_body` is (the settings refuse extra
+    fields that the tool sets itself, so no key is sent twice)."""
+    extra = getattr(body, "extra_body", None)
+    if not extra:
+        return enc.encode(body)
+    own = enc.encode(msgspec.structs.replace(body, extra_body=None))
+    return own[:-1] + b"," + enc.encode(extra)[1:]

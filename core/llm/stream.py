@@ -28,7 +28,7 @@ from tension.core.errors import ServerError, StatusError
 from tension.core.llm.answer_checks import misnumbered
 from tension.core.llm.choices import NAsk, chunk
 from tension.core.llm.failures import error_message, status_error
-from tension.core.llm.protocol import ChatChunk, ChatRequest, ChatResponse
+from tension.core.llm.protocol import ChatChunk, ChatRequest, ChatResponse, body_bytes
 from tension.core.llm.results import StreamResult
 from tension.core.llm.sending import Sender
 from tension.core.llm.servers import Server
@@ -99,7 +99,7 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
     data = False
     t0 = time.perf_counter()
     try:
-        async for line in transport.lines(url, enc.encode(req), None):
+        async for line in transport.lines(url, body_bytes(enc, req), None):
             if not line.startswith(b"data:"):
                 if not data:
                     other.append(line)

@@ -23,6 +23,14 @@ off, then positions shuffled, to show what the ordering buys. Each run tags its
 system messages with a random bench id and its run number, so no run finds
 another's prompts (of this bench or an earlier one) in the server's prefix cache.
 The figures (bench_figures.py) are saved for `tension-run estimate --bench`.
+
+A failed request is counted, not raised; but a bench with one gives no figure
+(`estimate --bench` refuses it). So the first failure of the baseline stops the
+bench: what is in flight is let finish (and counted), nothing more is sent (no
+judge phase after a failed generation phase, no other run), and `stopped` says
+why. On a server that drops n when streaming the default bench spent 3 runs × 4
+full generations (≈ 3.5 min) before saying it had no figure (L2 of
+../shared/reviews/external-servers-2026-12-07.md).
 """
 
 from __future__ import annotations
@@ -113,6 +121,8 @@ class _Bench:
         for role, urls in (("generation", self.gen_urls), ("judge", self.judge_urls)):
             for url in urls:
                 self.urls.setdefault(url, []).append(role)
+        self.not_sent: list[str] = []  # what the baseline's first failure left unsent (module docstring)
+        self.stopped: str | None = None  # why the bench stopped after its first run
 
     async def runs(self) -> list[RunFigures]:
         """The baseline run, then (with variants) warm-up off and shuffled positions."""
@@ -124,7 +134,19 @@ class _Bench:
             with tqdm(total=len(self.chosen), unit="pos", desc=f"bench run {i + 1}/{len(plan)}",
                       disable=not self.cfg.progress, dynamic_ncols=True) as self.bar:
                 runs.append(await self.one_run(i, name, order, warm))
+            if i == 0 and runs[0].failed:
+                self.stopped = self._why_stopped(runs[0], len(plan) - 1)
+                break
         return runs
+
+    def _why_stopped(self, first: RunFigures, later: int) -> str:
+        """What the baseline's failure stopped, and why (module docstring)."""
+        skipped = list(self.not_sent)
+        if later:
+            skipped.append(f"the {later} other run{'s' if later != 1 else ''}")
+        return (f"{first.failed} of the first run's requests failed, so this bench can give no figure "
+                "(`estimate --bench` refuses one with failed requests; the errors above say why)"
+                + (f"; not sent: {', '.join(skipped)}" if skipped else ""))
 
     async def _metrics(self) -> dict[str, dict[str, float] | None]:
         texts = await asyncio.gather(*(self.client.get_text(u, "/metrics") for u in self.urls))
@@ -142,9 +164,14 @@ class _Bench:
         gen_url = {p: self.gen_urls[slot[p] % len(self.gen_urls)] for p in ps}
         judge_url = {p: self.judge_urls[slot[p] % len(self.judge_urls)] for p in ps}
 
+        unsent = {"generation": 0, "judge": 0}
+
         async def send(lane: str, url: str, req: ChatRequest) -> StreamResult | None:
             try:
                 async with sched.slot(lane):
+                    if run_no == 0 and fig.failed:  # the baseline failed: this bench gives no figure
+                        unsent[lane] += 1
+                        return None
                     res = await self._call(url, _tagged(req, f"bench {self.nonce} run {run_no}"))
             except TensionError as e:
                 fig.failed += 1
@@ -177,8 +204,13 @@ class _Bench:
             t1 = time.perf_counter()
             between = await self._metrics()  # the generation phase's counters apart from the judge's
             t1b = time.perf_counter()
-            await sched.map(judge_position, [(p, r) for p, r in zip(ps, gens) if r is not None])
+            judged = [(p, r) for p, r in zip(ps, gens) if r is not None]
+            if run_no == 0 and fig.failed and judged:
+                self.not_sent.append(f"the judge phase ({sum(len(r.texts) for _, r in judged)} requests)")
+                judged = []
+            await sched.map(judge_position, judged)
             t2 = time.perf_counter()
+        self.not_sent[:0] = [f"{k} {lane} request{'s' if k != 1 else ''}" for lane, k in unsent.items() if k]
         after = await self._metrics()
         _phase_figures(fig, results, t1 - t0, t2 - t1b, cfg.endings)
         fig.prompt_tokens = self.role_tokens(fig, (before, between, after))
@@ -350,7 +382,7 @@ def _bench_figures(b: _Bench, corpus: str, story: str, story_positions: int, run
         endings=cfg.endings, max_tokens=cfg.max_tokens, gen_concurrency=cfg.gen_concurrency,
         judge_concurrency=cfg.judge_concurrency, seed=opts.seed, gen_tok_s=base.gen_tok_s,
         judge_req_s=base.judge_req_s, mean_ending_tokens=base.mean_ending_tokens, seconds_per_story=per_story,
-        gpu_hour_usd=opts.gpu_hour_usd, failed=sum(r.failed for r in runs), runs=runs)
+        gpu_hour_usd=opts.gpu_hour_usd, failed=sum(r.failed for r in runs), runs=runs, stopped=b.stopped)
     if per_story is not None and opts.gpu_hour_usd is not None:
         fig.usd_per_story = per_story / 3600 * opts.gpu_hour_usd
         fig.usd_per_100_stories = 100 * fig.usd_per_story

@@ -103,6 +103,7 @@ class BenchFigures(msgspec.Struct, kw_only=True):
     usd_per_story: float | None = None
     usd_per_100_stories: float | None = None
     failed: int = 0
+    stopped: str | None = None  # why the bench stopped after its first run (a failure there: no figure)
     runs: list[RunFigures] = []
     run: RunHeader | None = None  # the run record header every verb shares (core/run/record.py)
 
@@ -189,6 +190,8 @@ def format_bench(f: BenchFigures) -> str:
     for r in f.runs:
         for e in r.errors:
             lines.append(f"  error ({r.name}): {e}")
+    if f.stopped:
+        lines.append(f"bench stopped after its first run: {f.stopped}")
     if f.seconds_per_story is not None:
         lines.append(f"seconds per story ({f.story_positions} positions, baseline): {f.seconds_per_story:,.1f}")
     if f.usd_per_story is not None:

@@ -37,6 +37,7 @@ import numpy as np
 from tension.core.config import ScoreConfig
 from tension.core.errors import ConfigError, StatusError
 from tension.core.inputs.corpus import Corpus, read_corpus
+from tension.core.llm.router import Router
 from tension.core.pipelines.estimate_adaptive import AdaptiveCost, CachedRounds
 from tension.core.pipelines.estimate_precision import PrecisionCost
 from tension.core.pipelines.estimate_text import format_estimate
@@ -51,7 +52,7 @@ from tension.core.run.reads import CacheReads
 from tension.core.run.record import RunHeader
 
 __all__ = ["Throughput", "TokenTotals", "Estimate", "run_estimate", "format_estimate",
-           "COST_FORMULA", "CacheModelOptions", "endings_gpu_hours", "TokensCost"]
+           "COST_FORMULA", "CacheModelOptions", "endings_gpu_hours", "TokensCost", "ChoiceLimit"]
 
 COST_FORMULA = ("GPU-hours = (generation requests to send × n × E / gen_tok_s + "
                 "judge requests to send / judge_req_s) / 3600;  cost = GPU-hours × gpu_hour_usd")
@@ -76,19 +77,37 @@ def endings_gpu_hours(endings: float, ending_tokens: float, thr: Throughput) -> 
     return endings * ending_tokens / thr.gen_tok_s / 3600 + endings / thr.judge_req_s / 3600
 
 
+class ChoiceLimit(msgspec.Struct, kw_only=True):
+    """The most choices the generation servers answer one HTTP request, as the run
+    knows it before sending (core/llm/traits.py `ServerTraits.max_n`: said by the
+    server, its kind, or learned and recorded), and what that makes of the
+    generation requests: a server that takes n in chunks of m is sent ⌈n / m⌉ HTTP
+    requests per position (core/llm/choices.py). `known` False: the servers were
+    not asked, or do not say (`how` tells which); `http_*` are then None."""
+
+    known: bool
+    max_n: int | None = None  # None with `known`: every server answers n whole (vLLM)
+    how: str = ""  # where the limit comes from, or why it is not known
+    per_position: int | None = None  # HTTP requests of one position's n endings
+    http_requests: int | None = None  # of every generation request
+    http_to_send: int | None = None  # of those still to send
+
+
 class TokensCost(msgspec.Struct, kw_only=True):
     """What the requests still to send cost where tokens are billed (a hosted API):
     prompt tokens as sent (a prefix cache's discount is the provider's, not counted),
     generated tokens as E per ending and the judge's verdict tokens at their
     max_tokens (an upper bound). A server that takes n in chunks is sent a
-    generation prompt once per chunk: `input_tokens` counts one per request, so it
-    is a lower bound there (docs/cost.md)."""
+    generation prompt once per chunk: counted so where its limit is known
+    (`ChoiceLimit`), else one per request, a lower bound there (`chunks_known`
+    False; docs/cost.md)."""
 
     input_tokens: int
     output_tokens: int
     input_usd_per_mtok: float | None
     output_usd_per_mtok: float | None
     usd: float  # the priced part: a price not given counts 0 and is named in the text
+    chunks_known: bool = True  # False: the generation servers' n limit is not known (a lower bound)
 
 
 class Estimate(msgspec.Struct, kw_only=True):
@@ -115,6 +134,7 @@ class Estimate(msgspec.Struct, kw_only=True):
     judge_cached: int = 0
     generation_to_send: int = 0
     judge_to_send: int = 0
+    choices: ChoiceLimit | None = None  # HTTP requests of the generation requests (None: not worked out)
     throughput: Throughput | None = None
     gpu_hours: dict[str, float] | None = None  # "generation", "judge", ("prefill", "prefill_ideal"), "total"
     usd: float | None = None
@@ -208,6 +228,8 @@ async def run_estimate(cfg: ScoreConfig, corpus_path: str | Path, throughput: Th
         else:
             est.generation_to_send = est.generation_requests
             est.judge_to_send = est.judge_requests
+        est.choices = choice_limit(gen, cfg.endings, est.generation_requests, est.generation_to_send,
+                                   asked=cache_checked)
         _cost(est, thr, cfg, cache_model)
     est.run = run.header()
     est.seconds = time.perf_counter() - t0
@@ -243,6 +265,36 @@ def _estimate(cfg: ScoreConfig, corpus: Corpus, corpus_path: str, finder: Positi
         output_tokens_max={"generation": tally.positions * cfg.endings * cfg.max_tokens,
                            "judge": tally.positions * cfg.endings * cfg.judge_max_tokens},
         cache_checked=cache_checked)
+
+
+def choice_limit(gen: Router, n: int, requests: int, to_send: int, *, asked: bool = True) -> ChoiceLimit:
+    """What the generation servers of `gen` take of `n` choices a request (`ChoiceLimit`),
+    for `requests` generation requests of which `to_send` are not cached. `asked`:
+    whether the run could have asked them (a local --tokenizer without --model asks
+    nothing)."""
+    limits: list[int | None] = []
+    hows: list[str] = []
+    for s in gen.servers():
+        t = s.traits
+        if t.max_n is not None:
+            limits.append(t.max_n)
+            hows.append(f"{s.name} answers at most {t.max_n} choice(s) a request: {t.max_n_from or 'learned'}")
+        elif s.models is None:
+            why = ("not asked: no --model was given" if not asked else
+                   "not asked: its token counts came from a local --tokenizer or the cache")
+            return ChoiceLimit(known=False, how=f"{s.name} {why}")
+        elif t.kind == "vllm":
+            limits.append(None)
+        else:
+            return ChoiceLimit(known=False, how=f"{s.name} is {s.what}, which does not say it")
+    bounded = [m for m in limits if m is not None]
+    if not bounded or min(bounded) >= n:
+        return ChoiceLimit(known=True, how="the servers answer n choices in one request",
+                           per_position=1, http_requests=requests, http_to_send=to_send)
+    m = min(bounded)  # several servers that differ: the most requests (a position goes to any of them)
+    per = -(-n // m)
+    return ChoiceLimit(known=True, max_n=m, how="; ".join(hows), per_position=per, http_requests=requests * per,
+                       http_to_send=to_send * per)
 
 
 async def _count_positions(run: Run, finder: PositionFinder, corpus: Corpus, by_story: dict[int, list[Position]],
@@ -351,13 +403,16 @@ def _tokens_cost(est: Estimate, cfg: ScoreConfig) -> TokensCost | None:
         return to_send / of if of else 0.0
 
     pt = est.prompt_tokens
-    inp = round(pt["generation"].sent * share(est.generation_to_send, est.generation_requests)
+    # a generation prompt is sent once per chunk of what the server takes (`ChoiceLimit`)
+    chunks = est.choices.per_position if est.choices is not None and est.choices.per_position else 1
+    inp = round(pt["generation"].sent * chunks * share(est.generation_to_send, est.generation_requests)
                 + pt["judge"].sent * share(est.judge_to_send, est.judge_requests))
     verdict = est.output_tokens_max["judge"] / est.judge_requests if est.judge_requests else 0.0
     out = round(est.generation_to_send * est.endings_per_position * est.ending_tokens + est.judge_to_send * verdict)
     usd = (inp * (cfg.input_usd_per_mtok or 0.0) + out * (cfg.output_usd_per_mtok or 0.0)) / 1e6
     return TokensCost(input_tokens=inp, output_tokens=out, input_usd_per_mtok=cfg.input_usd_per_mtok,
-                      output_usd_per_mtok=cfg.output_usd_per_mtok, usd=usd)
+                      output_usd_per_mtok=cfg.output_usd_per_mtok, usd=usd,
+                      chunks_known=est.choices is not None and est.choices.known)
 
 
 def throughput_from_bench(path: str | Path, gpu_hour_usd: float | None) -> Throughput:

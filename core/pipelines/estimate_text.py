@@ -32,6 +32,7 @@ def format_estimate(e: Estimate) -> str:
         row("stories without a position", f"{e.stories_without_positions:,}"),
         row("positions (skipped: prompt over context)", f"{e.positions:,} ({e.positions_too_long:,})"),
         row("generation requests (n endings each)", f"{e.generation_requests:,} (n = {e.endings_per_position})"),
+        *_http_rows(e, row),
         row("judge requests (≤, one per ending)", f"{e.judge_requests:,}"),
         row("prompt tokens, generation: sent", f"{pt['generation'].sent:,}"),
         row("                  computed with prefix cache", f"{pt['generation'].computed:,}"),
@@ -52,7 +53,9 @@ def format_estimate(e: Estimate) -> str:
         ]
     else:
         lines.append(row("cache", "not checked (give --model to name the cache keys)"))
-    lines.append(row("to send: generation / judge", f"{e.generation_to_send:,} / {e.judge_to_send:,}"))
+    http = e.choices.http_to_send if e.choices is not None and e.choices.max_n is not None else None
+    lines.append(row("to send: generation / judge", f"{e.generation_to_send:,} / {e.judge_to_send:,}"
+                     + (f" ({http:,} generation HTTP requests)" if http is not None else "")))
     thr = e.throughput
     if e.gpu_hours is not None and thr is not None:
         lines += [
@@ -75,6 +78,10 @@ def format_estimate(e: Estimate) -> str:
 
         lines.append(row("tokens to send: prompt / generated (at E)", f"{tc.input_tokens:,} / {tc.output_tokens:,} "
                          f"(endings at E = {e.ending_tokens:g} tokens, verdicts at judge_max_tokens)"))
+        if not tc.chunks_known:
+            lines.append(row("  prompt tokens: a lower bound", "the servers' n limit is not known: a generation "
+                             "prompt is counted once, though a server that takes n in chunks is sent it once per "
+                             "chunk"))
         lines.append(row("cost of the tokens to send", f"${tc.usd:,.2f} (at "
                          f"{price(tc.input_usd_per_mtok, 'prompt tokens')}, "
                          f"{price(tc.output_usd_per_mtok, 'generated tokens')})"))
@@ -90,6 +97,23 @@ def format_estimate(e: Estimate) -> str:
         lines.append(f"endings by the question: not available ({e.precision_note})")
     lines.append(f"({e.seconds:.1f} s)")
     return "\n".join(lines)
+
+
+def _http_rows(e: Estimate, row: Callable[[str, str], str]) -> list[str]:
+    """The HTTP requests the generation requests take on these servers, where they
+    take fewer choices a request than n; where it is not known, that it is not."""
+    c = e.choices
+    if c is None or e.endings_per_position <= 1:
+        return []
+    if not c.known:
+        return [row("  HTTP requests for them", f"not known ({c.how}; `score` learns it from the first answers): "
+                    f"{e.generation_requests:,} if the servers answer n whole, up to "
+                    f"{e.generation_requests * e.endings_per_position:,} if one choice a request "
+                    "(transformers serve, llama-cpp-python)")]
+    if c.max_n is None or c.http_requests is None:
+        return []
+    return [row("  HTTP requests for them", f"{c.http_requests:,} ({c.per_position} per position, in chunks of "
+                f"{c.max_n}: {c.how})")]
 
 
 def _e_source(e: Estimate) -> str:

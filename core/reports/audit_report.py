@@ -3,7 +3,9 @@ audit/sample.json, audit/labels.jsonl, stories.csv and groups.csv. No LLM, no ca
 
 `audit_report` computes it (core/reports/judge_audit.py's statistics); `audit_markdown` is the
 section report.md and audit.md hold, `audit_rows` the rows of audit.csv, `audit_text` what
-`tension-run audit report` prints.
+`tension-run audit report` prints. Its figure, audit.png, is core/reports/audit_figure.py's,
+written with audit.md and audit.csv; the markdown shows it when the folder has it, and says
+so when it was drawn from other numbers than the section's (labels added since).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from tension.core.reports import judge_audit as ja
 from tension.core.reports.rows import Cell, Rows
 
 __all__ = ["AuditReport", "Agreement", "CorrectedStat", "audit_report", "audit_markdown", "audit_rows",
-           "audit_text", "CORRECTED", "NOT_CORRECTED"]
+           "audit_text", "CORRECTED", "NOT_CORRECTED", "FIGURE"]
+
+FIGURE = "audit.png"  # the audit's figure, in the run folder beside audit.md and audit.csv
 
 # the group statistics that are means of no-rates: corrected (Rogan–Gladen is affine, so the
 # mean of corrected no-rates is the corrected mean)
@@ -79,6 +83,8 @@ class AuditReport(msgspec.Struct, kw_only=True):
     method: str = "delta"
     n_resamples: int = ja.N_RESAMPLES
     seed: int = 0
+    figure: str | None = None  # FIGURE when the run folder holds the audit's figure (`tension-run audit report`)
+    figure_current: bool = False  # it plots these numbers: the audit.csv written with it holds this report's rows
 
 
 def _floats(text: str | None) -> float:
@@ -160,13 +166,22 @@ def audit_report(run_dir: str | Path, *, n_resamples: int = ja.N_RESAMPLES, seed
     for got in by_item.values():
         for who in got:
             annotators[who] = annotators.get(who, 0) + 1
-    return AuditReport(
+    report = AuditReport(
         run=str(d), judge_model=sample.judge_model, items=len(sample.items), shared=sample.shared, labels=len(labels),
         annotators=dict(sorted(annotators.items())), labelled_items=sum(bool(v) for v in by_item.values()),
         decisive_items=int(np.isfinite(share).sum()), cant_tell=cant, judge=judge, by_group=by_group,
         by_part=by_part, people=ja.people_agreement({k: v for k, v in by_item.items() if len(v) > 1}, **kw),
         corrected=corrected, not_corrected=NOT_CORRECTED, warnings=ja.agreement_warnings(judge.result),
         errors=[str(e) for e in bad], n_resamples=n_resamples, seed=seed)
+    if (d / FIGURE).is_file():  # drawn by `audit report` with audit.csv: current while the file holds these rows
+        from tension.core.reports.rows import rows_csv
+
+        try:
+            current = (d / "audit.csv").read_text(encoding="utf-8") == rows_csv(audit_rows(report))
+        except (OSError, UnicodeDecodeError):
+            current = False
+        report.figure, report.figure_current = FIGURE, current
+    return report
 
 
 # -- text ---------------------------------------------------------------------------------------
@@ -203,8 +218,9 @@ def audit_markdown(r: AuditReport, heading: str = "##") -> str:
     lines += [f"Judge `{r.judge_model}`; a sample of {r.items} of the run's verdicts ({r.shared} shown to every "
               f"annotator), drawn by the judge's answer and weighted back to the run (docs/metrics.md 1.10). "
               f"Labelled: {r.labelled_items} items by {who}; {r.decisive_items} with a decisive label "
-              f"({r.cant_tell} can't-tell labels left out). 95 % intervals: bootstrap over the labelled items "
-              f"({r.n_resamples} resamples, seed {r.seed}).", ""]
+              f"({r.cant_tell} can't-tell labels left out). 95 % intervals: sensitivity and specificity Wilson "
+              f"(MOVER-R over the two judge answers' labelled items), agreement, κ and J bootstrap over the labelled "
+              f"items ({r.n_resamples} resamples, seed {r.seed}).", ""]
     for w in r.warnings:
         lines.append(f"**Warning:** {w}.")
     if r.warnings:
@@ -233,10 +249,27 @@ def audit_markdown(r: AuditReport, heading: str = "##") -> str:
         lines.append(f"| {c.group} | {c.statistic} | {c.n} | {_iv(ja.Interval(c.mean, c.lo, c.hi))} | "
                      f"{_iv(cm.corrected)} | {note} |")
     lines += ["", "Not corrected: " + "; ".join(f"**{k}**: {v}" for k, v in r.not_corrected.items()) + "."]
+    lines += ["", *_figure_lines(r)]
     if r.errors:
         lines += ["", f"{len(r.errors)} line(s) of audit/labels.jsonl could not be read and were left out:"]
         lines += [f"- {e}" for e in r.errors[:10]]
     return "\n".join(lines) + "\n"
+
+
+def _figure_lines(r: AuditReport) -> list[str]:
+    """The figure (FIGURE, beside audit.md and report.md), or how to draw it."""
+    if r.figure is None:
+        return [f"`tension-run audit report {r.run}` draws the figure: these group statistics beside their "
+                "corrections, and sensitivity and specificity by part and group."]
+    out = [f"![Group no-rates uncorrected and corrected; the judge's sensitivity and specificity by part and "
+           f"group, with 95 % intervals]({r.figure})", ""]
+    if r.figure_current:
+        return out + ["Top: each group's mean and late NR beside the same corrected for the judge's errors. Bottom: "
+                      "the judge's sensitivity and specificity over all items, per part and per group; the "
+                      "correction assumes them the same everywhere (bars whose intervals do not overlap say "
+                      "it fails)."]
+    return out + ["The figure is from the last `tension-run audit report`, whose numbers (audit.csv) are not these "
+                  "(labels given since, or other --resamples or --seed): run it again to redraw it."]
 
 
 def audit_text(r: AuditReport) -> str:

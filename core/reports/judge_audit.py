@@ -24,8 +24,18 @@ table would count the rarer answer as often as the common one). An item labelled
 several people counts once: its `person_no` is the share of its decisive labels
 (matches / does-not-match; can't-tell is left out) that say it does not match.
 
-The judge's agreement, κ, sensitivity and specificity get a seeded percentile bootstrap
-over the labelled items within each judge answer. A corrected group mean gets the delta
+The judge's agreement, κ and J get a seeded percentile bootstrap over the labelled items
+within each judge answer. Sensitivity and specificity get an interval that keeps its meaning
+at a handful of items and at 0 errors, where the bootstrap has nothing to resample and
+collapses to [1, 1]: each is a monotone map of a ratio of two independent shares of the
+stratified sample (the run's odds of judge no, a / (1 − a), are a constant),
+
+    sens / (1 − sens) = a/(1 − a) · q1 / q0           spec / (1 − spec) = (1 − a)/a · (1 − q0) / (1 − q1)
+
+so the ratio gets MOVER-R's interval (Zou & Donner 2008) from the Wilson intervals of its two
+shares (Brown, Cai & DasGupta's modification near 0 and n: `wilson`), each at its own judge
+answer's labelled items (`ratio_interval`): the weights are constant within an answer, so no
+effective n is estimated (docs/metrics.md 1.10 has the study). A corrected group mean gets the delta
 method over the group's stories and the audit's two shares q1, q0 (their variances at
 Agresti–Coull's smoothed shares): the study in bench/judge_audit.py chose it over a joint
 bootstrap, the sample's table unweighted, the audit taken as exact and predictive values
@@ -40,10 +50,12 @@ from collections.abc import Mapping, Sequence
 import msgspec
 import numpy as np
 
+from tension.kernels.stopping import wilson_half_width
+
 __all__ = ["LABELS", "MATCHES", "NO_MATCH", "CANT_TELL", "Confusion", "agreement", "kappa", "sensitivity",
            "specificity", "youden", "rogan_gladen", "Corrected", "Interval", "JudgeAgreement", "judge_agreement",
            "table_of", "PeopleAgreement", "people_agreement", "CorrectedMean", "corrected_mean", "WARN_KAPPA",
-           "WARN_YOUDEN", "agreement_warnings", "N_RESAMPLES", "LEVEL"]
+           "WARN_YOUDEN", "agreement_warnings", "N_RESAMPLES", "LEVEL", "wilson", "ratio_interval"]
 
 MATCHES, NO_MATCH, CANT_TELL = LABELS = ("matches", "does-not-match", "cant-tell")
 N_RESAMPLES = 2000
@@ -206,12 +218,72 @@ def _resampled_means(values: np.ndarray, rng: np.random.Generator, n_resamples: 
     return values[idx].mean(axis=1)
 
 
+def wilson(x: float, n: int) -> tuple[float, float]:
+    """The 95 % interval of the share x / n (NaN for n = 0): Wilson's, as Brown, Cai & DasGupta
+    (2001, Stat Sci 16:101, 4.1.1) modify it near 0 and n, where its coverage dips: for
+    0 < x ≤ x* the lower end is the Poisson one, ½χ²(2x; 0.05) / n, and for n − x* ≤ x < n
+    the upper end likewise; x* = 2 up to n = 50, 3 up to 100, none above. `x` may be fractional
+    (an item two people split counts ½: its variance is below a Bernoulli's, so the interval
+    errs wide). Never [p, p]: at x = n its lower end is n / (n + z²)."""
+    if n <= 0:
+        return math.nan, math.nan
+    z2 = Z95 * Z95
+    centre = (x / n + z2 / (2.0 * n)) / (1.0 + z2 / n)
+    half = float(wilson_half_width(n, x))
+    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    near = 2 if n <= 50 else 3 if n <= 100 else 0
+    if 0 < x <= near or 0 < n - x <= near:
+        from scipy.special import gammaincinv  # ½χ²(2x; p) = the inverse of the regularised gamma P(x, ·)
+
+        if 0 < x <= near:
+            lo = float(gammaincinv(x, 1.0 - LEVEL)) / n
+        if 0 < n - x <= near:
+            hi = 1.0 - float(gammaincinv(n - x, 1.0 - LEVEL)) / n
+    return lo, hi
+
+
+def ratio_interval(x1: float, n1: int, x2: float, n2: int) -> tuple[float, float]:
+    """The 95 % interval of the ratio (x1/n1) / (x2/n2) of two independent shares: MOVER-R
+    (Zou & Donner 2008, Stat Med 27:1693) from the two Wilson intervals, in its rationalised
+    form (no 0/0 where a Wilson end is twice its share). The upper end is inf when x2 = 0;
+    NaN when a share has no items or both are 0."""
+    if n1 <= 0 or n2 <= 0 or (x1 <= 0 and x2 <= 0):
+        return math.nan, math.nan
+    t1, t2 = x1 / n1, x2 / n2
+    (l1, u1), (l2, u2) = wilson(x1, n1), wilson(x2, n2)
+    both = t1 * t2
+    a = l1 * (2.0 * t1 - l1)  # ≥ 0: a Wilson interval holds its share
+    lo = a / (both + math.sqrt(max(both * both - a * u2 * (2.0 * t2 - u2), 0.0))) if a > 0 else 0.0
+    e = l2 * (2.0 * t2 - l2)
+    hi = (both + math.sqrt(max(both * both - u1 * (2.0 * t1 - u1) * e, 0.0))) / e if e > 0 else math.inf
+    return lo, hi
+
+
+def _sens_spec_intervals(f1: np.ndarray, f0: np.ndarray, a: float) -> tuple[tuple[float, float],
+                                                                           tuple[float, float]]:
+    """Sensitivity's and specificity's 95 % intervals (module docstring): the Wilson–MOVER
+    interval of q1 / q0 (of (1 − q1) / (1 − q0)) through the monotone map to the rate."""
+    nan = (math.nan, math.nan)
+    if not 0.0 < a < 1.0:
+        return nan, nan
+    odds = a / (1.0 - a)
+    s1, s0 = float(f1.sum()), float(f0.sum())
+    lo, hi = ratio_interval(s1, f1.size, s0, f0.size)
+    sens = nan if math.isnan(lo) else (odds * lo / (1.0 + odds * lo),
+                                       1.0 if math.isinf(hi) else odds * hi / (1.0 + odds * hi))
+    lo, hi = ratio_interval(f1.size - s1, f1.size, f0.size - s0, f0.size)
+    spec = nan if math.isnan(lo) else (0.0 if math.isinf(hi) else 1.0 / (1.0 + odds * hi), 1.0 / (1.0 + odds * lo))
+    return sens, spec
+
+
 def judge_agreement(judge_no: Sequence[bool] | np.ndarray, person_no: Sequence[float] | np.ndarray,
                     population: tuple[float, float] | None = None, *, n_resamples: int = N_RESAMPLES,
                     seed: int = 0) -> JudgeAgreement:
     """Agreement, κ, sensitivity, specificity and J of the judge against people, each with
-    a percentile-bootstrap 95 % interval (items resampled within each judge answer, seeded).
-    `population`: the run's (judge-no, judge-yes) verdict counts the sample was drawn from."""
+    a 95 % interval: agreement, κ and J a percentile bootstrap (items resampled within each
+    judge answer, seeded), sensitivity and specificity Wilson–MOVER (module docstring), which
+    the bootstrap's [1, 1] at 0 errors would not be. `population`: the run's (judge-no,
+    judge-yes) verdict counts the sample was drawn from."""
     j = np.asarray(judge_no, dtype=bool)
     f = np.asarray(person_no, dtype=np.float64)
     if j.shape != f.shape:
@@ -228,7 +300,8 @@ def judge_agreement(judge_no: Sequence[bool] | np.ndarray, person_no: Sequence[f
     rng = np.random.default_rng(seed)
     q1b, q0b = _resampled_means(f1, rng, n_resamples), _resampled_means(f0, rng, n_resamples)
     boot = _stats(q1b, q0b, a)
-    iv = {k: Interval(point[k], *_percentiles(boot[k])) if math.isfinite(point[k])
+    ends = dict(zip(("sensitivity", "specificity"), _sens_spec_intervals(f1, f0, a)))
+    iv = {k: Interval(point[k], *(ends[k] if k in ends else _percentiles(boot[k]))) if math.isfinite(point[k])
           else Interval(math.nan, math.nan, math.nan) for k in point}
     table = table_of(j, f, population)
     if population is not None and table.total > 0:  # proportions: the run's table

@@ -9,7 +9,8 @@ estimate, bench), inside the output lock its pipeline holds
                             record_path=out / "run.json", roles=ROLES) as run:
             run.pipeline = scoring                # its models, outcome and record body
             if await run.work(scoring.score()):   # False: the work failed (recorded)
-                scoring.write_outputs()
+                with run.outputs():               # all in place, or the folder's earlier ones put back
+                    scoring.write_outputs()
     # however the block ended: the last records committed, the client and the
     # progress bar closed, the cache's run counts saved, the record written with
     # the status decided from what happened ("complete", "failed" or
@@ -48,9 +49,11 @@ from tension.core.llm.transport import Transport
 from tension.core.redact import redact, redact_argv
 from tension.core.run.commit import describe, first_error
 from tension.core.run.engine import Engine
+from tension.core.run.out_folder import Placement, outputs_in, outputs_together, owns_folder
 from tension.core.run.progress import Progress
 from tension.core.run.record import CacheFigures, Http, RunHeader, RunRecord, versions, write_record
 from tension.core.run.scheduler import Scheduler
+from tension.core.run.taught import Lesson, keep, remember
 
 __all__ = ["INVOCATION", "Run", "RunSettings", "Pipeline", "open_run", "open_store", "warn"]
 
@@ -113,10 +116,16 @@ class Run:
         self.last_run = last_run
         self.started = time.time()
         self.llm = Engine(store, progress, roles, partial, refresh=refresh, since=self.started)
+        self.lessons: list[Lesson] = []  # what its servers taught, kept when it closes (core/run/taught.py)
         self.pipeline: Pipeline | None = None
-        # Files that say the run is complete (report.md): removed if the run is stopped
-        # after they were begun, so that no file contradicts the record's "interrupted".
+        # Files that say the run is complete (report.md): written in the outputs block, so
+        # a run that ends before its outputs are all in place puts them back with the rest
+        # (`outputs`); where that fails, they are removed, so that no file contradicts the
+        # record's "interrupted" or "failed".
         self.claims: list[Path] = []
+        # The outputs of the folder the run owns, as its outputs block left them (None: no
+        # block yet, or no folder of its own: generate's one file)
+        self.placement: Placement | None = None
         self.error: str | None = None  # the first error, as the record states it
         # The first error was a ConfigError: the CLI exits 2 for it (a rerun of the same
         # command cannot pass), and the record must state the code the process returns.
@@ -129,7 +138,9 @@ class Run:
 
     @property
     def status(self) -> RunStatus:
-        """How the run ended (or stands): the one place the status is decided."""
+        """How the run ended (or stands): the one place the status is decided. In a
+        folder of its own, "complete" says that every output of the run is there,
+        "interrupted" and "failed" that none is (`outputs`, `settle_outputs`)."""
         if self.cancelled:
             return "interrupted"
         if self.error is not None:
@@ -155,7 +166,9 @@ class Run:
 
     def serving(self, *routers: Router, lanes: dict[str, int] | None = None,
                 route: bool = True) -> contextlib.AbstractAsyncContextManager[Scheduler]:
-        """The block in which the run sends (Engine.serving)."""
+        """The block in which the run sends (Engine.serving), what its servers taught
+        earlier runs on their records first (core/run/taught.py)."""
+        self.lessons += remember(self.store, routers)
         return self.llm.serving(*routers, lanes=lanes, route=route)
 
     @property
@@ -201,10 +214,11 @@ class Run:
         try:
             await self._close()
         finally:
-            if self.cancelled:
+            if self.status != "complete" and (self.placement is None or self.placement.not_put_back):
                 for path in self.claims:
                     with contextlib.suppress(OSError):
                         path.unlink(missing_ok=True)
+            if self.cancelled:
                 self._say_kept()
 
     def _say_kept(self) -> None:
@@ -220,14 +234,19 @@ class Run:
         if chunks:
             said.append(f"{texts} endings in {chunks} chunk{'s' if chunks != 1 else ''} of requests not yet whole")
         said.append(f"{k.answers} new answer{'s' if k.answers != 1 else ''} in the cache")
+        if self.placement is not None and self.placement.not_put_back is not None:
+            said.append("its outputs not written (the folder left as it was)")
         note.kept, note.anything = ", ".join(said), k.answers > 0 or k.lines > 0
 
     async def _close(self) -> None:
         # Each step runs even when one before it failed; ExitStack runs them in
-        # reverse order of registration: progress, client, run counts, record, store.
+        # reverse order of registration: progress, client, run counts, the outputs settled,
+        # record, what the servers taught (core/run/taught.py), store.
         with contextlib.ExitStack() as later:
             later.callback(self.store.close)
+            later.callback(keep, self.store, self.lessons)
             later.callback(self.write_record)
+            later.callback(self.settle_outputs)  # before the record, which says how they were settled
             if self.last_run:
                 later.callback(self.store.save_run_counts)
             later.callback(self.progress.close)
@@ -241,47 +260,61 @@ class Run:
 
     @contextlib.contextmanager
     def outputs(self) -> Iterator[None]:
-        """The block in which a run writes its outputs, synchronously: a SIGTERM or
-        SIGINT stops it at once (KeyboardInterrupt), where the loop's handlers would
-        act only at the next await, after every file was written and the report
-        drawn (a scheduler's SIGTERM was lost, Ctrl-C left a report saying
-        "complete"). A stop that is already pending is obeyed before the first file."""
+        """The block in which a run writes its outputs, synchronously, together or not
+        at all. In the folder the run owns (score's and fairplay's --out), they are all
+        in place when the block ends; a block that ends in a stop or a failure puts the
+        folder's earlier outputs back as they were (an earlier run's whole, or none:
+        core/run/out_folder.py `outputs_together`), and its record says which
+        (`status`, `earlier_outputs`). A SIGTERM or SIGINT stops it at once
+        (KeyboardInterrupt), where the loop's handlers would act only at the next
+        await, after every file was written and the report drawn (a scheduler's SIGTERM
+        was lost, Ctrl-C left a report saying "complete"). A stop that is already
+        pending is obeyed before the first file."""
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise asyncio.CancelledError
-        if threading.current_thread() is not threading.main_thread():
+        folder = self.folder()
+        with contextlib.ExitStack() as stops:
+            if threading.current_thread() is threading.main_thread():  # signals reach only its handlers
+                def stop(signum: int, frame: object) -> None:
+                    raise KeyboardInterrupt
+
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    stops.callback(signal.signal, sig, signal.signal(sig, stop))
             try:
-                yield  # signals reach only the main thread's handlers
+                if folder is None:
+                    yield
+                    return
+                with outputs_together(folder, self.own(folder), warn) as self.placement:
+                    yield
             except OSError as e:
-                if e.errno not in NO_ROOM:
+                if e.errno not in NO_ROOM:  # other errors name their file as they are (atomic_write)
                     raise
-                raise cannot_write(e) from e
+                raise cannot_write(e) from e  # nothing of this run's outputs is left to say
+
+    def settle_outputs(self) -> None:
+        """As the run closes, before its record is written: the outputs its block put in
+        place stay if the run is complete, else the folder's earlier ones are put back
+        (a stop while the client closed, after the block: the record will say
+        "interrupted", and no file of the run may say otherwise)."""
+        p = self.placement
+        if p is None or not p.written or p.not_put_back is not None:
             return
+        if self.status == "complete":
+            p.keep_new()
+        else:
+            p.put_back()
 
-        def stop(signum: int, frame: object) -> None:
-            raise KeyboardInterrupt
+    def folder(self) -> Path | None:
+        """The --out folder this run owns (its partial file's, under its lock), or None."""
+        if self.partial is None or not owns_folder(self.partial.parent):
+            return None
+        return self.partial.parent
 
-        before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        except OSError as e:
-            if e.errno not in NO_ROOM:  # other errors name their file as they are (atomic_write)
-                raise
-            raise cannot_write(e, self.written_since_start(Path(e.filename).parent if e.filename else None)) from e
-        finally:
-            for sig, handler in before.items():
-                signal.signal(sig, handler)
-
-    def written_since_start(self, folder: Path | None) -> str:
-        """The files of `folder` this run wrote, said (a full disk: what was kept)."""
-        if folder is None:
-            return ""
-        try:
-            names = sorted(p.name for p in folder.iterdir()
-                           if p.is_file() and not p.name.startswith(".") and p.stat().st_mtime >= self.started)
-        except OSError:
-            return ""
-        return ", ".join(names)
+    def own(self, folder: Path) -> set[str]:
+        """The run's own files in its folder, which are not outputs: its partial file (what
+        resume needs) and its record."""
+        return {p.name for p in (self.partial, self.record_path) if p is not None and p.parent == folder}
 
     # -- the run record ---------------------------------------------------------------
 
@@ -309,8 +342,13 @@ class Run:
             lanes=self.llm.lane_stats, servers=c.servers.record())
 
     def record(self) -> RunRecord:
-        """The run record: the header, then the pipeline's body."""
-        return RunRecord(header=self.header(), body=self.pipeline.body() if self.pipeline is not None else {})
+        """The run record: the header, then the pipeline's body. A run that did not
+        complete in a folder of its own says which outputs there are an earlier run's,
+        left as they were (`earlier_outputs`): none of its own is there."""
+        body = self.pipeline.body() if self.pipeline is not None else {}
+        if self.status != "complete" and (folder := self.folder()) is not None:
+            body = {**body, "earlier_outputs": outputs_in(folder, self.own(folder))}
+        return RunRecord(header=self.header(), body=body)
 
     def write_record(self) -> None:
         """Write the run record as it stands. On a full disk the partial file makes

@@ -1,25 +1,31 @@
 """The ownership of a run's output (`--out`): the folder made ready
-(`prepare_out_dir`), and the lock that lets one run at a time write it
-(`out_lock`: an flock on a file beside the outputs, and this process's own
-registry of the lock files its runs hold, for two calls of one process).
+(`prepare_out_dir`), the lock that lets one run at a time write it (`out_lock`: an
+flock on a file beside the outputs, and this process's own registry of the lock
+files its runs hold, for two calls of one process), and the outputs a run puts
+into a folder it owns together or not at all (`outputs_together`).
 
     out = prepare_out_dir(out_dir)
     with out_lock(out, out / LOCK_NAME, "score", "folder"):
-        ...  # the run (core/run/lifecycle.py `open_run`) and its outputs
+        ...  # the run (core/run/lifecycle.py `open_run`) and its outputs (`Run.outputs`)
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import re
+import secrets
+import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 from tension.core.errors import ConfigError, TensionError
+from tension.core.signals import held
 
-__all__ = ["LOCK_NAME", "out_lock", "prepare_out_dir"]
+__all__ = ["LOCK_NAME", "Placement", "out_lock", "outputs_in", "outputs_together", "owns_folder", "prepare_out_dir"]
 
 LOCK_NAME = ".tension-run.lock"
 
@@ -38,16 +44,28 @@ def out_lock(out: Path, lock_file: Path, verb: str, what: str) -> Iterator[None]
                                f"going: another thread or task); wait for it to finish or choose another {what} "
                                "(several runs may share one --cache)")
         _held[key] = verb
+        if what == "folder":
+            _folders.add(os.path.realpath(out))
     try:
         with _flock(out, lock_file, verb, what):
             yield
     finally:
         with _held_lock:
             del _held[key]
+            if what == "folder":
+                _folders.discard(os.path.realpath(out))
 
 
 _held: dict[str, str] = {}  # the lock files this process's runs hold, and their verbs
+_folders: set[str] = set()  # the --out folders this process's runs hold (score, fairplay; not generate's file)
 _held_lock = threading.Lock()
+
+
+def owns_folder(folder: Path) -> bool:
+    """A run of this process holds `folder` as its --out folder (`out_lock` with what="folder"):
+    every output in it is its own to write (and to put back)."""
+    with _held_lock:
+        return os.path.realpath(folder) in _folders
 
 
 @contextlib.contextmanager
@@ -77,3 +95,170 @@ def prepare_out_dir(out_dir: str | os.PathLike) -> Path:
         raise ConfigError(f"--out {out}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+# -- a run's outputs together -----------------------------------------------------------
+
+# what `outputs_together` keeps aside (".NAME.<hex>.earlier") or swaps out (".NAME.<hex>.new") under hidden
+# names: what a run killed (SIGKILL) in its outputs block left, removed by the next one
+_ASIDE = re.compile(r"^\..+\.[0-9a-f]{12}\.(earlier|new)$")
+# no hard link on this file system, or not for this file: the earlier output is copied instead
+_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
+
+
+class Placement:
+    """The outputs of a run's folder while the run writes its own (`outputs_together`):
+    the earlier ones kept aside until the run is settled, then either dropped, the
+    run's outputs staying (`keep_new`: the run is complete), or put back in place of
+    the run's (`put_back`: it is not). `written`: the block ended, every output of
+    the run in place; `not_put_back`: once put back, what could not be (named)."""
+
+    def __init__(self, folder: Path, own: Collection[str], say: Callable[[str], None]):
+        self.folder, self.own, self.say = folder, own, say
+        self.kept = _keep(folder, own)  # output name -> its earlier self, under a hidden name
+        self.written = False
+        self.not_put_back: list[str] | None = None  # None: not put back
+
+    def keep_new(self) -> None:
+        """The run is complete: its outputs stay, the earlier ones go."""
+        kept, self.kept = self.kept, {}
+        for aside in kept.values():
+            _remove(aside)
+
+    def put_back(self) -> None:
+        """The run is not complete: the folder's outputs as they were before it (its own
+        removed), while stop signals wait."""
+        kept, self.kept = self.kept, {}
+        self.not_put_back = _put_back(self.folder, self.own, kept)
+        if self.not_put_back:
+            self.say(f"{self.folder}: {', '.join(self.not_put_back)} could not be put back as they were before "
+                     "this run: they may be this run's, unfinished")
+
+
+def outputs_in(folder: Path, own: Collection[str]) -> list[str]:
+    """The outputs in `folder` now: its entries but hidden ones (the lock, temporary
+    files) and `own` (the run's partial file and record, which are not outputs)."""
+    try:
+        return sorted(p.name for p in folder.iterdir() if _is_output(p.name, own))
+    except OSError:
+        return []
+
+
+@contextlib.contextmanager
+def outputs_together(folder: Path, own: Collection[str], say: Callable[[str], None]) -> Iterator[Placement]:
+    """The block in which a run writes its outputs into the folder it owns, one file
+    after another. When it ends in an exception (a stop, a failure: a full disk, a
+    report that cannot be drawn), the folder's outputs are put back as they were
+    before it, an earlier run's whole or none, while stop signals wait (core/signals.py
+    `held`); when it ends, the run's outputs are all in place, and the earlier ones
+    stay kept until the run settles (`Placement`: a stop before its record is written
+    puts them back too). So a folder never holds some outputs of this run beside some
+    of an earlier one, or a report.md that says "complete" beside a record that says
+    "interrupted" (issue 58, item 5).
+
+    Before the block, each output in the folder (`outputs_in`) is kept under a hidden
+    name beside it: a hard link (a copy where the file system has none), a folder as
+    a tree of them. The outputs are written by rename (`atomic_write`,
+    `write_together`), which leaves a link's bytes as they were. `own`, the run's
+    partial file and record, are left alone: what resume needs, and the record of
+    how the run ended. What a run killed in its block kept aside (SIGKILL) is removed
+    first. `say` tells what could not be put back, if anything."""
+    for p in _entries(folder):
+        if _ASIDE.match(p.name):
+            _remove(p)
+    placement = Placement(folder, own, say)
+    try:
+        yield placement
+        placement.written = True
+    except BaseException:
+        placement.put_back()
+        raise
+
+
+def _is_output(name: str, own: Collection[str]) -> bool:
+    return not name.startswith(".") and name not in own
+
+
+def _entries(folder: Path) -> list[Path]:
+    return sorted(folder.iterdir())
+
+
+def _keep(folder: Path, own: Collection[str]) -> dict[str, Path]:
+    """Each output of `folder` linked under a hidden name beside it: its name -> that path."""
+    kept: dict[str, Path] = {}
+    try:
+        for p in _entries(folder):
+            if not _is_output(p.name, own):
+                continue
+            aside = folder / f".{p.name}.{secrets.token_hex(6)}.earlier"
+            kept[p.name] = aside
+            try:
+                if p.is_symlink():
+                    os.symlink(os.readlink(p), aside)
+                elif p.is_dir():
+                    shutil.copytree(p, aside, symlinks=True, copy_function=_link)
+                else:
+                    _link(p, aside)
+            except OSError as e:  # named as the output it is (a full disk: cannot write OUT/figures)
+                raise OSError(e.errno, e.strerror, str(p)) from e
+    except BaseException:
+        for aside in kept.values():
+            _remove(aside)
+        raise
+    return kept
+
+
+def _link(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError as e:
+        if e.errno not in _NO_LINK:
+            raise
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def _put_back(folder: Path, own: Collection[str], kept: dict[str, Path]) -> list[str]:
+    """The folder's outputs as `kept` holds them: the run's new ones removed, the kept
+    ones in their places; the names that could not be."""
+    failed = []
+    with held():
+        for p in _entries(folder):
+            if _is_output(p.name, own) and p.name not in kept:
+                try:
+                    _remove(p, strict=True)
+                except OSError:
+                    failed.append(p.name)
+        for name, aside in kept.items():
+            try:
+                _replace(aside, folder / name)
+            except OSError:
+                failed.append(name)
+    return sorted(failed)
+
+
+def _replace(aside: Path, place: Path) -> None:
+    """`aside` moved to `place`, whatever is there (a folder is swapped whole)."""
+    if place.is_dir() and not place.is_symlink():
+        gone = place.parent / f".{place.name}.{secrets.token_hex(6)}.new"
+        os.replace(place, gone)
+        os.replace(aside, place)
+        _remove(gone)
+        return
+    if aside.is_dir() and not aside.is_symlink():
+        place.unlink(missing_ok=True)
+    elif place.exists() and os.path.samefile(aside, place):  # the output as it was: rename would do nothing
+        aside.unlink()
+        return
+    os.replace(aside, place)
+
+
+def _remove(p: Path, strict: bool = False) -> None:
+    """A file or a folder tree, gone (nothing if it is not there); `strict`: an error if it stays."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=not strict)
+    else:
+        try:
+            p.unlink(missing_ok=True)
+        except OSError:
+            if strict:
+                raise

@@ -8,12 +8,23 @@ answers one request at a time took over an hour for 33 positions, with the bar a
 0 all along (M4 of ../shared/reviews/external-servers-2026-12-02.md). So the bar
 also counts answers as they come (an ending, a chunk's endings, a verdict) and,
 where the pipeline says how many answers a unit takes (`Pace.per_unit`), the time
-left from the answers per second so far; once the first answers are in (`FIRST`),
-a run with more than `QUIET` seconds left says once on stderr how long it will
-take, and one expected to take longer than `Pace.long_run` also what to lower
-(`Pace.advice`, as a command). The figures said are kept for the run record
-(`Eta`, run.json `http.eta`). Disabled (--no-progress), nothing of it is said,
-and the pace is only kept."""
+left from the answers per second so far.
+
+The time left is given from the first fresh answer on: on a server that gives one
+choice a request the first answer took 86 s (transformers serve,
+../shared/reviews/external-servers-2026-12-07.md L3), and waiting for 8 of them
+left the bar without a time for over 11 minutes. Until `FIRST` is reached (8
+answers and 2 s of work) the figure is rough (the bar says "(rough)"): the answers
+so far over the time since the work began, which is what a server answering one
+request at a time does, and too slow for one that answers several at once (their
+first answers come together, and the figure is recomputed as they do). A run with
+more than `QUIET` seconds left says so once on stderr at `FIRST`; where `FIRST`'s
+seconds pass before its answers are in, already at the first answer after them,
+marked rough, and again when the figure settles. One expected to take longer than
+`Pace.long_run` also says what to lower (`Pace.advice`, as a command). The figures
+said are kept for the run record (`Eta`, run.json `http.eta`: the settled one, or
+the rough one when the run ended before it settled). Disabled (--no-progress),
+nothing of it is said, and the pace is only kept."""
 
 from __future__ import annotations
 
@@ -27,7 +38,7 @@ from tension.cache.records import Usage
 
 __all__ = ["Eta", "Pace", "Progress", "FIRST", "QUIET", "duration"]
 
-FIRST = (8, 2.0)  # the estimate waits for this many fresh answers and seconds of work
+FIRST = (8, 2.0)  # the estimate settles at this many fresh answers and seconds of work (rough before)
 QUIET = 600.0  # a run with less time left than this is not told it (nor one under long_run, if shorter)
 
 
@@ -40,6 +51,7 @@ class Eta(msgspec.Struct, kw_only=True):
     answers_left: int
     seconds_left: float
     said: bool  # told on stderr (a long run), or only kept (a short one)
+    rough: bool = False  # from the first answers, before FIRST (the run ended before it settled)
 
 
 class Pace(msgspec.Struct, kw_only=True):
@@ -49,6 +61,10 @@ class Pace(msgspec.Struct, kw_only=True):
     long_run: float = 3600.0  # seconds; a run expected to take longer is told what to lower (0: never)
     # what to lower, given the answers per second and the units expected in all: a line, or "" for none
     advice: Callable[[float, float], str] | None = None
+
+
+def _answers(n: int) -> str:
+    return f"{n} answer" if n == 1 else f"{n} answers"
 
 
 def duration(seconds: float) -> str:
@@ -77,7 +93,8 @@ class Progress:
         self.units = 0  # units known so far (the bar's total)
         self.done = 0
         self.pace: Pace | None = None
-        self.eta: Eta | None = None
+        self._rough: Eta | None = None  # from the first answer on (module docstring)
+        self._settled: Eta | None = None  # once FIRST is reached
         self._say = say
         self._t0 = time.monotonic()
         self._work: float | None = None  # when the first item started: the pace's clock (not the set-up's)
@@ -106,8 +123,8 @@ class Progress:
         self.answers += n
         self._open += n
         now = time.monotonic()
-        if self.eta is None and self.pace is not None:
-            self._first_estimate(now)  # kept for the record, said only with the bar
+        if self._settled is None and self.pace is not None:
+            self._estimate(now)  # kept for the record, said only with the bar
         if self._bar is not None and now - self._last > 0.5:
             self._postfix(now)
             self._bar.refresh()
@@ -125,6 +142,11 @@ class Progress:
 
     # -- the time left -------------------------------------------------------------
 
+    @property
+    def eta(self) -> Eta | None:
+        """The pace for the run record: the settled figure, else the rough one (None: no answer yet)."""
+        return self._settled or self._rough
+
     def expected_units(self) -> float:
         """Units in all: those known, and as many per item for the items not started."""
         if self.stories_started == 0:
@@ -137,8 +159,12 @@ class Progress:
             return 0
         return max(0, round((self.expected_units() - self.done) * pace.per_unit) - self._open)
 
+    def _worked(self, now: float) -> float:
+        """Seconds since the first item started (the set-up's time is not the work's)."""
+        return max(1e-9, now - (self._work if self._work is not None else self._t0))
+
     def _rate(self, now: float) -> float:
-        return self.answers / max(1e-9, now - (self._work if self._work is not None else self._t0))
+        return self.answers / self._worked(now)
 
     def _postfix(self, now: float) -> None:
         assert self._bar is not None
@@ -148,29 +174,47 @@ class Progress:
         if self.answers:
             text += f", {self.answers} answers"
             if self.eta is not None and (rate := self._rate(now)) > 0:
-                text += f", {duration(self.answers_left() / rate)} left"
+                text += f", {duration(self.answers_left() / rate)} left" + ("" if self._settled else " (rough)")
         if self.extra:
             text += f", {self.extra()}"
         self._bar.set_postfix_str(text, refresh=False)
 
-    def _first_estimate(self, now: float) -> None:
-        """Once FIRST is reached: the pace kept, and said when the run is long."""
+    def _estimate(self, now: float) -> None:
+        """The rough pace from the first fresh answer (recomputed until it is said),
+        the settled one at FIRST: each kept, and said when the run is long (the
+        settled one also when a rough one was said, to replace it)."""
         pace = self.pace
         assert pace is not None
-        if self._work is None or self.answers < FIRST[0] or now - self._work < FIRST[1]:
+        if self._work is None or self.answers < 1:
             return
-        at = now - self._t0
+        worked = self._worked(now)
+        settled = self.answers >= FIRST[0] and worked >= FIRST[1]
+        if not settled and self._rough is not None and self._rough.said:
+            return  # said once; the bar's figure is recomputed as answers come
         rate = self._rate(now)
         left = self.answers_left()
         seconds = left / rate
         limit = min(QUIET, pace.long_run) if pace.long_run > 0 else QUIET
-        said = seconds > limit and self.enabled and self._say is not None
-        self.eta = Eta(at_seconds=round(at, 1), answers=self.answers, answers_per_s=round(rate, 3),
-                       answers_left=left, seconds_left=round(seconds, 1), said=said)
+        # a rough figure is said only once FIRST's seconds have passed without its answers:
+        # a server that answers faster is told its settled one a moment later, once
+        long = (seconds > limit and (settled or worked >= FIRST[1])
+                or (settled and self._rough is not None and self._rough.said))
+        said = long and self.enabled and self._say is not None
+        eta = Eta(at_seconds=round(now - self._t0, 1), answers=self.answers, answers_per_s=round(rate, 3),
+                  answers_left=left, seconds_left=round(seconds, 1), said=said, rough=not settled)
+        if settled:
+            self._settled = eta
+        else:
+            self._rough = eta
         if not said or self._say is None:
             return
-        line = (f"this run needs {duration(seconds)} more: {rate:.2f} answers (endings and verdicts) per second so "
-                f"far, {left:,} still to come")
+        per_s = f"{rate:.2f} answers (endings and verdicts) per second so far, {left:,} still to come"
+        if settled:
+            line = f"this run needs {duration(seconds)} more: {per_s}"
+        else:
+            line = (f"this run needs {duration(seconds)} more, a rough figure from the first {_answers(self.answers)} "
+                    f"in {duration(worked)[2:]} ({per_s}; a server that answers several requests at once "
+                    f"is faster; said again once {FIRST[0]} answers are in)")
         if pace.long_run > 0 and seconds > pace.long_run and pace.advice is not None:
             advice = pace.advice(rate, self.expected_units())
             if advice:

@@ -25,7 +25,6 @@ items complete one after another, not all together at the end.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
@@ -60,6 +59,37 @@ class _Lane:
     def __init__(self, limit: int):
         self.slots = Slots(limit)
         self.stats = LaneStats(limit=limit)
+
+
+class _Slot:
+    """`Scheduler.slot`'s block (a class, not a generator: every request the run sends
+    holds one): the wait timed apart from the request, the lane's figures kept."""
+
+    __slots__ = ("lane", "weight", "place", "held", "t1")
+
+    def __init__(self, lane: _Lane, weight: int, place: int):
+        self.lane, self.weight, self.place = lane, weight, place
+        self.held = 0
+        self.t1 = 0.0
+
+    async def __aenter__(self) -> None:
+        ln, st = self.lane, self.lane.stats
+        t0 = time.perf_counter()
+        self.held = ln.slots.queue.weigh(self.weight)
+        await ln.slots.acquire(self.held, self.place)
+        self.t1 = time.perf_counter()
+        st.queue_seconds += self.t1 - t0
+        st.started += self.weight  # requests carried; in flight: slots held (never above the limit)
+        st.in_flight += self.held
+        st.peak_in_flight = max(st.peak_in_flight, st.in_flight)
+
+    async def __aexit__(self, et: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        ln, st = self.lane, self.lane.stats
+        ln.slots.release(self.held)
+        st.in_flight -= self.held
+        st.finished += self.weight
+        st.busy_seconds += time.perf_counter() - self.t1
 
 
 class Scheduler:
@@ -122,27 +152,10 @@ class Scheduler:
         self._services.append(task)
         return task
 
-    @contextlib.asynccontextmanager
-    async def slot(self, lane: str, weight: int = 1, place: int = LAST) -> AsyncIterator[None]:
+    def slot(self, lane: str, weight: int = 1, place: int = LAST) -> _Slot:
         """Hold `weight` slots of `lane` (at most all of them) for the block: a request
         that carries `weight` requests (a batch). `place`: its item's (module docstring)."""
-        ln = self._lanes[lane]
-        st = ln.stats
-        t0 = time.perf_counter()
-        held = ln.slots.queue.weigh(weight)
-        await ln.slots.acquire(held, place)
-        t1 = time.perf_counter()
-        st.queue_seconds += t1 - t0
-        st.started += weight  # requests carried; in flight: slots held (never above the limit)
-        st.in_flight += held
-        st.peak_in_flight = max(st.peak_in_flight, st.in_flight)
-        try:
-            yield
-        finally:
-            ln.slots.release(held)
-            st.in_flight -= held
-            st.finished += weight
-            st.busy_seconds += time.perf_counter() - t1
+        return _Slot(self._lanes[lane], weight, place)
 
     async def map(self, fn: Callable[[T], Coroutine[Any, Any, R]], items: Iterable[T]) -> list[R]:
         """``fn`` over every item concurrently, as tasks of this scheduler; results in order."""

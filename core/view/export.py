@@ -29,10 +29,14 @@ class ExportSize(msgspec.Struct, kw_only=True):
     endings_files: int
     endings_bytes: int
     # score positions whose endings were exported, and how many of them the cache could
-    # give (none read: `view --export --endings` fails, saying why: `unread`)
+    # give (fewer: `view --export --endings` says how many it could not, in which
+    # stories, and why, the first reason: `unread`; and exits 1, core/cli/view.py)
     positions: int = 0
     positions_read: int = 0
     unread: str | None = None
+    # the stories with positions whose endings could not be read: story (its run folder
+    # first when the export holds several score runs) -> how many positions
+    unread_stories: dict[str, int] = {}
 
 
 def _script(name: str, key: str, data: object) -> bytes:
@@ -60,15 +64,18 @@ async def endings_files(site: Site, size: ExportSize | None = None) -> dict[str,
     (its checkpoints' continuations); `size` counts the score positions and those
     whose endings the cache gave."""
     out = {}
+    several = sum(r.kind == "score" for r in site.runs) > 1
     for i, r in enumerate(site.runs):
         if r.kind == "score":
             for sid, slug in r.slug.items():
                 endings = r.all_endings(sid)
                 if size is not None:
+                    unread = [e for e in endings.values() if not e["cached"]]
                     size.positions += len(endings)
-                    size.positions_read += sum(bool(e["cached"]) for e in endings.values())
-                    size.unread = size.unread or next((e.get("message") for e in endings.values()
-                                                       if not e["cached"]), None)
+                    size.positions_read += len(endings) - len(unread)
+                    if unread:
+                        size.unread = size.unread or unread[0].get("message")
+                        size.unread_stories[f"{r.dir}: {sid}" if several else sid] = len(unread)
                 out[f"r{i}/endings/{slug}.js"] = _script("endings", slug, endings)
         else:
             for s in r.page()["stories"]:

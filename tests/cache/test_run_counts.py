@@ -5,10 +5,10 @@ what it did, against a rerun that proves it): `score`'s "N stories, P positions;
 requests sent: …; cache hits: …", `fairplay`'s "N stories; requests sent: …",
 `subsample`'s "subsampling S stories, P positions" (and that it sends nothing),
 `metrics`' "N stories -> …", and `view --export`'s "writing N pages and M endings
-files".
+files" (and how many positions' endings it could not read).
 
 The commands run in this process (`tension_run`) against in-process servers, on
-real LMDB caches. Known bugs are `xfail(strict=True)` tests at the end of the file."""
+real LMDB caches."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 from fairplay_scripted import scripted, story_record, write_jsonl  # tests/
 
 from tension.cache.store import DBS
@@ -143,16 +142,12 @@ def test_view_export_counts_the_files_it_writes(tmp_path, tension_run):
     assert float(m.group(4)) == round(sum(p.stat().st_size for p in endings) / 1e6, 1)
 
 
-# -- known bugs ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.xfail(strict=True, reason="core/view/export.py and core/cli/view.py: an export with some positions' "
-                                       "endings missing from the cache says nothing of them (only none read fails)")
 def test_view_export_endings_says_how_many_positions_endings_the_cache_no_longer_holds(tmp_path, tension_run):
     """Two runs on one cache (stories 0–1, then 0–2); the first run's endings dropped:
-    the export of the second holds the endings of 29 positions of 95, and says
-    "writing … 3 endings files", rc 0, with no word of the 66 positions whose
-    endings are not in it."""
+    the export of the second holds the endings of 29 positions of 95. It said "writing
+    … 3 endings files", rc 0, with no word of the 66 positions whose endings are not in
+    it; now it says how many, in which stories and why, and exits 1 (something asked
+    for is missing), the export written with what could be read."""
     corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=3)
     (tmp_path / "c2.jsonl").write_text("".join(corpus.read_text().splitlines(keepends=True)[:2]))
     cache = tmp_path / "cache"
@@ -163,5 +158,15 @@ def test_view_export_endings_says_how_many_positions_endings_the_cache_no_longer
     assert dropped.returncode == 0, dropped.stderr
     lost = _lines(tmp_path / "a" / "positions.jsonl")
     done = tension_run("view", tmp_path / "b", "--export", tmp_path / "x", "--endings")
-    said = done.stdout + done.stderr
-    assert f"{lost} of {_lines(tmp_path / 'b' / 'positions.jsonl')} positions" in said, said
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = next((line for line in done.stderr.splitlines() if line.startswith("error: ")), done.stderr)
+    total = _lines(tmp_path / "b" / "positions.jsonl")
+    assert f"error: {lost} of {total} positions' endings could not be read, in 2 stories: " in said, said
+    for line in (tmp_path / "c2.jsonl").read_text().splitlines():  # the stories of the dropped run, each counted
+        sid = json.loads(line)["id"]
+        n = sum(json.loads(p)["id"] == sid for p in (tmp_path / "a" / "positions.jsonl").read_text().splitlines())
+        assert f"{sid!r} ({n})" in said, said
+    assert "the endings of this position are not in the cache" in said
+    assert f"the other {total - lost} positions' endings" in said
+    m = _EXPORT.search(done.stdout)
+    assert m and int(m.group(3)) == 3 == len(list((tmp_path / "x").rglob("endings/*.js")))  # written all the same

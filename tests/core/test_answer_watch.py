@@ -115,8 +115,10 @@ def test_a_judge_that_says_yes_to_every_ending_of_one_story_is_named(tmp_path, s
 
 
 def test_identical_endings_are_warned_about(tmp_path, score):
+    """With --keep-going past the first position's stop (issue 61 H1,
+    tests/core/test_greedy_server.py), the end of the run says so."""
     with _server("identical") as srv:
-        r, _, run = score(srv)
+        r, _, run = score(srv, "--keep-going")
     assert r.returncode == 0, r.stderr
     assert _checks(run) == ["endings_identical"]
     assert "positions had all their endings identical — the server did not honour the temperature or seed" \

@@ -96,7 +96,7 @@ def test_batched_judge_prompts_are_token_for_token_the_chat_prompts(vllm_server,
         async with Client() as client:
             batcher = Batcher(client, "on", "judge")
             asked = [r for k in (2, 5, 9) for _, r in reqs.verdicts(*reqs.judge_parts(sents, k), ENDINGS)]
-            template = await batcher.template(vllm_server.url, asked)
+            template = await batcher.template(client.server(vllm_server.url), asked)
             same = 0
             for r in asked:  # the chat endpoint's prompt, and the batched path's text, tokenized
                 chat = await client.post(client.server(vllm_server.url), "/tokenize", TemplateRequest(

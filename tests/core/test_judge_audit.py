@@ -107,6 +107,102 @@ def test_the_delta_interval_against_a_numerical_derivative():
     assert got.corrected.hi == pytest.approx(raw + 1.959963984540054 * math.sqrt(var), abs=1e-7)
 
 
+# -- sensitivity's and specificity's intervals: Wilson through MOVER-R, never [1, 1] ----------------------
+
+def _wilson_textbook(x, n):
+    """Wilson (1927), as textbooks print it: (p + z²/2n ± z·√(p(1 − p)/n + z²/4n²)) / (1 + z²/n), with
+    Brown, Cai & DasGupta's (2001) ends near 0 and n: ½χ²(2x; 0.05)/n for x = 1 … x* (x* = 2 up to
+    n = 50, 3 up to 100), 1 − ½χ²(2(n − x); 0.05)/n for x = n − x* … n − 1."""
+    from scipy.stats import chi2, norm
+
+    z = norm.ppf(0.975)
+    p = x / n
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    lo, hi = (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+    near = 2 if n <= 50 else 3 if n <= 100 else 0
+    if 0 < x <= near:
+        lo = chi2.ppf(0.05, 2 * x) / 2 / n
+    if 0 < n - x <= near:
+        hi = 1 - chi2.ppf(0.05, 2 * (n - x)) / 2 / n
+    return lo, hi
+
+
+def _mover_textbook(x1, n1, x2, n2):
+    """MOVER-R of (x1/n1) / (x2/n2) as Zou & Donner (2008) print it (not rationalised), from the
+    textbook Wilson intervals; the upper end inf when its denominator is 0."""
+    t1, t2 = x1 / n1, x2 / n2
+    (l1, u1), (l2, u2) = _wilson_textbook(x1, n1), _wilson_textbook(x2, n2)
+    lo = (t1 * t2 - math.sqrt((t1 * t2) ** 2 - l1 * u2 * (2 * t1 - l1) * (2 * t2 - u2))) / (u2 * (2 * t2 - u2))
+    den = l2 * (2 * t2 - l2)
+    hi = (t1 * t2 + math.sqrt((t1 * t2) ** 2 - u1 * l2 * (2 * t1 - u1) * (2 * t2 - l2))) / den if den else math.inf
+    return lo, hi
+
+
+@pytest.mark.parametrize("population", [(600.0, 400.0), None], ids=["weighted", "unweighted"])
+def test_a_table_without_errors_has_intervals_below_1(population):
+    """0 errors (20 items the judge and people call no, 15 both call a match): the bootstrap had
+    nothing to resample and said [1, 1]; the interval is the Wilson–MOVER one, worked here from
+    the printed formulas. Sensitivity's odds are a/(1 − a)·q1/q0 with q1 = 20/20, q0 = 0/15."""
+    judge, people = items(nn=20, ny=0, yn=0, yy=15)
+    got = ja.judge_agreement(judge, people, population, n_resamples=300)
+    odds = 600 / 400 if population else 20 / 15  # unweighted: the sample's own share of judge no
+    assert got.sensitivity.value == 1.0 and got.specificity.value == 1.0
+    ratio_lo, ratio_hi = _mover_textbook(20, 20, 0, 15)  # q1 / q0: no upper bound at q0 = 0
+    assert ratio_hi == math.inf
+    sens_lo = odds * ratio_lo / (1 + odds * ratio_lo)
+    # the same in closed form: at q1 = 1, q0 = 0 the lower end of q1 / q0 is √(l1(2 − l1)) / u2
+    z2 = 1.959963984540054 ** 2
+    l1, u2 = 20 / (20 + z2), z2 / (15 + z2)
+    assert ratio_lo == pytest.approx(math.sqrt(l1 * (2 - l1)) / u2, rel=1e-12)
+    assert abs(got.sensitivity.lo - sens_lo) < 1e-12 and got.sensitivity.hi == 1.0
+    phi_lo, phi_hi = _mover_textbook(0, 20, 15, 15)  # (1 − q1) / (1 − q0): 0 of 20, 15 of 15
+    assert phi_lo == 0.0
+    assert abs(got.specificity.lo - 1 / (1 + odds * phi_hi)) < 1e-12 and got.specificity.hi == 1.0
+    for iv in (got.sensitivity, got.specificity):
+        assert 0.5 < iv.lo < 0.95  # not [1, 1], and not the whole of [0, 1] either
+    # the same table, a group of 5 + 4 items (a part of the story): wider, still not [1, 1]
+    small = ja.judge_agreement(*items(nn=5, ny=0, yn=0, yy=4), population, n_resamples=300)
+    assert small.sensitivity.lo < got.sensitivity.lo and small.specificity.lo < got.specificity.lo < 1.0
+
+
+def test_sensitivity_and_specificity_intervals_of_a_known_table():
+    """With errors on both sides, weighted to the run: each end the printed formulas' (to
+    1e-12), the point inside, and no bootstrap in them (the seed changes nothing)."""
+    judge, people = items()
+    got = ja.judge_agreement(judge, people, (600.0, 400.0), n_resamples=300, seed=1)
+    odds = 600 / 400
+    lo, hi = _mover_textbook(37, 43, 9, 37)  # q1 / q0
+    assert abs(got.sensitivity.lo - odds * lo / (1 + odds * lo)) < 1e-12
+    assert abs(got.sensitivity.hi - odds * hi / (1 + odds * hi)) < 1e-12
+    lo, hi = _mover_textbook(6, 43, 28, 37)  # (1 − q1) / (1 − q0)
+    assert abs(got.specificity.lo - 1 / (1 + odds * hi)) < 1e-12
+    assert abs(got.specificity.hi - 1 / (1 + odds * lo)) < 1e-12
+    for iv in (got.sensitivity, got.specificity):
+        assert iv.lo < iv.value < iv.hi
+    other = ja.judge_agreement(judge, people, (600.0, 400.0), n_resamples=300, seed=2)
+    assert (other.sensitivity, other.specificity) == (got.sensitivity, got.specificity)
+    # two people splitting an item count it ½: the shares may be fractional
+    half = ja.judge_agreement([True, True, False, False], [1.0, 0.5, 0.0, 0.5], None, n_resamples=50)
+    lo, hi = _mover_textbook(1.5, 2, 0.5, 2)
+    assert abs(half.sensitivity.lo - lo / (1 + lo)) < 1e-12 and abs(half.sensitivity.hi - hi / (1 + hi)) < 1e-12
+
+
+def test_wilson_and_the_ratio_at_their_edges():
+    assert ja.wilson(0, 10) == pytest.approx(_wilson_textbook(0, 10), abs=1e-15)
+    assert ja.wilson(10, 10)[0] == pytest.approx(10 / (10 + 1.959963984540054 ** 2), rel=1e-12)
+    # Brown, Cai & DasGupta's ends: one success in 20 (χ² of 2 degrees of freedom: ½χ²(2; α) = −ln(1 − α))
+    assert ja.wilson(1, 20)[0] == pytest.approx(-math.log(0.95) / 20, rel=1e-12)
+    assert ja.wilson(19, 20)[1] == pytest.approx(1 + math.log(0.95) / 20, rel=1e-12)
+    for x, n in ((2, 20), (3, 80), (1, 120), (7, 20), (0.5, 2), (1.5, 2), (60, 80)):  # (1, 120): Wilson's own
+        assert ja.wilson(x, n) == pytest.approx(_wilson_textbook(x, n), rel=1e-12), (x, n)
+    assert all(math.isnan(v) for v in ja.wilson(0, 0))
+    assert ja.ratio_interval(0, 10, 3, 10)[0] == 0.0  # no successes above: the ratio's lower end is 0
+    assert all(math.isnan(v) for v in ja.ratio_interval(0, 10, 0, 10))  # 0 / 0: undefined
+    assert all(math.isnan(v) for v in ja.ratio_interval(3, 0, 3, 10))
+    # the denominator's Wilson end beyond twice its share (2·t2 − u2 < 0): the rationalised form is the printed one
+    assert ja.ratio_interval(1, 2, 1, 40) == pytest.approx(_mover_textbook(1, 2, 1, 40), rel=1e-12)
+
+
 def test_clipped_and_undefined():
     c = ja.rogan_gladen(0.02, 0.8, 0.9)  # fewer no than the judge's false no alone would give
     assert c.value == 0.0 and c.clipped and c.raw < 0

@@ -24,6 +24,7 @@ against.
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +47,7 @@ from .settings import CHAT_PATH, COMPLETIONS_PATH
 from .tokens import TokenRoutes, count_answer, count_tokens
 from .validation import BadRequest, check_model, check_sampling
 
+_DRAWS = itertools.count()  # the draws of a server that ignores seeds (`seeds="ignored"`)
 # An answer's id: unique in the process, as vLLM's (a random uuid4 per answer cost more
 # than the rest of an answer on this machine's urandom; no test reads more than its prefix).
 _answer_ids = itertools.count(1)
@@ -80,6 +82,9 @@ class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
         and the /metrics counters, all empty."""
         self._lock = threading.Lock()
         self.responders: list[Callable[[list[dict], int, Any], Any]] = []  # see `respond`
+        # unseeded requests per messages, on a server giving fewer choices (its answers are made on one
+        # thread: the server's loop, or the in-process caller's)
+        self._draws: dict[str, int] = {}
         self._init_records()
         self._init_faults()
         self._init_vocabulary()
@@ -146,6 +151,9 @@ class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
     def _chat_answer(self, body: dict, fault: str | None = None) -> dict:
         """The answer to a chat request as the model makes it (before its claims)."""
         check_model(body, self.models)
+        if refused := sorted(f for f in self.refuse_fields if f in body):
+            raise BadRequest(422, "Unexpected fields in the request: {" + ", ".join(map(repr, refused)) + "}",
+                             "invalid_request_error")
         msgs = check_messages(body.get("messages"))
         n, max_tokens, seed = check_sampling(body)
         texts = [content_text(m.get("content")) for m in msgs]
@@ -164,8 +172,8 @@ class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
             "model": body.get("model") or self.model,
             "choices": [
                 {"index": i, "message": {"role": "assistant", "content": text},
-                 "logprobs": logprobs(text or "", getattr(self, "yn_logprobs", False)) if body.get("logprobs")
-                 else None,
+                 "logprobs": logprobs(text or "", getattr(self, "yn_logprobs", False))
+                 if body.get("logprobs") and not self.drop_logprobs else None,
                  "finish_reason": finish, "stop_reason": None}
                 for i, text in enumerate(contents)
             ],
@@ -202,6 +210,13 @@ class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
                 "BadRequestError", "max_tokens")
         return prompt_tokens
 
+    def _draw(self, msgs: list[dict]) -> int:
+        """How many unseeded requests for `msgs` came before this one (`_contents`)."""
+        key = json.dumps(msgs, sort_keys=True)
+        k = self._draws.get(key, 0)
+        self._draws[key] = k + 1
+        return k
+
     def _contents(self, body: dict, msgs: list[dict], n: int, seed: Any,
                   fault: str | None) -> tuple[Sequence[str | None], str]:
         """(the choices' texts, their finish reason): scripted answers first, else the
@@ -212,6 +227,15 @@ class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
         contents: list[Any]
         if scripted is not None:
             contents = scripted
+        elif kind == "generation" and self.sampling == "greedy" and not samples(body):
+            contents = expected_endings(msgs, 1, None, self.empty_rate)[:1] * n  # its greedy text, n times
+        elif kind == "generation" and self.seeds == "ignored":  # drawn anew: the seed stands for nothing
+            contents = expected_endings(msgs, n, (seed or 0) + 10**9 * (1 + next(_DRAWS)), self.empty_rate)
+        elif kind == "generation" and seed is None and (self.dialect == "llamacpp_python" or self.max_n > 0):
+            # A server giving fewer choices than asked, unseeded: each request it answers is a draw of its
+            # own (a real one samples anew), so the follow-ups for the rest are not copies of its first
+            # choice: the k-th unseeded request for these messages, as if seeded apart from every seed sent.
+            contents = expected_endings(msgs, n, -(1 + self._draw(msgs)) * 10**6, self.empty_rate)
         elif kind == "generation":
             contents = expected_endings(msgs, n, seed, self.empty_rate)
         elif kind == "judge":
@@ -268,3 +292,15 @@ class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
                 "usage": {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
                           "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"],
                           "prompt_tokens_details": {"cached_tokens": usage["cached_tokens"]}}})
+
+
+def samples(body: dict) -> bool:
+    """Whether a request switches sampling on as transformers serve reads it: its
+    `generation_config` field, a JSON text (or object) with "do_sample": true."""
+    gc = body.get("generation_config")
+    if isinstance(gc, str):
+        try:
+            gc = json.loads(gc)
+        except ValueError:
+            return False
+    return isinstance(gc, dict) and gc.get("do_sample") is True

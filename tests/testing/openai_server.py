@@ -406,6 +406,7 @@ class LoopbackServer(AnswerModel):
             self._init_vocabulary()
             self._rate_window, self._rate_refused = None, 0
             self.responders.clear()
+            self._draws.clear()
         if self.running:  # idle: nothing in the server's loop uses these now
             self._init_counters()
             self._capacity = None

@@ -79,6 +79,18 @@ class AnswerSettings(_Settings):
     yes_rate: float = 0.3
     malformed_rate: float = 0.0
     misbehave: str | None = None  # one of MISBEHAVIOURS
+    # "greedy": a generation request's choices are one text, whatever its temperature and seed, as
+    # transformers serve decodes unless sampling is switched on (its request field generation_config
+    # '{"do_sample": true}', or the model's generation_config.json): issue 61 H1
+    sampling: str = "seeded"
+    # fields of a chat request it refuses with transformers serve's 422 "Unexpected fields in the request:
+    # {...}" (issue 61 M2: min_p, structured_outputs, …), and whether it drops `logprobs` (answers without
+    # them although asked: transformers serve, FastChat; M3)
+    refuse_fields: tuple[str, ...] = ()
+    drop_logprobs: bool = False
+    # "ignored": a seeded generation request is sampled anew each time it comes (FastChat ignores seeds;
+    # transformers serve --continuous-batching answers by what arrived with it): issue 61 M4
+    seeds: str = "hold"
     # the server it answers as
     dialect: str = "vllm"  # "llamacpp": llama.cpp's server, as measured; "llamacpp_python"
     max_model_len: int = MAX_MODEL_LEN

@@ -189,10 +189,12 @@ class Scoring:
                 # rounds until the stopping rule holds; several records: no one key names them
                 drawn = await draw(self.cfg, self.llm, self.judge, self.reqs, tickets, sents, pos.k)
                 rec, answers, judge_usage = drawn.endings, drawn.answers, drawn.judge_usage
+                self.watch.first_endings(rec)  # a greedy server: stop at its first position
                 self.adaptive.add((pos.story, pos.k), len(rec.texts))
             else:
                 request = self.reqs.endings(sents, pos.k)
                 rec = await self.llm.endings("generation", request, ticket=tickets[0])
+                self.watch.first_endings(rec)  # a greedy server: stop before its copies are judged
                 # A position's judge prompts share a prefix: one server for all of them.
                 endings_key = chat_key(request)
                 ask, answers, judge_usage = await self.judge.verdicts(self.reqs, tickets[1], sents, pos.k, rec.texts,
@@ -317,7 +319,7 @@ async def run_score(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Pa
                     if cfg.report:
                         run.write_record()
                         from tension.core.reports.report import report
-                        run.claims.append(out / "report.md")  # says "complete": gone if the run is stopped
+                        run.claims.append(out / "report.md")  # says "complete": removed if it cannot be put back
                         report(out, gpu_hour_usd=cfg.gpu_hour_usd,
                                usd_per_mtok=(cfg.input_usd_per_mtok, cfg.output_usd_per_mtok),
                                record=run.written)  # the record just written, not read back

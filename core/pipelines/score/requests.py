@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from tension.cache.keys import request_key
 from tension.core.config import ScoreConfig
 from tension.core.config.score import MOST_ENDINGS
+from tension.core.config.settings import extra_body
 from tension.core.inputs.segment import continuation_text, prefix_text
 from tension.core.llm.choices import chunk
 from tension.core.llm.client import Client
@@ -56,6 +57,9 @@ class ScoreRequests:
         self.gen_model = gen_model
         self.judge_model = judge_model
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
+        # a server's own switches (--extra-body, --judge-extra-body), in the body and the cache keys
+        self.gen_extra = extra_body(cfg.extra_body, "extra_body")
+        self.judge_extra = extra_body(cfg.judge_extra_body, "judge_extra_body")
 
     def generation(self, prefix: str, n: int | None = None) -> ChatRequest:
         """The generation request of n endings (default --endings) of `prefix`, seeded
@@ -64,7 +68,8 @@ class ScoreRequests:
         n = c.endings if n is None else n
         return ChatRequest(model=self.gen_model, messages=prompts.ending_messages(prefix), n=n,
                            temperature=c.temperature, top_p=c.top_p, max_tokens=c.max_tokens,
-                           seed=self.seed_of(prefix), chat_template_kwargs=self.template_kwargs)
+                           seed=self.seed_of(prefix), chat_template_kwargs=self.template_kwargs,
+                           extra_body=self.gen_extra)
 
     def seed_of(self, prefix: str) -> int | None:
         """The seed of the generation request that continues `prefix`: None unseeded;
@@ -80,7 +85,8 @@ class ScoreRequests:
         return ChatRequest(model=self.judge_model, messages=messages, n=1, temperature=c.judge_temperature,
                            max_tokens=c.judge_max_tokens, chat_template_kwargs=self.template_kwargs,
                            structured_outputs={"choice": ["Y", "N"]} if c.judge_constraint == "choice" else None,
-                           logprobs=True if logprobs else None, top_logprobs=20 if logprobs else None)
+                           logprobs=True if logprobs else None, top_logprobs=20 if logprobs else None,
+                           extra_body=self.judge_extra)
 
     def position_key(self, head: str, tail: str, endings: list[str]) -> bytes:
         """Key of a position's judged record: everything its n judge requests are made

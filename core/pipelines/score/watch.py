@@ -25,12 +25,18 @@ from tension.core.prompts.answers import reasoning_trace
 from tension.core.prompts.score import parse_verdict
 from tension.core.reports.answer_warnings import AnswerWarning
 
-__all__ = ["AnswerWatch", "DegenerateAnswers", "MIN_VERDICTS", "STOP_PREFIX", "EMPTY_PREFIX", "OWN_WAY_OUT", "way_out",
-           "redacted_sample", "server_text"]
+__all__ = ["AnswerWatch", "DegenerateAnswers", "MIN_VERDICTS", "STOP_PREFIX", "EMPTY_PREFIX", "GREEDY_PREFIX",
+           "OWN_WAY_OUT", "way_out", "redacted_sample", "server_text"]
 
 STOP_PREFIX = "the judge is not answering Y or N"  # opens the early stop's error (the CLI knows it)
 EMPTY_PREFIX = "every ending is empty"  # opens the error of a run whose endings are all empty
-OWN_WAY_OUT = (STOP_PREFIX, EMPTY_PREFIX)  # errors that say their own way out (not "rerun the same command")
+GREEDY_PREFIX = "the generation server decodes greedily"  # opens the stop on the first position's copies
+OWN_WAY_OUT = (STOP_PREFIX, EMPTY_PREFIX, GREEDY_PREFIX)  # errors that say their own way out
+# Endings this short may coincide at any temperature: the greedy check needs longer ones.
+GREEDY_MIN_TOKENS = 8
+# transformers serve's per-request switch of sampling (issue 61 H1: it decodes greedily unless the
+# model's generation_config.json sets do_sample, whatever the temperature)
+DO_SAMPLE_BODY = '{"generation_config": "{\\"do_sample\\": true}"}'
 SAMPLES = 3  # raw answers quoted in the early-stop error and the warning
 SAMPLE_CHARS = 60  # each cut to this many characters
 SAMPLE_TRIES = 50  # malformed answers looked at for a sample that reads differently (then no more cost)
@@ -84,6 +90,7 @@ class AnswerWatch:
         self.letters: dict[str, list[int]] = {}  # story id -> [Y, N, verdicts]
         self.endings = self.empty_endings = self.cut = self.ending_traces = 0
         self.positions = self.identical = 0  # positions with n >= 2; of them, all n endings the same
+        self.greedy_checked = False  # the first position's endings were looked at (`first_endings`)
         # whether the judge server is known to hold a constrained answer (core/llm/servers.py
         # `Server.holds_constraint`: vLLM, llama.cpp), asked when the early stop is said
         self.judge_holds_constraint: Callable[[], bool] = lambda: True
@@ -110,6 +117,33 @@ class AnswerWatch:
         if (not cfg.keep_going and self.verdicts >= cfg.stop_after
                 and self.malformed >= cfg.stop_malformed_share * self.verdicts):
             raise DegenerateAnswers(self.stop_message(judge_model))
+
+    def first_endings(self, rec: Endings) -> None:
+        """The endings of the first position with two or more, as soon as they are in
+        (before they are judged): the same non-empty text n times at a temperature
+        above 0 is a server that ignores the request's sampling and decodes greedily
+        (issue 61 H1: transformers serve, a day of compute for n copies of one
+        ending); the run stops with the fix (`--keep-going` scores on)."""
+        if self.greedy_checked or len(rec.texts) < 2:
+            return
+        self.greedy_checked = True
+        cfg = self.cfg
+        first = rec.texts[0]
+        # A repeated reasoning trace is left to the judge's early stop, which names reasoning as the
+        # cause: switching reasoning off is the fix the user needs first.
+        if (cfg.keep_going or cfg.temperature <= 0 or cfg.max_tokens < GREEDY_MIN_TOKENS or not first.strip()
+                or reasoning_trace(first) or any(t != first for t in rec.texts)):
+            return
+        servers = ", ".join(server_text(r.url) for r in cfg.generation_replicas())
+        raise DegenerateAnswers(
+            f"{GREEDY_PREFIX}: the first position's {len(rec.texts)} endings at temperature {cfg.temperature:g} are "
+            f"one text, repeated ({redacted_sample(first)}): the server ignores the requests' temperature and "
+            f"top_p, so every no-rate would judge one ending {len(rec.texts)} times, not {len(rec.texts)} "
+            f"endings. Generation server {servers}. transformers serve decodes this way unless the model's "
+            "generation_config.json sets \"do_sample\": true: set it and restart the server, or switch sampling "
+            f"on per request with --extra-body '{DO_SAMPLE_BODY}' (docs/servers.md). These endings are now in the "
+            f"cache: {way_out('generation', self.out, cfg.cache)} (a run with --extra-body asks anew by itself); "
+            "or add --keep-going to score with them anyway.")
 
     def see_endings(self, rec: Endings) -> None:
         first = rec.texts[0] if rec.texts else ""
