@@ -90,102 +90,97 @@ async def pieces(sender: Sender, server: Server, request: ChatRequest, ticket: T
                  retry: RetryPolicy | None) -> AsyncGenerator[Piece | ChatResult, None]:
     """All `request.n` choices from `server` (module docstring): each piece of an
     answer that takes more than one request as it comes (read back from the
-    ticket's shelf, or fresh), then the whole answer, last."""
+    ticket's shelf, or fresh), then the whole answer, last. One generator, none
+    nested in it: each layer costs every request (bench/client.py)."""
     asks = NAsk(server)
     try:
-        async for got in _gather(sender, server, request, ticket, retry, asks):
-            yield got
+        server.in_record = True
+        server.recall(request.model, request.n, request.seed is not None)  # what an earlier run learned of it
+        headers = routing_headers(ticket.key)
+        url = server.root + "/v1/chat/completions"
+        t0 = time.perf_counter()
+        texts: list[str] = []
+        reasons: list[str | None] = []
+        logprobs: list[dict[str, float] | None] = []
+        usage = Usage()
+        model = request.model
+        empty_retries = followups = stalled = 0
+        short: int | None = None  # the count of this request's last short answer
+        shelf = ticket.shelf
+        if request.structured_outputs:
+            server.constrained()
+        asked = False  # one request at least: an n the server refuses (n = 0) is its 400 to give
+        while len(texts) < request.n or not asked:
+            asked = True
+            ask = await asks.size(request.n - len(texts))
+            req = request if ask == request.n and not texts else chunk(request, len(texts), ask)
+            if shelf is not None and (piece := _shelved(shelf, server, request, len(texts), ask,
+                                                        whole=req is request)) is not None:
+                yield Piece(start=len(texts), result=piece, kept=True)  # kept by an earlier run: not asked again
+                texts += piece.texts
+                reasons += piece.finish_reasons
+                logprobs += piece.first_logprobs or [None] * len(piece.texts)
+                model = piece.model or model
+                continue
+            sent = time.perf_counter()
+            try:
+                data = await sender.call(Attempt(method="POST", url=url, body=body_bytes(_ENC, server.wire_form(req)),
+                                                 decoder=_CHAT, server=server, model=req.model, headers=headers,
+                                                 weight=ask, place=ticket.place, retry=retry))
+            except StatusError as e:
+                if fields := refused_fields(e, req):  # a field it never takes: the run's settings must change
+                    asks.gave_up()
+                    raise field_refusal(server, fields, e) from None
+                if not asks.refused_with(ask, e):
+                    asks.gave_up()
+                    raise
+                continue  # nothing answered, nothing spent: ask fewer
+            asks.answered(ask, request.seed is not None)
+            if (dropped := dropped_logprobs(server, request, data)) is not None:
+                raise dropped  # its every verdict would read as empty
+            if (data.choices and empty_retries < EMPTY_ANSWER_RETRIES
+                    and all(not (c.message.content or "").strip() for c in data.choices)):
+                # Every choice empty: a glitch far more often than a real answer
+                # (100 empty endings at T = 1.2?). Ask again, a bounded number of
+                # times; if it stays empty, it is the model's answer and is kept.
+                usage.requests += 1
+                empty_retries += 1
+                sender.empty_answer()
+                continue
+            used = usage_of(data.usage)
+            usage.add(used)
+            server.answered_by(request.model, data.model)  # a proxy substituting models: kept, said once
+            model = data.model or model
+            got = sorted(data.choices, key=lambda c: c.index)[:ask]
+            start = len(texts)
+            for ch in got:
+                texts.append(answer_text(server, ch.message.content or "", request.max_tokens))
+                reasons.append(ch.finish_reason)
+                logprobs.append(ch.first_token_logprobs() if request.logprobs else None)
+            if shelf is not None and got and not (start == 0 and len(texts) >= request.n):
+                # a piece of an answer that takes more than one request: handed up now, under its place
+                yield Piece(start=start, result=ChatResult(
+                    texts=texts[start:], finish_reasons=reasons[start:], model=model, usage=used,
+                    seconds=time.perf_counter() - sent, first_logprobs=logprobs[start:] if request.logprobs else []))
+            if len(texts) >= request.n:
+                break
+            if got and len(got) < ask:
+                server.gave(request.model, len(got))  # the count its pieces are kept under (`_shelved`)
+                # The same short count twice in a row is the server's limit, not a glitch.
+                if short == len(got):
+                    server.learned_n(len(got), "short answers", request.seed is not None)
+                short = len(got)
+            if not got:
+                stalled += 1
+                if stalled > sender.retry.attempts:
+                    raise ShortAnswerError(f"{server.name}: asked for {request.n} choices, got {len(texts)} after "
+                                           f"{followups} follow-up requests", usage, followups)
+            followups += 1
+        yield ChatResult(texts=texts, finish_reasons=reasons, model=model, usage=usage,
+                         seconds=time.perf_counter() - t0, followups=followups,
+                         first_logprobs=logprobs if request.logprobs else [])
     finally:
         asks.close()  # a search for the server's n limit this request led ends with it
-
-
-async def _gather(sender: Sender, server: Server, request: ChatRequest, ticket: Ticket, retry: RetryPolicy | None,
-                  asks: NAsk) -> AsyncGenerator[Piece | ChatResult, None]:
-    server.in_record = True
-    server.recall(request.model, request.n, request.seed is not None)  # what an earlier run learned of it
-    headers = routing_headers(ticket.key)
-    url = server.root + "/v1/chat/completions"
-    t0 = time.perf_counter()
-    texts: list[str] = []
-    reasons: list[str | None] = []
-    logprobs: list[dict[str, float] | None] = []
-    usage = Usage()
-    model = request.model
-    empty_retries = followups = stalled = 0
-    short: int | None = None  # the count of this request's last short answer
-    shelf = ticket.shelf
-    if request.structured_outputs:
-        server.constrained()
-    asked = False  # one request at least: an n the server refuses (n = 0) is its 400 to give
-    while len(texts) < request.n or not asked:
-        asked = True
-        ask = await asks.size(request.n - len(texts))
-        req = request if ask == request.n and not texts else chunk(request, len(texts), ask)
-        if shelf is not None and (piece := _shelved(shelf, server, request, len(texts), ask,
-                                                    whole=req is request)) is not None:
-            yield Piece(start=len(texts), result=piece, kept=True)  # kept by an earlier run: not asked again
-            texts += piece.texts
-            reasons += piece.finish_reasons
-            logprobs += piece.first_logprobs or [None] * len(piece.texts)
-            model = piece.model or model
-            continue
-        sent = time.perf_counter()
-        try:
-            data = await sender.call(Attempt(method="POST", url=url, body=body_bytes(_ENC, server.wire_form(req)),
-                                             decoder=_CHAT, server=server, model=req.model, headers=headers,
-                                             weight=ask, place=ticket.place, retry=retry))
-        except StatusError as e:
-            if fields := refused_fields(e, req):  # a field it never takes: the run's settings must change
-                asks.gave_up()
-                raise field_refusal(server, fields, e) from None
-            if not asks.refused_with(ask, e):
-                asks.gave_up()
-                raise
-            continue  # nothing answered, nothing spent: ask fewer
-        asks.answered(ask, request.seed is not None)
-        if (dropped := dropped_logprobs(server, request, data)) is not None:
-            raise dropped  # its every verdict would read as empty
-        if (data.choices and empty_retries < EMPTY_ANSWER_RETRIES
-                and all(not (c.message.content or "").strip() for c in data.choices)):
-            # Every choice empty: a glitch far more often than a real answer
-            # (100 empty endings at T = 1.2?). Ask again, a bounded number of
-            # times; if it stays empty, it is the model's answer and is kept.
-            usage.requests += 1
-            empty_retries += 1
-            sender.empty_answer()
-            continue
-        used = usage_of(data.usage)
-        usage.add(used)
-        server.answered_by(request.model, data.model)  # a proxy substituting models: kept, said once
-        model = data.model or model
-        got = sorted(data.choices, key=lambda c: c.index)[:ask]
-        start = len(texts)
-        for ch in got:
-            texts.append(answer_text(server, ch.message.content or "", request.max_tokens))
-            reasons.append(ch.finish_reason)
-            logprobs.append(ch.first_token_logprobs() if request.logprobs else None)
-        if shelf is not None and got and not (start == 0 and len(texts) >= request.n):
-            # a piece of an answer that takes more than one request: handed up now, under its place
-            yield Piece(start=start, result=ChatResult(
-                texts=texts[start:], finish_reasons=reasons[start:], model=model, usage=used,
-                seconds=time.perf_counter() - sent, first_logprobs=logprobs[start:] if request.logprobs else []))
-        if len(texts) >= request.n:
-            break
-        if got and len(got) < ask:
-            server.gave(request.model, len(got))  # the count its pieces are kept under (`_shelved`)
-            # The same short count twice in a row is the server's limit, not a glitch.
-            if short == len(got):
-                server.learned_n(len(got), "short answers", request.seed is not None)
-            short = len(got)
-        if not got:
-            stalled += 1
-            if stalled > sender.retry.attempts:
-                raise ShortAnswerError(f"{server.name}: asked for {request.n} choices, got {len(texts)} after "
-                                       f"{followups} follow-up requests", usage, followups)
-        followups += 1
-    yield ChatResult(texts=texts, finish_reasons=reasons, model=model, usage=usage,
-                     seconds=time.perf_counter() - t0, followups=followups,
-                     first_logprobs=logprobs if request.logprobs else [])
 
 
 def _shelved(shelf: Shelf, server: Server, request: ChatRequest, start: int, ask: int,
