@@ -12,7 +12,7 @@ study prints bias, RMSE, coverage and mean width, the losers beside the winner:
     delta AC     Rogan–Gladen with the sample weighted to the run; delta-method interval from
                  the variance of the mean over stories and of q1, q0 (the shares people call no
                  among the judge's no and yes items) at Agresti–Coull's (x + 2) / (n + 4): the
-                 winner, what core/reports/judge_audit.py `corrected_mean` does
+                 winner, what core/reports/judge_correction.py `corrected_mean` does
     bootstrap    the same estimate; percentile bootstrap over the stories and the audit's
                  items together (`corrected_mean(method="bootstrap")`)
     delta        the same estimate; delta method with the plain binomial variances of q1, q0
@@ -38,7 +38,7 @@ import time
 
 import numpy as np
 
-from tension.core.reports.judge_audit import corrected_mean, rogan_gladen
+from tension.core.reports.judge_correction import corrected_mean, rogan_gladen
 
 JUDGES = {"good (0.90, 0.85)": (0.90, 0.85), "middling (0.80, 0.70)": (0.80, 0.70),
           "weak (0.70, 0.65)": (0.70, 0.65)}

@@ -176,7 +176,7 @@ NEW_YORKER_THROUGHPUT = {"gen_tok_s": 313e6 / (0.6 * _NY_HOURS * 3600), "judge_r
 
 
 def newyorker(args) -> dict:
-    from tension.core.pipelines.estimate import Throughput, endings_gpu_hours
+    from tension.core.pipelines.throughput import Throughput, endings_gpu_hours
     from tension.core.reports.subsampling import subsample
 
     t0 = time.perf_counter()

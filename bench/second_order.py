@@ -1,7 +1,7 @@
 """The study that chose the comparable second-order statistics (docs/metrics.md 1.9,
 issue 57): every candidate estimator of Retain and the IRs held to bias, ordering,
 significance the wrong way, false positives at equal truth and interval coverage, on
-simulated groups of 30 stories from seven curve families (tension.testing.second_order)
+simulated groups of 30 stories from seven curve families (tension.testing.curve_families)
 at 60 and 120 positions and 10, 20, 50 and 100 endings. Prints the markdown tables
 docs/metrics.md holds. Run from the repository root (≈ 1 minute on 2 cores)::
 
@@ -17,7 +17,8 @@ import json
 
 import msgspec
 
-from tension.testing.second_order import CONFIGS, MS, bank, format_rows, story_interval_coverage, study
+from tension.testing.curve_families import CONFIGS
+from tension.testing.second_order import MS, bank, format_rows, story_interval_coverage, study
 
 STATISTICS = {"ir60": 3, "ir30": 2, "ir120": 4, "retain": 0}
 STATISTICS_ORDER = ("ir30", "ir60", "ir120", "retain")

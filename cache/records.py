@@ -48,12 +48,24 @@ class Usage(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     completion_tokens: int = 0
     cached_tokens: int = 0
     requests: int = 0
+    # of `requests`, those whose answer did not report cached prompt tokens (no
+    # usage.prompt_tokens_details.cached_tokens: transformers serve, FastChat, llama.cpp), so
+    # their 0 in `cached_tokens` is no count (issue 61). 0 where every one reported them: such
+    # a record keeps the bytes it had before this field, and one written before reads as reported
+    cached_unreported: int = 0
 
     def add(self, other: Usage) -> None:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.cached_tokens += other.cached_tokens
         self.requests += other.requests
+        self.cached_unreported += other.cached_unreported
+
+    @property
+    def cached_reported(self) -> bool:
+        """Some answer counted here reported its cached prompt tokens (or none was
+        counted): `cached_tokens` is a count, not a 0 for want of one."""
+        return self.requests == 0 or self.cached_unreported < self.requests
 
 
 class Endings(msgspec.Struct, tag="endings", kw_only=True, omit_defaults=True, gc=False):

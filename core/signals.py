@@ -50,7 +50,7 @@ import threading
 from collections.abc import Iterator
 
 __all__ = ["stops_raise", "stop_wins", "python_sigint", "raise_if_stopped", "wait_stoppable", "wait_exit",
-           "as_command", "command_starts", "held", "quiet_finalizers"]
+           "as_command", "command_starts", "held", "quiet_finalizers", "command_line"]
 
 _received: list[int] = []  # the stop signals received within the outermost open block
 _depth = 0  # blocks open (on the main thread: the only one that installs them)
@@ -193,8 +193,26 @@ def _is_the_command() -> bool:
     or ``python -m tension.core.cli`` (whose ``sys.argv[0]`` is "-m" while it imports)."""
     if sys.argv and os.path.basename(sys.argv[0]) == "tension-run":
         return True
+    return _as_module() is not None
+
+
+def _as_module() -> list[str] | None:
+    """The interpreter's words up to ``-m tension.core.cli`` where the command was run so
+    (``sys.orig_argv``: the interpreter as typed, and its options); None otherwise."""
     orig = getattr(sys, "orig_argv", [])
-    return "-m" in orig[:-1] and orig[orig.index("-m") + 1] == "tension.core.cli"
+    if "-m" in orig[:-1] and orig[orig.index("-m") + 1] == "tension.core.cli":
+        return orig[:orig.index("-m") + 2]
+    return None
+
+
+def command_line() -> list[str]:
+    """The command line that ran this process, as it can be typed again: ``sys.argv``,
+    but under ``python -m tension.core.cli`` the interpreter and the module (its
+    ``sys.argv[0]`` is the module's file, "-m" while it imports, neither of which runs).
+    What advice to run a command again repeats (the stop while starting, `score`'s
+    `--endings` advice)."""
+    module = _as_module()
+    return list(sys.argv) if module is None else module + sys.argv[1:]
 
 
 def _starting(signum: int, frame: object) -> None:
@@ -206,12 +224,10 @@ def _starting(signum: int, frame: object) -> None:
 
     from tension.core.redact import redact_argv
 
-    argv = list(sys.argv)
-    if argv and argv[0] == "-m":  # python -m, still importing
-        argv[0] = "python -m tension.core.cli"
+    argv = command_line()
     shown = redact_argv(argv)
     said = ("interrupted (while starting; nothing was done). Resume with the same command:\n  "
-            + " ".join(a if i == 0 and a.startswith("python -m") else shlex.quote(a) for i, a in enumerate(shown))
+            + " ".join(shlex.quote(a) for a in shown)
             + ("\n(its secrets are shown as ***: give them again)" if shown != argv else "") + "\n")
     try:
         os.write(2, said.encode("utf-8", "replace"))

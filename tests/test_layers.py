@@ -37,9 +37,10 @@ ALLOWED = {
     # cache: its header's usage (cache/records.py Usage)
     "core.reports": {"core.errors", "core.formats", "core.inputs", "core.run", "cache", "kernels"},
     "core.serving": {"core.errors", "core.redact", "cache"},  # redact: the install log names pip's index URLs
-    # redact: bench prints and saves its servers' URLs (issue 25: a URL's password reached stdout)
+    # redact: bench prints and saves its servers' URLs (issue 25: a URL's password reached stdout);
+    # signals: the command line as the tool was called, which score's advice repeats (command_line)
     "core.pipelines": {"core.errors", "core.redact", "core.formats", "core.config", "core.inputs", "core.prompts",
-                       "core.llm", "core.run", "core.reports", "cache", "kernels"},
+                       "core.llm", "core.run", "core.reports", "core.signals", "cache", "kernels"},
     # the view reads run folders, reports and the cache; what it needs of a pipeline
     # (a run's request keys) the cli hands it as a recall factory
     "core.view": {"core.errors", "core.formats", "core.config", "core.inputs", "core.reports", "core.signals", "cache",

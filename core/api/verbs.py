@@ -41,8 +41,8 @@ from tension.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 if TYPE_CHECKING:  # only to type: `tension-run --help` and `import tension` load none of these
 
     from tension.core.config import GenerateConfig, ScoreConfig
-    from tension.core.pipelines.estimate import Throughput
     from tension.core.pipelines.prefix.predict import CacheModelOptions
+    from tension.core.pipelines.throughput import Throughput
     from tension.kernels.settings import CurveSettings
 
 __all__ = ["score", "score_async", "estimate", "estimate_async", "metrics", "metrics_async", "compare",
@@ -112,7 +112,7 @@ async def score_async(corpus: PathLike | Records, *, out: PathLike, config: Path
 
 def _throughput(gen_tok_s: float | None, judge_req_s: float | None, bench: PathLike | None,
                 ending_tokens: float | None, gpu_hour_usd: float | None) -> Throughput:
-    from tension.core.pipelines.estimate import Throughput, check_throughput, throughput_from_bench
+    from tension.core.pipelines.throughput import Throughput, check_throughput, throughput_from_bench
 
     if bench is not None:
         thr = throughput_from_bench(bench, gpu_hour_usd)

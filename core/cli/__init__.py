@@ -209,10 +209,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _interrupts():
         # Ctrl-C or SIGTERM: the run committed what completed before stopping, and
         # says what that was (core/errors.py StopNote); never "kept" for what was not.
-        from tension.core.signals import quiet_finalizers
+        from tension.core.signals import command_line, quiet_finalizers
 
         quiet_finalizers()  # before the interrupted frames go (core/signals.py)
-        shown = redact_argv(sys.argv)
+        argv = command_line()  # under `python -m` too, as it can be typed again
+        shown = redact_argv(argv)
         if stop.kept is None:
             said = "interrupted. Resume with the same command:"
         elif stop.anything:
@@ -221,5 +222,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             said = ("interrupted: this run kept nothing (no answer had come back, nothing was complete; what earlier "
                     "runs kept is still in the cache). Resume with the same command:")
         print(said + "\n  " + " ".join(shlex.quote(a) for a in shown)
-              + ("\n(its secrets are shown as ***: give them again)" if shown != sys.argv else ""), file=sys.stderr)
+              + ("\n(its secrets are shown as ***: give them again)" if shown != argv else ""), file=sys.stderr)
         return EXIT_INTERRUPTED

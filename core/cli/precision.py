@@ -41,8 +41,8 @@ def cmd_subsample(args) -> int:
     import msgspec
 
     from tension.core.inputs.jsonl import write_together
-    from tension.core.pipelines.estimate import Throughput, check_throughput, throughput_from_bench
     from tension.core.pipelines.subsample import run_subsample
+    from tension.core.pipelines.throughput import Throughput, check_throughput, throughput_from_bench
     from tension.core.reports.subsampling import format_subsampling
 
     thr = None

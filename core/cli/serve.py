@@ -184,19 +184,17 @@ def cmd_demo(args) -> int:
 
 def demo_is_cached(story: str, cache: str | None, url: str, model: str) -> bool:
     """Whether the cache holds every answer the demo asks for (`estimate`'s count of what
-    is left to send), found without a server: token counts, endings and verdicts are all
-    cached after a first demo. Anything else (a count the cache lacks, which would need
-    the server's /tokenize) is a no, at once: one attempt, no retries."""
-    from tension.core.api.calls import blocking
-    from tension.core.config import load_config
+    is left to send, through the library's door as the demo's score goes through
+    `score`), found without a server: token counts, endings and verdicts are all cached
+    after a first demo. Anything else (a count the cache lacks, which would need the
+    server's /tokenize) is a no, at once: one attempt, no retries."""
+    from tension.core.api.verbs import estimate
     from tension.core.errors import TensionError
-    from tension.core.pipelines.estimate import run_estimate
     from tension.core.serving.profiles import DEMO_SCORE_SETTINGS
 
-    cfg = load_config(None, {"cache": cache, "progress": False, "retries": 1, "retry_seconds": 0.0, "timeout": 5.0},
-                      fallback={**DEMO_SCORE_SETTINGS, "base_url": url, "model": model})
     try:
-        est = blocking(lambda: run_estimate(cfg, story))
+        est = estimate(story, **{**DEMO_SCORE_SETTINGS, "base_url": url, "model": model, "cache": cache,
+                                 "progress": False, "retries": 1, "retry_seconds": 0.0, "timeout": 5.0}).estimate
     except TensionError:
         return False
     return (est.positions > 0 and not est.stories_failed and est.generation_to_send == 0

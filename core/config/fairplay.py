@@ -84,7 +84,8 @@ class FairPlayConfig(Settings, kw_only=True, forbid_unknown_fields=True):
     # "json": vLLM structured outputs hold answers to the asked JSON shape (for weak
     # models); "none": the paper's free answers, parsed defensively
     reader_constraint: Annotated[str, flag(
-        "json: vLLM structured outputs hold reader and judge answers to the asked JSON shape (for weak models); "
+        "json: vLLM structured outputs hold reader and judge answers to the asked JSON shape (for weak models; "
+        "a server that refuses them gets free answers, said and recorded); "
         "none: free answers, as in the paper", READING, metavar="none|json")] = "none"
     reader_temperature: Annotated[float, flag("reader sampling temperature", READING, bounds=TEMPERATURE)] = 0.0
     reader_max_tokens: Annotated[int, flag("longest reader answer", READING, bounds=TOKENS)] = 512

@@ -131,7 +131,8 @@ class ScoreConfig(Settings, kw_only=True, forbid_unknown_fields=True):
                                                  metavar="JSON")] = None
     judge_constraint: Annotated[str, flag(
         "none: free answers, as in the paper; choice: the judge may only answer Y or N (vLLM structured "
-        "outputs); logprobs: Y or N by the first token's Y-vs-N probability (for weak judges)", JUDGING,
+        "outputs; a server that refuses them gets free answers, said and recorded); logprobs: Y or N by the "
+        "first token's Y-vs-N probability (for weak judges)", JUDGING,
         metavar="none|choice|logprobs")] = "none"
     continuation_words: Annotated[int, flag("the continuation shown to the judge is cut to this many words",
                                             JUDGING, bounds=Bounds(ge=1))] = 2000

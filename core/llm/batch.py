@@ -376,6 +376,6 @@ def _split(total: Usage, k: int) -> list[Usage]:
         q, rem = divmod(x, k)
         return [q + (i < rem) for i in range(k)]
 
-    return [Usage(requests=1, prompt_tokens=p, completion_tokens=c, cached_tokens=h)
-            for p, c, h in zip(parts(total.prompt_tokens), parts(total.completion_tokens),
-                               parts(total.cached_tokens))]
+    return [Usage(requests=1, prompt_tokens=p, completion_tokens=c, cached_tokens=h, cached_unreported=u)
+            for p, c, h, u in zip(parts(total.prompt_tokens), parts(total.completion_tokens),
+                                  parts(total.cached_tokens), parts(total.cached_unreported))]

@@ -6,6 +6,7 @@ how many requests run at once (the run's scheduler does). Its floors, each a
 private layer of the one below:
 
     Client.chat / pieces / tokenize / models / post   what an endpoint means
+      (models: what the listing teaches of the server's kind is listing.py's)
       └ choices.pieces     all n choices: chunks, follow-ups, pieces as they come
           └ sending.Sender.call(Attempt)   the one retry loop, one typed attempt
               └ Transport.send
@@ -47,11 +48,11 @@ from tension.core.errors import RefusedError
 from tension.core.llm.choices import EMPTY_ANSWER_RETRIES, pieces
 from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.gate import Gate
+from tension.core.llm.listing import learn_kind
+from tension.core.llm.prometheus import parse_samples
 from tension.core.llm.protocol import (
     ChatRequest,
-    CountTokenizeRequest,
     ModelList,
-    Props,
     TokenizeResponse,
     body_bytes,
     routing_headers,
@@ -89,7 +90,6 @@ class Client:
         self._enc = msgspec.json.Encoder()
         self._tok_dec = msgspec.json.Decoder(TokenizeResponse)
         self._models_dec = msgspec.json.Decoder(ModelList)
-        self._props_dec = msgspec.json.Decoder(Props)
         self.servers = Servers(notice)  # per server: everything the run knows of it (`server`)
 
     def server(self, url: str) -> Server:
@@ -173,30 +173,12 @@ class Client:
         return await self._sender.call(a)
 
     async def models(self, server: Server, retry: RetryPolicy | None = None) -> list[str]:
+        """The model ids `server` lists; the listing, and the kind it tells, go on its record (listing.py)."""
         server.in_record = True
         data = await self._call(Attempt(method="GET", url=server.root + "/v1/models", body=None,
                                         decoder=self._models_dec, server=server, retry=retry))
-        probe = server.kind_probe(data.data)  # what tells its kind, when owned_by alone does not
-        server.listed(data.data, await self._props(server) if probe == "/props" else None,
-                      probe is not None and probe != "/props" and await self._counts(server.root + probe))
+        await learn_kind(self.transport, server, data.data)
         return [m.id for m in data.data]
-
-    async def _counts(self, url: str) -> bool:
-        """Whether llama-cpp-python's token counter at `url` answers with a count, asked once."""
-        try:
-            reply = await self.transport.send("POST", url, self._enc.encode(CountTokenizeRequest(input="a")), None,
-                                              10.0)
-            return reply.status == 200 and self._tok_dec.decode(reply.body).count is not None
-        except (TransportError, msgspec.DecodeError, msgspec.ValidationError):
-            return False
-
-    async def _props(self, server: Server) -> Props | None:
-        """llama.cpp's /props (its slots), asked once; None when it does not answer it."""
-        text = await self.get_text(server.root, "/props")
-        try:
-            return self._props_dec.decode(text) if text is not None else None
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
 
     async def tokenize(self, server: Server, model: str, text: str, retry: RetryPolicy | None = None,
                        ticket: Ticket = NO_TICKET) -> int:
@@ -266,6 +248,13 @@ class Client:
         self._check_open()
         await self.check_gate()
         return await streamed(self._sender, server, request)
+
+    async def metrics(self, root: str, timeout: float = 10.0) -> dict[str, float] | None:
+        """The counters of the server at `root`'s ``/metrics`` (core/llm/prometheus.py
+        `parse_samples`), read once without retries: the one reading of a server's
+        figures (bench's phases, the router's hit rates); None where it has none or is down."""
+        text = await self.get_text(root, "/metrics", timeout)
+        return parse_samples(text) if text is not None else None
 
     async def get_text(self, root: str, path: str, timeout: float = 10.0) -> str | None:
         """GET a text endpoint (e.g. ``/metrics``) under `root` (a server's, or the

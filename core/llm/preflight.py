@@ -20,6 +20,10 @@ It depends only on the Client, not on how requests are routed (our Router today,
 the vLLM project's router later), and pipelines install it with
 ``client.set_gate(lambda: check_servers(client, needs))``: it runs before the first
 chat or /tokenize request, so a fully cached rerun still sends nothing.
+
+A server's seeds are probed later, not here (core/llm/seed_probe.py, from
+`Router.pieces`): the gate opens for a /tokenize or a judge request too, and the
+probe is for a run about to send a seeded generation request, after this check.
 """
 
 from __future__ import annotations

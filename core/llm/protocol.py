@@ -102,15 +102,19 @@ class WireUsage(msgspec.Struct):
     prompt_tokens_details: PromptDetails | None = None
 
     def usage(self, requests: int = 1) -> Usage:
-        """The one reading of a server's usage: what `requests` requests used."""
+        """The one reading of a server's usage: what `requests` requests used. No
+        ``prompt_tokens_details.cached_tokens`` (transformers serve, FastChat, llama.cpp)
+        is "not reported", never "0 cached" (`Usage.cached_unreported`)."""
         details = self.prompt_tokens_details
+        cached = details.cached_tokens if details is not None else None
         return Usage(requests=requests, prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                     cached_tokens=(details.cached_tokens or 0) if details else 0)
+                     cached_tokens=cached or 0, cached_unreported=requests if cached is None else 0)
 
 
 def usage_of(wire: WireUsage | None, requests: int = 1) -> Usage:
-    """`wire.usage(requests)`, or only the request count when the server sent none."""
-    return wire.usage(requests) if wire is not None else Usage(requests=requests)
+    """`wire.usage(requests)`, or only the request count when the server sent none
+    (which reports no cached prompt tokens either)."""
+    return wire.usage(requests) if wire is not None else Usage(requests=requests, cached_unreported=requests)
 
 
 class ChatResponse(msgspec.Struct):

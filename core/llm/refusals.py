@@ -13,8 +13,11 @@ is kept on the server's record (`Server.refuses`, `Server.drops`: run.json
 `servers`) and said once.
 
 A fallback that keeps the meaning needs the request to be built otherwise (and
-keyed otherwise: the cache key is the request as built), which is the pipeline's:
-the advice names the flag that does it.
+keyed otherwise: the cache key is the request as built), which is the pipeline's
+(core/pipelines/unconstrained.py: vLLM's `structured_outputs` refused, the judge and
+the readers go unconstrained, as the papers' did): the error is a
+`FieldRefusedError`, naming the fields, for it to tell; its advice names the flag
+that leaves them out where the pipeline has no fallback.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from tension.core.errors import RefusedError, StatusError
 from tension.core.llm.protocol import ChatRequest, ChatResponse
 from tension.core.llm.servers import Server
 
-__all__ = ["refused_fields", "field_refusal", "dropped_logprobs", "FIELD_ADVICE"]
+__all__ = ["FieldRefusedError", "refused_fields", "field_refusal", "dropped_logprobs", "logprobs_dropped",
+           "FIELD_ADVICE"]
 
 # The wordings of "this field is not allowed" seen or documented: transformers serve's
 # "Unexpected fields in the request: {...}", pydantic's "Extra inputs are not permitted",
@@ -37,7 +41,10 @@ _UNEXPECTED = re.compile(r"unexpected (?:fields?|keyword|argument|parameter)|ext
 _OPENAI = frozenset({"model", "messages", "n", "temperature", "top_p", "max_tokens", "seed", "stream", "prompt"})
 
 FIELD_ADVICE = {
-    "min_p": "--min-p 0 leaves it out (generate's default is the paper's 0.1)",
+    # no fallback: without it the stories are sampled otherwise than the papers' (min_p 0.1, generate's
+    # default), so leaving it out is the user's choice, recorded in each story's settings
+    "min_p": "--min-p 0 leaves it out (the stories are then sampled without the papers' min_p 0.1, generate's "
+             "default; each story's settings record it)",
     "structured_outputs": "--judge-constraint none (score) or --reader-constraint none (fairplay) leaves it out: "
                           "free answers, parsed as the paper parses them",
     "grammar": "--judge-constraint none (score) or --reader-constraint none (fairplay) leaves it out",
@@ -48,6 +55,18 @@ FIELD_ADVICE = {
     "top_logprobs": "--judge-constraint none (or choice) leaves it out",
     "stream_options": "bench --no-stream leaves it out",
 }
+
+
+class FieldRefusedError(RefusedError):
+    """A server refuses (`dropped` False: a 4xx naming them) or drops (True: answers
+    without what they ask for) `fields` of every request like this one."""
+
+    def __init__(self, status: int, url: str, body: str, advice: str, server: str, fields: list[str],
+                 dropped: bool = False):
+        super().__init__(status, url, body, "field", advice)
+        self.server = server  # its name, as messages give it
+        self.fields = fields
+        self.dropped = dropped
 
 
 def refused_fields(e: StatusError, request: ChatRequest) -> list[str]:
@@ -61,23 +80,30 @@ def refused_fields(e: StatusError, request: ChatRequest) -> list[str]:
     return [f for f in sent if re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", e.body)]
 
 
-def field_refusal(server: Server, fields: list[str], e: StatusError) -> RefusedError:
+def field_refusal(server: Server, fields: list[str], e: StatusError) -> FieldRefusedError:
     """The run's error for fields `server` refuses (module docstring); kept on its record, said once."""
     server.refuses_fields(fields)
     ways = "; ".join(f"{f}: {FIELD_ADVICE.get(f, 'leave it out of --extra-body')}" for f in fields)
-    return RefusedError(e.status, e.url, e.body, "field",
-                        f"{server.name} does not take the field{'s' if len(fields) > 1 else ''} "
-                        f"{', '.join(fields)}, which the tool sends for the settings given; {ways}")
+    return FieldRefusedError(e.status, e.url, e.body,
+                             f"{server.name} does not take the field{'s' if len(fields) > 1 else ''} "
+                             f"{', '.join(fields)}, which the tool sends for the settings given; {ways}",
+                             server.name, fields)
 
 
-def dropped_logprobs(server: Server, request: ChatRequest, data: ChatResponse) -> RefusedError | None:
+def dropped_logprobs(server: Server, request: ChatRequest, data: ChatResponse) -> FieldRefusedError | None:
     """The run's error when `request` asked for log-probabilities and the answer's
     every choice came without them (a server that drops `logprobs`): None otherwise."""
     if not request.logprobs or not data.choices or any(c.logprobs is not None for c in data.choices):
         return None
+    return logprobs_dropped(server)
+
+
+def logprobs_dropped(server: Server) -> FieldRefusedError:
+    """The run's error for a server that answered without the log-probabilities asked
+    for (a plain answer's every choice, or a stream's every event: core/llm/stream.py)."""
     server.drops_field("logprobs")
-    return RefusedError(200, server.name + "/v1/chat/completions", "", "field",
-                        f"{server.name} returned no log-probabilities although they were asked for (it ignores "
-                        "`logprobs`): --judge-constraint logprobs reads Y or N from them, and without them every "
-                        "verdict would be empty and every no-rate 1.0; use --judge-constraint none (the paper's "
-                        "free answers) or choice")
+    return FieldRefusedError(200, server.name + "/v1/chat/completions", "",
+                             f"{server.name} returned no log-probabilities although they were asked for (it "
+                             "ignores `logprobs`): --judge-constraint logprobs reads Y or N from them, and without "
+                             "them every verdict would be empty and every no-rate 1.0; use --judge-constraint none "
+                             "(the paper's free answers) or choice", server.name, ["logprobs"], dropped=True)

@@ -40,6 +40,9 @@ class StreamResult(msgspec.Struct, kw_only=True):
     events: int  # content events received (≈ tokens when the server sent no usage)
     finish_reasons: list[str | None] = []  # per choice; None: the stream ended before it finished
     plain: bool = False  # answered with a plain JSON body, not streamed (a server ignoring `stream`): no ttft
+    # per choice: some event named it (a role delta, say), though it may have brought no text: a choice
+    # opened and never finished was cut off, not left out (llama-cpp-python cuts before the first token)
+    opened: list[bool] = []
 
 
 class ShortAnswerError(RetryBudgetError):

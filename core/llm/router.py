@@ -41,9 +41,10 @@ from tension.core.llm.batch import Batch, Batcher, Template
 from tension.core.llm.client import ChatResult, Client
 from tension.core.llm.failures import RetryPolicy
 from tension.core.llm.preflight import listing_refused
-from tension.core.llm.prometheus import by_label, parse_samples, prefix_cache_delta, prefix_cache_hit_rate
+from tension.core.llm.prometheus import by_label, prefix_cache_delta, prefix_cache_hit_rate
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.replicas import Replica
+from tension.core.llm.seed_probe import check_seeds
 from tension.core.llm.servers import Server
 from tension.core.llm.ticket import Piece, Ticket
 from tension.core.llm.vllm_router import LocalRouter, RouterSettings
@@ -112,7 +113,7 @@ class Router:
         self._stats = {u: ReplicaStats(url=redact(u), role=role) for u in self.workers}
         if self.single:
             st = self._stats[self.url]
-            st.completion_tokens = st.prompt_tokens = st.cached_tokens = 0
+            st.completion_tokens = st.prompt_tokens = 0  # cached_tokens: None until an answer reports them
         self._start: dict[str, dict[str, float] | None] = {}
         self._end: dict[str, dict[str, float] | None] = {}
         self._router_start: dict[str, dict[str, float]] = {}  # the router's counters at the start
@@ -199,7 +200,10 @@ class Router:
 
     async def pieces(self, ticket: Ticket, request: ChatRequest) -> AsyncGenerator[Piece | ChatResult, None]:
         """`chat`, each piece of an answer that takes several requests handed up as
-        it comes (core/llm/choices.py), then the whole answer."""
+        it comes (core/llm/choices.py), then the whole answer. Before the first seeded one
+        a server's seeds are learned, once (core/llm/seed_probe.py), after the servers' check."""
+        await self.client.check_gate()
+        await check_seeds(self.client, self.server, request)
         async with contextlib.aclosing(self.client.pieces(self.server, request, ticket)) as gen:
             async for got in gen:
                 if isinstance(got, ChatResult):
@@ -225,7 +229,8 @@ class Router:
             s.requests += usage.requests
             s.completion_tokens = (s.completion_tokens or 0) + usage.completion_tokens
             s.prompt_tokens = (s.prompt_tokens or 0) + usage.prompt_tokens
-            s.cached_tokens = (s.cached_tokens or 0) + usage.cached_tokens
+            if usage.cached_unreported < usage.requests:  # none reported (issue 61): null, not 0
+                s.cached_tokens = (s.cached_tokens or 0) + usage.cached_tokens
 
     async def tokenize(self, ticket: Ticket, model: str, text: str) -> int:
         """/tokenize on the ticket's server (the router sends it where the key's chat requests go)."""
@@ -242,8 +247,7 @@ class Router:
         without it, or one that is down, gives no hit rate."""
         readings = self._start if when == "start" else self._end
         for url in self.workers:
-            text = await self.client.get_text(url, "/metrics", timeout=PROBE_TIMEOUT)
-            readings[url] = parse_samples(text) if text is not None else None
+            readings[url] = await self.client.metrics(url, timeout=PROBE_TIMEOUT)
         if self.local is not None:
             text = await self.client.get_text(self.local.metrics_root, "/metrics", timeout=PROBE_TIMEOUT)
             if when == "start":

@@ -26,6 +26,7 @@ import msgspec
 
 from tension.core.llm.capacity import Capacity
 from tension.core.llm.failures import Outage
+from tension.core.llm.model_names import way_to_name
 from tension.core.llm.protocol import (
     ChatRequest,
     ContentTokenizeRequest,
@@ -36,29 +37,13 @@ from tension.core.llm.protocol import (
 )
 from tension.core.llm.ratelimit import Pacer, RateLimit
 from tension.core.llm.server_keys import base_root, server_key
+from tension.core.llm.taught import EARLIER, Lessons, Taught
 from tension.core.llm.traits import COUNT_PATH, KIND_NAMES, ServerTraits, grammar_of, learn
 from tension.core.llm.unreadable import Suspect
 from tension.core.redact import redact
 
-__all__ = ["Servers", "Server", "Taught", "server_key", "base_root"]
+__all__ = ["Servers", "Server", "Taught", "server_key", "base_root"]  # Taught: core/llm/taught.py
 
-# How a limit its behaviour taught was learned (core/llm/choices.py, `Server.learned_n`): kept in the
-# cache folder for the next run (`Server.taught`). A limit its kind, its slots or a router's workers
-# gave is learned again by each run from what it says of itself.
-TAUGHT_BY = ("short answers", "HTTP 400", "HTTP 400 to a larger n")
-EARLIER = "an earlier run's "  # run.json `servers` max_n_from of a limit an earlier run learned
-MAX_GIVES = 8  # counts of short answers kept per server and model (a glitching server's, bounded)
-
-
-class Taught(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
-    """What a server taught runs by what it did, for requests of one model: kept in the
-    cache folder (core/run/taught.py) and put on the next run's record before its first
-    request (M1 of ../shared/reviews/external-servers-2026-12-07.md)."""
-
-    kind: str = "other"  # what it said it was then: its limit holds while it says so still
-    max_n: int | None = None  # its limit, and how it was learned (one of TAUGHT_BY)
-    max_n_from: str | None = None
-    gives: tuple[int, ...] = ()  # the counts of choices its short answers brought: a resume's pieces
 
 class Server:
     """Everything a run knows of one server (module docstring)."""
@@ -97,10 +82,7 @@ class Server:
         self.n_search: tuple[object, asyncio.Event] | None = None
         self.n_probes = 0  # 400s to n > 1 spent looking for it
         self.in_record = False  # listed, counted or chatted with: an item of run.json `servers`
-        # What earlier runs' requests for a model taught of it (`remember`), and the counts of choices
-        # this run's short answers to a model's requests brought (`gave`): kept for the next (`taught`)
-        self.earlier: dict[str, Taught] = {}
-        self.shorts: dict[str, set[int]] = {}
+        self.lessons = Lessons()  # what its answers taught of each model, this run's and earlier runs'
 
     @property
     def name(self) -> str:
@@ -296,7 +278,8 @@ class Server:
         """What earlier runs' requests for `model` taught of it (kept in the cache folder),
         on the record before the run's first request; used from the first request for
         more than one choice of `model` (`recall`)."""
-        self.earlier[model] = taught
+        self.lessons.remember(model, taught)
+        self.refuses.update(taught.refuses)  # not sent again: the pipeline goes without (core/llm/refusals.py)
 
     def recall(self, model: str, n: int, seeded: bool = True) -> None:
         """A request for `n` choices of `model` is about to be sized: the limit an earlier
@@ -304,47 +287,33 @@ class Server:
         or did in this run set one; said once, and recorded in run.json as an earlier run's."""
         if n <= 1:
             return
-        self.shorts.setdefault(model, set())
-        was, t = self.earlier.get(model), self.traits
-        if was is None or was.max_n is None or t.max_n is not None or was.kind != t.kind:
-            return
-        self.learned_n(was.max_n, f"{EARLIER}{was.max_n_from or 'answers'}, kept in the cache", seeded)
+        was = self.lessons.asking(model)
+        if was is not None and was.max_n is not None and self.traits.max_n is None and was.kind == self.traits.kind:
+            self.learned_n(was.max_n, f"{EARLIER}{was.max_n_from or 'answers'}, kept in the cache", seeded)
 
     def gave(self, model: str, count: int) -> None:
         """A request for `model` was answered with `count` choices, fewer than it asked."""
-        self.shorts.setdefault(model, set()).add(count)
+        self.lessons.gave(model, count)
 
     def given(self, model: str) -> list[int]:
         """The counts a piece of an answer for `model` may be kept under besides the count
         asked (core/llm/choices.py): its limit, the counts its short answers brought, an
         earlier run's too; largest first."""
-        was = self.earlier.get(model)
-        counts = self.shorts.get(model, set()) | set(was.gives if was is not None else ())
-        counts |= {m for m in (self.traits.max_n, was.max_n if was is not None else None) if m}
-        return sorted(counts, reverse=True)
+        return self.lessons.given(model, self.traits.max_n)
 
     def taught(self, model: str) -> Taught | None:
         """What its answers to this run's requests for `model` taught, with what earlier
         runs had (to keep for the next); None: no request for `model` asked more than one."""
-        if model not in self.shorts:
-            return None
-        t, was = self.traits, self.earlier.get(model)
-        how = t.max_n_from
-        if how is not None and how.startswith(EARLIER):  # as the earlier run learned it
-            how = was.max_n_from if was is not None else None
-        limit = t.max_n if how in TAUGHT_BY else None
-        gives = sorted(self.shorts[model] | set(was.gives if was is not None else ()))[:MAX_GIVES]
-        return Taught(kind=t.kind, max_n=limit, max_n_from=how if limit is not None else None, gives=tuple(gives))
+        return self.lessons.taught(model, self.traits, self.refuses)
 
     def model_named_by_path(self, model: str, flag: str) -> None:
         """A model id that is a file's absolute path (llama-server without --alias)
         goes into cache keys, run.json and every export: said once, with the way out."""
         if model.startswith("/"):
-            alias = {"llamacpp": "llama-server's --alias NAME", "llamacpp_python": "its --model_alias NAME"}.get(
-                self.traits.kind, "llama-server's --alias NAME, llama-cpp-python's --model_alias NAME")
+            way = way_to_name(self.traits.kind, self.owned_by(model))  # the server's own (core/llm/model_names.py)
             self._say_once(f"path {model}", f"{flag}: the model id is a file path ({model}): it goes into the cache "
                            "keys, run.json and the exports, and moving the file makes every cached answer a miss; "
-                           f"start the server with its model alias ({alias}) and pass that name (docs/servers.md)")
+                           f"serve the model under a name ({way}) and pass that name (docs/servers.md)")
 
     def refuses_fields(self, fields: list[str]) -> None:
         """It refused requests sending `fields` (core/llm/refusals.py): kept, for run.json."""

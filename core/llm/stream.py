@@ -9,7 +9,8 @@ of what the server takes, as a chat request does (core/llm/choices.py).
 Usage: vLLM sends one usage event at the end (``stream_options.include_usage``);
 llama.cpp sends one per choice, each counting that choice, so their completion
 tokens are summed (a non-streamed llama.cpp answer counts one choice only:
-core/llm/traits.py `usage`).
+core/llm/traits.py `usage`). A usage without ``prompt_tokens_details.cached_tokens``,
+or none at all, reports no cached prompt tokens (`Usage.cached_unreported`), never 0.
 
 A server that ignores `stream` answers with the plain JSON body (no event at all,
 issue 58 S5): its choices and usage are the answer, and the result says `plain`
@@ -28,7 +29,8 @@ from tension.core.errors import ServerError, StatusError
 from tension.core.llm.answer_checks import misnumbered
 from tension.core.llm.choices import NAsk, chunk
 from tension.core.llm.failures import error_message, status_error
-from tension.core.llm.protocol import ChatChunk, ChatRequest, ChatResponse, body_bytes
+from tension.core.llm.protocol import ChatChunk, ChatRequest, ChatResponse, body_bytes, usage_of
+from tension.core.llm.refusals import field_refusal, refused_fields
 from tension.core.llm.results import StreamResult
 from tension.core.llm.sending import Sender
 from tension.core.llm.servers import Server
@@ -67,6 +69,9 @@ async def _chunked(sender: Sender, server: Server, request: ChatRequest, asks: N
         try:
             res = await chat_stream(sender.transport, _ENC, _CHUNK, server.root, server.wire_form(req))
         except StatusError as e:
+            if fields := refused_fields(e, req):  # a field it never takes: the settings must change
+                asks.gave_up()
+                raise field_refusal(server, fields, e) from None
             if asks.refused_with(ask, e):
                 continue
             asks.gave_up()
@@ -81,7 +86,7 @@ async def _chunked(sender: Sender, server: Server, request: ChatRequest, asks: N
                         usage=_summed(r.usage for r in done), ttft=done[0].ttft,
                         seconds=time.perf_counter() - t0, events=sum(r.events for r in done),
                         finish_reasons=[f for r in done for f in r.finish_reasons],
-                        plain=any(r.plain for r in done))
+                        plain=any(r.plain for r in done), opened=[o for r in done for o in _opened(r)])
 
 
 async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgspec.json.Decoder[ChatChunk],
@@ -95,6 +100,7 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
     ttft = None
     events = 0
     ended: list[int] = []  # the index of every finish event, in order (one per choice, each once)
+    seen: set[int] = set()  # the index of every choice an event named
     other: list[bytes] = []  # lines that are no event: a plain body, if no event comes
     data = False
     t0 = time.perf_counter()
@@ -111,6 +117,7 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
             chunk = dec.decode(payload)
             model = chunk.model or model
             for ch in chunk.choices:
+                seen.add(ch.index)
                 if ch.delta.content:
                     if ttft is None:
                         ttft = time.perf_counter() - t0
@@ -130,7 +137,7 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
     if not data and (plain := _plain(b"".join(other))) is not None:
         texts = [redact_secrets(c.message.content or "") for c in sorted(plain.choices, key=lambda c: c.index)]
         return StreamResult(texts=texts, model=plain.model or model,
-                            usage=plain.usage.usage() if plain.usage is not None else Usage(requests=1), ttft=None,
+                            usage=usage_of(plain.usage), ttft=None,
                             seconds=time.perf_counter() - t0, events=0,
                             finish_reasons=[c.finish_reason for c in sorted(plain.choices, key=lambda c: c.index)],
                             plain=True)
@@ -141,14 +148,15 @@ async def chat_stream(transport: Transport, enc: msgspec.json.Encoder, dec: msgs
         # Fewer choices numbered 0 … k − 1 are a server that drops n (`_whole_stream`).
         raise ServerError(f"{url}: the streamed answer's choices are misnumbered ({why}): expected indexes "
                           f"0 … {request.n - 1}, each once (a proxy renumbering choices?)")
-    usage = Usage(requests=1)
+    usage = usage_of(None)  # no usage event: nothing reported, cached prompt tokens neither
     if usages:
         usage = usages[-1] if len(usages) == 1 else Usage(
             requests=1, prompt_tokens=usages[0].prompt_tokens, cached_tokens=usages[0].cached_tokens,
-            completion_tokens=sum(u.completion_tokens for u in usages))
+            cached_unreported=usages[0].cached_unreported, completion_tokens=sum(u.completion_tokens for u in usages))
     texts = [redact_secrets("".join(parts.get(i, []))) for i in range(request.n)]
     return StreamResult(texts=texts, model=model, usage=usage, ttft=ttft, seconds=time.perf_counter() - t0,
-                        events=events, finish_reasons=[finished.get(i) for i in range(request.n)])
+                        events=events, finish_reasons=[finished.get(i) for i in range(request.n)],
+                        opened=[i in seen for i in range(request.n)])
 
 
 _plain_dec = msgspec.json.Decoder(ChatResponse)
@@ -168,7 +176,7 @@ def _whole_stream(name: str, request: ChatRequest, res: StreamResult) -> None:
     """A streamed answer with every choice asked, each finished, or a ServerError (H3
     of ../shared/reviews/external-servers-2026-12-02.md: a server that drops `n`, or
     cuts a stream off, gave "0.2 tokens per ending" with exit 0)."""
-    cut = sum(1 for t, f in zip(res.texts, res.finish_reasons) if t and f is None)
+    cut = sum(1 for t, o, f in zip(res.texts, _opened(res), res.finish_reasons) if (t or o) and f is None)
     if cut and not res.plain:  # (a plain answer is whole: a choice without a reason is the server's way)
         raise ServerError(f"{name}: the server ended the stream before {cut} of {request.n} choice(s) finished (no "
                           "finish_reason): a cut answer is no figure (llama-cpp-python cuts a stream as soon as "
@@ -182,6 +190,11 @@ def _whole_stream(name: str, request: ChatRequest, res: StreamResult) -> None:
         raise ServerError(f"{name}: a streamed request for {request.n} choices brought {given}; the server does "
                           "not honour n when streaming, so no figure is taken from it (try --no-stream, which asks "
                           "for what is missing)")
+
+
+def _opened(res: StreamResult) -> list[bool]:
+    """Per choice, whether the stream named it (where not recorded: whether it brought text)."""
+    return res.opened or [bool(t) for t in res.texts]
 
 
 def _summed(usages: Iterable[Usage]) -> Usage:

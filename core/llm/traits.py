@@ -19,9 +19,15 @@ import msgspec
 
 from tension.core.llm.protocol import ModelCard, Props
 
-__all__ = ["ServerTraits", "learn", "n_limit", "names_n", "is_context_error", "grammar_of", "KIND_NAMES", "COUNT_PATH"]
+__all__ = ["ServerTraits", "Seeds", "BY_KIND", "learn", "n_limit", "names_n", "is_context_error", "grammar_of",
+           "KIND_NAMES", "COUNT_PATH"]
 
 Kind = Literal["vllm", "llamacpp", "llamacpp_python", "other"]
+# Whether a seeded request sent again gets the same answer: "held"; "ignored" (not even sent
+# alone twice: FastChat); "depend on arrival" (the same alone, another beside other requests:
+# transformers serve --continuous-batching, llama.cpp's batched decoding). docs/servers.md "Seeds".
+Seeds = Literal["held", "ignored", "depend on arrival"]
+BY_KIND = "its kind"  # `seeds_from` of what a server's kind settles
 # What each kind is, in messages (`Server.what`).
 KIND_NAMES: dict[str, str] = {"vllm": "vLLM", "llamacpp": "llama.cpp's server",
                               "llamacpp_python": "llama-cpp-python's server", "other": "an OpenAI-compatible server"}
@@ -61,6 +67,14 @@ class ServerTraits(msgspec.Struct, kw_only=True):
     # vLLM (with the embedded server's seeded-sampling fix) answers a seeded request the
     # same whatever else it is running; llama.cpp's batched decoding does not.
     batch_invariant: bool | None = None
+    # Whether its seeds hold (`Seeds`) and how that was learned: its kind (vLLM, llama.cpp,
+    # llama-cpp-python), else a probe before the first seeded generation request the run sends it
+    # (core/llm/seed_probe.py) or an earlier run's probe kept in the cache folder (core/run/taught.py);
+    # None: not learned (no seeded generation request was sent). `probe_requests`: the probe's
+    # requests, which no count of the run's requests holds (run.json `http`, `requests`, `usage`).
+    seeds: Seeds | None = None
+    seeds_from: str | None = None
+    probe_requests: int = 0
 
 
 def learn(url: str, models: list[ModelCard], props: Props | None, counts: bool = False) -> ServerTraits:
@@ -72,8 +86,14 @@ def learn(url: str, models: list[ModelCard], props: Props | None, counts: bool =
     ctx = next((m.max_model_len or (m.meta.n_ctx if m.meta else None) for m in models
                 if m.max_model_len or (m.meta and m.meta.n_ctx)), None)
     t = ServerTraits(url=url, kind=kind, context_len=ctx, batch_invariant=True if kind == "vllm" else None)
+    if kind == "vllm":
+        t.seeds, t.seeds_from = "held", BY_KIND
     if kind == "llamacpp":
         t.tokenize, t.constraint, t.usage, t.batch_invariant = "llamacpp", "grammar", "one choice", False
+        # measured: 74 of 300 seeded endings the same through a router (external-servers-2026-12-02.md);
+        # a short probe would often pass (the batches' numerics part answers only over long texts), so
+        # its kind settles it, and no probe is sent
+        t.seeds, t.seeds_from = "depend on arrival", BY_KIND
         slots = props.total_slots if props is not None else None
         if slots:
             # llama.cpp refuses n above its slots (HTTP 400): ask in chunks of that many
@@ -84,6 +104,7 @@ def learn(url: str, models: list[ModelCard], props: Props | None, counts: bool =
         # grammar / response_format, and counts tokens at COUNT_PATH
         t.tokenize, t.constraint = "count", "grammar"
         t.slots, t.max_n, t.max_n_from = 1, 1, "its kind (llama-cpp-python drops n)"
+        t.seeds, t.seeds_from = "held", BY_KIND + " (one request at a time, seeded as asked)"
     return t
 
 

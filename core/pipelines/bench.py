@@ -10,7 +10,8 @@ phases, generation then judge:
     generation output tok/s = Σ completion tokens / generation wall time
     judge req/s             = judge requests / judge wall time
     prefix-cache hit rate   = Δ vllm:prefix_cache_hits / Δ vllm:prefix_cache_queries  (/metrics, per server)
-                            = Σ usage.prompt_tokens_details.cached_tokens / Σ prompt_tokens  (answers)
+                            = Σ usage.prompt_tokens_details.cached_tokens / Σ prompt_tokens  (answers; over
+                              those that report it, "–" and null where none does)
     computed prompt tokens  = Δ vllm:prefix_cache_queries − Δ vllm:prefix_cache_hits over the phase (/metrics read
                               between the phases), per generated position and per judged ending, against the
                               ideal's (pipelines/ideal.py over the positions benched); null with the reason on a
@@ -174,6 +175,8 @@ class _Bench:
                         return None
                     res = await self._call(url, _tagged(req, f"bench {self.nonce} run {run_no}"))
             except TensionError as e:
+                if lane == "judge" and self.reqs.constraint.refused(e):  # score's judge would go unconstrained
+                    return await send(lane, url, msgspec.structs.replace(req, structured_outputs=None))
                 fig.failed += 1
                 if len(fig.errors) < MAX_ERRORS:
                     fig.errors.append(f"{lane}: {e}")
@@ -186,6 +189,7 @@ class _Bench:
         async def judge_position(item: tuple[Position, StreamResult]) -> None:
             p, res = item
             head, tail = self.reqs.judge_parts(self.sentences[p.story], p.k)
+            self.reqs.constraint.known(self.client.server(u) for u in self.judge_urls)  # one an earlier run taught
             reqs = [r for _, r in self.reqs.verdicts(head, tail, res.texts)]
             if reqs and warm:
                 await send("judge", judge_url[p], reqs[0])
@@ -248,7 +252,9 @@ class _Bench:
     async def _call(self, url: str, req: ChatRequest) -> StreamResult:
         """One request, streamed (timed to the first token) or plain, as score sends it."""
         server = self.client.server(url)
-        if self.opts.stream:
+        # a logprobs judge's answers are read for their log-probabilities, which a stream's events are not:
+        # sent plain, as score sends them, so a server that drops them is refused here too (issue 61 M3)
+        if self.opts.stream and not req.logprobs:
             return await self.client.chat_stream(server, req)
         r = await self.client.chat(server, req)
         usage = r.usage
@@ -278,8 +284,11 @@ def _phase_figures(fig: RunFigures, results: dict[str, list[StreamResult]], gen_
     for lane, rs in results.items():
         fig.ttft[lane] = percentiles([r.ttft for r in rs if r.ttft is not None])
         fig.latency[lane] = percentiles([r.seconds for r in rs])
-        prompt = sum(r.usage.prompt_tokens for r in rs)
-        fig.cached_token_rate[lane] = sum(r.usage.cached_tokens for r in rs) / prompt if prompt else None
+        # over the answers that reported their cached prompt tokens: where none did (transformers serve,
+        # FastChat, llama.cpp), no share ("–", null), never 0% (issue 61)
+        said = [r.usage for r in rs if r.usage.cached_unreported < r.usage.requests]
+        prompt = sum(u.prompt_tokens for u in said)
+        fig.cached_token_rate[lane] = sum(u.cached_tokens for u in said) / prompt if prompt else None
 
 
 def _server_figures(roles: list[str], answers: list[StreamResult], before: dict[str, float] | None,

@@ -72,7 +72,8 @@ class RunFigures(msgspec.Struct, kw_only=True):
     mean_ending_tokens: float | None = None
     ttft: dict[str, Percentiles] = {}  # "generation", "judge"; seconds
     latency: dict[str, Percentiles] = {}  # end to end, seconds
-    cached_token_rate: dict[str, float | None] = {}  # from usage.prompt_tokens_details.cached_tokens
+    # from usage.prompt_tokens_details.cached_tokens, over the answers that report it; None where none did
+    cached_token_rate: dict[str, float | None] = {}
     servers: dict[str, ServerFigures] = {}
     prompt_tokens: dict[str, RoleTokens] = {}  # "generation", "judge"
 

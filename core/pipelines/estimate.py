@@ -26,7 +26,6 @@ to ``/tokenize``.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -35,62 +34,28 @@ import msgspec
 import numpy as np
 
 from tension.core.config import ScoreConfig
-from tension.core.errors import ConfigError, StatusError
+from tension.core.errors import StatusError
 from tension.core.inputs.corpus import Corpus, read_corpus
-from tension.core.llm.router import Router
+from tension.core.pipelines.choice_limit import ChoiceLimit, choice_limit
 from tension.core.pipelines.estimate_adaptive import AdaptiveCost, CachedRounds
 from tension.core.pipelines.estimate_precision import PrecisionCost
 from tension.core.pipelines.estimate_text import format_estimate
 from tension.core.pipelines.ideal import Tally, TokenTotals, constants, template_pieces
 from tension.core.pipelines.prefix.predict import CacheModelOptions, PrefixPrediction, predict
-from tension.core.pipelines.score.lookup import lookup, lookup_rounds, no_count
+from tension.core.pipelines.score.lookup import lookup, lookup_rounds
 from tension.core.pipelines.score.positions import Counter, Position, PositionFinder, local_counter
 from tension.core.pipelines.score.requests import ScoreRequests, resolve_models, score_routers
+from tension.core.pipelines.throughput import Throughput
 from tension.core.run.lifecycle import Run, open_run
 from tension.core.run.progress import Progress
 from tension.core.run.reads import CacheReads
 from tension.core.run.record import RunHeader
 
 __all__ = ["Throughput", "TokenTotals", "Estimate", "run_estimate", "format_estimate",
-           "COST_FORMULA", "CacheModelOptions", "endings_gpu_hours", "TokensCost", "ChoiceLimit"]
+           "COST_FORMULA", "CacheModelOptions", "TokensCost", "ChoiceLimit"]
 
 COST_FORMULA = ("GPU-hours = (generation requests to send × n × E / gen_tok_s + "
                 "judge requests to send / judge_req_s) / 3600;  cost = GPU-hours × gpu_hour_usd")
-
-
-class Throughput(msgspec.Struct, kw_only=True):
-    """What the servers do per second, and the price of their GPU-hour."""
-
-    gen_tok_s: float | None = None  # generation output tokens per second
-    judge_req_s: float | None = None  # judge requests per second
-    gpu_hour_usd: float | None = None
-    ending_tokens: float | None = None  # E; None: max_tokens (an upper bound)
-    source: str = "flags"  # "flags" or the bench file they came from
-    warnings: list[str] = []  # figures no model or server can produce (bench_figures.py `implausible`)
-
-
-def endings_gpu_hours(endings: float, ending_tokens: float, thr: Throughput) -> float | None:
-    """GPU-hours of `endings` endings of `ending_tokens` tokens each, each judged once
-    (COST_FORMULA with the endings in place of requests × n); None without a throughput."""
-    if not thr.gen_tok_s or not thr.judge_req_s:
-        return None
-    return endings * ending_tokens / thr.gen_tok_s / 3600 + endings / thr.judge_req_s / 3600
-
-
-class ChoiceLimit(msgspec.Struct, kw_only=True):
-    """The most choices the generation servers answer one HTTP request, as the run
-    knows it before sending (core/llm/traits.py `ServerTraits.max_n`: said by the
-    server, its kind, or learned and recorded), and what that makes of the
-    generation requests: a server that takes n in chunks of m is sent ⌈n / m⌉ HTTP
-    requests per position (core/llm/choices.py). `known` False: the servers were
-    not asked, or do not say (`how` tells which); `http_*` are then None."""
-
-    known: bool
-    max_n: int | None = None  # None with `known`: every server answers n whole (vLLM)
-    how: str = ""  # where the limit comes from, or why it is not known
-    per_position: int | None = None  # HTTP requests of one position's n endings
-    http_requests: int | None = None  # of every generation request
-    http_to_send: int | None = None  # of those still to send
 
 
 class TokensCost(msgspec.Struct, kw_only=True):
@@ -220,6 +185,9 @@ async def run_estimate(cfg: ScoreConfig, corpus_path: str | Path, throughput: Th
         const: dict[str, int] = {}
         await run.work(_count_positions(run, finder, corpus, by_story, failed, const), stop=True)
         run.progress.close()
+        # a judge server an earlier run found refusing --judge-constraint choice: its verdicts are the
+        # unconstrained requests' (core/pipelines/unconstrained.py), looked up so
+        reqs.constraint.known([judge.server, *judge.servers()])
         thr = throughput or Throughput()
         est = _estimate(cfg, corpus, str(corpus_path), finder, reqs, by_story, const, thr,
                         failed=failed, cache_checked=cache_checked, cache_model=cache_model)
@@ -265,36 +233,6 @@ def _estimate(cfg: ScoreConfig, corpus: Corpus, corpus_path: str, finder: Positi
         output_tokens_max={"generation": tally.positions * cfg.endings * cfg.max_tokens,
                            "judge": tally.positions * cfg.endings * cfg.judge_max_tokens},
         cache_checked=cache_checked)
-
-
-def choice_limit(gen: Router, n: int, requests: int, to_send: int, *, asked: bool = True) -> ChoiceLimit:
-    """What the generation servers of `gen` take of `n` choices a request (`ChoiceLimit`),
-    for `requests` generation requests of which `to_send` are not cached. `asked`:
-    whether the run could have asked them (a local --tokenizer without --model asks
-    nothing)."""
-    limits: list[int | None] = []
-    hows: list[str] = []
-    for s in gen.servers():
-        t = s.traits
-        if t.max_n is not None:
-            limits.append(t.max_n)
-            hows.append(f"{s.name} answers at most {t.max_n} choice(s) a request: {t.max_n_from or 'learned'}")
-        elif s.models is None:
-            why = ("not asked: no --model was given" if not asked else
-                   "not asked: its token counts came from a local --tokenizer or the cache")
-            return ChoiceLimit(known=False, how=f"{s.name} {why}")
-        elif t.kind == "vllm":
-            limits.append(None)
-        else:
-            return ChoiceLimit(known=False, how=f"{s.name} is {s.what}, which does not say it")
-    bounded = [m for m in limits if m is not None]
-    if not bounded or min(bounded) >= n:
-        return ChoiceLimit(known=True, how="the servers answer n choices in one request",
-                           per_position=1, http_requests=requests, http_to_send=to_send)
-    m = min(bounded)  # several servers that differ: the most requests (a position goes to any of them)
-    per = -(-n // m)
-    return ChoiceLimit(known=True, max_n=m, how="; ".join(hows), per_position=per, http_requests=requests * per,
-                       http_to_send=to_send * per)
 
 
 async def _count_positions(run: Run, finder: PositionFinder, corpus: Corpus, by_story: dict[int, list[Position]],
@@ -350,9 +288,6 @@ def _cached_rounds(reads: CacheReads, reqs: ScoreRequests, finder: PositionFinde
                    by_story: dict[int, list[Position]]) -> CachedRounds:
     """The target's rounds the cache holds, walked as the run drew them (the rows
     above are of --endings, whose requests an adaptive run never sends)."""
-    from tension.core.prompts.score import counted_verdict
-    from tension.kernels.stopping import should_stop
-
     cfg = reqs.cfg
     assert cfg.target_half_width is not None
     out = CachedRounds()
@@ -366,10 +301,7 @@ def _cached_rounds(reads: CacheReads, reqs: ScoreRequests, finder: PositionFinde
             n = len(cached.endings.texts)
             out.rounds += len(cached.rounds)
             out.endings += n
-            judged = all(t is not None or not e.strip() for e, t in zip(cached.endings.texts, cached.answers.texts))
-            votes = [None if t is None else counted_verdict(cfg.judge_constraint, t, lp)
-                     for t, lp in zip(cached.answers.texts, cached.answers.first_logprobs)]
-            if judged and should_stop(n, no_count(votes), cfg.target_half_width, cfg.max_endings):
+            if cached.complete:  # every round judged and the rule held at the last (the run's walk)
                 out.complete += 1
             else:
                 out.to_send_max += cfg.max_endings - n
@@ -414,24 +346,3 @@ def _tokens_cost(est: Estimate, cfg: ScoreConfig) -> TokensCost | None:
                       output_usd_per_mtok=cfg.output_usd_per_mtok, usd=usd,
                       chunks_known=est.choices is not None and est.choices.known)
 
-
-def throughput_from_bench(path: str | Path, gpu_hour_usd: float | None) -> Throughput:
-    """The figures `tension-run bench --save FILE` wrote."""
-    from tension.core.pipelines.bench_figures import implausible, load_figures
-
-    fig = load_figures(path)
-    if fig.failed:  # a figure from answers that failed, or were cut short, is not the server's (H3)
-        raise ConfigError(f"--bench {path}: {fig.failed} of its requests failed, so its figures are not what the "
-                          "server does; run `tension-run bench` again until it reports 0 failed requests "
-                          "(its errors say why: try --no-stream)")
-    return Throughput(gen_tok_s=fig.gen_tok_s, judge_req_s=fig.judge_req_s,
-                      gpu_hour_usd=gpu_hour_usd if gpu_hour_usd is not None else fig.gpu_hour_usd,
-                      ending_tokens=fig.mean_ending_tokens, source=str(path),
-                      warnings=[f"--bench {path}: {w}" for w in implausible(fig)])
-
-
-def check_throughput(thr: Throughput) -> None:
-    for name in ("gen_tok_s", "judge_req_s", "gpu_hour_usd", "ending_tokens"):
-        v = getattr(thr, name)
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise ConfigError(f"--{name.replace('_', '-')}: expected a number > 0, got {v!r}")

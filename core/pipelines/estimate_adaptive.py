@@ -101,7 +101,7 @@ def adaptive_cost(cfg: ScoreConfig, est: Estimate, pilot: Pilot | None = None,
     """The cost rows of `cfg`'s target over `est`'s positions (None without a target)."""
     if cfg.target_half_width is None:
         return None
-    from tension.core.pipelines.estimate import endings_gpu_hours
+    from tension.core.pipelines.throughput import endings_gpu_hours
     from tension.kernels.stopping import expected_endings
 
     per_position = {"first round": float(min(cfg.round_endings, cfg.max_endings))}

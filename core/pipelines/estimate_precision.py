@@ -51,7 +51,7 @@ def pilot_subsample(pilot: str | Path, required: bool) -> SubsampleResult | str:
 
 
 def precision_cost(cfg: ScoreConfig, est: Estimate, pilot: str | Path, sub: SubsampleResult) -> PrecisionCost:
-    from tension.core.pipelines.estimate import endings_gpu_hours
+    from tension.core.pipelines.throughput import endings_gpu_hours
 
     rec = sub.result.recommendation
     rows = {}

@@ -23,7 +23,7 @@ from tension.cache.store import Store, default_path
 from tension.core.errors import InputError
 from tension.core.formats import PositionLine
 from tension.core.inputs.jsonl import decode_line, iter_lines
-from tension.core.pipelines.estimate import Throughput, endings_gpu_hours
+from tension.core.pipelines.throughput import Throughput, endings_gpu_hours
 from tension.core.reports import subsampling
 from tension.core.reports.subsampling import Subsampling, Verdicts
 from tension.kernels.curves import CurveSettings

@@ -1,11 +1,12 @@
 """The audit of a score run's judge (issue 60; docs/metrics.md 1.10), from its folder alone:
 audit/sample.json, audit/labels.jsonl, stories.csv and groups.csv. No LLM, no cache.
 
-`audit_report` computes it (core/reports/judge_audit.py's statistics); `audit_markdown` is the
-section report.md and audit.md hold, `audit_rows` the rows of audit.csv, `audit_text` what
-`tension-run audit report` prints. Its figure, audit.png, is core/reports/audit_figure.py's,
-written with audit.md and audit.csv; the markdown shows it when the folder has it, and says
-so when it was drawn from other numbers than the section's (labels added since).
+`audit_report` computes it (core/reports/judge_audit.py's statistics, judge_correction.py's
+corrected means); `audit_markdown` is the section report.md and audit.md hold, `audit_rows` the
+rows of audit.csv, `audit_text` what `tension-run audit report` prints. Its figure, audit.png,
+is core/reports/audit_figure.py's, written with audit.md and audit.csv; the markdown shows it
+when the folder has it, and says so when it was drawn from other numbers than the section's
+(labels added since).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from tension.core.errors import InputError
 from tension.core.inputs.labels import LABELS, Sample, latest, read_labels, read_sample
 from tension.core.reports import judge_audit as ja
+from tension.core.reports import judge_correction as jc
 from tension.core.reports.rows import Cell, Rows
 
 __all__ = ["AuditReport", "Agreement", "CorrectedStat", "audit_report", "audit_markdown", "audit_rows",
@@ -59,7 +61,7 @@ class CorrectedStat(msgspec.Struct, frozen=True, kw_only=True):
     lo: float  # groups.csv's bootstrap interval
     hi: float
     n: int
-    corrected: ja.CorrectedMean
+    corrected: jc.CorrectedMean
 
 
 class AuditReport(msgspec.Struct, kw_only=True):
@@ -157,7 +159,7 @@ def audit_report(run_dir: str | Path, *, n_resamples: int = ja.N_RESAMPLES, seed
     for g in dict.fromkeys(r.get("group", "") for r in stories):
         for stat in CORRECTED:
             values = np.array([_floats(r.get(stat)) for r in stories if r.get("group", "") == g])
-            cm = ja.corrected_mean(values, judge_no, share, sample.population(), n_resamples=n_resamples, seed=seed)
+            cm = jc.corrected_mean(values, judge_no, share, sample.population(), n_resamples=n_resamples, seed=seed)
             row = recorded.get((g, stat))
             mean, lo, hi = ((_floats(row.get("mean")), _floats(row.get("boot_lo")), _floats(row.get("boot_hi")))
                             if row else (cm.observed.value, cm.observed.lo, cm.observed.hi))

@@ -9,10 +9,6 @@ the people's second (`ny`: the judge said no, people said it matches):
     specificity  = yy / (ny + yy)   of the endings people say match, the share the judge calls a match
     J (Youden)   = sensitivity + specificity − 1
 
-The corrected prevalence (Rogan–Gladen): p_true = (p_obs + spec − 1) / J, clipped to
-[0, 1]; undefined (said, never computed) when J ≤ 0: a judge no better than a coin
-carries nothing to correct with.
-
 An audit's sample is drawn stratified by the judge's answer (core/pipelines/audit_sample.py:
 within each answer every verdict of the run has the same chance), so each answer's
 labelled items stand for that answer's share of the run. With `a` the run's share of
@@ -35,11 +31,8 @@ stratified sample (the run's odds of judge no, a / (1 − a), are a constant),
 so the ratio gets MOVER-R's interval (Zou & Donner 2008) from the Wilson intervals of its two
 shares (Brown, Cai & DasGupta's modification near 0 and n: `wilson`), each at its own judge
 answer's labelled items (`ratio_interval`): the weights are constant within an answer, so no
-effective n is estimated (docs/metrics.md 1.10 has the study). A corrected group mean gets the delta
-method over the group's stories and the audit's two shares q1, q0 (their variances at
-Agresti–Coull's smoothed shares): the study in bench/judge_audit.py chose it over a joint
-bootstrap, the sample's table unweighted, the audit taken as exact and predictive values
-carried to the group (docs/metrics.md 1.10 has the figures).
+effective n is estimated (docs/metrics.md 1.10 has the study). The no-rates corrected with the
+judge's sensitivity and specificity (Rogan–Gladen) are core/reports/judge_correction.py's.
 """
 
 from __future__ import annotations
@@ -53,9 +46,9 @@ import numpy as np
 from tension.kernels.stopping import wilson_half_width
 
 __all__ = ["LABELS", "MATCHES", "NO_MATCH", "CANT_TELL", "Confusion", "agreement", "kappa", "sensitivity",
-           "specificity", "youden", "rogan_gladen", "Corrected", "Interval", "JudgeAgreement", "judge_agreement",
-           "table_of", "PeopleAgreement", "people_agreement", "CorrectedMean", "corrected_mean", "WARN_KAPPA",
-           "WARN_YOUDEN", "agreement_warnings", "N_RESAMPLES", "LEVEL", "wilson", "ratio_interval"]
+           "specificity", "youden", "Interval", "JudgeAgreement", "judge_agreement", "table_of", "PeopleAgreement",
+           "people_agreement", "WARN_KAPPA", "WARN_YOUDEN", "agreement_warnings", "N_RESAMPLES", "LEVEL", "Z95",
+           "wilson", "ratio_interval", "share_stats", "percentile_interval", "resampled_means"]
 
 MATCHES, NO_MATCH, CANT_TELL = LABELS = ("matches", "does-not-match", "cant-tell")
 N_RESAMPLES = 2000
@@ -119,31 +112,6 @@ def youden(sens: float, spec: float) -> float:
     return sens + spec - 1.0
 
 
-class Corrected(msgspec.Struct, frozen=True, kw_only=True):
-    """A prevalence corrected for the judge's errors: `value` in [0, 1] (`raw` before
-    clipping, `clipped` when they differ), or NaN with `undefined` saying why."""
-
-    value: float
-    raw: float
-    clipped: bool = False
-    undefined: str | None = None
-
-
-def rogan_gladen(p_obs: float, sens: float, spec: float) -> Corrected:
-    """Rogan–Gladen: p_true = (p_obs + spec − 1) / (sens + spec − 1), clipped to [0, 1].
-    Undefined when an input is NaN or sens + spec ≤ 1 (said, not computed)."""
-    if not all(math.isfinite(v) for v in (p_obs, sens, spec)):
-        return Corrected(value=math.nan, raw=math.nan, undefined="an input is undefined (no labels of one kind)")
-    j = youden(sens, spec)
-    if j <= 0:
-        return Corrected(value=math.nan, raw=math.nan,
-                         undefined=f"sensitivity + specificity = {sens + spec:.3f} ≤ 1: the judge is no better "
-                                   "than chance against people, so its errors cannot be corrected for")
-    raw = (p_obs + spec - 1.0) / j
-    value = min(1.0, max(0.0, raw))
-    return Corrected(value=value, raw=raw, clipped=value != raw)
-
-
 # -- an audit's labelled items -----------------------------------------------------------
 
 
@@ -189,7 +157,7 @@ class JudgeAgreement(msgspec.Struct, frozen=True, kw_only=True):
     undefined_resamples: int = 0  # resamples with an undefined κ (all one answer on a side)
 
 
-def _stats(q1: np.ndarray, q0: np.ndarray, a: float) -> dict[str, np.ndarray]:
+def share_stats(q1: np.ndarray, q0: np.ndarray, a: float) -> dict[str, np.ndarray]:
     """Agreement, κ, sensitivity, specificity and J for (arrays of) q1, q0 at judge-no share a."""
     with np.errstate(divide="ignore", invalid="ignore"):
         nn, ny, yn, yy = a * q1, a * (1 - q1), (1 - a) * q0, (1 - a) * (1 - q0)
@@ -201,7 +169,8 @@ def _stats(q1: np.ndarray, q0: np.ndarray, a: float) -> dict[str, np.ndarray]:
     return {"agreement": po, "kappa": kap, "sensitivity": sens, "specificity": spec, "youden": sens + spec - 1.0}
 
 
-def _percentiles(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+def percentile_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """The percentile interval of a bootstrap's `values` at `level`, NaN ones left out (NaN when none is left)."""
     ok = values[np.isfinite(values)]
     if ok.size == 0:
         return math.nan, math.nan
@@ -210,7 +179,7 @@ def _percentiles(values: np.ndarray, level: float = LEVEL) -> tuple[float, float
     return float(lo), float(hi)
 
 
-def _resampled_means(values: np.ndarray, rng: np.random.Generator, n_resamples: int) -> np.ndarray:
+def resampled_means(values: np.ndarray, rng: np.random.Generator, n_resamples: int) -> np.ndarray:
     """The mean of each of `n_resamples` resamples (with replacement) of `values`; NaN when empty."""
     if values.size == 0:
         return np.full(n_resamples, np.nan)
@@ -296,12 +265,12 @@ def judge_agreement(judge_no: Sequence[bool] | np.ndarray, person_no: Sequence[f
          else (n1 / (n1 + n0) if n1 + n0 else math.nan))
     q1 = float(f1.mean()) if n1 else math.nan
     q0 = float(f0.mean()) if n0 else math.nan
-    point = {k: float(v) for k, v in _stats(np.array(q1), np.array(q0), a).items()}
+    point = {k: float(v) for k, v in share_stats(np.array(q1), np.array(q0), a).items()}
     rng = np.random.default_rng(seed)
-    q1b, q0b = _resampled_means(f1, rng, n_resamples), _resampled_means(f0, rng, n_resamples)
-    boot = _stats(q1b, q0b, a)
+    q1b, q0b = resampled_means(f1, rng, n_resamples), resampled_means(f0, rng, n_resamples)
+    boot = share_stats(q1b, q0b, a)
     ends = dict(zip(("sensitivity", "specificity"), _sens_spec_intervals(f1, f0, a)))
-    iv = {k: Interval(point[k], *(ends[k] if k in ends else _percentiles(boot[k]))) if math.isfinite(point[k])
+    iv = {k: Interval(point[k], *(ends[k] if k in ends else percentile_interval(boot[k]))) if math.isfinite(point[k])
           else Interval(math.nan, math.nan, math.nan) for k in point}
     table = table_of(j, f, population)
     if population is not None and table.total > 0:  # proportions: the run's table
@@ -364,99 +333,9 @@ def people_agreement(labels: Mapping[str, Mapping[str, str]], *, n_resamples: in
                 ag, ka = [po], [kb]
             out.append(PeopleAgreement(
                 a=a, b=b, items=int(x.size), cant_tell=cant, table=t,
-                agreement=Interval(agreement(t), *(_percentiles(ag[0]) if ag else (math.nan, math.nan))),
-                kappa=Interval(kappa(t), *(_percentiles(ka[0]) if ka else (math.nan, math.nan)))))
+                agreement=Interval(agreement(t), *(percentile_interval(ag[0]) if ag else (math.nan, math.nan))),
+                kappa=Interval(kappa(t), *(percentile_interval(ka[0]) if ka else (math.nan, math.nan)))))
     return out
-
-
-# -- a group statistic corrected for the judge's errors ----------------------------------------
-
-
-class CorrectedMean(msgspec.Struct, frozen=True, kw_only=True):
-    """A group's mean of a no-rate statistic, as the run has it and corrected."""
-
-    n: int  # stories with a value
-    observed: Interval  # the mean and its bootstrap interval over stories
-    corrected: Interval  # Rogan–Gladen on the mean; interval over stories and the audit's items
-    clipped: bool = False
-    undefined: str | None = None
-    undefined_resamples: int = 0  # resamples where J ≤ 0 (their correction has no value)
-
-
-def _q_variance(f: np.ndarray) -> float:
-    """The variance of q (the mean of `f`, each in [0, 1]) at Agresti–Coull's (x + 2) / (n + 4):
-    never 0 at q = 0 or 1, where a plain binomial variance would say the audit knows q exactly."""
-    q = (float(f.sum()) + 2.0) / (f.size + 4.0)
-    return q * (1.0 - q) / (f.size + 4.0)
-
-
-def _delta(values: np.ndarray, f1: np.ndarray, f0: np.ndarray, a: float, raw: float, j: float) -> tuple[float, float]:
-    """The delta-method 95 % interval of the Rogan–Gladen correction `raw` of the mean of
-    `values` (docs/metrics.md 1.10): the mean's variance over stories, and q1's and q0's
-    (Agresti–Coull), through the derivatives of (m + spec − 1) / J."""
-    q1, q0 = float(f1.mean()), float(f0.mean())
-    p = a * q1 + (1 - a) * q0
-    ab = a * (1 - a)
-    d_sens = (ab * q0 / p**2, -ab * q1 / p**2)
-    d_spec = (ab * (1 - q0) / (1 - p) ** 2, -ab * (1 - q1) / (1 - p) ** 2)
-    grad = [((1 - raw) * d_spec[k] - raw * d_sens[k]) / j for k in range(2)]
-    var = (values.var(ddof=1) / values.size / j**2 if values.size >= 2 else math.nan) \
-        + grad[0] ** 2 * _q_variance(f1) + grad[1] ** 2 * _q_variance(f0)
-    half = Z95 * math.sqrt(var)
-    return max(0.0, raw - half), min(1.0, raw + half)
-
-
-def corrected_mean(values: Sequence[float] | np.ndarray, judge_no: Sequence[bool] | np.ndarray,
-                   person_no: Sequence[float] | np.ndarray, population: tuple[float, float], *,
-                   method: str = "delta", n_resamples: int = N_RESAMPLES, seed: int = 0) -> CorrectedMean:
-    """A group's mean of story values that are means of no-rates (mean NR, late NR),
-    corrected with the audit's sensitivity and specificity (Rogan–Gladen on the mean: the
-    correction is affine, so the mean of corrected no-rates is the corrected mean, before
-    clipping). `observed` is the mean with its percentile bootstrap over stories (seeded).
-
-    The corrected interval carries the run's sampling and the audit's: `method="delta"`
-    (the study's choice, bench/judge_audit.py) is the delta method with the mean's variance
-    over stories and q1's and q0's at Agresti–Coull's smoothed shares; `"bootstrap"`
-    resamples the stories and the audit's items (within each judge answer) together, and
-    a resample where J ≤ 0 has no value: more than 2.5 % of those and the interval is
-    undefined, and said so."""
-    if method not in ("delta", "bootstrap"):
-        raise ValueError(f"method: expected 'delta' or 'bootstrap', got {method!r}")
-    v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v)]
-    j = np.asarray(judge_no, dtype=bool)
-    f = np.asarray(person_no, dtype=np.float64)
-    keep = np.isfinite(f)
-    f1, f0 = f[keep & j], f[keep & ~j]
-    a = population[0] / (population[0] + population[1]) if sum(population) > 0 else math.nan
-    rng = np.random.default_rng(seed)
-    mean = float(v.mean()) if v.size else math.nan
-    means = _resampled_means(v, rng, n_resamples) if v.size >= 2 else np.full(n_resamples, np.nan)
-    observed = Interval(mean, *_percentiles(means))
-    q1 = float(f1.mean()) if f1.size else math.nan
-    q0 = float(f0.mean()) if f0.size else math.nan
-    s = _stats(np.array(q1), np.array(q0), a)
-    point = rogan_gladen(mean, float(s["sensitivity"]), float(s["specificity"]))
-    if point.undefined is not None:
-        return CorrectedMean(n=int(v.size), observed=observed, corrected=Interval(math.nan, math.nan, math.nan),
-                             undefined=point.undefined)
-    if method == "delta":
-        lo, hi = _delta(v, f1, f0, a, point.raw, float(s["youden"]))
-        return CorrectedMean(n=int(v.size), observed=observed, corrected=Interval(point.value, lo, hi),
-                             clipped=point.clipped)
-    b = _stats(_resampled_means(f1, rng, n_resamples), _resampled_means(f0, rng, n_resamples), a)
-    jb = b["youden"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        raw = np.where(jb > 0, (means + b["specificity"] - 1.0) / jb, np.nan)
-    bad = int((~(jb > 0)).sum())
-    if bad > n_resamples * (1.0 - LEVEL) / 2.0:
-        why = (f"in {bad} of {n_resamples} resamples of the audit the judge is no better than chance "
-               "(sensitivity + specificity ≤ 1): the interval has no bound; label more items")
-        return CorrectedMean(n=int(v.size), observed=observed, corrected=Interval(point.value, math.nan, math.nan),
-                             clipped=point.clipped, undefined=why, undefined_resamples=bad)
-    lo, hi = _percentiles(np.clip(raw, 0.0, 1.0))
-    return CorrectedMean(n=int(v.size), observed=observed, corrected=Interval(point.value, lo, hi),
-                         clipped=point.clipped, undefined_resamples=bad)
 
 
 def agreement_warnings(j: JudgeAgreement) -> list[str]:

@@ -37,7 +37,10 @@ from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.curves import CurveSettings
 from tension.kernels.turns import TURN_HEIGHT
 
-__all__ = ["report", "Bars", "group_bars"]
+__all__ = ["report", "Bars", "group_bars", "REPORT_OUTPUTS"]
+
+# what `report` writes into a run folder: drawn from its outputs, stale beside another run's
+REPORT_OUTPUTS = ("report.md", "table6.csv", "table18.csv", "figures")
 
 
 def comparable_lines(data: RunData) -> list[str]:
@@ -284,10 +287,17 @@ def _outcome_lines(data: RunData, record: RunRecord) -> list[str]:
 
 def _tokens(usage: Usage, cached: bool) -> str:
     """Tokens used; "unknown" when answers were counted but not one token: the
-    server sends no `usage`, and 0 would be a false count."""
+    server sends no `usage`, and 0 would be a false count. Likewise the prefix
+    cache's share, where no answer reported cached tokens (issue 61)."""
     if usage.requests > 0 and not (usage.prompt_tokens or usage.completion_tokens):
         return "unknown: the server reported no token usage"
-    prefix = f" ({usage.cached_tokens:,} served from the server's prefix cache)" if cached else ""
+    prefix = ""
+    if cached and not usage.cached_reported:
+        prefix = " (the server did not report how many were served from its prefix cache)"
+    elif cached:
+        some = (f", as {usage.requests - usage.cached_unreported:,} of {usage.requests:,} requests reported it"
+                if usage.cached_unreported else "")  # the others' servers did not say: more may have been
+        prefix = f" ({usage.cached_tokens:,} served from the server's prefix cache{some})"
     return f"{usage.prompt_tokens:,} prompt{prefix}, {usage.completion_tokens:,} completion"
 
 

@@ -54,6 +54,7 @@ from tension.cache.store import Store
 from tension.core.errors import StatusError, TensionError
 from tension.core.llm.client import ChatResult
 from tension.core.llm.protocol import ChatRequest
+from tension.core.llm.refusals import FieldRefusedError
 from tension.core.llm.router import Router
 from tension.core.llm.routing import routing
 from tension.core.llm.ticket import NO_TICKET, Piece, Ticket
@@ -326,14 +327,15 @@ class Engine:
         router = self.routers[server]
         template = await router.batch_template([r for _, r in asked])
         if template is None:
-            refused: list[StatusError] = []
+            refused: list[StatusError | FieldRefusedError] = []
 
             async def one(item: tuple[int, ChatRequest]) -> None:
                 i, request = item
                 try:
                     keep(i, request, verdict_record(await self._chat(server, ticket, request), request.model))
-                except StatusError as e:  # this request refused: the caller's to handle (a position
-                    refused.append(e)     # over the context is skipped), not the whole run's
+                except (StatusError, FieldRefusedError) as e:  # this request refused: the caller's to handle (a
+                    refused.append(e)  # position over the context is skipped, a refused constraint left out),
+                    # not the whole run's
 
             await self.sched.map(one, asked)
             if refused:
@@ -373,17 +375,18 @@ class Engine:
     async def context_len(self, server: str, model: str, *, ticket: Ticket = NO_TICKET,
                           ask: bool = True) -> int | None:
         """`model`'s context length: cached, else (with `ask`) what the `server`
-        role's /tokenize reports, then kept; None when unknown."""
-        known = self.reads.context_len(model)
-        if known is not None or not ask:
-            return known
+        role's /tokenize reports, then kept; None when unknown. A server that says
+        none (llama-cpp-python) is kept as such (a count of 0), so a rerun does not
+        ask it again: a fully cached rerun sends nothing."""
+        said = self.reads.context_said(model)
+        if said is not None or not ask:
+            return said or None
         router = self.routers[server]
         if router.max_model_len() is None:
             self.counts.sent("tokenize")
             async with self.sched.slot("tokenize", place=ticket.place):
                 await router.tokenize(ticket, model, "")
         learned = router.max_model_len()
-        if learned is not None:
-            self._keep("tokens", context_key(model), records.TokenCount(count=learned, model=model,
-                                                                         created=time.time()))
+        self._keep("tokens", context_key(model), records.TokenCount(count=learned or 0, model=model,
+                                                                     created=time.time()))
         return learned

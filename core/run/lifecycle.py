@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import sys
-import threading
 import time
-from collections.abc import Awaitable, Collection, Iterator
+from collections.abc import Awaitable, Collection
 from contextvars import ContextVar
 from pathlib import Path
 from types import TracebackType
@@ -39,7 +37,6 @@ from tension.core.errors import (
     ConfigError,
     RunStatus,
     TensionError,
-    cannot_write,
     exit_status,
 )
 from tension.core.llm.client import Client, Timeouts
@@ -49,11 +46,12 @@ from tension.core.llm.transport import Transport
 from tension.core.redact import redact, redact_argv
 from tension.core.run.commit import describe, first_error
 from tension.core.run.engine import Engine
-from tension.core.run.out_folder import Placement, outputs_in, outputs_together, owns_folder
+from tension.core.run.out_folder import RunOutputs
 from tension.core.run.progress import Progress
 from tension.core.run.record import CacheFigures, Http, RunHeader, RunRecord, versions, write_record
 from tension.core.run.scheduler import Scheduler
 from tension.core.run.taught import Lesson, keep, remember
+from tension.core.signals import command_line
 
 __all__ = ["INVOCATION", "Run", "RunSettings", "Pipeline", "open_run", "open_store", "warn"]
 
@@ -118,14 +116,8 @@ class Run:
         self.llm = Engine(store, progress, roles, partial, refresh=refresh, since=self.started)
         self.lessons: list[Lesson] = []  # what its servers taught, kept when it closes (core/run/taught.py)
         self.pipeline: Pipeline | None = None
-        # Files that say the run is complete (report.md): written in the outputs block, so
-        # a run that ends before its outputs are all in place puts them back with the rest
-        # (`outputs`); where that fails, they are removed, so that no file contradicts the
-        # record's "interrupted" or "failed".
-        self.claims: list[Path] = []
-        # The outputs of the folder the run owns, as its outputs block left them (None: no
-        # block yet, or no folder of its own: generate's one file)
-        self.placement: Placement | None = None
+        # its outputs in the --out folder it owns, and the files among them that say it is complete
+        self.out = RunOutputs(partial, record_path)
         self.error: str | None = None  # the first error, as the record states it
         # The first error was a ConfigError: the CLI exits 2 for it (a rerun of the same
         # command cannot pass), and the record must state the code the process returns.
@@ -175,6 +167,12 @@ class Run:
     def sched(self) -> Scheduler:
         return self.llm.sched
 
+    @property
+    def claims(self) -> list[Path]:
+        """Files that say the run is complete (report.md), removed where they would
+        contradict its record (core/run/out_folder.py `RunOutputs`)."""
+        return self.out.claims
+
     def _failed(self, e: BaseException) -> None:
         if self.error is None:
             self.error = describe(e)
@@ -214,10 +212,7 @@ class Run:
         try:
             await self._close()
         finally:
-            if self.status != "complete" and (self.placement is None or self.placement.not_put_back):
-                for path in self.claims:
-                    with contextlib.suppress(OSError):
-                        path.unlink(missing_ok=True)
+            self.out.unclaim(self.status == "complete")
             if self.cancelled:
                 self._say_kept()
 
@@ -234,7 +229,7 @@ class Run:
         if chunks:
             said.append(f"{texts} endings in {chunks} chunk{'s' if chunks != 1 else ''} of requests not yet whole")
         said.append(f"{k.answers} new answer{'s' if k.answers != 1 else ''} in the cache")
-        if self.placement is not None and self.placement.not_put_back is not None:
+        if self.out.not_written:
             said.append("its outputs not written (the folder left as it was)")
         note.kept, note.anything = ", ".join(said), k.answers > 0 or k.lines > 0
 
@@ -258,63 +253,15 @@ class Run:
                 self.cancelled = True
                 raise
 
-    @contextlib.contextmanager
-    def outputs(self) -> Iterator[None]:
+    def outputs(self) -> contextlib.AbstractContextManager[None]:
         """The block in which a run writes its outputs, synchronously, together or not
-        at all. In the folder the run owns (score's and fairplay's --out), they are all
-        in place when the block ends; a block that ends in a stop or a failure puts the
-        folder's earlier outputs back as they were (an earlier run's whole, or none:
-        core/run/out_folder.py `outputs_together`), and its record says which
-        (`status`, `earlier_outputs`). A SIGTERM or SIGINT stops it at once
-        (KeyboardInterrupt), where the loop's handlers would act only at the next
-        await, after every file was written and the report drawn (a scheduler's SIGTERM
-        was lost, Ctrl-C left a report saying "complete"). A stop that is already
-        pending is obeyed before the first file."""
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise asyncio.CancelledError
-        folder = self.folder()
-        with contextlib.ExitStack() as stops:
-            if threading.current_thread() is threading.main_thread():  # signals reach only its handlers
-                def stop(signum: int, frame: object) -> None:
-                    raise KeyboardInterrupt
-
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    stops.callback(signal.signal, sig, signal.signal(sig, stop))
-            try:
-                if folder is None:
-                    yield
-                    return
-                with outputs_together(folder, self.own(folder), warn) as self.placement:
-                    yield
-            except OSError as e:
-                if e.errno not in NO_ROOM:  # other errors name their file as they are (atomic_write)
-                    raise
-                raise cannot_write(e) from e  # nothing of this run's outputs is left to say
+        at all, a stop signal obeyed at once (core/run/out_folder.py `RunOutputs.block`)."""
+        return self.out.block(warn)
 
     def settle_outputs(self) -> None:
-        """As the run closes, before its record is written: the outputs its block put in
-        place stay if the run is complete, else the folder's earlier ones are put back
-        (a stop while the client closed, after the block: the record will say
-        "interrupted", and no file of the run may say otherwise)."""
-        p = self.placement
-        if p is None or not p.written or p.not_put_back is not None:
-            return
-        if self.status == "complete":
-            p.keep_new()
-        else:
-            p.put_back()
-
-    def folder(self) -> Path | None:
-        """The --out folder this run owns (its partial file's, under its lock), or None."""
-        if self.partial is None or not owns_folder(self.partial.parent):
-            return None
-        return self.partial.parent
-
-    def own(self, folder: Path) -> set[str]:
-        """The run's own files in its folder, which are not outputs: its partial file (what
-        resume needs) and its record."""
-        return {p.name for p in (self.partial, self.record_path) if p is not None and p.parent == folder}
+        """As the run closes, before its record is written: its outputs stay if it is
+        complete, else the folder's earlier ones are put back (`RunOutputs.settle`)."""
+        self.out.settle(self.status == "complete")
 
     # -- the run record ---------------------------------------------------------------
 
@@ -331,7 +278,7 @@ class Run:
         return RunHeader(
             command=self.command, status=self.status, error=self.error, exit_status=self.exit_status,
             # a URL's password, an --api-key's value redacted
-            argv=redact_argv(INVOCATION.get() or sys.argv), started=self.started,
+            argv=redact_argv(INVOCATION.get() or command_line()), started=self.started,  # as it can be typed again
             wall_seconds=self.wall(),
             config=self.settings.public(), models=self.pipeline.models() if self.pipeline is not None else {},
             versions=versions(), requests=dict(counts.requests),
@@ -346,8 +293,8 @@ class Run:
         complete in a folder of its own says which outputs there are an earlier run's,
         left as they were (`earlier_outputs`): none of its own is there."""
         body = self.pipeline.body() if self.pipeline is not None else {}
-        if self.status != "complete" and (folder := self.folder()) is not None:
-            body = {**body, "earlier_outputs": outputs_in(folder, self.own(folder))}
+        if self.status != "complete" and (earlier := self.out.earlier()) is not None:
+            body = {**body, "earlier_outputs": earlier}
         return RunRecord(header=self.header(), body=body)
 
     def write_record(self) -> None:

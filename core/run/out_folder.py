@@ -2,15 +2,17 @@
 (`prepare_out_dir`), the lock that lets one run at a time write it (`out_lock`: an
 flock on a file beside the outputs, and this process's own registry of the lock
 files its runs hold, for two calls of one process), and the outputs a run puts
-into a folder it owns together or not at all (`outputs_together`).
+into a folder it owns together or not at all (`outputs_together`), as one run
+holds them from its outputs block until it settles (`RunOutputs`).
 
     out = prepare_out_dir(out_dir)
     with out_lock(out, out / LOCK_NAME, "score", "folder"):
-        ...  # the run (core/run/lifecycle.py `open_run`) and its outputs (`Run.outputs`)
+        ...  # the run (core/run/lifecycle.py `open_run`) and its outputs (`Run.outputs`: `RunOutputs.block`)
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import fcntl
@@ -18,14 +20,16 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import threading
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
-from tension.core.errors import ConfigError, TensionError
+from tension.core.errors import NO_ROOM, ConfigError, TensionError, cannot_write
 from tension.core.signals import held
 
-__all__ = ["LOCK_NAME", "Placement", "out_lock", "outputs_in", "outputs_together", "owns_folder", "prepare_out_dir"]
+__all__ = ["LOCK_NAME", "Placement", "RunOutputs", "out_lock", "outputs_in", "outputs_together", "owns_folder",
+           "prepare_out_dir"]
 
 LOCK_NAME = ".tension-run.lock"
 
@@ -173,6 +177,101 @@ def outputs_together(folder: Path, own: Collection[str], say: Callable[[str], No
     except BaseException:
         placement.put_back()
         raise
+
+
+class RunOutputs:
+    """One run's outputs in the --out folder it owns (its partial file's, under its lock;
+    generate's one file has none): written in its outputs block (`block`), settled as the
+    run closes (`settle`), and named in its record when it did not complete (`earlier`).
+
+    `claims` are the files that say the run is complete (report.md): written in the
+    block, so a run that ends before its outputs are all in place puts them back with
+    the rest; where that fails, they are removed (`unclaim`), so that no file
+    contradicts the record's "interrupted" or "failed"."""
+
+    def __init__(self, partial: Path | None, record_path: Path | None):
+        self.partial, self.record_path = partial, record_path
+        self.claims: list[Path] = []
+        # the outputs as the block left them (None: no block yet, or no folder of the run's own)
+        self.placement: Placement | None = None
+
+    def folder(self) -> Path | None:
+        """The --out folder this run owns (its partial file's, under its lock), or None."""
+        if self.partial is None or not owns_folder(self.partial.parent):
+            return None
+        return self.partial.parent
+
+    def own(self, folder: Path) -> set[str]:
+        """The run's own files in its folder, which are not outputs: its partial file (what
+        resume needs) and its record."""
+        return {p.name for p in (self.partial, self.record_path) if p is not None and p.parent == folder}
+
+    @contextlib.contextmanager
+    def block(self, say: Callable[[str], None]) -> Iterator[None]:
+        """The block in which a run writes its outputs, synchronously, together or not
+        at all. In the folder the run owns (score's and fairplay's --out), they are all
+        in place when the block ends; a block that ends in a stop or a failure puts the
+        folder's earlier outputs back as they were (an earlier run's whole, or none:
+        `outputs_together`), and its record says which (`Run.status`, `earlier`). A
+        SIGTERM or SIGINT stops it at once (KeyboardInterrupt), where the loop's handlers
+        would act only at the next await, after every file was written and the report
+        drawn (a scheduler's SIGTERM was lost, Ctrl-C left a report saying "complete").
+        A stop that is already pending is obeyed before the first file. `say` tells what
+        could not be put back."""
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
+        folder = self.folder()
+        with contextlib.ExitStack() as stops:
+            if threading.current_thread() is threading.main_thread():  # signals reach only its handlers
+                def stop(signum: int, frame: object) -> None:
+                    raise KeyboardInterrupt
+
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    stops.callback(signal.signal, sig, signal.signal(sig, stop))
+            try:
+                if folder is None:
+                    yield
+                    return
+                with outputs_together(folder, self.own(folder), say) as self.placement:
+                    yield
+            except OSError as e:
+                if e.errno not in NO_ROOM:  # other errors name their file as they are (atomic_write)
+                    raise
+                raise cannot_write(e) from e  # nothing of this run's outputs is left to say
+
+    def settle(self, complete: bool) -> None:
+        """As the run closes, before its record is written: the outputs its block put in
+        place stay if the run is `complete`, else the folder's earlier ones are put back
+        (a stop while the client closed, after the block: the record will say
+        "interrupted", and no file of the run may say otherwise)."""
+        p = self.placement
+        if p is None or not p.written or p.not_put_back is not None:
+            return
+        if complete:
+            p.keep_new()
+        else:
+            p.put_back()
+
+    def unclaim(self, complete: bool) -> None:
+        """The `claims` removed when the run is not `complete` and its folder's earlier
+        outputs were not all put back in their place (or there was no block)."""
+        if complete or (self.placement is not None and not self.placement.not_put_back):
+            return
+        for path in self.claims:
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+
+    @property
+    def not_written(self) -> bool:
+        """The block's outputs were put back: none of the run's is in the folder."""
+        return self.placement is not None and self.placement.not_put_back is not None
+
+    def earlier(self) -> list[str] | None:
+        """The outputs in the run's folder now (for a run that did not complete: an
+        earlier run's, left as they were); None without a folder of its own."""
+        folder = self.folder()
+        return None if folder is None else outputs_in(folder, self.own(folder))
 
 
 def _is_output(name: str, own: Collection[str]) -> bool:

@@ -7,8 +7,9 @@ A unit can take long: a position's 100 endings and 100 verdicts on a server that
 answers one request at a time took over an hour for 33 positions, with the bar at
 0 all along (M4 of ../shared/reviews/external-servers-2026-12-02.md). So the bar
 also counts answers as they come (an ending, a chunk's endings, a verdict) and,
-where the pipeline says how many answers a unit takes (`Pace.per_unit`), the time
-left from the answers per second so far.
+where the pipeline says how many answers a unit takes (`Pace.per_unit`, or each
+unit's own count: fairplay's know-it-all takes K continuations to the end and their
+verdicts, a reader one answer), the time left from the answers per second so far.
 
 The time left is given from the first fresh answer on: on a server that gives one
 choice a request the first answer took 86 s (transformers serve,
@@ -57,7 +58,8 @@ class Eta(msgspec.Struct, kw_only=True):
 class Pace(msgspec.Struct, kw_only=True):
     """What a pipeline tells the bar about its work, for the time left."""
 
-    per_unit: int  # answers one unit takes (score: a position's endings and verdicts)
+    per_unit: int  # answers one unit takes (score: a position's endings and verdicts), unless it says its own
+    what: str = "answers (endings and verdicts)"  # its answers, in the line said on stderr
     long_run: float = 3600.0  # seconds; a run expected to take longer is told what to lower (0: never)
     # what to lower, given the answers per second and the units expected in all: a line, or "" for none
     advice: Callable[[float, float], str] | None = None
@@ -92,6 +94,8 @@ class Progress:
         self._open = 0  # of those, the ones in units not done yet (about)
         self.units = 0  # units known so far (the bar's total)
         self.done = 0
+        self.planned = 0  # answers the units known so far take (Pace.per_unit each, or their own)
+        self.planned_done = 0  # of those, the done units'
         self.pace: Pace | None = None
         self._rough: Eta | None = None  # from the first answer on (module docstring)
         self._settled: Eta | None = None  # once FIRST is reached
@@ -101,10 +105,12 @@ class Progress:
         self._last = 0.0
         self.extra: Callable[[], str] | None = None  # more postfix, e.g. per-replica requests
 
-    def item_started(self, n: int) -> None:
-        """An item (a story, an idea) starts, with `n` units of work."""
+    def item_started(self, n: int, answers: int | None = None) -> None:
+        """An item (a story, an idea) starts, with `n` units of work taking `answers`
+        answers in all (None: `Pace.per_unit` each)."""
         self.stories_started += 1
         self.units += n
+        self.planned += answers if answers is not None else n * self._per_unit()
         if self._work is None:
             self._work = time.monotonic()
         if self._bar is not None:
@@ -129,10 +135,12 @@ class Progress:
             self._postfix(now)
             self._bar.refresh()
 
-    def unit_done(self) -> None:
+    def unit_done(self, answers: int | None = None) -> None:
+        """A unit is done, one that took `answers` answers as planned (None: `Pace.per_unit`)."""
         self.done += 1
-        if self.pace is not None:
-            self._open = max(0, self._open - self.pace.per_unit)
+        took = answers if answers is not None else self._per_unit()
+        self.planned_done += took
+        self._open = max(0, self._open - took)
         if self._bar is None:
             return
         now = time.monotonic()
@@ -147,6 +155,9 @@ class Progress:
         """The pace for the run record: the settled figure, else the rough one (None: no answer yet)."""
         return self._settled or self._rough
 
+    def _per_unit(self) -> int:
+        return self.pace.per_unit if self.pace is not None else 0
+
     def expected_units(self) -> float:
         """Units in all: those known, and as many per item for the items not started."""
         if self.stories_started == 0:
@@ -154,10 +165,12 @@ class Progress:
         return self.units * max(1, self.stories) / self.stories_started
 
     def answers_left(self) -> int:
-        pace = self.pace
-        if pace is None:
+        """Answers still to come: those the units known take, as many per item for the
+        items not started, less the done units' and those already in for the others."""
+        if self.pace is None or self.stories_started == 0:
             return 0
-        return max(0, round((self.expected_units() - self.done) * pace.per_unit) - self._open)
+        expected = self.planned * max(1, self.stories) / self.stories_started
+        return max(0, round(expected - self.planned_done) - self._open)
 
     def _worked(self, now: float) -> float:
         """Seconds since the first item started (the set-up's time is not the work's)."""
@@ -208,7 +221,7 @@ class Progress:
             self._rough = eta
         if not said or self._say is None:
             return
-        per_s = f"{rate:.2f} answers (endings and verdicts) per second so far, {left:,} still to come"
+        per_s = f"{rate:.2f} {pace.what} per second so far, {left:,} still to come"
         if settled:
             line = f"this run needs {duration(seconds)} more: {per_s}"
         else:

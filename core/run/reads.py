@@ -148,7 +148,9 @@ class CacheReads:
         return [r.count if isinstance(r, records.TokenCount) else None
                 for r in self.store.get_many("tokens", [tokens_key(model, t) for t in texts])]
 
-    def context_len(self, model: str) -> int | None:
+    def context_said(self, model: str) -> int | None:
+        """`model`'s context length as the cache keeps it: what a server said when a run
+        asked, 0 where it said none (llama-cpp-python's token counter); None: never asked."""
         rec = typed(self.store.get("tokens", context_key(model)), records.TokenCount)
         return rec.count if rec is not None else None
 

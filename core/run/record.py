@@ -24,7 +24,7 @@ from tension.core.inputs.jsonl import atomic_write
 from tension.core.run.progress import Eta
 
 __all__ = ["Failure", "versions", "write_record", "Invocations", "earlier_record", "RunHeader", "RunRecord", "Http",
-           "CacheFigures"]
+           "CacheFigures", "counted_locally"]
 
 _DISTRIBUTIONS = ("tension-run", "numpy", "numba", "msgspec", "aiohttp", "lmdb", "uvloop")
 
@@ -92,6 +92,22 @@ class RunHeader(msgspec.Struct, kw_only=True):
     lanes: dict[str, Any]  # per Scheduler lane: limit, requests, queue and busy time
     # per server sent to: what it can do, as learned (core/llm/traits.py), and its capacity
     servers: list[dict[str, Any]] = []
+
+    def __post_init__(self) -> None:
+        # `tokenize` says what counted the tokens for pct: a local --tokenizer, where one did
+        # (the servers' /tokenize was then never asked), not the dialect it would have been asked in
+        local = counted_locally(self.config.get("tokenizer"))
+        if local is not None:
+            self.servers = [{**s, "tokenize": local} if "tokenize" in s else s for s in self.servers]
+
+
+def counted_locally(tokenizer: object) -> str | None:
+    """What counted a run's tokens on this machine, as run.json `servers[].tokenize` says it:
+    "words" (--tokenizer words) or "tokenizer.json" (--tokenizer PATH, the path in `config`);
+    None where the servers counted them (--tokenizer server) or the run counts none."""
+    if not isinstance(tokenizer, str) or tokenizer == "server":
+        return None
+    return "words" if tokenizer == "words" else "tokenizer.json"
 
 
 class RunRecord(msgspec.Struct, kw_only=True, frozen=True):

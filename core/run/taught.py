@@ -18,7 +18,13 @@ kept in the cache's meta database under the server's key and the model
 what a server's behaviour taught is kept: what it says of itself (/v1/models,
 /props) each run learns again, and a limit it taught holds only while it says it is
 the kind of server it was. A vLLM router the run starts in front of several servers
-is a new server each run: nothing is kept for it.
+is a new server each run: nothing is kept for it (what a probe found of the seeds of
+each server behind it is: below).
+
+What a probe found of a server's seeds (M4: core/llm/seed_probe.py) is kept the same
+way, in a record of its own (`seeds_name`): put back on the server before its first
+request (`seed_probe.remember`), so a rerun that sends seeded generation requests
+does not probe again while the server says it is the kind it was.
 """
 
 from __future__ import annotations
@@ -28,12 +34,16 @@ from collections.abc import Iterable
 import msgspec
 
 from tension.cache.store import Store
+from tension.core.llm import seed_probe
 from tension.core.llm.router import Router
-from tension.core.llm.servers import Server, Taught
+from tension.core.llm.seed_probe import SeedLesson
+from tension.core.llm.servers import Server
+from tension.core.llm.taught import Taught
 
-__all__ = ["Lesson", "meta_name", "remember", "keep"]
+__all__ = ["Lesson", "meta_name", "seeds_name", "remember", "keep"]
 
 _DEC = msgspec.json.Decoder(Taught)
+_SEEDS = msgspec.json.Decoder(SeedLesson)
 
 
 class Lesson(msgspec.Struct, kw_only=True):
@@ -43,6 +53,8 @@ class Lesson(msgspec.Struct, kw_only=True):
     model: str
     name: str  # its meta record's name (`meta_name`)
     was: Taught | None
+    # what a probe found of its seeds (core/llm/seed_probe.py), in a record of its own (`seeds_name`)
+    seeds_was: SeedLesson | None = None
 
 
 def meta_name(key: str, model: str) -> str:
@@ -51,24 +63,41 @@ def meta_name(key: str, model: str) -> str:
     return "taught " + msgspec.json.encode([key, model]).decode()
 
 
+def seeds_name(key: str, model: str) -> str:
+    """The meta record of what a probe found of the seeds of the server under `key` for `model`."""
+    return "seeds " + msgspec.json.encode([key, model]).decode()
+
+
+def _read(store: Store, name: str, dec: msgspec.json.Decoder) -> object | None:
+    """The meta record `name` as `dec` reads it; None: none, or another release's form."""
+    raw = store.get_meta(name)
+    try:
+        return dec.decode(raw) if raw is not None else None
+    except (msgspec.DecodeError, msgspec.ValidationError):  # another release's form: learned again
+        return None
+
+
 def remember(store: Store, routers: Iterable[Router]) -> list[Lesson]:
     """Put what the cache holds of each router's server and model on the server's record
     (before any request of the block `Run.serving` opens); the lessons to `keep` at the end."""
     lessons: list[Lesson] = []
     for r in routers:
-        if not r.single or r.model is None:
+        if r.model is None:
             continue
-        name = meta_name(r.server.key, r.model)
-        if any(lesson.name == name for lesson in lessons):
-            continue
-        raw = store.get_meta(name)
-        try:
-            was = _DEC.decode(raw) if raw is not None else None
-        except msgspec.DecodeError:  # another release's form: learned again
-            was = None
-        if was is not None:
-            r.server.remember(r.model, was)
-        lessons.append(Lesson(server=r.server, model=r.model, name=name, was=was))
+        # several servers behind a router the run starts: what a probe found of each one's seeds
+        for server in [r.server] if r.single else r.servers():
+            name = meta_name(server.key, r.model)
+            if any(lesson.name == name for lesson in lessons):
+                continue
+            got = _read(store, name, _DEC) if r.single else None
+            was = got if isinstance(got, Taught) else None
+            if was is not None:
+                server.remember(r.model, was)
+            got = _read(store, seeds_name(server.key, r.model), _SEEDS)
+            seeds = got if isinstance(got, SeedLesson) else None
+            if seeds is not None:
+                seed_probe.remember(server, r.model, seeds)
+            lessons.append(Lesson(server=server, model=r.model, name=name, was=was, seeds_was=seeds))
     return lessons
 
 
@@ -81,3 +110,6 @@ def keep(store: Store, lessons: Iterable[Lesson]) -> None:
         now = lesson.server.taught(lesson.model)
         if now is not None and now != lesson.was:
             store.put_meta(lesson.name, msgspec.json.encode(now))
+        found = seed_probe.learned(lesson.server, lesson.model)
+        if found is not None and found != lesson.seeds_was:
+            store.put_meta(seeds_name(lesson.server.key, lesson.model), msgspec.json.encode(found))

@@ -25,6 +25,7 @@ from audit_run import scored_run  # tests/audit_run.py
 from tension.core.inputs import labels as lab
 from tension.core.inputs.segment import split_sentences
 from tension.core.reports import judge_audit as ja
+from tension.core.reports import judge_correction as jc
 from tension.testing.cli import run_here
 
 
@@ -215,7 +216,7 @@ def test_the_report_prints_and_writes_the_audit(run):
     groups = {x["group"] for x in stories}
     for g in groups:
         values = [float(x["mean_nr"]) for x in stories if x["group"] == g]
-        cm = ja.corrected_mean(values, judge_no, [share[it.key] for it in s.items], s.population())
+        cm = jc.corrected_mean(values, judge_no, [share[it.key] for it in s.items], s.population())
         got = next(x for x in rows if x["kind"] == "corrected" and x["name"] == g and x["statistic"] == "mean_nr")
         assert abs(float(got["value"]) - cm.corrected.value) < 1e-9
         unc = next(x for x in rows if x["kind"] == "uncorrected" and x["name"] == g and x["statistic"] == "mean_nr")

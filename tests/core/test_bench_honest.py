@@ -19,7 +19,9 @@ ARGS = ["--positions", "2", "--endings", "6", "--no-variants", "--no-progress"]
 
 
 @pytest.mark.parametrize("knobs, said", [({"max_n": 1}, "does not honour n when streaming"),
-                                         ({"stream_cut": 3}, "ended the stream before")])
+                                         ({"stream_cut": 3}, "ended the stream before"),
+                                         # llama-cpp-python: a role event, then [DONE] (a cut, not a dropped n)
+                                         ({"stream_cut": -1}, "ended the stream before")])
 def test_bench_on_a_server_that_drops_n_or_cuts_streams_fails_and_estimate_does_not_believe_it(
         tmp_path, capsys, knobs, said):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)

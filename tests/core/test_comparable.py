@@ -14,7 +14,7 @@ from tension.core.cli import main
 from tension.core.reports.comparable import finding_min_endings
 from tension.core.reports.comparison import compare, comparison_table
 from tension.core.reports.report import report
-from tension.testing.second_order import write_simulated_run
+from tension.testing.simulated_run import write_simulated_run
 
 FEW, MANY = ("flat with dips", 2, 0.85), ("flat with dips", 4, 0.85)
 

@@ -2,9 +2,11 @@
 transformers serve answers 422 "Unexpected fields in the request: {...}" to every
 field outside OpenAI's (generate's `min_p`, the judge's `structured_outputs`), and
 both it and FastChat drop `logprobs`, so `--judge-constraint logprobs` read every
-verdict as empty and gave no-rate 1.0 at exit 0. Each now stops the run at once
-(exit 2: the settings must change) naming the field and the flag that leaves it
-out; the advice, run as printed, completes; run.json `servers` records it.
+verdict as empty and gave no-rate 1.0 at exit 0. Where no fallback keeps the
+meaning, each now stops the run at once (exit 2: the settings must change) naming
+the field and the flag that leaves it out; the advice, run as printed, completes;
+run.json `servers` records it. (A refused `structured_outputs` falls back to the
+paper's unconstrained judge and readers instead: test_fields_fallback.py.)
 The real CLI against the test server taught each behaviour.
 """
 
@@ -43,20 +45,17 @@ def test_generate_on_a_server_refusing_min_p_says_the_flag_and_it_works(tension_
     assert again.returncode == 0, again.stderr
 
 
-def test_a_judge_constraint_the_server_refuses_stops_with_the_way_out(tension_run, tmp_path):
-    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
-    out = tmp_path / "out"
-    with LoopbackServer(model="test-gen", refuse_fields=("structured_outputs",)) as srv:
-        argv = ["score", str(corpus), "--out", str(out), "--base-url", srv.base_url, "--model", "test-gen",
-                "--endings", "3", "--seed", "1", "--cache", str(tmp_path / "cache"), "--no-progress",
-                "--judge-constraint", "choice"]
-        r = tension_run(*argv)
-        assert r.returncode == 2, r.stderr
-        assert "does not take the field structured_outputs" in r.stderr and "--judge-constraint none" in r.stderr
-        run = json.loads((out / "run.json").read_text())
-        assert any(s.get("refuses") == ["structured_outputs"] for s in run["servers"])
-        again = tension_run(*argv[:-2], *_advice(r.stderr))  # the constraint replaced by the advice
-    assert again.returncode == 0, again.stderr
+def test_a_seed_probe_meeting_the_refusal_stops_the_run_as_its_request_would(tension_run, tmp_path):
+    """generate's seeded request on a server of no known kind is preceded by the seed probe
+    (core/llm/seed_probe.py), which carries the same min_p: its 422 stops the run with the
+    refusal and its advice, and the request it stands for is not sent to be refused again."""
+    ideas = write_ideas(tmp_path / "ideas.jsonl", IDEAS[:1])
+    with LoopbackServer(model="test-gen", refuse_fields=("min_p",)) as srv:
+        r = tension_run("generate", str(ideas), "--out", str(tmp_path / "stories.jsonl"), "--base-url",
+                        srv.base_url, "--model", "test-gen", "--cache", str(tmp_path / "cache"), "--no-progress")
+        sent, probes = srv.count(path=CHAT_PATH), srv.count(path=CHAT_PATH, probes=True)
+    assert r.returncode == 2 and "--min-p 0 leaves it out" in r.stderr, r.stderr
+    assert (sent, probes) == (0, 1)
 
 
 def test_log_probabilities_the_server_drops_are_refused_not_read_as_empty(tension_run, tmp_path):

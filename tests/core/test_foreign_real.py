@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from fairplay_scripted import story_record, write_jsonl
 from tension.core.cli import main
 from tension.core.llm.vllm_router import free_port
 from tension.testing.corpus import EMBEDDED_STORY as STORY
+from tension.testing.foreign_procs import running
 
 pytestmark = pytest.mark.slow
 
@@ -33,60 +32,19 @@ SCALED = ["--endings", "20", "--max-tokens", "48", "--pct-min", "0.7", "--min-wo
           "--judge-constraint", "logprobs", "--judge-max-tokens", "1", "--no-progress"]
 
 
-def _real_cache(monkeypatch):
-    from tension.testing.real_env import REAL_ENV
-
-    for k in ("HOME", "XDG_CACHE_HOME"):  # the one build, under the real cache folder
-        if k in REAL_ENV:
-            monkeypatch.setenv(k, REAL_ENV[k])
-        else:
-            monkeypatch.delenv(k, raising=False)
-
-
-def _wait(url: str, proc: subprocess.Popen, log: Path, seconds: float = 300) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"{url} exited ({proc.returncode}):\n{log.read_text(errors='replace')[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1)
-    pytest.fail(f"{url} not up within {seconds:g} s:\n{log.read_text(errors='replace')[-3000:]}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:  # F11: a SIGTERM'd llama-server may hold open requests for minutes
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    _real_cache(mp)
-    from tension.testing.llamacpp import ensure_gguf, ensure_llama_server, no_repack_on_amx
+    from tension.testing.llamacpp import ensure_gguf, ensure_llama_server, no_repack_on_amx, real_cache
 
-    binary, gguf = ensure_llama_server(), ensure_gguf()
-    mp.undo()
+    with real_cache():  # the one build, under the real cache folder
+        binary, gguf = ensure_llama_server(), ensure_gguf()
     port = free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
-    with log.open("wb") as f:
-        proc = subprocess.Popen([str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-                                 "-c", str(4096 * SLOTS), "-np", str(SLOTS), "-t", "2", "--alias", ALIAS,
-                                 "--metrics", *no_repack_on_amx()], stdout=f, stderr=subprocess.STDOUT)
+    cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-c", str(4096 * SLOTS),
+           "-np", str(SLOTS), "-t", "2", "--alias", ALIAS, "--metrics", *no_repack_on_amx()]
     url = f"http://127.0.0.1:{port}"
-    try:
-        _wait(url + "/health", proc, log)
+    with running("llama-server", cmd, log, url + "/health"):  # F11: stopped with SIGKILL if SIGTERM hangs
         yield url
-    finally:
-        _stop(proc)
 
 
 def _decoded(url: str) -> float:
@@ -120,10 +78,12 @@ def test_score_its_cached_rerun_and_bench(llama, tmp_path, capsys):
     assert again["http"]["attempts"] == 0 and _decoded(llama) == before  # nothing sent, by both counts
     assert (tmp_path / "a" / "positions.jsonl").read_bytes() == (tmp_path / "b" / "positions.jsonl").read_bytes()
 
+    capsys.readouterr()  # the runs' output above: what bench says is its own
     code = main(["bench", "--corpus", str(story), "--base-url", llama, "--model", ALIAS, "--positions", "2",
                  "--endings", "4", "--max-tokens", "32", "--no-variants", "--no-progress",
                  "--save", str(tmp_path / "bench.json")])
-    assert code == 0, capsys.readouterr().err
+    said = capsys.readouterr()  # a failed request is named on stdout (bench's errors), its cause maybe on stderr
+    assert code == 0, f"bench exited {code}\n--- its stdout ---\n{said.out}\n--- its stderr ---\n{said.err}"
     fig = json.loads((tmp_path / "bench.json").read_text())
     assert fig["mean_ending_tokens"] > 8  # every choice counted (F4: 1/n of it before)
 
@@ -152,30 +112,22 @@ def test_generate_and_fairplay(llama, tmp_path, capsys):
 
 @pytest.fixture
 def litellm(llama, tmp_path, monkeypatch):
-    mp = pytest.MonkeyPatch()
-    _real_cache(mp)
-    from tension.testing.llamacpp import ensure_litellm
+    from tension.testing.llamacpp import ensure_litellm, real_cache
 
-    exe = ensure_litellm()
-    mp.undo()
+    with real_cache():
+        exe = ensure_litellm()
     port = free_port()
-    log = tmp_path / "litellm.log"
     key = "sk-" + secrets.token_hex(24)  # the proxy refuses to start without a strong master key
     # OPENAI_API_KEY: what it sends upstream (llama-server checks none); the cost map is
     # read from the package, not fetched (no network)
     env = {**os.environ, "OPENAI_API_KEY": "sk-upstream", "LITELLM_MASTER_KEY": key,
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
-    with log.open("wb") as f:
-        proc = subprocess.Popen([str(exe), "--model", f"openai/{ALIAS}", "--api_base", llama + "/v1",
-                                 "--host", "127.0.0.1", "--port", str(port)], stdout=f, stderr=subprocess.STDOUT,
-                                env=env)
+    cmd = [str(exe), "--model", f"openai/{ALIAS}", "--api_base", llama + "/v1", "--host", "127.0.0.1",
+           "--port", str(port)]
     url = f"http://127.0.0.1:{port}"
-    try:
-        _wait(url + "/health/liveliness", proc, log, seconds=600)
+    with running("LiteLLM", cmd, tmp_path / "litellm.log", url + "/health/liveliness", seconds=600, env=env):
         monkeypatch.setenv("OPENAI_API_KEY", key)  # the tool's key is the proxy's master key
         yield url, key
-    finally:
-        _stop(proc)
 
 
 def test_score_through_litellm(litellm, tmp_path, capsys):

@@ -216,6 +216,37 @@ def test_a_corpus_without_any_position_fails_and_says_why(server, tmp_path, caps
 
 
 @pytest.mark.in_process
+def test_a_run_of_other_settings_without_a_report_leaves_no_earlier_report(server, tmp_path, capsys):
+    """--no-report over a folder holding a reported run of other settings: the earlier report,
+    tables and figures described the outputs this run replaces, so they go with them (said,
+    with the command that writes this run's, run here as printed)."""
+    import os
+    import re
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=3)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    assert main(_score_args(corpus, out, cache, server.base_url, "--model", "test-gen")) == 0
+    assert {"report.md", "table6.csv", "table18.csv", "figures"} <= {p.name for p in out.iterdir()}
+    capsys.readouterr()
+    assert main(_score_args(corpus, out, cache, server.base_url, "--model", "test-gen", "--no-report",
+                            endings=4)) == 0
+    err = capsys.readouterr().err
+    names = {p.name for p in out.iterdir()}
+    assert not names & {"report.md", "table6.csv", "table18.csv", "figures"}, names
+    said = re.search(r"note: removed the earlier run's report.md, table6.csv, table18.csv, figures from .*: they "
+                     r"described the outputs this run replaced; `(tension-run report [^`]+)` writes this run's", err)
+    assert said, err
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    again = subprocess.run(said.group(1), shell=True, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "4 endings" in (out / "report.md").read_text() or "endings: 4" in (out / "report.md").read_text()
+    # the same settings again without a report: its report is this run's, and stays
+    capsys.readouterr()
+    assert main(_score_args(corpus, out, cache, server.base_url, "--model", "test-gen", "--no-report",
+                            endings=4)) == 0
+    assert (out / "report.md").exists() and "removed the earlier run's" not in capsys.readouterr().err
+
+@pytest.mark.in_process
 def test_reusing_an_out_folder_for_another_run_is_said_and_its_cost_not_added(server, tmp_path, capsys):
     c1 = make_corpus(tmp_path / "c1.jsonl", 1, seed=3)
     c2 = make_corpus(tmp_path / "c2.jsonl", 1, seed=4)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tension.core.reports import judge_audit as ja
+from tension.core.reports import judge_correction as jc
 
 # judge no & people no, judge no & people yes, judge yes & people no, judge yes & people yes
 NN, NY, YN, YY = 37, 6, 9, 28
@@ -33,7 +34,7 @@ def test_known_table_to_1e9():
     sens, spec = 37 / 46, 28 / 34
     assert ja.sensitivity(t) == pytest.approx(sens, abs=1e-12)
     assert ja.specificity(t) == pytest.approx(spec, abs=1e-12)
-    c = ja.rogan_gladen(0.7, sens, spec)
+    c = jc.rogan_gladen(0.7, sens, spec)
     assert abs(c.value - (0.7 + 28 / 34 - 1) / (37 / 46 + 28 / 34 - 1)) < 1e-9
     assert not c.clipped and c.undefined is None
 
@@ -44,7 +45,7 @@ def test_the_corrected_prevalence_of_a_known_table_equals_the_hand_calculation()
     judge, people = items()
     population = (600.0, 400.0)  # the run: 600 judge-no verdicts, 400 judge-yes
     values = np.array([0.52, 0.61, 0.70, 0.66, 0.58, float("nan")])  # stories' mean NR (one undefined)
-    got = ja.corrected_mean(values, judge, people, population, n_resamples=200)
+    got = jc.corrected_mean(values, judge, people, population, n_resamples=200)
     # by hand: each judge answer's items stand for its share of the run
     w_no, w_yes = 600 / 43, 400 / 37
     nn, ny, yn, yy = w_no * 37, w_no * 6, w_yes * 9, w_yes * 28
@@ -87,7 +88,7 @@ def test_the_delta_interval_against_a_numerical_derivative():
     judge, people = items()
     pop = (600.0, 400.0)
     values = np.array([0.52, 0.61, 0.70, 0.66, 0.58, 0.49, 0.73])
-    got = ja.corrected_mean(values, judge, people, pop)
+    got = jc.corrected_mean(values, judge, people, pop)
     a = 0.6
 
     def corrected(m, q1, q0):
@@ -204,15 +205,15 @@ def test_wilson_and_the_ratio_at_their_edges():
 
 
 def test_clipped_and_undefined():
-    c = ja.rogan_gladen(0.02, 0.8, 0.9)  # fewer no than the judge's false no alone would give
+    c = jc.rogan_gladen(0.02, 0.8, 0.9)  # fewer no than the judge's false no alone would give
     assert c.value == 0.0 and c.clipped and c.raw < 0
-    c = ja.rogan_gladen(0.99, 0.8, 0.9)
+    c = jc.rogan_gladen(0.99, 0.8, 0.9)
     assert c.value == 1.0 and c.clipped
-    c = ja.rogan_gladen(0.5, 0.5, 0.5)
+    c = jc.rogan_gladen(0.5, 0.5, 0.5)
     assert math.isnan(c.value) and "no better than chance" in c.undefined
-    c = ja.rogan_gladen(0.5, 0.4, 0.55)
+    c = jc.rogan_gladen(0.5, 0.4, 0.55)
     assert math.isnan(c.value) and "≤ 1" in c.undefined
-    c = ja.rogan_gladen(float("nan"), 0.8, 0.9)
+    c = jc.rogan_gladen(float("nan"), 0.8, 0.9)
     assert math.isnan(c.value) and c.undefined
 
 
@@ -225,7 +226,7 @@ def test_empty_one_class_and_cant_tell():
     assert math.isnan(ja.sensitivity(one)) and ja.specificity(one) == 0.8
     got = ja.judge_agreement([True, False], [0.0, 0.0], (10, 10), n_resamples=50)
     assert math.isnan(got.sensitivity.value) and got.kappa.value == 0.0  # p_e < 1: κ is 0, not undefined
-    assert "labels of one kind" in ja.corrected_mean([0.5, 0.6], [True, False], [0.0, 0.0], (10, 10)).undefined
+    assert "labels of one kind" in jc.corrected_mean([0.5, 0.6], [True, False], [0.0, 0.0], (10, 10)).undefined
     # an item with only "can't tell" (NaN share) carries nothing; the others are as without it
     judge, people = items()
     with_nan = ja.judge_agreement(np.append(judge, True), np.append(people, np.nan), (600, 400), n_resamples=100)

@@ -70,3 +70,22 @@ def test_a_server_that_says_owned_by_me_without_the_counter_is_another_server(tm
     assert rc == 0, capsys.readouterr().err
     (server,) = json.loads((tmp_path / "me" / "run.json").read_text())["servers"]
     assert server["kind"] == "other" and counted == 1  # the one look that told it is not llama-cpp-python
+
+
+def test_a_cached_rerun_sends_nothing_though_the_server_says_no_context_length(tmp_path, capsys):
+    """Its counter never says a context length; the run kept none, so each rerun asked again
+    (/v1/models, the kind probe and an empty count: found on the real server,
+    tests/core/test_foreign_real_llamacpp_python.py). That it said none is kept too."""
+    with LoopbackServer(model="test-gen", dialect="llamacpp_python") as srv:
+        assert _score(srv, tmp_path, "a", "--model", "test-gen") == 0
+        first = len(srv.requests)
+        corpus = tmp_path / "c.jsonl"
+        rc = main(["score", str(corpus), "--out", str(tmp_path / "b"), "--base-url", srv.base_url, "--cache",
+                   str(tmp_path / "cache-a"), "--endings", "4", "--seed", "7", "--no-progress", "--no-report",
+                   "--model", "test-gen"])
+        again = [(r.method, r.path) for r in srv.requests[first:]]
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert again == [], again
+    assert json.loads((tmp_path / "b" / "run.json").read_text())["http"]["attempts"] == 0
+    assert (tmp_path / "a" / "positions.jsonl").read_bytes() == (tmp_path / "b" / "positions.jsonl").read_bytes()

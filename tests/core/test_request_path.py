@@ -131,3 +131,26 @@ def test_one_public_door_per_verb():
     assert {"bench", "bench_async", "BenchResult"} <= set(tension.__all__)
     cli = (ROOT / "core" / "cli" / "score.py").read_text(encoding="utf-8")
     assert "pipelines.bench" not in cli  # through the API
+
+
+def test_one_walk_of_adaptive_rounds():
+    """The live run, the cache reader and `estimate` walk a position's rounds through
+    core/pipelines/score/round_walk.py alone: no other module of core/ applies the
+    stopping rule (`should_stop`) or builds a round's request."""
+    outside = []
+    for path in sorted((ROOT / "core").rglob("*.py")):
+        if _rel(path) == "core/pipelines/score/round_walk.py":
+            continue
+        for node in ast.walk(_tree(path)):
+            name = node.func.attr if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else (
+                node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else None)
+            if name in ("should_stop", "endings_round"):
+                outside.append(f"{_rel(path)}:{node.lineno} {name}")
+    assert outside == []
+
+
+def test_the_client_asks_no_kind_endpoint_itself():
+    """What a listing teaches of a server's kind (llama.cpp's /props, llama-cpp-python's
+    counter) is core/llm/listing.py's: the client's module holds endpoints only."""
+    text = (ROOT / "core" / "llm" / "client.py").read_text(encoding="utf-8")
+    assert "/props" not in text and "kind_probe" not in text and "learn_kind" in text

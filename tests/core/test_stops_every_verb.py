@@ -203,7 +203,7 @@ FEW, MANY = ("flat with dips", 2, 0.85), ("flat with dips", 4, 0.85)
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory) -> Path:
     """Two small score runs of the same four stories (positions.jsonl, meta.jsonl), for compare."""
-    from tension.testing.second_order import write_simulated_run
+    from tension.testing.simulated_run import write_simulated_run
 
     tmp = tmp_path_factory.mktemp("runs")
     write_simulated_run(tmp / "a", FEW, 4, 10, m=20, seed=1)
@@ -254,7 +254,7 @@ def _together_out(verb: str, tmp: Path) -> Path:
     """The folder `verb` writes: a fresh one, or for report a fresh run it reads and writes into."""
     if verb != "report":
         return tmp / "out"
-    from tension.testing.second_order import write_simulated_run
+    from tension.testing.simulated_run import write_simulated_run
 
     return write_simulated_run(tmp / "run", FEW, 3, 10, m=20, seed=3)
 

@@ -14,13 +14,16 @@ access log (uvicorn's line for each HTTP request it answered).
 
 from __future__ import annotations
 
+import contextlib
 import json
-import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tension.testing.corpus import EMBEDDED_STORY as STORY
+from tension.testing.foreign_procs import access_log
+from tension.testing.llamacpp import real_cache
 from tension.testing.transformers_serve import GREEDY, SAMPLE, Served, serve
 
 pytestmark = pytest.mark.slow
@@ -28,46 +31,32 @@ pytestmark = pytest.mark.slow
 ENDINGS = 3
 SMALL = ["--endings", str(ENDINGS), "--max-tokens", "20", "--pct-min", "0.85", "--min-words", "100",
          "--timeout", "600", "--no-progress"]
-_ACCESS = re.compile(r'"(GET|POST) (\S+) HTTP/[\d.]+" (\d{3})')
+
+
+def _served(model: str, log: Path) -> Iterator[Served]:
+    """`serve(model)` with everything it resolves taken from the real cache (the one install
+    and its model folders), then the test's private home back (serve resolves its paths
+    before it yields)."""
+    with contextlib.ExitStack() as cache:
+        cache.enter_context(real_cache())
+        with serve(model, log=log) as s:
+            cache.close()
+            yield s
 
 
 @pytest.fixture
-def real_cache():
-    """The real cache folder while the server starts: the one install and its model folders."""
-    from tension.testing.real_env import REAL_ENV
-
-    mp = pytest.MonkeyPatch()
-    for k in ("HOME", "XDG_CACHE_HOME"):
-        if k in REAL_ENV:
-            mp.setenv(k, REAL_ENV[k])
-        else:
-            mp.delenv(k, raising=False)
-    yield mp
-    mp.undo()
-
-
-def _served(model: str, real_cache: pytest.MonkeyPatch, log: Path):
-    """`serve(model)` with everything it resolves taken from the real cache, then the
-    test's private home back (serve resolves its paths before it yields)."""
-    with serve(model, log=log) as s:
-        real_cache.undo()
-        yield s
+def sampling(tmp_path):
+    yield from _served(SAMPLE, tmp_path / "serve-sample.log")
 
 
 @pytest.fixture
-def sampling(real_cache, tmp_path):
-    yield from _served(SAMPLE, real_cache, tmp_path / "serve-sample.log")
-
-
-@pytest.fixture
-def greedy(real_cache, tmp_path):
-    yield from _served(GREEDY, real_cache, tmp_path / "serve-greedy.log")
+def greedy(tmp_path):
+    yield from _served(GREEDY, tmp_path / "serve-greedy.log")
 
 
 def _requests(s: Served, path: str | None = None) -> list[tuple[str, str, int]]:
     """The HTTP requests the server answered so far, from its access log: (method, path, status)."""
-    found = [(m, p, int(code)) for m, p, code in _ACCESS.findall(s.log.read_text(errors="replace"))]
-    return [r for r in found if path is None or r[1] == path]
+    return [r for r in access_log(s.log) if path is None or r[1] == path]
 
 
 def _story(tmp_path: Path) -> Path:
@@ -106,11 +95,14 @@ def test_score_on_the_sampling_model_and_its_cached_rerun(sampling, tmp_path, te
     assert server["kind"] == "other" and server["max_n"] == 1  # it drops n: one ending per request, learned
     chats = _requests(sampling, "/v1/chat/completions")
     # every ending and every verdict is a request of its own, and so is each of the seed probe's
-    # (issue 61 M4: whether a seeded answer holds, asked once at the start); all of them 200
-    probes = rec["requests"].get("seed probe", 0)
+    # (issue 61 M4: whether a seeded answer holds, asked once before the first seeded ending; served one
+    # request at a time, its seeds hold); all of them 200
+    probes = server["probe_requests"]
+    assert server["seeds"] == "held" and probes == 3, server
     assert len(chats) == len(rows) * ENDINGS * 2 + probes and {c[2] for c in chats} == {200}, (chats, rec["requests"])
-    # the tool's count is the server's: the verdicts, the endings and one look at /v1/models
-    assert rec["http"]["attempts"] == len(_requests(sampling)) - ready, (rec["http"], _requests(sampling))
+    # the tool's count is the server's: the verdicts, the endings and one look at /v1/models (the probe's
+    # requests are in no count of the run's: run.json `servers[].probe_requests` alone)
+    assert rec["http"]["attempts"] == len(_requests(sampling)) - ready - probes, (rec["http"], _requests(sampling))
 
     before = _requests(sampling)
     again = _score(tension_run, sampling, tmp_path, "b", "--seed", "1", "--save-texts")
@@ -135,19 +127,41 @@ def test_a_default_like_score_on_the_greedy_model_stops_at_the_first_position(gr
     assert rec["requests"]["judge"] == 0  # stopped before the copies were judged
     # the endings of the positions in flight at most (here one position's), by both counts
     chats = _requests(greedy, "/v1/chat/completions")
-    assert 2 <= len(chats) <= 3 * ENDINGS + rec["requests"].get("seed probe", 0), (chats, rec["requests"])
+    assert 2 <= len(chats) <= 3 * ENDINGS and rec["servers"][0]["probe_requests"] == 0, (chats, rec["requests"])
     assert rec["http"]["attempts"] == len(_requests(greedy)) - ready, (rec["http"], _requests(greedy))
 
 
 def test_generate_with_defaults_gets_the_422_on_min_p(greedy, tmp_path, tension_run):
     """(c) M2: `generate` sends vLLM's `min_p` (0.1) by default, which the server refuses with a
-    422 "Unexpected fields"; the tool stops at once and quotes the server's reason.
-    TODO(issue 61 M2): assert the advice too (`--min-p 0`) once the change that adds it lands."""
+    422 "Unexpected fields"; the tool stops at once, quotes the server's reason and names the
+    flag that leaves the field out (`--min-p 0`: dropping the papers' min_p samples another
+    distribution, so it is the user's choice, not a fallback)."""
     ideas = tmp_path / "ideas.jsonl"
     ideas.write_text(json.dumps({"id": "ferry", "idea": "A ferry that crosses a river nobody can see."}) + "\n")
     r = tension_run("generate", ideas, "--out", tmp_path / "stories.jsonl", "--base-url", greedy.url, "--model",
                     greedy.model, "--cache", tmp_path / "cache", "--no-progress")
     assert r.returncode != 0, r.stderr
-    assert "422" in r.stderr and "min_p" in r.stderr, r.stderr
+    assert "422" in r.stderr and "min_p" in r.stderr and "--min-p 0" in r.stderr, r.stderr
     chats = _requests(greedy, "/v1/chat/completions")
     assert len(chats) == 1 and chats[0][2] == 422, chats  # one request, not retried
+
+
+def test_a_judge_constraint_it_refuses_falls_back_to_the_papers_free_answers(sampling, tmp_path, tension_run):
+    """(d) M2: `--judge-constraint choice` sends vLLM's `structured_outputs`, which it refuses (422);
+    the judge falls back to free answers read as the paper reads them, says so once, records
+    the constraint used, and the run completes; a rerun with `--judge-constraint none` finds
+    every verdict in the cache (the fallback's requests are the unconstrained ones)."""
+    r = _score(tension_run, sampling, tmp_path, "c", "--seed", "2", "--judge-constraint", "choice")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("structured_outputs") >= 1 and "free answers" in r.stderr, r.stderr
+    rec = json.loads((tmp_path / "c" / "run.json").read_text())
+    assert rec["judge_constraint_used"] == "none", rec.get("judge_constraint_used")
+    rows = _lines(tmp_path / "c" / "positions.jsonl")
+    assert rows and all(r["n_endings"] == ENDINGS for r in rows)
+    refused = [c for c in _requests(sampling, "/v1/chat/completions") if c[2] == 422]
+    assert len(refused) == 1, refused  # refused once, then never sent again
+    before = _requests(sampling)
+    again = _score(tension_run, sampling, tmp_path, "n", "--seed", "2", "--judge-constraint", "none")
+    assert again.returncode == 0, again.stderr
+    assert _requests(sampling) == before
+    assert (tmp_path / "c" / "positions.jsonl").read_bytes() == (tmp_path / "n" / "positions.jsonl").read_bytes()

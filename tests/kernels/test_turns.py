@@ -140,7 +140,8 @@ def test_the_study_prefers_the_chosen_estimate_to_the_papers_raw_value():
     """A small run of bench/second_order.py's study (the figures in docs/metrics.md are
     of the whole): at 100 endings the chosen estimate's IR60 is within the bias bar and
     orders groups better than the paper's raw value, with fewer false positives."""
-    from tension.testing.second_order import CHOSEN, CONFIGS, bank, study
+    from tension.testing.curve_families import CONFIGS
+    from tension.testing.second_order import CHOSEN, bank, study
 
     configs = [c for c in CONFIGS if c[0] in ("flat with dips", "walk, rough", "wave with spikes")]
     banks = [bank(c, 60, 80, 0, candidates=("paper, raw", CHOSEN), ns=(100,)) for c in configs]

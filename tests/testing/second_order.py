@@ -2,11 +2,7 @@
 simulated groups of stories from curve families, binomial verdicts, and what each
 candidate estimator does to the comparisons a reader draws from groups.csv.
 
-Families (none of them the shapes kernels/denoise.py was tried on, tension.testing.precision's;
-each story draws its own features):
-flat with dips, wave with spikes, falling with dips, a logit random walk with a late
-twist (rough, and smoothed over 7 positions), a smooth sigmoid with broad bumps, and
-stairs. Each has a feature count K and a level; a *config* is (family, K, level).
+The families and their configs (family, K, level) are tension.testing.curve_families'.
 
 For every config and story length m a *bank* of stories is drawn: the noise-free
 curve, and 100 Bernoulli verdicts a position (nested: the first n are the n-ending
@@ -25,6 +21,9 @@ run). A replication draws two groups of `GROUP` stories from two configs' banks;
   Retain's pairs are by points: apart by `RETAIN_APART`, equal within `RETAIN_EQUAL`.
 - **coverage**: the share of replications whose group interval (mean ± 1.96 sd/√n,
   groups.csv's ci95) holds the group's noise-free mean.
+
+Apart from the groups, `story_interval_coverage` measures the per-story intervals of
+stories.csv against each story's noise-free value (`bench/second_order.py --story-intervals`).
 """
 
 from __future__ import annotations
@@ -38,10 +37,10 @@ import numpy as np
 from tension.kernels.curves import CurveSettings, batch_stats
 from tension.kernels.denoise import corrected_stats, denoise
 from tension.kernels.turns import FLOOR_DRAWS, turn_stats, turn_stats_of_curves
+from tension.testing.curve_families import CONFIGS, FAMILIES
 
-__all__ = ["FAMILIES", "CONFIGS", "CANDIDATES", "CHOSEN", "Bank", "Row", "bank", "study", "format_rows", "GROUP", "NS",
-           "write_simulated_run", "story_interval_coverage",
-           "MS"]
+__all__ = ["CANDIDATES", "CHOSEN", "Bank", "Row", "bank", "study", "format_rows", "GROUP", "NS", "MS",
+           "story_interval_coverage"]
 
 GROUP = 30
 NS = (10, 20, 50, 100)
@@ -55,91 +54,6 @@ MIN_TRUTH = 0.002
 RETAIN_APART = (5.0, 15.0)
 RETAIN_EQUAL = 1.0
 IR60 = 3  # the column of IR60 in (Retain, convergence, IR30, IR60, IR120)
-
-
-def _bump(m: int, c: float, w: float) -> np.ndarray:
-    return np.exp(-0.5 * ((np.arange(m) - c) / w) ** 2)
-
-
-def _centres(m: int, k: int, rng: np.random.Generator) -> np.ndarray:
-    return rng.choice(np.arange(3, m - 3), k, replace=False)
-
-
-def flat_dips(m: int, k: int, level: float, rng: np.random.Generator) -> np.ndarray:
-    f = level + 0.02 * np.sin(2 * np.pi * rng.random() + np.linspace(0, 3, m))
-    for c in _centres(m, k, rng):
-        f = f - rng.uniform(0.2, 0.4) * _bump(m, c, 1.0)
-    return f
-
-
-def wave_spikes(m: int, k: int, level: float, rng: np.random.Generator) -> np.ndarray:
-    f = level + 0.15 * np.sin(2 * np.pi * (2.0 * np.linspace(0, 1, m) + rng.random()))
-    for c in _centres(m, k, rng):
-        f = f + rng.uniform(0.15, 0.3) * _bump(m, c, 1.0)
-    return f
-
-
-def falling_dips(m: int, k: int, level: float, rng: np.random.Generator) -> np.ndarray:
-    f = level - 0.5 * np.linspace(0, 1, m)
-    for c in _centres(m, k, rng):
-        f = f - rng.uniform(0.15, 0.3) * _bump(m, c, 1.0)
-    return f
-
-
-def _walk(m: int, k: int, level: float, rng: np.random.Generator, smooth: int) -> np.ndarray:
-    # k sets the step: the walk's roughness, so its turns
-    z = np.log(level / (1 - level)) + np.cumsum(rng.normal(0, 0.08 * k, m))
-    z[int(0.8 * m):] -= 1.5
-    if smooth > 1:
-        z = np.convolve(np.pad(z, smooth // 2, mode="edge"), np.ones(smooth) / smooth, "valid")
-    return 1 / (1 + np.exp(-z))
-
-
-def walk_rough(m: int, k: int, level: float, rng: np.random.Generator) -> np.ndarray:
-    return _walk(m, k, level, rng, 1)
-
-
-def walk_smooth(m: int, k: int, level: float, rng: np.random.Generator) -> np.ndarray:
-    return _walk(m, k, level, rng, 7)
-
-
-def sigmoid_bumps(m: int, k: int, level: float, rng: np.random.Generator) -> np.ndarray:
-    t = np.linspace(0, 1, m)
-    f = level - 0.4 / (1 + np.exp(-(t - rng.uniform(0.4, 0.8)) * 12))
-    for c in _centres(m, k, rng):
-        f = f + 0.2 * _bump(m, c, m / 30)
-    return f
-
-
-def stairs(m: int, k: int, level: float, rng: np.random.Generator) -> np.ndarray:
-    f = np.full(m, level)
-    for c in np.sort(_centres(m, k, rng)):
-        f[c:] += rng.choice([-1.0, 1.0]) * rng.uniform(0.1, 0.25)
-    return f
-
-
-Family = Callable[[int, int, float, np.random.Generator], np.ndarray]
-FAMILIES: dict[str, Family] = {
-    "flat with dips": flat_dips,
-    "wave with spikes": wave_spikes,
-    "falling with dips": falling_dips,
-    "walk, rough": walk_rough,
-    "walk, smoothed": walk_smooth,
-    "sigmoid with bumps": sigmoid_bumps,
-    "stairs": stairs,
-}
-
-# (family, K, level)
-CONFIGS: tuple[tuple[str, int, float], ...] = (
-    ("flat with dips", 2, 0.85), ("flat with dips", 4, 0.85), ("flat with dips", 2, 0.55),
-    ("flat with dips", 4, 0.55),
-    ("wave with spikes", 1, 0.6), ("wave with spikes", 3, 0.6), ("wave with spikes", 3, 0.4),
-    ("falling with dips", 1, 0.95), ("falling with dips", 3, 0.95), ("falling with dips", 3, 0.8),
-    ("walk, rough", 2, 0.7), ("walk, rough", 4, 0.7), ("walk, rough", 4, 0.4),
-    ("walk, smoothed", 3, 0.7), ("walk, smoothed", 6, 0.7), ("walk, smoothed", 6, 0.4),
-    ("sigmoid with bumps", 1, 0.85), ("sigmoid with bumps", 3, 0.85), ("sigmoid with bumps", 3, 0.65),
-    ("stairs", 2, 0.8), ("stairs", 4, 0.8), ("stairs", 4, 0.5),
-)
 
 
 class Bank(msgspec.Struct, frozen=True):
@@ -403,31 +317,6 @@ def format_rows(rows: Sequence[Row]) -> str:
                    f"{r.bias_hi:{f}}) | {pct(r.order)} | {pct(r.order_cross)} | {pct(r.wrong_significant)} | "
                    f"{pct(r.false_positive)} | {pct(r.coverage)} | {pct(r.coverage_widened)} | {r.pairs} ({r.cross_pairs}; {r.equal_pairs}) |")
     return "\n".join(out)
-
-
-def write_simulated_run(d, config: tuple[str, int, float], stories: int, n: int, m: int = 60, seed: int = 0,
-                        ids: Sequence[str] | None = None):
-    """A score-run folder (positions.jsonl, meta.jsonl) of `stories` simulated stories of
-    one config, with n verdicts a position: what `report` and `compare` read back."""
-    import json
-    from pathlib import Path
-
-    d = Path(d)
-    d.mkdir(parents=True, exist_ok=True)
-    family, k_features, level = config
-    rng = np.random.default_rng([seed, m, n])
-    x = np.linspace(0.1, 0.99, m)
-    ids = list(ids) if ids is not None else [f"s{i:02d}" for i in range(stories)]
-    with (d / "positions.jsonl").open("w") as pos, (d / "meta.jsonl").open("w") as meta:
-        for sid in ids:
-            f = np.clip(FAMILIES[family](m, k_features, level, rng), 0.005, 0.995)
-            matches = n - rng.binomial(n, f)
-            for j in range(m):
-                pos.write(json.dumps({"id": sid, "group": family, "k": j + 1, "pct": float(x[j]), "n_endings": n,
-                                      "n_match": int(matches[j]), "n_empty": 0, "n_malformed": 0,
-                                      "no_rate": 1.0 - int(matches[j]) / n}) + "\n")
-            meta.write(json.dumps({"id": sid, "group": family, "words": 700, "meta": {}}) + "\n")
-    return d
 
 
 def story_interval_coverage(m: int, n: int, stories: int, resamples: int, seed: int) -> dict[str, float]:

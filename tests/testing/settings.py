@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
 COUNT_PATH = "/extras/tokenize/count"  # llama-cpp-python's token counter (dialect "llamacpp_python")
+PROBE_HEADER = "X-Tension-Probe"  # the tool's own probes (core/llm/seed_probe.py), recorded apart
+SEEDS = ("hold", "ignored", "arrival")  # how a server takes a generation request's seed (`seeds=`)
 MAX_MODEL_LEN = 8192
 KINDS = ("generation", "judge", "other")
 FAULT_KINDS = (
@@ -88,8 +90,13 @@ class AnswerSettings(_Settings):
     # them although asked: transformers serve, FastChat; M3)
     refuse_fields: tuple[str, ...] = ()
     drop_logprobs: bool = False
-    # "ignored": a seeded generation request is sampled anew each time it comes (FastChat ignores seeds;
-    # transformers serve --continuous-batching answers by what arrived with it): issue 61 M4
+    # "ignored": a seeded generation request is sampled anew each time it comes (FastChat ignores seeds);
+    # "arrival": its draw is mixed with the count of chat requests it shared the server with (in flight when
+    # it came or arriving while it is served), as transformers serve --continuous-batching sets a request's
+    # seed when it joins a batch others share: the same alone, another in company (give `delay` so that
+    # requests sent together overlap). Issue 61 M4. A request marked with PROBE_HEADER (the tool's seed
+    # probe) is recorded apart (records.py: `count` and `requests` leave it out, `probes` has it), and
+    # takes no planted fault and no scripted answer: those are the test's, for the run's requests
     seeds: str = "hold"
     # the server it answers as
     dialect: str = "vllm"  # "llamacpp": llama.cpp's server, as measured; "llamacpp_python"
@@ -118,7 +125,9 @@ class AnswerSettings(_Settings):
     delay: float = 0.0  # seconds added to every chat request (llama.cpp: while it holds its slots)
     slow_seconds: float = 5.0  # the "slow" fault
     retry_after: str | None = "0"  # the 429's Retry-After header (None: no header)
-    stream_cut: int = 0  # > 0: a stream ends with [DONE] after this many words, unfinished
+    # > 0: a stream ends with [DONE] after this many words, unfinished; -1: after the role event, before
+    # the first word (llama-cpp-python cuts a waiting request's stream so)
+    stream_cut: int = 0
     # the fake's own books
     record: bool = True  # False: no `requests` kept (a benchmark's long run)
     prefix_cache_blocks: int = 2_000_000  # the prefix cache forgets all past this many blocks
@@ -139,6 +148,9 @@ class WireSettings(_Settings):
     stream_ignored: bool = False  # True: a chat request asking "stream": true gets the plain JSON body
     stream_always: bool = False  # True: chat answers stream even when not asked (a proxy)
     serve_completions: bool = True  # False: /v1/completions is a 404 even with batching
+    # False: answers' usage (plain and streamed) without `prompt_tokens_details`, so no `cached_tokens`,
+    # as transformers serve, FastChat and llama.cpp send it (issue 61: "reported 0" is not "not reported")
+    serve_cached_tokens: bool = True
     # (N, T): a hosted API's rate limit, N chat requests per window of T s, told in OpenAI's
     # x-ratelimit-* headers on every chat answer; the N+1st in a window is a 429 without Retry-After
     rate_limit: tuple[int, float] | None = None

@@ -17,7 +17,7 @@ def stream_events(payload: dict, body: dict, *, dialect: str, stream_cut: int,
     each choice and a finish event per choice, the usage last when
     ``stream_options.include_usage`` is set (llama.cpp: one per choice, each counting
     that choice), then ``data: [DONE]``. `stream_cut` > 0: [DONE] after that many
-    words, with no finish and no usage (a stream cut off). Both doors send these."""
+    words, with no finish and no usage (a stream cut off); -1: before the first word. Both doors send these."""
     base = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
             "model": payload["model"]}
 
@@ -29,7 +29,7 @@ def stream_events(payload: dict, body: dict, *, dialect: str, stream_cut: int,
         i = ch["index"]
         yield event([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
         for piece in re.findall(r"\S+\s*", ch["message"]["content"]):
-            if stream_cut and words >= stream_cut:
+            if stream_cut and words >= max(stream_cut, 0):
                 yield b"data: [DONE]\n\n"
                 return
             words += 1

@@ -26,19 +26,17 @@ else from PyTorch's CPU index (`TENSION_TORCH_INDEX_URL` to change it).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tension.testing.llamacpp import ensure_gguf, locked, root, run_logged, say
+from tension.core.llm.vllm_router import free_port
+from tension.testing.foreign_procs import running
+from tension.testing.llamacpp import build_main, ensure_gguf, locked, root, run_logged, say, venv_once
 
 __all__ = ["TRANSFORMERS_PIN", "GREEDY", "SAMPLE", "home", "ensure_transformers", "ensure_models", "Served",
            "serve", "build"]
@@ -95,30 +93,15 @@ def _models() -> Path:
     return home() / "models"
 
 
-def _marker() -> Path:
-    return _venv() / "tension-run-installed.json"
-
-
 def ensure_transformers() -> Path:
     """The `transformers` executable of its own venv, installed the first time."""
-    exe = _venv() / "bin" / "transformers"
-    if _marker().is_file() and exe.is_file():
-        return exe
-    with locked("transformers"):
-        if _marker().is_file() and exe.is_file():
-            return exe
-        _install()
-    return exe
+    return venv_once("transformers", _venv() / "bin" / "transformers", _install)
 
 
-def _install() -> None:
+def _install(log: Path) -> dict[str, object]:
     # uv, with the sources pip is configured with, as the embedded server's install does
     from tension.core.serving.install import find_torch_wheel_dir, read_pip_sources, uv_binary, write_overrides
 
-    home().mkdir(parents=True, exist_ok=True)
-    log = home() / "install.log"
-    log.write_text("")
-    t0 = time.monotonic()
     say(f"installing {TRANSFORMERS_PIN} with {TORCH_PIN} once into {_venv()}; log: {log}")
     uv, sources = uv_binary(), read_pip_sources()
     env = {**os.environ, "UV_CACHE_DIR": str(home() / "uv-cache"), **sources.uv_env()}
@@ -133,10 +116,7 @@ def _install() -> None:
     run_logged([uv, "pip", "install", "--python", str(_python()), "--index-strategy", "unsafe-best-match",
                 "--overrides", str(overrides), *sources.uv_args(), *torch_source,
                 TRANSFORMERS_PIN, TORCH_PIN, "gguf"], log, env=env)
-    seconds = time.monotonic() - t0
-    _marker().write_text(json.dumps({"transformers": TRANSFORMERS_PIN, "torch": TORCH_PIN,
-                                     "seconds": round(seconds)}) + "\n")
-    say(f"transformers serve installed in {seconds:.0f} s")
+    return {"transformers": TRANSFORMERS_PIN, "torch": TORCH_PIN}
 
 
 def _offline_env() -> dict[str, str]:
@@ -191,22 +171,6 @@ class Served:
     log: Path  # the server's stdout and stderr
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _models_answer(url: str) -> dict | None:
-    try:
-        with urllib.request.urlopen(url + "/v1/models", timeout=5) as r:
-            return json.loads(r.read()) if r.status == 200 else None
-    except (OSError, ValueError):
-        return None
-
-
 @contextlib.contextmanager
 def serve(model: str = SAMPLE, *extra: str, port: int | None = None, log: Path | None = None,
           startup_seconds: float = 300) -> Iterator[Served]:
@@ -217,47 +181,14 @@ def serve(model: str = SAMPLE, *extra: str, port: int | None = None, log: Path |
     models = ensure_models()
     if not (models / model / "config.json").is_file():
         raise ValueError(f"no model folder {models / model}; the folders are {GREEDY!r} and {SAMPLE!r}")
-    port = port or _free_port()
+    port = port or free_port()
     log = log or home() / f"serve-{port}.log"
     url = f"http://127.0.0.1:{port}"
-    with log.open("wb") as f:
-        proc = subprocess.Popen([str(exe), "serve", model, "--host", "127.0.0.1", "--port", str(port), *extra],
-                                cwd=models, stdout=f, stderr=subprocess.STDOUT, env=_offline_env(),
-                                start_new_session=True)
-    try:
-        deadline = time.monotonic() + startup_seconds
-        while _models_answer(url) is None:
-            if proc.poll() is not None:
-                raise RuntimeError(f"transformers serve exited ({proc.returncode}) before answering; log {log}:\n"
-                                   + log.read_text(errors="replace")[-3000:])
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"transformers serve did not answer /v1/models within {startup_seconds:g} s; "
-                                   f"log {log}:\n" + log.read_text(errors="replace")[-3000:])
-            time.sleep(0.5)
+    cmd = [str(exe), "serve", model, "--host", "127.0.0.1", "--port", str(port), *extra]
+    with running("transformers serve", cmd, log, url + "/v1/models", seconds=startup_seconds, cwd=models,
+                 env=_offline_env()):
         yield Served(url=url, model=model, model_dir=models / model, log=log)
-    finally:
-        _stop(proc)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the server's own process group (it was started in a session of its own:
-    its helpers, such as multiprocessing's resource tracker, go with it), SIGKILL after 20 s."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 if __name__ == "__main__":
-    what = sys.argv[1:] or ["build"]
-    if what == ["build"]:
-        for p in build():
-            print(p)
-    else:
-        sys.exit("usage: python -m tension.testing.transformers_serve build")
+    build_main("transformers_serve", build, sys.argv[1:])

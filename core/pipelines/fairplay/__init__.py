@@ -35,9 +35,9 @@ from tension.core.inputs.whodunits import WhodunitStory, read_stories, segment_t
 from tension.core.llm.ticket import Ticket
 from tension.core.pipelines.fairplay.readers import Job, Readers, Value
 from tension.core.reports.answer_warnings import AnswerWarning
-from tension.core.run.lifecycle import Run, open_run
+from tension.core.run.lifecycle import Run, open_run, warn
 from tension.core.run.out_folder import LOCK_NAME, out_lock, prepare_out_dir
-from tension.core.run.progress import Progress
+from tension.core.run.progress import Pace, Progress
 from tension.core.run.record import RunRecord
 
 if TYPE_CHECKING:  # the metrics are imported when they run
@@ -124,7 +124,17 @@ class ReaderRun:
             self.record(job, value.probs)
         else:
             self.fail(job, value.error or "no distribution")
-        self.run.progress.unit_done()
+        self.run.progress.unit_done(self.planned_answers(job))
+
+    def planned_answers(self, job: Job) -> int:
+        """The answers `job` takes when each is usable at once (the bar's time left,
+        core/run/progress.py): a reader's one; the know-it-all's K continuations, each
+        written from the paragraph after its checkpoint to the last (the first as one
+        request of K), and their K verdicts; at the last paragraph, one verdict."""
+        if job.reader != "know_it_all":
+            return 1
+        last = self.stories[job.story].L
+        return 1 if job.paragraph >= last else self.cfg.k * (last - job.paragraph + 1)
 
     async def jobs(self, extract: list[int]) -> AsyncIterator[Job]:
         """Every (story, reader, paragraph) in input order; a story's suspects are
@@ -146,7 +156,7 @@ class ReaderRun:
                     continue
                 self.values[si][reader] = [None] * st.L
                 jobs += [Job(si, reader, p) for p in paragraphs]
-            self.run.progress.item_started(len(jobs))
+            self.run.progress.item_started(len(jobs), sum(map(self.planned_answers, jobs)))
             for job in jobs:
                 yield job
 
@@ -179,6 +189,9 @@ class ReaderRun:
             "metrics": {"stories": metrics.stories, "errors": list(metrics.errors)} if metrics is not None else None,
             "failures": {st.id: [msgspec.to_builtins(f) for f in fs]
                          for st, fs in zip(self.stories, self.failures) if fs},
+            # only with a constraint asked: the asked one, or none where refused (core/pipelines/unconstrained.py)
+            **({"reader_constraint_used": self.readers.constraint.used} if self.cfg.reader_constraint != "none"
+               else {}),
         }
 
     def summary(self) -> FairPlayRun:
@@ -219,7 +232,10 @@ async def run_fairplay(cfg: FairPlayConfig, stories_path: str | os.PathLike[str]
     out = prepare_out_dir(out_dir)
     with out_lock(out, out / LOCK_NAME, "fairplay", "folder"):
         stories, extract, errors = read_stories(stories_path, cfg)
-        run = open_run(cfg, "fairplay", progress=Progress(enabled=cfg.progress, stories=len(stories)),
+        progress = Progress(enabled=cfg.progress, stories=len(stories), say=lambda m: warn(m, "note"))
+        # the time left from the first answer on, as score's (core/run/progress.py)
+        progress.pace = Pace(per_unit=1, what="answers (readers', continuations and verdicts)")
+        run = open_run(cfg, "fairplay", progress=progress,
                        partial=out / "readers.partial.jsonl", record_path=out / "fairplay_run.json",
                        roles=("reader", "generation", "judge", "models"),
                        refresh=refresh_roles(cfg.refresh, ("reader", "judge", "generation")))

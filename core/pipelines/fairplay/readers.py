@@ -6,6 +6,10 @@ Raw answers are cached and parsed when used (prompts/answers.py), so a rerun sen
 nothing and a better parser needs no new requests. An answer that cannot be parsed
 is asked again with the next seed (a new cache key), at most `parse_retries` times;
 no number is ever filled in.
+
+--reader-constraint json on a server that refuses vLLM's structured_outputs
+(transformers serve's 422) falls back to the free answers the paper's readers gave,
+read by the same parser, said once (core/pipelines/unconstrained.py).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import msgspec
 
 from tension.core.config.fairplay import FairPlayConfig, experienced_readers
-from tension.core.errors import InputError
+from tension.core.errors import InputError, RefusedError
 from tension.core.inputs.whodunits import WhodunitStory
 from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.protocol import ChatRequest
@@ -24,9 +28,10 @@ from tension.core.llm.replicas import parse_replicas
 from tension.core.llm.router import Router
 from tension.core.llm.ticket import NO_TICKET, Ticket
 from tension.core.pipelines.answer_checks import ReaderChecks
+from tension.core.pipelines.unconstrained import READER_PARSE, Unconstrained
 from tension.core.prompts import readers as rp
 from tension.core.prompts.answers import Culprit, match_suspect, parse_culprit, parse_distribution, parse_suspect_list
-from tension.core.run.lifecycle import Run
+from tension.core.run.lifecycle import Run, warn
 from tension.core.run.reads import Asks
 
 __all__ = ["Job", "Value", "Readers", "distribution_schema", "culprit_schema"]
@@ -102,6 +107,9 @@ class Readers:
         self.judge_model = cfg.judge_model or ""
         self.template_kwargs = {"enable_thinking": False} if cfg.reasoning_off else None
         self.checks = ReaderChecks()  # degenerate answers, warned about at the end
+        # the answers' constraint as the requests carry it: json, or none where a server refuses it
+        self.constraint = Unconstrained("--reader-constraint", cfg.reader_constraint, READER_PARSE,
+                                        "fairplay_run.json `reader_constraint_used`", lambda m: warn(m, "note"))
 
     async def resolve_models(self, run: Run) -> None:
         """Model ids for the cache keys; given ids are used as they are, so a fully
@@ -153,12 +161,20 @@ class Readers:
                 # Each re-ask must be a new request (a new cache key): the next seed,
                 # or without seeds a temperature 0.01 higher than the previous re-ask.
                 temperature = max(temperature, cfg.retry_temperature) + (0.0 if cfg.seeds or attempt == 1 else 0.01)
-            req = ChatRequest(model=model, messages=messages, n=1, temperature=round(temperature, 6),
-                              max_tokens=max_tokens, seed=cfg.seed + attempt if cfg.seeds else None,
-                              chat_template_kwargs=self.template_kwargs,
-                              structured_outputs={"json": schema} if schema and cfg.reader_constraint == "json"
-                              else None)
-            (text,) = await self.chat(role, server, req, "verdicts", ticket)
+            while True:
+                if server in self.routers:  # a server known to refuse the constraint is not sent it
+                    self.constraint.known([self.routers[server].server, *self.routers[server].servers()])
+                req = ChatRequest(model=model, messages=messages, n=1, temperature=round(temperature, 6),
+                                  max_tokens=max_tokens, seed=cfg.seed + attempt if cfg.seeds else None,
+                                  chat_template_kwargs=self.template_kwargs,
+                                  structured_outputs={"json": schema} if schema and self.constraint.constrained
+                                  else None)
+                try:
+                    (text,) = await self.chat(role, server, req, "verdicts", ticket)
+                    break
+                except RefusedError as e:
+                    if not self.constraint.refused(e):  # else asked again unconstrained: the paper's readers
+                        raise
             result = parse(text)
             self.checks.answer(role, result.error is None)
             if result.error is None:

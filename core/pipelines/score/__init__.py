@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,7 @@ from tension.core.run.out_folder import LOCK_NAME, out_lock, prepare_out_dir
 from tension.core.run.progress import Pace, Progress, duration
 from tension.core.run.reads import chat_key
 from tension.core.run.record import Failure, Invocations, RunRecord
+from tension.core.signals import command_line
 
 __all__ = ["NO_POSITIONS", "NO_STORIES", "Position", "PositionResult", "Failure", "RunSummary", "Scoring",
            "run_score"]
@@ -108,6 +108,7 @@ class Scoring:
         self.judge = Judge(cfg, run.llm)
         self.watch = AnswerWatch(cfg, out_folder(run))
         self.watch.judge_holds_constraint = lambda: self.judge_router.server.holds_constraint
+        self.watch.judge_constraint = lambda: self.reqs.constraint.used  # after a fallback: none
         self.results: dict[tuple[int, int], PositionResult] = {}  # (story index, k) ->
         self.texts = TextsSpool(out_folder(run))  # with --save-texts: (story index, k) -> endings and verdicts
         self.failed: dict[int, Failure] = {}  # story index ->
@@ -187,7 +188,7 @@ class Scoring:
         try:
             if self.cfg.adaptive:
                 # rounds until the stopping rule holds; several records: no one key names them
-                drawn = await draw(self.cfg, self.llm, self.judge, self.reqs, tickets, sents, pos.k)
+                drawn = await draw(self.llm, self.judge, self.reqs, tickets, sents, pos.k)
                 rec, answers, judge_usage = drawn.endings, drawn.answers, drawn.judge_usage
                 self.watch.first_endings(rec)  # a greedy server: stop at its first position
                 self.adaptive.add((pos.story, pos.k), len(rec.texts))
@@ -271,6 +272,8 @@ class Scoring:
                                                      [s.words for s in corpus.stories], self.gen_router,
                                                      self.judge_router, self.metrics),
         }
+        if cfg.judge_constraint != "none":  # the asked one, or none where refused (core/pipelines/unconstrained.py)
+            body["judge_constraint_used"] = self.reqs.constraint.used
         if cfg.adaptive:  # only then: the default run's record keeps its keys (tests/test_snapshots.py)
             body["adaptive"] = self.adaptive.body({key for key in self.results if key[0] not in self.failed})
         return body
@@ -316,6 +319,8 @@ async def run_score(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Pa
                 with run.outputs():  # a stop signal while they are written is obeyed at once
                     scoring.write_outputs(out)
                     run.freeze_wall()  # report.md and run.json state the same wall time
+                    if not cfg.report and other is not None:
+                        _drop_report(out)  # the earlier run's report describes the outputs just replaced
                     if cfg.report:
                         run.write_record()
                         from tension.core.reports.report import report
@@ -324,6 +329,29 @@ async def run_score(cfg: ScoreConfig, corpus_path: str | Path, out_dir: str | Pa
                                usd_per_mtok=(cfg.input_usd_per_mtok, cfg.output_usd_per_mtok),
                                record=run.written)  # the record just written, not read back
     return _summary(scoring, run, out)
+
+
+def _drop_report(out: Path) -> None:
+    """An earlier run's report in `out` (report.md, its tables and figures), removed in the
+    outputs block (so a stop puts it back with the earlier outputs) and said: it described
+    a run of other settings, whose outputs this run replaced (issue 58's item 5)."""
+    import shutil
+
+    from tension.core.reports.report import REPORT_OUTPUTS
+
+    gone = []
+    for name in REPORT_OUTPUTS:
+        p = out / name
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        elif p.exists() or p.is_symlink():
+            p.unlink()
+        else:
+            continue
+        gone.append(name)
+    if gone:
+        warn(f"removed the earlier run's {', '.join(gone)} from {out}: they described the outputs this run "
+             f"replaced; `tension-run report {shlex.quote(str(out))}` writes this run's", "note")
 
 
 FEWER_ENDINGS = 20  # what a long run is told to try first (the review's figure; a wider interval per position)
@@ -339,7 +367,8 @@ def fewer_endings(cfg: ScoreConfig, rate: float, units: float) -> str:
     called = INVOCATION.get()
     if called is not None:  # the Python API: its call, not a command line
         return f"with endings={FEWER_ENDINGS} it would take {seconds} (a wider interval per position)"
-    argv, skip, shown = [], False, redact_argv(sys.argv)
+    typed = command_line()  # as the tool was called: its console script, or python -m (core/signals.py)
+    argv, skip, shown = [], False, redact_argv(typed)
     for word in shown:
         if skip or word == "--endings":
             skip = not skip
@@ -349,7 +378,7 @@ def fewer_endings(cfg: ScoreConfig, rate: float, units: float) -> str:
     argv += ["--endings", str(FEWER_ENDINGS)]
     return (f"with --endings {FEWER_ENDINGS} it would take {seconds} (a wider interval per position): "
             + " ".join(shlex.quote(a) for a in argv)
-            + (" (its secrets are shown as ***: give them again)" if shown != sys.argv else ""))
+            + (" (its secrets are shown as ***: give them again)" if shown != typed else ""))
 
 
 def _summary(scoring: Scoring, run: Run, out: Path) -> RunSummary:

@@ -8,6 +8,10 @@ lookup instead of n. Without it (a new position, or a cache written before that
 record existed) the verdicts come from the "verdicts" records, the missing ones
 from the judge, and the position's record is written (the run's engine does
 both, core/run/engine.py `answers`). The verdict records stay the truth.
+
+A judge server that refuses --judge-constraint choice (vLLM's structured_outputs:
+transformers serve's 422) gets the position's requests again unconstrained, the
+paper's judge, and so does every later position (core/pipelines/unconstrained.py).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Sequence
 
 from tension.cache.records import Usage
 from tension.core.config import ScoreConfig
+from tension.core.errors import RefusedError
 from tension.core.llm.ticket import Ticket
 from tension.core.pipelines.score.lookup import JudgeAsk, judge_ask
 from tension.core.pipelines.score.requests import ScoreRequests
@@ -54,7 +59,16 @@ class Judge:
         one server: they share a prefix. With warm_judge one goes first and fills
         the server's prefix cache, then the rest find it there. `endings_key` is the
         key of the endings' record: the verdicts written carry their link to it."""
-        ask = judge_ask(reqs, sentences, k, endings, endings_key)
-        answers = await self.llm.answers("judge", ask.requests, ticket=ticket, group=ask.group,
-                                         warm_first=self.cfg.warm_judge, links=ask.links, link=ask.link)
-        return ask, counted(self.cfg.judge_constraint, answers), answers.usage
+        router = self.llm.routers.get("judge")
+        if router is not None:  # a server known to refuse the constraint is not sent it
+            reqs.constraint.known([router.server, *router.servers()])
+        while True:
+            ask = judge_ask(reqs, sentences, k, endings, endings_key)
+            try:
+                answers = await self.llm.answers("judge", ask.requests, ticket=ticket, group=ask.group,
+                                                 warm_first=self.cfg.warm_judge, links=ask.links, link=ask.link)
+            except RefusedError as e:
+                if reqs.constraint.refused(e):  # asked again without it: the paper's judge
+                    continue
+                raise
+            return ask, counted(reqs.constraint.used, answers), answers.usage

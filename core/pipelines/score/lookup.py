@@ -16,9 +16,9 @@ import msgspec
 from tension.cache import records
 from tension.core.llm.protocol import ChatRequest
 from tension.core.pipelines.score.requests import ScoreRequests
+from tension.core.pipelines.score.round_walk import RoundWalk, no_count
 from tension.core.prompts import score as prompts
 from tension.core.run.reads import Answers, CacheReads, chat_key
-from tension.kernels.stopping import round_ends, should_stop
 
 __all__ = ["JudgeAsk", "Cached", "judge_ask", "lookup", "lookup_at", "lookup_position", "no_count"]
 
@@ -59,6 +59,7 @@ class Cached(msgspec.Struct, kw_only=True):
     asked: int = 0  # endings judged (non-empty)
     # adaptive endings: each round's endings key and judge requests (`cache drop --run` names them)
     rounds: list[tuple[bytes, JudgeAsk]] = []
+    complete: bool = False  # adaptive endings: every round judged and the stopping rule held at the last
 
 
 def lookup(reads: CacheReads, reqs: ScoreRequests, sentences: Sequence[str], k: int) -> Cached:
@@ -83,12 +84,6 @@ def lookup_at(reads: CacheReads, endings_key: bytes, judged_key: bytes | None) -
     return Cached(endings=rec, answers=answers, asked=answers.found)
 
 
-def no_count(verdicts: Sequence[str | None]) -> int:
-    """Endings that count as no (docs/metrics.md 1.3): all but the matches (N, empty and
-    malformed alike), of the verdicts each ending counts."""
-    return sum(not prompts.parse_verdict(v)[0] for v in verdicts)
-
-
 def lookup_position(reads: CacheReads, reqs: ScoreRequests, sentences: Sequence[str], k: int) -> Cached:
     """The position's records under the run's settings: its one request, or with adaptive
     endings its rounds (`lookup_rounds`)."""
@@ -96,39 +91,26 @@ def lookup_position(reads: CacheReads, reqs: ScoreRequests, sentences: Sequence[
 
 
 def lookup_rounds(reads: CacheReads, reqs: ScoreRequests, sentences: Sequence[str], k: int) -> Cached:
-    """Adaptive endings' rounds of the position as the run drew them: round after round
-    while the stopping rule (kernels/stopping.py), applied to the cached verdicts, asks
-    for another, joined in draw order. An unfinished position gives the rounds cached."""
-    cfg = reqs.cfg
-    assert cfg.target_half_width is not None
-    texts: list[str] = []
-    reasons: list[str | None] = []
+    """Adaptive endings' rounds of the position as the run drew them (`RoundWalk`), joined
+    in draw order. An unfinished position gives the rounds cached; `complete` says
+    whether the rule held at the last of them."""
+    walk = RoundWalk(reqs, sentences, k)
     got = Answers(texts=[], first_logprobs=[], usage=records.Usage())
-    usage = records.Usage()
-    model, asked, found = "", 0, []
-    for r, end in enumerate(round_ends(cfg.round_endings, cfg.max_endings)):
-        request = reqs.endings_round(sentences, k, r)
+    asked, found = 0, []
+    for request in walk.requests():
         rec = reads.endings(request)
         if rec is None:
             break
         ask = judge_ask(reqs, sentences, k, rec.texts)
         answers = reads.answers(ask.requests, ask.group)
         found.append((chat_key(request), ask))
-        texts += rec.texts
-        reasons += rec.finish_reasons
-        usage.add(rec.usage)
-        model = model or rec.model
         got.texts += answers.texts
         got.first_logprobs += answers.first_logprobs
         got.usage.add(answers.usage)
         asked += sum(q is not None for q in ask.requests)
-        if any(q is not None and t is None for q, t in zip(ask.requests, answers.texts)):
-            break  # a verdict is missing: the rule cannot tell whether the run went on
-        votes = [None if t is None else prompts.counted_verdict(cfg.judge_constraint, t, lp)
-                 for t, lp in zip(got.texts, got.first_logprobs)]
-        if should_stop(end, no_count(votes), cfg.target_half_width, cfg.max_endings):
-            break
+        walk.add(rec, [None if t is None else prompts.counted_verdict(reqs.cfg.judge_constraint, t, lp)
+                       for t, lp in zip(answers.texts, answers.first_logprobs)],
+                 judged=all(q is None or t is not None for q, t in zip(ask.requests, answers.texts)))
     if not found:
         return Cached(endings=None)
-    joined = records.Endings(texts=texts, finish_reasons=reasons, model=model, usage=usage, created=0.0)
-    return Cached(endings=joined, answers=got, asked=asked, rounds=found)
+    return Cached(endings=walk.endings(0.0), answers=got, asked=asked, rounds=found, complete=walk.stopped)

@@ -101,6 +101,12 @@ class PromptTokens:
             role: {"prompt": u.prompt_tokens, "cached": u.cached_tokens,
                    "computed": max(0, u.prompt_tokens - u.cached_tokens)} for role, u in self.usage.items()}
         for role, u in self.usage.items():
+            if not u.cached_reported:  # no answer said what it took from the prefix cache: a 0 is no count
+                usage[role].update(cached=None, computed=None,
+                                   note=f"the {role} servers did not report cached prompt tokens")
+            elif u.cached_unreported:
+                usage[role]["note"] = (f"{u.requests - u.cached_unreported:,} of {u.requests:,} {role} requests "
+                                       "reported cached prompt tokens: computed counts the others' whole")
             if u.cached_tokens > u.prompt_tokens:  # a server that counts its cache wrong: no negative figure
                 note = (f"the {role} servers reported {u.cached_tokens:,} cached prompt tokens of "
                         f"{u.prompt_tokens:,} prompt tokens: computed taken as 0 (their usage is wrong)")
@@ -142,7 +148,8 @@ class PromptTokens:
         total_ideal = None if ideal is None else sum(ideal.values())
         per_unit["all"] = {"unit": "run", "server_computed": total_server,
                            "ideal": total_ideal, "server_over_ideal": over_ideal(total_server, total_ideal),
-                           "usage_over_ideal": over_ideal(sum(u["computed"] for u in usage.values()), total_ideal),
+                           "usage_over_ideal": over_ideal(None if any(u["computed"] is None for u in usage.values())
+                                                          else sum(u["computed"] for u in usage.values()), total_ideal),
                            "server_none": None if server is not None else none_why("generation")}
         out["per_unit"] = per_unit
         return out

@@ -27,6 +27,7 @@ from tension.core.llm.client import Client
 from tension.core.llm.preflight import Need, check_servers
 from tension.core.llm.protocol import ChatRequest
 from tension.core.llm.router import Router
+from tension.core.pipelines.unconstrained import JUDGE_PARSE, Unconstrained
 from tension.core.prompts import score as prompts
 from tension.core.run.lifecycle import warn
 
@@ -60,6 +61,10 @@ class ScoreRequests:
         # a server's own switches (--extra-body, --judge-extra-body), in the body and the cache keys
         self.gen_extra = extra_body(cfg.extra_body, "extra_body")
         self.judge_extra = extra_body(cfg.judge_extra_body, "judge_extra_body")
+        # the judge's constraint as its requests carry it: --judge-constraint choice falls back to the
+        # paper's free answers on a server that refuses it (core/pipelines/unconstrained.py)
+        self.constraint = Unconstrained("--judge-constraint", cfg.judge_constraint, JUDGE_PARSE,
+                                        "run.json `judge_constraint_used`", lambda m: warn(m, "note"))
 
     def generation(self, prefix: str, n: int | None = None) -> ChatRequest:
         """The generation request of n endings (default --endings) of `prefix`, seeded
@@ -80,11 +85,11 @@ class ScoreRequests:
         return position_seed(c.seed, prefix)
 
     def judge(self, messages: list[dict[str, str]]) -> ChatRequest:
-        c = self.cfg
-        logprobs = c.judge_constraint == "logprobs"
+        c, used = self.cfg, self.constraint.used
+        logprobs = used == "logprobs"
         return ChatRequest(model=self.judge_model, messages=messages, n=1, temperature=c.judge_temperature,
                            max_tokens=c.judge_max_tokens, chat_template_kwargs=self.template_kwargs,
-                           structured_outputs={"choice": ["Y", "N"]} if c.judge_constraint == "choice" else None,
+                           structured_outputs={"choice": ["Y", "N"]} if used == "choice" else None,
                            logprobs=True if logprobs else None, top_logprobs=20 if logprobs else None,
                            extra_body=self.judge_extra)
 

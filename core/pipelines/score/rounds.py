@@ -18,11 +18,11 @@ from tension.cache.records import Endings, Usage
 from tension.core.config import ScoreConfig
 from tension.core.llm.ticket import Ticket
 from tension.core.pipelines.score.judge import Judge
-from tension.core.pipelines.score.lookup import no_count
 from tension.core.pipelines.score.requests import ScoreRequests
+from tension.core.pipelines.score.round_walk import RoundWalk
 from tension.core.run.engine import Engine
 from tension.core.run.reads import chat_key
-from tension.kernels.stopping import round_ends, rounds_distribution, should_stop
+from tension.kernels.stopping import rounds_distribution
 
 __all__ = ["Drawn", "draw", "AdaptiveTally"]
 
@@ -36,33 +36,17 @@ class Drawn(msgspec.Struct, kw_only=True):
     rounds: int
 
 
-async def draw(cfg: ScoreConfig, llm: Engine, judge: Judge, reqs: ScoreRequests, tickets: tuple[Ticket, Ticket],
+async def draw(llm: Engine, judge: Judge, reqs: ScoreRequests, tickets: tuple[Ticket, Ticket],
                sentences: Sequence[str], k: int) -> Drawn:
     """The position's rounds until the rule stops them (a round is judged before the next is asked)."""
-    texts: list[str] = []
-    reasons: list[str | None] = []
-    answers: list[str | None] = []
-    gen_usage, judge_usage = Usage(), Usage()
-    model = ""
-    seconds = 0.0
-    ends = round_ends(cfg.round_endings, cfg.max_endings)
-    assert cfg.target_half_width is not None
-    for r, end in enumerate(ends):
-        request = reqs.endings_round(sentences, k, r)
+    walk = RoundWalk(reqs, sentences, k)
+    judge_usage = Usage()
+    for request in walk.requests():
         rec = await llm.endings("generation", request, ticket=tickets[0])
-        _ask, got, usage = await judge.verdicts(reqs, tickets[1], sentences, k, rec.texts, chat_key(request))
-        texts += rec.texts
-        reasons += rec.finish_reasons
-        answers += got
-        gen_usage.add(rec.usage)
+        _ask, votes, usage = await judge.verdicts(reqs, tickets[1], sentences, k, rec.texts, chat_key(request))
         judge_usage.add(usage)
-        model = model or rec.model
-        seconds += rec.seconds
-        if should_stop(end, no_count(answers), cfg.target_half_width, cfg.max_endings):
-            break
-    joined = Endings(texts=texts, finish_reasons=reasons, model=model, usage=gen_usage, created=time.time(),
-                     seconds=seconds)
-    return Drawn(endings=joined, answers=answers, judge_usage=judge_usage, rounds=r + 1)
+        walk.add(rec, votes)
+    return Drawn(endings=walk.endings(time.time()), answers=walk.votes, judge_usage=judge_usage, rounds=walk.rounds)
 
 
 class AdaptiveTally:

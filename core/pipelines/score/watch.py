@@ -94,6 +94,9 @@ class AnswerWatch:
         # whether the judge server is known to hold a constrained answer (core/llm/servers.py
         # `Server.holds_constraint`: vLLM, llama.cpp), asked when the early stop is said
         self.judge_holds_constraint: Callable[[], bool] = lambda: True
+        # the judge's constraint as its requests carry it: --judge-constraint, or none once a server
+        # refused it (core/pipelines/unconstrained.py)
+        self.judge_constraint: Callable[[], str] = lambda: cfg.judge_constraint
 
     def position(self, story: str, rec: Endings, answers: list[str | None], judge_model: str) -> None:
         """One judged position; raises DegenerateAnswers for the early stop."""
@@ -174,10 +177,13 @@ class AnswerWatch:
 
     def stop_message(self, judge_model: str) -> str:
         m, n = self.malformed, self.verdicts
-        constraint = self.cfg.judge_constraint
+        constraint = self.judge_constraint()
         # M2 of ../shared/reviews/external-servers-2026-12-02.md: the advice named the
         # constraint already in use; each way out here changes what is sent
         other = {"none": "try --judge-constraint choice", "choice": "try --judge-constraint logprobs"}
+        if constraint != self.cfg.judge_constraint:  # fell back: the server refuses the one asked
+            other["none"] = (f"try --judge-constraint logprobs: the judge server refuses --judge-constraint "
+                             f"{self.cfg.judge_constraint}, so these answers were free")
         reasoning = ("reasoning not switched off: the server ignores chat_template_kwargs {\"enable_thinking\": "
                      "false} (serve the model with reasoning off" + (f", or {other[constraint]})" if constraint in other
                                                                       else ")"))
