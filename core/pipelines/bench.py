@@ -53,7 +53,7 @@ from tension.core.config import ScoreConfig
 from tension.core.errors import ConfigError, InputError, StatusError, TensionError
 from tension.core.inputs.corpus import read_corpus
 from tension.core.llm.client import Client, StreamResult
-from tension.core.llm.prometheus import parse_samples, prefix_cache_delta, prefix_cache_hit_rate
+from tension.core.llm.prometheus import prefix_cache_delta, prefix_cache_hit_rate
 from tension.core.llm.protocol import ChatRequest
 from tension.core.pipelines.bench_figures import (
     BenchFigures,
@@ -150,8 +150,8 @@ class _Bench:
                 + (f"; not sent: {', '.join(skipped)}" if skipped else ""))
 
     async def _metrics(self) -> dict[str, dict[str, float] | None]:
-        texts = await asyncio.gather(*(self.client.get_text(u, "/metrics") for u in self.urls))
-        return {u: parse_samples(t) if t is not None else None for u, t in zip(self.urls, texts)}
+        read = await asyncio.gather(*(self.client.metrics(u) for u in self.urls))
+        return dict(zip(self.urls, read))
 
     async def one_run(self, run_no: int, name: str, order: str, warm: bool) -> RunFigures:
         cfg = self.cfg

@@ -154,3 +154,11 @@ def test_the_client_asks_no_kind_endpoint_itself():
     counter) is core/llm/listing.py's: the client's module holds endpoints only."""
     text = (ROOT / "core" / "llm" / "client.py").read_text(encoding="utf-8")
     assert "/props" not in text and "kind_probe" not in text and "learn_kind" in text
+
+
+def test_a_servers_metrics_are_read_in_one_place():
+    """A server's /metrics counters come through `Client.metrics` (bench's phases, the
+    router's hit rates): no pipeline asks for the endpoint itself."""
+    asking = [_rel(p) for p in sorted((ROOT / "core" / "pipelines").rglob("*.py"))
+              if '"/metrics"' in p.read_text(encoding="utf-8")]
+    assert asking == []
