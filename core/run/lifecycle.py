@@ -160,7 +160,7 @@ class Run:
                 route: bool = True) -> contextlib.AbstractAsyncContextManager[Scheduler]:
         """The block in which the run sends (Engine.serving), what its servers taught
         earlier runs on their records first (core/run/taught.py)."""
-        self.lessons += remember(self.store, routers)
+        self.lessons += remember(self.store, routers, self.llm.refresh)
         return self.llm.serving(*routers, lanes=lanes, route=route)
 
     @property

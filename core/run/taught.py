@@ -29,7 +29,7 @@ does not probe again while the server says it is the kind it was.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 import msgspec
 
@@ -77,9 +77,11 @@ def _read(store: Store, name: str, dec: msgspec.json.Decoder) -> object | None:
         return None
 
 
-def remember(store: Store, routers: Iterable[Router]) -> list[Lesson]:
+def remember(store: Store, routers: Iterable[Router], refresh: Collection[str] = ()) -> list[Lesson]:
     """Put what the cache holds of each router's server and model on the server's record
-    (before any request of the block `Run.serving` opens); the lessons to `keep` at the end."""
+    (before any request of the block `Run.serving` opens); the lessons to `keep` at the end.
+    A role in `refresh` (`--refresh`: its answers asked again) takes no earlier probe's
+    finding of its seeds: the answers it asks again are probed again, and the new finding kept."""
     lessons: list[Lesson] = []
     for r in routers:
         if r.model is None:
@@ -93,7 +95,7 @@ def remember(store: Store, routers: Iterable[Router]) -> list[Lesson]:
             was = got if isinstance(got, Taught) else None
             if was is not None:
                 server.remember(r.model, was)
-            got = _read(store, seeds_name(server.key, r.model), _SEEDS)
+            got = _read(store, seeds_name(server.key, r.model), _SEEDS) if r.role not in refresh else None
             seeds = got if isinstance(got, SeedLesson) else None
             if seeds is not None:
                 seed_probe.remember(server, r.model, seeds)

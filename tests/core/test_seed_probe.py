@@ -117,6 +117,21 @@ def test_a_rerun_does_not_probe_again(corpus, tmp_path, capsys):
         "ignored", "an earlier run's probe, kept in the cache", 0)
 
 
+def test_a_refresh_of_the_generation_probes_again(corpus, tmp_path, capsys):
+    """`--refresh generation` asks the endings again: their server's seeds are probed again
+    (it may have been restarted with other settings), and the new finding kept."""
+    with LoopbackServer(model="test-gen", seeds="ignored") as srv:
+        first, _ = _score(srv, corpus, tmp_path, "a")
+        assert first.status == "complete" and len(srv.probes) == 4, first.error
+        srv.reset_records()
+        again, rec = _score(srv, corpus, tmp_path, "a", refresh="generation")
+        probes = len(srv.probes)
+    assert again.status == "complete", again.error
+    assert probes == 4
+    (server,) = rec["servers"]
+    assert (server["seeds"], server["probe_requests"]) == ("ignored", 4), server
+
+
 def test_unseeded_and_greedy_runs_send_no_probe(corpus, tmp_path, capsys):
     """An unseeded request's seed decides nothing, nor a greedy one's (temperature 0)."""
     with LoopbackServer(model="test-gen", seeds="ignored") as srv:
