@@ -20,11 +20,15 @@ table would count the rarer answer as often as the common one). An item labelled
 several people counts once: its `person_no` is the share of its decisive labels
 (matches / does-not-match; can't-tell is left out) that say it does not match.
 
-The judge's agreement, κ and J get a seeded percentile bootstrap over the labelled items
-within each judge answer. Sensitivity and specificity get an interval that keeps its meaning
-at a handful of items and at 0 errors, where the bootstrap has nothing to resample and
-collapses to [1, 1]: each is a monotone map of a ratio of two independent shares of the
-stratified sample (the run's odds of judge no, a / (1 − a), are a constant),
+Agreement, κ and J are each a function θ(q1, q0) of the two independent shares at the
+run's constant `a`, rising with q1 and falling with q0 (κ = 2a(1 − a)(q1 − q0) / (a(1 − P) + (1 − a)P),
+J = a(1 − a)(q1 − q0) / (P(1 − P)), P = a·q1 + (1 − a)·q0). Each gets MOVER's interval (Zou &
+Donner; Newcombe's for a sum) over the two shares' Wilson intervals (`share_intervals`): θ's
+distance to θ at each share's far Wilson end, the other share held, added in quadrature. At 0
+disagreements it is [θ − d, θ] with d > 0, where the bootstrap had nothing to resample and said
+[1, 1] (bench/audit_intervals.py chose it; docs/metrics.md 1.10). Sensitivity and specificity
+get an interval of the same Wilson ends: each is a monotone map of a ratio of two independent
+shares of the stratified sample (the run's odds of judge no, a / (1 − a), are a constant),
 
     sens / (1 − sens) = a/(1 − a) · q1 / q0           spec / (1 − spec) = (1 − a)/a · (1 − q0) / (1 − q1)
 
@@ -38,7 +42,7 @@ judge's sensitivity and specificity (Rogan–Gladen) are core/reports/judge_corr
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 import numpy as np
@@ -226,6 +230,39 @@ def ratio_interval(x1: float, n1: int, x2: float, n2: int) -> tuple[float, float
     e = l2 * (2.0 * t2 - l2)
     hi = (both + math.sqrt(max(both * both - u1 * (2.0 * t1 - u1) * e, 0.0))) / e if e > 0 else math.inf
     return lo, hi
+
+
+SPANS = {"agreement": (0.0, 1.0), "kappa": (-1.0, 1.0), "youden": (-1.0, 1.0)}
+
+
+def share_intervals(f1: np.ndarray, f0: np.ndarray, a: float, ends: Callable[[float, float], tuple[float, float]] = wilson,
+                    a_items: int = 0) -> dict[str, tuple[float, float]]:
+    """Agreement's, κ's and J's 95 % intervals (module docstring): MOVER over the shares q1, q0,
+    each moved to its `ends` (Wilson, Brown–Cai–DasGupta) with the others held: θ − √(Σ dlo²),
+    θ + √(Σ dhi²), in each statistic's range. `a_items` > 0: `a` is itself a share of that many
+    items (two people's table, not a run's), and moves as a third. NaN where θ is."""
+    nan = (math.nan, math.nan)
+    if f1.size == 0 or f0.size == 0 or not 0.0 < a < 1.0:
+        return dict.fromkeys(SPANS, nan)
+    shares = [(float(f1.mean()), ends(float(f1.sum()), f1.size)), (float(f0.mean()), ends(float(f0.sum()), f0.size))]
+    if a_items > 0:
+        shares.append((a, ends(a * a_items, a_items)))
+    base = [v for v, _ in shares] + [a]
+    moved = np.array([[e if i == k else base[i] for i in range(3)] for k in range(len(shares)) for e in shares[k][1]])
+    point = share_stats(np.array(base[0]), np.array(base[1]), base[2])
+    at = share_stats(*moved.T)
+    # an end where θ is 0/0 (P = 0 or 1 there) stands for its limit: the end moved in by 1e-12
+    near = share_stats(*np.clip(moved, 1e-12, 1.0 - 1e-12).T)
+    out = {}
+    for k, (bottom, top) in SPANS.items():
+        v = float(point[k])
+        if not math.isfinite(v):
+            out[k] = nan
+            continue
+        t = np.where(np.isfinite(at[k]), at[k], near[k]).reshape(-1, 2)  # a row per share moved
+        down, up = np.maximum(v - t.min(axis=1), 0.0), np.maximum(t.max(axis=1) - v, 0.0)
+        out[k] = (max(bottom, v - math.sqrt(float((down**2).sum()))), min(top, v + math.sqrt(float((up**2).sum()))))
+    return out
 
 
 def _sens_spec_intervals(f1: np.ndarray, f0: np.ndarray, a: float) -> tuple[tuple[float, float],

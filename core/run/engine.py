@@ -242,9 +242,14 @@ class Engine:
         rec, stale, since = self._cached_record("endings", ck, records.Endings, role or server)
         if rec is not None and not stale:
             return rec
-        self.counts.sent(role or server)
         # an endings answer may take several requests: each piece is kept as it comes
-        res, got = await self._pieces(server, ticket, request, since)
+        try:
+            res, got = await self._pieces(server, ticket, request, since)
+        except BaseException:
+            self.counts.sent(role or server)  # asked, and failed or stopped: a request of the run's
+            raise
+        if res.usage.requests or not got.cached.requests:  # not an answer put together from kept pieces alone
+            self.counts.sent(role or server)
         rec = endings_record(res, request.model)
         self.progress.answered(max(0, len(rec.texts) - got.texts))  # pieces: counted as they came
         if got.cached.requests:

@@ -175,3 +175,26 @@ def test_cache_drop_of_a_stopped_runs_generation_drops_its_chunks_too(tmp_path, 
     assert [r for r in _endings_records(cache) if len(r.texts) < N]
     assert main(["cache", "drop", "--run", str(out), "--role", "generation", "--yes", "--cache", str(cache)]) == 0
     assert _endings_records(cache) == [], capsys.readouterr()
+
+
+def test_an_answer_whose_chunks_are_all_kept_is_no_request(tmp_path, llama):
+    """A run stopped after a position's last chunk came back but before its whole record was
+    written: the rerun puts the answer together from the kept chunks and sends nothing for
+    it, so run.json counts no request for it (it counted one, and `requests` disagreed with
+    the HTTP attempts and the server's count)."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
+    srv = llama()
+    cache = tmp_path / "cache"
+    first = tension.score(corpus, out=tmp_path / "a", **_cfg(srv, cache)).summary
+    assert first.status == "complete", first.error
+    with Store(cache) as st:  # the whole records gone, the chunks kept: as a stop between the two leaves it
+        whole = [k for k, r in st.keys("endings") if isinstance(r, records.Endings) and len(r.texts) == N]
+        st.delete_many(("endings", k) for k in whole)
+    assert whole
+    srv.reset_records()
+    again = tension.score(corpus, out=tmp_path / "b", **_cfg(srv, cache)).summary
+    rec = json.loads((tmp_path / "b" / "run.json").read_text())
+    assert again.status == "complete", again.error
+    assert _gen(srv) == []
+    assert rec["requests"].get("generation", 0) == 0, rec["requests"]
+    assert (tmp_path / "a" / "positions.jsonl").read_bytes() == (tmp_path / "b" / "positions.jsonl").read_bytes()
