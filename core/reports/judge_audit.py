@@ -20,13 +20,13 @@ table would count the rarer answer as often as the common one). An item labelled
 several people counts once: its `person_no` is the share of its decisive labels
 (matches / does-not-match; can't-tell is left out) that say it does not match.
 
-Agreement, κ and J are each a function θ(q1, q0) of the two independent shares at the
-run's constant `a`, rising with q1 and falling with q0 (κ = 2a(1 − a)(q1 − q0) / (a(1 − P) + (1 − a)P),
-J = a(1 − a)(q1 − q0) / (P(1 − P)), P = a·q1 + (1 − a)·q0). Each gets MOVER's interval (Zou &
-Donner; Newcombe's for a sum) over the two shares' Wilson intervals (`share_intervals`): θ's
-distance to θ at each share's far Wilson end, the other share held, added in quadrature. At 0
-disagreements it is [θ − d, θ] with d > 0, where the bootstrap had nothing to resample and said
-[1, 1] (bench/audit_intervals.py chose it; docs/metrics.md 1.10). Sensitivity and specificity
+Agreement and J are functions θ(q1, q0) of the two independent shares at the run's constant
+`a`, rising with q1 and falling with q0 (J = a(1 − a)(q1 − q0) / (P(1 − P)), P = a·q1 + (1 − a)·q0):
+each gets MOVER's interval (Zou & Donner; Newcombe's for a sum) over the shares' Wilson intervals
+(`share_intervals`: θ's distance to θ at each share's far end, the other held, in quadrature).
+κ = (p_o − p_e)/(1 − p_e) gets p_o's Wilson interval at Kish's effective n with p_e held
+(`kappa_interval`). Neither is a point at 0 disagreements, where the bootstrap said [1, 1]
+(bench/audit_intervals.py chose them; docs/metrics.md 1.10). Sensitivity and specificity
 get an interval of the same Wilson ends: each is a monotone map of a ratio of two independent
 shares of the stratified sample (the run's odds of judge no, a / (1 − a), are a constant),
 
@@ -52,7 +52,8 @@ from tension.kernels.stopping import wilson_half_width
 __all__ = ["LABELS", "MATCHES", "NO_MATCH", "CANT_TELL", "Confusion", "agreement", "kappa", "sensitivity",
            "specificity", "youden", "Interval", "JudgeAgreement", "judge_agreement", "table_of", "PeopleAgreement",
            "people_agreement", "WARN_KAPPA", "WARN_YOUDEN", "agreement_warnings", "N_RESAMPLES", "LEVEL", "Z95",
-           "wilson", "ratio_interval", "share_stats", "percentile_interval", "resampled_means"]
+           "wilson", "ratio_interval", "share_stats", "share_intervals", "kappa_interval", "percentile_interval",
+           "resampled_means"]
 
 MATCHES, NO_MATCH, CANT_TELL = LABELS = ("matches", "does-not-match", "cant-tell")
 N_RESAMPLES = 2000
@@ -158,7 +159,7 @@ class JudgeAgreement(msgspec.Struct, frozen=True, kw_only=True):
     sensitivity: Interval
     specificity: Interval
     youden: Interval
-    undefined_resamples: int = 0  # resamples with an undefined κ (all one answer on a side)
+    undefined_resamples: int = 0  # kept for the record's keys: no interval resamples now (always 0)
 
 
 def share_stats(q1: np.ndarray, q0: np.ndarray, a: float) -> dict[str, np.ndarray]:
@@ -191,7 +192,7 @@ def resampled_means(values: np.ndarray, rng: np.random.Generator, n_resamples: i
     return values[idx].mean(axis=1)
 
 
-def wilson(x: float, n: int) -> tuple[float, float]:
+def wilson(x: float, n: float) -> tuple[float, float]:
     """The 95 % interval of the share x / n (NaN for n = 0): Wilson's, as Brown, Cai & DasGupta
     (2001, Stat Sci 16:101, 4.1.1) modify it near 0 and n, where its coverage dips: for
     0 < x ≤ x* the lower end is the Poisson one, ½χ²(2x; 0.05) / n, and for n − x* ≤ x < n
@@ -215,7 +216,7 @@ def wilson(x: float, n: int) -> tuple[float, float]:
     return lo, hi
 
 
-def ratio_interval(x1: float, n1: int, x2: float, n2: int) -> tuple[float, float]:
+def ratio_interval(x1: float, n1: float, x2: float, n2: float) -> tuple[float, float]:
     """The 95 % interval of the ratio (x1/n1) / (x2/n2) of two independent shares: MOVER-R
     (Zou & Donner 2008, Stat Med 27:1693) from the two Wilson intervals, in its rationalised
     form (no 0/0 where a Wilson end is twice its share). The upper end is inf when x2 = 0;
@@ -232,18 +233,18 @@ def ratio_interval(x1: float, n1: int, x2: float, n2: int) -> tuple[float, float
     return lo, hi
 
 
-SPANS = {"agreement": (0.0, 1.0), "kappa": (-1.0, 1.0), "youden": (-1.0, 1.0)}
+_SPANS = {"agreement": (0.0, 1.0), "kappa": (-1.0, 1.0), "youden": (-1.0, 1.0)}
 
 
-def share_intervals(f1: np.ndarray, f0: np.ndarray, a: float, ends: Callable[[float, float], tuple[float, float]] = wilson,
-                    a_items: int = 0) -> dict[str, tuple[float, float]]:
-    """Agreement's, κ's and J's 95 % intervals (module docstring): MOVER over the shares q1, q0,
+def share_intervals(f1: np.ndarray, f0: np.ndarray, a: float, a_items: int = 0,
+                    ends: Callable[[float, float], tuple[float, float]] = wilson) -> dict[str, tuple[float, float]]:
+    """Agreement's, κ's and J's MOVER 95 % intervals (module docstring; κ's is `kappa_interval`) over q1, q0,
     each moved to its `ends` (Wilson, Brown–Cai–DasGupta) with the others held: θ − √(Σ dlo²),
     θ + √(Σ dhi²), in each statistic's range. `a_items` > 0: `a` is itself a share of that many
     items (two people's table, not a run's), and moves as a third. NaN where θ is."""
     nan = (math.nan, math.nan)
     if f1.size == 0 or f0.size == 0 or not 0.0 < a < 1.0:
-        return dict.fromkeys(SPANS, nan)
+        return dict.fromkeys(_SPANS, nan)
     shares = [(float(f1.mean()), ends(float(f1.sum()), f1.size)), (float(f0.mean()), ends(float(f0.sum()), f0.size))]
     if a_items > 0:
         shares.append((a, ends(a * a_items, a_items)))
@@ -253,16 +254,28 @@ def share_intervals(f1: np.ndarray, f0: np.ndarray, a: float, ends: Callable[[fl
     at = share_stats(*moved.T)
     # an end where θ is 0/0 (P = 0 or 1 there) stands for its limit: the end moved in by 1e-12
     near = share_stats(*np.clip(moved, 1e-12, 1.0 - 1e-12).T)
-    out = {}
-    for k, (bottom, top) in SPANS.items():
-        v = float(point[k])
-        if not math.isfinite(v):
-            out[k] = nan
-            continue
-        t = np.where(np.isfinite(at[k]), at[k], near[k]).reshape(-1, 2)  # a row per share moved
-        down, up = np.maximum(v - t.min(axis=1), 0.0), np.maximum(t.max(axis=1) - v, 0.0)
-        out[k] = (max(bottom, v - math.sqrt(float((down**2).sum()))), min(top, v + math.sqrt(float((up**2).sum()))))
+    out = dict.fromkeys(_SPANS, nan)
+    for k, (bottom, top) in _SPANS.items():
+        if math.isfinite(v := float(point[k])):
+            t = np.where(np.isfinite(at[k]), at[k], near[k]).reshape(-1, 2)  # a row per share moved
+            down, up = np.maximum(v - t.min(axis=1), 0.0), np.maximum(t.max(axis=1) - v, 0.0)
+            out[k] = (max(bottom, v - math.sqrt(float((down**2).sum()))), min(top, v + math.sqrt(float((up**2).sum()))))
     return out
+
+
+def kappa_interval(f1: np.ndarray, f0: np.ndarray, a: float) -> tuple[float, float]:
+    """κ's 95 % interval (module docstring): (p_o − p_e) / (1 − p_e) at the ends of p_o's Wilson interval
+    at Kish's effective n, 1 / (a²/n1 + (1 − a)²/n0), p_e held at its estimate; NaN where κ is."""
+    if f1.size == 0 or f0.size == 0 or not 0.0 < a < 1.0:
+        return math.nan, math.nan
+    q1, q0 = float(f1.mean()), float(f0.mean())
+    p = a * q1 + (1.0 - a) * q0  # the run's share of people's no; p_o, p_e:
+    po, pe = a * q1 + (1.0 - a) * (1.0 - q0), a * p + (1.0 - a) * (1.0 - p)
+    if not pe < 1.0:
+        return math.nan, math.nan
+    n_eff = 1.0 / (a * a / f1.size + (1.0 - a) ** 2 / f0.size)
+    lo, hi = wilson(po * n_eff, n_eff)
+    return max(-1.0, (lo - pe) / (1.0 - pe)), min(1.0, (hi - pe) / (1.0 - pe))
 
 
 def _sens_spec_intervals(f1: np.ndarray, f0: np.ndarray, a: float) -> tuple[tuple[float, float],
@@ -285,11 +298,9 @@ def _sens_spec_intervals(f1: np.ndarray, f0: np.ndarray, a: float) -> tuple[tupl
 def judge_agreement(judge_no: Sequence[bool] | np.ndarray, person_no: Sequence[float] | np.ndarray,
                     population: tuple[float, float] | None = None, *, n_resamples: int = N_RESAMPLES,
                     seed: int = 0) -> JudgeAgreement:
-    """Agreement, κ, sensitivity, specificity and J of the judge against people, each with
-    a 95 % interval: agreement, κ and J a percentile bootstrap (items resampled within each
-    judge answer, seeded), sensitivity and specificity Wilson–MOVER (module docstring), which
-    the bootstrap's [1, 1] at 0 errors would not be. `population`: the run's (judge-no,
-    judge-yes) verdict counts the sample was drawn from."""
+    """Agreement, κ, sensitivity, specificity and J of the judge against people, each with a 95 % interval
+    from the shares' Wilson intervals (module docstring), none [1, 1] at 0 errors. `population`: the run's
+    (judge-no, judge-yes) verdict counts the sample was drawn from. `n_resamples`, `seed`: unused now."""
     j = np.asarray(judge_no, dtype=bool)
     f = np.asarray(person_no, dtype=np.float64)
     if j.shape != f.shape:
@@ -300,24 +311,27 @@ def judge_agreement(judge_no: Sequence[bool] | np.ndarray, person_no: Sequence[f
     n1, n0 = f1.size, f0.size
     a = (population[0] / (population[0] + population[1]) if population is not None and sum(population) > 0
          else (n1 / (n1 + n0) if n1 + n0 else math.nan))
-    q1 = float(f1.mean()) if n1 else math.nan
-    q0 = float(f0.mean()) if n0 else math.nan
-    point = {k: float(v) for k, v in share_stats(np.array(q1), np.array(q0), a).items()}
-    rng = np.random.default_rng(seed)
-    q1b, q0b = resampled_means(f1, rng, n_resamples), resampled_means(f0, rng, n_resamples)
-    boot = share_stats(q1b, q0b, a)
-    ends = dict(zip(("sensitivity", "specificity"), _sens_spec_intervals(f1, f0, a)))
-    iv = {k: Interval(point[k], *(ends[k] if k in ends else percentile_interval(boot[k]))) if math.isfinite(point[k])
-          else Interval(math.nan, math.nan, math.nan) for k in point}
+    iv = _intervals(f1, f0, a, 0)
     table = table_of(j, f, population)
     if population is not None and table.total > 0:  # proportions: the run's table
         s = table.total
         table = Confusion(table.nn / s, table.ny / s, table.yn / s, table.yy / s)
     return JudgeAgreement(items=int(n1 + n0), judge_no_items=int(n1), judge_yes_items=int(n0), table=table,
                           agreement=iv["agreement"], kappa=iv["kappa"], sensitivity=iv["sensitivity"],
-                          specificity=iv["specificity"], youden=iv["youden"],
-                          undefined_resamples=int((~np.isfinite(boot["kappa"])).sum()) if math.isfinite(q1 + q0)
-                          else 0)
+                          specificity=iv["specificity"], youden=iv["youden"])
+
+
+def _intervals(f1: np.ndarray, f0: np.ndarray, a: float, a_items: int) -> dict[str, Interval]:
+    """Each statistic at the shares of `f1`, `f0` with its 95 % interval: agreement and J
+    `share_intervals`, κ `kappa_interval`, sensitivity and specificity Wilson–MOVER-R."""
+    q1 = float(f1.mean()) if f1.size else math.nan
+    q0 = float(f0.mean()) if f0.size else math.nan
+    point = {k: float(v) for k, v in share_stats(np.array(q1), np.array(q0), a).items()}
+    ends = share_intervals(f1, f0, a, a_items=a_items)
+    ends["kappa"] = kappa_interval(f1, f0, a)
+    ends.update(zip(("sensitivity", "specificity"), _sens_spec_intervals(f1, f0, a)))
+    return {k: Interval(v, *ends[k]) if math.isfinite(v) else Interval(math.nan, math.nan, math.nan)
+            for k, v in point.items()}
 
 
 # -- people against people -------------------------------------------------------------------
@@ -337,8 +351,10 @@ class PeopleAgreement(msgspec.Struct, frozen=True, kw_only=True):
 
 def people_agreement(labels: Mapping[str, Mapping[str, str]], *, n_resamples: int = N_RESAMPLES,
                      seed: int = 0) -> list[PeopleAgreement]:
-    """Raw agreement and Cohen's κ (bootstrap 95 % over items, seeded) for every pair of
-    annotators who labelled items in common. `labels`: item key -> annotator -> label."""
+    """Raw agreement and Cohen's κ with their 95 % intervals for every pair of annotators who
+    labelled items in common: the judge's intervals with a's answer in the judge's place, its
+    share of no (`a`) a share of the items like the others (`share_intervals`' `a_items`).
+    `labels`: item key -> annotator -> label. `n_resamples`, `seed`: kept for callers, unused."""
     names = sorted({who for by in labels.values() for who in by})
     out = []
     for i, a in enumerate(names):
@@ -353,25 +369,12 @@ def people_agreement(labels: Mapping[str, Mapping[str, str]], *, n_resamples: in
             if not pairs and not cant:
                 continue
             x = np.array([p[0] for p in pairs], dtype=bool)
-            y = np.array([p[1] for p in pairs], dtype=bool)
-            t = Confusion(nn=float((x & y).sum()), ny=float((x & ~y).sum()), yn=float((~x & y).sum()),
-                          yy=float((~x & ~y).sum()))
-            rng = np.random.default_rng(seed)
-            ag, ka = [], []
-            if x.size:
-                idx = rng.integers(0, x.size, size=(n_resamples, x.size))
-                xb, yb = x[idx], y[idx]
-                nn, ny = (xb & yb).mean(1), (xb & ~yb).mean(1)
-                yn, yy = (~xb & yb).mean(1), (~xb & ~yb).mean(1)
-                po = nn + yy
-                pe = (nn + ny) * (nn + yn) + (yn + yy) * (ny + yy)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    kb = np.where(pe < 1.0, (po - pe) / (1.0 - pe), np.nan)
-                ag, ka = [po], [kb]
-            out.append(PeopleAgreement(
-                a=a, b=b, items=int(x.size), cant_tell=cant, table=t,
-                agreement=Interval(agreement(t), *(percentile_interval(ag[0]) if ag else (math.nan, math.nan))),
-                kappa=Interval(kappa(t), *(percentile_interval(ka[0]) if ka else (math.nan, math.nan)))))
+            y = np.array([p[1] for p in pairs], dtype=np.float64)
+            t = table_of(x, y)  # a's answer in the judge's place
+            iv = _intervals(y[x], y[~x], float(x.mean()) if x.size else math.nan, int(x.size))
+            out.append(PeopleAgreement(a=a, b=b, items=int(x.size), cant_tell=cant, table=t,
+                                       agreement=Interval(agreement(t), iv["agreement"].lo, iv["agreement"].hi),
+                                       kappa=Interval(kappa(t), iv["kappa"].lo, iv["kappa"].hi)))
     return out
 
 
