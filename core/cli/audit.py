@@ -185,7 +185,7 @@ def _import_flags(p) -> None:
 def _report_flags(p) -> None:
     _run(p)
     p.add_argument("--resamples", type=count(100, 1_000_000), default=2000,
-                   help="bootstrap resamples of the intervals (default: %(default)s)")
+                   help="bootstrap resamples of the uncorrected group means' intervals (default: %(default)s)")
     p.add_argument("--seed", type=count(0), default=0, help="bootstrap seed (default: %(default)s)")
 
 

@@ -20,15 +20,16 @@ table would count the rarer answer as often as the common one). An item labelled
 several people counts once: its `person_no` is the share of its decisive labels
 (matches / does-not-match; can't-tell is left out) that say it does not match.
 
-Agreement and J are functions θ(q1, q0) of the two independent shares at the run's constant
-`a`, rising with q1 and falling with q0 (J = a(1 − a)(q1 − q0) / (P(1 − P)), P = a·q1 + (1 − a)·q0):
-each gets MOVER's interval (Zou & Donner; Newcombe's for a sum) over the shares' Wilson intervals
-(`share_intervals`: θ's distance to θ at each share's far end, the other held, in quadrature).
-κ = (p_o − p_e)/(1 − p_e) gets p_o's Wilson interval at Kish's effective n with p_e held
-(`kappa_interval`). Neither is a point at 0 disagreements, where the bootstrap said [1, 1]
-(bench/audit_intervals.py chose them; docs/metrics.md 1.10). Sensitivity and specificity
-get an interval of the same Wilson ends: each is a monotone map of a ratio of two independent
-shares of the stratified sample (the run's odds of judge no, a / (1 − a), are a constant),
+Agreement, κ and J are functions θ(q1, q0) of the two independent shares at the run's constant
+`a`, each rising with q1 and falling with q0 (κ = 2a(1 − a)(q1 − q0) / (a(1 − P) + (1 − a)P),
+J = a(1 − a)(q1 − q0) / (P(1 − P)), P = a·q1 + (1 − a)·q0). Each gets MOVER's interval (Zou &
+Donner; Newcombe's for a sum) over the shares' Wilson intervals (`share_intervals`): θ's distance
+to θ at each share's far Wilson end, the other held, in quadrature. At 0 disagreements it is
+[θ − d, θ], d > 0, where the bootstrap said [1, 1] (bench/audit_intervals.py chose it over the
+bootstrap, the delta method, Kish's n and Fleiss–Cohen–Everitt; docs/metrics.md 1.10).
+Sensitivity and specificity get an interval of the same Wilson ends: each is a monotone map
+of a ratio of two independent shares of the stratified sample (the run's odds of judge no,
+a / (1 − a), are a constant),
 
     sens / (1 − sens) = a/(1 − a) · q1 / q0           spec / (1 − spec) = (1 − a)/a · (1 − q0) / (1 − q1)
 
@@ -52,7 +53,7 @@ from tension.kernels.stopping import wilson_half_width
 __all__ = ["LABELS", "MATCHES", "NO_MATCH", "CANT_TELL", "Confusion", "agreement", "kappa", "sensitivity",
            "specificity", "youden", "Interval", "JudgeAgreement", "judge_agreement", "table_of", "PeopleAgreement",
            "people_agreement", "WARN_KAPPA", "WARN_YOUDEN", "agreement_warnings", "N_RESAMPLES", "LEVEL", "Z95",
-           "wilson", "ratio_interval", "share_stats", "share_intervals", "kappa_interval", "percentile_interval",
+           "wilson", "ratio_interval", "share_stats", "share_intervals", "percentile_interval",
            "resampled_means"]
 
 MATCHES, NO_MATCH, CANT_TELL = LABELS = ("matches", "does-not-match", "cant-tell")
@@ -238,7 +239,7 @@ _SPANS = {"agreement": (0.0, 1.0), "kappa": (-1.0, 1.0), "youden": (-1.0, 1.0)}
 
 def share_intervals(f1: np.ndarray, f0: np.ndarray, a: float, a_items: int = 0,
                     ends: Callable[[float, float], tuple[float, float]] = wilson) -> dict[str, tuple[float, float]]:
-    """Agreement's, κ's and J's MOVER 95 % intervals (module docstring; κ's is `kappa_interval`) over q1, q0,
+    """Agreement's, κ's and J's 95 % intervals (module docstring): MOVER over the shares q1, q0,
     each moved to its `ends` (Wilson, Brown–Cai–DasGupta) with the others held: θ − √(Σ dlo²),
     θ + √(Σ dhi²), in each statistic's range. `a_items` > 0: `a` is itself a share of that many
     items (two people's table, not a run's), and moves as a third. NaN where θ is."""
@@ -261,21 +262,6 @@ def share_intervals(f1: np.ndarray, f0: np.ndarray, a: float, a_items: int = 0,
             down, up = np.maximum(v - t.min(axis=1), 0.0), np.maximum(t.max(axis=1) - v, 0.0)
             out[k] = (max(bottom, v - math.sqrt(float((down**2).sum()))), min(top, v + math.sqrt(float((up**2).sum()))))
     return out
-
-
-def kappa_interval(f1: np.ndarray, f0: np.ndarray, a: float) -> tuple[float, float]:
-    """κ's 95 % interval (module docstring): (p_o − p_e) / (1 − p_e) at the ends of p_o's Wilson interval
-    at Kish's effective n, 1 / (a²/n1 + (1 − a)²/n0), p_e held at its estimate; NaN where κ is."""
-    if f1.size == 0 or f0.size == 0 or not 0.0 < a < 1.0:
-        return math.nan, math.nan
-    q1, q0 = float(f1.mean()), float(f0.mean())
-    p = a * q1 + (1.0 - a) * q0  # the run's share of people's no; p_o, p_e:
-    po, pe = a * q1 + (1.0 - a) * (1.0 - q0), a * p + (1.0 - a) * (1.0 - p)
-    if not pe < 1.0:
-        return math.nan, math.nan
-    n_eff = 1.0 / (a * a / f1.size + (1.0 - a) ** 2 / f0.size)
-    lo, hi = wilson(po * n_eff, n_eff)
-    return max(-1.0, (lo - pe) / (1.0 - pe)), min(1.0, (hi - pe) / (1.0 - pe))
 
 
 def _sens_spec_intervals(f1: np.ndarray, f0: np.ndarray, a: float) -> tuple[tuple[float, float],
@@ -322,13 +308,12 @@ def judge_agreement(judge_no: Sequence[bool] | np.ndarray, person_no: Sequence[f
 
 
 def _intervals(f1: np.ndarray, f0: np.ndarray, a: float, a_items: int) -> dict[str, Interval]:
-    """Each statistic at the shares of `f1`, `f0` with its 95 % interval: agreement and J
-    `share_intervals`, κ `kappa_interval`, sensitivity and specificity Wilson–MOVER-R."""
+    """Each statistic at the shares of `f1`, `f0` with its 95 % interval: agreement, κ and J
+    `share_intervals`, sensitivity and specificity Wilson–MOVER-R."""
     q1 = float(f1.mean()) if f1.size else math.nan
     q0 = float(f0.mean()) if f0.size else math.nan
     point = {k: float(v) for k, v in share_stats(np.array(q1), np.array(q0), a).items()}
-    ends = share_intervals(f1, f0, a, a_items=a_items)
-    ends["kappa"] = kappa_interval(f1, f0, a)
+    ends: dict[str, tuple[float, float]] = share_intervals(f1, f0, a, a_items=a_items)
     ends.update(zip(("sensitivity", "specificity"), _sens_spec_intervals(f1, f0, a)))
     return {k: Interval(v, *ends[k]) if math.isfinite(v) else Interval(math.nan, math.nan, math.nan)
             for k, v in point.items()}
@@ -372,8 +357,11 @@ def people_agreement(labels: Mapping[str, Mapping[str, str]], *, n_resamples: in
             y = np.array([p[1] for p in pairs], dtype=np.float64)
             t = table_of(x, y)  # a's answer in the judge's place
             iv = _intervals(y[x], y[~x], float(x.mean()) if x.size else math.nan, int(x.size))
+            ends = iv["agreement"].lo, iv["agreement"].hi
+            if x.size and x.all() == x.any():  # a said one answer only: p_o is one share, its Wilson
+                ends = wilson(t.nn + t.yy, x.size)
             out.append(PeopleAgreement(a=a, b=b, items=int(x.size), cant_tell=cant, table=t,
-                                       agreement=Interval(agreement(t), iv["agreement"].lo, iv["agreement"].hi),
+                                       agreement=Interval(agreement(t), *ends),
                                        kappa=Interval(kappa(t), iv["kappa"].lo, iv["kappa"].hi)))
     return out
 
