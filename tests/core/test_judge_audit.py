@@ -12,6 +12,7 @@ import pytest
 
 from tension.core.reports import judge_audit as ja
 from tension.core.reports import judge_correction as jc
+from tension.testing.wilson_reference import wilson_textbook
 
 # judge no & people no, judge no & people yes, judge yes & people no, judge yes & people yes
 NN, NY, YN, YY = 37, 6, 9, 28
@@ -110,22 +111,7 @@ def test_the_delta_interval_against_a_numerical_derivative():
 
 # -- sensitivity's and specificity's intervals: Wilson through MOVER-R, never [1, 1] ----------------------
 
-def _wilson_textbook(x, n):
-    """Wilson (1927), as textbooks print it: (p + z²/2n ± z·√(p(1 − p)/n + z²/4n²)) / (1 + z²/n), with
-    Brown, Cai & DasGupta's (2001) ends near 0 and n: ½χ²(2x; 0.05)/n for x = 1 … x* (x* = 2 up to
-    n = 50, 3 up to 100), 1 − ½χ²(2(n − x); 0.05)/n for x = n − x* … n − 1."""
-    from scipy.stats import chi2, norm
-
-    z = norm.ppf(0.975)
-    p = x / n
-    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    lo, hi = (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
-    near = 2 if n <= 50 else 3 if n <= 100 else 0
-    if 0 < x <= near:
-        lo = chi2.ppf(0.05, 2 * x) / 2 / n
-    if 0 < n - x <= near:
-        hi = 1 - chi2.ppf(0.05, 2 * (n - x)) / 2 / n
-    return lo, hi
+_wilson_textbook = wilson_textbook
 
 
 def _mover_textbook(x1, n1, x2, n2):

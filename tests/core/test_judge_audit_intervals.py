@@ -10,25 +10,15 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import chi2, norm
+from scipy.stats import norm
 
 from tension.core.reports import judge_audit as ja
+from tension.testing.wilson_reference import wilson_textbook
 
 Z = norm.ppf(0.975)
 
 
-def wilson_ref(x: float, n: float) -> tuple[float, float]:
-    """Wilson (1927) with Brown, Cai & DasGupta's (2001) Poisson ends: ½χ²(2x; 0.05)/n for
-    0 < x ≤ x*, 1 − ½χ²(2(n − x); 0.05)/n for 0 < n − x ≤ x* (x* = 2 to n = 50, 3 to 100)."""
-    p = x / n
-    centre, half = p + Z * Z / (2 * n), Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n))
-    lo, hi = max(0.0, (centre - half) / (1 + Z * Z / n)), min(1.0, (centre + half) / (1 + Z * Z / n))
-    near = 2 if n <= 50 else 3 if n <= 100 else 0
-    if 0 < x <= near:
-        lo = chi2.ppf(0.05, 2 * x) / 2 / n
-    if 0 < n - x <= near:
-        hi = 1 - chi2.ppf(0.05, 2 * (n - x)) / 2 / n
-    return lo, hi
+wilson_ref = wilson_textbook
 
 
 def items(nn: int, ny: int, yn: int, yy: int) -> tuple[np.ndarray, np.ndarray]:
