@@ -132,6 +132,10 @@ class Router:
         """The records of the role's servers (behind the vLLM router, if one is started)."""
         return [self.client.server(u) for u in self.workers]
 
+    def every_server(self) -> list[Server]:
+        """The role's server record and those behind it: what a refusal may be kept on."""
+        return [self.server, *self.servers()]
+
     def same_servers(self, other: Router) -> bool:
         """Whether `other` sends to the same servers (their records: one server, however spelled)."""
         return set(map(id, self.servers())) == set(map(id, other.servers()))

@@ -187,7 +187,7 @@ async def run_estimate(cfg: ScoreConfig, corpus_path: str | Path, throughput: Th
         run.progress.close()
         # a judge server an earlier run found refusing --judge-constraint choice: its verdicts are the
         # unconstrained requests' (core/pipelines/unconstrained.py), looked up so
-        reqs.constraint.known([judge.server, *judge.servers()])
+        reqs.constraint.known(judge.every_server())
         thr = throughput or Throughput()
         est = _estimate(cfg, corpus, str(corpus_path), finder, reqs, by_story, const, thr,
                         failed=failed, cache_checked=cache_checked, cache_model=cache_model)

@@ -163,7 +163,7 @@ class Readers:
                 temperature = max(temperature, cfg.retry_temperature) + (0.0 if cfg.seeds or attempt == 1 else 0.01)
             while True:
                 if server in self.routers:  # a server known to refuse the constraint is not sent it
-                    self.constraint.known([self.routers[server].server, *self.routers[server].servers()])
+                    self.constraint.known(self.routers[server].every_server())
                 req = ChatRequest(model=model, messages=messages, n=1, temperature=round(temperature, 6),
                                   max_tokens=max_tokens, seed=cfg.seed + attempt if cfg.seeds else None,
                                   chat_template_kwargs=self.template_kwargs,

@@ -61,7 +61,7 @@ class Judge:
         key of the endings' record: the verdicts written carry their link to it."""
         router = self.llm.routers.get("judge")
         if router is not None:  # a server known to refuse the constraint is not sent it
-            reqs.constraint.known([router.server, *router.servers()])
+            reqs.constraint.known(router.every_server())
         while True:
             ask = judge_ask(reqs, sentences, k, endings, endings_key)
             try:
