@@ -713,3 +713,36 @@ def test_reset_starts_a_stopped_server_on_its_port():
         url = s.base_url
         s.shutdown_hard()
         assert s.reset().running and s.base_url == url and call(s, "GET", "/health")[0] == 200
+
+
+def test_the_in_process_server_serves_threads_at_once():
+    """Two blocking runs from two threads share one in-process server (tests/core/test_api_concurrent.py):
+    its chat requests in flight (`seeds="arrival"`'s peers) are one set both threads add to and walk.
+    Unguarded, a walk met another thread's add ("Set changed size during iteration") and a run failed on CI."""
+    from tension.testing.inprocess import InProcessServer
+
+    server = InProcessServer(["test-gen"])
+    errors: list[str] = []
+    was = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can: the race shows in milliseconds
+
+    def visits() -> None:
+        try:
+            held = [server._arrive(None, True) for _ in range(50)]  # a set worth walking
+            for _ in range(2000):
+                server._leave(server._arrive(None, True))
+            for v in held:
+                server._leave(v)
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    try:
+        threads = [threading.Thread(target=visits) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(was)
+    assert errors == []
+    assert server._visiting == set()  # every visit left

@@ -103,8 +103,8 @@ class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
             raise ValueError(f"seeds: expected one of {SEEDS}, got {self.seeds!r}")
         self._lock = threading.Lock()
         self.responders: list[Callable[[list[dict], int, Any], Any]] = []  # see `respond`
-        # unseeded requests per messages, on a server giving fewer choices (its answers are made on one
-        # thread: the server's loop, or the in-process caller's)
+        # unseeded requests per messages, on a server giving fewer choices (made on the server's loop, or on
+        # each in-process caller's thread: under the lock)
         self._draws: dict[str, int] = {}
         self._visiting: set[Visit] = set()  # chat requests being served (`_arrive`)
         self._init_records()
@@ -157,15 +157,18 @@ class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
         counted by them (continuous batching's shared batch: `seeds="arrival"`)."""
         visit = Visit(probe=bool(headers and headers.get(PROBE_HEADER)), chat=chat)
         if chat:
-            for other in self._visiting:
-                other.peers += 1
-            visit.peers = len(self._visiting)
-            self._visiting.add(visit)
+            # the in-process door serves every thread's loop (two blocking runs from two threads): one lock
+            with self._lock:
+                for other in self._visiting:
+                    other.peers += 1
+                visit.peers = len(self._visiting)
+                self._visiting.add(visit)
         _VISIT.set(visit)
         return visit
 
     def _leave(self, visit: Visit) -> None:
-        self._visiting.discard(visit)
+        with self._lock:
+            self._visiting.discard(visit)
         _VISIT.set(None)
 
     # --------------------------------------------------------------------- answers
@@ -254,8 +257,9 @@ class AnswerModel(RecordBook, FaultPlan, ServerInfo, TokenRoutes):
     def _draw(self, msgs: list[dict]) -> int:
         """How many unseeded requests for `msgs` came before this one (`_contents`)."""
         key = json.dumps(msgs, sort_keys=True)
-        k = self._draws.get(key, 0)
-        self._draws[key] = k + 1
+        with self._lock:  # the in-process door: several threads' runs
+            k = self._draws.get(key, 0)
+            self._draws[key] = k + 1
         return k
 
     def _contents(self, body: dict, msgs: list[dict], n: int, seed: Any,
