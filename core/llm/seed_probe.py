@@ -28,9 +28,10 @@ run's requests (run.json `http`, `requests`, `usage`), no cache record; a probe
 that gets no readable answer learns nothing and the run goes on (its own requests
 then meet whatever failed), but a field the server refuses (a 422 naming it) stops
 the run with the refusal its own request would meet (core/llm/refusals.py), so the
-run's request is not sent to be refused again. What a probe found is kept in the cache folder by
-server and model (core/run/taught.py) and put back here (`remember`), so a rerun
-does not probe again; a fully cached rerun sends nothing at all, the probe included.
+run's request is not sent to be refused again. What a probe found is the server's
+lesson (`Server.lessons`, core/llm/taught.py `SeedLesson`), kept in the cache folder by
+server and model (core/run/taught.py) and put back on the record before the next run's
+first request, so a rerun does not probe again; a fully cached rerun sends nothing at all, the probe included.
 A greedy request (temperature 0) or an unseeded one is not probed: its seed decides
 nothing. Behind a vllm-router the run starts (`--base-url A,B`) each server is probed
 directly, one after the other, and the router's record takes the worst finding.
@@ -39,7 +40,6 @@ directly, one after the other, and the router's record takes the worst finding.
 from __future__ import annotations
 
 import asyncio
-import weakref
 
 import msgspec
 
@@ -49,10 +49,11 @@ from tension.core.llm.failures import error_message
 from tension.core.llm.protocol import ChatRequest, ChatResponse, body_bytes
 from tension.core.llm.refusals import field_refusal, refused_fields
 from tension.core.llm.servers import Server
+from tension.core.llm.taught import SeedLesson
 from tension.core.llm.traits import BY_KIND, Seeds
 from tension.core.llm.transport import TransportError
 
-__all__ = ["PROBE_HEADER", "PROBE_TOKENS", "SeedLesson", "EARLIER_PROBE", "check_seeds", "remember", "learned"]
+__all__ = ["PROBE_HEADER", "PROBE_TOKENS", "EARLIER_PROBE", "check_seeds"]
 
 # Marks the probe's requests: a proxy's log, or the test server's counts, can leave them out.
 PROBE_HEADER = "X-Tension-Probe"
@@ -62,49 +63,6 @@ _WORST_FIRST: tuple[Seeds, ...] = ("ignored", "depend on arrival", "held")
 
 _ENC = msgspec.json.Encoder()
 _DEC = msgspec.json.Decoder(ChatResponse)
-
-
-class SeedLesson(msgspec.Struct, frozen=True, kw_only=True):
-    """What a probe found of a server's seeds for requests of one model (kept in the
-    cache folder: core/run/taught.py)."""
-
-    kind: str  # what the server said it was then: the finding holds while it says so still
-    seeds: Seeds
-    requests: int  # the probe's requests
-
-
-class _Probing:
-    """One server's probe in this run: what earlier runs found, what this one found, and
-    the event every other seeded request waits for while the first one's probe runs
-    (all of them go on at once when it is set, as they would have gone without a probe)."""
-
-    def __init__(self) -> None:
-        self.earlier: dict[str, SeedLesson] = {}
-        self.found: dict[str, SeedLesson] = {}
-        self.done: asyncio.Event | None = None
-
-
-# The probe's state, by server record: the record is another module's (core/llm/servers.py),
-# and this state is the probe's alone; it goes with the run's records.
-_STATE: weakref.WeakKeyDictionary[Server, _Probing] = weakref.WeakKeyDictionary()
-
-
-def _state(server: Server) -> _Probing:
-    got = _STATE.get(server)
-    if got is None:
-        got = _STATE[server] = _Probing()
-    return got
-
-
-def remember(server: Server, model: str, lesson: SeedLesson) -> None:
-    """What an earlier run's probe found of `server`'s seeds for `model` (from the cache folder)."""
-    _state(server).earlier[model] = lesson
-
-
-def learned(server: Server, model: str) -> SeedLesson | None:
-    """What this run's probe found of `server`'s seeds for `model` (None: it did not probe)."""
-    got = _STATE.get(server)
-    return got.found.get(model) if got is not None else None
 
 
 async def check_seeds(client: Client, server: Server, request: ChatRequest) -> None:
@@ -117,18 +75,17 @@ async def check_seeds(client: Client, server: Server, request: ChatRequest) -> N
         if t.batch_invariant is not None:
             t.seeds, t.seeds_from = "held" if t.batch_invariant else "depend on arrival", BY_KIND
         return
-    state = _state(server)
-    if state.done is not None:  # the first request's probe: wait for it (then the seeds are known, or not)
-        await state.done.wait()
+    if server.seeds_probe is not None:  # the first request's probe: wait for it (then the seeds are known, or not)
+        await server.seeds_probe.wait()
         return
-    state.done = asyncio.Event()
+    server.seeds_probe = asyncio.Event()
     try:
         if server.workers:
             await _behind(client, server, request)
         else:
-            await _settle(client, server, request, state)
+            await _settle(client, server, request)
     finally:
-        state.done.set()
+        server.seeds_probe.set()
 
 
 async def _behind(client: Client, front: Server, request: ChatRequest) -> None:
@@ -144,10 +101,10 @@ async def _behind(client: Client, front: Server, request: ChatRequest) -> None:
         front.traits.seeds_from = "the servers behind it"
 
 
-async def _settle(client: Client, server: Server, request: ChatRequest, state: _Probing) -> None:
+async def _settle(client: Client, server: Server, request: ChatRequest) -> None:
     """The server's seeds from an earlier run's probe of them, or from a probe now."""
     t = server.traits
-    was = state.earlier.get(request.model)
+    was = server.lessons.earlier_seeds(request.model)
     if was is not None and was.kind == t.kind:
         t.seeds, t.seeds_from = was.seeds, EARLIER_PROBE
         _say(server, was.seeds, f"an earlier run's probe of {was.requests} requests, kept in the cache")
@@ -160,7 +117,7 @@ async def _settle(client: Client, server: Server, request: ChatRequest, state: _
     t.seeds, t.seeds_from = seeds, f"a probe of {sent} requests"
     if seeds != "ignored":
         t.batch_invariant = seeds == "held"
-    state.found[request.model] = SeedLesson(kind=t.kind, seeds=seeds, requests=sent)
+    server.lessons.probed(request.model, SeedLesson(kind=t.kind, seeds=seeds, requests=sent))
     _say(server, seeds, f"a probe of {sent} requests")
 
 

@@ -81,6 +81,9 @@ class Server:
         # the request looking for its n limit, and its end (core/llm/choices.py `NAsk`)
         self.n_search: tuple[object, asyncio.Event] | None = None
         self.n_probes = 0  # 400s to n > 1 spent looking for it
+        # the first seeded generation request's probe of its seeds, which every other one waits for
+        # (core/llm/seed_probe.py; its finding goes to `lessons`)
+        self.seeds_probe: asyncio.Event | None = None
         self.in_record = False  # listed, counted or chatted with: an item of run.json `servers`
         self.lessons = Lessons()  # what its answers taught of each model, this run's and earlier runs'
 

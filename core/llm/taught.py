@@ -1,5 +1,6 @@
-"""What a server taught runs by what it did, per model: the n limit its answers showed
-and the counts of choices its short answers brought.
+"""What a server taught runs by what it did, per model: the n limit its answers showed,
+the counts of choices its short answers brought, and whether its seeds hold (a probe's
+finding: core/llm/seed_probe.py).
 
 This run's lessons are kept on the server's record (`Server.lessons`); the cache
 folder keeps them for the next run (core/run/taught.py), which puts them back before
@@ -13,9 +14,9 @@ from __future__ import annotations
 
 import msgspec
 
-from tension.core.llm.traits import ServerTraits
+from tension.core.llm.traits import Seeds, ServerTraits
 
-__all__ = ["Taught", "Lessons", "TAUGHT_BY", "EARLIER"]
+__all__ = ["Taught", "SeedLesson", "Lessons", "TAUGHT_BY", "EARLIER"]
 
 # How a limit its behaviour taught was learned (core/llm/choices.py, `Server.learned_n`).
 TAUGHT_BY = ("short answers", "HTTP 400", "HTTP 400 to a larger n")
@@ -34,13 +35,40 @@ class Taught(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     refuses: tuple[str, ...] = ()  # fields its 4xx refused (core/llm/refusals.py): a later run goes without
 
 
+class SeedLesson(msgspec.Struct, frozen=True, kw_only=True):
+    """What a probe found of a server's seeds for requests of one model (core/llm/seed_probe.py;
+    kept in the cache folder in a record of its own: core/run/taught.py)."""
+
+    kind: str  # what the server said it was then: the finding holds while it says so still
+    seeds: Seeds
+    requests: int  # the probe's requests
+
+
 class Lessons:
-    """One server's lessons per model: earlier runs' (`remember`) and the counts of
-    choices this run's short answers brought (`gave`), together for the next (`taught`)."""
+    """One server's lessons per model: earlier runs' (`remember`, `remember_seeds`), the
+    counts of choices this run's short answers brought (`gave`), together for the next
+    (`taught`); and what this run's probe found of its seeds (`probed`, `seeds_found`)."""
 
     def __init__(self) -> None:
         self._earlier: dict[str, Taught] = {}
         self._shorts: dict[str, set[int]] = {}
+        self._seeds_earlier: dict[str, SeedLesson] = {}
+        self._seeds_found: dict[str, SeedLesson] = {}
+
+    def remember_seeds(self, model: str, lesson: SeedLesson) -> None:
+        """What an earlier run's probe found of its seeds for `model` (from the cache folder)."""
+        self._seeds_earlier[model] = lesson
+
+    def earlier_seeds(self, model: str) -> SeedLesson | None:
+        return self._seeds_earlier.get(model)
+
+    def probed(self, model: str, lesson: SeedLesson) -> None:
+        """What this run's probe found of its seeds for `model`."""
+        self._seeds_found[model] = lesson
+
+    def seeds_found(self, model: str) -> SeedLesson | None:
+        """What this run's probe found of its seeds for `model` (None: it did not probe)."""
+        return self._seeds_found.get(model)
 
     def remember(self, model: str, taught: Taught) -> None:
         self._earlier[model] = taught

@@ -23,7 +23,7 @@ each server behind it is: below).
 
 What a probe found of a server's seeds (M4: core/llm/seed_probe.py) is kept the same
 way, in a record of its own (`seeds_name`): put back on the server before its first
-request (`seed_probe.remember`), so a rerun that sends seeded generation requests
+request (`Lessons.remember_seeds`, core/llm/taught.py), so a rerun that sends seeded generation requests
 does not probe again while the server says it is the kind it was.
 """
 
@@ -34,11 +34,9 @@ from collections.abc import Collection, Iterable
 import msgspec
 
 from tension.cache.store import Store
-from tension.core.llm import seed_probe
 from tension.core.llm.router import Router
-from tension.core.llm.seed_probe import SeedLesson
 from tension.core.llm.servers import Server
-from tension.core.llm.taught import Taught
+from tension.core.llm.taught import SeedLesson, Taught
 
 __all__ = ["Lesson", "meta_name", "seeds_name", "remember", "keep"]
 
@@ -98,7 +96,7 @@ def remember(store: Store, routers: Iterable[Router], refresh: Collection[str] =
             got = _read(store, seeds_name(server.key, r.model), _SEEDS) if r.role not in refresh else None
             seeds = got if isinstance(got, SeedLesson) else None
             if seeds is not None:
-                seed_probe.remember(server, r.model, seeds)
+                server.lessons.remember_seeds(r.model, seeds)
             lessons.append(Lesson(server=server, model=r.model, name=name, was=was, seeds_was=seeds))
     return lessons
 
@@ -112,6 +110,6 @@ def keep(store: Store, lessons: Iterable[Lesson]) -> None:
         now = lesson.server.taught(lesson.model)
         if now is not None and now != lesson.was:
             store.put_meta(lesson.name, msgspec.json.encode(now))
-        found = seed_probe.learned(lesson.server, lesson.model)
+        found = lesson.server.lessons.seeds_found(lesson.model)
         if found is not None and found != lesson.seeds_was:
             store.put_meta(seeds_name(lesson.server.key, lesson.model), msgspec.json.encode(found))

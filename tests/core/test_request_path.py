@@ -162,3 +162,20 @@ def test_a_servers_metrics_are_read_in_one_place():
     asking = [_rel(p) for p in sorted((ROOT / "core" / "pipelines").rglob("*.py"))
               if '"/metrics"' in p.read_text(encoding="utf-8")]
     assert asking == []
+
+
+def test_what_a_run_knows_of_a_server_is_on_its_record():
+    """Server knowledge lives on the `Server` record (core/llm/servers.py): no module on the
+    request path keeps a registry of its own keyed by server (a module-level dict or weak
+    dict beside the record: the seed probe's `_STATE` was one), which outlives the run and
+    is shared by every run in the process."""
+    registries = []
+    for p in PATH:
+        for node in _tree(p).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            call = value.func if isinstance(value, ast.Call) else None
+            name = call.attr if isinstance(call, ast.Attribute) else (call.id if isinstance(call, ast.Name) else "")
+            if name in ("WeakKeyDictionary", "WeakValueDictionary", "defaultdict") or (
+                    isinstance(node, ast.AnnAssign) and "Server" in ast.unparse(node.annotation)):
+                registries.append(f"{_rel(p)}:{node.lineno} {ast.unparse(node)[:60]}")
+    assert registries == []
