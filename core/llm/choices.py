@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import msgspec
 
@@ -87,15 +87,22 @@ def answer_text(server: Server, text: str, max_tokens: int | None) -> str:
 
 
 async def pieces(sender: Sender, server: Server, request: ChatRequest, ticket: Ticket,
-                 retry: RetryPolicy | None) -> AsyncGenerator[Piece | ChatResult, None]:
+                 retry: RetryPolicy | None,
+                 ready: Callable[[], Awaitable[None]]) -> AsyncGenerator[Piece | ChatResult, None]:
     """All `request.n` choices from `server` (module docstring): each piece of an
     answer that takes more than one request as it comes (read back from the
     ticket's shelf, or fresh), then the whole answer, last. One generator, none
-    nested in it: each layer costs every request (bench/client.py)."""
+    nested in it: each layer costs every request (bench/client.py).
+
+    `ready` is awaited once, before the first request is sent (the servers' check, a
+    seed probe: core/llm/router.py `Router.pieces`): an answer the shelf holds whole in
+    pieces sends nothing at all, so the rerun of a stopped run needs no server for it.
+    Until then the pieces are looked up by the counts earlier runs kept them under
+    (`Server.given`); after it, the request is sized again by what the check told."""
     asks = NAsk(server)
     try:
         server.in_record = True
-        server.recall(request.model, request.n, request.seed is not None)  # what an earlier run learned of it
+        checked = False
         headers = routing_headers(ticket.key)
         url = server.root + "/v1/chat/completions"
         t0 = time.perf_counter()
@@ -122,6 +129,13 @@ async def pieces(sender: Sender, server: Server, request: ChatRequest, ticket: T
                 logprobs += piece.first_logprobs or [None] * len(piece.texts)
                 model = piece.model or model
                 continue
+            if not checked:  # something is to be sent: the server checked first, and what it said used
+                await ready()
+                server.recall(request.model, request.n, request.seed is not None)  # what an earlier run learned of it
+                checked = True
+                continue
+            if ask < request.n - len(texts):  # cut to the server's limit: a resume looks the piece up by its count
+                server.gave(request.model, ask)
             sent = time.perf_counter()
             try:
                 data = await sender.call(Attempt(method="POST", url=url, body=body_bytes(_ENC, server.wire_form(req)),

@@ -216,21 +216,22 @@ class Client:
         and follow-ups for missing ones, with the seeds moved on as one request's
         choices have them (core/llm/choices.py)."""
         self._check_open()
-        await self.check_gate()
         whole = None
-        async with aclosing(pieces(self._sender, server, request, ticket, retry)) as gen:
+        async with aclosing(pieces(self._sender, server, request, ticket, retry, self.check_gate)) as gen:
             async for got in gen:  # the pieces, if any (a ticket with a shelf), then the whole answer
                 whole = got
         assert isinstance(whole, ChatResult)  # the last thing `pieces` gives
         return whole
 
     async def pieces(self, server: Server, request: ChatRequest, ticket: Ticket = NO_TICKET,
-                     retry: RetryPolicy | None = None) -> AsyncGenerator[Piece | ChatResult, None]:
+                     retry: RetryPolicy | None = None,
+                     ready: Callable[[], Awaitable[None]] | None = None) -> AsyncGenerator[Piece | ChatResult, None]:
         """`chat`, with each piece of an answer that takes more than one request
-        handed up as it comes (where the ticket has a shelf), then the whole answer."""
+        handed up as it comes (where the ticket has a shelf), then the whole answer.
+        The gate's check (or `ready`, which runs it) waits for the first request sent:
+        an answer whose pieces the shelf holds sends nothing (core/llm/choices.py)."""
         self._check_open()
-        await self.check_gate()
-        async with aclosing(pieces(self._sender, server, request, ticket, retry)) as gen:
+        async with aclosing(pieces(self._sender, server, request, ticket, retry, ready or self.check_gate)) as gen:
             async for got in gen:
                 yield got
 

@@ -205,10 +205,14 @@ class Router:
     async def pieces(self, ticket: Ticket, request: ChatRequest) -> AsyncGenerator[Piece | ChatResult, None]:
         """`chat`, each piece of an answer that takes several requests handed up as
         it comes (core/llm/choices.py), then the whole answer. Before the first seeded one
-        a server's seeds are learned, once (core/llm/seed_probe.py), after the servers' check."""
-        await self.client.check_gate()
-        await check_seeds(self.client, self.server, request)
-        async with contextlib.aclosing(self.client.pieces(self.server, request, ticket)) as gen:
+        a server's seeds are learned, once (core/llm/seed_probe.py), after the servers' check;
+        both wait for a request to be sent (an answer the cache holds in pieces sends nothing)."""
+
+        async def ready() -> None:
+            await self.client.check_gate()
+            await check_seeds(self.client, self.server, request)
+
+        async with contextlib.aclosing(self.client.pieces(self.server, request, ticket, ready=ready)) as gen:
             async for got in gen:
                 if isinstance(got, ChatResult):
                     self._tally(got.usage)

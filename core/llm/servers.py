@@ -295,7 +295,8 @@ class Server:
             self.learned_n(was.max_n, f"{EARLIER}{was.max_n_from or 'answers'}, kept in the cache", seeded)
 
     def gave(self, model: str, count: int) -> None:
-        """A request for `model` was answered with `count` choices, fewer than it asked."""
+        """A request for `model` was asked in pieces of `count` choices (its limit), or answered
+        with `count`, fewer than it asked: the counts its pieces are kept under (`given`)."""
         self.lessons.gave(model, count)
 
     def given(self, model: str) -> list[int]:

@@ -1,5 +1,5 @@
 """What a server taught runs by what it did, per model: the n limit its answers showed,
-the counts of choices its short answers brought, and whether its seeds hold (a probe's
+the counts its answers came in (cut to its limit, or short), and whether its seeds hold (a probe's
 finding: core/llm/seed_probe.py).
 
 This run's lessons are kept on the server's record (`Server.lessons`); the cache
@@ -7,7 +7,8 @@ folder keeps them for the next run (core/run/taught.py), which puts them back be
 its first request, so a resume looks its pieces up by what they are and sends
 nothing already answered (M1 of ../shared/reviews/external-servers-2026-12-07.md).
 A limit the server's kind, its slots or a router's workers gave is not a lesson: each
-run learns it again from what the server says of itself.
+run learns it again from what the server says of itself. The counts its pieces were
+asked in are: a rerun finds the pieces by them before it asks the server anything.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ class Taught(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     kind: str = "other"  # what it said it was then: its limit holds while it says so still
     max_n: int | None = None  # its limit, and how it was learned (one of TAUGHT_BY)
     max_n_from: str | None = None
-    gives: tuple[int, ...] = ()  # the counts of choices its short answers brought: a resume's pieces
+    # the counts its pieces were asked in (cut to its limit) or came back as (short answers): a resume's
+    # pieces are looked up under them before the server is asked anything (core/llm/choices.py)
+    gives: tuple[int, ...] = ()
     refuses: tuple[str, ...] = ()  # fields its 4xx refused (core/llm/refusals.py): a later run goes without
 
 

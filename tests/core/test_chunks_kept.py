@@ -177,6 +177,19 @@ def test_cache_drop_of_a_stopped_runs_generation_drops_its_chunks_too(tmp_path, 
     assert _endings_records(cache) == [], capsys.readouterr()
 
 
+def _stopped_between_pieces_and_record(srv, corpus, out, cache) -> None:
+    """A complete run whose whole endings records are then deleted, its chunks kept: what a
+    stop after a position's last chunk came back, before its whole record was written,
+    leaves. The server's records start afresh."""
+    first = tension.score(corpus, out=out, **_cfg(srv, cache)).summary
+    assert first.status == "complete", first.error
+    with Store(cache) as st:
+        whole = [k for k, r in st.keys("endings") if isinstance(r, records.Endings) and len(r.texts) == N]
+        st.delete_many(("endings", k) for k in whole)
+    assert whole
+    srv.reset_records()
+
+
 def test_an_answer_whose_chunks_are_all_kept_is_no_request(tmp_path, llama):
     """A run stopped after a position's last chunk came back but before its whole record was
     written: the rerun puts the answer together from the kept chunks and sends nothing for
@@ -185,16 +198,32 @@ def test_an_answer_whose_chunks_are_all_kept_is_no_request(tmp_path, llama):
     corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
     srv = llama()
     cache = tmp_path / "cache"
-    first = tension.score(corpus, out=tmp_path / "a", **_cfg(srv, cache)).summary
-    assert first.status == "complete", first.error
-    with Store(cache) as st:  # the whole records gone, the chunks kept: as a stop between the two leaves it
-        whole = [k for k, r in st.keys("endings") if isinstance(r, records.Endings) and len(r.texts) == N]
-        st.delete_many(("endings", k) for k in whole)
-    assert whole
-    srv.reset_records()
+    _stopped_between_pieces_and_record(srv, corpus, tmp_path / "a", cache)
     again = tension.score(corpus, out=tmp_path / "b", **_cfg(srv, cache)).summary
     rec = json.loads((tmp_path / "b" / "run.json").read_text())
     assert again.status == "complete", again.error
     assert _gen(srv) == []
     assert rec["requests"].get("generation", 0) == 0, rec["requests"]
+    assert (tmp_path / "a" / "positions.jsonl").read_bytes() == (tmp_path / "b" / "positions.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("knobs", [{}, {"dialect": None, "max_n": 3}, {"dialect": None, "max_n": 3, "n_refusal": "n"}],
+                         ids=["llama.cpp slots", "short answers", "a 400 naming no number"])
+def test_a_rerun_whose_answers_are_all_kept_in_pieces_sends_nothing_at_all(tmp_path, knobs):
+    """The class of the spec above seen from the server: a rerun whose every missing answer the
+    cache holds in pieces sends no request at all, the servers' check (GET /v1/models, /props)
+    included, so it completes with the server down, as a fully cached rerun does. The check
+    ran before the pieces were looked up: the rerun of a stopped run failed after 43 s of
+    retries against a stopped server, with every answer in the cache. Whatever taught the
+    count the pieces were asked in (a llama.cpp server's slots, short answers, a 400) is kept
+    in the cache folder, so the pieces are found before the server is asked anything."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
+    cache = tmp_path / "cache"
+    with InProcessServer(["test-gen", "test-judge"], **{"dialect": "llamacpp", "slots": SLOTS, **knobs}) as srv, \
+            srv.serving():
+        _stopped_between_pieces_and_record(srv, corpus, tmp_path / "a", cache)
+        again = tension.score(corpus, out=tmp_path / "b", **_cfg(srv, cache)).summary
+        assert again.status == "complete", again.error
+        assert [(r.method, r.path) for r in srv.requests] == []
+        assert srv.count(probes=True) == 0
     assert (tmp_path / "a" / "positions.jsonl").read_bytes() == (tmp_path / "b" / "positions.jsonl").read_bytes()
