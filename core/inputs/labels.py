@@ -212,7 +212,9 @@ def append_labels(run_dir: str | os.PathLike, labels: Sequence[Label]) -> Path:
 
 def read_labels(run_dir: str | os.PathLike, keys: Iterable[str] | None = None) -> tuple[list[Label], list[InputError]]:
     """Every label of audit/labels.jsonl in file order, and an InputError per bad line (not
-    JSON, a cut line, an unknown label, a key not in the sample when `keys` is given)."""
+    JSON, a cut line, an unknown label, a key not in the sample when `keys` is given). Each
+    label as it is counted: a spelling the check accepts ("no", "Yes", "s") is the label it
+    stands for and a name is trimmed, so the audit never counts a "no" as a match."""
     p = labels_path(run_dir)
     if not p.is_file():
         return [], []
@@ -222,8 +224,10 @@ def read_labels(run_dir: str | os.PathLike, keys: Iterable[str] | None = None) -
     for lineno, raw in iter_lines(p):
         try:
             lab = decode_line(str(p), lineno, raw, Label, _label_decoder)
-            check_label_value(str(p), lineno, lab.label)
-            check_annotator(str(p), lineno, lab.annotator)
+            label = check_label_value(str(p), lineno, lab.label)
+            who = check_annotator(str(p), lineno, lab.annotator)
+            if (label, who) != (lab.label, lab.annotator):  # a spelling the check reads ("no", "Anna "): what it means
+                lab = msgspec.structs.replace(lab, label=label, annotator=who)
             if known is not None and lab.key not in known:
                 raise InputError(str(p), lineno, "key", f"{lab.key!r} is no verdict of the audit sample")
         except InputError as e:
