@@ -96,10 +96,11 @@ def audit(run: PathLike, *, resamples: int = 2000, seed: int = 0, write: bool = 
 
 
 def audit_section(run: PathLike) -> str | None:
-    """The audit's section of report.md (markdown), or None when the run has no audit sample."""
+    """The audit's section of report.md (markdown), or None when the run has no audit sample;
+    a sample of other verdicts than the run holds now (scored again since) is said there."""
     from tension.core.inputs.labels import sample_path
-    from tension.core.reports.audit_report import audit_markdown, audit_report
+    from tension.core.reports.audit_report import audit_section as section
 
     if not sample_path(run).is_file():
         return None
-    return audit_markdown(audit_report(run))
+    return section(run)

@@ -42,10 +42,14 @@ def cmd_audit_sample(args) -> int:
     continuation and the predicted ending the judge saw (read from the run's cache; nothing is sent). Run
     again, it says what is there; --redraw draws anew while nobody has labelled it."""
     from tension.core.api.audit import audit_sample
+    from tension.core.inputs.verdict_counts import sample_mismatch
 
     sample = audit_sample(args.run, size=args.size, shared=args.shared, seed=args.seed, cache=args.cache,
                           redraw=args.redraw)
     _said_sample(sample, args.run)
+    if (why := sample_mismatch(args.run, sample)) is not None:  # a sample kept over a run scored again since
+        print(f"error: {why}", file=sys.stderr)
+        return EXIT_FAILED
     print(f"label it: tension-run audit label {args.run}")
     return EXIT_OK
 

@@ -20,12 +20,13 @@ import numpy as np
 
 from tension.core.errors import InputError
 from tension.core.inputs.labels import LABELS, Sample, latest, read_labels, read_sample
+from tension.core.inputs.verdict_counts import sample_mismatch
 from tension.core.reports import judge_audit as ja
 from tension.core.reports import judge_correction as jc
 from tension.core.reports.rows import Cell, Rows
 
 __all__ = ["AuditReport", "Agreement", "CorrectedStat", "audit_report", "audit_markdown", "audit_rows",
-           "audit_text", "CORRECTED", "NOT_CORRECTED", "FIGURE"]
+           "audit_text", "audit_section", "CORRECTED", "NOT_CORRECTED", "FIGURE"]
 
 FIGURE = "audit.png"  # the audit's figure, in the run folder beside audit.md and audit.csv
 
@@ -134,9 +135,12 @@ def _person_no(sample: Sample, labels) -> tuple[np.ndarray, np.ndarray, dict[str
 
 
 def audit_report(run_dir: str | Path, *, n_resamples: int = ja.N_RESAMPLES, seed: int = 0) -> AuditReport:
-    """The audit of the run in `run_dir` from its sample and labels (InputError: no sample)."""
+    """The audit of the run in `run_dir` from its sample and labels (InputError: no sample, or
+    a sample of other verdicts than the run's positions.jsonl holds now)."""
     d = Path(run_dir)
     sample = read_sample(d)
+    if (why := sample_mismatch(d, sample)) is not None:  # its error rates are another run's: no number of it holds
+        raise InputError(str(d), 0, None, why)
     labels, bad = read_labels(d, [it.key for it in sample.items])
     judge_no, share, by_item, cant = _person_no(sample, labels)
     kw = {"n_resamples": n_resamples, "seed": seed}
@@ -256,6 +260,16 @@ def audit_markdown(r: AuditReport, heading: str = "##") -> str:
         lines += ["", f"{len(r.errors)} line(s) of audit/labels.jsonl could not be read and were left out:"]
         lines += [f"- {e}" for e in r.errors[:10]]
     return "\n".join(lines) + "\n"
+
+
+def audit_section(run_dir: str | Path) -> str:
+    """report.md's section of the run's audit (it has a sample): the audit, or, when it cannot
+    be computed (a sample of other verdicts than the run's, a sample.json that is not one),
+    why, so that the run's own report still stands."""
+    try:
+        return audit_markdown(audit_report(run_dir))
+    except InputError as e:
+        return f"## The judge against people\n\nNot computed: {e}\n"
 
 
 def _figure_lines(r: AuditReport) -> list[str]:

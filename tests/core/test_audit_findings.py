@@ -82,3 +82,80 @@ def test_every_spelling_labels_jsonl_accepts_counts_as_the_label_it_stands_for(r
     assert run_here("audit", "export", run, "--out", out, "--annotator", "ann").returncode == 0
     rows = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
     assert {r["label"] for r in rows} <= set(lab.LABELS) and all(r["label"] for r in rows)
+
+
+def _rescore(run: Path, *extra: object) -> None:
+    """`score` again into the run folder with other settings (its corpus and cache, the test server)."""
+    from tension.testing.inprocess import InProcessServer
+
+    root = run.parent
+    shutil.copy(Path(json.loads((run / "run.json").read_text())["corpus"]), root / "corpus.jsonl")
+    home = {"HOME": str(root / "home"), "XDG_CACHE_HOME": str(root / "home" / ".cache"), "OPENAI_API_KEY": None}
+    with InProcessServer(["test-gen", "test-judge"]).serving() as srv:
+        done = run_here("score", root / "corpus.jsonl", "--out", run, "--base-url", srv.base_url, "--model", "test-gen",
+                        "--judge-model", "test-judge", "--cache", root / "cache", "--no-progress", "--no-report",
+                        *extra, env=home)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("how", ["scored again", "another run's sample"])
+def test_an_audit_of_other_verdicts_than_the_runs_is_refused_and_its_advice_works(run, scored, tmp_path, how):
+    """A run scored again into its folder with other settings keeps its audit folder, and a sample.json
+    copied from another run reads as well as its own: the audit's error rates are then of verdicts the
+    run no longer holds, and corrected this run's stories.csv silently (the review's run: 2,520
+    verdicts in the sample's counts, 1,512 in the run). Every door says so instead: `audit report`
+    (exit 1, nothing written), `audit sample` without --redraw, report.md's section and
+    tension.audit_section (the run's own report still written). The advice, run as printed, works."""
+    import shlex
+    import subprocess
+
+    import tension
+
+    s = _sampled(run)
+    lab.append_labels(run, [lab.Label(key=it.key, annotator="ann", label=_truth(it, i), time=lab.now())
+                            for i, it in enumerate(s.items) if _truth(it, i) != "cant-tell"])
+    if how == "scored again":
+        (run.parent / "cache").symlink_to(Path(json.loads((run / "run.json").read_text())["config"]["cache"]))
+        _rescore(run, "--endings", 3)
+    else:
+        other = tmp_path / "other"
+        shutil.copytree(run, other)
+        shutil.rmtree(other / "audit")
+        lines = [json.loads(x) for x in (other / "positions.jsonl").read_text().splitlines()]
+        (other / "positions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines[::2]))
+        shutil.copytree(run / "audit", other / "audit")
+        run = other
+    r = run_here("audit", "report", run)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "sample.json was drawn from other verdicts than the run holds now" in r.stderr, r.stderr
+    assert not list(run.glob("audit.*"))
+    again = run_here("audit", "sample", run)
+    assert again.returncode == 1 and "sample.json was drawn from other verdicts" in again.stderr
+    assert "label it:" not in again.stdout
+    assert run_here("report", run).returncode == 0
+    md = (run / "report.md").read_text(encoding="utf-8")
+    assert "## The judge against people\n\nNot computed: " in md and "other verdicts than the run holds" in md
+    assert "mean_nr | 2 |" not in md.split("## The judge against people")[1].split("##")[0]
+    assert "Not computed: " in tension.audit_section(run)
+    # the advice, as printed: move the audit away, draw a new sample; then the audit is of this run
+    said = r.stderr.split("move the audit away (")[1].split(")")[0]
+    assert said.startswith("mv ")
+    subprocess.run(shlex.split(said), check=True, cwd=Path.cwd())
+    draw = r.stderr.split("draw a new sample (")[1].split(")")[0]
+    assert draw.startswith("tension-run ")
+    assert run_here(*shlex.split(draw)[1:]).returncode == 0
+    assert run_here("audit", "report", run).returncode == 0
+    assert (run / "audit.md").is_file() and (run / "audit.old" / "labels.jsonl").is_file()  # the labels kept aside
+
+
+def test_the_same_run_copied_or_moved_keeps_its_audit(run, tmp_path):
+    """The check compares the verdicts, not the path: a run folder copied or moved with its audit
+    is audited as before."""
+    s = _sampled(run)
+    lab.append_labels(run, [lab.Label(key=it.key, annotator="ann", label=_truth(it, i), time=lab.now())
+                            for i, it in enumerate(s.items)])
+    moved = tmp_path / "moved"
+    shutil.move(run, moved)
+    r = run_here("audit", "report", moved)
+    assert r.returncode == 0, r.stderr
+    assert run_here("audit", "sample", moved).returncode == 0
