@@ -124,8 +124,8 @@ def cmd_audit_import(args) -> int:
 def cmd_audit_report(args) -> int:
     """The audit of a run's judge: its agreement with people, and the statistics corrected for its errors.
 
-    Agreement of judge and people, Cohen's κ (95% bootstrap intervals), the judge's sensitivity and
-    specificity (95% Wilson intervals), people's agreement on shared items, all by story
+    Agreement of judge and people, Cohen's κ, the judge's sensitivity and specificity (95% Wilson–MOVER
+    intervals; docs/metrics.md 1.10), people's agreement on shared items, all by story
     group and part; then mean and late NR per group corrected for the judge's errors beside the uncorrected
     values, and a warning when agreement is too low. Writes RUN_DIR/audit.md, RUN_DIR/audit.csv and their
     figure RUN_DIR/audit.png (the corrected statistics beside the uncorrected, sensitivity and specificity
@@ -189,7 +189,8 @@ def _import_flags(p) -> None:
 def _report_flags(p) -> None:
     _run(p)
     p.add_argument("--resamples", type=count(100, 1_000_000), default=2000,
-                   help="bootstrap resamples of the uncorrected group means' intervals (default: %(default)s)")
+                   help="bootstrap resamples of an uncorrected group mean's interval where groups.csv has "
+                        "none (default: %(default)s)")
     p.add_argument("--seed", type=count(0), default=0, help="bootstrap seed (default: %(default)s)")
 
 

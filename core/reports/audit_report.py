@@ -225,8 +225,8 @@ def audit_markdown(r: AuditReport, heading: str = "##") -> str:
               f"annotator), drawn by the judge's answer and weighted back to the run (docs/metrics.md 1.10). "
               f"Labelled: {r.labelled_items} items by {who}; {r.decisive_items} with a decisive label "
               f"({r.cant_tell} can't-tell labels left out). 95 % intervals: sensitivity and specificity Wilson "
-              f"(MOVER-R over the two judge answers' labelled items), agreement, κ and J bootstrap over the labelled "
-              f"items ({r.n_resamples} resamples, seed {r.seed}).", ""]
+              f"(MOVER-R over the two judge answers' labelled items), agreement, κ and J Wilson–MOVER over the same "
+              f"items; the uncorrected group means' are groups.csv's bootstrap.", ""]
     for w in r.warnings:
         lines.append(f"**Warning:** {w}.")
     if r.warnings:

@@ -159,3 +159,27 @@ def test_the_same_run_copied_or_moved_keeps_its_audit(run, tmp_path):
     r = run_here("audit", "report", moved)
     assert r.returncode == 0, r.stderr
     assert run_here("audit", "sample", moved).returncode == 0
+
+
+def test_the_report_names_the_intervals_its_numbers_have(run):
+    """audit.md, report.md's section and the printed audit said agreement's, κ's and J's intervals were
+    a "bootstrap over the labelled items (N resamples, seed S)", and `audit report --help` "Cohen's κ (95%
+    bootstrap intervals)": they are Wilson–MOVER's (docs/metrics.md 1.10), which no --resamples or --seed
+    moves. A paper citing the method would cite the wrong one."""
+    s = _sampled(run)
+    lab.append_labels(run, [lab.Label(key=it.key, annotator="ann", label=_truth(it, i), time=lab.now())
+                            for i, it in enumerate(s.items)])
+    outs = []
+    for resamples, seed in ((200, 1), (700, 9)):
+        r = run_here("audit", "report", run, "--resamples", resamples, "--seed", seed)
+        assert r.returncode == 0, r.stderr
+        rows = [x for x in csv.DictReader((run / "audit.csv").read_text().splitlines())
+                if x["kind"] in ("judge", "people")]
+        outs.append((rows, r.stdout, (run / "audit.md").read_text(encoding="utf-8")))
+    assert outs[0][0] == outs[1][0]  # the judge's and people's intervals: no resampling in them
+    for _, printed, md in outs:
+        for text in (printed, md):
+            said = text.split("95 % intervals:")[1].split("\n")[0]
+            assert "bootstrap" not in said.split("uncorrected")[0] and "Wilson–MOVER" in said, said
+    helped = run_here("audit", "report", "--help").stdout
+    assert "bootstrap intervals" not in helped.split("positional arguments")[0] and "Wilson" in helped
