@@ -109,12 +109,16 @@ def cmd_audit_import(args) -> int:
     Columns key, label and annotator, as `audit export` writes them; into RUN_DIR/audit/labels.jsonl.
     A bad row (a key not in the sample, another label value, no annotator, a
     second label of a key by the same person) is an error naming its line and column and is not imported;
-    the good rows are; a row already there as it is is skipped, so importing a file twice adds nothing."""
+    the good rows are; a row already there as it is is skipped, and so is a row this file gave before that the
+    person has changed since (in the labelling page), so importing a file twice adds and undoes nothing."""
     from tension.core.api.audit import audit_import
 
     r = audit_import(args.run, args.csv, annotator=args.annotator)
     for e in r.errors:
         print(f"error: {e}", file=sys.stderr)
+    if r.superseded:
+        print(f"note: {r.superseded} row(s) this file gave before were changed since by the same person (in the "
+              "labelling page or another file): the later label kept", file=sys.stderr)
     print(f"imported {r.added} label(s) into {r.labels_file}; {r.unchanged} already there, {r.blank} row(s) without "
           f"a label" + (f"; {len(r.errors)} bad row(s) not imported (fix them and import the file again)"
                         if r.errors else ""))

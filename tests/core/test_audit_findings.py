@@ -183,3 +183,63 @@ def test_the_report_names_the_intervals_its_numbers_have(run):
             assert "bootstrap" not in said.split("uncorrected")[0] and "Wilson–MOVER" in said, said
     helped = run_here("audit", "report", "--help").stdout
     assert "bootstrap intervals" not in helped.split("positional arguments")[0] and "Wilson" in helped
+
+
+def _export_filled(run: Path, out: Path, who: str, s: lab.Sample) -> list[dict]:
+    assert run_here("audit", "export", run, "--out", out).returncode == 0
+    rows = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
+    for i, row in enumerate(rows):
+        row["annotator"], row["label"] = who, _truth(s.items[i], i)
+    _write_csv(out, rows)
+    return rows
+
+
+def _write_csv(out: Path, rows: list[dict]) -> None:
+    with out.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _flip(label: str) -> str:
+    return {"matches": "does-not-match", "does-not-match": "matches", "cant-tell": "matches"}[label]
+
+
+def test_importing_a_file_again_undoes_no_later_answer(run, tmp_path):
+    """A spreadsheet imported, then answers changed by the same person in the labelling page and by
+    another file; the first file imported again (a script that imports every CSV, a second click) put
+    its old answers back over the later ones and said `imported N label(s)`. Now a row the file
+    already gave is not news: nothing is added, the later answers stay, and the note says how many;
+    a row the file itself changes since is imported."""
+    from tension.core.view.labelling import Labelling
+
+    s = _sampled(run)
+    a = tmp_path / "a.csv"
+    rows = _export_filled(run, a, "ann", s)
+    first = run_here("audit", "import", run, a)
+    assert first.returncode == 0 and f"imported {len(rows)} label(s)" in first.stdout
+    keys = [it.key for it in s.items]
+    page = Labelling(run)
+    for k in keys[:3]:  # in the page, as its script posts
+        was = lab.latest(lab.read_labels(run, keys)[0])[k]["ann"].label
+        page.write(json.dumps({"annotator": "ann", "key": k, "label": _flip(was)}).encode())
+    b = tmp_path / "b.csv"
+    rows_b = [dict(r) for r in rows[3:5]]
+    for r in rows_b:
+        r["label"] = _flip(r["label"])
+    _write_csv(b, rows_b)
+    assert run_here("audit", "import", run, b).returncode == 0
+    later = {k: v["ann"].label for k, v in lab.latest(lab.read_labels(run, keys)[0]).items()}
+    lines = lab.labels_path(run).read_text().count("\n")
+    again = run_here("audit", "import", run, a)
+    assert again.returncode == 0 and "imported 0 label(s)" in again.stdout, again.stdout
+    assert "note: 5 row(s) this file gave before were changed since by the same person" in again.stderr
+    assert lab.labels_path(run).read_text().count("\n") == lines
+    assert {k: v["ann"].label for k, v in lab.latest(lab.read_labels(run, keys)[0]).items()} == later
+    # the file edited: its changed row is news, the others still are not
+    rows[0]["label"] = next(x for x in lab.LABELS if x not in (rows[0]["label"], later[keys[0]]))
+    _write_csv(a, rows)
+    edited = run_here("audit", "import", run, a)
+    assert "imported 1 label(s)" in edited.stdout, edited.stdout
+    assert lab.latest(lab.read_labels(run, keys)[0])[keys[0]]["ann"].label == rows[0]["label"]
+    assert lab.latest(lab.read_labels(run, keys)[0])[keys[1]]["ann"].label == later[keys[1]]
