@@ -48,8 +48,12 @@ SAMPLE_FILE = "sample.json"
 LABELS_FILE = "labels.jsonl"
 LABELS = ("matches", "does-not-match", "cant-tell")
 # what a person may type for each (the page's keys y / n / s; a spreadsheet's yes / no)
-LABEL_KEYS = {"y": "matches", "yes": "matches", "n": "does-not-match", "no": "does-not-match",
-              "s": "cant-tell", "can't-tell": "cant-tell", "can't tell": "cant-tell", "cant tell": "cant-tell"}
+# and the page's own words for them (its buttons: "does not match", "can't tell"), as people write them
+LABEL_KEYS = {"y": "matches", "yes": "matches", "match": "matches",
+              "n": "does-not-match", "no": "does-not-match", "does not match": "does-not-match",
+              "doesn't match": "does-not-match", "no match": "does-not-match",
+              "s": "cant-tell", "can't-tell": "cant-tell", "can't tell": "cant-tell", "cant tell": "cant-tell",
+              "cannot tell": "cant-tell"}
 MAX_ANNOTATOR = 40
 _ANNOTATOR = re.compile(r"^\w[\w.\- ]*$")
 
@@ -140,13 +144,17 @@ def check_annotator(path: str, line: int, name: Any, field: str = "annotator") -
 
 
 def check_label_value(path: str, line: int, value: Any, field: str = "label") -> str:
-    """A label: matches / does-not-match / cant-tell (y / n / s and yes / no are read as those)."""
-    text = value.strip().lower() if isinstance(value, str) else value
+    """A label: matches / does-not-match / cant-tell (y / n / s, yes / no and the page's words
+    are read as those; case, runs of spaces, `_` for `-` and a typographic apostrophe, as a
+    spreadsheet's autocorrect leaves them, do not matter)."""
+    text = " ".join(value.lower().replace("\u2019", "'").replace("_", "-").split()) if isinstance(value, str) \
+        else value
     if text in LABELS:
         return str(text)
     if isinstance(text, str) and text in LABEL_KEYS:
         return LABEL_KEYS[text]
-    raise InputError(path, line, field, f"expected one of {', '.join(LABELS)} (or y, n, s), got {value!r}")
+    raise InputError(path, line, field, f"expected one of {', '.join(LABELS)} (or y, n, s; yes, no; does not "
+                                        f"match, can't tell), got {value!r}")
 
 
 # -- the sample -------------------------------------------------------------------------------

@@ -243,3 +243,63 @@ def test_importing_a_file_again_undoes_no_later_answer(run, tmp_path):
     assert "imported 1 label(s)" in edited.stdout, edited.stdout
     assert lab.latest(lab.read_labels(run, keys)[0])[keys[0]]["ann"].label == rows[0]["label"]
     assert lab.latest(lab.read_labels(run, keys)[0])[keys[1]]["ann"].label == later[keys[1]]
+
+
+def _page_words() -> dict[str, str]:
+    """The labelling page's buttons: label -> the words it shows (core/view/static/label.js ANSWERS)."""
+    import re
+
+    import tension.core.view as view
+
+    js = (Path(view.__file__).parent / "static" / "label.js").read_text(encoding="utf-8")
+    block = js.split("const ANSWERS = ")[1].split(";")[0]
+    return {value: words for value, _key, words in re.findall(r'\["([a-z-]+)", "([a-z])", "([^"]+)"\]', block)}
+
+
+# as a person types them in a spreadsheet, autocorrect and all
+WRITTEN = {"matches": ["Matches", "match", "Match ", "YES", "y"],
+           "does-not-match": ["Does not match", "does  not match", "doesn't match", "Doesn’t match", "no match",
+                              "does_not_match", "No "],
+           "cant-tell": ["Can't tell", "can’t tell", "Cannot tell", "cant_tell", "S"]}
+
+
+def test_the_pages_own_words_and_spreadsheet_spellings_are_read_as_their_label_everywhere(run, tmp_path):
+    """The page's buttons say "does not match" and "can't tell"; a person filling the spreadsheet
+    writes them so (or as autocorrect leaves them: "Doesn’t match"), and `audit import` refused
+    "Does not match" while taking "can't tell". Every spelling below is its label through each door
+    (`audit import`, labels.jsonl, the page's POST); what could mean either stays an error."""
+    from tension.core.view.labelling import BadRequest, Labelling
+
+    words = _page_words()
+    assert set(words) == set(lab.LABELS)
+    spellings = {k: [words[k], *v] for k, v in WRITTEN.items()}
+    s = _sampled(run, size=40)
+    pairs = [(want, text) for want, texts in spellings.items() for text in texts]
+    assert len(pairs) <= len(s.items)
+    out = tmp_path / "filled.csv"
+    assert run_here("audit", "export", run, "--out", out).returncode == 0
+    rows = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))[:len(pairs)]
+    for row, (_, text) in zip(rows, pairs):
+        row["annotator"], row["label"] = "ann", text
+    ambiguous = ["1", "0", "TRUE", "?", "maybe", "x", "no/yes"]
+    extra = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))[len(pairs):len(pairs) + len(ambiguous)]
+    for row, text in zip(extra, ambiguous):
+        row["annotator"], row["label"] = "ann", text
+    _write_csv(out, rows + extra)
+    r = run_here("audit", "import", run, out)
+    assert f"imported {len(pairs)} label(s)" in r.stdout, (r.stdout, r.stderr)
+    assert r.returncode == 1 and r.stderr.count("field `label`: expected one of") == len(ambiguous)
+    got = lab.latest(lab.read_labels(run, [it.key for it in s.items])[0])
+    assert [got[row["key"]]["ann"].label for row in rows] == [want for want, _ in pairs]
+    # labels.jsonl and the page's POST read them alike
+    for (want, text) in pairs:
+        assert lab.check_label_value("t", 1, text) == want
+    page = Labelling(run)
+    for (_, text), it in zip(pairs, s.items):
+        state = page.write(json.dumps({"annotator": "bo", "key": it.key, "label": text}).encode())
+        assert state["annotator"] == "bo"
+    got = lab.latest(lab.read_labels(run, [it.key for it in s.items])[0])
+    assert [got[it.key]["bo"].label for it in s.items[:len(pairs)]] == [want for want, _ in pairs]
+    for text in ambiguous:
+        with pytest.raises(BadRequest):
+            page.write(json.dumps({"annotator": "bo", "key": s.items[0].key, "label": text}).encode())
