@@ -27,6 +27,7 @@ import fcntl
 import io
 import os
 import re
+import shlex
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -168,8 +169,11 @@ def read_sample(run_dir: str | os.PathLike) -> Sample:
     try:
         raw = p.read_bytes()
     except FileNotFoundError:
+        if not (Path(run_dir) / "run.json").is_file():  # the advice below would only say so, one command later
+            raise InputError(str(run_dir), 0, None, "not a score run folder (no run.json in it): the audit is of a "
+                                                    "finished score run (its --out folder)") from None
         raise InputError(str(run_dir), 0, None, f"no audit sample here ({AUDIT_DIR}/{SAMPLE_FILE}): draw one with "
-                                                f"`tension-run audit sample {run_dir}`") from None
+                                                f"`tension-run audit sample {shlex.quote(str(run_dir))}`") from None
     except OSError as e:
         raise InputError(str(p), 0, None, f"cannot be read: {e.strerror or e}") from None
     return decode_line(str(p), 0, raw, Sample, _sample_decoder)

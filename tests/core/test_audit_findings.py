@@ -303,3 +303,25 @@ def test_the_pages_own_words_and_spreadsheet_spellings_are_read_as_their_label_e
     for text in ambiguous:
         with pytest.raises(BadRequest):
             page.write(json.dumps({"annotator": "bo", "key": s.items[0].key, "label": text}).encode())
+
+
+@pytest.mark.parametrize("verb", [["export", "--out", "x.csv"], ["import", "x.csv"], ["report"]])
+def test_a_folder_that_is_no_run_is_said_so_and_the_advice_for_a_run_works(run, tmp_path, verb):
+    """`audit export|import|report` of a folder that is no run said `draw one with `tension-run audit
+    sample DIR``, which, run as printed, only said the folder is no run. Now they say that at once; for
+    a run without a sample the advice, run as printed (a name with a space in it), draws one."""
+    import shlex
+
+    (tmp_path / "x.csv").write_text("key,label,annotator\n")
+    empty = tmp_path / "not a run"
+    empty.mkdir()
+    r = run_here("audit", verb[0], empty, *verb[1:], cwd=tmp_path)
+    assert r.returncode == 1 and "not a score run folder (no run.json in it)" in r.stderr, r.stderr
+    assert "audit sample" not in r.stderr and "Traceback" not in r.stderr
+    spaced = tmp_path / "my run"
+    shutil.move(run, spaced)
+    r = run_here("audit", verb[0], spaced, *verb[1:], cwd=tmp_path)
+    assert r.returncode == 1 and "no audit sample here" in r.stderr
+    advice = r.stderr.split("draw one with `")[1].split("`")[0]
+    assert run_here(*shlex.split(advice)[1:], cwd=tmp_path).returncode == 0
+    assert lab.sample_path(spaced).is_file()
