@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 
 from tension.core.cli.flags import PORT, Number, Verb, count
@@ -50,7 +51,7 @@ def cmd_audit_sample(args) -> int:
     if (why := sample_mismatch(args.run, sample)) is not None:  # a sample kept over a run scored again since
         print(f"error: {why}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"label it: tension-run audit label {args.run}")
+    print(f"label it: tension-run audit label {shlex.quote(args.run)}")
     return EXIT_OK
 
 
@@ -99,7 +100,7 @@ def cmd_audit_export(args) -> int:
 
     path = audit_export(args.run, args.csv_out, annotator=args.annotator)
     print(f"written: {path} (fill in `label`: matches, does-not-match or cant-tell; read back with: tension-run "
-          f"audit import {args.run} {path})")
+          f"audit import {shlex.quote(args.run)} {shlex.quote(str(path))})")
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import math
+import shlex
 from pathlib import Path
 
 import msgspec
@@ -275,8 +276,8 @@ def audit_section(run_dir: str | Path) -> str:
 def _figure_lines(r: AuditReport) -> list[str]:
     """The figure (FIGURE, beside audit.md and report.md), or how to draw it."""
     if r.figure is None:
-        return [f"`tension-run audit report {r.run}` draws the figure: these group statistics beside their "
-                "corrections, and sensitivity and specificity by part and group."]
+        return [f"`tension-run audit report {shlex.quote(r.run)}` draws the figure: these group statistics beside "
+                "their corrections, and sensitivity and specificity by part and group."]
     out = [f"![Group no-rates uncorrected and corrected; the judge's sensitivity and specificity by part and "
            f"group, with 95 % intervals]({r.figure})", ""]
     if r.figure_current:

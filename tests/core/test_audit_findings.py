@@ -325,3 +325,33 @@ def test_a_folder_that_is_no_run_is_said_so_and_the_advice_for_a_run_works(run, 
     advice = r.stderr.split("draw one with `")[1].split("`")[0]
     assert run_here(*shlex.split(advice)[1:], cwd=tmp_path).returncode == 0
     assert lab.sample_path(spaced).is_file()
+
+
+def test_every_command_the_audit_prints_runs_as_printed_for_a_folder_with_a_space(run, tmp_path):
+    """`label it: tension-run audit label DIR`, `read back with: tension-run audit import DIR CSV` and
+    the section's `tension-run audit report DIR` printed the folder unquoted: for `my run` each split
+    into other arguments. Each, run as printed, now does what it says (the labelling server's own
+    arguments checked without serving)."""
+    import shlex
+
+    spaced = tmp_path / "my run"
+    shutil.move(run, spaced)
+    r = run_here("audit", "sample", spaced, "--size", 12, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    label = shlex.split(r.stdout.split("label it: ")[1].splitlines()[0])
+    assert label == ["tension-run", "audit", "label", str(spaced)]
+    out = tmp_path / "the labels.csv"
+    r = run_here("audit", "export", spaced, "--out", out, cwd=tmp_path)
+    rows = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
+    for row in rows:
+        row["annotator"], row["label"] = "ann", "no"
+    _write_csv(out, rows)
+    advice = shlex.split(r.stdout.split("read back with: ")[1].rsplit(")", 1)[0])
+    done = run_here(*advice[1:], cwd=tmp_path)
+    assert done.returncode == 0 and f"imported {len(rows)} label(s)" in done.stdout, done.stderr
+    import tension
+
+    section = tension.audit_section(spaced)
+    draw = shlex.split(section.split("`tension-run audit report ")[1].split("`")[0])
+    assert draw == [str(spaced)]
+    assert run_here("audit", "report", *draw, cwd=tmp_path).returncode == 0 and (spaced / "audit.png").is_file()
