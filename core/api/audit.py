@@ -56,11 +56,11 @@ def audit_export(run: PathLike, out: PathLike, *, annotator: str | None = None) 
     """Write the run's audit sample as CSV to `out` (the judge's answers left out; columns
     `annotator` and `label` to fill in; with `annotator`, that person's labels so far)."""
     from tension.core.inputs.jsonl import atomic_write
-    from tension.core.inputs.labels import check_annotator, read_labels, read_sample, sample_csv
+    from tension.core.inputs.labels import check_annotator, names_of, person, read_labels, read_sample, sample_csv
 
     sample = read_sample(run)
-    who = check_annotator("--annotator", 0, annotator) if annotator is not None else None
     labels, _ = read_labels(run, [it.key for it in sample.items])
+    who = person(check_annotator("--annotator", 0, annotator), names_of(labels)) if annotator is not None else None
     atomic_write(out, sample_csv(sample, who, labels))
     return Path(out)
 
@@ -72,12 +72,20 @@ def audit_import(run: PathLike, path: PathLike, *, annotator: str | None = None)
     name) already imported that the person has changed since (in the page, another file),
     so a file imported twice adds nothing and undoes nothing. Bad rows are returned as
     errors and not imported; nothing else is lost."""
-    from tension.core.inputs.labels import append_labels, labels_path, latest, read_label_csv, read_labels, read_sample
+    from tension.core.inputs.labels import (
+        append_labels,
+        labels_path,
+        latest,
+        names_of,
+        read_label_csv,
+        read_labels,
+        read_sample,
+    )
 
     sample = read_sample(run)
     keys = [it.key for it in sample.items]
-    got = read_label_csv(path, keys, annotator)
     given = read_labels(run, keys)[0]
+    got = read_label_csv(path, keys, annotator, people=names_of(given))
     have = latest(given)
     # what this file said when it was imported before: a row still saying it is not news, even when the
     # person has changed the answer since in the page (importing the file again must not undo that)

@@ -29,6 +29,7 @@ import os
 import re
 import shlex
 import time
+import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,8 @@ from tension.core.inputs.tabular import read_tabular
 
 __all__ = ["AUDIT_DIR", "SAMPLE_FILE", "LABELS_FILE", "LABELS", "LABEL_KEYS", "SampleItem", "Sample", "Count",
            "Label", "sample_path", "labels_path", "read_sample", "write_sample", "append_labels", "read_labels",
-           "latest", "check_annotator", "check_label_value", "now", "sample_csv", "CSV_COLUMNS", "read_label_csv",
+           "latest", "check_annotator",
+           "person", "names_of", "check_label_value", "now", "sample_csv", "CSV_COLUMNS", "read_label_csv",
            "CsvLabels", "MAX_ANNOTATOR"]
 
 AUDIT_DIR = "audit"
@@ -56,7 +58,7 @@ LABEL_KEYS = {"y": "matches", "yes": "matches", "match": "matches",
               "s": "cant-tell", "can't-tell": "cant-tell", "can't tell": "cant-tell", "cant tell": "cant-tell",
               "cannot tell": "cant-tell"}
 MAX_ANNOTATOR = 40
-_ANNOTATOR = re.compile(r"^\w[\w.\- ]*$")
+_ANNOTATOR = re.compile(r"^\w[\w.\-' \u2019]*$")
 
 
 class SampleItem(msgspec.Struct, kw_only=True, frozen=True):
@@ -134,14 +136,27 @@ def now() -> str:
 
 
 def check_annotator(path: str, line: int, name: Any, field: str = "annotator") -> str:
-    """An annotator's name: letters, digits, `_ . -` and spaces inside, at most 40 characters."""
+    """An annotator's name: letters, digits, `_ . -`, apostrophes (O'Brien) and spaces inside, at
+    most 40 characters; trimmed, its letters composed (NFC: a "ë" typed as e + ¨ is the same name)."""
     if not isinstance(name, str):
         raise InputError(path, line, field, f"expected a name, got {type(name).__name__}")
-    shown = name.strip()
+    shown = unicodedata.normalize("NFC", name.strip())
     if not shown or len(shown) > MAX_ANNOTATOR or not _ANNOTATOR.match(shown):
         raise InputError(path, line, field, f"expected a name of 1 to {MAX_ANNOTATOR} letters, digits, `_`, `.`, "
-                                            f"`-` or spaces (not first), got {name!r}")
+                                            f"`-`, `'` or spaces (not first), got {name!r}")
     return shown
+
+
+def person(name: str, known: dict[str, str]) -> str:
+    """The name a person goes by in the audit: the first spelling of it given (`known`: its
+    casefold -> that spelling, updated), so "Anna" on the page and "anna" in a spreadsheet are
+    one annotator, not two who always agree."""
+    return known.setdefault(name.casefold(), name)
+
+
+def names_of(labels: Iterable[Label]) -> dict[str, str]:
+    """casefold -> the annotator's name as the labels give it (read_labels' are each person's first)."""
+    return {lab.annotator.casefold(): lab.annotator for lab in labels}
 
 
 def check_label_value(path: str, line: int, value: Any, field: str = "label") -> str:
@@ -226,18 +241,20 @@ def read_labels(run_dir: str | os.PathLike, keys: Iterable[str] | None = None) -
     """Every label of audit/labels.jsonl in file order, and an InputError per bad line (not
     JSON, a cut line, an unknown label, a key not in the sample when `keys` is given). Each
     label as it is counted: a spelling the check accepts ("no", "Yes", "s") is the label it
-    stands for and a name is trimmed, so the audit never counts a "no" as a match."""
+    stands for, so the audit never counts a "no" as a match; a name is trimmed and is its
+    person's first spelling in the file (`person`: "anna" after "Anna" is Anna)."""
     p = labels_path(run_dir)
     if not p.is_file():
         return [], []
     known = set(keys) if keys is not None else None
     out: list[Label] = []
     errors: list[InputError] = []
+    names: dict[str, str] = {}
     for lineno, raw in iter_lines(p):
         try:
             lab = decode_line(str(p), lineno, raw, Label, _label_decoder)
             label = check_label_value(str(p), lineno, lab.label)
-            who = check_annotator(str(p), lineno, lab.annotator)
+            who = person(check_annotator(str(p), lineno, lab.annotator), names)
             if (label, who) != (lab.label, lab.annotator):  # a spelling the check reads ("no", "Anna "): what it means
                 lab = msgspec.structs.replace(lab, label=label, annotator=who)
             if known is not None and lab.key not in known:
@@ -286,18 +303,21 @@ class CsvLabels(msgspec.Struct, kw_only=True):
     errors: list[InputError]
 
 
-def read_label_csv(path: str | os.PathLike, keys: Iterable[str], annotator: str | None = None) -> CsvLabels:
+def read_label_csv(path: str | os.PathLike, keys: Iterable[str], annotator: str | None = None,
+                   people: dict[str, str] | None = None) -> CsvLabels:
     """Labels from a CSV (or TSV) file with the columns `key`, `label` and `annotator`
     (`annotator` may be left out when given here). A row naming a key the sample does not
     hold, a label of another value, no annotator, or the same key and annotator as an
     earlier row is an InputError naming the file, the line and the column; a row with an
-    empty label is not labelled yet (counted); the good rows are kept."""
+    empty label is not labelled yet (counted); the good rows are kept. A name is its person's
+    (`people`: the names labels.jsonl holds; `person`), whatever its case in the file."""
     known = set(keys)
     name = str(path)
     stamp = now()
     seen: dict[tuple[str, str], int] = {}
+    names: dict[str, str] = dict(people or {})
     blank = 0
-    default = check_annotator(name, 0, annotator, "--annotator") if annotator is not None else None
+    default = person(check_annotator(name, 0, annotator, "--annotator"), names) if annotator is not None else None
 
     def parse(file: str, line: int, row: dict[str, Any]) -> Label | None:
         nonlocal blank
@@ -320,6 +340,7 @@ def read_label_csv(path: str | os.PathLike, keys: Iterable[str], annotator: str 
             who = default
         else:
             who = check_annotator(file, line, given)
+        who = person(who, names)
         if (key, who) in seen:
             raise InputError(file, line, "key", f"a second label of {key!r} by {who!r} (the first on line "
                                                 f"{seen[key, who]}): keep one")

@@ -355,3 +355,46 @@ def test_every_command_the_audit_prints_runs_as_printed_for_a_folder_with_a_spac
     draw = shlex.split(section.split("`tension-run audit report ")[1].split("`")[0])
     assert draw == [str(spaced)]
     assert run_here("audit", "report", *draw, cwd=tmp_path).returncode == 0 and (spaced / "audit.png").is_file()
+
+
+def test_one_person_is_one_annotator_whatever_the_case_and_apostrophes_are_names(run, tmp_path):
+    """Anna labels in the page as "Anna", later exports with --annotator anna and fills the spreadsheet:
+    she was two annotators, her export empty, the shared items labelled twice and "People against
+    people" her agreement with herself. Now a name is its person's first spelling whatever its case
+    or Unicode composition, through every door (the page, export, import, labels.jsonl); and a name
+    with an apostrophe (O'Brien, D’Angelo) is a name (it was refused)."""
+    from tension.core.view.labelling import Labelling
+
+    s = _sampled(run)
+    page = Labelling(run)
+    first = s.items[:6]
+    for i, it in enumerate(first):
+        state = page.write(json.dumps({"annotator": "Anna", "key": it.key, "label": _truth(it, i)}).encode())
+    assert state["annotator"] == "Anna" and state["done"] == 6
+    assert page.state(" ANNA ")["annotator"] == "Anna" and page.state("anna")["done"] == 6
+    out = tmp_path / "anna.csv"
+    assert run_here("audit", "export", run, "--out", out, "--annotator", "anna").returncode == 0
+    rows = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
+    assert [r["label"] for r in rows[:6]] == [_truth(it, i) for i, it in enumerate(first)]
+    for i, row in enumerate(rows):
+        row["label"] = row["label"] or _truth(s.items[i], i)
+        row["annotator"] = ["anna", "ANNA", "Anna "][i % 3]
+    _write_csv(out, rows)
+    r = run_here("audit", "import", run, out)
+    assert r.returncode == 0 and f"imported {len(rows) - 6} label(s)" in r.stdout, (r.stdout, r.stderr)
+    # a line a script wrote with another case, and a decomposed "Zoë" beside a composed one
+    zoe_nfc, zoe_nfd = "Zo\u00eb", "Zoe\u0308"
+    with lab.labels_path(run).open("a") as f:
+        f.write(json.dumps({"key": s.items[0].key, "annotator": "aNNA", "label": _truth(s.items[0], 0),
+                            "time": "t"}) + "\n")
+    page.write(json.dumps({"annotator": zoe_nfc, "key": s.items[1].key, "label": "matches"}).encode())
+    page.write(json.dumps({"annotator": zoe_nfd, "key": s.items[2].key, "label": "matches"}).encode())
+    report = audit_report(run, n_resamples=200)
+    assert report.annotators == {"Anna": len(s.items), zoe_nfc: 2}, report.annotators
+    assert all({p.a, p.b} != {"Anna", "anna"} for p in report.people)
+    # apostrophes
+    for name in ("O'Brien", "D\u2019Angelo"):
+        assert page.state(name)["annotator"] == name
+        page.write(json.dumps({"annotator": name, "key": s.items[3].key, "label": "cant-tell"}).encode())
+    assert {"O'Brien", "D\u2019Angelo"} <= set(audit_report(run, n_resamples=200).annotators)
+    assert run_here("audit", "export", run, "--out", tmp_path / "o.csv", "--annotator", "O'Brien").returncode == 0
