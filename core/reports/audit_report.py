@@ -104,8 +104,30 @@ def _stories(run_dir: Path) -> list[dict[str, str]]:
         with path.open(encoding="utf-8", newline="") as f:
             return list(csv.DictReader(f))
     except FileNotFoundError:
-        raise InputError(str(run_dir), 0, None, "no stories.csv: the audit corrects a finished run's statistics "
-                                                "(tension-run report RUN_DIR writes it from positions.jsonl)") from None
+        raise InputError(str(run_dir), 0, None, "no stories.csv: the audit corrects a finished run's statistics; "
+                                                f"write it from positions.jsonl with the run's settings: "
+                                                f"{_metrics_command(run_dir)}") from None
+
+
+def _metrics_command(run_dir: Path) -> str:
+    """`tension-run metrics` writing the run's stories.csv and groups.csv again, with the curve
+    settings its run.json records (the paper's where it records none): `report` writes neither."""
+    import json
+
+    from tension.kernels.settings import CurveSettings
+
+    d = CurveSettings()
+    try:
+        c = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        c = {}
+    thresholds = ",".join(f"{t:g}" for t in c.get("thresholds", d.thresholds))
+    q = shlex.quote(str(run_dir))
+    return (f"tension-run metrics {q} --out {q} --window {c.get('window', d.window)} --thresholds {thresholds} "
+            f"--late-threshold {c.get('late_threshold', d.late_threshold):g} "
+            f"--retention-window {c.get('retention_window', d.retention_window)} "
+            f"--interval-resamples {c.get('interval_resamples', d.interval_resamples)} "
+            f"--interval-seed {c.get('interval_seed', d.interval_seed)}")
 
 
 def _groups(run_dir: Path) -> dict[tuple[str, str], dict[str, str]]:

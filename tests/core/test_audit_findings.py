@@ -398,3 +398,25 @@ def test_one_person_is_one_annotator_whatever_the_case_and_apostrophes_are_names
         page.write(json.dumps({"annotator": name, "key": s.items[3].key, "label": "cant-tell"}).encode())
     assert {"O'Brien", "D\u2019Angelo"} <= set(audit_report(run, n_resamples=200).annotators)
     assert run_here("audit", "export", run, "--out", tmp_path / "o.csv", "--annotator", "O'Brien").returncode == 0
+
+
+def test_a_run_without_stories_csv_is_told_a_command_that_writes_it_as_the_run_had_it(run):
+    """`audit report` of a run without stories.csv said `tension-run report RUN_DIR writes it`, which,
+    run as printed, writes report.md and no stories.csv. Now it prints a `tension-run metrics` with the
+    run's own curve settings (a run scored with --window 3 and --late-threshold 0.7 here): run as
+    printed, it writes the same stories.csv and groups.csv, and the audit reports."""
+    import shlex
+
+    (run.parent / "cache").symlink_to(Path(json.loads((run / "run.json").read_text())["config"]["cache"]))
+    _rescore(run, "--window", 3, "--late-threshold", 0.7)
+    _sampled(run)
+    stories, groups = (run / "stories.csv").read_text(), (run / "groups.csv").read_text()
+    (run / "stories.csv").unlink()
+    r = run_here("audit", "report", run)
+    assert r.returncode == 1 and "no stories.csv" in r.stderr and "Traceback" not in r.stderr
+    advice = shlex.split(r.stderr.split("with the run's settings: ")[1].strip())
+    assert advice[:2] == ["tension-run", "metrics"] and "--window" in advice
+    done = run_here(*advice[1:])
+    assert done.returncode == 0, done.stderr
+    assert (run / "stories.csv").read_text() == stories and (run / "groups.csv").read_text() == groups
+    assert run_here("audit", "report", run).returncode == 0
