@@ -65,12 +65,16 @@ def cmd_audit_label(args) -> int:
     view RUN_DIR` serves it too); Ctrl-C stops it."""
     from tension.core.api.audit import audit_sample
     from tension.core.errors import status_of
-    from tension.core.inputs.labels import sample_path
+    from tension.core.inputs.labels import read_sample, sample_path
+    from tension.core.inputs.verdict_counts import sample_mismatch
     from tension.core.signals import quiet_finalizers
 
     if not sample_path(args.run).is_file():
         _said_sample(audit_sample(args.run, size=args.size, shared=args.shared, seed=args.seed, cache=args.cache),
                      args.run)
+    elif (why := sample_mismatch(args.run, read_sample(args.run))) is not None:  # labels nothing could use
+        print(f"error: {why}", file=sys.stderr)
+        return EXIT_FAILED
 
     def say(message: str) -> None:
         print(message, flush=True)

@@ -104,7 +104,8 @@ def test_an_audit_of_other_verdicts_than_the_runs_is_refused_and_its_advice_work
     copied from another run reads as well as its own: the audit's error rates are then of verdicts the
     run no longer holds, and corrected this run's stories.csv silently (the review's run: 2,520
     verdicts in the sample's counts, 1,512 in the run). Every door says so instead: `audit report`
-    (exit 1, nothing written), `audit sample` without --redraw, report.md's section and
+    (exit 1, nothing written), `audit sample` without --redraw, `audit label` (before it serves),
+    report.md's section and
     tension.audit_section (the run's own report still written). The advice, run as printed, works."""
     import shlex
     import subprocess
@@ -132,6 +133,8 @@ def test_an_audit_of_other_verdicts_than_the_runs_is_refused_and_its_advice_work
     again = run_here("audit", "sample", run)
     assert again.returncode == 1 and "sample.json was drawn from other verdicts" in again.stderr
     assert "label it:" not in again.stdout
+    page = run_here("audit", "label", run, "--port", 0)  # no page for labels no audit could use
+    assert page.returncode == 1 and "sample.json was drawn from other verdicts" in page.stderr
     assert run_here("report", run).returncode == 0
     md = (run / "report.md").read_text(encoding="utf-8")
     assert "## The judge against people\n\nNot computed: " in md and "other verdicts than the run holds" in md
