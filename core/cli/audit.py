@@ -33,6 +33,20 @@ def _said_sample(sample, run: str) -> None:
         print(f"note: {n}", file=sys.stderr)
 
 
+def _kept_sample(sample, args) -> None:
+    """Say that a sample drawn before is kept when this command's flags asked for another (--size,
+    --shared, --seed, as given; None: not given): it is drawn once, and they were left unused without a word."""
+    asked = {"--size": args.size, "--seed": args.seed, "--shared": args.shared}
+    have = {"--size": sample.size, "--seed": sample.seed, "--shared": sample.shared}
+    differ = [f for f, v in asked.items() if v is not None and v != have[f]]
+    if not differ:
+        return
+    flags = " ".join(f"{f} {asked[f]}" for f in asked if asked[f] is not None)
+    print(f"note: the run's sample was drawn before ({', '.join(f'{f} {have[f]}' for f in differ)}) and is kept; "
+          f"to draw it anew with {', '.join(f'{f} {asked[f]}' for f in differ)} while nobody has labelled it: "
+          f"tension-run audit sample {shlex.quote(args.run)} {flags} --redraw", file=sys.stderr)
+
+
 def cmd_audit_sample(args) -> int:
     """Draw the sample of a finished score run's verdicts that people label (once, seeded).
 
@@ -43,11 +57,15 @@ def cmd_audit_sample(args) -> int:
     continuation and the predicted ending the judge saw (read from the run's cache; nothing is sent). Run
     again, it says what is there; --redraw draws anew while nobody has labelled it."""
     from tension.core.api.audit import audit_sample
+    from tension.core.inputs.labels import sample_path
     from tension.core.inputs.verdict_counts import sample_mismatch
 
-    sample = audit_sample(args.run, size=args.size, shared=args.shared, seed=args.seed, cache=args.cache,
-                          redraw=args.redraw)
+    kept = sample_path(args.run).is_file() and not args.redraw
+    sample = audit_sample(args.run, size=args.size or DEFAULT_SIZE, shared=args.shared, seed=args.seed or 0,
+                          cache=args.cache, redraw=args.redraw)
     _said_sample(sample, args.run)
+    if kept:
+        _kept_sample(sample, args)
     if (why := sample_mismatch(args.run, sample)) is not None:  # a sample kept over a run scored again since
         print(f"error: {why}", file=sys.stderr)
         return EXIT_FAILED
@@ -70,11 +88,13 @@ def cmd_audit_label(args) -> int:
     from tension.core.signals import quiet_finalizers
 
     if not sample_path(args.run).is_file():
-        _said_sample(audit_sample(args.run, size=args.size, shared=args.shared, seed=args.seed, cache=args.cache),
-                     args.run)
-    elif (why := sample_mismatch(args.run, read_sample(args.run))) is not None:  # labels nothing could use
+        _said_sample(audit_sample(args.run, size=args.size or DEFAULT_SIZE, shared=args.shared, seed=args.seed or 0,
+                                  cache=args.cache), args.run)
+    elif (why := sample_mismatch(args.run, kept := read_sample(args.run))) is not None:  # labels nothing could use
         print(f"error: {why}", file=sys.stderr)
         return EXIT_FAILED
+    else:
+        _kept_sample(kept, args)
 
     def say(message: str) -> None:
         print(message, flush=True)
@@ -158,12 +178,13 @@ def _run(p) -> None:
 
 def _sample_flags(p, *, cache: bool = True) -> None:
     g = p.add_argument_group("the sample (drawn once)")
-    g.add_argument("--size", type=count(2, 100_000), default=DEFAULT_SIZE,
+    # None when not given: a sample drawn before is kept, and only flags the user gave are said unused
+    g.add_argument("--size", type=count(2, 100_000), default=None,
                    help="verdicts in the sample, half among the judge's no and half among its yes (default: "
-                        "%(default)s)")
+                        f"{DEFAULT_SIZE})")
     g.add_argument("--shared", type=count(0, 100_000), default=None,
                    help="of them, shown to every annotator for agreement between people (default: a fifth)")
-    g.add_argument("--seed", type=count(0), default=0, help="seed of the draw (default: %(default)s)")
+    g.add_argument("--seed", type=count(0), default=None, help="seed of the draw (default: 0)")
     if cache:
         g.add_argument("--cache", metavar="PATH", help="the LMDB cache holding the run's endings and verdicts "
                                                        "(default: the one run.json names)")

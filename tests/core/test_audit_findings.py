@@ -423,3 +423,23 @@ def test_a_run_without_stories_csv_is_told_a_command_that_writes_it_as_the_run_h
     assert done.returncode == 0, done.stderr
     assert (run / "stories.csv").read_text() == stories and (run / "groups.csv").read_text() == groups
     assert run_here("audit", "report", run).returncode == 0
+
+
+def test_flags_asking_for_another_sample_than_the_one_kept_are_said_and_the_advice_draws_it(run):
+    """`audit sample RUN --size 60` over a sample of 24 printed the 24 and nothing else: the --size
+    was dropped without a word (so was `audit label`'s). Now a note names what is kept and the
+    command that draws what was asked, which, run as printed, does; flags not given say nothing."""
+    import shlex
+
+    _sampled(run)
+    plain = run_here("audit", "sample", run)
+    assert plain.returncode == 0 and "note:" not in plain.stderr
+    r = run_here("audit", "sample", run, "--size", 30, "--seed", 2)
+    assert r.returncode == 0 and len(lab.read_sample(run).items) == 24
+    assert "note: the run's sample was drawn before (--size 24) and is kept" in r.stderr, r.stderr
+    assert "--seed" not in r.stderr.split("is kept")[0]  # the seed asked is the one it has
+    advice = shlex.split(r.stderr.split("while nobody has labelled it: ")[1].strip())
+    assert advice[:3] == ["tension-run", "audit", "sample"] and advice[-1] == "--redraw"
+    assert run_here(*advice[1:]).returncode == 0
+    s = lab.read_sample(run)
+    assert (s.size, s.seed, len(s.items)) == (30, 2, 30)
