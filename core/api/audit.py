@@ -58,6 +58,10 @@ def audit_export(run: PathLike, out: PathLike, *, annotator: str | None = None) 
     from tension.core.inputs.jsonl import atomic_write
     from tension.core.inputs.labels import check_annotator, names_of, person, read_labels, read_sample, sample_csv
 
+    if Path(out).is_dir():  # the atomic write's rename would name its hidden temporary file instead
+        from tension.core.errors import ConfigError
+
+        raise ConfigError(f"--out {out}: a folder; give the CSV file to write (e.g. {Path(out) / 'audit.csv'})")
     sample = read_sample(run)
     labels, _ = read_labels(run, [it.key for it in sample.items])
     who = person(check_annotator("--annotator", 0, annotator), names_of(labels)) if annotator is not None else None

@@ -443,3 +443,13 @@ def test_flags_asking_for_another_sample_than_the_one_kept_are_said_and_the_advi
     assert run_here(*advice[1:]).returncode == 0
     s = lab.read_sample(run)
     assert (s.size, s.seed, len(s.items)) == (30, 2, 30)
+
+
+def test_export_to_a_folder_names_the_flag_and_its_example_works(run, tmp_path):
+    """`audit export RUN --out /tmp` said `error: Is a directory (/.tmp.e32aa8c2a712.tmp)`, naming a
+    hidden file nobody made. Now it names --out, exit 2, and the example it gives writes the CSV."""
+    _sampled(run)
+    r = run_here("audit", "export", run, "--out", tmp_path)
+    assert r.returncode == 2 and f"--out {tmp_path}: a folder" in r.stderr and ".tmp" not in r.stderr
+    example = r.stderr.split("(e.g. ")[1].split(")")[0]
+    assert run_here("audit", "export", run, "--out", example).returncode == 0 and Path(example).is_file()
