@@ -1,7 +1,8 @@
 """The audit of a run's judge (issue 60) walked as a researcher walks it, and what went wrong
 there (review of 2026-12-07): a label spelled otherwise in labels.jsonl counted as the
 opposite answer, an audit kept over a run scored again, the intervals' method misnamed,
-an import undoing later answers, and the page's own wording refused in a spreadsheet."""
+advice that did not work as printed, flags dropped silently (the labels' findings:
+tests/core/test_audit_label_findings.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from audit_run import scored_run  # tests/audit_run.py
+from audit_run import sampled, scored_run, truth, write_csv  # tests/audit_run.py
 
 from tension.core.inputs import labels as lab
 from tension.core.reports.audit_report import audit_report, audit_rows
@@ -30,20 +31,6 @@ def run(scored, tmp_path) -> Path:
     return d
 
 
-def _sampled(run: Path, size: int = 24) -> lab.Sample:
-    r = run_here("audit", "sample", run, "--size", size, "--shared", 4, "--seed", 2)
-    assert r.returncode == 0, r.stderr
-    return lab.read_sample(run)
-
-
-def _truth(it: lab.SampleItem, i: int) -> str:
-    """People's answer: the judge's, but wrong on every fifth item and unsure on every seventh."""
-    said = "does-not-match" if it.judge != "match" else "matches"
-    if i % 5 == 0:
-        said = "matches" if said == "does-not-match" else "does-not-match"
-    return "cant-tell" if i % 7 == 3 else said
-
-
 # what a person or a script may write for each label, as the readers accept it (core/inputs/labels.py)
 SPELLINGS = {"matches": ["yes", "Yes", "Y", " y ", "Matches", "MATCHES"],
              "does-not-match": ["no", "No", "N", "n ", "Does-Not-Match", "NO"],
@@ -59,10 +46,10 @@ def test_every_spelling_labels_jsonl_accepts_counts_as_the_label_it_stands_for(r
     person it stands for: the audit's every number equals the one of the same labels spelled as the
     page writes them. (Before, the check's answer was thrown away and the raw text compared with
     "does-not-match": a "no" counted as a match, a "s" as a decisive match, silently.)"""
-    s = _sampled(run)
+    s = sampled(run)
     plain, spelled = [], []
     for i, it in enumerate(s.items):
-        want = _truth(it, i)
+        want = truth(it, i)
         for who in ("ann", "bo") if it.shared else ("ann",):
             plain.append({"key": it.key, "annotator": who, "label": want, "time": "t"})
             variants = SPELLINGS[want]
@@ -112,9 +99,9 @@ def test_an_audit_of_other_verdicts_than_the_runs_is_refused_and_its_advice_work
 
     import tension
 
-    s = _sampled(run)
-    lab.append_labels(run, [lab.Label(key=it.key, annotator="ann", label=_truth(it, i), time=lab.now())
-                            for i, it in enumerate(s.items) if _truth(it, i) != "cant-tell"])
+    s = sampled(run)
+    lab.append_labels(run, [lab.Label(key=it.key, annotator="ann", label=truth(it, i), time=lab.now())
+                            for i, it in enumerate(s.items) if truth(it, i) != "cant-tell"])
     if how == "scored again":
         (run.parent / "cache").symlink_to(Path(json.loads((run / "run.json").read_text())["config"]["cache"]))
         _rescore(run, "--endings", 3)
@@ -154,8 +141,8 @@ def test_an_audit_of_other_verdicts_than_the_runs_is_refused_and_its_advice_work
 def test_the_same_run_copied_or_moved_keeps_its_audit(run, tmp_path):
     """The check compares the verdicts, not the path: a run folder copied or moved with its audit
     is audited as before."""
-    s = _sampled(run)
-    lab.append_labels(run, [lab.Label(key=it.key, annotator="ann", label=_truth(it, i), time=lab.now())
+    s = sampled(run)
+    lab.append_labels(run, [lab.Label(key=it.key, annotator="ann", label=truth(it, i), time=lab.now())
                             for i, it in enumerate(s.items)])
     moved = tmp_path / "moved"
     shutil.move(run, moved)
@@ -169,8 +156,8 @@ def test_the_report_names_the_intervals_its_numbers_have(run):
     a "bootstrap over the labelled items (N resamples, seed S)", and `audit report --help` "Cohen's κ (95%
     bootstrap intervals)": they are Wilson–MOVER's (docs/metrics.md 1.10), which no --resamples or --seed
     moves. A paper citing the method would cite the wrong one."""
-    s = _sampled(run)
-    lab.append_labels(run, [lab.Label(key=it.key, annotator="ann", label=_truth(it, i), time=lab.now())
+    s = sampled(run)
+    lab.append_labels(run, [lab.Label(key=it.key, annotator="ann", label=truth(it, i), time=lab.now())
                             for i, it in enumerate(s.items)])
     outs = []
     for resamples, seed in ((200, 1), (700, 9)):
@@ -186,126 +173,6 @@ def test_the_report_names_the_intervals_its_numbers_have(run):
             assert "bootstrap" not in said.split("uncorrected")[0] and "Wilson–MOVER" in said, said
     helped = run_here("audit", "report", "--help").stdout
     assert "bootstrap intervals" not in helped.split("positional arguments")[0] and "Wilson" in helped
-
-
-def _export_filled(run: Path, out: Path, who: str, s: lab.Sample) -> list[dict]:
-    assert run_here("audit", "export", run, "--out", out).returncode == 0
-    rows = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
-    for i, row in enumerate(rows):
-        row["annotator"], row["label"] = who, _truth(s.items[i], i)
-    _write_csv(out, rows)
-    return rows
-
-
-def _write_csv(out: Path, rows: list[dict]) -> None:
-    with out.open("w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-
-
-def _flip(label: str) -> str:
-    return {"matches": "does-not-match", "does-not-match": "matches", "cant-tell": "matches"}[label]
-
-
-def test_importing_a_file_again_undoes_no_later_answer(run, tmp_path):
-    """A spreadsheet imported, then answers changed by the same person in the labelling page and by
-    another file; the first file imported again (a script that imports every CSV, a second click) put
-    its old answers back over the later ones and said `imported N label(s)`. Now a row the file
-    already gave is not news: nothing is added, the later answers stay, and the note says how many;
-    a row the file itself changes since is imported."""
-    from tension.core.view.labelling import Labelling
-
-    s = _sampled(run)
-    a = tmp_path / "a.csv"
-    rows = _export_filled(run, a, "ann", s)
-    first = run_here("audit", "import", run, a)
-    assert first.returncode == 0 and f"imported {len(rows)} label(s)" in first.stdout
-    keys = [it.key for it in s.items]
-    page = Labelling(run)
-    for k in keys[:3]:  # in the page, as its script posts
-        was = lab.latest(lab.read_labels(run, keys)[0])[k]["ann"].label
-        page.write(json.dumps({"annotator": "ann", "key": k, "label": _flip(was)}).encode())
-    b = tmp_path / "b.csv"
-    rows_b = [dict(r) for r in rows[3:5]]
-    for r in rows_b:
-        r["label"] = _flip(r["label"])
-    _write_csv(b, rows_b)
-    assert run_here("audit", "import", run, b).returncode == 0
-    later = {k: v["ann"].label for k, v in lab.latest(lab.read_labels(run, keys)[0]).items()}
-    lines = lab.labels_path(run).read_text().count("\n")
-    again = run_here("audit", "import", run, a)
-    assert again.returncode == 0 and "imported 0 label(s)" in again.stdout, again.stdout
-    assert "note: 5 row(s) this file gave before were changed since by the same person" in again.stderr
-    assert lab.labels_path(run).read_text().count("\n") == lines
-    assert {k: v["ann"].label for k, v in lab.latest(lab.read_labels(run, keys)[0]).items()} == later
-    # the file edited: its changed row is news, the others still are not
-    rows[0]["label"] = next(x for x in lab.LABELS if x not in (rows[0]["label"], later[keys[0]]))
-    _write_csv(a, rows)
-    edited = run_here("audit", "import", run, a)
-    assert "imported 1 label(s)" in edited.stdout, edited.stdout
-    assert lab.latest(lab.read_labels(run, keys)[0])[keys[0]]["ann"].label == rows[0]["label"]
-    assert lab.latest(lab.read_labels(run, keys)[0])[keys[1]]["ann"].label == later[keys[1]]
-
-
-def _page_words() -> dict[str, str]:
-    """The labelling page's buttons: label -> the words it shows (core/view/static/label.js ANSWERS)."""
-    import re
-
-    import tension.core.view as view
-
-    js = (Path(view.__file__).parent / "static" / "label.js").read_text(encoding="utf-8")
-    block = js.split("const ANSWERS = ")[1].split(";")[0]
-    return {value: words for value, _key, words in re.findall(r'\["([a-z-]+)", "([a-z])", "([^"]+)"\]', block)}
-
-
-# as a person types them in a spreadsheet, autocorrect and all
-WRITTEN = {"matches": ["Matches", "match", "Match ", "YES", "y"],
-           "does-not-match": ["Does not match", "does  not match", "doesn't match", "Doesn’t match", "no match",
-                              "does_not_match", "No "],
-           "cant-tell": ["Can't tell", "can’t tell", "Cannot tell", "cant_tell", "S"]}
-
-
-def test_the_pages_own_words_and_spreadsheet_spellings_are_read_as_their_label_everywhere(run, tmp_path):
-    """The page's buttons say "does not match" and "can't tell"; a person filling the spreadsheet
-    writes them so (or as autocorrect leaves them: "Doesn’t match"), and `audit import` refused
-    "Does not match" while taking "can't tell". Every spelling below is its label through each door
-    (`audit import`, labels.jsonl, the page's POST); what could mean either stays an error."""
-    from tension.core.view.labelling import BadRequest, Labelling
-
-    words = _page_words()
-    assert set(words) == set(lab.LABELS)
-    spellings = {k: [words[k], *v] for k, v in WRITTEN.items()}
-    s = _sampled(run, size=40)
-    pairs = [(want, text) for want, texts in spellings.items() for text in texts]
-    assert len(pairs) <= len(s.items)
-    out = tmp_path / "filled.csv"
-    assert run_here("audit", "export", run, "--out", out).returncode == 0
-    rows = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))[:len(pairs)]
-    for row, (_, text) in zip(rows, pairs):
-        row["annotator"], row["label"] = "ann", text
-    ambiguous = ["1", "0", "TRUE", "?", "maybe", "x", "no/yes"]
-    extra = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))[len(pairs):len(pairs) + len(ambiguous)]
-    for row, text in zip(extra, ambiguous):
-        row["annotator"], row["label"] = "ann", text
-    _write_csv(out, rows + extra)
-    r = run_here("audit", "import", run, out)
-    assert f"imported {len(pairs)} label(s)" in r.stdout, (r.stdout, r.stderr)
-    assert r.returncode == 1 and r.stderr.count("field `label`: expected one of") == len(ambiguous)
-    got = lab.latest(lab.read_labels(run, [it.key for it in s.items])[0])
-    assert [got[row["key"]]["ann"].label for row in rows] == [want for want, _ in pairs]
-    # labels.jsonl and the page's POST read them alike
-    for (want, text) in pairs:
-        assert lab.check_label_value("t", 1, text) == want
-    page = Labelling(run)
-    for (_, text), it in zip(pairs, s.items):
-        state = page.write(json.dumps({"annotator": "bo", "key": it.key, "label": text}).encode())
-        assert state["annotator"] == "bo"
-    got = lab.latest(lab.read_labels(run, [it.key for it in s.items])[0])
-    assert [got[it.key]["bo"].label for it in s.items[:len(pairs)]] == [want for want, _ in pairs]
-    for text in ambiguous:
-        with pytest.raises(BadRequest):
-            page.write(json.dumps({"annotator": "bo", "key": s.items[0].key, "label": text}).encode())
 
 
 @pytest.mark.parametrize("verb", [["export", "--out", "x.csv"], ["import", "x.csv"], ["report"]])
@@ -348,7 +215,7 @@ def test_every_command_the_audit_prints_runs_as_printed_for_a_folder_with_a_spac
     rows = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
     for row in rows:
         row["annotator"], row["label"] = "ann", "no"
-    _write_csv(out, rows)
+    write_csv(out, rows)
     advice = shlex.split(r.stdout.split("read back with: ")[1].rsplit(")", 1)[0])
     done = run_here(*advice[1:], cwd=tmp_path)
     assert done.returncode == 0 and f"imported {len(rows)} label(s)" in done.stdout, done.stderr
@@ -360,49 +227,6 @@ def test_every_command_the_audit_prints_runs_as_printed_for_a_folder_with_a_spac
     assert run_here("audit", "report", *draw, cwd=tmp_path).returncode == 0 and (spaced / "audit.png").is_file()
 
 
-def test_one_person_is_one_annotator_whatever_the_case_and_apostrophes_are_names(run, tmp_path):
-    """Anna labels in the page as "Anna", later exports with --annotator anna and fills the spreadsheet:
-    she was two annotators, her export empty, the shared items labelled twice and "People against
-    people" her agreement with herself. Now a name is its person's first spelling whatever its case
-    or Unicode composition, through every door (the page, export, import, labels.jsonl); and a name
-    with an apostrophe (O'Brien, D’Angelo) is a name (it was refused)."""
-    from tension.core.view.labelling import Labelling
-
-    s = _sampled(run)
-    page = Labelling(run)
-    first = s.items[:6]
-    for i, it in enumerate(first):
-        state = page.write(json.dumps({"annotator": "Anna", "key": it.key, "label": _truth(it, i)}).encode())
-    assert state["annotator"] == "Anna" and state["done"] == 6
-    assert page.state(" ANNA ")["annotator"] == "Anna" and page.state("anna")["done"] == 6
-    out = tmp_path / "anna.csv"
-    assert run_here("audit", "export", run, "--out", out, "--annotator", "anna").returncode == 0
-    rows = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
-    assert [r["label"] for r in rows[:6]] == [_truth(it, i) for i, it in enumerate(first)]
-    for i, row in enumerate(rows):
-        row["label"] = row["label"] or _truth(s.items[i], i)
-        row["annotator"] = ["anna", "ANNA", "Anna "][i % 3]
-    _write_csv(out, rows)
-    r = run_here("audit", "import", run, out)
-    assert r.returncode == 0 and f"imported {len(rows) - 6} label(s)" in r.stdout, (r.stdout, r.stderr)
-    # a line a script wrote with another case, and a decomposed "Zoë" beside a composed one
-    zoe_nfc, zoe_nfd = "Zo\u00eb", "Zoe\u0308"
-    with lab.labels_path(run).open("a") as f:
-        f.write(json.dumps({"key": s.items[0].key, "annotator": "aNNA", "label": _truth(s.items[0], 0),
-                            "time": "t"}) + "\n")
-    page.write(json.dumps({"annotator": zoe_nfc, "key": s.items[1].key, "label": "matches"}).encode())
-    page.write(json.dumps({"annotator": zoe_nfd, "key": s.items[2].key, "label": "matches"}).encode())
-    report = audit_report(run, n_resamples=200)
-    assert report.annotators == {"Anna": len(s.items), zoe_nfc: 2}, report.annotators
-    assert all({p.a, p.b} != {"Anna", "anna"} for p in report.people)
-    # apostrophes
-    for name in ("O'Brien", "D\u2019Angelo"):
-        assert page.state(name)["annotator"] == name
-        page.write(json.dumps({"annotator": name, "key": s.items[3].key, "label": "cant-tell"}).encode())
-    assert {"O'Brien", "D\u2019Angelo"} <= set(audit_report(run, n_resamples=200).annotators)
-    assert run_here("audit", "export", run, "--out", tmp_path / "o.csv", "--annotator", "O'Brien").returncode == 0
-
-
 def test_a_run_without_stories_csv_is_told_a_command_that_writes_it_as_the_run_had_it(run):
     """`audit report` of a run without stories.csv said `tension-run report RUN_DIR writes it`, which,
     run as printed, writes report.md and no stories.csv. Now it prints a `tension-run metrics` with the
@@ -412,7 +236,7 @@ def test_a_run_without_stories_csv_is_told_a_command_that_writes_it_as_the_run_h
 
     (run.parent / "cache").symlink_to(Path(json.loads((run / "run.json").read_text())["config"]["cache"]))
     _rescore(run, "--window", 3, "--late-threshold", 0.7)
-    _sampled(run)
+    sampled(run)
     stories, groups = (run / "stories.csv").read_text(), (run / "groups.csv").read_text()
     (run / "stories.csv").unlink()
     r = run_here("audit", "report", run)
@@ -431,7 +255,7 @@ def test_flags_asking_for_another_sample_than_the_one_kept_are_said_and_the_advi
     command that draws what was asked, which, run as printed, does; flags not given say nothing."""
     import shlex
 
-    _sampled(run)
+    sampled(run)
     plain = run_here("audit", "sample", run)
     assert plain.returncode == 0 and "note:" not in plain.stderr
     r = run_here("audit", "sample", run, "--size", 30, "--seed", 2)
@@ -443,13 +267,3 @@ def test_flags_asking_for_another_sample_than_the_one_kept_are_said_and_the_advi
     assert run_here(*advice[1:]).returncode == 0
     s = lab.read_sample(run)
     assert (s.size, s.seed, len(s.items)) == (30, 2, 30)
-
-
-def test_export_to_a_folder_names_the_flag_and_its_example_works(run, tmp_path):
-    """`audit export RUN --out /tmp` said `error: Is a directory (/.tmp.e32aa8c2a712.tmp)`, naming a
-    hidden file nobody made. Now it names --out, exit 2, and the example it gives writes the CSV."""
-    _sampled(run)
-    r = run_here("audit", "export", run, "--out", tmp_path)
-    assert r.returncode == 2 and f"--out {tmp_path}: a folder" in r.stderr and ".tmp" not in r.stderr
-    example = r.stderr.split("(e.g. ")[1].split(")")[0]
-    assert run_here("audit", "export", run, "--out", example).returncode == 0 and Path(example).is_file()
