@@ -38,6 +38,7 @@ class ImportResult(msgspec.Struct, kw_only=True):
     blank: int
     errors: list[str]
     labels_file: str
+    superseded: int = 0  # of `unchanged`: rows this file said before, since changed by the same person elsewhere
 
 
 def audit_sample(run: PathLike, *, size: int = 100, shared: int | None = None, seed: int = 0,
@@ -55,11 +56,15 @@ def audit_export(run: PathLike, out: PathLike, *, annotator: str | None = None) 
     """Write the run's audit sample as CSV to `out` (the judge's answers left out; columns
     `annotator` and `label` to fill in; with `annotator`, that person's labels so far)."""
     from tension.core.inputs.jsonl import atomic_write
-    from tension.core.inputs.labels import check_annotator, read_labels, read_sample, sample_csv
+    from tension.core.inputs.labels import check_annotator, names_of, person, read_labels, read_sample, sample_csv
 
+    if Path(out).is_dir():  # the atomic write's rename would name its hidden temporary file instead
+        from tension.core.errors import ConfigError
+
+        raise ConfigError(f"--out {out}: a folder; give the CSV file to write (e.g. {Path(out) / 'audit.csv'})")
     sample = read_sample(run)
-    who = check_annotator("--annotator", 0, annotator) if annotator is not None else None
     labels, _ = read_labels(run, [it.key for it in sample.items])
+    who = person(check_annotator("--annotator", 0, annotator), names_of(labels)) if annotator is not None else None
     atomic_write(out, sample_csv(sample, who, labels))
     return Path(out)
 
@@ -67,19 +72,42 @@ def audit_export(run: PathLike, out: PathLike, *, annotator: str | None = None) 
 def audit_import(run: PathLike, path: PathLike, *, annotator: str | None = None) -> ImportResult:
     """Read labels from a CSV (columns `key`, `label`, `annotator`; `annotator` may be given
     here for the whole file) and append the good rows to RUN/audit/labels.jsonl: a row the
-    same person already gave the same label is skipped, so a file imported twice adds
-    nothing. Bad rows are returned as errors and not imported; nothing else is lost."""
-    from tension.core.inputs.labels import append_labels, labels_path, latest, read_label_csv, read_labels, read_sample
+    same person already gave the same label is skipped, and so is a row this file (by its
+    name) already imported that the person has changed since (in the page, another file),
+    so a file imported twice adds nothing and undoes nothing. Bad rows are returned as
+    errors and not imported; nothing else is lost."""
+    from tension.core.inputs.labels import (
+        append_labels,
+        labels_path,
+        latest,
+        names_of,
+        read_label_csv,
+        read_labels,
+        read_sample,
+    )
 
     sample = read_sample(run)
     keys = [it.key for it in sample.items]
-    got = read_label_csv(path, keys, annotator)
-    have = latest(read_labels(run, keys)[0])
-    new = [lab for lab in got.labels if (old := have.get(lab.key, {}).get(lab.annotator)) is None
-           or old.label != lab.label]
+    given = read_labels(run, keys)[0]
+    got = read_label_csv(path, keys, annotator, people=names_of(given))
+    have = latest(given)
+    # what this file said when it was imported before: a row still saying it is not news, even when the
+    # person has changed the answer since in the page (importing the file again must not undo that)
+    before = latest(x for x in given if got.labels and x.source == got.labels[0].source)
+    new, superseded = [], 0
+    for lab in got.labels:
+        old = have.get(lab.key, {}).get(lab.annotator)
+        if old is not None and old.label == lab.label:
+            continue
+        was = before.get(lab.key, {}).get(lab.annotator)
+        if was is not None and was.label == lab.label:
+            superseded += 1
+            continue
+        new.append(lab)
     append_labels(run, new)
     return ImportResult(added=len(new), unchanged=len(got.labels) - len(new), blank=got.blank,
-                        errors=[str(e) for e in got.errors], labels_file=str(labels_path(run)))
+                        errors=[str(e) for e in got.errors], labels_file=str(labels_path(run)),
+                        superseded=superseded)
 
 
 def audit(run: PathLike, *, resamples: int = 2000, seed: int = 0, write: bool = True) -> AuditReport:
@@ -96,10 +124,11 @@ def audit(run: PathLike, *, resamples: int = 2000, seed: int = 0, write: bool = 
 
 
 def audit_section(run: PathLike) -> str | None:
-    """The audit's section of report.md (markdown), or None when the run has no audit sample."""
+    """The audit's section of report.md (markdown), or None when the run has no audit sample;
+    a sample of other verdicts than the run holds now (scored again since) is said there."""
     from tension.core.inputs.labels import sample_path
-    from tension.core.reports.audit_report import audit_markdown, audit_report
+    from tension.core.reports.audit_report import audit_section as section
 
     if not sample_path(run).is_file():
         return None
-    return audit_markdown(audit_report(run))
+    return section(run)

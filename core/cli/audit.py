@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 
 from tension.core.cli.flags import PORT, Number, Verb, count
@@ -32,6 +33,20 @@ def _said_sample(sample, run: str) -> None:
         print(f"note: {n}", file=sys.stderr)
 
 
+def _kept_sample(sample, args) -> None:
+    """Say that a sample drawn before is kept when this command's flags asked for another (--size,
+    --shared, --seed, as given; None: not given): it is drawn once, and they were left unused without a word."""
+    asked = {"--size": args.size, "--seed": args.seed, "--shared": args.shared}
+    have = {"--size": sample.size, "--seed": sample.seed, "--shared": sample.shared}
+    differ = [f for f, v in asked.items() if v is not None and v != have[f]]
+    if not differ:
+        return
+    flags = " ".join(f"{f} {asked[f]}" for f in asked if asked[f] is not None)
+    print(f"note: the run's sample was drawn before ({', '.join(f'{f} {have[f]}' for f in differ)}) and is kept; "
+          f"to draw it anew with {', '.join(f'{f} {asked[f]}' for f in differ)} while nobody has labelled it: "
+          f"tension-run audit sample {shlex.quote(args.run)} {flags} --redraw", file=sys.stderr)
+
+
 def cmd_audit_sample(args) -> int:
     """Draw the sample of a finished score run's verdicts that people label (once, seeded).
 
@@ -42,11 +57,19 @@ def cmd_audit_sample(args) -> int:
     continuation and the predicted ending the judge saw (read from the run's cache; nothing is sent). Run
     again, it says what is there; --redraw draws anew while nobody has labelled it."""
     from tension.core.api.audit import audit_sample
+    from tension.core.inputs.labels import sample_path
+    from tension.core.inputs.verdict_counts import sample_mismatch
 
-    sample = audit_sample(args.run, size=args.size, shared=args.shared, seed=args.seed, cache=args.cache,
-                          redraw=args.redraw)
+    kept = sample_path(args.run).is_file() and not args.redraw
+    sample = audit_sample(args.run, size=args.size or DEFAULT_SIZE, shared=args.shared, seed=args.seed or 0,
+                          cache=args.cache, redraw=args.redraw)
     _said_sample(sample, args.run)
-    print(f"label it: tension-run audit label {args.run}")
+    if kept:
+        _kept_sample(sample, args)
+    if (why := sample_mismatch(args.run, sample)) is not None:  # a sample kept over a run scored again since
+        print(f"error: {why}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"label it: tension-run audit label {shlex.quote(args.run)}")
     return EXIT_OK
 
 
@@ -60,12 +83,18 @@ def cmd_audit_label(args) -> int:
     view RUN_DIR` serves it too); Ctrl-C stops it."""
     from tension.core.api.audit import audit_sample
     from tension.core.errors import status_of
-    from tension.core.inputs.labels import sample_path
+    from tension.core.inputs.labels import read_sample, sample_path
+    from tension.core.inputs.verdict_counts import sample_mismatch
     from tension.core.signals import quiet_finalizers
 
     if not sample_path(args.run).is_file():
-        _said_sample(audit_sample(args.run, size=args.size, shared=args.shared, seed=args.seed, cache=args.cache),
-                     args.run)
+        _said_sample(audit_sample(args.run, size=args.size or DEFAULT_SIZE, shared=args.shared, seed=args.seed or 0,
+                                  cache=args.cache), args.run)
+    elif (why := sample_mismatch(args.run, kept := read_sample(args.run))) is not None:  # labels nothing could use
+        print(f"error: {why}", file=sys.stderr)
+        return EXIT_FAILED
+    else:
+        _kept_sample(kept, args)
 
     def say(message: str) -> None:
         print(message, flush=True)
@@ -95,7 +124,7 @@ def cmd_audit_export(args) -> int:
 
     path = audit_export(args.run, args.csv_out, annotator=args.annotator)
     print(f"written: {path} (fill in `label`: matches, does-not-match or cant-tell; read back with: tension-run "
-          f"audit import {args.run} {path})")
+          f"audit import {shlex.quote(args.run)} {shlex.quote(str(path))})")
     return EXIT_OK
 
 
@@ -105,12 +134,16 @@ def cmd_audit_import(args) -> int:
     Columns key, label and annotator, as `audit export` writes them; into RUN_DIR/audit/labels.jsonl.
     A bad row (a key not in the sample, another label value, no annotator, a
     second label of a key by the same person) is an error naming its line and column and is not imported;
-    the good rows are; a row already there as it is is skipped, so importing a file twice adds nothing."""
+    the good rows are; a row already there as it is is skipped, and so is a row this file gave before that the
+    person has changed since (in the labelling page), so importing a file twice adds and undoes nothing."""
     from tension.core.api.audit import audit_import
 
     r = audit_import(args.run, args.csv, annotator=args.annotator)
     for e in r.errors:
         print(f"error: {e}", file=sys.stderr)
+    if r.superseded:
+        print(f"note: {r.superseded} row(s) this file gave before were changed since by the same person (in the "
+              "labelling page or another file): the later label kept", file=sys.stderr)
     print(f"imported {r.added} label(s) into {r.labels_file}; {r.unchanged} already there, {r.blank} row(s) without "
           f"a label" + (f"; {len(r.errors)} bad row(s) not imported (fix them and import the file again)"
                         if r.errors else ""))
@@ -120,8 +153,8 @@ def cmd_audit_import(args) -> int:
 def cmd_audit_report(args) -> int:
     """The audit of a run's judge: its agreement with people, and the statistics corrected for its errors.
 
-    Agreement of judge and people, Cohen's κ (95% bootstrap intervals), the judge's sensitivity and
-    specificity (95% Wilson intervals), people's agreement on shared items, all by story
+    Agreement of judge and people, Cohen's κ, the judge's sensitivity and specificity (95% Wilson–MOVER
+    intervals; docs/metrics.md 1.10), people's agreement on shared items, all by story
     group and part; then mean and late NR per group corrected for the judge's errors beside the uncorrected
     values, and a warning when agreement is too low. Writes RUN_DIR/audit.md, RUN_DIR/audit.csv and their
     figure RUN_DIR/audit.png (the corrected statistics beside the uncorrected, sensitivity and specificity
@@ -145,12 +178,13 @@ def _run(p) -> None:
 
 def _sample_flags(p, *, cache: bool = True) -> None:
     g = p.add_argument_group("the sample (drawn once)")
-    g.add_argument("--size", type=count(2, 100_000), default=DEFAULT_SIZE,
+    # None when not given: a sample drawn before is kept, and only flags the user gave are said unused
+    g.add_argument("--size", type=count(2, 100_000), default=None,
                    help="verdicts in the sample, half among the judge's no and half among its yes (default: "
-                        "%(default)s)")
+                        f"{DEFAULT_SIZE})")
     g.add_argument("--shared", type=count(0, 100_000), default=None,
                    help="of them, shown to every annotator for agreement between people (default: a fifth)")
-    g.add_argument("--seed", type=count(0), default=0, help="seed of the draw (default: %(default)s)")
+    g.add_argument("--seed", type=count(0), default=None, help="seed of the draw (default: 0)")
     if cache:
         g.add_argument("--cache", metavar="PATH", help="the LMDB cache holding the run's endings and verdicts "
                                                        "(default: the one run.json names)")
@@ -185,7 +219,8 @@ def _import_flags(p) -> None:
 def _report_flags(p) -> None:
     _run(p)
     p.add_argument("--resamples", type=count(100, 1_000_000), default=2000,
-                   help="bootstrap resamples of the uncorrected group means' intervals (default: %(default)s)")
+                   help="bootstrap resamples of an uncorrected group mean's interval where groups.csv has "
+                        "none (default: %(default)s)")
     p.add_argument("--seed", type=count(0), default=0, help="bootstrap seed (default: %(default)s)")
 
 

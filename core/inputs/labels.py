@@ -27,7 +27,9 @@ import fcntl
 import io
 import os
 import re
+import shlex
 import time
+import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,8 @@ from tension.core.inputs.tabular import read_tabular
 
 __all__ = ["AUDIT_DIR", "SAMPLE_FILE", "LABELS_FILE", "LABELS", "LABEL_KEYS", "SampleItem", "Sample", "Count",
            "Label", "sample_path", "labels_path", "read_sample", "write_sample", "append_labels", "read_labels",
-           "latest", "check_annotator", "check_label_value", "now", "sample_csv", "CSV_COLUMNS", "read_label_csv",
+           "latest", "check_annotator",
+           "person", "names_of", "check_label_value", "now", "sample_csv", "CSV_COLUMNS", "read_label_csv",
            "CsvLabels", "MAX_ANNOTATOR"]
 
 AUDIT_DIR = "audit"
@@ -48,10 +51,14 @@ SAMPLE_FILE = "sample.json"
 LABELS_FILE = "labels.jsonl"
 LABELS = ("matches", "does-not-match", "cant-tell")
 # what a person may type for each (the page's keys y / n / s; a spreadsheet's yes / no)
-LABEL_KEYS = {"y": "matches", "yes": "matches", "n": "does-not-match", "no": "does-not-match",
-              "s": "cant-tell", "can't-tell": "cant-tell", "can't tell": "cant-tell", "cant tell": "cant-tell"}
+# and the page's own words for them (its buttons: "does not match", "can't tell"), as people write them
+LABEL_KEYS = {"y": "matches", "yes": "matches", "match": "matches",
+              "n": "does-not-match", "no": "does-not-match", "does not match": "does-not-match",
+              "doesn't match": "does-not-match", "no match": "does-not-match",
+              "s": "cant-tell", "can't-tell": "cant-tell", "can't tell": "cant-tell", "cant tell": "cant-tell",
+              "cannot tell": "cant-tell"}
 MAX_ANNOTATOR = 40
-_ANNOTATOR = re.compile(r"^\w[\w.\- ]*$")
+_ANNOTATOR = re.compile(r"^\w[\w.\-' \u2019]*$")
 
 
 class SampleItem(msgspec.Struct, kw_only=True, frozen=True):
@@ -129,24 +136,41 @@ def now() -> str:
 
 
 def check_annotator(path: str, line: int, name: Any, field: str = "annotator") -> str:
-    """An annotator's name: letters, digits, `_ . -` and spaces inside, at most 40 characters."""
+    """An annotator's name: letters, digits, `_ . -`, apostrophes (O'Brien) and spaces inside, at
+    most 40 characters; trimmed, its letters composed (NFC: a "ë" typed as e + ¨ is the same name)."""
     if not isinstance(name, str):
         raise InputError(path, line, field, f"expected a name, got {type(name).__name__}")
-    shown = name.strip()
+    shown = unicodedata.normalize("NFC", name.strip())
     if not shown or len(shown) > MAX_ANNOTATOR or not _ANNOTATOR.match(shown):
         raise InputError(path, line, field, f"expected a name of 1 to {MAX_ANNOTATOR} letters, digits, `_`, `.`, "
-                                            f"`-` or spaces (not first), got {name!r}")
+                                            f"`-`, `'` or spaces (not first), got {name!r}")
     return shown
 
 
+def person(name: str, known: dict[str, str]) -> str:
+    """The name a person goes by in the audit: the first spelling of it given (`known`: its
+    casefold -> that spelling, updated), so "Anna" on the page and "anna" in a spreadsheet are
+    one annotator, not two who always agree."""
+    return known.setdefault(name.casefold(), name)
+
+
+def names_of(labels: Iterable[Label]) -> dict[str, str]:
+    """casefold -> the annotator's name as the labels give it (read_labels' are each person's first)."""
+    return {lab.annotator.casefold(): lab.annotator for lab in labels}
+
+
 def check_label_value(path: str, line: int, value: Any, field: str = "label") -> str:
-    """A label: matches / does-not-match / cant-tell (y / n / s and yes / no are read as those)."""
-    text = value.strip().lower() if isinstance(value, str) else value
+    """A label: matches / does-not-match / cant-tell (y / n / s, yes / no and the page's words
+    are read as those; case, runs of spaces, `_` for `-` and a typographic apostrophe, as a
+    spreadsheet's autocorrect leaves them, do not matter)."""
+    text = " ".join(value.lower().replace("\u2019", "'").replace("_", "-").split()) if isinstance(value, str) \
+        else value
     if text in LABELS:
         return str(text)
     if isinstance(text, str) and text in LABEL_KEYS:
         return LABEL_KEYS[text]
-    raise InputError(path, line, field, f"expected one of {', '.join(LABELS)} (or y, n, s), got {value!r}")
+    raise InputError(path, line, field, f"expected one of {', '.join(LABELS)} (or y, n, s; yes, no; does not "
+                                        f"match, can't tell), got {value!r}")
 
 
 # -- the sample -------------------------------------------------------------------------------
@@ -160,8 +184,11 @@ def read_sample(run_dir: str | os.PathLike) -> Sample:
     try:
         raw = p.read_bytes()
     except FileNotFoundError:
+        if not (Path(run_dir) / "run.json").is_file():  # the advice below would only say so, one command later
+            raise InputError(str(run_dir), 0, None, "not a score run folder (no run.json in it): the audit is of a "
+                                                    "finished score run (its --out folder)") from None
         raise InputError(str(run_dir), 0, None, f"no audit sample here ({AUDIT_DIR}/{SAMPLE_FILE}): draw one with "
-                                                f"`tension-run audit sample {run_dir}`") from None
+                                                f"`tension-run audit sample {shlex.quote(str(run_dir))}`") from None
     except OSError as e:
         raise InputError(str(p), 0, None, f"cannot be read: {e.strerror or e}") from None
     return decode_line(str(p), 0, raw, Sample, _sample_decoder)
@@ -212,18 +239,24 @@ def append_labels(run_dir: str | os.PathLike, labels: Sequence[Label]) -> Path:
 
 def read_labels(run_dir: str | os.PathLike, keys: Iterable[str] | None = None) -> tuple[list[Label], list[InputError]]:
     """Every label of audit/labels.jsonl in file order, and an InputError per bad line (not
-    JSON, a cut line, an unknown label, a key not in the sample when `keys` is given)."""
+    JSON, a cut line, an unknown label, a key not in the sample when `keys` is given). Each
+    label as it is counted: a spelling the check accepts ("no", "Yes", "s") is the label it
+    stands for, so the audit never counts a "no" as a match; a name is trimmed and is its
+    person's first spelling in the file (`person`: "anna" after "Anna" is Anna)."""
     p = labels_path(run_dir)
     if not p.is_file():
         return [], []
     known = set(keys) if keys is not None else None
     out: list[Label] = []
     errors: list[InputError] = []
+    names: dict[str, str] = {}
     for lineno, raw in iter_lines(p):
         try:
             lab = decode_line(str(p), lineno, raw, Label, _label_decoder)
-            check_label_value(str(p), lineno, lab.label)
-            check_annotator(str(p), lineno, lab.annotator)
+            label = check_label_value(str(p), lineno, lab.label)
+            who = person(check_annotator(str(p), lineno, lab.annotator), names)
+            if (label, who) != (lab.label, lab.annotator):  # a spelling the check reads ("no", "Anna "): what it means
+                lab = msgspec.structs.replace(lab, label=label, annotator=who)
             if known is not None and lab.key not in known:
                 raise InputError(str(p), lineno, "key", f"{lab.key!r} is no verdict of the audit sample")
         except InputError as e:
@@ -270,18 +303,21 @@ class CsvLabels(msgspec.Struct, kw_only=True):
     errors: list[InputError]
 
 
-def read_label_csv(path: str | os.PathLike, keys: Iterable[str], annotator: str | None = None) -> CsvLabels:
+def read_label_csv(path: str | os.PathLike, keys: Iterable[str], annotator: str | None = None,
+                   people: dict[str, str] | None = None) -> CsvLabels:
     """Labels from a CSV (or TSV) file with the columns `key`, `label` and `annotator`
     (`annotator` may be left out when given here). A row naming a key the sample does not
     hold, a label of another value, no annotator, or the same key and annotator as an
     earlier row is an InputError naming the file, the line and the column; a row with an
-    empty label is not labelled yet (counted); the good rows are kept."""
+    empty label is not labelled yet (counted); the good rows are kept. A name is its person's
+    (`people`: the names labels.jsonl holds; `person`), whatever its case in the file."""
     known = set(keys)
     name = str(path)
     stamp = now()
     seen: dict[tuple[str, str], int] = {}
+    names: dict[str, str] = dict(people or {})
     blank = 0
-    default = check_annotator(name, 0, annotator, "--annotator") if annotator is not None else None
+    default = person(check_annotator(name, 0, annotator, "--annotator"), names) if annotator is not None else None
 
     def parse(file: str, line: int, row: dict[str, Any]) -> Label | None:
         nonlocal blank
@@ -304,6 +340,7 @@ def read_label_csv(path: str | os.PathLike, keys: Iterable[str], annotator: str 
             who = default
         else:
             who = check_annotator(file, line, given)
+        who = person(who, names)
         if (key, who) in seen:
             raise InputError(file, line, "key", f"a second label of {key!r} by {who!r} (the first on line "
                                                 f"{seen[key, who]}): keep one")

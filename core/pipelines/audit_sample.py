@@ -33,8 +33,9 @@ from tension.core.errors import ConfigError, InputError
 from tension.core.formats import PositionLine
 from tension.core.inputs.corpus import read_corpus
 from tension.core.inputs.jsonl import decode_line, iter_lines
-from tension.core.inputs.labels import Count, Sample, SampleItem, labels_path, now, sample_path, write_sample
+from tension.core.inputs.labels import Sample, SampleItem, labels_path, now, sample_path, write_sample
 from tension.core.inputs.segment import continuation_text, prefix_text, split_sentences
+from tension.core.inputs.verdict_counts import PARTS, part_of, verdict_counts
 from tension.core.pipelines.score.lookup import judge_ask
 from tension.core.pipelines.score.recall import ScoreRecall, run_record
 from tension.core.run.reads import chat_key
@@ -42,12 +43,6 @@ from tension.core.run.reads import chat_key
 __all__ = ["DEFAULT_SIZE", "draw_sample", "part_of", "PARTS"]
 
 DEFAULT_SIZE = 100
-PARTS = ("early", "middle", "late")
-
-
-def part_of(pct: float) -> str:
-    """early / middle / late: the third of the story the reader had seen."""
-    return PARTS[0] if pct < 1 / 3 else PARTS[1] if pct < 2 / 3 else PARTS[2]
 
 
 def _lines(run_dir: Path) -> list[PositionLine]:
@@ -98,14 +93,9 @@ def draw_sample(run_dir: str | Path, *, size: int = DEFAULT_SIZE, shared: int | 
     # the population: each position's judge-no and judge-yes verdicts, in the drawing's order
     order = sorted(range(len(lines)), key=lambda i: (part_of(lines[i].pct), lines[i].group, lines[i].id,
                                                      lines[i].k))
-    counts: dict[tuple[str, str], list[int]] = {}
-    for ln in lines:
-        no = ln.n_endings - ln.n_match - ln.n_empty
-        c = counts.setdefault((ln.group, part_of(ln.pct)), [0, 0])
-        c[0] += no
-        c[1] += ln.n_match
-    n_no = sum(c[0] for c in counts.values())
-    n_yes = sum(c[1] for c in counts.values())
+    counts = verdict_counts(lines)
+    n_no = sum(c.no for c in counts)
+    n_yes = sum(c.yes for c in counts)
     want_no = min(n_no, size // 2)
     want_yes = min(n_yes, size - want_no)
     want_no = min(n_no, size - want_yes)
@@ -136,7 +126,7 @@ def draw_sample(run_dir: str | Path, *, size: int = DEFAULT_SIZE, shared: int | 
     items = _ordered(items, shared, rng)
     sample = Sample(run=str(d.resolve()), seed=seed, size=size, shared=sum(it.shared for it in items), drawn=now(),
                     judge_model=recall.requests.judge_model, generation_model=recall.requests.gen_model,
-                    counts=[Count(group=g, part=p, no=c[0], yes=c[1]) for (g, p), c in sorted(counts.items())],
+                    counts=counts,
                     items=items, notes=notes)
     write_sample(d, sample)
     return sample

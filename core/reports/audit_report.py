@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import math
+import shlex
 from pathlib import Path
 
 import msgspec
@@ -20,12 +21,13 @@ import numpy as np
 
 from tension.core.errors import InputError
 from tension.core.inputs.labels import LABELS, Sample, latest, read_labels, read_sample
+from tension.core.inputs.verdict_counts import sample_mismatch
 from tension.core.reports import judge_audit as ja
 from tension.core.reports import judge_correction as jc
 from tension.core.reports.rows import Cell, Rows
 
 __all__ = ["AuditReport", "Agreement", "CorrectedStat", "audit_report", "audit_markdown", "audit_rows",
-           "audit_text", "CORRECTED", "NOT_CORRECTED", "FIGURE"]
+           "audit_text", "audit_section", "CORRECTED", "NOT_CORRECTED", "FIGURE"]
 
 FIGURE = "audit.png"  # the audit's figure, in the run folder beside audit.md and audit.csv
 
@@ -102,8 +104,30 @@ def _stories(run_dir: Path) -> list[dict[str, str]]:
         with path.open(encoding="utf-8", newline="") as f:
             return list(csv.DictReader(f))
     except FileNotFoundError:
-        raise InputError(str(run_dir), 0, None, "no stories.csv: the audit corrects a finished run's statistics "
-                                                "(tension-run report RUN_DIR writes it from positions.jsonl)") from None
+        raise InputError(str(run_dir), 0, None, "no stories.csv: the audit corrects a finished run's statistics; "
+                                                f"write it from positions.jsonl with the run's settings: "
+                                                f"{_metrics_command(run_dir)}") from None
+
+
+def _metrics_command(run_dir: Path) -> str:
+    """`tension-run metrics` writing the run's stories.csv and groups.csv again, with the curve
+    settings its run.json records (the paper's where it records none): `report` writes neither."""
+    import json
+
+    from tension.kernels.settings import CurveSettings
+
+    d = CurveSettings()
+    try:
+        c = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        c = {}
+    thresholds = ",".join(f"{t:g}" for t in c.get("thresholds", d.thresholds))
+    q = shlex.quote(str(run_dir))
+    return (f"tension-run metrics {q} --out {q} --window {c.get('window', d.window)} --thresholds {thresholds} "
+            f"--late-threshold {c.get('late_threshold', d.late_threshold):g} "
+            f"--retention-window {c.get('retention_window', d.retention_window)} "
+            f"--interval-resamples {c.get('interval_resamples', d.interval_resamples)} "
+            f"--interval-seed {c.get('interval_seed', d.interval_seed)}")
 
 
 def _groups(run_dir: Path) -> dict[tuple[str, str], dict[str, str]]:
@@ -134,9 +158,12 @@ def _person_no(sample: Sample, labels) -> tuple[np.ndarray, np.ndarray, dict[str
 
 
 def audit_report(run_dir: str | Path, *, n_resamples: int = ja.N_RESAMPLES, seed: int = 0) -> AuditReport:
-    """The audit of the run in `run_dir` from its sample and labels (InputError: no sample)."""
+    """The audit of the run in `run_dir` from its sample and labels (InputError: no sample, or
+    a sample of other verdicts than the run's positions.jsonl holds now)."""
     d = Path(run_dir)
     sample = read_sample(d)
+    if (why := sample_mismatch(d, sample)) is not None:  # its error rates are another run's: no number of it holds
+        raise InputError(str(d), 0, None, why)
     labels, bad = read_labels(d, [it.key for it in sample.items])
     judge_no, share, by_item, cant = _person_no(sample, labels)
     kw = {"n_resamples": n_resamples, "seed": seed}
@@ -221,8 +248,8 @@ def audit_markdown(r: AuditReport, heading: str = "##") -> str:
               f"annotator), drawn by the judge's answer and weighted back to the run (docs/metrics.md 1.10). "
               f"Labelled: {r.labelled_items} items by {who}; {r.decisive_items} with a decisive label "
               f"({r.cant_tell} can't-tell labels left out). 95 % intervals: sensitivity and specificity Wilson "
-              f"(MOVER-R over the two judge answers' labelled items), agreement, κ and J bootstrap over the labelled "
-              f"items ({r.n_resamples} resamples, seed {r.seed}).", ""]
+              f"(MOVER-R over the two judge answers' labelled items), agreement, κ and J Wilson–MOVER over the same "
+              f"items; the uncorrected group means' are groups.csv's bootstrap.", ""]
     for w in r.warnings:
         lines.append(f"**Warning:** {w}.")
     if r.warnings:
@@ -258,11 +285,21 @@ def audit_markdown(r: AuditReport, heading: str = "##") -> str:
     return "\n".join(lines) + "\n"
 
 
+def audit_section(run_dir: str | Path) -> str:
+    """report.md's section of the run's audit (it has a sample): the audit, or, when it cannot
+    be computed (a sample of other verdicts than the run's, a sample.json that is not one),
+    why, so that the run's own report still stands."""
+    try:
+        return audit_markdown(audit_report(run_dir))
+    except InputError as e:
+        return f"## The judge against people\n\nNot computed: {e}\n"
+
+
 def _figure_lines(r: AuditReport) -> list[str]:
     """The figure (FIGURE, beside audit.md and report.md), or how to draw it."""
     if r.figure is None:
-        return [f"`tension-run audit report {r.run}` draws the figure: these group statistics beside their "
-                "corrections, and sensitivity and specificity by part and group."]
+        return [f"`tension-run audit report {shlex.quote(r.run)}` draws the figure: these group statistics beside "
+                "their corrections, and sensitivity and specificity by part and group."]
     out = [f"![Group no-rates uncorrected and corrected; the judge's sensitivity and specificity by part and "
            f"group, with 95 % intervals]({r.figure})", ""]
     if r.figure_current:

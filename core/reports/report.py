@@ -145,9 +145,9 @@ def _audit_lines(d: Path) -> list[str]:
 
     if not sample_path(d).is_file():
         return []
-    from tension.core.reports.audit_report import audit_markdown, audit_report
+    from tension.core.reports.audit_report import audit_section
 
-    return [audit_markdown(audit_report(d)), ""]
+    return [audit_section(d), ""]
 
 
 def _story_lines(data: RunData, max_stories: int) -> list[str]:

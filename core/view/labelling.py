@@ -87,10 +87,11 @@ class Labelling:
     def state(self, annotator: str) -> dict[str, Any]:
         """`annotator`'s labels so far (latest per item, in the order first given), their next
         item (claimed for them), and progress."""
-        who = files.check_annotator("annotator", 0, annotator)
+        given = self.labels()
+        who = files.person(files.check_annotator("annotator", 0, annotator), files.names_of(given))
         mine: dict[str, str] = {}
         others: set[str] = set()
-        for lab in self.labels():
+        for lab in given:
             if lab.annotator == who:
                 mine[lab.key] = lab.label  # dict order: first given; value: latest
             else:
@@ -114,7 +115,7 @@ class Labelling:
         except (msgspec.ValidationError, msgspec.DecodeError) as e:
             raise BadRequest("request", 0, None, f"expected {{\"annotator\", \"key\", \"label\"}}: {e}") from None
         try:
-            who = files.check_annotator("request", 0, req.annotator)
+            who = files.person(files.check_annotator("request", 0, req.annotator), files.names_of(self.labels()))
             label = files.check_label_value("request", 0, req.label)
         except InputError as e:
             raise BadRequest(e.path, e.line, e.field, e.message) from None

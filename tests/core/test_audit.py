@@ -149,8 +149,8 @@ def test_export_then_import_round_trip_and_bad_rows_named(run, tmp_path):
     r = run_here("audit", "import", run, out)
     assert r.returncode == 1
     err = r.stderr
-    assert f"{out}:7 field `label`: expected one of matches, does-not-match, cant-tell (or y, n, s), got 'perhaps'" \
-        in err
+    assert (f"{out}:7 field `label`: expected one of matches, does-not-match, cant-tell (or y, n, s; yes, no; "
+            "does not match, can't tell), got 'perhaps'") in err
     assert f"{out}:8 field `key`: '{'0' * 64}' is no verdict of the audit sample" in err
     assert f"{out}:11 field `annotator`: missing" in err
     assert f"{out}:22 field `key`: a second label of" in err and "(the first on line 2)" in err
