@@ -22,8 +22,8 @@ import msgspec
 
 from tension.core.errors import InputError
 
-__all__ = ["STDIN", "MAX_NOT_TEXT", "FileError", "UniqueIds", "iter_lines", "is_text", "not_utf8", "decode_line",
-           "read_records", "display_name", "string_field", "check_label", "json_type", "atomic_write",
+__all__ = ["STDIN", "MAX_NOT_TEXT", "FileError", "NotUtf8Error", "UniqueIds", "iter_lines", "is_text", "not_utf8",
+           "decode_line", "read_records", "display_name", "string_field", "check_label", "json_type", "atomic_write",
            "write_together", "folder_aside"]
 
 T = TypeVar("T")
@@ -103,12 +103,37 @@ def is_text(raw: bytes) -> bool:
     return True
 
 
-def not_utf8(path: str, raw: bytes, start: int, where: str = "") -> str:
+class NotUtf8Error(InputError):
+    """A line holding a byte that is not UTF-8, with what `not_utf8` needs to say it
+    again once the whole file is read (`mixed`)."""
+
+    def __init__(self, path: str, line: int, field: str | None, raw: bytes, start: int, where: str = "",
+                 utf8_line: int | None = None):
+        super().__init__(path, line, field, not_utf8(path, raw, start, where, utf8_line))
+        self.raw, self.start, self.where = raw, start, where
+
+    def mixed(self, utf8_line: int) -> NotUtf8Error:
+        """The same error in a file whose line `utf8_line` is UTF-8 beyond ASCII."""
+        return NotUtf8Error(self.path, self.line, self.field, self.raw, self.start, self.where, utf8_line)
+
+
+def not_utf8(path: str, raw: bytes, start: int, where: str = "", utf8_line: int | None = None) -> str:
     """What an InputError says of `raw` (a line of `path`), whose byte `start` is
     not UTF-8: the byte, where it is (`where`, else its column), and the way out:
     a line that reads as Windows-1252 (cp1252, what Excel and older Windows tools
-    save "CSV" and text in) gets the iconv command that converts the file."""
+    save "CSV" and text in) gets the iconv command that converts the file. Not when
+    the file's line `utf8_line` is UTF-8 beyond ASCII: the file mixes encodings, and
+    converting it whole would garble that line's text (or iconv stop half-way, leaving
+    half a file): the record is to be saved again as UTF-8."""
     msg = f"not valid UTF-8 (byte 0x{raw[start]:02x} at {where or f'column {start + 1}'})"
+    if utf8_line is not None:
+        try:
+            seen = f" (it reads as Windows-1252, where the byte is {raw[start:start + 1].decode('cp1252')!r})"
+        except UnicodeDecodeError:
+            seen = ""
+        return (msg + f"; the file mixes encodings: line {utf8_line} is UTF-8 beyond ASCII, which converting the "
+                      f"whole file (iconv) would garble: save this record's text as UTF-8{seen} and read the file "
+                      "again")
     shown = display_name(path)
     if shown == "<stdin>":
         src, dst = "FILE", "FILE.utf8"
@@ -151,7 +176,7 @@ def decode_line(path: str | os.PathLike, lineno: int, raw: bytes, type: type[T],
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(str(path), lineno, None, not_utf8(str(path), raw, e.start)) from e
+        raise NotUtf8Error(str(path), lineno, None, raw, e.start) from e
     try:
         if decoder is not None:
             return decoder.decode(raw)
@@ -194,6 +219,7 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
     errors: list[InputError] = []
     ids = UniqueIds()
     not_text = 0
+    utf8_line: int | None = None  # the first line of UTF-8 beyond ASCII: with a line that is not, the file mixes
     for lineno, raw in lines:
         if lineno == 1 and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
             errors.append(FileError(path, 0, None, f"UTF-16 (its byte-order mark says so); {what} is read as "
@@ -204,6 +230,8 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
                                                         "(convert with jq -c '.[]')"))
             break
         try:
+            if utf8_line is None and not raw.isascii() and is_text(raw):
+                utf8_line = lineno
             if not is_text(raw):
                 not_text += 1
                 if not_text > MAX_NOT_TEXT:
@@ -219,6 +247,8 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
         items.append(item)
     if empty and not items and not errors:
         errors.append(FileError(path, 0, None, f"no {empty} (the file is empty)"))
+    if utf8_line is not None:
+        errors = [e.mixed(utf8_line) if isinstance(e, NotUtf8Error) else e for e in errors]
     return items, errors
 
 
