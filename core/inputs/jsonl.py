@@ -23,8 +23,8 @@ import msgspec
 from tension.core.errors import InputError
 
 __all__ = ["STDIN", "MAX_NOT_TEXT", "FileError", "NotUtf8Error", "UniqueIds", "iter_lines", "is_text", "not_utf8",
-           "decode_line", "read_records", "display_name", "string_field", "check_label", "json_type", "atomic_write",
-           "write_together", "folder_aside"]
+           "utf16", "decode_line", "read_records", "display_name", "string_field", "check_label", "json_type",
+           "atomic_write", "write_together", "folder_aside"]
 
 T = TypeVar("T")
 
@@ -126,6 +126,7 @@ def not_utf8(path: str, raw: bytes, start: int, where: str = "", utf8_line: int 
     converting it whole would garble that line's text (or iconv stop half-way, leaving
     half a file): the record is to be saved again as UTF-8."""
     msg = f"not valid UTF-8 (byte 0x{raw[start]:02x} at {where or f'column {start + 1}'})"
+    src, dst = _converted(path)
     if utf8_line is not None:
         try:
             seen = f" (it reads as Windows-1252, where the byte is {raw[start:start + 1].decode('cp1252')!r})"
@@ -134,12 +135,6 @@ def not_utf8(path: str, raw: bytes, start: int, where: str = "", utf8_line: int 
         return (msg + f"; the file mixes encodings: line {utf8_line} is UTF-8 beyond ASCII, which converting the "
                       f"whole file (iconv) would garble: save this record's text as UTF-8{seen} and read the file "
                       "again")
-    shown = display_name(path)
-    if shown == "<stdin>":
-        src, dst = "FILE", "FILE.utf8"
-    else:
-        p = Path(shown)
-        src, dst = shlex.quote(shown), shlex.quote(str(p.with_name(f"{p.stem}.utf8{p.suffix}")))
     try:
         char = raw[start:start + 1].decode("cp1252")
         raw.decode("cp1252")
@@ -148,6 +143,23 @@ def not_utf8(path: str, raw: bytes, start: int, where: str = "", utf8_line: int 
     return (msg + f"; the file reads as Windows-1252 (cp1252, as Excel and older Windows tools save text; the byte is "
                   f"{char!r} there): "
                   f"convert it to UTF-8 and read the new file: iconv -f CP1252 -t UTF-8 {src} > {dst}")
+
+
+def _converted(path: str) -> tuple[str, str]:
+    """A file and the one its conversion to UTF-8 is written to, as a shell command names them."""
+    shown = display_name(path)
+    if shown == "<stdin>":
+        return "FILE", "FILE.utf8"
+    p = Path(shown)
+    return shlex.quote(shown), shlex.quote(str(p.with_name(f"{p.stem}.utf8{p.suffix}")))
+
+
+def utf16(path: str, what: str) -> str:
+    """What a FileError says of a file whose byte-order mark says UTF-16 (`what`: "the corpus"),
+    with the iconv command that writes it as UTF-8 beside it (run as printed: the new file)."""
+    src, dst = _converted(path)
+    return (f"UTF-16 (its byte-order mark says so); {what} is read as UTF-8: convert it to UTF-8 and read the new "
+            f"file: iconv -f UTF-16 -t UTF-8 {src} > {dst}")
 
 
 class UniqueIds:
@@ -222,8 +234,7 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
     utf8_line: int | None = None  # the first line of UTF-8 beyond ASCII: with a line that is not, the file mixes
     for lineno, raw in lines:
         if lineno == 1 and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-            errors.append(FileError(path, 0, None, f"UTF-16 (its byte-order mark says so); {what} is read as "
-                                                   f"UTF-8: convert it (iconv -f UTF-16 -t UTF-8 {path})"))
+            errors.append(FileError(path, 0, None, utf16(path, what)))
             break
         if not items and not errors and _is_json_array(raw):
             errors.append(FileError(path, lineno, None, f"a JSON array; {what} is JSON Lines, one object per line "

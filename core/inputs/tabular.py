@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from tension.core.errors import ConfigError, InputError
-from tension.core.inputs.jsonl import FileError, NotUtf8Error, UniqueIds, atomic_write
+from tension.core.inputs.jsonl import FileError, NotUtf8Error, UniqueIds, atomic_write, utf16
 
 __all__ = ["TABULAR", "DELIMITERS", "is_tabular", "read_tabular", "missing_columns", "guess_columns", "is_rows",
            "rows_of", "write_rows"]
@@ -149,9 +149,7 @@ def _text_of(p: Path) -> tuple[str, bytes]:
     except OSError as e:
         raise InputError(str(p), 0, None, f"cannot open: {e.strerror or e}") from e
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        raise FileError(str(p), 0, None, f"UTF-16 (its byte-order mark says so); the corpus is read as UTF-8: "
-                                         f"convert it (iconv -f UTF-16 -t UTF-8 {p} > {p.with_suffix('')}.utf8"
-                                         f"{p.suffix})")
+        raise FileError(str(p), 0, None, utf16(str(p), "the file"))
     if data.startswith(codecs.BOM_UTF8):
         data = data[len(codecs.BOM_UTF8):]
     return data.decode("utf-8", errors="surrogateescape"), data

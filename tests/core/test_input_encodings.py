@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 
 import pytest
 
@@ -33,12 +35,28 @@ def test_a_txt_folder_reads_upper_case_names_and_says_what_it_skips(tmp_path, ca
                                        "read): more/, notes.md\n")
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".tsv"])
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
-def test_a_utf16_json_lines_file_is_named_as_utf16(tmp_path, encoding):
-    p = tmp_path / "c.jsonl"
-    text = json.dumps({"id": "a", "text": TEXT}) + "\n"
+def test_a_utf16_file_is_named_as_utf16_and_its_iconv_advice_works_as_printed(tmp_path, encoding, suffix):
+    # the advice wrote the JSON Lines file's conversion to the terminal (no `> new file`), and did not
+    # quote a path with a space in it
+    folder = tmp_path / "my stories"
+    folder.mkdir()
+    p = folder / f"c{suffix}"
+    if suffix == ".jsonl":
+        text = json.dumps({"id": "a", "text": TEXT}) + "\n"
+    else:
+        sep = "\t" if suffix == ".tsv" else ","
+        text = f"id{sep}text\r\na{sep}{TEXT}\r\n"
     p.write_bytes((b"\xfe\xff" if encoding == "utf-16-be" else b"") + text.encode(encoding))
     c = read_corpus(p, min_words=0)
     assert not c.stories
-    assert [str(e) for e in c.errors] == [f"{p}: UTF-16 (its byte-order mark says so); the corpus is read as UTF-8: "
-                                          f"convert it (iconv -f UTF-16 -t UTF-8 {p})"]
+    what = "the corpus" if suffix == ".jsonl" else "the file"
+    converted = folder / f"c.utf8{suffix}"
+    assert [str(e) for e in c.errors] == [f"{p}: UTF-16 (its byte-order mark says so); {what} is read as UTF-8: "
+                                          f"convert it to UTF-8 and read the new file: iconv -f UTF-16 -t UTF-8 "
+                                          f"{shlex.quote(str(p))} > {shlex.quote(str(converted))}"]
+    command = str(c.errors[0]).split("read the new file: ", 1)[1]
+    subprocess.run(command, shell=True, check=True, cwd=tmp_path)  # as printed
+    again = read_corpus(converted, min_words=0)
+    assert ([(s.id, s.text.rstrip()) for s in again.stories], again.errors) == ([("a", TEXT.rstrip())], [])
