@@ -232,6 +232,9 @@ async def run_fairplay(cfg: FairPlayConfig, stories_path: str | os.PathLike[str]
     out = prepare_out_dir(out_dir)
     with out_lock(out, out / LOCK_NAME, "fairplay", "folder"):
         stories, extract, errors = read_stories(stories_path, cfg)
+        for story in stories:
+            if story.note:
+                warn(f"story {story.id!r}: {story.note}")
         progress = Progress(enabled=cfg.progress, stories=len(stories), say=lambda m: warn(m, "note"))
         # the time left from the first answer on, as score's (core/run/progress.py)
         progress.pace = Pace(per_unit=1, what="answers (readers', continuations and verdicts)")
