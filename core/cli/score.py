@@ -25,8 +25,8 @@ from tension.core.config.score import CONCURRENCY, CORPUS, ENDINGS, JUDGING, SER
 
 __all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench"]
 
-CORPUS_HELP = ("JSON Lines, one object per line (id, text, group?, …), a .csv or .parquet file with those columns, "
-               "or a folder of .txt files")
+CORPUS_HELP = ("JSON Lines, one object per line (id, text, group?, …), a .csv, .tsv or .parquet file with those "
+               "columns, a folder of .txt files (id = file stem) or one .txt file (one story)")
 
 
 def cmd_score(args) -> int:

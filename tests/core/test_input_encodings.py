@@ -60,3 +60,43 @@ def test_a_utf16_file_is_named_as_utf16_and_its_iconv_advice_works_as_printed(tm
     subprocess.run(command, shell=True, check=True, cwd=tmp_path)  # as printed
     again = read_corpus(converted, min_words=0)
     assert ([(s.id, s.text.rstrip()) for s in again.stories], again.errors) == ([("a", TEXT.rstrip())], [])
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16"])
+def test_one_txt_file_is_one_story_as_in_a_folder(tmp_path, encoding):
+    # a .txt file given as the corpus was read as JSON Lines: one `not valid JSON` error a paragraph
+    p = tmp_path / "My Story.TXT"
+    p.write_bytes(TEXT.encode(encoding))
+    c = read_corpus(p, min_words=0)
+    assert ([(s.id, s.text) for s in c.stories], c.errors) == ([("My Story", TEXT)], [])
+    (tmp_path / "empty.txt").write_text("\n")
+    assert [str(e) for e in read_corpus(tmp_path / "empty.txt", min_words=0).errors] == [
+        f"{tmp_path / 'empty.txt'} field `text`: empty text"]
+
+
+@pytest.mark.in_process
+@pytest.mark.parametrize("verb", ["score", "estimate"])
+def test_score_and_estimate_read_one_txt_file_as_its_folder(server, tmp_path, capsys, verb):
+    from tension.core.cli import main
+    from tension.testing.corpus import make_corpus
+
+    story = json.loads(make_corpus(tmp_path / "c.jsonl", 1, seed=5).read_text().splitlines()[0])
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "tale.txt").write_text(story["text"], encoding="utf-8")
+    said = {}
+    for name, corpus in (("file", folder / "tale.txt"), ("folder", folder)):
+        argv = [verb, str(corpus), "--base-url", server.base_url, "--model", "test-gen", "--no-progress",
+                "--tokenizer", "words", "--cache", str(tmp_path / "cache")]
+        if verb == "score":
+            argv += ["--out", str(tmp_path / name), "--endings", "2", "--no-report"]
+        capsys.readouterr()
+        assert main(argv) == 0, capsys.readouterr().err
+        said[name] = capsys.readouterr()
+        assert "not valid JSON" not in said[name].err
+    if verb == "score":
+        assert (tmp_path / "file" / "positions.jsonl").read_bytes() == (tmp_path / "folder" / "positions.jsonl"
+                                                                        ).read_bytes()
+        assert b'"id":"tale"' in (tmp_path / "file" / "positions.jsonl").read_bytes()
+    else:
+        assert said["file"].out == said["folder"].out.replace(str(folder), str(folder / "tale.txt"))
