@@ -281,7 +281,12 @@ def string_field(path: str, lineno: int, obj: dict[str, Any], name: str, require
         return None
     v = obj[name]
     if not isinstance(v, str):
-        raise InputError(path, lineno, name, f"expected a string, got {json_type(v)}")
+        msg = f"expected a string, got {json_type(v)}"
+        if name in ("id", "group") and isinstance(v, int | float) and not isinstance(v, bool):
+            # a Parquet, DataFrame or Dataset column of numbers (ids 1, 2, 3): every row refused alike
+            msg += (f" ({v!r}); an {name} is text: write it as \"{v}\", or make the column text "
+                    f"(pandas: df[{name!r}] = df[{name!r}].astype(str))")
+        raise InputError(path, lineno, name, msg)
     return v
 
 
