@@ -35,7 +35,8 @@ from typing import Any, TypeVar
 import msgspec
 
 from tension.core.errors import ConfigError, InputError
-from tension.core.inputs.jsonl import FileError, NotUtf8Error, UniqueIds, atomic_write, utf16
+from tension.core.inputs.encodings import NotUtf8Error, utf16
+from tension.core.inputs.jsonl import FileError, UniqueIds, atomic_write
 
 __all__ = ["TABULAR", "DELIMITERS", "is_tabular", "read_tabular", "missing_columns", "guess_columns", "is_rows",
            "rows_of", "write_rows"]
