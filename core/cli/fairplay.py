@@ -64,7 +64,12 @@ def cmd_fairplay(args) -> int:
           f"generation, {req.get('judge', 0)} judge; cache hits: "
           + ", ".join(f"{v} {k}" for k, v in summary.cache_hits.items()))
     if summary.status != "complete":
-        print_stopped(summary.error, "answers are")
+        from tension.core.pipelines.fairplay import NO_STORIES
+
+        if summary.error is not None and summary.error.startswith(NO_STORIES):
+            print(f"error: {summary.error}", file=sys.stderr)  # no rerun can cure it: the file's errors say why
+        else:
+            print_stopped(summary.error, "answers are")
         return EXIT_FAILED
     print(f"readers: {summary.out}/readers.jsonl (run record: fairplay_run.json)")
     code = print_fairplay_summary(summary.metrics) if summary.metrics is not None else EXIT_FAILED

@@ -62,6 +62,9 @@ def print_fairplay_summary(summary) -> int:
     for w in summary.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print_errors(summary.errors)
+    if not summary.files:  # no story read: the outputs there (an earlier run's) are not this run's
+        print(f"nothing written to {summary.out}: no story could be read", file=sys.stderr)
+        return EXIT_FAILED
     md = summary.out / "groups.md"
     if md.exists():
         print(md.read_text())

@@ -20,8 +20,11 @@ def cmd_metrics(args) -> int:
     r = metrics(args.curves, out=args.out, **given(args, CurveSettings))
     result = r.computed
     print_errors(result.errors)
-    print(format_group_table(result.groups))
-    print(f"\n{len(result.curves)} stories -> {args.out}/stories.csv, {args.out}/groups.csv")
+    if not result.curves:
+        print(f"nothing written to {args.out}: no curve could be read")
+    else:
+        print(format_group_table(result.groups))
+        print(f"\n{len(result.curves)} stories -> {args.out}/stories.csv, {args.out}/groups.csv")
     from tension.core.reports.story_intervals import has_counts
 
     without = sum(not has_counts(c) for c in result.curves)

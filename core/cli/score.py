@@ -25,8 +25,8 @@ from tension.core.config.score import CONCURRENCY, CORPUS, ENDINGS, JUDGING, SER
 
 __all__ = ["VERBS", "cmd_score", "cmd_estimate", "cmd_bench"]
 
-CORPUS_HELP = ("JSON Lines, one object per line (id, text, group?, …), a .csv or .parquet file with those columns, "
-               "or a folder of .txt files")
+CORPUS_HELP = ("JSON Lines, one object per line (id, text, group?, …), a .csv, .tsv or .parquet file with those "
+               "columns, a folder of .txt files (id = file stem) or one .txt file (one story)")
 
 
 def cmd_score(args) -> int:
@@ -61,7 +61,11 @@ def cmd_score(args) -> int:
 
         # the early stop, every ending empty, no position: the same command would stop again; the error
         # says the way out
-        if summary.error is not None and summary.error.startswith((*OWN_WAY_OUT, NO_POSITIONS, NO_STORIES)):
+        if summary.error is not None and summary.error.startswith(NO_STORIES) and summary.input_errors:
+            # the corpus's own errors, printed above, said why; once is enough (the file's error: empty, an array)
+            if summary.bad_records:
+                print(f"{summary.bad_records} stories failed (see above); no story could be scored", file=sys.stderr)
+        elif summary.error is not None and summary.error.startswith((*OWN_WAY_OUT, NO_POSITIONS, NO_STORIES)):
             print(f"error: {summary.error}", file=sys.stderr)
         else:
             print_stopped(summary.error, "work is")

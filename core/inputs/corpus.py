@@ -1,7 +1,8 @@
 """Reading a corpus: JSON Lines (`id`, `text`, optional `group`, any other fields
 kept as metadata), a CSV, TSV or Parquet file with those columns, or rows in memory
 written as JSON Lines (core/inputs/tabular.py: one contract for every form, the same
-checks, errors and skip-and-go-on), or a folder of `.txt` files (id = file stem)."""
+checks, errors and skip-and-go-on), or a folder of `.txt` files (id = file stem), or one
+`.txt` file, a story read as in a folder."""
 
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ def read_corpus(path: str | os.PathLike, min_words: int = 500, max_words: int = 
     p = Path(path)
     if p.is_dir():
         records, errors = _read_folder(p)
+    elif p.suffix.lower() == ".txt":  # one story, as in a folder of them (not JSON Lines: a line an error)
+        story = _read_txt(p)
+        records, errors = ([story], []) if isinstance(story, Story) else ([], [story])
     elif is_tabular(p):  # .csv, .tsv, .parquet: a row a record, the header's names the fields
         records, errors = read_tabular(p, _story, id_of=lambda s: s.id, required=REQUIRED, empty="stories")
     else:
@@ -97,29 +101,33 @@ def _read_folder(p: Path) -> tuple[list[Story], list[InputError]]:
     if not files:
         errors.append(FileError(str(p), 0, None, "no .txt files in this folder"))
     for f in files:
-        try:
-            data = f.read_bytes()
-            if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-                text = data.decode("utf-16")  # its byte order mark says so (Windows' "Unicode")
-            else:
-                text = data.decode("utf-8-sig")  # a byte order mark is no part of the text
-        except UnicodeDecodeError as e:
-            if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-                errors.append(InputError(str(f), 0, None, f"not valid UTF-16 (byte offset {e.start}), though its "
-                                                          "byte-order mark says UTF-16"))
-                continue
-            errors.append(InputError(str(f), 0, None, f"not valid UTF-8 (byte offset {e.start})"))
-            continue
-        except OSError as e:
-            errors.append(InputError(str(f), 0, None, f"cannot read: {e.strerror or e}"))
-            continue
-        if not text.strip():
-            errors.append(InputError(str(f), 0, "text", "empty text"))
-            continue
-        try:
-            check_label(str(f), 0, "id", f.stem)  # the file name is the id
-        except InputError as e:
-            errors.append(e)
-            continue
-        stories.append(Story(id=f.stem, text=text))
+        story = _read_txt(f)
+        if isinstance(story, Story):
+            stories.append(story)
+        else:
+            errors.append(story)
     return stories, errors
+
+
+def _read_txt(f: Path) -> Story | InputError:
+    """A .txt file as one story (id = file stem), or the error that makes it unreadable."""
+    try:
+        data = f.read_bytes()
+        if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            text = data.decode("utf-16")  # its byte order mark says so (Windows' "Unicode")
+        else:
+            text = data.decode("utf-8-sig")  # a byte order mark is no part of the text
+    except UnicodeDecodeError as e:
+        if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            return InputError(str(f), 0, None, f"not valid UTF-16 (byte offset {e.start}), though its "
+                                               "byte-order mark says UTF-16")
+        return InputError(str(f), 0, None, f"not valid UTF-8 (byte offset {e.start})")
+    except OSError as e:
+        return InputError(str(f), 0, None, f"cannot read: {e.strerror or e}")
+    if not text.strip():
+        return InputError(str(f), 0, "text", "empty text")
+    try:
+        check_label(str(f), 0, "id", f.stem)  # the file name is the id
+    except InputError as e:
+        return e
+    return Story(id=f.stem, text=text)

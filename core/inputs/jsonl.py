@@ -10,7 +10,6 @@ import operator
 import os
 import re
 import secrets
-import shlex
 import shutil
 import sys
 import unicodedata
@@ -21,14 +20,14 @@ from typing import Any, BinaryIO, Literal, TypeVar, overload
 import msgspec
 
 from tension.core.errors import InputError
+from tension.core.inputs.encodings import STDIN, NotUtf8Error, display_name, not_utf8, utf16
 
-__all__ = ["STDIN", "MAX_NOT_TEXT", "FileError", "UniqueIds", "iter_lines", "is_text", "not_utf8", "decode_line",
-           "read_records", "display_name", "string_field", "check_label", "json_type", "atomic_write",
-           "write_together", "folder_aside"]
+__all__ = ["STDIN", "MAX_NOT_TEXT", "FileError", "NotUtf8Error", "UniqueIds", "iter_lines", "is_text", "not_utf8",
+           "utf16", "decode_line", "read_records", "display_name", "string_field", "check_label", "json_type",
+           "atomic_write", "write_together", "folder_aside"]
 
 T = TypeVar("T")
 
-STDIN = "-"  # the input path that means standard input
 MAX_NOT_TEXT = 5  # lines that are not text before a file is taken for binary and left unread
 
 # msgspec reports where a value failed as "... - at `$.y[3]`"; we turn the path
@@ -103,28 +102,6 @@ def is_text(raw: bytes) -> bool:
     return True
 
 
-def not_utf8(path: str, raw: bytes, start: int, where: str = "") -> str:
-    """What an InputError says of `raw` (a line of `path`), whose byte `start` is
-    not UTF-8: the byte, where it is (`where`, else its column), and the way out:
-    a line that reads as Windows-1252 (cp1252, what Excel and older Windows tools
-    save "CSV" and text in) gets the iconv command that converts the file."""
-    msg = f"not valid UTF-8 (byte 0x{raw[start]:02x} at {where or f'column {start + 1}'})"
-    shown = display_name(path)
-    if shown == "<stdin>":
-        src, dst = "FILE", "FILE.utf8"
-    else:
-        p = Path(shown)
-        src, dst = shlex.quote(shown), shlex.quote(str(p.with_name(f"{p.stem}.utf8{p.suffix}")))
-    try:
-        char = raw[start:start + 1].decode("cp1252")
-        raw.decode("cp1252")
-    except UnicodeDecodeError:
-        return msg + f"; the file is read as UTF-8: convert it (iconv -f ITS-ENCODING -t UTF-8 {src} > {dst})"
-    return (msg + f"; the file reads as Windows-1252 (cp1252, as Excel and older Windows tools save text; the byte is "
-                  f"{char!r} there): "
-                  f"convert it to UTF-8 and read the new file: iconv -f CP1252 -t UTF-8 {src} > {dst}")
-
-
 class UniqueIds:
     """The ids of one file's records so far, in every reader of records (JSON Lines,
     CSV, TSV, Parquet; rows in memory are read as JSON Lines): ids that look the
@@ -151,7 +128,7 @@ def decode_line(path: str | os.PathLike, lineno: int, raw: bytes, type: type[T],
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(str(path), lineno, None, not_utf8(str(path), raw, e.start)) from e
+        raise NotUtf8Error(str(path), lineno, None, raw, e.start) from e
     try:
         if decoder is not None:
             return decoder.decode(raw)
@@ -194,16 +171,18 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
     errors: list[InputError] = []
     ids = UniqueIds()
     not_text = 0
+    utf8_line: int | None = None  # the first line of UTF-8 beyond ASCII: with a line that is not, the file mixes
     for lineno, raw in lines:
         if lineno == 1 and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-            errors.append(FileError(path, 0, None, f"UTF-16 (its byte-order mark says so); {what} is read as "
-                                                   f"UTF-8: convert it (iconv -f UTF-16 -t UTF-8 {path})"))
+            errors.append(FileError(path, 0, None, utf16(path, what)))
             break
         if not items and not errors and _is_json_array(raw):
             errors.append(FileError(path, lineno, None, f"a JSON array; {what} is JSON Lines, one object per line "
                                                         "(convert with jq -c '.[]')"))
             break
         try:
+            if utf8_line is None and not raw.isascii() and is_text(raw):
+                utf8_line = lineno
             if not is_text(raw):
                 not_text += 1
                 if not_text > MAX_NOT_TEXT:
@@ -219,12 +198,9 @@ def read_records(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
         items.append(item)
     if empty and not items and not errors:
         errors.append(FileError(path, 0, None, f"no {empty} (the file is empty)"))
+    if utf8_line is not None:
+        errors = [e.mixed(utf8_line) if isinstance(e, NotUtf8Error) else e for e in errors]
     return items, errors
-
-
-def display_name(path: str | os.PathLike) -> str:
-    """The path as messages name it: ``<stdin>`` for ``-``."""
-    return "<stdin>" if str(path) == STDIN else str(path)
 
 
 @overload
@@ -240,7 +216,12 @@ def string_field(path: str, lineno: int, obj: dict[str, Any], name: str, require
         return None
     v = obj[name]
     if not isinstance(v, str):
-        raise InputError(path, lineno, name, f"expected a string, got {json_type(v)}")
+        msg = f"expected a string, got {json_type(v)}"
+        if name in ("id", "group") and isinstance(v, int | float) and not isinstance(v, bool):
+            # a Parquet, DataFrame or Dataset column of numbers (ids 1, 2, 3): every row refused alike
+            msg += (f" ({v!r}); an {name} is text: write it as \"{v}\", or make the column text "
+                    f"(pandas: df[{name!r}] = df[{name!r}].astype(str))")
+        raise InputError(path, lineno, name, msg)
     return v
 
 

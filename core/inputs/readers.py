@@ -253,7 +253,7 @@ def _decode(path: str, line: int, raw: bytes) -> ReaderRecord:
 
 def read_readers(path: str | os.PathLike) -> tuple[list[ScoredWhodunit], list[InputError]]:
     """Every valid story of the file, and an error for each bad line."""
-    return read_records(path, check_record, decode=_decode)
+    return read_records(path, check_record, decode=_decode, empty="stories")  # empty: an error, not exit 0
 
 
 def read_actual(path: str | os.PathLike, stories: Sequence[ScoredWhodunit]) -> tuple[int, list[InputError]]:

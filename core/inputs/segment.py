@@ -39,7 +39,18 @@ from collections.abc import Iterator, Sequence
 
 import msgspec
 
-from tension.core.inputs.languages import DASHES, ENGLISH, FRENCH, GERMAN, RUSSIAN, SPANISH, Language, detect_language
+from tension.core.inputs.languages import (
+    DASHES,
+    ENGLISH,
+    FRENCH,
+    GERMAN,
+    RUSSIAN,
+    SPANISH,
+    UNKNOWN_SHARE,
+    Language,
+    common_share,
+    detect_language,
+)
 
 __all__ = ["SENTENCE_BOUNDARY", "MIN_SENT_WORDS", "CHARS_PER_WORD", "split_sentences", "word_count",
            "boundary_warning", "Candidate", "candidates", "prefix_text", "story_text", "continuation_text"]
@@ -265,6 +276,14 @@ def boundary_warning(text: str, language: Language | None = None) -> str | None:
         return (f"{sum(doubtful.values())} of its {len(bounds)} sentence boundaries follow an abbreviation of "
                 f"another language ({shown}) and the story was read as {lang.name}: its sentences may be cut "
                 "and positions fall mid-sentence (README, \"Languages\")")
+    share = common_share(text, lang)
+    if share is not None and share < UNKNOWN_SHARE:
+        # Italian, Portuguese, Dutch, Polish …: split by a language's rules that are not its own
+        return (f"it was read as {lang.name}, but only {share:.0%} of its words are common {lang.name} words "
+                f"(under {UNKNOWN_SHARE:.0%}; {lang.name} prose has twice that or more): it is likely in a language "
+                f"the splitter does not know, split by the rules of {lang.name} (not its own abbreviations, "
+                "\u2026 or dialogue dashes), so positions may fall mid-sentence or sentences be merged "
+                "(README, \"Languages\")")
     return None
 
 

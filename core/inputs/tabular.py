@@ -35,7 +35,8 @@ from typing import Any, TypeVar
 import msgspec
 
 from tension.core.errors import ConfigError, InputError
-from tension.core.inputs.jsonl import FileError, UniqueIds, atomic_write, not_utf8
+from tension.core.inputs.encodings import NotUtf8Error, utf16
+from tension.core.inputs.jsonl import FileError, UniqueIds, atomic_write
 
 __all__ = ["TABULAR", "DELIMITERS", "is_tabular", "read_tabular", "missing_columns", "guess_columns", "is_rows",
            "rows_of", "write_rows"]
@@ -149,25 +150,30 @@ def _text_of(p: Path) -> tuple[str, bytes]:
     except OSError as e:
         raise InputError(str(p), 0, None, f"cannot open: {e.strerror or e}") from e
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        raise FileError(str(p), 0, None, f"UTF-16 (its byte-order mark says so); the corpus is read as UTF-8: "
-                                         f"convert it (iconv -f UTF-16 -t UTF-8 {p} > {p.with_suffix('')}.utf8"
-                                         f"{p.suffix})")
+        raise FileError(str(p), 0, None, utf16(str(p), "the file"))
     if data.startswith(codecs.BOM_UTF8):
         data = data[len(codecs.BOM_UTF8):]
     return data.decode("utf-8", errors="surrogateescape"), data
 
 
-def _bad_bytes(data: bytes) -> tuple[list[int], list[tuple[bytes, int]]]:
-    """The lines (1-based) that hold a byte that is not UTF-8, with each line and its first such byte."""
-    lines: list[int] = []
-    where: list[tuple[bytes, int]] = []
+class _BadBytes(msgspec.Struct):
+    lines: list[int]  # the lines (1-based) that hold a byte that is not UTF-8
+    where: list[tuple[bytes, int]]  # each such line and its first such byte
+    utf8_line: int | None = None  # the first line of UTF-8 beyond ASCII: the file mixes encodings
+
+
+def _bad_bytes(data: bytes) -> _BadBytes:
+    bad = _BadBytes([], [])
     for n, raw in enumerate(data.split(b"\n"), 1):
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            lines.append(n)
-            where.append((raw, e.start))
-    return lines, where
+            bad.lines.append(n)
+            bad.where.append((raw, e.start))
+            continue
+        if bad.utf8_line is None and not raw.isascii():
+            bad.utf8_line = n
+    return bad
 
 
 def _csv_rows(p: Path) -> tuple[list[str] | None, list[_Row]]:
@@ -179,7 +185,7 @@ def _csv_rows(p: Path) -> tuple[list[str] | None, list[_Row]]:
     if not text.strip():
         return None, []
     delimiter = _delimiter(text.split("\n", 1)[0].rstrip("\r"), p.suffix.lower())
-    bad_lines, bad_where = _bad_bytes(data) if _NOT_UTF8.search(text) else ([], [])
+    bad = _bad_bytes(data) if _NOT_UTF8.search(text) else _BadBytes([], [])
     old = csv.field_size_limit()
     csv.field_size_limit(max(old, len(text) + 1))  # a cell as long as the file: a long story is the word filter's
     try:
@@ -200,22 +206,22 @@ def _csv_rows(p: Path) -> tuple[list[str] | None, list[_Row]]:
                 continue
             if not any(cells):
                 continue  # a blank line, as in JSON Lines
-            rows.append(_csv_row(name, header, delimiter, start, reader.line_num, cells, bad_lines, bad_where))
+            rows.append(_csv_row(name, header, delimiter, start, cells, bad))
         return header, rows
     finally:
         csv.field_size_limit(old)
 
 
-def _csv_row(name: str, header: list[str], delimiter: str, start: int, end: int, cells: list[str],
-             bad_lines: list[int], bad_where: list[tuple[bytes, int]]) -> _Row:
+def _csv_row(name: str, header: list[str], delimiter: str, start: int, cells: list[str], bad: _BadBytes) -> _Row:
     for i, cell in enumerate(cells):
         if _NOT_UTF8.search(cell):
-            k = bisect.bisect_left(bad_lines, start)
-            raw, at = bad_where[k] if k < len(bad_lines) else (b"?", 0)
-            line = bad_lines[k] if k < len(bad_lines) else start
+            k = bisect.bisect_left(bad.lines, start)
+            raw, at = bad.where[k] if k < len(bad.lines) else (b"?", 0)
+            line = bad.lines[k] if k < len(bad.lines) else start
             where = f"column {at + 1}" if line == start else f"line {line}, column {at + 1}"
             field = header[i] if i < len(header) else None
-            return _Row(start, None, InputError(name, start, field, not_utf8(name, raw, at, where)))
+            e = NotUtf8Error(name, start, field, raw, at, where)
+            return _Row(start, None, e if bad.utf8_line is None else e.mixed(bad.utf8_line))
     columns = ", ".join(header)
     shown = "tab" if delimiter == "\t" else repr(delimiter)
     if len(cells) < len(header):

@@ -32,6 +32,7 @@ class WhodunitStory(msgspec.Struct, kw_only=True):
     revelation: int | None
     generator: Generator | None
     extracted_suspects: bool = False
+    note: str | None = None  # a `text` record read as fewer segments than --segments: why (said at the start)
 
     @property
     def L(self) -> int:
@@ -112,6 +113,7 @@ def _story(path: str, line: int, obj: dict, cfg: FairPlayConfig, suspects_map: d
         raise InputError(path, line, "group", f"expected a string or null, got {group!r}")
     check_label(path, line, "id", sid)
     check_label(path, line, "group", group)
+    note = None
     for field in ("segments", "segments_25"):
         if obj.get(field) is not None:
             segments = _string_list(path, line, field, obj[field], min_len=2)
@@ -124,7 +126,11 @@ def _story(path: str, line: int, obj: dict, cfg: FairPlayConfig, suspects_map: d
         segments = segment_text(text, cfg.segment_rule, cfg.segments)
         if len(segments) < 2:
             raise InputError(path, line, "text", f"only {len(segments)} {cfg.segment_rule} chunk(s); a "
-                                                 "story needs at least 2")
+                                                 f"story needs at least 2{_line_breaks(text, cfg.segment_rule)}")
+        if len(segments) < cfg.segments:
+            note = (f"its text has {len(segments)} {cfg.segment_rule}, fewer than --segments {cfg.segments}: "
+                    f"it is read as {len(segments)} segments (L = {len(segments)})"
+                    f"{_line_breaks(text, cfg.segment_rule)}")
     L = len(segments)
     culprit = _one_name(path, line, "culprit", obj.get("culprit"), True)
     distractor = _one_name(path, line, "distractor", obj.get("distractor"), False)
@@ -162,7 +168,23 @@ def _story(path: str, line: int, obj: dict, cfg: FairPlayConfig, suspects_map: d
                 # a continuation that cannot see the story would estimate nothing
                 raise InputError(path, line, f"generator.{field}", "has no {story} placeholder")
     return WhodunitStory(id=sid, line=line, group=group, segments=segments, suspects=list(suspects or []),
-                         culprit=culprit, distractor=distractor, revelation=revelation, generator=generator)
+                         culprit=culprit, distractor=distractor, revelation=revelation, generator=generator,
+                         note=note)
+
+
+def _line_breaks(text: str, rule: str) -> str:
+    """What a text split into paragraphs at blank lines says of its single line breaks, when it has
+    more of them than paragraphs: text exported one paragraph a line (no blank line between) is
+    otherwise read as one or a few long paragraphs."""
+    if rule != "paragraphs":
+        return ""
+    paragraphs = [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+    breaks = sum(p.strip().count("\n") for p in paragraphs)
+    if breaks < len(paragraphs):
+        return ""
+    return (f"; paragraphs are separated by blank lines, and its text has {breaks} single line breaks within "
+            "them: if they separate its paragraphs, put a blank line between them (or give --segment-rule "
+            "sentences)")
 
 
 def read_suspects_file(path: str) -> dict[str, list[str]]:

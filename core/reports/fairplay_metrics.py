@@ -282,8 +282,11 @@ def fairplay_metrics(readers: str | Path, out: str | Path, *, actual_csv: str | 
     out = Path(out)
     readers, stories, errors, notes = read_source(readers, source)
     warnings = notes + row_warnings(stories)
-    if not stories and not errors:
-        warnings.append(f"no story in {readers}")
+    if not stories:
+        # nothing to compute (an empty file, every line bad): the earlier outputs in `out` stay, not empty ones
+        if not errors:
+            errors.append(InputError(str(readers), 0, None, "no story to compute"))
+        return FairPlaySummary(stories=0, errors=[str(e) for e in errors], out=out, warnings=warnings)
     if actual_csv is not None:
         replaced = [s.id for s in stories if READERS[ACTUAL] in s.probs]
         try:

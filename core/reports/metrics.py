@@ -377,12 +377,14 @@ def _group_table(groups: dict[str, dict[str, GroupStat]]) -> str:
 
 def metrics(curves_path: str | os.PathLike, out_dir: str | os.PathLike,
             settings: CurveSettings = CurveSettings()) -> MetricsResult:
-    """Read curves, compute story and group statistics, write stories.csv and groups.csv."""
+    """Read curves, compute story and group statistics, write stories.csv and groups.csv (when a
+    curve was read)."""
     curves, errors = read_curves(curves_path)
     comparable = comparable_matrix(curves, settings)
     stats, groups = compute(curves, settings, comparable=comparable)
     intervals = compute_intervals(curves, stats, settings)
     result = MetricsResult(curves=curves, stats=stats, settings=settings, groups=groups, errors=errors,
                            intervals=intervals, comparable=comparable)
-    result.write(Path(out_dir))
+    if curves:  # no curve read (an empty or wholly bad file): an earlier run's outputs stay, not empty ones
+        result.write(Path(out_dir))
     return result

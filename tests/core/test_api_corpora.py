@@ -151,3 +151,29 @@ def test_a_parquet_corpus_without_pyarrow_says_what_to_install(tmp_path, monkeyp
     (tmp_path / "c.parquet").write_bytes(b"PAR1")
     c = read_corpus(tmp_path / "c.parquet", 0, 10**9)
     assert len(c.errors) == 1 and "pip install 'tension-run[parquet]'" in str(c.errors[0])
+
+
+@pytest.mark.in_process
+@pytest.mark.parametrize("form", ["dataframe", "parquet", "jsonl"])
+def test_number_ids_are_told_how_to_become_text_and_the_advice_works(server, tmp_path, form):
+    # a column of number ids (a Parquet file's, a DataFrame's) refused every row with only
+    # "expected a string, got a number"
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame(rows(make_corpus(tmp_path / "plain.jsonl", 2, seed=21)))
+    df["id"] = [7, 8]
+    given: object = df
+    if form == "parquet":
+        pytest.importorskip("pyarrow")
+        given = tmp_path / "c.parquet"
+        df.to_parquet(given)
+    elif form == "jsonl":
+        given = tmp_path / "c.jsonl"
+        df.to_json(given, orient="records", lines=True)
+    r = tension.score(given, out=tmp_path / "a", **settings(server, tmp_path / "cache"))
+    assert r.status == "failed" and len(r.summary.input_errors) == 2
+    advice = "make the column text (pandas: df['id'] = df['id'].astype(str))"
+    assert r.summary.input_errors[0].endswith(f"field `id`: expected a string, got a number (7); an id is text: "
+                                              f"write it as \"7\", or {advice}")
+    exec(advice.split("pandas: ", 1)[1][:-1], {"df": df})  # as printed (the closing paren is the message's)
+    r = tension.score(df, out=tmp_path / "b", **settings(server, tmp_path / "cache"))
+    assert (r.status, r.summary.input_errors, [x["id"] for x in r.stories.records()]) == ("complete", [], ["7", "8"])

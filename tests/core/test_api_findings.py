@@ -65,6 +65,32 @@ def test_every_story_skipped_fails_and_says_why(server, tmp_path):
     assert r.summary.error.startswith("no story to score (1 skipped by the word filter")
 
 
+BROKEN = {  # every record of the file unreadable, as a re-saved or re-exported corpus can be
+    "utf16.csv": lambda: "id,text\nx,It rained.\n".encode("utf-16"),
+    "empty.jsonl": lambda: b"",
+    "header.csv": lambda: b"ID;Story\nx;It rained.\n",
+    "bad.jsonl": lambda: b'{"id": 1, "text": "It rained."}\n{"text": "It poured."}\n',
+}
+
+
+@pytest.mark.in_process
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_a_corpus_of_no_readable_story_fails_and_keeps_the_earlier_outputs(server, tmp_path, name):
+    # it was "complete" (exit 1) and wrote empty positions.jsonl and stories.csv over the earlier run in --out
+    out = tmp_path / "out"
+    good = tension.score(make_corpus(tmp_path / "c.jsonl", 1, seed=2), out=out, **settings(server, tmp_path / "c"))
+    assert good.status == "complete"
+    kept = {f: (out / f).read_bytes() for f in ("positions.jsonl", "stories.csv", "groups.csv")}
+    assert kept["positions.jsonl"]
+    broken = tmp_path / name
+    broken.write_bytes(BROKEN[name]())
+    r = tension.score(broken, out=out, **settings(server, tmp_path / "c"))
+    n = len(r.summary.input_errors)
+    assert (r.status, r.exit_status, r.run["status"]) == ("failed", 1, "failed")
+    assert n >= 1 and r.summary.error == f"no story to score ({n} unreadable, see above; 0 skipped by the word filter)"
+    assert {f: (out / f).read_bytes() for f in kept} == kept
+
+
 def test_run_json_argv_of_an_api_run_is_a_call_that_reproduces_it(server, tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", 2, seed=4)
     r = tension.score(corpus, out=tmp_path / "api", api_key="sk-secret-1", **settings(server, tmp_path / "cache"))

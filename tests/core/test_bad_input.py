@@ -196,10 +196,11 @@ BIG_WORDS = len(BIG.split())
 
 KINDS: dict[str, Kind] = {
     # -- whole files
-    "empty file": Kind(_only(b""), 1, ["error: {corpus}: no stories (the file is empty)"], scored=(),
+    # nothing to score: a failed run, no outputs (an earlier run's in --out are kept: test_api_findings.py)
+    "empty file": Kind(_only(b""), 1, ["error: {corpus}: no stories (the file is empty)"], scored=None,
                        summary=["0 stories"]),  # and no "1 stories failed": test_input_files.py
     "only blank lines": Kind(_only(b"\n   \n\t\n\r\n"), 1, ["error: {corpus}: no stories (the file is empty)"],
-                             scored=(), summary=["0 stories"]),
+                             scored=None, summary=["0 stories"]),
     "blank lines between good records (fine)": Kind(_mixed("", "   ", "\t"), 0, [],
                                                     summary=[SCORED_2, "outputs in"]),
     "CRLF line ends (fine)": Kind(_crlf, 0, [], summary=[SCORED_2]),
@@ -256,7 +257,7 @@ KINDS: dict[str, Kind] = {
     "folder with a non-UTF-8 .txt": Kind(_folder_with_bad_txt, 1,
                                          ["error: {corpus}/latin1.txt: not valid UTF-8 (byte offset 13)"],
                                          summary=[SCORED_2, RECORD_FAILED]),
-    "folder with no .txt files": Kind(_empty_folder, 1, ["error: {corpus}: no .txt files in this folder"], scored=(),
+    "folder with no .txt files": Kind(_empty_folder, 1, ["error: {corpus}: no .txt files in this folder"], scored=None,
                                       summary=["0 stories"]),
     "corpus does not exist": Kind(lambda tmp_path: (tmp_path / "nope.jsonl", []), 1,
                                   ["error: {corpus}: cannot open: No such file or directory"], scored=None),

@@ -110,7 +110,8 @@ def test_error_message_exact_forms(mixed):
     c = read_corpus(mixed, min_words=0, max_words=100)
     msgs = {e.line: str(e) for e in c.errors}
     assert msgs[4] == f"{mixed}:4 field `id`: missing required field"
-    assert msgs[6] == f"{mixed}:6 field `id`: expected a string, got a number"
+    assert msgs[6] == (f"{mixed}:6 field `id`: expected a string, got a number (7); an id is text: write it as "
+                       "\"7\", or make the column text (pandas: df['id'] = df['id'].astype(str))")
     assert msgs[8] == f"{mixed}:8 field `text`: empty text"
     assert msgs[9] == f"{mixed}:9 field `id`: duplicate id 'a' (first on line 1)"
     # the column of the bad byte is 1-based: b'{"id": "e", "text": "caf' is 24 bytes

@@ -314,6 +314,37 @@ def test_a_cp1252_json_lines_file_gets_the_same_advice(tmp_path, good):
         f"file: iconv -f CP1252 -t UTF-8 {shlex.quote(str(p))} > {shlex.quote(str(tmp_path / 'c.utf8.jsonl'))}"]
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_file_of_mixed_encodings_is_not_told_to_convert_whole(tmp_path, good, suffix):
+    """One Windows-1252 record among UTF-8 ones (curly quotes): converting the whole file, as the
+    advice for a cp1252 file says, would garble the UTF-8 stories (“ becomes â€œ) or stop iconv
+    half-way on a byte cp1252 lacks (” is e2 80 9d): the error says the file mixes encodings and
+    names a UTF-8 line; the UTF-8 stories are read as written."""
+    from tension.core.inputs.corpus import read_corpus
+
+    assert all("\u201c" in r["text"] for r in good)  # UTF-8 beyond ASCII in every good story
+    p = tmp_path / f"c{suffix}"
+    bad = "Caf\u00e9 au lait, said the keeper.".encode("cp1252")
+    if suffix == ".csv":
+        write_delimited(p, ["id", "text"], [[r["id"], r["text"]] for r in good])
+        p.write_bytes(p.read_bytes() + b'q,"' + bad + b'"\n')
+        line, field, column = p.read_bytes().count(b"\n"), "text", 7
+    else:
+        p.write_bytes(b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in good)
+                      + b'{"id": "q", "text": "' + bad + b'"}\n')
+        line, field, column = 3, None, 25
+    utf8 = next(n for n, raw in enumerate(p.read_bytes().split(b"\n"), 1) if not raw.isascii())  # the first
+    c = read_corpus(p, 0, 10**9)
+    assert [(s.id, s.text) for s in c.stories] == [(r["id"], r["text"]) for r in good]
+    (err,) = c.errors
+    assert (err.line, err.field) == (line, field)
+    assert err.message == (f"not valid UTF-8 (byte 0xe9 at column {column}); the file mixes encodings: line {utf8} is "
+                           "UTF-8 beyond ASCII, which converting the whole file (iconv) would garble: save this "
+                           "record's text as UTF-8 (it reads as Windows-1252, where the byte is 'é') and read the "
+                           "file again")
+    assert "iconv -f" not in str(err)
+
+
 def test_a_quoted_multi_line_row_is_named_by_the_line_it_begins_on(tmp_path, good):
     """C14: the error's line is where the row begins, not where its quoted text ends."""
     from tension.core.inputs.corpus import read_corpus

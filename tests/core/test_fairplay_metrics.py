@@ -331,3 +331,20 @@ def test_empty_rows_are_missing_and_all_zero_rows_a_tie(tmp_path, capsys):
     rc = main(["fairplay-metrics", str(readers), "--out", str(tmp_path / "miss"), "--ties", "miss", "--no-progress",
                "--max-plots", "0"])
     assert rc == 0 and float(read_stories(tmp_path / "miss")["gaps"]["S"]) == 0.5
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n", b'{"id": "x"}\n', b"not json\n"])
+def test_readers_of_no_readable_story_fail_and_keep_the_earlier_outputs(tmp_path, capsys, content):
+    # an empty readers file was a warning, exit 0, and wrote empty tables over --out's earlier ones
+    out = tmp_path / "out"
+    ex = ROOT / "examples"
+    assert main(["fairplay-metrics", str(ex / "fairplay_readers.jsonl"), "--out", str(out), "--no-progress",
+                 "--max-plots", "0"]) == 0
+    kept = {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()}
+    bad = tmp_path / "readers.jsonl"
+    bad.write_bytes(content)
+    capsys.readouterr()
+    assert main(["fairplay-metrics", str(bad), "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()} == kept
+    assert f"error: {bad}" in err and err.endswith(f"nothing written to {out}: no story could be read\n")

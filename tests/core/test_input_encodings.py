@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 
 import pytest
 
@@ -33,12 +35,71 @@ def test_a_txt_folder_reads_upper_case_names_and_says_what_it_skips(tmp_path, ca
                                        "read): more/, notes.md\n")
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".tsv"])
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
-def test_a_utf16_json_lines_file_is_named_as_utf16(tmp_path, encoding):
-    p = tmp_path / "c.jsonl"
-    text = json.dumps({"id": "a", "text": TEXT}) + "\n"
+def test_a_utf16_file_is_named_as_utf16_and_its_iconv_advice_works_as_printed(tmp_path, encoding, suffix):
+    # the advice wrote the JSON Lines file's conversion to the terminal (no `> new file`), and did not
+    # quote a path with a space in it
+    folder = tmp_path / "my stories"
+    folder.mkdir()
+    p = folder / f"c{suffix}"
+    if suffix == ".jsonl":
+        text = json.dumps({"id": "a", "text": TEXT}) + "\n"
+    else:
+        sep = "\t" if suffix == ".tsv" else ","
+        text = f"id{sep}text\r\na{sep}{TEXT}\r\n"
     p.write_bytes((b"\xfe\xff" if encoding == "utf-16-be" else b"") + text.encode(encoding))
     c = read_corpus(p, min_words=0)
     assert not c.stories
-    assert [str(e) for e in c.errors] == [f"{p}: UTF-16 (its byte-order mark says so); the corpus is read as UTF-8: "
-                                          f"convert it (iconv -f UTF-16 -t UTF-8 {p})"]
+    what = "the corpus" if suffix == ".jsonl" else "the file"
+    converted = folder / f"c.utf8{suffix}"
+    assert [str(e) for e in c.errors] == [f"{p}: UTF-16 (its byte-order mark says so); {what} is read as UTF-8: "
+                                          f"convert it to UTF-8 and read the new file: iconv -f UTF-16 -t UTF-8 "
+                                          f"{shlex.quote(str(p))} > {shlex.quote(str(converted))}"]
+    command = str(c.errors[0]).split("read the new file: ", 1)[1]
+    subprocess.run(command, shell=True, check=True, cwd=tmp_path)  # as printed
+    again = read_corpus(converted, min_words=0)
+    assert ([(s.id, s.text.rstrip()) for s in again.stories], again.errors) == ([("a", TEXT.rstrip())], [])
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16"])
+def test_one_txt_file_is_one_story_as_in_a_folder(tmp_path, encoding):
+    # a .txt file given as the corpus was read as JSON Lines: one `not valid JSON` error a paragraph
+    p = tmp_path / "My Story.TXT"
+    p.write_bytes(TEXT.encode(encoding))
+    c = read_corpus(p, min_words=0)
+    assert ([(s.id, s.text) for s in c.stories], c.errors) == ([("My Story", TEXT)], [])
+    (tmp_path / "empty.txt").write_text("\n")
+    assert [str(e) for e in read_corpus(tmp_path / "empty.txt", min_words=0).errors] == [
+        f"{tmp_path / 'empty.txt'} field `text`: empty text"]
+
+
+@pytest.mark.in_process
+@pytest.mark.parametrize("verb", ["score", "estimate"])
+def test_score_and_estimate_read_one_txt_file_as_its_folder(server, tmp_path, capsys, verb):
+    from tension.core.cli import main
+    from tension.testing.corpus import make_corpus
+
+    story = json.loads(make_corpus(tmp_path / "c.jsonl", 1, seed=5).read_text().splitlines()[0])
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "tale.txt").write_text(story["text"], encoding="utf-8")
+    said = {}
+    for name, corpus in (("file", folder / "tale.txt"), ("folder", folder)):
+        argv = [verb, str(corpus), "--base-url", server.base_url, "--model", "test-gen", "--no-progress",
+                "--tokenizer", "words", "--cache", str(tmp_path / "cache")]
+        if verb == "score":
+            argv += ["--out", str(tmp_path / name), "--endings", "2", "--no-report"]
+        capsys.readouterr()
+        assert main(argv) == 0, capsys.readouterr().err
+        said[name] = capsys.readouterr()
+        assert "not valid JSON" not in said[name].err
+    if verb == "score":
+        assert (tmp_path / "file" / "positions.jsonl").read_bytes() == (tmp_path / "folder" / "positions.jsonl"
+                                                                        ).read_bytes()
+        assert b'"id":"tale"' in (tmp_path / "file" / "positions.jsonl").read_bytes()
+    else:
+        def figures(out: str) -> list[str]:  # its time taken ("(0.1 s)") aside
+            return [x for x in out.splitlines() if not (x.startswith("(") and x.endswith(" s)"))]
+
+        assert figures(said["file"].out) == figures(said["folder"].out.replace(str(folder), str(folder / "tale.txt")))

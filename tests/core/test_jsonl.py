@@ -31,7 +31,8 @@ def test_records_in_order_with_an_error_per_bad_line(tmp_path):
     p.write_bytes(b'{"id": "a"}\n\n   \n{"id": 3}\n{"id": "b"}\nnot json\n{"id": "a"}\n\xff\n')
     items, errors = read_records(p, _parse)
     assert items == [Rec("a", 1), Rec("b", 5)]
-    assert str(errors[0]) == f"{p}:4 field `id`: expected a string, got a number"
+    assert str(errors[0]) == (f"{p}:4 field `id`: expected a string, got a number (3); an id is text: write it as "
+                              "\"3\", or make the column text (pandas: df['id'] = df['id'].astype(str))")
     assert str(errors[1]).startswith(f"{p}:6: not valid JSON (")
     assert str(errors[2]) == f"{p}:7 field `id`: duplicate id 'a' (first on line 1)"
     assert str(errors[3]).startswith(f"{p}:8: not valid UTF-8 (byte 0xff at column 1); the file reads as "

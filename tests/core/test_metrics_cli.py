@@ -169,3 +169,19 @@ def test_commands_run_as_processes(tmp_path, argv0):
     assert r.returncode == 1, r.stderr
     assert ":4: not valid JSON" in r.stderr
     assert (tmp_path / "o" / "stories.csv").read_text() == STORIES_CSV
+
+
+@pytest.mark.parametrize("content", [b"", b'{"id": "x", "x": [0.1], "y": [1.5]}\n', b"not json\n"])
+def test_curves_of_no_readable_story_keep_the_earlier_outputs(tmp_path, capsys, content):
+    # an empty (or wholly bad) curves file wrote empty stories.csv and groups.csv over the earlier ones in --out
+    out = tmp_path / "out"
+    assert main(["metrics", str(write_jsonl(tmp_path / "good.jsonl", SMALL)), "--out", str(out)]) == 0
+    kept = {f: (out / f).read_bytes() for f in ("stories.csv", "groups.csv")}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(content)
+    capsys.readouterr()
+    assert main(["metrics", str(bad), "--out", str(out)]) == 1
+    said = capsys.readouterr()
+    assert {f: (out / f).read_bytes() for f in kept} == kept
+    assert f"nothing written to {out}: no curve could be read" in said.out
+    assert "0 stories ->" not in said.out

@@ -180,3 +180,20 @@ def test_continuation_default_limit_is_2000_words():
     cut = continuation_text(longer, 0)
     assert cut.split() == " ".join(longer).split()[:2000]
     assert cut.endswith("w1999.")
+
+
+def test_a_long_storys_prefixes_are_counted_in_batches_of_bounded_size():
+    # all of a story's prefixes at once are quadratic in its length: a 300,000-word story's took
+    # 12 GB and ended the run with a MemoryError (12-07 inputs review)
+    from tension.core.pipelines.score.positions import PREFIX_BYTES, prefix_batches
+
+    sents = [f"Sentence number {i} of the long story goes on and on here." for i in range(2000)]
+    cands = candidates(sents, 1)
+    batches = list(prefix_batches(sents, cands, 1_000_000, 4))
+    assert [t for b in batches for t in b] == [prefix_text(sents, c.k) for c in cands]  # every prefix, in order
+    assert len(batches) > 1
+    assert max(sum(map(len, b)) for b in batches) <= 1_000_000
+    # never fewer prefixes a batch than are counted at once (--tokenize-concurrency)
+    assert [len(b) for b in prefix_batches(sents, cands, 10, 64)][:-1] == [64] * (len(cands) // 64)
+    # a story of ordinary length is counted in one batch, as before
+    assert len(list(prefix_batches(sents[:300], candidates(sents[:300], 1), PREFIX_BYTES, 64))) == 1

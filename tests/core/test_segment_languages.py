@@ -194,3 +194,53 @@ def test_every_english_story_is_read_as_english_and_warned_as_before():
         w = boundary_warning(text)
         assert w is None or "abbreviation of another language" not in w, (name, n)
     assert n > 500
+
+
+# --- a story in a language the splitter does not know is told so --------------------------------
+# (written for this test: the same few sentences in each language; each is read as English,
+# German, French or Spanish by detect_language, whose rules are not its own)
+UNKNOWN = {
+    "Italian": "Il vecchio camminava lentamente per la strada, pensando a sua moglie che era morta l'anno prima. "
+               "Il Sig. Rossi lo salutò dalla finestra, ma lui non rispose. Non aveva voglia di parlare con nessuno. "
+               "La pioggia cominciò a cadere e le strade si svuotarono. Quando arrivò a casa, trovò la porta aperta "
+               "e una lettera sul tavolo. Era scritta con una mano che conosceva bene.",
+    "Dutch": "De oude man liep langzaam door de straat en dacht aan zijn vrouw, die het jaar ervoor was gestorven. "
+             "Meneer de Vries groette hem vanuit het raam, maar hij antwoordde niet. Hij had geen zin om met iemand "
+             "te praten. De regen begon te vallen en de straten werden leeg. Toen hij thuiskwam, vond hij de deur "
+             "open en een brief op de tafel. Hij was geschreven met een hand die hij goed kende.",
+    "Polish": "Stary człowiek szedł powoli ulicą, myśląc o żonie, która zmarła rok wcześniej. Pan Kowalski "
+              "pozdrowił go z okna, ale on nie odpowiedział. Nie miał ochoty z nikim rozmawiać. Zaczął padać deszcz "
+              "i ulice opustoszały. Kiedy wrócił do domu, znalazł otwarte drzwi i list na stole. Był napisany ręką, "
+              "którą dobrze znał.",
+    "Swedish": "Den gamle mannen gick långsamt längs gatan och tänkte på sin fru, som hade dött året innan. Herr "
+               "Svensson hälsade på honom från fönstret, men han svarade inte. Han hade ingen lust att prata med "
+               "någon. Regnet började falla och gatorna blev tomma. När han kom hem hittade han dörren öppen och "
+               "ett brev på bordet. Det var skrivet med en hand han kände väl.",
+    "Turkish": "Yaşlı adam karısını düşünerek sokakta yavaşça yürüdü. Bay Yılmaz pencereden onu selamladı ama o "
+               "cevap vermedi. Kimseyle konuşmak istemiyordu. Yağmur yağmaya başladı ve sokaklar boşaldı. Eve "
+               "geldiğinde kapıyı açık ve masada bir mektup buldu.",
+}
+
+
+@pytest.mark.parametrize("language", list(UNKNOWN))
+def test_a_story_in_a_language_the_splitter_does_not_know_is_warned(language):
+    text = " ".join([UNKNOWN[language]] * 4)
+    read_as = detect_language(text)
+    assert read_as in (ENGLISH, GERMAN, FRENCH, SPANISH)  # no language of its own: its rules are another's
+    w = boundary_warning(text)
+    assert w is not None
+    assert w.startswith(f"it was read as {read_as.name}, but only ")
+    assert "it is likely in a language the splitter does not know" in w
+
+
+def test_a_short_text_in_another_language_gets_no_guess():
+    # under UNKNOWN_MIN_WORDS words its common words tell too little
+    assert boundary_warning(UNKNOWN["Polish"]) is None
+
+
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="the shared story data (../shared/data) is not on this machine")
+def test_no_english_story_is_taken_for_a_language_the_splitter_does_not_know():
+    for name, n, text in shared_texts():
+        w = boundary_warning(text)
+        assert w is None or "does not know" not in w, (name, n)
+    assert n > 500

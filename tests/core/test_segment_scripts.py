@@ -173,3 +173,23 @@ def test_score_warns_when_a_storys_marks_and_boundaries_disagree(server, tmp_pat
     assert rc == 1, err  # no position: the one sentence has no boundary
     assert ("warning: story 'quotes': 60 sentence-ending marks but 0 sentence boundaries "
             "(59 of the marks are followed by '‘')") in err
+
+
+@pytest.mark.in_process
+@pytest.mark.parametrize("verb", ["score", "estimate"])
+def test_score_and_estimate_say_when_a_story_is_in_a_language_the_splitter_does_not_know(server, tmp_path, capsys,
+                                                                                           verb):
+    # a Polish story is read as English (no language of its own), and the user is told
+    text = _story("Stary człowiek szedł powoli długą i cichą ulicą, myśląc o żonie numer {i}. ", 60)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "pl", "text": text}, ensure_ascii=False) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    argv = [verb, str(corpus), "--base-url", server.base_url, "--model", "test-gen", "--cache",
+            str(tmp_path / "cache"), "--no-progress", "--tokenizer", "words"]
+    if verb == "score":
+        argv += ["--out", str(tmp_path / "out"), "--endings", "2", "--no-report"]
+    rc = main(argv)
+    _, err = capsys.readouterr()
+    assert rc == 0, err
+    assert ("warning: story 'pl': it was read as English, but only 0% of its words are common English words "
+            "(under 10%") in err

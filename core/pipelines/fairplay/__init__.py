@@ -27,7 +27,7 @@ import msgspec
 
 from tension.core.config.fairplay import READERS, FairPlayConfig, experienced_readers, load_fairplay_config
 from tension.core.config.settings import refresh_roles
-from tension.core.errors import InputError, RunStatus, StatusError
+from tension.core.errors import InputError, RunStatus, StatusError, TensionError
 from tension.core.formats import Generator
 from tension.core.inputs.jsonl import atomic_write
 from tension.core.inputs.readers import reader_schedule
@@ -45,7 +45,9 @@ if TYPE_CHECKING:  # the metrics are imported when they run
 
 __all__ = ["READERS", "FairPlayConfig", "Generator", "WhodunitStory", "ReaderFailure", "FairPlayRun",
            "load_fairplay_config", "read_stories", "segment_text", "reader_schedule", "run_readers",
-           "run_fairplay"]
+           "run_fairplay", "NO_STORIES"]
+
+NO_STORIES = "no story to read"  # opens the error of a run whose stories file held none readable
 
 
 class ReaderFailure(msgspec.Struct, kw_only=True):
@@ -232,6 +234,9 @@ async def run_fairplay(cfg: FairPlayConfig, stories_path: str | os.PathLike[str]
     out = prepare_out_dir(out_dir)
     with out_lock(out, out / LOCK_NAME, "fairplay", "folder"):
         stories, extract, errors = read_stories(stories_path, cfg)
+        for story in stories:
+            if story.note:
+                warn(f"story {story.id!r}: {story.note}")
         progress = Progress(enabled=cfg.progress, stories=len(stories), say=lambda m: warn(m, "note"))
         # the time left from the first answer on, as score's (core/run/progress.py)
         progress.pace = Pace(per_unit=1, what="answers (readers', continuations and verdicts)")
@@ -242,13 +247,18 @@ async def run_fairplay(cfg: FairPlayConfig, stories_path: str | os.PathLike[str]
         reading = ReaderRun(cfg, stories, run, str(stories_path), errors=errors, out=out)
         run.pipeline = reading
         async with run:
-            done = await run.work(reading.read(extract)) if stories else True
+            # no story read: a failed run (its record says why), not "complete" over an earlier run's readers
+            done = await run.work(reading.read(extract) if stories else _no_story(errors))
             run.progress.close()  # before the metrics' own progress bar
             if done and stories:
                 with run.outputs():  # a stop signal while they are written is obeyed at once
                     atomic_write(out / "readers.jsonl", reading.readers_jsonl())
                     reading.metrics = _metrics(out, cfg, metrics_options)
     return reading.summary()
+
+
+async def _no_story(errors: Sequence[InputError]) -> None:
+    raise TensionError(f"{NO_STORIES} ({len(errors)} unreadable, see above)")
 
 
 def _metrics(out: Path, cfg: FairPlayConfig, options: dict[str, Any] | None) -> FairPlaySummary:

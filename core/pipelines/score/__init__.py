@@ -134,9 +134,13 @@ class Scoring:
 
     async def score(self) -> None:
         cfg, run = self.cfg, self.run
-        if not self.corpus.stories and not self.corpus.errors:  # (bad records say so themselves)
-            # nothing to score is a failed run, its record and result saying why, not "complete" with exit 1
+        if not self.corpus.stories:
+            # nothing to score is a failed run, its record and result saying why, not "complete" with exit 1;
+            # so when every record is bad too (an empty or UTF-16 file, a header without `id`): "complete"
+            # wrote empty outputs over an earlier run's in --out
             why = f"{len(self.corpus.skipped)} skipped by the word filter"
+            if self.corpus.errors:
+                why = f"{len(self.corpus.errors)} unreadable, see above; {why}"
             if self.shard is not None:
                 why += (f"; shard {self.shard[0]}/{self.shard[1]} holds none of the {self.before_shard} stories it "
                         "kept")

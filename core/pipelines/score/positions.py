@@ -11,7 +11,7 @@ database; so does the context length, which bounds the prefixes worth sending.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import msgspec
 
@@ -19,6 +19,7 @@ from tension.core.config import ScoreConfig
 from tension.core.errors import ConfigError
 from tension.core.inputs.corpus import Story
 from tension.core.inputs.segment import (
+    Candidate,
     boundary_warning,
     candidates,
     prefix_text,
@@ -32,11 +33,14 @@ from tension.core.prompts import score as prompts
 from tension.core.run.engine import Engine
 from tension.core.run.lifecycle import warn
 
-__all__ = ["Position", "PositionFinder", "Counter", "make_tokenizer", "local_counter", "CHAT_TEMPLATE_SLACK"]
+__all__ = ["Position", "PositionFinder", "Counter", "make_tokenizer", "local_counter", "CHAT_TEMPLATE_SLACK",
+           "PREFIX_BYTES", "prefix_batches"]
 
 # Tokens a chat template adds around the messages (role markers, BOS/EOS), on top
 # of the system prompt and instruction, when checking that a prompt fits the context.
 CHAT_TEMPLATE_SLACK = 32
+# Characters of a story's prefixes held at once while they are counted (`prefix_batches`).
+PREFIX_BYTES = 256 * 2**20
 
 # Token counts of a batch of texts, counted here (None: the server's /tokenize).
 Counter = Callable[[list[str]], list[int]]
@@ -78,6 +82,16 @@ def local_counter(cfg: ScoreConfig) -> Counter | None:
     return None if tok is None else lambda texts: [tok(t) for t in texts]
 
 
+def prefix_batches(sents: list[str], cands: list[Candidate], max_chars: int, min_batch: int) -> Iterator[list[str]]:
+    """The candidates' prefix texts in order, in batches of at most about `max_chars` characters
+    and never fewer than `min_batch` prefixes (those counted at once): all of a story's prefixes
+    at once are quadratic in its length (a 300,000-word story's made 12 GB and a MemoryError
+    that lost the run, with advice to rerun the same command)."""
+    batch = max(1, min_batch, max_chars // max(1, sum(map(len, sents)) + len(sents)))
+    for i in range(0, len(cands), batch):
+        yield [prefix_text(sents, c.k) for c in cands[i:i + batch]]
+
+
 class PositionFinder:
     """The positions of each story of a run, and what was left out and why.
 
@@ -112,12 +126,11 @@ class PositionFinder:
                 f"{len(sents)} sentence(s): no sentence boundary found" if len(sents) < 2 else
                 f"no sentence of >= {cfg.min_anchor_words} words to anchor a position")
             return []
-        texts = [story_text(sents)] + [prefix_text(sents, c.k) for c in cands]
-        counts = await self.token_counts(texts, story.id)
+        total = (await self.token_counts([story_text(sents)], story.id))[0]
+        counts = await self.prefix_counts(sents, cands, story.id)
         limit = await self.prompt_limit(story.id)
-        total = counts[0]
         out = []
-        for c, n in zip(cands, counts[1:]):
+        for c, n in zip(cands, counts):
             pct = n / total if total else 0.0
             if not cfg.pct_min <= pct <= cfg.pct_max:
                 continue
@@ -129,6 +142,13 @@ class PositionFinder:
         if not out and story.id not in self.too_long:
             self.no_positions[story.id] = f"no position with pct in [{cfg.pct_min}, {cfg.pct_max}]"
         return out
+
+    async def prefix_counts(self, sents: list[str], cands: list[Candidate], affinity: str) -> list[int]:
+        """The token counts of the candidates' prefixes, a batch at a time (`prefix_batches`)."""
+        counts: list[int] = []
+        for texts in prefix_batches(sents, cands, PREFIX_BYTES, self.cfg.tokenize_concurrency):
+            counts += await self.token_counts(texts, affinity)
+        return counts
 
     async def prompt_limit(self, affinity: str) -> int | None:
         """Longest story prefix (in tokens) whose generation prompt, with room for
