@@ -29,7 +29,7 @@ from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
 from tension.kernels.curves import CurveSettings
 from tension.kernels.settings import check_interval_resamples
 
-__all__ = ["compare", "second_order", "second_order_note", "SECOND_ORDER_MARK",
+__all__ = ["compare", "second_order", "second_order_note", "SECOND_ORDER_MARK", "MEASUREMENT_SETTINGS",
            "Comparison", "ComparisonRow", "RunAbout", "run_about", "record_about", "setup_warnings",
            "comparison_table", "story_table"]
 
@@ -49,6 +49,18 @@ class ComparisonRow(msgspec.Struct, kw_only=True):
     why_not: str | None = None  # why a significant difference is no finding (comparable.finding_refusal)
 
 
+# The settings of `score` (run.json's config keys) that change what a no-rate is: the
+# endings (their sampling and length), the verdicts (the judge's sampling, what it is
+# shown, how it may answer) or the positions kept (the anchor rule, the pct window, the
+# tokenizer that counts pct, the context that skips long prompts). Two runs that differ in
+# one measure another thing, mean and late NR too; the endings, the seed and the models are
+# said apart (setup_warnings). Curve settings are not here: compare recomputes both runs
+# with A's.
+MEASUREMENT_SETTINGS = ("temperature", "top_p", "max_tokens", "extra_body", "reasoning_off", "judge_temperature",
+                        "judge_max_tokens", "judge_extra_body", "judge_constraint", "continuation_words",
+                        "min_anchor_words", "pct_min", "pct_max", "tokenizer", "max_model_len")
+
+
 class RunAbout(msgspec.Struct, kw_only=True):
     """What a compared run was scored with (its run.json): the facts that, differing
     between A and B, make a difference of their statistics partly a difference of setup."""
@@ -58,6 +70,7 @@ class RunAbout(msgspec.Struct, kw_only=True):
     endings: str | None = None  # "4", or "adaptive W 0.1, rounds of 20, at most 100"
     seed: int | None = None
     seed_scheme: str = "run"  # a run.json without it was made before per-position seeds (docs/changelog.md)
+    settings: dict[str, Any] = {}  # the MEASUREMENT_SETTINGS run.json records (an older one may lack some)
 
     def text(self) -> str:
         parts = [f"generation {self.generation_model or 'unknown'}, judge {self.judge_model or 'unknown'}",
@@ -78,7 +91,8 @@ def run_about(run: dict[str, Any]) -> RunAbout:
     return RunAbout(generation_model=models.get("generation") or cfg.get("model"),
                     judge_model=models.get("judge") or cfg.get("judge_model"), endings=endings,
                     seed=seed if isinstance(seed, int) else None,
-                    seed_scheme=scheme if isinstance(scheme, str) else "run")
+                    seed_scheme=scheme if isinstance(scheme, str) else "run",
+                    settings={k: cfg[k] for k in MEASUREMENT_SETTINGS if k in cfg})
 
 
 def record_about(record: RunRecord | None) -> RunAbout:
@@ -133,7 +147,18 @@ def setup_warnings(a: RunAbout, b: RunAbout) -> list[str]:
         if x != y:
             out.append(f"A and B used different {role} models (A: {x}, B: {y}): a difference is partly the "
                        "models'")
+    differ = [f"{k} (A: {_shown(a.settings[k])}, B: {_shown(b.settings[k])})" for k in MEASUREMENT_SETTINGS
+              if k in a.settings and k in b.settings and a.settings[k] != b.settings[k]]
+    if differ:
+        out.append(f"A and B were scored with different settings ({'; '.join(differ)}): their endings, verdicts or "
+                   "positions are not measured alike, so every difference, mean and late NR included, is partly the "
+                   "settings'; compare runs scored with the same settings")
     return out
+
+
+def _shown(value: Any) -> str:
+    """A setting's value as run.json holds it (JSON: `null`, `true`, a string in quotes)."""
+    return json.dumps(value, sort_keys=True)
 
 
 class Comparison(msgspec.Struct, kw_only=True):
@@ -267,7 +292,9 @@ def story_table(c: Comparison, fmt: str = "md", max_pairs: int | None = None) ->
     by_pair: dict[str, list[StoryDiff]] = {}
     for d in c.stories:
         by_pair.setdefault(d.key, []).append(d)
-    names = [r.stat for r in c.rows]
+    # the statistics the per-pair differences hold: the paper's (the comparable ones have no
+    # paired interval, docs/metrics.md 1.6), so that every row has a cell under every column
+    names = list(dict.fromkeys(d.stat for d in c.stories)) or [r.stat for r in c.rows if COMPARABLE not in r.stat]
     rows = []
     for key, diffs in list(by_pair.items())[:max_pairs]:
         row = [key]
