@@ -361,14 +361,16 @@ def _group_table(groups: dict[str, dict[str, GroupStat]]) -> str:
         return ""
     labels = list(groups[names[0]])
 
-    def cell(s: GroupStat) -> str:
+    def cell(s: GroupStat, n: int) -> str:
         if math.isnan(s.mean):
             return "—"
-        return f"{s.mean:.3f}" if math.isnan(s.ci95) else f"{s.mean:.3f}±{s.ci95:.3f}"
+        # a value of fewer stories than the row's n says how many (METRICS 1.5: NaNs counted and reported)
+        return (f"{s.mean:.3f}" if math.isnan(s.ci95) else f"{s.mean:.3f}±{s.ci95:.3f}") + (
+            f" (n = {s.n})" if s.n < n else "")
 
     n_col = [max((groups[n][g].n + groups[n][g].n_nan) for n in names) for g in labels]
     rows = [["group", "n", *names]]
-    rows += [[g, str(n_col[i]), *(cell(groups[n][g]) for n in names)] for i, g in enumerate(labels)]
+    rows += [[g, str(n_col[i]), *(cell(groups[n][g], n_col[i]) for n in names)] for i, g in enumerate(labels)]
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(widths[k]) if k == 0 else c.rjust(widths[k]) for k, c in enumerate(r)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -109,12 +109,39 @@ def test_tables_exact(tmp_path):
     assert table6(data.groups, data.settings) == (
         "| Corpus | n | Mean NR | Late NR | Retain | IR30 | IR60 | IR120 |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|\n"
-        "| human | 2 | 0.520 | 0.450 | 50.0% | 0.000 | 0.200 | 0.300 |\n"
+        "| human | 2 | 0.520 | 0.450 | 50.0% (n = 1) | 0.000 | 0.200 | 0.300 |\n"
         "| llm | 1 | 0.375 | 0.100 | 25.0% | 0.000 | 0.000 | 0.500 |\n")
     assert table6(data.groups, data.settings, "csv").splitlines()[1] == "human,2,0.520,0.450,50.0%,0.000,0.200,0.300"
     t18 = table18(data.groups, data.settings)
-    assert "| human | 2 | 0.520 [0.500, 0.540] | 0.450 [0.400, 0.500] | 50.0% | 0.000 [0.000, 0.000] |" in t18
+    assert "| human | 2 | 0.520 [0.500, 0.540] | 0.450 [0.400, 0.500] | 50.0% (n = 1) | 0.000 [0.000, 0.000] |" in t18
     assert "| llm | 1 | 0.375 | 0.100 | 25.0% | 0.000 | 0.000 | 0.500 |" in t18
+
+
+def test_a_group_value_of_fewer_stories_than_the_group_says_how_many(tmp_path, capsys):
+    """A group's value of a statistic some of its stories leave undefined (no peak: Retain;
+    no late position: late NR; no turn that is a peak: the comparable Retain) is the mean of
+    the others (METRICS 1.5: "NaNs excluded, counted and reported"). report.md's tables and
+    the terminal table of `metrics` printed it beside the group's n of stories, as if every
+    story were in it: `human | 2 | … | 50.0%` was one story's Retain. Every table that
+    prints a group's value with its n says so where the value rests on fewer."""
+    run = write_run(tmp_path / "r", {
+        "a1": ("human", [0.1, 0.3, 0.5, 0.7, 0.9], [0.5, 0.9, 0.3, 0.6, 0.4], {}),
+        "a2": ("human", [0.2, 0.5, 0.85], [0.5, 0.5, 0.5], {}),
+        "a3": ("human", [0.2, 0.3, 0.4], [0.5, 0.6, 0.5], {}),
+        "b1": ("llm", [0.2, 0.4, 0.6, 0.85], [0.8, 0.2, 0.4, 0.1], {}),
+    })
+    assert main(["report", str(run), "--window", "1", "--interval-resamples", "0"]) == 0
+    md = (run / "report.md").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| human |")]
+    assert len(rows) == 3, md  # Table 6, Table 18, the comparable statistics
+    # Retain of a1 and a3 (a2 is flat: no peak); late NR of a1 and a2 (a3 has no late position)
+    assert "| human | 3 | 0.524 | 0.450 (n = 2) | 66.7% (n = 2) |" in rows[0], rows[0]
+    assert "(n = 2)" in rows[1]
+    capsys.readouterr()
+    assert main(["metrics", str(run), "--out", str(tmp_path / "m"), "--window", "1",
+                 "--interval-resamples", "0"]) == 0
+    human = [line for line in capsys.readouterr().out.splitlines() if line.startswith("human")]
+    assert "(n = 2)" in human[0], human
 
 
 # --- figures ---------------------------------------------------------------------
