@@ -37,6 +37,7 @@ from tension.core.inputs.labels import Count, Sample, SampleItem, labels_path, n
 from tension.core.inputs.segment import continuation_text, prefix_text, split_sentences
 from tension.core.pipelines.score.lookup import judge_ask
 from tension.core.pipelines.score.recall import ScoreRecall, run_record
+from tension.core.reports.unfinished import no_positions
 from tension.core.run.reads import chat_key
 
 __all__ = ["DEFAULT_SIZE", "draw_sample", "part_of", "PARTS"]
@@ -53,8 +54,7 @@ def part_of(pct: float) -> str:
 def _lines(run_dir: Path) -> list[PositionLine]:
     path = run_dir / "positions.jsonl"
     if not path.is_file():
-        raise InputError(str(run_dir), 0, None, "not a finished score run (no positions.jsonl in it): the audit "
-                                                "samples a finished run's verdicts")
+        raise no_positions(run_dir, "the audit samples a finished run's verdicts")
     return [decode_line(str(path), n, raw, PositionLine) for n, raw in iter_lines(path)]
 
 

@@ -37,6 +37,7 @@ from tension.core.reports.comparable import (
 )
 from tension.core.reports.rows import Cell, Rows, rows_csv
 from tension.core.reports.story_intervals import compute_intervals, interval_columns, stat_matrix
+from tension.core.reports.unfinished import no_positions
 from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stats
 from tension.kernels.groups import GroupStat, group_stats
@@ -199,6 +200,8 @@ def read_curves(path: str | os.PathLike) -> tuple[list[Curve], list[InputError]]
     """Every valid curve of the file, and an error for each bad line. A folder is
     read as a score run (its positions.jsonl)."""
     if Path(path).is_dir():
+        if not (Path(path) / "positions.jsonl").is_file():
+            raise no_positions(path)
         return read_run_positions(path)
     if _holds_positions(path):  # RUN/positions.jsonl given for RUN: read as its folder is (issue 36, I7)
         return read_positions_file(path)

@@ -23,6 +23,7 @@ from tension.core.inputs.jsonl import decode_line, iter_lines
 from tension.core.reports.comparable import comparable_columns, comparable_matrix, is_comparable
 from tension.core.reports.metrics import Curve, compute, read_run_positions, stat_columns
 from tension.core.reports.story_intervals import compute_intervals
+from tension.core.reports.unfinished import no_positions
 from tension.core.run.record import RunHeader, RunRecord
 from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.curves import BatchStats, CurveSettings
@@ -148,7 +149,7 @@ def load_run(run_dir: str | os.PathLike, settings: CurveSettings | None = None,
     (`RunRecord.doc`: tuples as lists, an undefined number as null)."""
     d = Path(run_dir)
     if not (d / "positions.jsonl").is_file():
-        raise InputError(str(d), 0, None, "not a score run: no positions.jsonl in this folder")
+        raise no_positions(d)
     if record is not None:
         doc: dict[str, Any] = record.doc()
     else:
