@@ -201,7 +201,7 @@ def read_curves(path: str | os.PathLike) -> tuple[list[Curve], list[InputError]]
     read as a score run (its positions.jsonl)."""
     if Path(path).is_dir():
         if not (Path(path) / "positions.jsonl").is_file():
-            raise no_positions(path)
+            raise no_positions(Path(path))
         return read_run_positions(path)
     if _holds_positions(path):  # RUN/positions.jsonl given for RUN: read as its folder is (issue 36, I7)
         return read_positions_file(path)
