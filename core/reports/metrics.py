@@ -269,7 +269,8 @@ def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings(), 
         index.setdefault(g, []).append(i)
     for k, name in enumerate(comparable_columns(stat_columns(settings))):
         by_group = group_stats(comparable[:, k], labels, n_resamples, seed)
-        groups[name] = {g: widened(st, comparable[index[g], k], floor[index[g], k]) for g, st in by_group.items()}
+        groups[name] = {g: widened(st, comparable[index[g], k], floor[index[g], k], name)
+                       for g, st in by_group.items()}
     return stats, groups
 
 
