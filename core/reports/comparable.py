@@ -140,8 +140,10 @@ def widened(stat: GroupStat, values: np.ndarray, floor: np.ndarray, name: str = 
         return stat
     shift = abs(float(floor[ok].mean() - values[ok].mean()))
     low, high = stat_range(name)
-    return msgspec.structs.replace(stat, ci95=stat.ci95 + shift, boot_lo=max(low, stat.boot_lo - shift),
-                                   boot_hi=min(high, stat.boot_hi + shift))
+    # np.clip keeps a NaN end (a group of one story has no interval); max/min would not
+    return msgspec.structs.replace(stat, ci95=stat.ci95 + shift,
+                                   boot_lo=float(np.clip(stat.boot_lo - shift, low, high)),
+                                   boot_hi=float(np.clip(stat.boot_hi + shift, low, high)))
 
 
 def min_endings(curves: Sequence) -> int | None:

@@ -150,3 +150,10 @@ def test_a_widened_group_interval_stays_within_the_statistics_range(tmp_path):
         assert lo <= float(r["boot_lo"]) <= float(r["mean"]) <= float(r["boot_hi"]) <= hi, (stat, r)
         widened += float(r["ci95"]) > 1.96 * float(r["sd"]) / math.sqrt(int(r["n"])) + 1e-12
     assert widened >= 2  # the case: intervals that were widened, near the range's end
+    # a group of one story has no interval, widened or not (a cut must not make one of NaN)
+    (tmp_path / "one.jsonl").write_text(lines[0] + "\n")
+    assert main(["metrics", str(tmp_path / "one.jsonl"), "--out", str(tmp_path / "m1"),
+                 "--interval-resamples", "0"]) == 0
+    with (tmp_path / "m1" / "groups.csv").open() as f:
+        one = [r for r in csv.DictReader(f) if r["statistic"].endswith("_comparable") and r["mean"]]
+    assert one and all(r["boot_lo"] == r["boot_hi"] == "" for r in one), one
