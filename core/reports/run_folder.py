@@ -30,7 +30,8 @@ from tension.kernels.curves import BatchStats, CurveSettings
 from tension.kernels.groups import GroupStat
 from tension.kernels.intervals import StoryIntervals
 
-__all__ = ["RunData", "load_run", "read_record", "record_of_doc", "settings_from_run", "settings_from_config"]
+__all__ = ["recorded_settings", "RunData", "load_run", "read_record", "record_of_doc", "settings_from_run",
+           "settings_from_config"]
 
 
 class RunData(msgspec.Struct, kw_only=True):
@@ -138,6 +139,21 @@ def settings_from_config(config: dict[str, Any]) -> CurveSettings:
 def settings_from_run(run: dict[str, Any]) -> CurveSettings:
     """The curve settings of a run record given as plain data."""
     return settings_from_config(run.get("config", {}))
+
+
+def recorded_settings(run_dir: str | os.PathLike, given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The curve settings a folder's run was scored with (its run.json), as keywords, with
+    `given` (flags or keywords the caller gave) over them; a path that is no run folder
+    (a curves file) or whose run.json is missing: `given` alone, the defaults filling the
+    rest. A damaged run.json is the reading verb's to report: here it counts as none."""
+    d = Path(run_dir)
+    base: dict[str, Any] = {}
+    if d.is_dir() and (d / "run.json").is_file():
+        try:
+            base = msgspec.structs.asdict(settings_from_run(_read_doc(d / "run.json")))
+        except (InputError, TypeError, ValueError, AttributeError):
+            base = {}
+    return {**base, **(given or {})}
 
 
 def load_run(run_dir: str | os.PathLike, settings: CurveSettings | None = None,
