@@ -60,6 +60,8 @@ def cmd_compare(args) -> int:
           f"B − A = {c.run_b} − {c.run_a}; ✓ = a finding (legend under the table)\n")
     for w in c.warnings:
         print(f"warning: {w}", file=sys.stderr)
+    for n in c.notes:
+        print(f"note: {n}", file=sys.stderr)
     print(r.markdown)
     if args.out:
         print(f"written: {args.out}/compare.md, {args.out}/compare.csv, {args.out}/compare_stories.csv")

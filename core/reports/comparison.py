@@ -21,7 +21,7 @@ from tension.core.errors import ConfigError, InputError
 from tension.core.reports.comparable import SUFFIX as COMPARABLE
 from tension.core.reports.comparable import comparable_columns, finding_refusal, min_endings
 from tension.core.reports.metrics import stat_columns
-from tension.core.reports.run_folder import RunData, load_run
+from tension.core.reports.run_folder import RunData, load_run, settings_from_config
 from tension.core.reports.story_intervals import StoryDiff, paired_differences, stat_matrix
 from tension.core.reports.tables import fmt_stat, render_table
 from tension.core.run.record import RunRecord
@@ -175,6 +175,7 @@ class Comparison(msgspec.Struct, kw_only=True):
     about_a: RunAbout | None = None
     about_b: RunAbout | None = None
     warnings: list[str] = []  # the setups differ (setup_warnings)
+    notes: list[str] = []  # a run recomputed with curve settings other than its own (curve_notes)
 
 
 def _pair_keys(data: RunData, field: str) -> dict[Any, int]:
@@ -266,7 +267,32 @@ def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "
     return Comparison(run_a=str(run_a), run_b=str(run_b), pair_by=pair_by, n_pairs=len(shared),
                       unpaired_a=len(ka) - len(shared), unpaired_b=len(kb) - len(shared), rows=rows,
                       stories=stories, interval_resamples=s.interval_resamples, interval_seed=s.interval_seed,
-                      about_a=about_a, about_b=about_b, warnings=setup_warnings(about_a, about_b))
+                      about_a=about_a, about_b=about_b, warnings=setup_warnings(about_a, about_b),
+                      notes=curve_notes(a.settings, {"A": _own(a), "B": _own(b)}))
+
+
+def _own(data: RunData) -> CurveSettings | None:
+    """The curve settings a run was scored with (None: no record)."""
+    return None if data.record is None else settings_from_config(data.record.header.config)
+
+
+_CURVE_FIELDS = ("window", "thresholds", "late_threshold", "retention_window")
+
+
+def curve_notes(used: CurveSettings, recorded: dict[str, CurveSettings | None]) -> list[str]:
+    """A line for each run (by its label) whose statistics compare computes with curve
+    settings other than those it was scored with (its stories.csv's): not a difference of
+    setup, since both runs get the same, but numbers that are not the run's own files'."""
+    out = []
+    for label, own in recorded.items():
+        if own is None:
+            continue
+        differ = [f"{k} {_shown(getattr(used, k))} (scored with {_shown(getattr(own, k))})" for k in _CURVE_FIELDS
+                  if getattr(used, k) != getattr(own, k)]
+        if differ:
+            out.append(f"{label}'s statistics here are computed with the curve settings used for both runs: "
+                       f"{'; '.join(differ)}; they are not its stories.csv's")
+    return out
 
 
 def _key_text(key: Any, pair_by: str) -> str:
@@ -338,7 +364,8 @@ def comparison_table(c: Comparison, fmt: str = "md") -> str:
     head = ""
     if c.about_a is not None and c.about_b is not None:
         head = (f"Run A: {c.run_a} ({c.about_a.text()})\n\nRun B: {c.run_b} ({c.about_b.text()})\n\n"
-                + "".join(f"**Warning:** {w}\n\n" for w in c.warnings))
+                + "".join(f"**Warning:** {w}\n\n" for w in c.warnings)
+                + "".join(f"Note: {n}\n\n" for n in c.notes))
     legend = (f"\n{LEGEND}\n" + "".join(f"\n{REFUSED_MARK} {stat}: {why}\n" for stat, why in refused.items()))
     return head + render_table(header, rows, "md") + legend + (f"\n{note}\n" if note else "")
 

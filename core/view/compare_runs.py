@@ -28,7 +28,7 @@ def _summary(a: ScoreRun, b: ScoreRun) -> tuple[list[dict[str, Any]], dict[str, 
         c = compare(a.dir, b.dir, "id", n_resamples=10_000)
     except TensionError as e:
         return [], {}, [f"no paired summary: {e}"]
-    said = [f"warning: {w}" for w in c.warnings]
+    said = [*(f"warning: {w}" for w in c.warnings), *(f"note: {n}" for n in c.notes)]
     note = second_order_note(c.about_a, c.about_b) if c.about_a is not None and c.about_b is not None else None
     cis: dict[str, dict[str, Any]] = {}
     for d in c.stories:

@@ -73,8 +73,13 @@ def test_compare_and_the_view_say_when_runs_were_scored_with_other_settings(serv
     for text in (err, md):
         assert "A and B were scored with different settings (temperature (A: 1.2, B: 0.7); " \
                "pct_min (A: 0.1, B: 0.3))" in text, text
-    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "a2")]) == 0
-    assert "different" not in capsys.readouterr().err
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "a2"), "--out", str(tmp_path / "cmp2")]) == 0
+    err = capsys.readouterr().err
+    assert "different" not in err
+    # but compare computes B with A's curve settings: B's numbers are not its stories.csv's, and it says so
+    said = "B's statistics here are computed with the curve settings used for both runs: window 5 (scored with 3)"
+    assert f"note: {said}" in err and said in (tmp_path / "cmp2" / "compare.md").read_text(), err
+    assert "A's statistics" not in err
     # the view's compare page (served or exported) carries the same warnings
     assert main(["view", str(tmp_path / "a"), str(tmp_path / "b"), "--export", str(tmp_path / "site")]) == 0
     page = (tmp_path / "site" / "compare" / "r0-r1.html").read_text()
