@@ -331,7 +331,10 @@ def story_table(c: Comparison, fmt: str = "md", max_pairs: int | None = None) ->
                          + (" ✓" if d.significant else ""))
             row.append(cell)
         rows.append(row)
-    return render_table([c.pair_by, *names], rows, "md")
+    # across different endings, a story's ✓ on IR, Retain or convergence is partly the endings' (the note below)
+    note = second_order_note(c.about_a, c.about_b) if c.about_a is not None and c.about_b is not None else None
+    header = [f"{n} {SECOND_ORDER_MARK}" if note and second_order(n) else n for n in names]
+    return render_table([c.pair_by, *header], rows, "md") + (f"\n{note}\n" if note else "")
 
 
 def comparison_table(c: Comparison, fmt: str = "md") -> str:
