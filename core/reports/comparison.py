@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 
 from tension.core.errors import ConfigError, InputError
+from tension.core.reports.answer_warnings import warning_text
 from tension.core.reports.comparable import SUFFIX as COMPARABLE
 from tension.core.reports.comparable import comparable_columns, finding_refusal, min_endings
 from tension.core.reports.metrics import stat_columns
@@ -267,8 +268,25 @@ def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "
     return Comparison(run_a=str(run_a), run_b=str(run_b), pair_by=pair_by, n_pairs=len(shared),
                       unpaired_a=len(ka) - len(shared), unpaired_b=len(kb) - len(shared), rows=rows,
                       stories=stories, interval_resamples=s.interval_resamples, interval_seed=s.interval_seed,
-                      about_a=about_a, about_b=about_b, warnings=setup_warnings(about_a, about_b),
+                      about_a=about_a, about_b=about_b,
+                      warnings=[*flagged("A", run_a, a.record), *flagged("B", run_b, b.record),
+                                *setup_warnings(about_a, about_b)],
                       notes=curve_notes(a.settings, {"A": _own(a), "B": _own(b)}))
+
+
+def flagged(label: str, path: str | os.PathLike, record: RunRecord | None) -> list[str]:
+    """The degenerate-answer warnings the run was scored with (run.json `warnings`: a judge
+    that said one letter to everything, empty or identical endings, …; docs/reliability.md),
+    a line each: a difference of such a run's numbers can be the models' failure, not the
+    stories', and compare's ✓ cannot tell."""
+    found = (record.body.get("warnings") if record is not None else None) or []
+    out = []
+    for w in found if isinstance(found, list) else []:
+        try:
+            out.append(f"run {label} ({path}) was flagged when scored: {warning_text(w)}")
+        except (msgspec.ValidationError, TypeError):
+            continue  # a hand-edited entry that is no warning: report.md shows the rest alike
+    return out
 
 
 def _own(data: RunData) -> CurveSettings | None:

@@ -118,3 +118,23 @@ def test_the_per_pair_table_has_a_cell_under_every_column(server, tmp_path, caps
     with open(tmp_path / "cmp" / "compare_stories.csv") as f:
         stats = {row["statistic"] for row in csv.DictReader(f)}
     assert {c.strip() for c in header.strip("|").split("|")[1:]} == stats
+
+
+def test_compare_carries_the_degenerate_answer_warnings_of_either_run(server, tmp_path, capsys):
+    """A run whose judge said N to every ending was flagged when scored (run.json
+    `warnings`: "the numbers show the judge's bias, … their differences carry no
+    information"), and compare called its difference from a sound run a finding (✓)
+    without a word of it. Each run's warnings now head the comparison, everywhere it is shown."""
+    corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=4)
+    _score(server, corpus, tmp_path / "a", tmp_path / "cache")
+    server.yes_rate = 0.0  # the judge says N to everything: every no-rate is 1
+    _score(server, corpus, tmp_path / "b", tmp_path / "cache-b")  # its own cache: answers asked anew
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp")]) == 0
+    err = capsys.readouterr().err
+    said = f"run B ({tmp_path / 'b'}) was flagged when scored: the judge answered N to "
+    assert said in err and "their differences carry no information [judge_one_letter]" in err, err
+    assert said in (tmp_path / "cmp" / "compare.md").read_text()
+    assert "run A (" not in err
+    assert main(["view", str(tmp_path / "a"), str(tmp_path / "b"), "--export", str(tmp_path / "site")]) == 0
+    assert "was flagged when scored: the judge answered N to" in (tmp_path / "site" / "compare" / "r0-r1.html").read_text()
