@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,23 @@ def recorded_settings(run_dir: str | os.PathLike, given: dict[str, Any] | None =
     return {**base, **(given or {})}
 
 
+_LEFT_OUT = " (line left out)"  # what metrics says of a bad line it goes on without
+
+
+def _bad_lines(d: Path, errors: list[InputError]) -> InputError:
+    """One error naming every bad line of a run's positions.jsonl, for the verbs that need
+    them all (report, compare): they stop and write nothing, unlike `metrics`, which leaves
+    such a line out, so metrics' "(line left out)" is not theirs to say."""
+    said = [str(e).removesuffix(_LEFT_OUT) for e in errors]
+    first = errors[0]
+    command = shlex.join(["tension-run", "metrics", str(d), "--out", f"{d}-metrics"])
+    return InputError(first.path, first.line, first.field,
+                      "\n".join([first.message.removesuffix(_LEFT_OUT), *said[1:],
+                                  f"nothing written: report and compare read every line of positions.jsonl; correct "
+                                  f"or remove the {len(errors)} bad line(s) above (`{command}` computes the run "
+                                  "without them)"]))
+
+
 def load_run(run_dir: str | os.PathLike, settings: CurveSettings | None = None,
              n_resamples: int = N_RESAMPLES, seed: int = 0, intervals: bool = True,
              record: RunRecord | None = None) -> RunData:
@@ -173,7 +191,7 @@ def load_run(run_dir: str | os.PathLike, settings: CurveSettings | None = None,
     settings = settings or settings_from_run(doc)
     curves, errors = read_run_positions(d)
     if errors:
-        raise errors[0]
+        raise _bad_lines(d, errors)
     typed = record_of_doc(doc, d / "run.json", len(curves)) if doc else None
     meta: dict[str, dict[str, Any]] = {}
     if (d / "meta.jsonl").is_file():
