@@ -30,6 +30,7 @@ from tension.core.reports.run_setups import (
     record_about,
     run_about,
     setup_warnings,
+    unknown_setups,
 )
 from tension.core.reports.story_intervals import StoryDiff, paired_differences, stat_matrix
 from tension.core.reports.tables import fmt_stat, render_table
@@ -75,7 +76,7 @@ LEGEND = ("✓: a finding: p < 0.05 in the paired t-test and the paired bootstra
 def second_order_note(a: RunAbout, b: RunAbout) -> str | None:
     """The footnote of the rows of second-order statistics when A and B used different
     numbers of endings; None when they used the same."""
-    if a.endings == b.endings:
+    if a.endings == b.endings or not (a.known and b.known):
         return None
     return (f"{SECOND_ORDER_MARK} a second-order statistic compared across different numbers of endings (A: "
             f"{a.endings}, B: {b.endings}): noise of the endings adds reversals and peaks, more or fewer with n, so "
@@ -193,6 +194,7 @@ def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "
                       stories=stories, interval_resamples=s.interval_resamples, interval_seed=s.interval_seed,
                       about_a=about_a, about_b=about_b,
                       warnings=[*flagged("A", run_a, a.record), *flagged("B", run_b, b.record),
+                                *unknown_setups({"A": (run_a, about_a), "B": (run_b, about_b)}),
                                 *setup_warnings(about_a, about_b)],
                       notes=curve_notes(a.settings, {"A": _own(a), "B": _own(b)}))
 

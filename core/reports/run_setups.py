@@ -15,8 +15,8 @@ from tension.core.reports.answer_warnings import warning_text
 from tension.core.run.record import RunRecord
 from tension.kernels.curves import CurveSettings
 
-__all__ = ["MEASUREMENT_SETTINGS", "RunAbout", "run_about", "record_about", "setup_warnings", "curve_notes",
-           "flagged"]
+__all__ = ["MEASUREMENT_SETTINGS", "RunAbout", "run_about", "record_about", "setup_warnings", "unknown_setups",
+           "curve_notes", "flagged"]
 
 
 # The settings of `score` (run.json's config keys) that change what a no-rate is: the
@@ -41,8 +41,11 @@ class RunAbout(msgspec.Struct, kw_only=True):
     seed: int | None = None
     seed_scheme: str = "run"  # a run.json without it was made before per-position seeds (docs/changelog.md)
     settings: dict[str, Any] = {}  # the MEASUREMENT_SETTINGS run.json records (an older one may lack some)
+    known: bool = True  # False: the folder has no run.json, and nothing above is known
 
     def text(self) -> str:
+        if not self.known:
+            return "setup unknown: no run.json"
         parts = [f"generation {self.generation_model or 'unknown'}, judge {self.judge_model or 'unknown'}",
                  (f"{self.endings} endings a position" if self.endings and self.endings[0].isdigit()
                   else f"endings {self.endings or 'unknown'}"),
@@ -67,11 +70,24 @@ def run_about(run: dict[str, Any]) -> RunAbout:
 
 def record_about(record: RunRecord | None) -> RunAbout:
     """`run_about` of a run's typed record (None: its folder has none)."""
-    return run_about({} if record is None else {"config": record.header.config, "models": record.header.models})
+    if record is None:
+        return RunAbout(known=False)
+    return run_about({"config": record.header.config, "models": record.header.models})
+
+
+def unknown_setups(about: dict[str, tuple[str | os.PathLike, RunAbout]]) -> list[str]:
+    """A line for each run (label: its path and setup) whose setup is unknown: it cannot be
+    said to differ from the other's, nor to be the same."""
+    return [f"run {label} ({path}) has no run.json: its endings, seed, models and settings are unknown, so "
+            "compare cannot say whether they are A's and B's alike" for label, (path, a) in about.items()
+            if not a.known]
 
 
 def setup_warnings(a: RunAbout, b: RunAbout) -> list[str]:
-    """A line for each fact of the setup that differs between runs A and B (review D11)."""
+    """A line for each fact of the setup that differs between runs A and B (review D11);
+    none when either setup is unknown (`unknown_setups` says that)."""
+    if not (a.known and b.known):
+        return []
     out = []
     if a.endings != b.endings:
         out.append(f"A and B used different numbers of endings (A: {a.endings}, B: {b.endings}): IR, Retain and "

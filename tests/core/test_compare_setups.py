@@ -138,3 +138,28 @@ def test_compare_carries_the_degenerate_answer_warnings_of_either_run(server, tm
     assert "run A (" not in err
     assert main(["view", str(tmp_path / "a"), str(tmp_path / "b"), "--export", str(tmp_path / "site")]) == 0
     assert "was flagged when scored: the judge answered N to" in (tmp_path / "site" / "compare" / "r0-r1.html").read_text()
+
+
+def test_a_run_without_its_record_is_said_unknown_not_different(server, tmp_path, capsys):
+    """A run folder without run.json (moved away, as the message of a damaged one advises)
+    has no known setup. compare said A and B "used different numbers of endings (A: 4, B:
+    None)", "different seeds", "different generation models (A: test-gen, B: None)", and
+    marked the second-order rows † for endings it did not know: claims of a difference where
+    there is only an unknown. It now says the setup is unknown, once."""
+    import shutil
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=4)
+    _score(server, corpus, tmp_path / "a", tmp_path / "cache")
+    shutil.copytree(tmp_path / "a", tmp_path / "bare")
+    (tmp_path / "bare" / "run.json").unlink()
+    for a, b, label in (("a", "bare", "B"), ("bare", "a", "A")):
+        capsys.readouterr()
+        assert main(["compare", str(tmp_path / a), str(tmp_path / b), "--out", str(tmp_path / f"cmp-{a}")]) == 0
+        out, err = capsys.readouterr()
+        md = (tmp_path / f"cmp-{a}" / "compare.md").read_text()
+        assert "different" not in err and "None" not in err and "None" not in md, err
+        said = (f"run {label} ({tmp_path / 'bare'}) has no run.json: its endings, seed, models and settings are "
+                "unknown, so compare cannot say whether they are A's and B's alike")
+        assert said in err and said in md, err
+        assert "†" not in md
+        assert "(setup unknown: no run.json)" in md
