@@ -106,7 +106,7 @@ def _report_flags(p) -> None:
         p.add_argument(f"--{name}-usd-per-mtok", type=Number(float, declared_bounds(ScoreConfig,
                        f"{name}_usd_per_mtok")), default=None, help=f"price of a million {what} tokens (a hosted "
                        "API), for the cost line by the run's tokens")
-    add_bootstrap_flags(p)
+    add_bootstrap_flags(p, floor=True)
     add_settings_flags(p, CurveSettings, group=_RUNS_OWN)
 
 
@@ -116,7 +116,7 @@ def _compare_flags(p) -> None:
     p.add_argument("--pair-by", default="id", metavar="FIELD",
                    help="pair stories by this metadata field of the corpus (default: the story id)")
     p.add_argument("--out", metavar="DIR", help="also write compare.md, compare.csv and compare_stories.csv here")
-    add_bootstrap_flags(p)
+    add_bootstrap_flags(p, floor=True, none=False)
     p.add_argument("--interval-resamples", type=Number(int, declared_bounds(CurveSettings, "interval_resamples")),
                    default=None, metavar="N", help="resamples of each run's verdicts for the per-story differences' "
                    "95%% intervals (default: run A's setting; 0 = none)")

@@ -36,7 +36,7 @@ from tension.core.reports.story_intervals import StoryDiff, paired_differences, 
 from tension.core.reports.tables import fmt_stat, render_table
 from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
 from tension.kernels.curves import CurveSettings
-from tension.kernels.settings import check_interval_resamples
+from tension.kernels.settings import MIN_INTERVAL_RESAMPLES, check_interval_resamples
 
 __all__ = ["compare", "second_order", "second_order_note", "SECOND_ORDER_MARK", "MEASUREMENT_SETTINGS",
            "Comparison", "ComparisonRow", "RunAbout", "run_about", "record_about", "setup_warnings",
@@ -151,6 +151,10 @@ def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "
     difference, paired bootstrap 95% interval, paired t-test; and per pair of stories
     the difference with its interval (`interval_resamples`, `interval_seed`: run A's
     recorded settings when None; 0 resamples: no per-story interval)."""
+    if n_resamples < MIN_INTERVAL_RESAMPLES:  # a finding needs its bootstrap interval, whose ends need 100
+        raise ConfigError(f"resamples: expected at least {MIN_INTERVAL_RESAMPLES}, got {n_resamples}: a finding "
+                          "needs its bootstrap interval, whose 2.5th and 97.5th percentiles fewer resamples cannot "
+                          "place")
     if interval_resamples is not None:  # told before either run is read
         try:
             check_interval_resamples(interval_resamples, "--interval-resamples")

@@ -400,3 +400,37 @@ def test_compare_cli_and_pairing_errors(tmp_path, capsys):
     assert "no story of" in capsys.readouterr().err
     assert main(["compare", str(a), str(tmp_path)]) == 1
     assert "not a score run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ["report", "compare"])
+@pytest.mark.parametrize("resamples", ["1", "50", "99"])
+def test_too_few_bootstrap_resamples_are_a_usage_error_not_a_traceback(tmp_path, capsys, verb, resamples):
+    """`compare --resamples 0` died in numpy (IndexError), `report --resamples 1` in
+    matplotlib (an interval that did not hold its mean: negative error bars). A percentile
+    interval's ends need 100 resamples or more (docs/metrics.md 1.6): 1–99 are refused by
+    report and compare, and compare, whose ✓ needs its interval, refuses 0 too."""
+    a = random_run(tmp_path / "a", 5, n=4)
+    argv = {"report": ["report", str(a)], "compare": ["compare", str(a), str(a)]}[verb]
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--resamples", resamples])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--resamples: expected" in err and "at least 100" in err and "Traceback" not in err, err
+    assert not (a / "report.md").exists()
+
+
+def test_compare_refuses_no_bootstrap_and_report_takes_it_as_no_intervals(tmp_path, capsys):
+    import tension
+    from tension.core.errors import ConfigError
+
+    a = random_run(tmp_path / "a", 5, n=4)
+    with pytest.raises(SystemExit) as e:
+        main(["compare", str(a), str(a), "--resamples", "0"])
+    assert e.value.code == 2
+    assert "a finding needs its bootstrap interval" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="resamples"):
+        tension.compare(a, a, resamples=0)
+    with pytest.raises(ConfigError, match="resamples"):
+        tension.compare(a, a, resamples=20)
+    assert main(["report", str(a), "--resamples", "0", "--max-curves", "0"]) == 0
+    assert main(["report", str(a), "--resamples", "100", "--max-curves", "0"]) == 0
