@@ -27,6 +27,7 @@ from tension.core.reports.run_setups import (
     RunAbout,
     curve_notes,
     flagged,
+    other_texts,
     record_about,
     run_about,
     setup_warnings,
@@ -199,13 +200,20 @@ def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "
                       about_a=about_a, about_b=about_b,
                       warnings=[*flagged("A", run_a, a.record), *flagged("B", run_b, b.record),
                                 *unknown_setups({"A": (run_a, about_a), "B": (run_b, about_b)}),
-                                *setup_warnings(about_a, about_b)],
+                                *setup_warnings(about_a, about_b),
+                                *(other_texts([str(k) for k in shared], _words(a), _words(b)) if pair_by == "id"
+                                  else [])],
                       notes=curve_notes(a.settings, {"A": _own(a), "B": _own(b)}))
 
 
 def _own(data: RunData) -> CurveSettings | None:
     """The curve settings a run was scored with (None: no record)."""
     return None if data.record is None else settings_from_config(data.record.header.config)
+
+
+def _words(data: RunData) -> dict[str, Any]:
+    """Each story's word count as its run's meta.jsonl holds it."""
+    return {sid: m.get("words") for sid, m in data.meta.items()}
 
 
 def _key_text(key: Any, pair_by: str) -> str:

@@ -16,6 +16,7 @@ from tension.core.run.record import RunRecord
 from tension.kernels.curves import CurveSettings
 
 __all__ = ["MEASUREMENT_SETTINGS", "RunAbout", "run_about", "record_about", "setup_warnings", "unknown_setups",
+           "other_texts",
            "curve_notes", "flagged"]
 
 
@@ -73,6 +74,20 @@ def record_about(record: RunRecord | None) -> RunAbout:
     if record is None:
         return RunAbout(known=False)
     return run_about({"config": record.header.config, "models": record.header.models})
+
+
+def other_texts(ids: list[str], words_a: dict[str, Any], words_b: dict[str, Any]) -> list[str]:
+    """The line for stories paired by id whose word counts (meta.jsonl) differ between the
+    runs: not the same text, so their B − A compares two stories; none when all agree."""
+    differ = [(i, words_a[i], words_b[i]) for i in ids if isinstance(words_a.get(i), int)
+              and isinstance(words_b.get(i), int) and words_a[i] != words_b[i]]
+    if not differ:
+        return []
+    shown = "; ".join(f"{i}: {a} and {b} words" for i, a, b in differ[:5]) + ("; …" if len(differ) > 5 else "")
+    many = len(differ) > 1
+    return [f"{len(differ)} pair{'s' if many else ''} by id hold{'' if many else 's'} stories of different lengths "
+            f"in A and B ({shown}): their texts differ, so the B − A of {'such a pair' if many else 'that pair'} "
+            "compares two stories, not two measurements of one"]
 
 
 def unknown_setups(about: dict[str, tuple[str | os.PathLike, RunAbout]]) -> list[str]:

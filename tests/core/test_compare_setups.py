@@ -163,3 +163,28 @@ def test_a_run_without_its_record_is_said_unknown_not_different(server, tmp_path
         assert said in err and said in md, err
         assert "†" not in md
         assert "(setup unknown: no run.json)" in md
+
+
+def test_stories_paired_by_id_whose_texts_differ_are_named(server, tmp_path, capsys):
+    """Paired by id (the default), a story of B whose text is not A's (another corpus that
+    reuses the ids, an edited story) is another story: its B − A compares two stories, not
+    two measurements of one. compare paired them in silence; it now names them from the
+    runs' meta.jsonl (their word counts differ). Paired by a corpus field (`--pair-by
+    idea_id`: two pipelines' stories of one idea) the texts are meant to differ: nothing said."""
+    import json
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 3, seed=4)
+    lines = [json.loads(line) for line in corpus.read_text().splitlines()]
+    lines[1]["text"] += " And then, at the very end of it all, the old house fell quiet for good."
+    for line in lines:
+        line["idea"] = line["id"]
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    _score(server, corpus, tmp_path / "a", tmp_path / "cache")
+    _score(server, edited, tmp_path / "b", tmp_path / "cache")
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp")]) == 0
+    err = capsys.readouterr().err
+    said = (f"1 pair by id holds stories of different lengths in A and B ({lines[1]['id']}: ")
+    assert said in err and said in (tmp_path / "cmp" / "compare.md").read_text(), err
+    assert lines[0]["id"] + ":" not in err
