@@ -170,9 +170,11 @@ class CurveSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"window: expected an odd integer >= 1, got {self.window}")
         if not self.thresholds:
             raise ValueError("thresholds: expected at least one angle")
-        for a in self.thresholds:
+        for i, a in enumerate(self.thresholds):
             if not 0.0 < a <= 180.0:
                 raise ValueError(f"thresholds: expected angles in (0, 180], got {a}")
+            if a in self.thresholds[:i]:  # one angle is one column (ir60): twice, stories.csv would hold two
+                raise ValueError(f"thresholds: the angle {a:g} is given twice; give each angle once")
         if not 0.0 <= self.late_threshold <= 1.0:
             raise ValueError(f"late_threshold: expected a share of the story in [0, 1], got {self.late_threshold}")
         if self.retention_window < 1:

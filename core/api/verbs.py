@@ -248,11 +248,14 @@ def metrics(curves: PathLike, *, out: PathLike, **settings: Any) -> MetricsResul
     """Story and group statistics from saved no-rate curves, no LLM (as ``tension-run
     metrics``): `curves` is CURVES.jsonl or a score run's folder; writes
     OUT/stories.csv and OUT/groups.csv; `settings`: CurveSettings' fields (window,
-    thresholds, late_threshold, retention_window)."""
+    thresholds, late_threshold, retention_window, …; of a run's folder, those not given
+    are the run's own)."""
     from tension.core.errors import exit_status
     from tension.core.reports.metrics import metrics as run
+    from tension.core.reports.run_folder import recorded_settings
 
-    curve = curve_settings("metrics", settings)
+    # a run's folder: its own curve settings (run.json), a keyword given over its own
+    curve = curve_settings("metrics", recorded_settings(curves, {k: v for k, v in settings.items() if v is not None}))
     check_out_folder(out)
     r = run(curves, out, curve)
     code = exit_status("complete", len(r.curves), len(r.errors))

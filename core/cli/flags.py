@@ -19,7 +19,14 @@ from typing import Any
 import msgspec
 
 from tension.core.config import FairPlayConfig, ScoreConfig
-from tension.kernels.settings import INT_MAX, Bounds, FairPlaySettings, bounds_of
+from tension.kernels.settings import (
+    INT_MAX,
+    MIN_INTERVAL_RESAMPLES,
+    Bounds,
+    FairPlaySettings,
+    bounds_of,
+    check_interval_resamples,
+)
 
 __all__ = ["Verb", "Once", "OnceBool", "FlagSpec", "CONFIG_ONLY", "SERVER_ENV", "flag_specs", "fields_in",
            "add_settings_flags", "overrides", "given", "float_list", "group_for", "add_bootstrap_flags", "count",
@@ -99,6 +106,28 @@ def number(kind: type, *, ge: float | None = None, gt: float | None = None, le: 
            lt: float | None = None) -> Number:
     """``number(int, ge=1)``: the argparse type of a numeric flag with its bounds."""
     return Number(kind, Bounds(ge=ge, gt=gt, le=le, lt=lt))
+
+
+def _resamples(none: bool) -> Callable[[str], int]:
+    """An argparse type: bootstrap resamples, 0 (when `none`) or 100 to 10,000,000. A
+    percentile interval's ends need 100 or more (check_interval_resamples): fewer gave
+    intervals that miss their own mean, and a traceback where a figure drew one; more is
+    memory, not precision."""
+    whole = count(0, 10_000_000)
+
+    def parse(text: str) -> int:
+        n = whole(text)
+        if n == 0 and not none:
+            raise argparse.ArgumentTypeError(
+                f"expected at least {MIN_INTERVAL_RESAMPLES}, got 0: a finding needs its bootstrap interval")
+        try:
+            check_interval_resamples(n, "resamples")
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("resamples: ")) from None
+        return n
+
+    parse.__name__ = "resamples"
+    return parse
 
 
 def count(minimum: int = 0, maximum: int = INT_MAX) -> Number:
@@ -284,9 +313,15 @@ def given(args: argparse.Namespace, struct: type,
     return {k: v for k, v in overrides(args, struct, parse).items() if v is not None}
 
 
-def add_bootstrap_flags(g) -> None:
-    """--resamples and --seed of the bootstrap intervals (report, compare, the fair-play metrics)."""
-    # more resamples than this is memory, not precision (the interval's digits stop moving long before)
-    g.add_argument("--resamples", type=count(0, 10_000_000), default=10_000,
-                   help="bootstrap resamples (default: %(default)s)")
+def add_bootstrap_flags(g, floor: bool = False, none: bool = True) -> None:
+    """--resamples and --seed of the bootstrap intervals (report, compare, the fair-play metrics).
+    `floor`: at least 100 resamples (report, compare: a figure or a finding rests on the
+    interval's ends); `none`: 0 (no interval) allowed too; compare, whose ✓ needs it, says no."""
+    if not floor:  # more resamples than this is memory, not precision
+        g.add_argument("--resamples", type=count(0, 10_000_000), default=10_000,
+                       help="bootstrap resamples (default: %(default)s)")
+    else:
+        g.add_argument("--resamples", type=_resamples(none), default=10_000,
+                       help=f"bootstrap resamples ({'0 = no intervals, else ' if none else ''}at least "
+                            f"{MIN_INTERVAL_RESAMPLES}; default: %(default)s)")
     g.add_argument("--seed", type=count(0), default=0, help="bootstrap seed (default: %(default)s)")

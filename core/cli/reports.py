@@ -63,6 +63,8 @@ def cmd_compare(args) -> int:
           f"B − A = {c.run_b} − {c.run_a}; ✓ = a finding (legend under the table)\n")
     for w in c.warnings:
         print(f"warning: {w}", file=sys.stderr)
+    for n in c.notes:
+        print(f"note: {n}", file=sys.stderr)
     print(r.markdown)
     if args.out:
         print(f"written: {args.out}/compare.md, {args.out}/compare.csv, {args.out}/compare_stories.csv")
@@ -73,10 +75,20 @@ def cmd_compare(args) -> int:
 
 
 def _curve_settings(args):
-    from tension.core.config import make_curve_settings
+    """The run's own curve settings (run.json), each flag given over its own: the advice
+    "Rebuild with `tension-run report RUN`" rebuilds the report `score` wrote."""
+    from tension.core.config import build_settings
+    from tension.core.reports.run_folder import recorded_settings
 
-    return make_curve_settings(args.window, args.thresholds, args.late_threshold, args.retention_window, "--",
-                               interval_resamples=args.interval_resamples, interval_seed=args.interval_seed)
+    values = recorded_settings(args.run, given(args, CurveSettings))
+    if "thresholds" in values:
+        values["thresholds"] = tuple(values["thresholds"])
+    return build_settings(CurveSettings, "--", **values)
+
+
+# Absent, a curve flag is the run's own setting (run.json), else the paper's default.
+_RUNS_OWN = ("curve statistics (docs/metrics.md 1.4; of a score run's folder, a flag not given is the run's own "
+             "setting, as run.json records it; the defaults shown are the paper's)")
 
 
 def _metrics_flags(p) -> None:
@@ -84,7 +96,7 @@ def _metrics_flags(p) -> None:
                    help='one story per line: {"id", "group" (optional), "x": [pct…], "y": [no-rate…]}; '
                         "or the folder of a score run (its positions.jsonl)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for stories.csv and groups.csv")
-    add_settings_flags(p, CurveSettings, defaults=True)
+    add_settings_flags(p, CurveSettings, group=_RUNS_OWN)
 
 
 def _report_flags(p) -> None:
@@ -97,8 +109,8 @@ def _report_flags(p) -> None:
         p.add_argument(f"--{name}-usd-per-mtok", type=Number(float, declared_bounds(ScoreConfig,
                        f"{name}_usd_per_mtok")), default=None, help=f"price of a million {what} tokens (a hosted "
                        "API), for the cost line by the run's tokens")
-    add_bootstrap_flags(p)
-    add_settings_flags(p, CurveSettings, defaults=True)
+    add_bootstrap_flags(p, floor=True)
+    add_settings_flags(p, CurveSettings, group=_RUNS_OWN)
 
 
 def _compare_flags(p) -> None:
@@ -107,7 +119,7 @@ def _compare_flags(p) -> None:
     p.add_argument("--pair-by", default="id", metavar="FIELD",
                    help="pair stories by this metadata field of the corpus (default: the story id)")
     p.add_argument("--out", metavar="DIR", help="also write compare.md, compare.csv and compare_stories.csv here")
-    add_bootstrap_flags(p)
+    add_bootstrap_flags(p, floor=True, none=False)
     p.add_argument("--interval-resamples", type=Number(int, declared_bounds(CurveSettings, "interval_resamples")),
                    default=None, metavar="N", help="resamples of each run's verdicts for the per-story differences' "
                    "95%% intervals (default: run A's setting; 0 = none)")

@@ -38,6 +38,7 @@ from tension.core.inputs.segment import continuation_text, prefix_text, split_se
 from tension.core.inputs.verdict_counts import PARTS, part_of, verdict_counts
 from tension.core.pipelines.score.lookup import judge_ask
 from tension.core.pipelines.score.recall import ScoreRecall, run_record
+from tension.core.reports.unfinished import no_positions
 from tension.core.run.reads import chat_key
 
 __all__ = ["DEFAULT_SIZE", "draw_sample", "part_of", "PARTS"]
@@ -48,8 +49,7 @@ DEFAULT_SIZE = 100
 def _lines(run_dir: Path) -> list[PositionLine]:
     path = run_dir / "positions.jsonl"
     if not path.is_file():
-        raise InputError(str(run_dir), 0, None, "not a finished score run (no positions.jsonl in it): the audit "
-                                                "samples a finished run's verdicts")
+        raise no_positions(run_dir, "the audit samples a finished run's verdicts")
     return [decode_line(str(path), n, raw, PositionLine) for n, raw in iter_lines(path)]
 
 

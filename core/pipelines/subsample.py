@@ -26,6 +26,7 @@ from tension.core.inputs.jsonl import decode_line, iter_lines
 from tension.core.pipelines.throughput import Throughput, endings_gpu_hours
 from tension.core.reports import subsampling
 from tension.core.reports.subsampling import Subsampling, Verdicts
+from tension.core.reports.unfinished import no_positions
 from tension.kernels.curves import CurveSettings
 
 __all__ = ["SubsampleResult", "Savings", "read_verdicts", "run_subsample", "ending_tokens_of"]
@@ -76,7 +77,7 @@ def _path_of(record: dict[str, Any], path: str | None, run_dir: Path) -> Path | 
 def _lines(run_dir: Path) -> list[tuple[int, PositionLine]]:
     path = str(run_dir / "positions.jsonl")
     if not Path(path).is_file():
-        raise InputError(str(run_dir), 0, None, "not a finished score run (no positions.jsonl in it)")
+        raise no_positions(run_dir)
     dec = msgspec.json.Decoder(PositionLine)
     return [(lineno, decode_line(path, lineno, raw, PositionLine, dec)) for lineno, raw in iter_lines(path)]
 

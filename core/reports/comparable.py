@@ -23,7 +23,7 @@ from tension.kernels.curves import CurveSettings
 from tension.kernels.groups import GroupStat
 
 __all__ = ["SUFFIX", "FINDING_MIN_ENDINGS", "finding_min_endings", "comparable_columns", "comparable_matrix",
-           "comparable_intervals", "comparable_floor", "widened", "is_comparable", "paper_second_order",
+           "comparable_intervals", "comparable_floor", "widened", "stat_range", "is_comparable", "paper_second_order",
            "min_endings", "finding_refusal"]
 
 SUFFIX = "_comparable"
@@ -123,15 +123,27 @@ def comparable_floor(curves: Sequence, settings: CurveSettings, failed: Collecti
         return np.nanmean(draws, axis=0)
 
 
-def widened(stat: GroupStat, values: np.ndarray, floor: np.ndarray) -> GroupStat:
+def stat_range(stat: str) -> tuple[float, float]:
+    """The values a (comparable) statistic can take: Retain in percent, convergence =
+    Retain − 100, the no-rates and IRs rates in [0, 1]."""
+    base = stat.removesuffix(SUFFIX)
+    return (0.0, 100.0) if base == "retain" else (-100.0, 0.0) if base == "convergence" else (0.0, 1.0)
+
+
+def widened(stat: GroupStat, values: np.ndarray, floor: np.ndarray, name: str = "") -> GroupStat:
     """A group's summary with its intervals (ci95, the bootstrap's) widened on each side
-    by |mean of the floor − mean of the values| over the group's stories."""
+    by |mean of the floor − mean of the values| over the group's stories; the bootstrap's
+    ends cut to the range of the statistic `name` (an IR of few turns widened below 0 said
+    a negative rate; ci95 is a half-width and stays as it is)."""
     ok = np.isfinite(values) & np.isfinite(floor)
     if not ok.any() or math.isnan(stat.mean):
         return stat
     shift = abs(float(floor[ok].mean() - values[ok].mean()))
-    return msgspec.structs.replace(stat, ci95=stat.ci95 + shift, boot_lo=stat.boot_lo - shift,
-                                   boot_hi=stat.boot_hi + shift)
+    low, high = stat_range(name)
+    # np.clip keeps a NaN end (a group of one story has no interval); max/min would not
+    return msgspec.structs.replace(stat, ci95=stat.ci95 + shift,
+                                   boot_lo=float(np.clip(stat.boot_lo - shift, low, high)),
+                                   boot_hi=float(np.clip(stat.boot_hi + shift, low, high)))
 
 
 def min_endings(curves: Sequence) -> int | None:

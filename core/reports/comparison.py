@@ -21,15 +21,25 @@ from tension.core.errors import ConfigError, InputError
 from tension.core.reports.comparable import SUFFIX as COMPARABLE
 from tension.core.reports.comparable import comparable_columns, finding_refusal, min_endings
 from tension.core.reports.metrics import stat_columns
-from tension.core.reports.run_folder import RunData, load_run
+from tension.core.reports.run_folder import RunData, load_run, settings_from_config
+from tension.core.reports.run_setups import (
+    MEASUREMENT_SETTINGS,
+    RunAbout,
+    curve_notes,
+    flagged,
+    other_texts,
+    record_about,
+    run_about,
+    setup_warnings,
+    unknown_setups,
+)
 from tension.core.reports.story_intervals import StoryDiff, paired_differences, stat_matrix
 from tension.core.reports.tables import fmt_stat, render_table
-from tension.core.run.record import RunRecord
 from tension.kernels.bootstrap import N_RESAMPLES, percentile_ci
 from tension.kernels.curves import CurveSettings
-from tension.kernels.settings import check_interval_resamples
+from tension.kernels.settings import MIN_INTERVAL_RESAMPLES, check_interval_resamples
 
-__all__ = ["compare", "second_order", "second_order_note", "SECOND_ORDER_MARK",
+__all__ = ["compare", "second_order", "second_order_note", "SECOND_ORDER_MARK", "MEASUREMENT_SETTINGS",
            "Comparison", "ComparisonRow", "RunAbout", "run_about", "record_about", "setup_warnings",
            "comparison_table", "story_table"]
 
@@ -47,43 +57,6 @@ class ComparisonRow(msgspec.Struct, kw_only=True):
     significant: bool  # p < 0.05 and the bootstrap interval excludes 0
     finding: bool = False  # significant, and a statistic the study lets compare at these endings
     why_not: str | None = None  # why a significant difference is no finding (comparable.finding_refusal)
-
-
-class RunAbout(msgspec.Struct, kw_only=True):
-    """What a compared run was scored with (its run.json): the facts that, differing
-    between A and B, make a difference of their statistics partly a difference of setup."""
-
-    generation_model: str | None = None
-    judge_model: str | None = None
-    endings: str | None = None  # "4", or "adaptive W 0.1, rounds of 20, at most 100"
-    seed: int | None = None
-    seed_scheme: str = "run"  # a run.json without it was made before per-position seeds (docs/changelog.md)
-
-    def text(self) -> str:
-        parts = [f"generation {self.generation_model or 'unknown'}, judge {self.judge_model or 'unknown'}",
-                 (f"{self.endings} endings a position" if self.endings and self.endings[0].isdigit()
-                  else f"endings {self.endings or 'unknown'}"),
-                 f"seed {self.seed if self.seed is not None else 'none'}"]
-        return "; ".join(parts)
-
-
-def run_about(run: dict[str, Any]) -> RunAbout:
-    cfg = run.get("config") or {}
-    models = run.get("models") or {}
-    w = cfg.get("target_half_width")
-    endings = (f"adaptive W {w:g}, rounds of {cfg.get('round_endings')}, at most {cfg.get('max_endings')}"
-               if isinstance(w, int | float) else None if cfg.get("endings") is None else str(cfg.get("endings")))
-    seed = cfg.get("seed")
-    scheme = cfg.get("seed_scheme")
-    return RunAbout(generation_model=models.get("generation") or cfg.get("model"),
-                    judge_model=models.get("judge") or cfg.get("judge_model"), endings=endings,
-                    seed=seed if isinstance(seed, int) else None,
-                    seed_scheme=scheme if isinstance(scheme, str) else "run")
-
-
-def record_about(record: RunRecord | None) -> RunAbout:
-    """`run_about` of a run's typed record (None: its folder has none)."""
-    return run_about({} if record is None else {"config": record.header.config, "models": record.header.models})
 
 
 def second_order(stat: str) -> bool:
@@ -104,7 +77,7 @@ LEGEND = ("✓: a finding: p < 0.05 in the paired t-test and the paired bootstra
 def second_order_note(a: RunAbout, b: RunAbout) -> str | None:
     """The footnote of the rows of second-order statistics when A and B used different
     numbers of endings; None when they used the same."""
-    if a.endings == b.endings:
+    if a.endings == b.endings or not (a.known and b.known):
         return None
     return (f"{SECOND_ORDER_MARK} a second-order statistic compared across different numbers of endings (A: "
             f"{a.endings}, B: {b.endings}): noise of the endings adds reversals and peaks, more or fewer with n, so "
@@ -112,28 +85,6 @@ def second_order_note(a: RunAbout, b: RunAbout) -> str | None:
             "statistics allow for each story's noise, 1.9, but their bias still moves with n); compare runs of the "
             "same endings, or each run's statistics from its first k endings, at a k both hold, which "
             "`tension-run subsample` gives")
-
-
-def setup_warnings(a: RunAbout, b: RunAbout) -> list[str]:
-    """A line for each fact of the setup that differs between runs A and B (review D11)."""
-    out = []
-    if a.endings != b.endings:
-        out.append(f"A and B used different numbers of endings (A: {a.endings}, B: {b.endings}): IR, Retain and "
-                   "convergence move with the endings a position (docs/metrics.md 1.6, 1.8), so their differences "
-                   "are partly the endings'; compare runs of the same endings")
-    if a.seed != b.seed:
-        out.append(f"A and B used different seeds (A: {a.seed}, B: {b.seed}): their endings are other draws, so a "
-                   "difference of a story includes the sampling of endings (its interval holds it)")
-    elif a.seed is not None and a.seed_scheme != b.seed_scheme:
-        out.append(f"A and B used different seed schemes (A: {a.seed_scheme}, B: {b.seed_scheme}; docs/metrics.md "
-                   "1.2–1.3): their endings are other draws, so a difference of a story includes the sampling of "
-                   "endings (its interval holds it)")
-    for role, x, y in (("generation", a.generation_model, b.generation_model),
-                       ("judge", a.judge_model, b.judge_model)):
-        if x != y:
-            out.append(f"A and B used different {role} models (A: {x}, B: {y}): a difference is partly the "
-                       "models'")
-    return out
 
 
 class Comparison(msgspec.Struct, kw_only=True):
@@ -150,6 +101,7 @@ class Comparison(msgspec.Struct, kw_only=True):
     about_a: RunAbout | None = None
     about_b: RunAbout | None = None
     warnings: list[str] = []  # the setups differ (setup_warnings)
+    notes: list[str] = []  # a run recomputed with curve settings other than its own (curve_notes)
 
 
 def _pair_keys(data: RunData, field: str) -> dict[Any, int]:
@@ -200,6 +152,10 @@ def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "
     difference, paired bootstrap 95% interval, paired t-test; and per pair of stories
     the difference with its interval (`interval_resamples`, `interval_seed`: run A's
     recorded settings when None; 0 resamples: no per-story interval)."""
+    if n_resamples < MIN_INTERVAL_RESAMPLES:  # a finding needs its bootstrap interval, whose ends need 100
+        raise ConfigError(f"resamples: expected at least {MIN_INTERVAL_RESAMPLES}, got {n_resamples}: a finding "
+                          "needs its bootstrap interval, whose 2.5th and 97.5th percentiles fewer resamples cannot "
+                          "place")
     if interval_resamples is not None:  # told before either run is read
         try:
             check_interval_resamples(interval_resamples, "--interval-resamples")
@@ -241,7 +197,23 @@ def compare(run_a: str | os.PathLike, run_b: str | os.PathLike, pair_by: str = "
     return Comparison(run_a=str(run_a), run_b=str(run_b), pair_by=pair_by, n_pairs=len(shared),
                       unpaired_a=len(ka) - len(shared), unpaired_b=len(kb) - len(shared), rows=rows,
                       stories=stories, interval_resamples=s.interval_resamples, interval_seed=s.interval_seed,
-                      about_a=about_a, about_b=about_b, warnings=setup_warnings(about_a, about_b))
+                      about_a=about_a, about_b=about_b,
+                      warnings=[*flagged("A", run_a, a.record), *flagged("B", run_b, b.record),
+                                *unknown_setups({"A": (run_a, about_a), "B": (run_b, about_b)}),
+                                *setup_warnings(about_a, about_b),
+                                *(other_texts([str(k) for k in shared], _words(a), _words(b)) if pair_by == "id"
+                                  else [])],
+                      notes=curve_notes(a.settings, {"A": _own(a), "B": _own(b)}))
+
+
+def _own(data: RunData) -> CurveSettings | None:
+    """The curve settings a run was scored with (None: no record)."""
+    return None if data.record is None else settings_from_config(data.record.header.config)
+
+
+def _words(data: RunData) -> dict[str, Any]:
+    """Each story's word count as its run's meta.jsonl holds it."""
+    return {sid: m.get("words") for sid, m in data.meta.items()}
 
 
 def _key_text(key: Any, pair_by: str) -> str:
@@ -267,7 +239,9 @@ def story_table(c: Comparison, fmt: str = "md", max_pairs: int | None = None) ->
     by_pair: dict[str, list[StoryDiff]] = {}
     for d in c.stories:
         by_pair.setdefault(d.key, []).append(d)
-    names = [r.stat for r in c.rows]
+    # the statistics the per-pair differences hold: the paper's (the comparable ones have no
+    # paired interval, docs/metrics.md 1.6), so that every row has a cell under every column
+    names = list(dict.fromkeys(d.stat for d in c.stories)) or [r.stat for r in c.rows if COMPARABLE not in r.stat]
     rows = []
     for key, diffs in list(by_pair.items())[:max_pairs]:
         row = [key]
@@ -278,7 +252,10 @@ def story_table(c: Comparison, fmt: str = "md", max_pairs: int | None = None) ->
                          + (" ✓" if d.significant else ""))
             row.append(cell)
         rows.append(row)
-    return render_table([c.pair_by, *names], rows, "md")
+    # across different endings, a story's ✓ on IR, Retain or convergence is partly the endings' (the note below)
+    note = second_order_note(c.about_a, c.about_b) if c.about_a is not None and c.about_b is not None else None
+    header = [f"{n} {SECOND_ORDER_MARK}" if note and second_order(n) else n for n in names]
+    return render_table([c.pair_by, *header], rows, "md") + (f"\n{note}\n" if note else "")
 
 
 def comparison_table(c: Comparison, fmt: str = "md") -> str:
@@ -311,7 +288,8 @@ def comparison_table(c: Comparison, fmt: str = "md") -> str:
     head = ""
     if c.about_a is not None and c.about_b is not None:
         head = (f"Run A: {c.run_a} ({c.about_a.text()})\n\nRun B: {c.run_b} ({c.about_b.text()})\n\n"
-                + "".join(f"**Warning:** {w}\n\n" for w in c.warnings))
+                + "".join(f"**Warning:** {w}\n\n" for w in c.warnings)
+                + "".join(f"Note: {n}\n\n" for n in c.notes))
     legend = (f"\n{LEGEND}\n" + "".join(f"\n{REFUSED_MARK} {stat}: {why}\n" for stat, why in refused.items()))
     return head + render_table(header, rows, "md") + legend + (f"\n{note}\n" if note else "")
 

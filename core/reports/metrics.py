@@ -37,6 +37,7 @@ from tension.core.reports.comparable import (
 )
 from tension.core.reports.rows import Cell, Rows, rows_csv
 from tension.core.reports.story_intervals import compute_intervals, interval_columns, stat_matrix
+from tension.core.reports.unfinished import no_positions
 from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.curves import BatchStats, CurveSettings, Reason, batch_stats
 from tension.kernels.groups import GroupStat, group_stats
@@ -199,6 +200,8 @@ def read_curves(path: str | os.PathLike) -> tuple[list[Curve], list[InputError]]
     """Every valid curve of the file, and an error for each bad line. A folder is
     read as a score run (its positions.jsonl)."""
     if Path(path).is_dir():
+        if not (Path(path) / "positions.jsonl").is_file():
+            raise no_positions(Path(path))
         return read_run_positions(path)
     if _holds_positions(path):  # RUN/positions.jsonl given for RUN: read as its folder is (issue 36, I7)
         return read_positions_file(path)
@@ -266,7 +269,8 @@ def compute(curves: Sequence[Curve], settings: CurveSettings = CurveSettings(), 
         index.setdefault(g, []).append(i)
     for k, name in enumerate(comparable_columns(stat_columns(settings))):
         by_group = group_stats(comparable[:, k], labels, n_resamples, seed)
-        groups[name] = {g: widened(st, comparable[index[g], k], floor[index[g], k]) for g, st in by_group.items()}
+        groups[name] = {g: widened(st, comparable[index[g], k], floor[index[g], k], name)
+                       for g, st in by_group.items()}
     return stats, groups
 
 
@@ -361,14 +365,16 @@ def _group_table(groups: dict[str, dict[str, GroupStat]]) -> str:
         return ""
     labels = list(groups[names[0]])
 
-    def cell(s: GroupStat) -> str:
+    def cell(s: GroupStat, n: int) -> str:
         if math.isnan(s.mean):
             return "—"
-        return f"{s.mean:.3f}" if math.isnan(s.ci95) else f"{s.mean:.3f}±{s.ci95:.3f}"
+        # a value of fewer stories than the row's n says how many (METRICS 1.5: NaNs counted and reported)
+        return (f"{s.mean:.3f}" if math.isnan(s.ci95) else f"{s.mean:.3f}±{s.ci95:.3f}") + (
+            f" (n = {s.n})" if s.n < n else "")
 
     n_col = [max((groups[n][g].n + groups[n][g].n_nan) for n in names) for g in labels]
     rows = [["group", "n", *names]]
-    rows += [[g, str(n_col[i]), *(cell(groups[n][g]) for n in names)] for i, g in enumerate(labels)]
+    rows += [[g, str(n_col[i]), *(cell(groups[n][g], n_col[i]) for n in names)] for i, g in enumerate(labels)]
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(widths[k]) if k == 0 else c.rjust(widths[k]) for k, c in enumerate(r)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

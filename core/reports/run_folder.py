@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,15 @@ from tension.core.inputs.jsonl import decode_line, iter_lines
 from tension.core.reports.comparable import comparable_columns, comparable_matrix, is_comparable
 from tension.core.reports.metrics import Curve, compute, read_run_positions, stat_columns
 from tension.core.reports.story_intervals import compute_intervals
+from tension.core.reports.unfinished import no_positions
 from tension.core.run.record import RunHeader, RunRecord
 from tension.kernels.bootstrap import N_RESAMPLES
 from tension.kernels.curves import BatchStats, CurveSettings
 from tension.kernels.groups import GroupStat
 from tension.kernels.intervals import StoryIntervals
 
-__all__ = ["RunData", "load_run", "read_record", "record_of_doc", "settings_from_run", "settings_from_config"]
+__all__ = ["recorded_settings", "RunData", "load_run", "read_record", "record_of_doc", "settings_from_run",
+           "settings_from_config"]
 
 
 class RunData(msgspec.Struct, kw_only=True):
@@ -139,6 +142,38 @@ def settings_from_run(run: dict[str, Any]) -> CurveSettings:
     return settings_from_config(run.get("config", {}))
 
 
+def recorded_settings(run_dir: str | os.PathLike, given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The curve settings a folder's run was scored with (its run.json), as keywords, with
+    `given` (flags or keywords the caller gave) over them; a path that is no run folder
+    (a curves file) or whose run.json is missing: `given` alone, the defaults filling the
+    rest. A damaged run.json is the reading verb's to report: here it counts as none."""
+    d = Path(run_dir)
+    base: dict[str, Any] = {}
+    if d.is_dir() and (d / "run.json").is_file():
+        try:
+            base = msgspec.structs.asdict(settings_from_run(_read_doc(d / "run.json")))
+        except (InputError, TypeError, ValueError, AttributeError):
+            base = {}
+    return {**base, **(given or {})}
+
+
+_LEFT_OUT = " (line left out)"  # what metrics says of a bad line it goes on without
+
+
+def _bad_lines(d: Path, errors: list[InputError]) -> InputError:
+    """One error naming every bad line of a run's positions.jsonl, for the verbs that need
+    them all (report, compare): they stop and write nothing, unlike `metrics`, which leaves
+    such a line out, so metrics' "(line left out)" is not theirs to say."""
+    said = [str(e).removesuffix(_LEFT_OUT) for e in errors]
+    first = errors[0]
+    command = shlex.join(["tension-run", "metrics", str(d), "--out", f"{d}-metrics"])
+    return InputError(first.path, first.line, first.field,
+                      "\n".join([first.message.removesuffix(_LEFT_OUT), *said[1:],
+                                  f"nothing written: report and compare read every line of positions.jsonl; correct "
+                                  f"or remove the {len(errors)} bad line(s) above (`{command}` computes the run "
+                                  "without them)"]))
+
+
 def load_run(run_dir: str | os.PathLike, settings: CurveSettings | None = None,
              n_resamples: int = N_RESAMPLES, seed: int = 0, intervals: bool = True,
              record: RunRecord | None = None) -> RunData:
@@ -148,7 +183,7 @@ def load_run(run_dir: str | os.PathLike, settings: CurveSettings | None = None,
     (`RunRecord.doc`: tuples as lists, an undefined number as null)."""
     d = Path(run_dir)
     if not (d / "positions.jsonl").is_file():
-        raise InputError(str(d), 0, None, "not a score run: no positions.jsonl in this folder")
+        raise no_positions(d)
     if record is not None:
         doc: dict[str, Any] = record.doc()
     else:
@@ -156,7 +191,7 @@ def load_run(run_dir: str | os.PathLike, settings: CurveSettings | None = None,
     settings = settings or settings_from_run(doc)
     curves, errors = read_run_positions(d)
     if errors:
-        raise errors[0]
+        raise _bad_lines(d, errors)
     typed = record_of_doc(doc, d / "run.json", len(curves)) if doc else None
     meta: dict[str, dict[str, Any]] = {}
     if (d / "meta.jsonl").is_file():

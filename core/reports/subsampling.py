@@ -265,9 +265,13 @@ def _recommend(rows: list[StatRow], stats: list[str], grid: list[int], n: int, c
         return Recommendation(stats=stats, k=None, n=n, why="the run has no position with endings")
     named = [r for r in rows if r.stat in stats]
     if not any(math.isfinite(r.full_ci95) and r.full_ci95 > 0 for r in named):
-        return Recommendation(stats=stats, k=None, n=n, endings_full=full, endings_at_k=full,
-                              why="no group has two stories or more: a group's interval, which the tolerances "
-                                  "are relative to, needs them")
+        # an interval of zero width over two stories or more is not one of one story: say which
+        why = (f"every group's 95 % interval of {', '.join(stats)} has zero width: its stories agree exactly "
+               "(every no-rate 0 or 1?), so the tolerances, relative to it, leave no room"
+               if any(math.isfinite(r.full_ci95) for r in named) else
+               "no group has two stories or more: a group's interval, which the tolerances are relative to, "
+               "needs them")
+        return Recommendation(stats=stats, k=None, n=n, endings_full=full, endings_at_k=full, why=why)
     ok = {k: all(r.passes for r in named if r.k == k) for k in grid}
     best = None
     for k in reversed(grid):

@@ -15,7 +15,7 @@ from tension.core.reports.metrics import stat_columns
 from tension.kernels.curves import CurveSettings
 from tension.kernels.groups import GroupStat
 
-__all__ = ["table_columns", "fmt_stat", "table6", "table18", "comparable_table", "render_table"]
+__all__ = ["table_columns", "fmt_stat", "fewer", "table6", "table18", "comparable_table", "render_table"]
 
 _TABLE_STATS = [("mean_nr", "Mean NR"), ("late_nr", "Late NR"), ("retain", "Retain")]
 
@@ -41,11 +41,20 @@ def _n(groups, g) -> int:
     return s.n + s.n_nan
 
 
+def fewer(s: GroupStat, n: int) -> str:
+    """` (n = k)` after a group's value that rests on k of its n stories (the others leave
+    the statistic undefined, METRICS 1.5), so that the table's n is not read as its n."""
+    return f" (n = {s.n})" if s.n < n and not math.isnan(s.mean) else ""
+
+
 def table6(groups: dict[str, dict[str, GroupStat]], settings: CurveSettings, fmt: str = "md") -> str:
-    """000 Table 6: `Corpus, n, Mean NR, Late NR, Retain, IR30, IR60, IR120`."""
+    """000 Table 6: `Corpus, n, Mean NR, Late NR, Retain, IR30, IR60, IR120` (in Markdown,
+    a value of fewer stories than n says how many; the CSV keeps the paper's cells)."""
     cols = table_columns(settings)
     header = ["Corpus", "n"] + [label for _, label in cols]
-    rows = [[g, str(_n(groups, g))] + [fmt_stat(stat, groups[stat][g].mean) for stat, _ in cols]
+    rows = [[g, str(_n(groups, g))] + [fmt_stat(stat, groups[stat][g].mean)
+                                       + (fewer(groups[stat][g], _n(groups, g)) if fmt == "md" else "")
+                                       for stat, _ in cols]
             for g in groups["mean_nr"]]
     return render_table(header, rows, fmt)
 
@@ -74,7 +83,7 @@ def _interval_table(groups: dict[str, dict[str, GroupStat]], cols: list[tuple[st
             cell = fmt_stat(stat, s.mean)
             if not math.isnan(s.boot_lo):
                 cell += f" [{fmt_stat(stat, s.boot_lo).rstrip('%')}, {fmt_stat(stat, s.boot_hi).rstrip('%')}]"
-            row.append(cell)
+            row.append(cell + (fewer(s, _n(groups, g)) if fmt == "md" else ""))
         rows.append(row)
     return render_table(header, rows, fmt)
 

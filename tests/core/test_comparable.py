@@ -119,3 +119,41 @@ def test_compare_says_when_two_seeded_runs_used_different_seed_schemes():
                     "interval holds it)"]
     unseeded = run_about({"config": {"seed_scheme": "position"}})
     assert setup_warnings(unseeded, run_about({"config": {}})) == []
+
+
+def test_a_widened_group_interval_stays_within_the_statistics_range(tmp_path):
+    """Widening a group's interval by its shift to the noise floor (docs/metrics.md 1.9) took
+    the bootstrap interval of a comparable IR whose stories have few or no turns below 0
+    (`0.000 [-0.041, 0.041]` in report.md): a rate of turns per position is never
+    negative. The ends are cut to the statistic's range, as a story's interval is (1.6)."""
+    import random
+
+    rng = random.Random(1)
+    lines = []
+    for s in range(6):  # flat at 0.5, 10 endings a position: noise, and turns only by chance
+        m = 40
+        x = [0.1 + 0.85 * j / (m - 1) for j in range(m)]
+        k = [sum(rng.random() < 0.5 for _ in range(10)) for _ in x]
+        lines.append(json.dumps({"id": f"s{s}", "x": x, "y": [1 - v / 10 for v in k], "n_endings": [10] * m,
+                                 "n_match": k}))
+    (tmp_path / "c.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["metrics", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "m"),
+                 "--interval-resamples", "0"]) == 0
+    with (tmp_path / "m" / "groups.csv").open() as f:
+        rows = {r["statistic"]: r for r in csv.DictReader(f) if r["statistic"].endswith("_comparable")}
+    ranges = {"retain": (0.0, 100.0), "convergence": (-100.0, 0.0)}
+    widened = 0
+    for stat, r in rows.items():
+        if not r["boot_lo"]:
+            continue
+        lo, hi = ranges.get(stat.removesuffix("_comparable"), (0.0, 1.0))
+        assert lo <= float(r["boot_lo"]) <= float(r["mean"]) <= float(r["boot_hi"]) <= hi, (stat, r)
+        widened += float(r["ci95"]) > 1.96 * float(r["sd"]) / math.sqrt(int(r["n"])) + 1e-12
+    assert widened >= 2  # the case: intervals that were widened, near the range's end
+    # a group of one story has no interval, widened or not (a cut must not make one of NaN)
+    (tmp_path / "one.jsonl").write_text(lines[0] + "\n")
+    assert main(["metrics", str(tmp_path / "one.jsonl"), "--out", str(tmp_path / "m1"),
+                 "--interval-resamples", "0"]) == 0
+    with (tmp_path / "m1" / "groups.csv").open() as f:
+        one = [r for r in csv.DictReader(f) if r["statistic"].endswith("_comparable") and r["mean"]]
+    assert one and all(r["boot_lo"] == r["boot_hi"] == "" for r in one), one

@@ -215,6 +215,36 @@ def test_a_hand_edited_no_rate_drops_its_line_with_its_number_whatever_the_fault
     assert (tmp_path / "m" / "stories.csv").read_text().count("\n") == 3  # header, s1, s2
 
 
+@pytest.mark.parametrize("verb", ["report", "compare"])
+def test_report_and_compare_of_a_hand_edited_positions_file_say_they_wrote_nothing(tmp_path, tension_run, verb):
+    """`report` and `compare` read every line of a run's positions.jsonl: one bad line stops
+    them, exit 1, nothing written. They said so with metrics' words, `… got 1.5 (line left
+    out)`, as if the line had been left out and the work done; and named the first bad line
+    only. Now they name every bad line and what to do; the advice (metrics leaves bad lines
+    out), run as printed, computes the run without them."""
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [json.dumps({"id": sid, "group": "g", "k": k, "pct": k / 10, "no_rate": 0.5})
+             for sid in ("s1", "s2") for k in range(1, 6)]
+    lines[3] = lines[3].replace('"no_rate": 0.5', '"no_rate": 1.5')
+    lines[7] = lines[7].replace('"no_rate": 0.5', '"no_rate": NaN')
+    (run / "positions.jsonl").write_text("\n".join(lines) + "\n")
+    argv = ["report", str(run)] if verb == "report" else ["compare", str(run), str(run), "--out", str(tmp_path / "c")]
+    r = tension_run(*argv, cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert "line left out" not in r.stderr, r.stderr
+    assert f"{run / 'positions.jsonl'}:4 field `no_rate`: expected a no-rate in [0, 1], got 1.5" in r.stderr
+    assert f"{run / 'positions.jsonl'}:8" in r.stderr
+    assert not (run / "report.md").exists() and not (tmp_path / "c").exists()
+    advice = "nothing written: report and compare read every line of positions.jsonl; correct or remove the 2 bad " \
+             "line(s) above (`tension-run metrics "
+    assert advice in r.stderr, r.stderr
+    command = r.stderr.split("(`", 1)[1].split("`", 1)[0]
+    assert command == f"tension-run metrics {run} --out {run}-metrics"
+    again = tension_run(*command.split()[1:], cwd=tmp_path)
+    assert again.returncode == 1 and (tmp_path / "run-metrics" / "stories.csv").is_file()  # exit 1: lines left out
+
+
 def test_a_pct_that_does_not_increase_drops_its_line_with_its_number(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

@@ -185,3 +185,32 @@ def test_curves_of_no_readable_story_keep_the_earlier_outputs(tmp_path, capsys, 
     assert {f: (out / f).read_bytes() for f in kept} == kept
     assert f"nothing written to {out}: no curve could be read" in said.out
     assert "0 stories ->" not in said.out
+
+
+@pytest.mark.parametrize("given", ["60,60", "30,60,30", "60,60.0"])
+def test_an_angle_given_twice_is_refused_in_every_verb_and_the_api(tmp_path, capsys, given):
+    """`--thresholds 60,60` wrote stories.csv with two columns named ir60 (and their
+    interval and comparable columns twice), groups.csv one of them, and report.md a
+    Table 6 with IR60 twice: a CSV whose readers keep one of two same-named columns. An
+    angle is one column: a repeated one is a usage error, in every verb that takes the
+    flag, the config file's key and the API."""
+    import tension
+    from tension.core.errors import ConfigError
+
+    curves = write_jsonl(tmp_path / "c.jsonl", SMALL[:1])
+    (tmp_path / "t.toml").write_text(f"thresholds = [{given}]\n")
+    for argv in (["metrics", str(curves), "--out", str(tmp_path / "o")],
+                 ["report", str(tmp_path / "nope")],
+                 ["score", str(curves), "--out", str(tmp_path / "s"), "--base-url", "http://127.0.0.1:9"]):
+        for how in (["--thresholds", given], ["--config", str(tmp_path / "t.toml")]):
+            if how[0] == "--config" and argv[0] != "score":
+                continue  # only score reads a settings file
+            capsys.readouterr()
+            assert main([*argv, *how]) == 2, (argv, how)
+            err = capsys.readouterr().err
+            assert "thresholds: the angle 60" in err or "thresholds: the angle 30" in err, err
+            assert "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(ConfigError, match="given twice"):
+        tension.metrics(curves, out=tmp_path / "api", thresholds=tuple(float(a) for a in given.split(",")))
+    assert not (tmp_path / "api").exists()

@@ -109,12 +109,39 @@ def test_tables_exact(tmp_path):
     assert table6(data.groups, data.settings) == (
         "| Corpus | n | Mean NR | Late NR | Retain | IR30 | IR60 | IR120 |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|\n"
-        "| human | 2 | 0.520 | 0.450 | 50.0% | 0.000 | 0.200 | 0.300 |\n"
+        "| human | 2 | 0.520 | 0.450 | 50.0% (n = 1) | 0.000 | 0.200 | 0.300 |\n"
         "| llm | 1 | 0.375 | 0.100 | 25.0% | 0.000 | 0.000 | 0.500 |\n")
     assert table6(data.groups, data.settings, "csv").splitlines()[1] == "human,2,0.520,0.450,50.0%,0.000,0.200,0.300"
     t18 = table18(data.groups, data.settings)
-    assert "| human | 2 | 0.520 [0.500, 0.540] | 0.450 [0.400, 0.500] | 50.0% | 0.000 [0.000, 0.000] |" in t18
+    assert "| human | 2 | 0.520 [0.500, 0.540] | 0.450 [0.400, 0.500] | 50.0% (n = 1) | 0.000 [0.000, 0.000] |" in t18
     assert "| llm | 1 | 0.375 | 0.100 | 25.0% | 0.000 | 0.000 | 0.500 |" in t18
+
+
+def test_a_group_value_of_fewer_stories_than_the_group_says_how_many(tmp_path, capsys):
+    """A group's value of a statistic some of its stories leave undefined (no peak: Retain;
+    no late position: late NR; no turn that is a peak: the comparable Retain) is the mean of
+    the others (METRICS 1.5: "NaNs excluded, counted and reported"). report.md's tables and
+    the terminal table of `metrics` printed it beside the group's n of stories, as if every
+    story were in it: `human | 2 | … | 50.0%` was one story's Retain. Every table that
+    prints a group's value with its n says so where the value rests on fewer."""
+    run = write_run(tmp_path / "r", {
+        "a1": ("human", [0.1, 0.3, 0.5, 0.7, 0.9], [0.5, 0.9, 0.3, 0.6, 0.4], {}),
+        "a2": ("human", [0.2, 0.5, 0.85], [0.5, 0.5, 0.5], {}),
+        "a3": ("human", [0.2, 0.3, 0.4], [0.5, 0.6, 0.5], {}),
+        "b1": ("llm", [0.2, 0.4, 0.6, 0.85], [0.8, 0.2, 0.4, 0.1], {}),
+    })
+    assert main(["report", str(run), "--window", "1", "--interval-resamples", "0"]) == 0
+    md = (run / "report.md").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| human |")]
+    assert len(rows) == 3, md  # Table 6, Table 18, the comparable statistics
+    # Retain of a1 and a3 (a2 is flat: no peak); late NR of a1 and a2 (a3 has no late position)
+    assert "| human | 3 | 0.524 | 0.450 (n = 2) | 66.7% (n = 2) |" in rows[0], rows[0]
+    assert "(n = 2)" in rows[1]
+    capsys.readouterr()
+    assert main(["metrics", str(run), "--out", str(tmp_path / "m"), "--window", "1",
+                 "--interval-resamples", "0"]) == 0
+    human = [line for line in capsys.readouterr().out.splitlines() if line.startswith("human")]
+    assert "(n = 2)" in human[0], human
 
 
 # --- figures ---------------------------------------------------------------------
@@ -373,3 +400,37 @@ def test_compare_cli_and_pairing_errors(tmp_path, capsys):
     assert "no story of" in capsys.readouterr().err
     assert main(["compare", str(a), str(tmp_path)]) == 1
     assert "not a score run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ["report", "compare"])
+@pytest.mark.parametrize("resamples", ["1", "50", "99"])
+def test_too_few_bootstrap_resamples_are_a_usage_error_not_a_traceback(tmp_path, capsys, verb, resamples):
+    """`compare --resamples 0` died in numpy (IndexError), `report --resamples 1` in
+    matplotlib (an interval that did not hold its mean: negative error bars). A percentile
+    interval's ends need 100 resamples or more (docs/metrics.md 1.6): 1–99 are refused by
+    report and compare, and compare, whose ✓ needs its interval, refuses 0 too."""
+    a = random_run(tmp_path / "a", 5, n=4)
+    argv = {"report": ["report", str(a)], "compare": ["compare", str(a), str(a)]}[verb]
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--resamples", resamples])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--resamples: expected" in err and "at least 100" in err and "Traceback" not in err, err
+    assert not (a / "report.md").exists()
+
+
+def test_compare_refuses_no_bootstrap_and_report_takes_it_as_no_intervals(tmp_path, capsys):
+    import tension
+    from tension.core.errors import ConfigError
+
+    a = random_run(tmp_path / "a", 5, n=4)
+    with pytest.raises(SystemExit) as e:
+        main(["compare", str(a), str(a), "--resamples", "0"])
+    assert e.value.code == 2
+    assert "a finding needs its bootstrap interval" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="resamples"):
+        tension.compare(a, a, resamples=0)
+    with pytest.raises(ConfigError, match="resamples"):
+        tension.compare(a, a, resamples=20)
+    assert main(["report", str(a), "--resamples", "0", "--max-curves", "0"]) == 0
+    assert main(["report", str(a), "--resamples", "100", "--max-curves", "0"]) == 0

@@ -42,6 +42,12 @@ def test_compare_marks_second_order_rows_when_the_endings_differ(server, tmp_pat
             assert stat in rows, (stat, text)
         assert "† a second-order statistic compared across different numbers of endings (A: 4, B: 8)" in text
         assert "`tension-run subsample`" in text
+        # the per-pair table too: a story's ✓ on IR or Retain across 4 and 8 endings is partly the endings'
+        pairs = text.split("Per pair of stories", 1)[1]
+        header = next(line for line in pairs.splitlines() if line.startswith("| id |"))
+        cells = [c.strip() for c in header.strip("|").split("|")]
+        assert cells == ["id", "mean_nr", "late_nr", "retain †", "convergence †", "ir30 †", "ir60 †", "ir120 †"], cells
+        assert "† a second-order statistic" in pairs
     # the same endings: no mark, no note
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "a2")]) == 0
     assert "†" not in capsys.readouterr().out

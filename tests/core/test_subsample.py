@@ -287,3 +287,18 @@ def test_the_report_gives_the_corrected_second_order_statistics_beside_the_paper
 
     doc = msgspec.to_builtins(r)
     assert {"corrected", "corrected_n"} <= set(doc["noise"][0])
+
+
+def test_a_group_whose_stories_agree_exactly_is_not_said_to_have_one_story(tmp_path, capsys):
+    """A judge that says N to everything: every no-rate is 1, so each group's mean and late NR
+    have an interval of zero width over its two stories. subsample said "no group has two
+    stories or more", which was false; it now says why no k passes: a zero-width interval
+    leaves the tolerances, relative to it, no room."""
+    with InProcessServer(["test-gen", "test-judge"], yes_rate=0.0).serving() as srv:
+        run = _score(srv, tmp_path)
+    capsys.readouterr()
+    assert main(["subsample", str(run), "--cache", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out
+    assert "no group has two stories" not in out, out
+    assert ("recommended endings for mean_nr, late_nr: none below 12 (every group's 95 % interval of mean_nr, "
+            "late_nr has zero width: its stories agree exactly") in out, out

@@ -491,7 +491,7 @@ angles = st.one_of(
 settings_st = st.builds(
     CurveSettings,
     window=st.sampled_from([1, 3, 5, 7]),
-    thresholds=st.lists(angles, min_size=1, max_size=4).map(tuple),
+    thresholds=st.lists(angles, min_size=1, max_size=4, unique=True).map(tuple),
     late_threshold=st.sampled_from([0.8, 0.8, 0.5, 0.9, 0.95, 0.1]),
     retention_window=st.integers(1, 12),
 )
