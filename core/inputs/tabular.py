@@ -11,7 +11,8 @@ delimiter is read off its header (``,`` ``;`` tab ``|``: the one that splits it
 into the most columns; a tie is the suffix's, tab for .tsv), its cells may be of
 any length, and a cell that is not UTF-8 is its row's error with the way out
 (`not_utf8`). A required column missing from the header is one error that lists
-the header's names (`missing_columns`).
+the header's names (`missing_columns`); a column the header names twice is one error
+for the file too (`named_twice`: which of the two is meant it does not say).
 
 Rows in memory are written as JSON Lines (`write_rows`, row N on line N) and read
 by the verb's own reader: the same checks and the same errors (line = row number,
@@ -38,8 +39,8 @@ from tension.core.errors import ConfigError, InputError
 from tension.core.inputs.encodings import NotUtf8Error, utf16
 from tension.core.inputs.jsonl import FileError, UniqueIds, atomic_write
 
-__all__ = ["TABULAR", "DELIMITERS", "is_tabular", "read_tabular", "missing_columns", "guess_columns", "is_rows",
-           "rows_of", "write_rows"]
+__all__ = ["TABULAR", "DELIMITERS", "is_tabular", "read_tabular", "missing_columns", "named_twice", "guess_columns",
+           "is_rows", "rows_of", "write_rows"]
 
 T = TypeVar("T")
 TABULAR = (".csv", ".tsv", ".parquet")
@@ -72,8 +73,11 @@ def read_tabular(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
         header, rows = _parquet_rows(p) if p.suffix.lower() == ".parquet" else _csv_rows(p)
     except InputError as e:
         return [], [e]
+    line = 0 if p.suffix.lower() == ".parquet" else 1
+    if header is not None and (twice := named_twice(header)) is not None:
+        return [], [FileError(name, line, None, twice + ": which one is meant the file does not say; rename or "
+                                                        "remove one and read the file again")]
     if header is not None and (missing := [c for c in required if c not in header]):
-        line = 0 if p.suffix.lower() == ".parquet" else 1
         return [], [FileError(name, line, None, missing_columns(missing, header, "header"))]
     items: list[T] = []
     errors: list[InputError] = []
@@ -92,6 +96,21 @@ def read_tabular(path: str | os.PathLike, parse: Callable[[str, int, Any], T], *
     if not items and not errors:
         errors.append(FileError(name, 0, None, f"no {empty} (the file has no rows)"))
     return items, errors
+
+
+def named_twice(names: Sequence[str]) -> str | None:
+    """What is wrong with a header that names a column twice (None: none does). A row read
+    by name keeps one of the two cells, and which one is meant the header does not say, so
+    a story could be another column's text; columns without a name (a spreadsheet's empty
+    trailing ones) are read by no one."""
+    seen: dict[str, int] = {}
+    for i, n in enumerate(names, 1):
+        if n == "":
+            continue
+        if n in seen:
+            return f"the column {n!r} is named twice (columns {seen[n]} and {i})"
+        seen[n] = i
+    return None
 
 
 def missing_columns(missing: Sequence[str], names: Sequence[str], where: str) -> str:
@@ -241,8 +260,11 @@ def _parquet_rows(p: Path) -> tuple[list[str] | None, list[_Row]]:
     except ImportError:
         raise InputError(str(p), 0, None, PARQUET_NEEDS) from None
     try:
+        names = [str(c) for c in pq.read_schema(p).names]
+        if named_twice(names) is not None:  # pyarrow refuses to read it by name: said as for a CSV
+            return names, []
         table = pq.read_table(p)
-    except OSError as e:
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
         raise InputError(str(p), 0, None, f"cannot read as Parquet: {e}") from e
     rows = [_Row(i, {k: v for k, v in r.items() if v is not None}) for i, r in enumerate(table.to_pylist(), 1)]
     return [str(c) for c in table.column_names], rows
@@ -261,9 +283,10 @@ def rows_of(obj: Any, columns: Mapping[str, str] | None = None) -> list[dict[str
     the JSON Lines fields' names (`columns`: field -> column). A missing value
     (None, NaN, pandas' NA) is a field left out, as in a JSON Lines record that
     lacks it."""
-    if hasattr(obj, "to_dict") and hasattr(obj, "columns"):  # a pandas DataFrame
+    frame = hasattr(obj, "to_dict") and hasattr(obj, "columns")
+    if frame:  # a pandas DataFrame (its rows made below, once its columns are known to be apart)
         names = [str(c) for c in obj.columns]
-        rows: Iterable[Any] = obj.to_dict(orient="records")
+        rows: Iterable[Any] = ()
     elif hasattr(obj, "column_names"):  # a datasets.Dataset (iterated: one dict a row)
         names = list(obj.column_names)
         rows = iter(obj)
@@ -272,6 +295,10 @@ def rows_of(obj: Any, columns: Mapping[str, str] | None = None) -> list[dict[str
     else:
         raise ConfigError(f"the input is a {type(obj).__name__}: give a path (JSON Lines, CSV, Parquet, a folder), "
                           "a pandas DataFrame, a datasets.Dataset or an iterable of mappings (one dict a record)")
+    if (twice := named_twice(names)) is not None:
+        raise ConfigError(f"{twice}: which one is meant the input does not say; rename or remove one")
+    if frame:
+        rows = obj.to_dict(orient="records")
     rename = dict(columns or {})
     if names:
         missing = [c for c in rename.values() if c not in names]

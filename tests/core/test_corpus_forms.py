@@ -369,3 +369,63 @@ def test_duplicate_ids_in_a_csv_are_refused_as_in_json_lines(tmp_path, good):
     assert [str(e) for e in c.errors] == [
         f"{p}:{starts[1]} field `id`: duplicate id 'cafe\u0301' (first on line {starts[0]} as 'caf\u00e9': the same "
         "id after Unicode normalisation (NFC) and trimming)"]
+
+
+@pytest.mark.parametrize("form", ("csv", "tsv", "parquet", "dataframe"))
+def test_a_column_named_twice_is_refused_not_read_as_one_of_them(tmp_path, good, form):
+    """A header naming `text` twice (a spreadsheet's copied column, a join's) was read as one
+    of them without a word: the later cell where it held anything, else the earlier, so a
+    story could be another column's text. Which one is meant the file does not say: it is one
+    error for the file, naming the column and where it stands, in every form that can hold
+    it (a Dataset cannot). Columns without a name (a spreadsheet's trailing empty ones) are
+    not columns the reader reads, and are left alone."""
+    from tension.core.errors import ConfigError
+    from tension.core.inputs.corpus import read_corpus
+
+    rows = [{"id": g["id"], "text": g["text"], "text2": "a caption, not the story"} for g in good]
+    header = ["id", "text", "text"]
+    if form in ("csv", "tsv"):
+        p = tmp_path / f"c.{form}"
+        write_delimited(p, header, [[r["id"], r["text"], r["text2"]] for r in rows], "," if form == "csv" else "\t")
+    elif form == "parquet":
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+
+        p = tmp_path / "c.parquet"
+        arrays = [pa.array([r[k] for r in rows]) for k in ("id", "text", "text2")]
+        pq.write_table(pa.Table.from_arrays(arrays, names=header), p)
+    if form == "dataframe":
+        pd = pytest.importorskip("pandas")
+        frame = pd.DataFrame([[r["id"], r["text"], r["text2"]] for r in rows], columns=header)
+        with pytest.raises(ConfigError, match=r"the column 'text' is named twice \(columns 2 and 3\)"):
+            tension.score(frame, out=tmp_path / "out", base_url="http://127.0.0.1:9", model="m", progress=False)
+        return
+    c = read_corpus(p, 0, 10**9)
+    assert c.stories == []
+    assert [str(e) for e in c.errors] == [
+        f"{p}{'' if form == 'parquet' else ':1'}: the column 'text' is named twice (columns 2 and 3): which one is "
+        "meant the file does not say; rename or remove one and read the file again"]
+
+
+def test_columns_without_a_name_are_left_alone(tmp_path, good):
+    """A spreadsheet's export with empty trailing columns (`id,text,,`): read as before."""
+    from tension.core.inputs.corpus import read_corpus
+
+    p = tmp_path / "c.csv"
+    write_delimited(p, ["id", "text", "", ""], [[g["id"], g["text"], "", ""] for g in good])
+    c = read_corpus(p, 0, 10**9)
+    assert (c.errors, [s.id for s in c.stories]) == ([], [g["id"] for g in good])
+
+
+def test_a_label_csv_naming_a_column_twice_is_refused_as_a_corpus_is(tmp_path):
+    """The audit's label import reads through the same reader: a sheet with `label` twice (the
+    judge's copied beside a person's) would count one of them as the person's answer."""
+    from tension.core.inputs.labels import read_label_csv
+
+    p = tmp_path / "labels.csv"
+    write_delimited(p, ["key", "label", "label"], [["k1", "matches", "does-not-match"]])
+    got = read_label_csv(p, ["k1"], annotator="ann")
+    assert got.labels == []
+    assert [str(e) for e in got.errors] == [
+        f"{p}:1: the column 'label' is named twice (columns 2 and 3): which one is meant the file does not say; "
+        "rename or remove one and read the file again"]
