@@ -157,8 +157,18 @@ def first_error(exc: BaseException) -> BaseException:
     return exc
 
 
+# A run out of memory: the same command meets the same limit, so the end-of-run line's "rerun the
+# same command" (core/cli/messages.py) is not said; what would change the outcome is.
+OUT_OF_MEMORY = ("out of memory (MemoryError): the run needed more memory than the machine, or a limit on it "
+                 "(ulimit -v, a container's), gave it; completed answers are in the cache. The same command meets "
+                 "the same limit: to continue, free or raise the memory, or hold less at once (fewer requests in "
+                 "flight: the verb's --…-concurrency flags; the longest stories left out: score's --max-words)")
+
+
 def describe(e: BaseException) -> str:
     """An error as the run record and the CLI state it: our errors by their own
     text, anything else with its type; redacted (a key a server echoed, a URL's
     password)."""
+    if isinstance(e, MemoryError):
+        return OUT_OF_MEMORY
     return redact(str(e) if isinstance(e, TensionError) else f"{type(e).__name__}: {e}")

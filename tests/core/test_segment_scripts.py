@@ -193,3 +193,23 @@ def test_score_and_estimate_say_when_a_story_is_in_a_language_the_splitter_does_
     assert rc == 0, err
     assert ("warning: story 'pl': it was read as English, but only 0% of its words are common English words "
             "(under 10%") in err
+
+
+def test_run_json_says_which_languages_rules_split_the_stories(server, tmp_path):
+    """A corpus of several languages: run.json `stories.languages` counts the stories by the
+    language whose sentence rules split them (README, "Languages"), so a reader of the run
+    knows which stories were held to another language's rules than English's, without
+    reading its warnings."""
+    rows = [{"id": "en", "text": _story("The old man walked slowly down the long and quiet street number {i}. ", 60)},
+            {"id": "de", "text": _story("Der alte Mann ging langsam die lange und stille Straße Nummer {i} entlang, "
+                                        "und er war nicht allein. ", 30)},
+            {"id": "ja", "text": STORIES["japanese"]}]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "out"
+    rc = main(["score", str(corpus), "--out", str(out), "--base-url", server.base_url, "--model", "test-gen",
+               "--endings", "2", "--cache", str(tmp_path / "cache"), "--no-progress", "--no-report",
+               "--tokenizer", "words"])
+    assert rc == 0
+    record = json.loads((out / "run.json").read_text())
+    assert record["stories"]["languages"] == {"English": 1, "German": 1, "other scripts": 1}

@@ -262,6 +262,7 @@ class Scoring:
                             "wall_seconds": round(self.earlier.wall_seconds + wall, 3)},
             "stories": {"kept": len(corpus.stories), "skipped": [msgspec.to_builtins(s) for s in corpus.skipped],
                         "input_errors": [str(e) for e in corpus.errors],
+                        "languages": dict(sorted(finder.languages.items())),
                         "failed": [msgspec.to_builtins(f) for f in self.failed.values()]},
             "positions": self.positions_written(),
             "positions_skipped_too_long": dict(finder.too_long),

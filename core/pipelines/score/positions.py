@@ -18,6 +18,7 @@ import msgspec
 from tension.core.config import ScoreConfig
 from tension.core.errors import ConfigError
 from tension.core.inputs.corpus import Story
+from tension.core.inputs.languages import detect_language
 from tension.core.inputs.segment import (
     Candidate,
     boundary_warning,
@@ -107,6 +108,7 @@ class PositionFinder:
         self.sentences: dict[int, list[str]] = {}  # story index -> its sentences
         self.too_long: dict[str, int] = {}  # story id -> positions skipped: prompt over the context
         self.no_positions: dict[str, str] = {}  # story id -> why no position was kept
+        self.languages: dict[str, int] = {}  # the language whose sentence rules split them -> stories (run.json)
         self.context_len: int | None = cfg.max_model_len
         self.prompt_overhead: int | None = None
 
@@ -116,9 +118,11 @@ class PositionFinder:
 
     async def positions(self, si: int, story: Story) -> list[Position]:
         cfg = self.cfg
-        sents = split_sentences(story.text)
+        lang = detect_language(story.text)  # once: the split and the warning read it alike
+        self.languages[lang.name] = self.languages.get(lang.name, 0) + 1
+        sents = split_sentences(story.text, lang)
         self.sentences[si] = sents
-        if (why := boundary_warning(story.text)) is not None:
+        if (why := boundary_warning(story.text, lang)) is not None:
             warn(f"story {story.id!r}: {why}")
         cands = candidates(sents, cfg.min_anchor_words)
         if not cands:
