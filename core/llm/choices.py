@@ -118,7 +118,6 @@ async def pieces(sender: Sender, server: Server, request: ChatRequest, ticket: T
             server.constrained()
         asked = False  # one request at least: an n the server refuses (n = 0) is its 400 to give
         while len(texts) < request.n or not asked:
-            asked = True
             ask = await asks.size(request.n - len(texts))
             req = request if ask == request.n and not texts else chunk(request, len(texts), ask)
             if shelf is not None and (piece := _shelved(shelf, server, request, len(texts), ask,
@@ -128,12 +127,14 @@ async def pieces(sender: Sender, server: Server, request: ChatRequest, ticket: T
                 reasons += piece.finish_reasons
                 logprobs += piece.first_logprobs or [None] * len(piece.texts)
                 model = piece.model or model
+                asked = True
                 continue
             if not checked:  # something is to be sent: the server checked first, and what it said used
                 await ready()
                 server.recall(request.model, request.n, request.seed is not None)  # what an earlier run learned of it
                 checked = True
                 continue
+            asked = True
             if ask < request.n - len(texts):  # cut to the server's limit: a resume looks the piece up by its count
                 server.gave(request.model, ask)
             sent = time.perf_counter()
