@@ -99,14 +99,29 @@ def _floats(text: str | None) -> float:
 
 
 def _stories(run_dir: Path) -> list[dict[str, str]]:
+    """stories.csv's rows; an InputError naming it when it is missing, or one the correction
+    cannot read (a report of no corrected statistics, said by nothing, was what that gave)."""
     path = run_dir / "stories.csv"
     try:
         with path.open(encoding="utf-8", newline="") as f:
-            return list(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            header = list(reader.fieldnames or [])
     except FileNotFoundError:
         raise InputError(str(run_dir), 0, None, "no stories.csv: the audit corrects a finished run's statistics; "
                                                 f"write it from positions.jsonl with the run's settings: "
                                                 f"{_metrics_command(run_dir)}") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise InputError(str(path), 0, None, f"cannot be read ({e}): {_unreadable(run_dir)}") from None
+    if missing := [c for c in ("group", *CORRECTED) if c not in header]:
+        raise InputError(str(path), 1, None, f"no column {', '.join(missing)} in its header (its columns: "
+                                             f"{', '.join(header) or 'none'}): {_unreadable(run_dir)}")
+    return rows
+
+
+def _unreadable(run_dir: Path) -> str:
+    return (f"the corrected statistics read its columns group, {', '.join(CORRECTED)}; write it again from "
+            f"positions.jsonl: {_metrics_command(run_dir)}")
 
 
 def _metrics_command(run_dir: Path) -> str:

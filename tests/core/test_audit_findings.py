@@ -267,3 +267,31 @@ def test_flags_asking_for_another_sample_than_the_one_kept_are_said_and_the_advi
     assert run_here(*advice[1:]).returncode == 0
     s = lab.read_sample(run)
     assert (s.size, s.seed, len(s.items)) == (30, 2, 30)
+
+
+@pytest.mark.parametrize("damage", ["columns renamed", "not UTF-8", "empty"])
+def test_a_stories_csv_the_correction_cannot_read_is_said_and_the_advice_writes_it_again(run, damage):
+    """A stories.csv without the columns the correction reads (`group`, `mean_nr`, `late_nr`:
+    renamed in a spreadsheet, another tool's file) gave a report with no corrected statistics
+    and no word, exit 0; a file that is not UTF-8 was a traceback. Now it is an error naming the
+    file and what it lacks, with the command that writes it again, which works as printed."""
+    import shlex
+
+    sampled(run)
+    stories = run / "stories.csv"
+    good = stories.read_bytes()
+    if damage == "columns renamed":
+        header, rest = good.split(b"\n", 1)
+        stories.write_bytes(header.replace(b"mean_nr", b"Mean NR") + b"\n" + rest)
+    elif damage == "not UTF-8":
+        stories.write_bytes(good.replace(b"id", b"\xe9d", 1))
+    else:
+        stories.write_bytes(b"")
+    r = run_here("audit", "report", run)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{stories}" in r.stderr and "the corrected statistics read" in r.stderr, r.stderr
+    advice = shlex.split(r.stderr.split("write it again from positions.jsonl: ")[1].strip())
+    assert advice[:2] == ["tension-run", "metrics"]
+    assert run_here(*advice[1:]).returncode == 0
+    assert stories.read_bytes() == good
+    assert run_here("audit", "report", run).returncode == 0
