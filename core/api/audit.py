@@ -39,6 +39,7 @@ class ImportResult(msgspec.Struct, kw_only=True):
     errors: list[str]
     labels_file: str
     superseded: int = 0  # of `unchanged`: rows this file said before, since changed by the same person elsewhere
+    bad_rows: int = 0  # of `errors`, those of a row (the others are the file's: empty, missing, a column missing)
 
 
 def audit_sample(run: PathLike, *, size: int = 100, shared: int | None = None, seed: int = 0,
@@ -76,6 +77,7 @@ def audit_import(run: PathLike, path: PathLike, *, annotator: str | None = None)
     name) already imported that the person has changed since (in the page, another file),
     so a file imported twice adds nothing and undoes nothing. Bad rows are returned as
     errors and not imported; nothing else is lost."""
+    from tension.core.inputs.jsonl import FileError
     from tension.core.inputs.labels import (
         append_labels,
         labels_path,
@@ -107,7 +109,8 @@ def audit_import(run: PathLike, path: PathLike, *, annotator: str | None = None)
     append_labels(run, new)
     return ImportResult(added=len(new), unchanged=len(got.labels) - len(new), blank=got.blank,
                         errors=[str(e) for e in got.errors], labels_file=str(labels_path(run)),
-                        superseded=superseded)
+                        superseded=superseded,
+                        bad_rows=sum(1 for e in got.errors if e.line > 0 and not isinstance(e, FileError)))
 
 
 def audit(run: PathLike, *, resamples: int = 2000, seed: int = 0, write: bool = True) -> AuditReport:

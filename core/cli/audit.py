@@ -144,8 +144,11 @@ def cmd_audit_import(args) -> int:
     if r.superseded:
         print(f"note: {r.superseded} row(s) this file gave before were changed since by the same person (in the "
               "labelling page or another file): the later label kept", file=sys.stderr)
+    if r.errors and not r.bad_rows:  # the file's own error: no row was read, none is "bad"
+        print(f"nothing imported: {args.csv} could not be read (above)")
+        return EXIT_FAILED
     print(f"imported {r.added} label(s) into {r.labels_file}; {r.unchanged} already there, {r.blank} row(s) without "
-          f"a label" + (f"; {len(r.errors)} bad row(s) not imported (fix them and import the file again)"
+          f"a label" + (f"; {r.bad_rows} bad row(s) not imported (fix them and import the file again)"
                         if r.errors else ""))
     return EXIT_FAILED if r.errors else EXIT_OK
 

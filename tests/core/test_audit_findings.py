@@ -295,3 +295,20 @@ def test_a_stories_csv_the_correction_cannot_read_is_said_and_the_advice_writes_
     assert run_here(*advice[1:]).returncode == 0
     assert stories.read_bytes() == good
     assert run_here("audit", "report", run).returncode == 0
+
+
+@pytest.mark.parametrize("csv_file", ["empty", "missing", "no label column"])
+def test_a_label_csv_that_cannot_be_read_is_not_counted_as_a_bad_row(run, tmp_path, csv_file):
+    """`audit import` of an empty or missing file said "1 bad row(s) not imported (fix them …)":
+    no row was read. The file's own error is said as it is, with nothing imported."""
+    sampled(run)
+    p = tmp_path / "labels.csv"
+    if csv_file == "empty":
+        p.write_text("")
+    elif csv_file == "no label column":
+        p.write_text("key,verdict\nk1,matches\n")
+    r = run_here("audit", "import", run, p, "--annotator", "ann")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"error: {p}" in r.stderr
+    assert "bad row" not in r.stdout + r.stderr
+    assert f"nothing imported: {p} could not be read (above)" in r.stdout, r.stdout
