@@ -290,9 +290,22 @@ def sample_csv(sample: Sample, annotator: str | None = None, labels: Iterable[La
     w.writerow(CSV_COLUMNS)
     for it in sample.items:
         mine = have.get(it.key, {}).get(annotator) if annotator else None
-        w.writerow([it.key, it.story, it.group, it.k, f"{it.pct:.4f}", it.part, "yes" if it.shared else "no",
-                    it.prefix, it.continuation, it.predicted, annotator or "", mine.label if mine else ""])
+        w.writerow([it.key, _as_text(it.story), _as_text(it.group), it.k, f"{it.pct:.4f}", it.part,
+                    "yes" if it.shared else "no", _as_text(it.prefix), _as_text(it.continuation),
+                    _as_text(it.predicted), annotator or "", mine.label if mine else ""])
     return buf.getvalue()
+
+
+# A spreadsheet reads a cell that begins with one of these as a formula, evaluated on opening
+# (`=HYPERLINK(…)` in an LLM's ending; a dialogue line "-Where…"): OWASP's "CSV injection".
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _as_text(cell: str) -> str:
+    """A text cell of the export as a spreadsheet shows it: with the apostrophe it takes as
+    "this is text" (and does not show) where it would read a formula. Only columns nobody
+    reads back get it: key, label and annotator are imported as they are."""
+    return "'" + cell if cell.startswith(_FORMULA_START) else cell
 
 
 class CsvLabels(msgspec.Struct, kw_only=True):

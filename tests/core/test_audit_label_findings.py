@@ -193,3 +193,37 @@ def test_export_to_a_folder_names_the_flag_and_its_example_works(run, tmp_path):
     assert r.returncode == 2 and f"--out {tmp_path}: a folder" in r.stderr and ".tmp" not in r.stderr
     example = r.stderr.split("(e.g. ")[1].split(")")[0]
     assert run_here("audit", "export", run, "--out", example).returncode == 0 and Path(example).is_file()
+
+
+def test_a_cell_a_spreadsheet_would_read_as_a_formula_is_exported_as_text_and_imports_back(run, tmp_path):
+    """`audit export` is opened in a spreadsheet by design; a text cell beginning with `=`, `+`,
+    `-`, `@`, a tab or a carriage return is a formula there (`=HYPERLINK(…)` in an LLM's
+    ending, a dialogue line `-Where…`), evaluated on opening. Such cells get the apostrophe
+    spreadsheets take as "this is text" (OWASP's CSV-injection advice); the columns read back
+    (key, label, annotator) are untouched, and the filled-in file imports."""
+    import csv as csv_mod
+    import io
+
+    import msgspec
+
+    sample = sampled(run)
+    odd = ["=HYPERLINK(\"http://x\",\"y\")", "-Where were you?", "+1 more", "@sum", "\tTabbed", "plain"]
+    items = [msgspec.structs.replace(it, predicted=odd[i % len(odd)], prefix=odd[(i + 1) % len(odd)])
+             for i, it in enumerate(sample.items)]
+    lab.write_sample(run, msgspec.structs.replace(sample, items=items))
+    out = tmp_path / "a.csv"
+    r = run_here("audit", "export", run, "--out", out, "--annotator", "ann")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv_mod.DictReader(io.StringIO(out.read_text(encoding="utf-8-sig"))))
+    by_key = {row["key"]: row for row in rows}
+    for it in items:
+        row = by_key[it.key]
+        for col, text in (("predicted", it.predicted), ("prefix", it.prefix)):
+            assert row[col] == (text if text == "plain" else "'" + text), (col, row[col])
+    for row in rows:
+        row["label"] = "matches"
+    filled = tmp_path / "filled.csv"
+    write_csv(filled, rows)
+    done = run_here("audit", "import", run, filled)
+    assert done.returncode == 0, done.stderr
+    assert f"imported {len(items)} label(s)" in done.stdout
