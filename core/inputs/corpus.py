@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,20 @@ def _read_folder(p: Path) -> tuple[list[Story], list[InputError]]:
     return stories, errors
 
 
+def _a_table(f: Path, text: str, utf16: bool) -> InputError | None:
+    """The error for a .txt file that is a table, not a story: its first line a header naming
+    `id` and `text` between tabs, as Excel's "Unicode Text" saves a sheet (UTF-16). Read as a
+    story, its text was the table. The way out makes it a .tsv, which is read row by row."""
+    cells = [c.strip().strip('"') for c in text.split("\n", 1)[0].split("\t")]
+    if len(cells) < 2 or not {"id", "text"} <= {c.lower() for c in cells}:
+        return None
+    src, dst = shlex.quote(str(f)), shlex.quote(str(f.with_suffix(".tsv")))
+    make = f"iconv -f UTF-16 -t UTF-8 {src} > {dst}" if utf16 else f"cp {src} {dst}"
+    return InputError(str(f), 1, None, f"its first line is a header of tab-separated columns ({', '.join(cells)}): "
+                                       "a table, as Excel's \"Unicode Text\" saves one, not a story; a .tsv file is "
+                                       f"read a row a story, so make it one: {make}; then give {dst}")
+
+
 def _read_txt(f: Path) -> Story | InputError:
     """A .txt file as one story (id = file stem), or the error that makes it unreadable."""
     try:
@@ -126,6 +141,8 @@ def _read_txt(f: Path) -> Story | InputError:
         return InputError(str(f), 0, None, f"cannot read: {e.strerror or e}")
     if not text.strip():
         return InputError(str(f), 0, "text", "empty text")
+    if (table := _a_table(f, text, utf16=data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)))) is not None:
+        return table
     try:
         check_label(str(f), 0, "id", f.stem)  # the file name is the id
     except InputError as e:

@@ -103,3 +103,28 @@ def test_score_and_estimate_read_one_txt_file_as_its_folder(server, tmp_path, ca
             return [x for x in out.splitlines() if not (x.startswith("(") and x.endswith(" s)"))]
 
         assert figures(said["file"].out) == figures(said["folder"].out.replace(str(folder), str(folder / "tale.txt")))
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-8"])
+def test_a_txt_file_that_is_a_table_is_refused_and_its_advice_makes_a_tsv_that_reads(tmp_path, encoding):
+    """Excel's "Unicode Text" saves a sheet as a .txt of tab-separated rows (UTF-16): given as
+    the corpus, it was read as one story whose text is the table, without a word. A .txt whose
+    first line is a header naming `id` and `text` between tabs is refused, with the command that
+    makes it a .tsv the corpus reader reads row by row; run as printed, the rows are the stories."""
+    from tension.testing.corpus import make_corpus
+
+    stories = [json.loads(x) for x in make_corpus(tmp_path / "c.jsonl", 2, seed=5).read_text().splitlines()]
+    table = "id\ttext\tgroup\r\n" + "".join(
+        f"{s['id']}\t\"{s['text'].replace(chr(34), chr(34) * 2)}\"\ta\r\n" for s in stories)
+    p = tmp_path / "my sheet.txt"
+    p.write_bytes(table.encode(encoding))  # Python's utf-16 writes the byte-order mark, as Excel does
+    c = read_corpus(p, min_words=0)
+    assert c.stories == []
+    (err,) = c.errors
+    assert str(err).startswith(f"{p}:1: its first line is a header of tab-separated columns (id, text, group)")
+    command = str(err).split("make it one: ")[1].split("; then give ")[0]
+    subprocess.run(command, shell=True, check=True, cwd=tmp_path)
+    tsv = tmp_path / "my sheet.tsv"
+    got = read_corpus(tsv, min_words=0)
+    assert (got.errors, [(s.id, s.text) for s in got.stories]) == ([], [(s["id"], s["text"]) for s in stories])
+    assert f"then give {shlex.quote(str(tsv))}" in str(err)
