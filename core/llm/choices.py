@@ -114,8 +114,6 @@ async def pieces(sender: Sender, server: Server, request: ChatRequest, ticket: T
         empty_retries = followups = stalled = 0
         short: int | None = None  # the count of this request's last short answer
         shelf = ticket.shelf
-        if request.structured_outputs:
-            server.constrained()
         asked = False  # one request at least: an n the server refuses (n = 0) is its 400 to give
         while len(texts) < request.n or not asked:
             ask = await asks.size(request.n - len(texts))
@@ -132,6 +130,8 @@ async def pieces(sender: Sender, server: Server, request: ChatRequest, ticket: T
             if not checked:  # something is to be sent: the server checked first, and what it said used
                 await ready()
                 server.recall(request.model, request.n, request.seed is not None)  # what an earlier run learned of it
+                if request.structured_outputs:  # said by the kind the check told
+                    server.constrained()
                 checked = True
                 continue
             asked = True

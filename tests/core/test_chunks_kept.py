@@ -227,3 +227,24 @@ def test_a_rerun_whose_answers_are_all_kept_in_pieces_sends_nothing_at_all(tmp_p
         assert [(r.method, r.path) for r in srv.requests] == []
         assert srv.count(probes=True) == 0
     assert (tmp_path / "a" / "positions.jsonl").read_bytes() == (tmp_path / "b" / "positions.jsonl").read_bytes()
+
+
+def test_a_constrained_first_request_is_judged_by_the_kind_the_check_told(tmp_path, capsys):
+    """The servers' check now waits for the first request sent; what a request says of the
+    server by its kind (a constrained answer on a server that is neither vLLM nor llama.cpp)
+    must wait for it too. A judge-only rerun (another judge model, every ending cached), whose
+    first request is a constrained verdict, said "neither vLLM nor llama.cpp" of a vLLM server."""
+    from tension.core.cli import main
+
+    corpus = make_corpus(tmp_path / "c.jsonl", 1, seed=4)
+    with InProcessServer(["test-gen", "test-judge", "test-judge2"], owned_by="vllm").serving() as srv:
+        for judge in ("test-judge", "test-judge2"):
+            srv.reset_records()
+            rc = main(["score", str(corpus), "--base-url", srv.base_url, "--model", "test-gen", "--judge-model", judge,
+                       "--endings", "3", "--cache", str(tmp_path / "cache"), "--no-progress", "--no-report",
+                       "--judge-constraint", "choice", "--judge-batch", "off", "--no-warm-judge",
+                       "--tokenizer", "words", "--out", str(tmp_path / judge)])
+            err = capsys.readouterr().err
+            assert rc == 0, err
+            assert "neither vLLM nor llama.cpp" not in err, (judge, err)
+        assert srv.count(kind="generation") == 0 and srv.count(kind="judge") > 0  # the rerun: verdicts alone
