@@ -127,22 +127,15 @@ def _unreadable(run_dir: Path) -> str:
 def _metrics_command(run_dir: Path) -> str:
     """`tension-run metrics` writing the run's stories.csv and groups.csv again, with the curve
     settings its run.json records (the paper's where it records none): `report` writes neither."""
-    import json
-
+    from tension.core.reports.run_folder import recorded_settings
     from tension.kernels.settings import CurveSettings
 
-    d = CurveSettings()
-    try:
-        c = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("config") or {}
-    except (OSError, ValueError, AttributeError):
-        c = {}
-    thresholds = ",".join(f"{t:g}" for t in c.get("thresholds", d.thresholds))
+    c = CurveSettings(**recorded_settings(run_dir))  # the run's own, the paper's where it records none
     q = shlex.quote(str(run_dir))
-    return (f"tension-run metrics {q} --out {q} --window {c.get('window', d.window)} --thresholds {thresholds} "
-            f"--late-threshold {c.get('late_threshold', d.late_threshold):g} "
-            f"--retention-window {c.get('retention_window', d.retention_window)} "
-            f"--interval-resamples {c.get('interval_resamples', d.interval_resamples)} "
-            f"--interval-seed {c.get('interval_seed', d.interval_seed)}")
+    return (f"tension-run metrics {q} --out {q} --window {c.window} --thresholds "
+            f"{','.join(f'{t:g}' for t in c.thresholds)} --late-threshold {c.late_threshold:g} "
+            f"--retention-window {c.retention_window} --interval-resamples {c.interval_resamples} "
+            f"--interval-seed {c.interval_seed}")
 
 
 def _groups(run_dir: Path) -> dict[tuple[str, str], dict[str, str]]:
